@@ -1,0 +1,21 @@
+"""The steplens event contract (version 1.0): typed events, orjson codec, topic names."""
+
+from schemas.codec import EVENT_TYPES, MAX_EVENT_BYTES, Event, decode, decode_as, encode, to_dict
+from schemas.control import ControlCommand
+from schemas.device import DeviceSample
+from schemas.errors import ContractError
+from schemas.identity import DOMAIN_TYPES, Domain, RankIdentity
+from schemas.incident import Incident
+from schemas.job import JobEvent
+from schemas.kernel import KernelBatch, KernelRecord
+from schemas.profile import ProfileReady
+from schemas.step import Phases, StepEvent
+from schemas.topics import Topics, group_key, job_key, rank_key
+from schemas.version import CONTRACT_VERSION
+
+__all__ = [
+    "CONTRACT_VERSION", "DOMAIN_TYPES", "EVENT_TYPES", "MAX_EVENT_BYTES",
+    "ContractError", "ControlCommand", "DeviceSample", "Domain", "Event", "Incident", "JobEvent",
+    "KernelBatch", "KernelRecord", "Phases", "ProfileReady", "RankIdentity", "StepEvent", "Topics",
+    "decode", "decode_as", "encode", "group_key", "job_key", "rank_key", "to_dict",
+]

@@ -1,0 +1,101 @@
+"""orjson wire format: encode any contract event, decode and validate raw bytes.
+
+Every message is one JSON object with `type` (which event) and `v` (contract version)
+followed by the event's fields. Optional fields that are null are left out on encode.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields, is_dataclass
+from functools import cache
+from typing import Any
+
+import orjson
+
+from schemas.control import ControlCommand
+from schemas.decoding import decode_object
+from schemas.device import DeviceSample
+from schemas.errors import ContractError
+from schemas.incident import Incident
+from schemas.job import JobEvent
+from schemas.kernel import KernelBatch
+from schemas.profile import ProfileReady
+from schemas.step import StepEvent
+from schemas.version import CONTRACT_VERSION, parse_version
+
+Event = StepEvent | KernelBatch | DeviceSample | ProfileReady | Incident | ControlCommand | JobEvent
+
+EVENT_TYPES: dict[str, type[Any]] = {
+    cls.TYPE: cls
+    for cls in (StepEvent, KernelBatch, DeviceSample, ProfileReady, Incident, ControlCommand, JobEvent)
+}
+
+# Larger than this is out of contract: it would strain brokers and workers. Kafka's own
+# limit (message.max.bytes) is set above it so the dead-letter path can see such events.
+MAX_EVENT_BYTES = 1_048_576
+
+
+@cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
+def _plain(obj: Any) -> Any:
+    """orjson `default` hook: dataclasses become dicts without their null fields."""
+    if is_dataclass(obj) and not isinstance(obj, type):
+        out = {}
+        for name in _field_names(type(obj)):
+            value = getattr(obj, name)
+            if value is not None:
+                out[name] = value
+        return out
+    raise TypeError(f"cannot encode {type(obj).__name__}")
+
+
+def to_dict(event: Event) -> dict[str, Any]:
+    """The event as the plain dict that goes on the wire (header first)."""
+    body: dict[str, Any] = orjson.loads(encode(event))
+    return body
+
+
+def encode(event: Event) -> bytes:
+    header = {"type": type(event).TYPE, "v": CONTRACT_VERSION}
+    body = _plain(event)
+    return orjson.dumps({**header, **body}, default=_plain, option=orjson.OPT_PASSTHROUGH_DATACLASS)
+
+
+def decode(raw: bytes | bytearray | memoryview | str, max_bytes: int = MAX_EVENT_BYTES) -> Event:
+    """Parse and validate one message; raise ContractError naming the field and the problem."""
+    size = len(raw)
+    if size > max_bytes:
+        raise ContractError("<payload>", f"is {size} bytes, larger than the {max_bytes}-byte limit")
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ContractError("<payload>", f"is not valid JSON: {exc}") from None
+    return decode_mapping(data)
+
+
+def decode_mapping(data: Any) -> Event:
+    if not isinstance(data, dict):
+        raise ContractError("<payload>", f"must be a JSON object, got {type(data).__name__}")
+    if "type" not in data:
+        raise ContractError("type", "is required")
+    kind = data["type"]
+    cls = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        expected = ", ".join(sorted(EVENT_TYPES))
+        raise ContractError("type", f"unknown event type {kind!r}, expected one of {expected}")
+    if "v" not in data:
+        raise ContractError("v", "is required")
+    version = parse_version(data["v"])
+    event: Event = decode_object(cls, data, strict=not version.is_newer_minor)
+    return event
+
+
+def decode_as(cls: type[Any], raw: bytes | str, max_bytes: int = MAX_EVENT_BYTES) -> Any:
+    """Decode and insist on one event type (a topic carries exactly one type)."""
+    event = decode(raw, max_bytes)
+    if not isinstance(event, cls):
+        raise ContractError("type", f"this topic carries {cls.TYPE!r} events, got {type(event).TYPE!r}")
+    return event

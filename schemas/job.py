@@ -1,0 +1,33 @@
+"""Job lifecycle: lets workers know a job's shape up front and flush its state at the end."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
+
+from schemas.decoding import join, require
+
+JobPhase = Literal["start", "end"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobEvent:
+    """Emitted once at job start and once at job end (topic steplens.jobs).
+
+    parallel: domain sizes, e.g. {"dp": 8, "tp": 4, "pp": 2}.
+    last_step: at `end`, the last step index every rank completed.
+    """
+
+    TYPE: ClassVar[str] = "job"
+
+    job: str
+    phase: JobPhase
+    world: int
+    ts_ns: int
+    parallel: dict[str, int] = field(default_factory=dict)
+    last_step: int | None = None
+    model: str | None = None
+
+    def check(self, path: str) -> None:
+        require(self.world >= 1, join(path, "world"), "must be >= 1")
+        require(self.last_step is None or self.last_step >= 0, join(path, "last_step"), "must be >= 0")

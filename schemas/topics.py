@@ -1,0 +1,74 @@
+"""Topic names and message keys, in one place so producers, workers and tests agree."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Topics:
+    """All topics under one prefix (default `steplens.`), so deployments can share a cluster."""
+
+    prefix: str = "steplens."
+
+    @property
+    def steps(self) -> str:
+        return f"{self.prefix}steps"
+
+    @property
+    def kernels(self) -> str:
+        return f"{self.prefix}kernels"
+
+    @property
+    def device(self) -> str:
+        return f"{self.prefix}device"
+
+    @property
+    def profiles(self) -> str:
+        return f"{self.prefix}profiles"
+
+    @property
+    def jobs(self) -> str:
+        return f"{self.prefix}jobs"
+
+    @property
+    def incidents(self) -> str:
+        """The alerts topic: incidents for downstream consumers."""
+        return f"{self.prefix}incidents"
+
+    @property
+    def control(self) -> str:
+        return f"{self.prefix}control"
+
+    @property
+    def deadletter(self) -> str:
+        return f"{self.prefix}deadletter"
+
+    @property
+    def domain_steps(self) -> str:
+        """Internal: step events re-keyed by communication group."""
+        return f"{self.prefix}domain-steps"
+
+    @property
+    def group_steps(self) -> str:
+        """Internal: one summary per (group, step), keyed by job."""
+        return f"{self.prefix}group-steps"
+
+    def inputs(self) -> tuple[str, ...]:
+        return (self.steps, self.kernels, self.device, self.profiles, self.jobs)
+
+    def all(self) -> tuple[str, ...]:
+        return (*self.inputs(), self.incidents, self.control, self.deadletter, self.domain_steps, self.group_steps)
+
+
+def rank_key(job: str, rank: int) -> bytes:
+    """Per-rank key: keeps one rank's events in order on one partition."""
+    return f"{job}/{rank}".encode()
+
+
+def job_key(job: str) -> bytes:
+    return job.encode()
+
+
+def group_key(job: str, domain: str, group: int) -> bytes:
+    return f"{job}/{domain}/{group}".encode()
