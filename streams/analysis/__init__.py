@@ -1,0 +1,1 @@
+"""One analyzer per question: is this step slow? which rank do the others wait for?"""

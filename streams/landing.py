@@ -1,0 +1,66 @@
+"""Landing, the pure half: a Kafka message in, ClickHouse rows or a dead letter out.
+
+Each input topic carries one event type. A message that does not decode is not lost:
+nor is one whose values do not fit their columns: it becomes a dead letter (raw bytes kept, with the reason) for the dead-letter topic and
+the dead_letters table, and the worker goes on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from schemas import ContractError, Incident, JobEvent, StepEvent, Topics, decode_as
+from sinks import rows
+from sinks.rows import RowError, TableRow
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    raw: bytes
+    field: str
+    problem: str
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        return [
+            ("steplens-reason", self.problem.encode()),
+            ("steplens-field", self.field.encode()),
+            ("steplens-source-topic", self.topic.encode()),
+            ("steplens-source-partition", str(self.partition).encode()),
+            ("steplens-source-offset", str(self.offset).encode()),
+        ]
+
+
+@dataclass(slots=True)
+class Landed:
+    rows: list[TableRow] = field(default_factory=list)
+    dead: list[DeadLetter] = field(default_factory=list)
+
+
+class LandingProcessor:
+    """Decode-and-map for the topics the landing worker consumes."""
+
+    def __init__(self, topics: Topics, max_event_bytes: int) -> None:
+        self._max = max_event_bytes
+        self._types: dict[str, type[Any]] = {
+            topics.steps: StepEvent, topics.jobs: JobEvent, topics.incidents: Incident,
+        }
+        self.counts: dict[str, int] = {}
+
+    def process(
+        self, topic: str, partition: int, offset: int, key: bytes | None, raw: bytes, now_ns: int, out: Landed
+    ) -> None:
+        cls = self._types[topic]
+        try:
+            row = rows.row_for(decode_as(cls, raw, self._max), now_ns)
+        except (ContractError, RowError) as exc:
+            out.dead.append(DeadLetter(topic, partition, offset, key, raw, exc.field, exc.problem))
+            out.rows.append(rows.dead_letter(topic, partition, offset, key, raw, exc.problem, exc.field, now_ns))
+            self.counts["dead"] = self.counts.get("dead", 0) + 1
+            return
+        out.rows.append(row)
+        self.counts[cls.TYPE] = self.counts.get(cls.TYPE, 0) + 1

@@ -1,0 +1,1 @@
+"""Windows over the step index, per communication group."""
