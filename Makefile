@@ -1,0 +1,42 @@
+# steplens — the two commands a newcomer needs are `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: venv up down status demo demo-server test lint typecheck unit integration clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	@rm -f $(VENV)/.installed-* && touch $@
+
+venv: $(STAMP)
+
+up: venv          ## start Kafka + ClickHouse on loopback (installs them when missing)
+	$(BIN)/python -m infra up
+
+down: venv        ## stop every service steplens started
+	$(BIN)/python -m infra down
+
+status: venv      ## which services run, their addresses and the logs directory
+	$(BIN)/python -m infra status
+
+demo: venv        ## simulated 64-rank job with injected faults through the real pipeline
+	$(BIN)/python -m steplens demo
+
+demo-server: venv ## the same, landing in the ClickHouse server instead of embedded chdb
+	$(BIN)/python -m steplens demo --clickhouse server
+
+lint: venv
+	$(BIN)/ruff check .
+
+typecheck: venv
+	$(BIN)/mypy
+
+test: venv lint typecheck ## lint, types, unit and integration tests (starts the services it needs)
+	$(BIN)/pytest
+
+clean:
+	rm -rf .steplens reports .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,275 @@
+"""`make demo`: a simulated cluster with injected faults through the real pipeline.
+
+Starts Kafka (and the ClickHouse server when asked), the two Faust workers, then runs a
+64-rank DP8×TP4×PP2 job with one straggling rank and a few slow steps, plus a handful of
+malformed events. It listens on the alerts topic like any downstream consumer, waits
+until both workers have caught up (consumer lag 0), stops them, reads the landed history
+back with SQL and prints what was found next to the ground truth. Exits non-zero if an
+injected fault was missed, so a broken pipeline cannot pass for a working one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from infra import ClickHouseServer, InfraConfig, KafkaBroker
+from producers.emitter import BackgroundEmitter
+from producers.exporter import KafkaExporter
+from producers.simulator.cluster import SimulatedJob
+from producers.simulator.faults import SlowRank, SlowSteps
+from producers.simulator.ground_truth import GroundTruth
+from producers.simulator.topology import Topology
+from schemas import ContractError, Incident, Topics, decode_as, encode, rank_key
+from sinks import open_backend
+from steplens.config import REPO_ROOT, Settings, load_settings
+from steplens.lag import end_offsets, group_lag
+from steplens.report import render_markdown
+from steplens.scoring import score, steps_in_ranges
+from streams.topics_admin import ensure_topics
+
+CATCH_UP_TIMEOUT_S = 240.0
+
+
+@dataclass(slots=True)
+class DemoRun:
+    job: str
+    truth: GroundTruth
+    alerts: list[Incident] = field(default_factory=list)
+    bad_events_sent: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def build_job(job_id: str, steps: int, seed: int) -> SimulatedJob:
+    """The demo job: a straggler on rank 37 throughout, a GC storm and a data stall."""
+    faults = [
+        SlowRank(rank=37, factor=1.25, first_step=0, last_step=steps - 1),
+        SlowSteps(steps=(40, 41, 42), phase="gc_ms", extra_ms=350.0, cause="gc"),
+        SlowSteps(steps=(77,), phase="data_ms", extra_ms=450.0, cause="data stall"),
+    ]
+    return SimulatedJob(job_id=job_id, topology=Topology(dp=8, tp=4, pp=2), steps=steps, faults=faults, seed=seed)
+
+
+def malformed_events(job: str) -> list[tuple[bytes, bytes]]:
+    """Out-of-contract inputs a real fleet produces: garbage, a newer major, a bad field."""
+    good = {"type": "step", "v": "1.0", "job": job, "rank": 0, "world": 64, "host": "node-0", "device": 0,
+            "step": 0, "start_ns": 1, "end_ns": 2}
+    return [
+        (b"junk", b"\x00not json at all"),
+        (rank_key(job, 0), orjson.dumps({**good, "v": "2.0"})),
+        (rank_key(job, 0), orjson.dumps({**good, "end_ns": 0})),
+    ]
+
+
+def start_worker(role: str, env: dict[str, str], logs: Path) -> subprocess.Popen[bytes]:
+    log = open(logs / f"worker-{role}.log", "ab")  # noqa: SIM115 - lives as long as the process
+    return subprocess.Popen(
+        [sys.executable, "-m", "streams", "worker", "--role", role],
+        cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+
+
+def stop_worker(proc: subprocess.Popen[bytes], timeout: float = 60.0) -> int:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return proc.returncode
+
+
+def wait_caught_up(settings: Settings, workers: list[subprocess.Popen[bytes]], on_poll: Any) -> None:
+    """Poll consumer lag until both workers have committed everything (twice in a row)."""
+    topics = Topics(settings.topic_prefix)
+    groups = {
+        f"{settings.app_id}-detect": [topics.steps, topics.domain_steps, topics.group_steps, topics.jobs],
+        f"{settings.app_id}-land": [topics.steps, topics.jobs, topics.incidents],
+    }
+    deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
+    clean_polls = 0
+    while clean_polls < 2:
+        for proc in workers:
+            if proc.poll() is not None:
+                raise RuntimeError(f"a worker exited early with code {proc.returncode}; see .steplens/logs/")
+        lags = {group: group_lag(settings.kafka_bootstrap, group, names) for group, names in groups.items()}
+        on_poll()
+        clean_polls = clean_polls + 1 if all(v == 0 for lag in lags.values() for v in lag.values()) else 0
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"workers did not catch up within {CATCH_UP_TIMEOUT_S:.0f}s: lag {lags}")
+        time.sleep(1.0)
+
+
+def query_results(settings: Settings, job: str) -> dict[str, Any]:
+    backend = open_backend(settings)
+    try:
+        db = backend.database
+        steps = backend.query(f"SELECT count(), uniqExact(rank), max(step) FROM {db}.steps FINAL WHERE job = '{job}'")
+        incidents = backend.query(
+            f"SELECT incident_id, rule, state, severity, ranks, step_first, step_last, summary, cause, suggestion "
+            f"FROM {db}.incidents FINAL WHERE job = '{job}' ORDER BY rule, step_first"
+        )
+        slowest = backend.query(
+            f"SELECT rank, round(avg(duration_ms - ifNull(comm_exposed_ms, 0)), 1) AS busy "
+            f"FROM {db}.steps FINAL WHERE job = '{job}' GROUP BY rank ORDER BY busy DESC LIMIT 3"
+        )
+        dead = backend.query(f"SELECT count() FROM {db}.dead_letters")
+        return {
+            "steps_rows": steps[0][0], "ranks": steps[0][1], "last_step": steps[0][2],
+            "incidents": [
+                dict(zip(("incident_id", "rule", "state", "severity", "ranks", "step_first", "step_last",
+                          "summary", "cause", "suggestion"), row, strict=True))
+                for row in incidents
+            ],
+            "slowest_ranks_sql": [{"rank": r, "busy_ms": b} for r, b in slowest],
+            "dead_letters_total": dead[0][0],
+        }
+    finally:
+        backend.close()
+
+
+def run(settings: Settings, steps: int, seed: int, use_server: bool) -> int:
+    t_start = time.monotonic()
+    infra_cfg = InfraConfig.from_env()
+    broker = KafkaBroker(infra_cfg)
+    print(f"• Kafka 3.9.1 (KRaft) on {broker.bootstrap} …", flush=True)
+    broker.install()
+    broker.start()
+    if use_server:
+        server = ClickHouseServer(infra_cfg)
+        server.install()
+        server.start()
+        settings = replace(settings, clickhouse_url=server.url)
+        print(f"• ClickHouse server {server.version()} at {server.url}", flush=True)
+    else:
+        print(f"• embedded ClickHouse (chdb) at {settings.embedded_path}", flush=True)
+    settings = replace(settings, kafka_bootstrap=broker.bootstrap)
+    topics = Topics(settings.topic_prefix)
+    ensure_topics(settings.kafka_bootstrap, topics, settings.topic_partitions)
+
+    job_id = time.strftime("demo-%Y%m%d-%H%M%S")
+    out_dir = REPO_ROOT / "reports" / job_id
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sim = build_job(job_id, steps, seed)
+    run_state = DemoRun(job=job_id, truth=sim.ground_truth())
+    run_state.truth.write(out_dir / "ground_truth.json")
+
+    alert_start = end_offsets(settings.kafka_bootstrap, topics.incidents)
+    env = {**os.environ, "STEPLENS_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+           "STEPLENS_CLICKHOUSE_URL": settings.clickhouse_url, "STEPLENS_HOME": str(settings.home)}
+    logs = infra_cfg.logs_dir
+    logs.mkdir(parents=True, exist_ok=True)
+    workers = [start_worker(role, env, logs) for role in ("detect", "land")]
+    print(f"• workers: detect pid {workers[0].pid}, land pid {workers[1].pid} (logs in {logs})", flush=True)
+
+    alerts = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False,
+                           consumer_timeout_ms=200)
+    parts = [TopicPartition(topics.incidents, p) for p in alert_start]
+    alerts.assign(parts)
+    for tp in parts:
+        alerts.seek(tp, alert_start[tp.partition])
+
+    def drain_alerts() -> None:
+        for msg in alerts:
+            try:
+                incident = decode_as(Incident, msg.value)
+            except ContractError:
+                continue
+            if incident.job == job_id:
+                run_state.alerts.append(incident)
+                print(f"  ALERT {incident.state:<8} {incident.rule:<9} {incident.summary}", flush=True)
+
+    try:
+        topo = sim.topology
+        print(f"• simulating job {job_id}: {topo.world} ranks (DP{topo.dp}×TP{topo.tp}×PP{topo.pp}), "
+              f"{steps} steps, {len(sim.faults)} injected faults", flush=True)
+        t_sim = time.monotonic()
+        exporter = KafkaExporter(settings.kafka_bootstrap)
+        emitter = BackgroundEmitter(exporter, topics)
+        emitted = 0
+        start_event, end_event = sim.job_events()
+        emitter.emit(start_event)
+        for step_events in sim.iter_steps():
+            for event in step_events:
+                emitted += emitter.emit(event)
+            drain_alerts()
+        emitter.emit(end_event)
+        if not emitter.flush(timeout=120):
+            raise RuntimeError(f"producer could not deliver: {emitter.stats()}")
+        stats = emitter.stats()
+        emitter.close()
+        run_state.timings["simulate_and_send_s"] = time.monotonic() - t_sim
+        print(f"• sent {emitted} step events ({stats.dropped_total} dropped) in "
+              f"{run_state.timings['simulate_and_send_s']:.1f}s", flush=True)
+
+        producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
+        for key, value in malformed_events(job_id):
+            producer.send(topics.steps, key=key, value=value)
+            run_state.bad_events_sent += 1
+        producer.flush()
+        producer.close()
+        print(f"• sent {run_state.bad_events_sent} malformed events (expect them in the dead-letter topic)", flush=True)
+
+        t_wait = time.monotonic()
+        wait_caught_up(settings, workers, drain_alerts)
+        drain_alerts()
+        run_state.timings["catch_up_s"] = time.monotonic() - t_wait
+    finally:
+        alerts.close()
+        for proc in workers:
+            stop_worker(proc)
+
+    results = query_results(settings, job_id)
+    truth = run_state.truth
+    found_ranks = {r for i in results["incidents"] if i["rule"] == "SLOW_RANK" for r in i["ranks"]}
+    found_steps = steps_in_ranges([
+        (i["step_first"], i["step_last"]) for i in results["incidents"] if i["rule"] == "SLOW_STEP"
+    ])
+    rank_score = score(truth.slow_ranks(), found_ranks)
+    step_score = score(truth.slow_steps(), found_steps)
+    run_state.timings["total_s"] = time.monotonic() - t_start
+    report = {
+        "job": job_id, "backend": "server " + settings.clickhouse_url if settings.uses_server else "embedded chdb",
+        "world": sim.topology.world, "steps": steps, "seed": seed,
+        "ground_truth": truth.to_dict(), "results": results,
+        "alerts_received": [encode(a).decode() for a in run_state.alerts],
+        "bad_events_sent": run_state.bad_events_sent,
+        "scores": {
+            "slow_rank": {"truth": sorted(rank_score.truth), "found": sorted(rank_score.found),
+                          "precision": rank_score.precision, "recall": rank_score.recall},
+            "slow_step": {"truth": sorted(step_score.truth), "found": sorted(step_score.found),
+                          "precision": step_score.precision, "recall": step_score.recall},
+        },
+        "timings_s": run_state.timings,
+    }
+    (out_dir / "report.json").write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    markdown = render_markdown(report)
+    (out_dir / "report.md").write_text(markdown)
+    print()
+    print(markdown)
+    print(f"report: {out_dir / 'report.md'}")
+    ok = rank_score.recall == 1.0 and step_score.recall == 1.0 and results["steps_rows"] == sim.topology.world * steps
+    if not ok:
+        print("DEMO FAILED: an injected fault was missed or steps were not all landed", file=sys.stderr)
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m steplens demo")
+    parser.add_argument("--steps", type=int, default=120)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--clickhouse", choices=("embedded", "server"), default="embedded",
+                        help="land in embedded chdb (default) or the ClickHouse server started by infra/")
+    args = parser.parse_args(argv)
+    return run(load_settings(), args.steps, args.seed, use_server=args.clickhouse == "server")

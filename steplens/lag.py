@@ -1,0 +1,38 @@
+"""Consumer-group lag: how an operator (and the demo) knows a worker has caught up."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kafka import KafkaConsumer, TopicPartition
+from kafka.admin import KafkaAdminClient
+
+
+def group_lag(bootstrap: str, group: str, topics: Sequence[str]) -> dict[str, int]:
+    """Messages per topic that `group` has not committed yet (end offset - committed offset)."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="steplens-lag")
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="steplens-lag", enable_auto_commit=False)
+    try:
+        committed = admin.list_consumer_group_offsets(group)
+        partitions = [
+            TopicPartition(topic, p) for topic in topics for p in sorted(consumer.partitions_for_topic(topic) or ())
+        ]
+        ends = consumer.end_offsets(partitions)
+        lag: dict[str, int] = dict.fromkeys(topics, 0)
+        for tp in partitions:
+            meta = committed.get(tp)
+            done = meta.offset if meta is not None and meta.offset >= 0 else 0
+            lag[tp.topic] += max(0, ends[tp] - done)
+        return lag
+    finally:
+        consumer.close()
+        admin.close()
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="steplens-offsets", enable_auto_commit=False)
+    try:
+        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        return {tp.partition: off for tp, off in consumer.end_offsets(parts).items()}
+    finally:
+        consumer.close()
