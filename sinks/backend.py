@@ -1,0 +1,95 @@
+"""What a ClickHouse backend must offer, and the one error type the sinks raise.
+
+Two implementations speak the same SQL: `sinks.server.ServerBackend` (a ClickHouse server
+over the native protocol) and `sinks.embedded.EmbeddedBackend` (chdb, in process, on disk).
+Everything above them (migrations, the batching writer) sees only this Protocol.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+
+class SinkError(Exception):
+    """A backend call failed.
+
+    The message names the backend (``server clickhouse://host:port`` or ``embedded /path``),
+    what was attempted, the table when there is one, and the backend's own error text.
+    """
+
+    def __init__(self, backend: str, action: str, detail: str, table: str | None = None) -> None:
+        where = f" on table {table}" if table else ""
+        super().__init__(f"{backend}: {action} failed{where}: {detail}")
+        self.backend = backend
+        self.action = action
+        self.table = table
+        self.detail = detail
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A ClickHouse database that statements run against.
+
+    `database` is the database the steplens tables live in; the backend creates it on open.
+    Table names passed to `insert` are unqualified: the backend qualifies them with `database`.
+    Every method raises `SinkError` on failure.
+    """
+
+    database: str
+
+    def execute(self, sql: str) -> None:
+        """Run a statement that returns no rows (DDL, INSERT ... SELECT, OPTIMIZE)."""
+        ...
+
+    def query(self, sql: str) -> list[tuple[Any, ...]]:
+        """Run a SELECT; rows as tuples of Python values (Date -> datetime.date, arrays -> lists)."""
+        ...
+
+    def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        """Insert `rows` (values in `columns` order) into `database.table` as one block."""
+        ...
+
+    def version(self) -> tuple[int, int, int]:
+        """The engine's version (major, minor, patch), from ``SELECT version()``."""
+        ...
+
+    def close(self) -> None:
+        """Release the connection; idempotent."""
+        ...
+
+
+_VERSION = re.compile(r"^\s*(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    """'18.16.1' or '26.9.2.1' -> (major, minor, patch)."""
+    match = _VERSION.match(text)
+    if match is None:
+        raise ValueError(f"cannot read a ClickHouse version from {text!r}")
+    major, minor, patch = match.groups()
+    return int(major), int(minor), int(patch or 0)
+
+
+def quote_identifier(name: str) -> str:
+    """Back-quote a database, table or column name (`group`, `partition`, `offset` are keywords)."""
+    return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
+
+
+def qualified(database: str, table: str) -> str:
+    return f"{quote_identifier(database)}.{quote_identifier(table)}"
+
+
+def column_list(columns: Sequence[str]) -> str:
+    return ", ".join(quote_identifier(c) for c in columns)
+
+
+def check_rows(backend: str, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Every row must have one value per column, or the insert would misalign silently."""
+    width = len(columns)
+    for index, row in enumerate(rows):
+        if len(row) != width:
+            raise SinkError(
+                backend, "insert", f"row {index} has {len(row)} values for {width} columns", table=table
+            )

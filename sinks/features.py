@@ -1,0 +1,49 @@
+"""Which optional ClickHouse features an engine version has, so one DDL runs on old and new.
+
+The server steplens is tested against is Debian's ClickHouse 18.16.1 (December 2018); the
+embedded engine (chdb-core 26.9) is seven years newer. The migrations ask `Features` instead
+of hard-coding either:
+
+- LowCardinality: experimental (behind ``allow_experimental_low_cardinality_type``) until the
+  setting became obsolete in 19.3, so it is used from 19.3 on;
+- per-column compression codecs (``CODEC(Delta, ZSTD)``): 19.1.6;
+- table and column TTL: 19.6;
+- DateTime64: 20.1.
+
+Map needs 21.x, so no table uses it: key/value data is stored as two parallel arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LOW_CARDINALITY_SINCE = (19, 3, 0)
+CODECS_SINCE = (19, 1, 6)
+TTL_SINCE = (19, 6, 0)
+DATETIME64_SINCE = (20, 1, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Features:
+    low_cardinality: bool
+    codecs: bool
+    ttl: bool
+    datetime64: bool
+
+    @classmethod
+    def for_version(cls, version: tuple[int, int, int]) -> Features:
+        return cls(
+            low_cardinality=version >= LOW_CARDINALITY_SINCE,
+            codecs=version >= CODECS_SINCE,
+            ttl=version >= TTL_SINCE,
+            datetime64=version >= DATETIME64_SINCE,
+        )
+
+    def dictionary(self, inner: str) -> str:
+        """Type of a low-cardinality column (job, host, rule names): LowCardinality(inner) when supported."""
+        return f"LowCardinality({inner})" if self.low_cardinality else inner
+
+    def timestamp(self, inner: str = "Int64") -> str:
+        """Type and codec of an epoch-nanosecond column: Delta then ZSTD when codecs exist."""
+        return f"{inner} CODEC(Delta, ZSTD)" if self.codecs else inner
+

@@ -1,0 +1,29 @@
+"""Numbered schema migrations for the steplens ClickHouse tables.
+
+Each `mNNNN_*.py` module has `ID`, `DESCRIPTION` and `statements(db, features) -> list[str]`;
+`MIGRATIONS` lists them in the order they apply. A migration, once released, is never
+edited: a schema change is a new module. `runner.migrate(backend)` applies the missing ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sinks.features import Features
+from sinks.migrations import m0001_steps, m0002_incidents, m0003_jobs, m0004_dead_letters
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    id: str
+    description: str
+    statements: Callable[[str, Features], list[str]]
+
+
+MIGRATIONS: tuple[Migration, ...] = tuple(
+    Migration(module.ID, module.DESCRIPTION, module.statements)
+    for module in (m0001_steps, m0002_incidents, m0003_jobs, m0004_dead_letters)
+)
+
+__all__ = ["MIGRATIONS", "Migration"]

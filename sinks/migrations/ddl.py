@@ -1,0 +1,17 @@
+"""Small helpers the migrations share to spell CREATE TABLE the same way on every version."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sinks.backend import qualified, quote_identifier
+
+
+def create_table(db: str, table: str, columns: Sequence[tuple[str, str]], engine: str) -> str:
+    """``CREATE TABLE IF NOT EXISTS db.table (...) ENGINE = engine``, every name back-quoted.
+
+    IF NOT EXISTS makes a migration safe to re-run after a crash between creating its
+    tables and recording it (18.16 supports it on CREATE TABLE and CREATE DATABASE).
+    """
+    body = ",\n    ".join(f"{quote_identifier(name)} {ch_type}" for name, ch_type in columns)
+    return f"CREATE TABLE IF NOT EXISTS {qualified(db, table)}\n(\n    {body}\n)\nENGINE = {engine}"

@@ -1,0 +1,254 @@
+"""Events to table rows: the pure part of the sink (no I/O, no clock).
+
+Each `*_COLUMNS` constant is the column order of a table and each `*_row` function returns a
+tuple in exactly that order, with values of the Python type both backends accept (int,
+float, str, None, list, datetime.date). `row_for` is the one place that says which table an
+event type lands in.
+
+Values that would not fit their column (a device id above 65535, a step above 2**64 - 1)
+raise `RowError` naming the field, so the caller can dead-letter the event instead of
+having the whole batch rejected by the database.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+from typing import Any, NamedTuple
+
+from schemas import DOMAIN_TYPES, Incident, JobEvent, Phases, StepEvent
+
+Row = tuple[Any, ...]
+
+STEPS_TABLE = "steps"
+INCIDENTS_TABLE = "incidents"
+JOBS_TABLE = "jobs"
+DEAD_LETTERS_TABLE = "dead_letters"
+
+STEP_COLUMNS: tuple[str, ...] = (
+    "job", "rank", "step", "world", "host", "device",
+    *(f"{d}_group" for d in DOMAIN_TYPES), "pp_stage",
+    "start_ns", "end_ns", "duration_ms",
+    *Phases.NAMES,
+    "gc_count", "batch_size", "samples", "tokens", "flops", "peak_flops",
+    "profiling", "event_date", "ingested_ns",
+)
+
+INCIDENT_COLUMNS: tuple[str, ...] = (
+    "incident_id", "job", "rule", "metric", "state", "severity", "scope", "summary",
+    "domain", "group", "ranks", "host", "device", "step_first", "step_last",
+    "observed", "expected", "threshold", "unit", "evidence_keys", "evidence_values",
+    "cause", "suggestion", "detected_ns", "event_date",
+)
+
+JOB_COLUMNS: tuple[str, ...] = (
+    "job", "phase", "world", "ts_ns", "parallel_keys", "parallel_values", "last_step", "model", "event_date",
+)
+
+DEAD_LETTER_COLUMNS: tuple[str, ...] = (
+    "topic", "partition", "offset", "key", "key_b64", "reason", "field",
+    "payload_b64", "payload_bytes", "received_ns", "event_date",
+)
+
+TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
+    STEPS_TABLE: STEP_COLUMNS,
+    INCIDENTS_TABLE: INCIDENT_COLUMNS,
+    JOBS_TABLE: JOB_COLUMNS,
+    DEAD_LETTERS_TABLE: DEAD_LETTER_COLUMNS,
+}
+
+NO_GROUP = -1  # a rank outside a domain, an incident without a group or device
+
+_EPOCH = dt.date(1970, 1, 1)
+_LAST_DATE = dt.date(2149, 6, 6)  # ClickHouse Date is UInt16 days since the epoch
+
+_UINT16 = (0, 2**16 - 1)
+_UINT32 = (0, 2**32 - 1)
+_UINT64 = (0, 2**64 - 1)
+_INT16 = (-(2**15), 2**15 - 1)
+_INT32 = (-(2**31), 2**31 - 1)
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+class RowError(ValueError):
+    """An event's value does not fit its column; `field` names it (as in ContractError)."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"field '{field}': {problem}")
+        self.field = field
+        self.problem = problem
+
+
+class TableRow(NamedTuple):
+    table: str
+    columns: tuple[str, ...]
+    row: Row
+
+
+def _fit(value: int, bounds: tuple[int, int], field: str) -> int:
+    low, high = bounds
+    if not low <= value <= high:
+        raise RowError(field, f"{value} does not fit the column range [{low}, {high}]")
+    return value
+
+
+def _fit_opt(value: int | None, bounds: tuple[int, int], field: str) -> int | None:
+    return None if value is None else _fit(value, bounds, field)
+
+
+def event_date(ns: int) -> dt.date:
+    """UTC day of an epoch-ns timestamp, clamped to ClickHouse's Date range (1970-01-01 .. 2149-06-06)."""
+    day = _EPOCH + dt.timedelta(days=max(ns, 0) // 86_400_000_000_000)
+    return min(day, _LAST_DATE)
+
+
+def step_row(e: StepEvent, ingested_ns: int) -> Row:
+    groups = []
+    for name in DOMAIN_TYPES:
+        dom = e.domains.get(name)
+        groups.append(NO_GROUP if dom is None else _fit(dom.group, _INT32, f"domains.{name}.group"))
+    pp = e.domains.get("pp")
+    pp_stage = NO_GROUP if pp is None else _fit(pp.index, _INT16, "domains.pp.index")
+    phases = [getattr(e.phases, name) for name in Phases.NAMES]
+    return (
+        e.job,
+        _fit(e.rank, _UINT32, "rank"),
+        _fit(e.step, _UINT64, "step"),
+        _fit(e.world, _UINT32, "world"),
+        e.host,
+        _fit(e.device, _UINT16, "device"),
+        *groups,
+        pp_stage,
+        _fit(e.start_ns, _INT64, "start_ns"),
+        _fit(e.end_ns, _INT64, "end_ns"),
+        e.duration_ms,
+        *phases,
+        _fit_opt(e.gc_count, _UINT64, "gc_count"),
+        _fit_opt(e.batch_size, _UINT64, "batch_size"),
+        _fit_opt(e.samples, _UINT64, "samples"),
+        _fit_opt(e.tokens, _UINT64, "tokens"),
+        e.flops,
+        e.peak_flops,
+        1 if e.profiling else 0,
+        event_date(e.start_ns),
+        _fit(ingested_ns, _INT64, "ingested_ns"),
+    )
+
+
+def incident_row(i: Incident) -> Row:
+    keys = sorted(i.evidence)
+    return (
+        i.incident_id,
+        i.job,
+        i.rule,
+        i.metric,
+        i.state,
+        i.severity,
+        i.scope,
+        i.summary,
+        i.domain,
+        NO_GROUP if i.group is None else _fit(i.group, _INT32, "group"),
+        [_fit(r, _UINT32, f"ranks[{n}]") for n, r in enumerate(i.ranks)],
+        i.host,
+        NO_GROUP if i.device is None else _fit(i.device, _INT32, "device"),
+        _fit_opt(i.step_first, _INT64, "step_first"),
+        _fit_opt(i.step_last, _INT64, "step_last"),
+        i.observed,
+        i.expected,
+        i.threshold,
+        i.unit,
+        keys,
+        [float(i.evidence[k]) for k in keys],
+        i.cause,
+        i.suggestion,
+        _fit(i.detected_ns, _INT64, "detected_ns"),
+        event_date(i.detected_ns),
+    )
+
+
+def job_row(j: JobEvent) -> Row:
+    keys = sorted(j.parallel)
+    return (
+        j.job,
+        j.phase,
+        _fit(j.world, _UINT32, "world"),
+        _fit(j.ts_ns, _INT64, "ts_ns"),
+        keys,
+        [_fit(j.parallel[k], _INT64, f"parallel.{k}") for k in keys],
+        _fit_opt(j.last_step, _INT64, "last_step"),
+        j.model,
+        event_date(j.ts_ns),
+    )
+
+
+def dead_letter_row(
+    topic: str,
+    partition: int,
+    offset: int,
+    key: bytes | None,
+    raw: bytes,
+    reason: str,
+    field: str,
+    received_ns: int,
+) -> Row:
+    """A message that could not be processed, kept byte-exact: `payload_b64` is base64 of `raw`.
+
+    `key` is kept the same way in `key_b64` (null when the message had no key); the `key`
+    column holds it as text when it is valid UTF-8 (steplens keys always are) and '' otherwise.
+    """
+    if key is None:
+        key_text, key_b64 = "", None
+    else:
+        try:
+            key_text = key.decode("utf-8")
+        except UnicodeDecodeError:
+            key_text = ""
+        key_b64 = base64.b64encode(key).decode("ascii")
+    return (
+        topic,
+        _fit(partition, _INT32, "partition"),
+        _fit(offset, _INT64, "offset"),
+        key_text,
+        key_b64,
+        reason,
+        field,
+        base64.b64encode(raw).decode("ascii"),
+        _fit(len(raw), _UINT32, "payload_bytes"),
+        _fit(received_ns, _INT64, "received_ns"),
+        event_date(received_ns),
+    )
+
+
+StoredEvent = StepEvent | Incident | JobEvent
+STORED_TYPES: tuple[type, ...] = (StepEvent, Incident, JobEvent)
+
+
+def row_for(event: StoredEvent, ingested_ns: int) -> TableRow:
+    """The table, column order and row an event is stored as.
+
+    `ingested_ns` is the sink's clock at ingestion; it versions step rows (a replayed step
+    replaces the earlier row). Incidents are versioned by `detected_ns`, jobs by `ts_ns`.
+    Event types that are not stored (kernels, device samples, ...) raise TypeError.
+    """
+    if isinstance(event, StepEvent):
+        return TableRow(STEPS_TABLE, STEP_COLUMNS, step_row(event, ingested_ns))
+    if isinstance(event, Incident):
+        return TableRow(INCIDENTS_TABLE, INCIDENT_COLUMNS, incident_row(event))
+    if isinstance(event, JobEvent):
+        return TableRow(JOBS_TABLE, JOB_COLUMNS, job_row(event))
+    raise TypeError(f"{type(event).__name__} events are not stored in ClickHouse")
+
+
+def dead_letter(
+    topic: str,
+    partition: int,
+    offset: int,
+    key: bytes | None,
+    raw: bytes,
+    reason: str,
+    field: str,
+    received_ns: int,
+) -> TableRow:
+    """`dead_letter_row` with its table and columns, like `row_for`."""
+    row = dead_letter_row(topic, partition, offset, key, raw, reason, field, received_ns)
+    return TableRow(DEAD_LETTERS_TABLE, DEAD_LETTER_COLUMNS, row)

@@ -1,0 +1,152 @@
+"""A ClickHouse server over the native protocol (clickhouse-driver), e.g. Debian's 18.16.
+
+URL form: ``clickhouse://[user[:password]@]host[:port][/database]`` (``clickhouses://`` for
+TLS). The port defaults to 9000 (9440 with TLS). The database in the URL path wins over the
+one passed in; either way it is created on open when missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from clickhouse_driver import Client
+from clickhouse_driver import errors as ch_errors
+
+from sinks.backend import SinkError, check_rows, column_list, parse_version, qualified, quote_identifier
+
+DEFAULT_PORT = 9000
+DEFAULT_SECURE_PORT = 9440
+
+
+@dataclass(frozen=True, slots=True)
+class ServerAddress:
+    host: str
+    port: int
+    user: str
+    password: str
+    database: str | None
+    secure: bool
+
+    @classmethod
+    def parse(cls, url: str) -> ServerAddress:
+        parts = urlsplit(url)
+        if parts.scheme not in ("clickhouse", "clickhouses"):
+            raise ValueError(f"ClickHouse URL {url!r}: scheme must be clickhouse:// or clickhouses://")
+        if not parts.hostname:
+            raise ValueError(f"ClickHouse URL {url!r}: no host")
+        if parts.query or parts.fragment:
+            raise ValueError(f"ClickHouse URL {url!r}: query parameters are not supported")
+        secure = parts.scheme == "clickhouses"
+        try:
+            port = parts.port
+        except ValueError as exc:
+            raise ValueError(f"ClickHouse URL {url!r}: {exc}") from None
+        database = unquote(parts.path.strip("/")) or None
+        if database is not None and "/" in database:
+            raise ValueError(f"ClickHouse URL {url!r}: the path must be a single database name")
+        return cls(
+            host=parts.hostname,
+            port=port or (DEFAULT_SECURE_PORT if secure else DEFAULT_PORT),
+            user=unquote(parts.username) if parts.username else "default",
+            password=unquote(parts.password) if parts.password else "",
+            database=database,
+            secure=secure,
+        )
+
+    def display(self) -> str:
+        """The address without credentials, for messages and logs."""
+        scheme = "clickhouses" if self.secure else "clickhouse"
+        return f"{scheme}://{self.host}:{self.port}"
+
+
+def _error_text(exc: Exception) -> str:
+    """The server's own message when there is one (clickhouse-driver appends a stack trace)."""
+    if isinstance(exc, ch_errors.ServerException):
+        message = str(getattr(exc, "message", "") or exc)
+        head = message.split("Stack trace:", 1)[0].strip()  # 18.16 appends the server's stack trace
+        return f"Code: {exc.code}. {head}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class ServerBackend:
+    """`Backend` on a ClickHouse server.
+
+    One clickhouse-driver `Client` (which reconnects by itself after a dropped connection).
+    A Client is not safe for concurrent use: give each thread its own backend.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        database: str = "steplens",
+        *,
+        connect_timeout: float = 5.0,
+        send_receive_timeout: float = 60.0,
+    ) -> None:
+        self.address = ServerAddress.parse(url)
+        self.database = self.address.database or database
+        self.name = f"server {self.address.display()}"
+        self._client: Any = Client(
+            host=self.address.host,
+            port=self.address.port,
+            user=self.address.user,
+            password=self.address.password,
+            database="default",
+            secure=self.address.secure,
+            connect_timeout=connect_timeout,
+            send_receive_timeout=send_receive_timeout,
+            client_name="steplens",
+        )
+        self._version: tuple[int, int, int] | None = None
+        try:
+            self.execute(f"CREATE DATABASE IF NOT EXISTS {quote_identifier(self.database)}")
+        except SinkError:
+            self.close()
+            raise
+
+    def _run(self, action: str, sql: str, params: Any = None, table: str | None = None) -> Any:
+        if self._client is None:
+            raise SinkError(self.name, action, "the backend is closed", table=table)
+        try:
+            if params is None:
+                return self._client.execute(sql)
+            return self._client.execute(sql, params)
+        except (ch_errors.Error, OSError, EOFError) as exc:
+            raise SinkError(self.name, action, _error_text(exc), table=table) from exc
+
+    def execute(self, sql: str) -> None:
+        self._run("execute", sql)
+
+    def query(self, sql: str) -> list[tuple[Any, ...]]:
+        rows = self._run("query", sql)
+        return [tuple(row) for row in rows]
+
+    def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        if not rows:
+            return
+        check_rows(self.name, table, columns, rows)
+        sql = f"INSERT INTO {qualified(self.database, table)} ({column_list(columns)}) VALUES"
+        self._run("insert", sql, params=[tuple(row) for row in rows], table=table)
+
+    def version(self) -> tuple[int, int, int]:
+        if self._version is None:
+            ((text,),) = self.query("SELECT version()")
+            self._version = parse_version(str(text))
+        return self._version
+
+    def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            client.disconnect()
+
+    def __enter__(self) -> ServerBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<ServerBackend {self.address.display()} database={self.database}>"

@@ -1,0 +1,176 @@
+"""Batch rows per table and write each batch as one insert, pushing back instead of dropping.
+
+Batching sinks (quix-streams' ``BatchingSink`` is the model) group records and write a
+batch at once; when the destination cannot keep up they raise a typed backpressure
+exception so the application pauses consumption instead of losing data. This writer keeps
+the same two ideas with one difference: quix drops a batch after a failed write and relies
+on the source replaying from the last commit, while this writer keeps every row buffered
+until an insert of it has succeeded, and bounds that buffer.
+
+Protocol for the caller (the sink loop, one thread):
+
+1. ``add(table, columns, row)`` for each decoded event (or `add_row(rows.row_for(...))`);
+2. when ``due()``, ``flush()``; commit the Kafka offsets of the added events only after a
+   flush that left nothing buffered (``buffered == 0``);
+3. on `SinkBackpressure` from `add` the row was NOT buffered: stop consuming (pause the
+   partitions, do not commit), keep calling ``flush()`` every ``retry_after`` seconds, and
+   offer the row again once a flush succeeds. Nothing is ever dropped silently.
+
+Not thread-safe: one writer per sink thread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sinks.backend import Backend, SinkError
+from sinks.rows import Row, TableRow
+from steplens.config import Settings
+
+
+class SinkBackpressure(Exception):
+    """The writer holds `buffered` rows, at its `limit`: the offered row was not accepted.
+
+    Raised while the backend keeps failing (or is slower than the input). The caller must
+    stop consuming and acknowledging input, retry `BatchingWriter.flush` after `retry_after`
+    seconds, and offer the row again afterwards.
+    """
+
+    def __init__(self, buffered: int, limit: int, retry_after: float, last_error: SinkError | None) -> None:
+        cause = f"; last flush failed: {last_error}" if last_error is not None else ""
+        super().__init__(f"sink buffer full: {buffered} rows buffered, limit {limit}{cause}")
+        self.buffered = buffered
+        self.limit = limit
+        self.retry_after = retry_after
+        self.last_error = last_error
+
+
+@dataclass(slots=True)
+class _Batch:
+    columns: tuple[str, ...]
+    since: float
+    rows: list[Row] = field(default_factory=list)
+
+
+class BatchingWriter:
+    """Buffers rows per table; flushes them as one insert per table.
+
+    max_rows: a table with this many rows makes the writer due.
+    max_seconds: a buffered row this old makes the writer due; also the pause after a
+        failed flush before `due()` reports true again (so a down backend is not hammered).
+    max_buffered_rows: across all tables; `add` raises `SinkBackpressure` at this size.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        max_rows: int,
+        max_seconds: float,
+        max_buffered_rows: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_rows < 1:
+            raise ValueError(f"max_rows must be >= 1, got {max_rows}")
+        if max_seconds <= 0:
+            raise ValueError(f"max_seconds must be > 0, got {max_seconds}")
+        if max_buffered_rows < max_rows:
+            raise ValueError(f"max_buffered_rows ({max_buffered_rows}) must be >= max_rows ({max_rows})")
+        self.backend = backend
+        self.max_rows = max_rows
+        self.max_seconds = max_seconds
+        self.max_buffered_rows = max_buffered_rows
+        self._clock = clock
+        self._batches: dict[str, _Batch] = {}
+        self._buffered = 0
+        self._retry_at: float | None = None
+        self.rows_written: dict[str, int] = {}
+        self.flush_failures = 0
+        self.last_error: SinkError | None = None
+
+    @classmethod
+    def from_settings(
+        cls, backend: Backend, settings: Settings, buffer_batches: int = 10, **kwargs: Any
+    ) -> BatchingWriter:
+        """Batch size and age from `settings`; the buffer holds `buffer_batches` batches."""
+        size = settings.sink_batch_size
+        return cls(backend, size, settings.sink_batch_seconds, size * buffer_batches, **kwargs)
+
+    @property
+    def buffered(self) -> int:
+        """Rows accepted but not yet written, over all tables."""
+        return self._buffered
+
+    def buffered_rows(self, table: str) -> int:
+        batch = self._batches.get(table)
+        return 0 if batch is None else len(batch.rows)
+
+    def add(self, table: str, columns: Sequence[str], row: Sequence[Any]) -> None:
+        """Buffer `row` for `table`, or raise `SinkBackpressure` (the row is then NOT buffered)."""
+        if self._buffered >= self.max_buffered_rows:
+            raise SinkBackpressure(self._buffered, self.max_buffered_rows, self.max_seconds, self.last_error)
+        cols = tuple(columns)
+        if len(row) != len(cols):
+            raise ValueError(f"table {table}: row has {len(row)} values for {len(cols)} columns")
+        batch = self._batches.get(table)
+        if batch is None:
+            batch = self._batches[table] = _Batch(cols, self._clock())
+        elif batch.columns != cols:
+            raise ValueError(f"table {table}: columns {cols} differ from the buffered rows' {batch.columns}")
+        batch.rows.append(tuple(row))
+        self._buffered += 1
+
+    def add_row(self, table_row: TableRow) -> None:
+        self.add(table_row.table, table_row.columns, table_row.row)
+
+    def due(self) -> bool:
+        """True when a table reached `max_rows` or a buffered row is `max_seconds` old.
+
+        After a failed flush, false until `max_seconds` have passed (then true: retry).
+        """
+        if self._buffered == 0:
+            return False
+        now = self._clock()
+        if self._retry_at is not None:
+            return now >= self._retry_at
+        return any(
+            len(batch.rows) >= self.max_rows or now - batch.since >= self.max_seconds
+            for batch in self._batches.values()
+            if batch.rows
+        )
+
+    def flush(self) -> dict[str, int]:
+        """Insert each table's buffered rows as one insert; return rows written per table.
+
+        A table's buffer is cleared only after its insert succeeded. If any insert fails,
+        the other tables are still attempted, then the first `SinkError` is raised with the
+        failed tables' rows still buffered (the successful tables' rows are counted in
+        `rows_written` and gone from the buffer).
+        """
+        written: dict[str, int] = {}
+        first_error: SinkError | None = None
+        for table, batch in list(self._batches.items()):
+            if not batch.rows:
+                continue
+            try:
+                self.backend.insert(table, batch.columns, batch.rows)
+            except SinkError as exc:
+                if first_error is None:
+                    first_error = exc
+                continue
+            count = len(batch.rows)
+            del self._batches[table]
+            self._buffered -= count
+            written[table] = count
+            self.rows_written[table] = self.rows_written.get(table, 0) + count
+        if first_error is not None:
+            self.flush_failures += 1
+            self.last_error = first_error
+            self._retry_at = self._clock() + self.max_seconds
+            raise first_error
+        self._retry_at = None
+        self.last_error = None
+        return written

@@ -1,0 +1,99 @@
+"""EmbeddedBackend (chdb on a directory): persistence, sharing rules, value conversion."""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from sinks.backend import SinkError
+from sinks.embedded import EmbeddedBackend
+from sinks.migrations.runner import migrate
+from sinks.rows import STEP_COLUMNS, row_for
+from tests.sinks.samples import step
+
+pytestmark = pytest.mark.clickhouse
+
+
+def test_data_persists_across_sessions(tmp_path: Path) -> None:
+    path = tmp_path / "db"
+    with EmbeddedBackend(path, "sl") as first:
+        migrate(first)
+        tr = row_for(step(), 1)
+        first.insert(tr.table, tr.columns, [tr.row])
+    with EmbeddedBackend(path, "sl") as second:
+        assert migrate(second) == []
+        assert second.query("SELECT count() FROM sl.steps FINAL") == [(1,)]
+
+
+def test_version_is_the_embedded_engine(embedded_backend: EmbeddedBackend) -> None:
+    major, _, _ = embedded_backend.version()
+    assert major >= 24
+
+
+def test_values_convert_to_python_types(embedded_backend: EmbeddedBackend) -> None:
+    rows = embedded_backend.query(
+        "SELECT toUInt64(18446744073709551615), toInt64(-9223372036854775808), 0.1 + 0.2, "
+        "[toDate('2024-01-02')], CAST(NULL, 'Nullable(Date)'), toDateTime('2024-01-02 03:04:05', 'UTC'), "
+        "CAST('x', 'LowCardinality(Nullable(String))'), [[1, 2], []]"
+    )
+    assert rows == [
+        (
+            2**64 - 1, -(2**63), 0.30000000000000004, [dt.date(2024, 1, 2)], None,
+            dt.datetime(2024, 1, 2, 3, 4, 5), "x", [[1, 2], []],
+        )
+    ]
+    assert embedded_backend.query("SELECT 1 WHERE 0") == []
+
+
+def test_a_second_path_in_the_same_process_is_refused_while_one_is_open(
+    embedded_backend: EmbeddedBackend, tmp_path: Path
+) -> None:
+    with pytest.raises(SinkError, match="close it first"):
+        EmbeddedBackend(tmp_path / "other", "sl")
+    # a second backend on the same path is fine
+    with EmbeddedBackend(embedded_backend.path, embedded_backend.database) as same:
+        assert same.query("SELECT 1") == [(1,)]
+    assert embedded_backend.query("SELECT 2") == [(2,)]
+
+
+def test_another_process_cannot_open_a_path_in_use(embedded_backend: EmbeddedBackend) -> None:
+    script = textwrap.dedent(
+        f"""
+        from sinks.backend import SinkError
+        from sinks.embedded import EmbeddedBackend
+        try:
+            EmbeddedBackend({str(embedded_backend.path)!r}, "sl")
+        except SinkError as exc:
+            print("REFUSED", exc)
+        else:
+            print("OPENED")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert "REFUSED" in done.stdout, done.stdout + done.stderr
+    assert "another process" in done.stdout
+
+
+def test_bytes_values_are_refused_with_a_clear_error(embedded_backend: EmbeddedBackend) -> None:
+    migrate(embedded_backend)
+    row = list(row_for(step(), 1).row)
+    row[STEP_COLUMNS.index("host")] = b"raw"
+    with pytest.raises(SinkError, match="base64"):
+        embedded_backend.insert("steps", STEP_COLUMNS, [row])
+    assert embedded_backend.query("SELECT count() FROM steplens.steps") == [(0,)]
+
+
+def test_a_bad_row_does_not_leave_the_session_stuck(embedded_backend: EmbeddedBackend) -> None:
+    migrate(embedded_backend)
+    row = list(row_for(step(), 1).row)
+    row[STEP_COLUMNS.index("rank")] = "not a number"
+    with pytest.raises(SinkError, match="table steps"):
+        embedded_backend.insert("steps", STEP_COLUMNS, [row])
+    good = row_for(step(), 1)
+    embedded_backend.insert("steps", good.columns, [good.row])
+    assert embedded_backend.query("SELECT count() FROM steplens.steps") == [(1,)]
