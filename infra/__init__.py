@@ -1,0 +1,25 @@
+"""Local Kafka + ClickHouse for steplens development and tests.
+
+Use ``python -m infra up|down|status [--only kafka|clickhouse]`` from a shell, or the
+classes below from Python (test fixtures do).  See ``infra/services.py`` for the layout.
+"""
+
+from infra.services import (
+    ClickHouseServer,
+    InfraConfig,
+    InfraError,
+    KafkaBroker,
+    down,
+    status,
+    up,
+)
+
+__all__ = [
+    "ClickHouseServer",
+    "InfraConfig",
+    "InfraError",
+    "KafkaBroker",
+    "down",
+    "status",
+    "up",
+]

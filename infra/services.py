@@ -1,0 +1,1138 @@
+"""Project-local Kafka (KRaft) and ClickHouse servers on loopback.
+
+Why: integration tests and benchmarks need *real* services, but the machines that run
+them have no Docker and must not be reconfigured system-wide.  Everything here lives
+under one project-local home directory (``.steplens/`` by default): generated configs,
+data, logs, pid files and the Kafka jars resolved from Maven Central.  Every operation
+is idempotent so test fixtures, the Makefile and humans can all call it safely.
+
+Layout of ``<home>``::
+
+    kafka/libs/            jars copied by Maven (+ completion marker)
+    kafka/config/          server.properties, log4j.properties
+    kafka/data/            KRaft log dir (meta.properties lives here once formatted)
+    kafka/cluster.id       the cluster id used to format the storage
+    clickhouse/            config.xml, users.xml
+    clickhouse/data/       ClickHouse path, tmp_path, user_files, format_schemas
+    logs/                  every log file (kafka.out, kafka-server.log, clickhouse-server.log...)
+    run/                   pid files and lock files
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, ClassVar
+from xml.sax.saxutils import escape as xml_escape
+
+log = logging.getLogger("infra")
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+POM_PATH = Path(__file__).resolve().parent / "kafka" / "pom.xml"
+KAFKA_VERSION = "3.9.1"
+LOOPBACK = "127.0.0.1"
+KAFKA_NODE_ID = 1
+POLL_INTERVAL = 0.25
+STOP_TIMEOUT = 30.0
+LOCK_TIMEOUT = 900.0
+MAVEN_TIMEOUT = 1800.0
+TAIL_LINES = 30
+MAX_OUT_BYTES = 20 * 1024 * 1024
+
+# Exit codes of servers this Python process spawned and has reaped (see _alive).
+_EXIT_CODES: dict[int, int] = {}
+
+
+class InfraError(RuntimeError):
+    """A service could not be installed, started or stopped; the message says what to do."""
+
+
+# --------------------------------------------------------------------------- config
+
+
+def _env_port(env: Mapping[str, str], name: str, default: int) -> int:
+    """Read a TCP port from the environment, failing with a message naming the variable."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        port = int(raw)
+    except ValueError:
+        raise InfraError(f"{name}={raw!r} is not a port number") from None
+    if not 1 <= port <= 65535:
+        raise InfraError(f"{name}={port} is outside 1..65535")
+    return port
+
+
+def _default_home() -> Path:
+    return REPO_ROOT / ".steplens"
+
+
+@dataclass(frozen=True)
+class InfraConfig:
+    """Where the services live and which loopback ports they use."""
+
+    home: Path = field(default_factory=_default_home)
+    kafka_port: int = 19092
+    kafka_controller_port: int = 19093
+    clickhouse_tcp_port: int = 19000
+    clickhouse_http_port: int = 18123
+    clickhouse_interserver_port: int = 19009
+
+    def __post_init__(self) -> None:
+        # Absolute paths: they are written into configs and matched against command lines.
+        object.__setattr__(self, "home", Path(self.home).expanduser().resolve())
+        ports = {
+            "kafka_port": self.kafka_port,
+            "kafka_controller_port": self.kafka_controller_port,
+            "clickhouse_tcp_port": self.clickhouse_tcp_port,
+            "clickhouse_http_port": self.clickhouse_http_port,
+            "clickhouse_interserver_port": self.clickhouse_interserver_port,
+        }
+        for name, port in ports.items():
+            if not 1 <= port <= 65535:
+                raise InfraError(f"InfraConfig.{name}={port} is outside 1..65535")
+        seen: dict[int, str] = {}
+        for name, port in ports.items():
+            if port in seen:
+                raise InfraError(f"InfraConfig.{name} and {seen[port]} both use port {port}")
+            seen[port] = name
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> InfraConfig:
+        """Build the config from STEPLENS_* variables so CI and developers can move things."""
+        env = os.environ if env is None else env
+        home_raw = env.get("STEPLENS_HOME", "").strip()
+        return cls(
+            home=Path(home_raw) if home_raw else _default_home(),
+            kafka_port=_env_port(env, "STEPLENS_KAFKA_PORT", 19092),
+            kafka_controller_port=_env_port(env, "STEPLENS_KAFKA_CONTROLLER_PORT", 19093),
+            clickhouse_tcp_port=_env_port(env, "STEPLENS_CLICKHOUSE_TCP_PORT", 19000),
+            clickhouse_http_port=_env_port(env, "STEPLENS_CLICKHOUSE_HTTP_PORT", 18123),
+            clickhouse_interserver_port=_env_port(env, "STEPLENS_CLICKHOUSE_INTERSERVER_PORT", 19009),
+        )
+
+    @property
+    def logs_dir(self) -> Path:
+        """All service logs go here, so one path is enough when something fails."""
+        return self.home / "logs"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.home / "run"
+
+    @property
+    def kafka_dir(self) -> Path:
+        return self.home / "kafka"
+
+    @property
+    def clickhouse_dir(self) -> Path:
+        return self.home / "clickhouse"
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def _proc_cmdline(pid: int) -> str | None:
+    """The command line of ``pid`` joined by spaces, or None if it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return raw.replace(b"\0", b" ").decode(errors="replace").strip()
+
+
+def _alive(pid: int) -> bool:
+    """True if ``pid`` runs (zombies count as dead; our own dead children get reaped)."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        done, wait_status = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            _EXIT_CODES[pid] = os.waitstatus_to_exitcode(wait_status)
+            return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    state = stat.rsplit(")", 1)[-1].split()[0]
+    return state not in ("Z", "X")
+
+
+def _read_pid_file(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _listening_pids(port: int) -> list[int]:
+    """Pids with a LISTEN socket on ``port`` (any address), found through /proc."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            if len(cols) < 10 or cols[3] != "0A":  # 0A == TCP_LISTEN
+                continue
+            if int(cols[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(cols[9])
+    if not inodes:
+        return []
+    targets = {f"socket:[{inode}]" for inode in inodes}
+    pids: list[int] = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            fds = list((proc / "fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(fd) in targets:
+                    pids.append(int(proc.name))
+                    break
+            except OSError:
+                continue
+    return pids
+
+
+def _port_free(port: int) -> bool:
+    """True if nothing listens on 127.0.0.1:``port`` (SO_REUSEADDR ignores TIME_WAIT)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((LOOPBACK, port))
+        except OSError:
+            return False
+    return True
+
+
+def _tcp_open(port: int, timeout: float) -> bool:
+    try:
+        with socket.create_connection((LOOPBACK, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _tail(path: Path, lines: int = TAIL_LINES) -> str:
+    """Last ``lines`` lines of a log file (reads only the end of big files)."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 256 * 1024))
+            data = fh.read()
+    except OSError:
+        return f"(no log at {path})"
+    text = data.decode(errors="replace").splitlines()[-lines:]
+    return "\n".join(text) if text else f"(log {path} is empty)"
+
+
+def _signal(pid: int, sig: int) -> None:
+    """Signal the process group when ``pid`` leads one (our launches do), else the pid."""
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _terminate(pid: int, timeout: float = STOP_TIMEOUT) -> None:
+    """SIGTERM, wait up to ``timeout`` for a clean exit, then SIGKILL and wait again."""
+    _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(POLL_INTERVAL)
+    if _alive(pid):
+        log.warning("pid %d ignored SIGTERM for %.0fs; sending SIGKILL", pid, timeout)
+        _signal(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10.0
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    if _alive(pid):
+        raise InfraError(f"pid {pid} survived SIGKILL; inspect it with `ps -fp {pid}`")
+
+
+def _which(name: str, extra_dirs: tuple[str, ...] = ()) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    for d in extra_dirs:
+        candidate = Path(d) / name
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path, what: str) -> Iterator[None]:
+    """Exclusive flock on ``path``, polled against a deadline (other processes may hold it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as fh:
+        deadline = time.monotonic() + LOCK_TIMEOUT
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise InfraError(
+                        f"{what}: another process holds {path} for more than "
+                        f"{LOCK_TIMEOUT:.0f}s; find it with `fuser {path}`"
+                    ) from None
+                time.sleep(POLL_INTERVAL)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+# --------------------------------------------------------------------------- base class
+
+
+class _Service:
+    """Pid-file + lock + health-polling lifecycle shared by Kafka and ClickHouse."""
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, cfg: InfraConfig) -> None:
+        self.cfg = cfg
+
+    # --- to implement -------------------------------------------------------------
+    def install(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def address(self) -> str:
+        raise NotImplementedError
+
+    def _owns(self, cmdline: str) -> bool:
+        """Whether a process command line is *this* service instance (guards pid reuse)."""
+        raise NotImplementedError
+
+    def _ports(self) -> list[tuple[int, str]]:
+        raise NotImplementedError
+
+    def _probe(self, timeout: float) -> bool:
+        """One network-level health check, bounded by ``timeout`` seconds."""
+        raise NotImplementedError
+
+    def _prepare(self) -> list[str]:
+        """Write configs / initialise storage; return the server argv."""
+        raise NotImplementedError
+
+    def _log_files(self) -> list[Path]:
+        """Logs whose tails explain a failure, most useful first."""
+        raise NotImplementedError
+
+    # --- paths ----------------------------------------------------------------------
+    @property
+    def pid_file(self) -> Path:
+        return self.cfg.run_dir / f"{self.name}.pid"
+
+    @property
+    def out_file(self) -> Path:
+        """stdout/stderr of the server process (crashes before logging is set up land here)."""
+        return self.cfg.logs_dir / f"{self.name}.out"
+
+    @property
+    def _workdir(self) -> Path:
+        return self.cfg.home / self.name
+
+    # --- public lifecycle -----------------------------------------------------------
+    def pid(self) -> int | None:
+        """Pid of this instance if it runs: from the pid file, else from the port owner."""
+        pid = _read_pid_file(self.pid_file)
+        if pid is not None and _alive(pid) and self._owns(_proc_cmdline(pid) or ""):
+            return pid
+        for candidate in _listening_pids(self._ports()[0][0]):
+            if _alive(candidate) and self._owns(_proc_cmdline(candidate) or ""):
+                return candidate
+        return None
+
+    def healthy(self) -> bool:
+        """Our process runs *and* answers real requests (an open port is not enough)."""
+        return self.pid() is not None and self._probe(5.0)
+
+    def start(self, timeout: float = 60.0) -> bool:
+        """Start unless already healthy; True if this call started it, False if it was up."""
+        with self._lock():
+            deadline = time.monotonic() + timeout
+            pid = self.pid()
+            if pid is not None:
+                self._write_pid(pid)
+                if self._probe(min(5.0, timeout)):
+                    return False
+                log.info("%s: pid %d runs but does not answer yet; waiting", self.name, pid)
+                self._wait_healthy(pid, deadline, timeout)
+                return False
+            self.pid_file.unlink(missing_ok=True)  # stale: process gone or not ours
+            self._check_ports()
+            self.install()
+            argv = self._prepare()
+            self._check_ports()
+            pid = self._spawn(argv)
+            log.info("%s: started pid %d, waiting up to %.0fs", self.name, pid, timeout)
+            deadline = time.monotonic() + timeout
+            try:
+                self._wait_healthy(pid, deadline, timeout)
+            except BaseException:
+                _terminate(pid, timeout=10.0)
+                self.pid_file.unlink(missing_ok=True)
+                raise
+            log.info("%s: ready at %s", self.name, self.address)
+            return True
+
+    def stop(self) -> None:
+        """Stop this instance if it runs (SIGTERM, then SIGKILL after 30 s); idempotent."""
+        with self._lock():
+            pid = self.pid()
+            if pid is not None:
+                log.info("%s: stopping pid %d", self.name, pid)
+                _terminate(pid)
+            self.pid_file.unlink(missing_ok=True)
+
+    # --- helpers ----------------------------------------------------------------------
+    def _lock(self) -> contextlib.AbstractContextManager[None]:
+        """Serialise start/stop across processes (pytest workers, make, a shell)."""
+        return _file_lock(self.cfg.run_dir / f"{self.name}.lock", self.name)
+
+    def _write_pid(self, pid: int) -> None:
+        self.cfg.run_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.pid_file.with_suffix(".pid.tmp")
+        tmp.write_text(f"{pid}\n")
+        tmp.replace(self.pid_file)
+
+    def _check_ports(self) -> None:
+        for port, what in self._ports():
+            if _port_free(port):
+                continue
+            holders = _listening_pids(port)
+            who = ", ".join(f"pid {p} ({(_proc_cmdline(p) or '?')[:160]})" for p in holders)
+            raise InfraError(
+                f"{self.name}: port {port} ({what}) on {LOOPBACK} is already in use"
+                f"{' by ' + who if who else ''}, and it is not our running {self.name}. "
+                f"Stop that process or choose other ports via the STEPLENS_*_PORT variables."
+            )
+
+    def _spawn(self, argv: list[str]) -> int:
+        """Launch detached: own session/process group, stdin /dev/null, output to out_file.
+
+        posix_spawn instead of Popen: the server must outlive this process, and a Popen
+        object for a still-running child triggers a ResourceWarning at interpreter exit.
+        """
+        self.cfg.logs_dir.mkdir(parents=True, exist_ok=True)
+        if self.out_file.exists() and self.out_file.stat().st_size > MAX_OUT_BYTES:
+            self.out_file.replace(self.out_file.with_suffix(".out.1"))
+        banner = f"\n===== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(argv)}\n"
+        out_fd = os.open(self.out_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(out_fd, banner.encode())
+            # `sh -c 'cd DIR && exec ...'`: sets the working directory (posix_spawn in 3.11
+            # cannot) and then execs, so the pid and /proc/<pid>/cmdline are the server's.
+            wrapped = ["/bin/sh", "-c", 'cd "$0" && exec "$@"', str(self._workdir), *argv]
+            pid = os.posix_spawn(
+                "/bin/sh",
+                wrapped,
+                dict(os.environ),
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, out_fd, 1),
+                    (os.POSIX_SPAWN_DUP2, out_fd, 2),
+                ],
+                setsid=True,  # own process group: stop() signals the whole tree
+            )
+        finally:
+            os.close(out_fd)
+        self._write_pid(pid)
+        return pid
+
+    def _wait_healthy(self, pid: int, deadline: float, timeout: float) -> None:
+        """Poll the real health probe until ``deadline``; fail fast if the process dies."""
+        while True:
+            if not _alive(pid):
+                code = _EXIT_CODES.get(pid)
+                raise self._failure(
+                    f"{self.name} (pid {pid}) exited{f' with code {code}' if code is not None else ''} during startup"
+                )
+            remaining = deadline - time.monotonic()
+            if self._probe(max(1.0, min(10.0, remaining))):
+                return
+            if time.monotonic() >= deadline:
+                raise self._failure(
+                    f"{self.name} (pid {pid}) did not become healthy at {self.address} "
+                    f"within {timeout:.0f}s; `python -m infra down --only {self.name}` resets it"
+                )
+            time.sleep(POLL_INTERVAL)
+
+    def _failure(self, what: str) -> InfraError:
+        parts = [what + "."]
+        for path in self._log_files():
+            parts.append(f"--- last {TAIL_LINES} lines of {path} ---\n{_tail(path)}")
+        parts.append(f"All logs: {self.cfg.logs_dir}")
+        return InfraError("\n".join(parts))
+
+    def describe(self) -> str:
+        """One status line: running/stopped, pid and address."""
+        pid = self.pid()
+        if pid is None:
+            busy = [str(port) for port, _ in self._ports() if not _port_free(port)]
+            note = f"  (port {', '.join(busy)} held by another process)" if busy else ""
+            return f"{self.name:<10} stopped      {self.address}{note}"
+        state = "running" if self._probe(5.0) else "running, NOT answering"
+        return f"{self.name:<10} {state}  pid {pid}  {self.address}"
+
+
+# --------------------------------------------------------------------------- Kafka
+
+
+def _new_cluster_id() -> str:
+    """A Kafka-style random Uuid: 16 random bytes, url-safe base64 without padding."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):  # Kafka avoids ids that look like CLI flags
+            return cid
+
+
+def _java_major(java: str) -> int | None:
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
+    if not match:
+        return None
+    major = int(match.group(1))
+    return int(match.group(2) or 0) if major == 1 else major
+
+
+class KafkaBroker(_Service):
+    """Single-node KRaft Kafka (broker+controller in one JVM) on 127.0.0.1."""
+
+    name: ClassVar[str] = "kafka"
+
+    # --- paths / addresses ----------------------------------------------------------
+    @property
+    def bootstrap(self) -> str:
+        return f"{LOOPBACK}:{self.cfg.kafka_port}"
+
+    @property
+    def address(self) -> str:
+        return self.bootstrap
+
+    @property
+    def libs_dir(self) -> Path:
+        return self.cfg.kafka_dir / "libs"
+
+    @property
+    def config_dir(self) -> Path:
+        return self.cfg.kafka_dir / "config"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.cfg.kafka_dir / "data"
+
+    @property
+    def server_properties(self) -> Path:
+        return self.config_dir / "server.properties"
+
+    @property
+    def log4j_properties(self) -> Path:
+        return self.config_dir / "log4j.properties"
+
+    @property
+    def _marker(self) -> Path:
+        return self.libs_dir / ".steplens-complete.json"
+
+    # --- install --------------------------------------------------------------------
+    def _java(self) -> str:
+        """Path of a Java 11+ binary (checked once per instance)."""
+        cached: str | None = getattr(self, "_java_path", None)
+        if cached is None:
+            cached = self._find_java()
+            self._java_path = cached
+        return cached
+
+    def _find_java(self) -> str:
+        java_home = os.environ.get("JAVA_HOME")
+        java = str(Path(java_home) / "bin" / "java") if java_home else None
+        if not java or not os.access(java, os.X_OK):
+            java = _which("java")
+        if java is None:
+            raise InfraError(
+                "kafka: `java` not found (Kafka 3.9 needs Java 11+). "
+                "Install it: apt-get install -y openjdk-17-jre-headless"
+            )
+        major = _java_major(java)
+        if major is None or major < 11:
+            raise InfraError(
+                f"kafka: {java} is Java {major or 'unknown'}, Kafka {KAFKA_VERSION} needs 11+. "
+                "Install: apt-get install -y openjdk-17-jre-headless (or set JAVA_HOME)"
+            )
+        return java
+
+    def _pom_digest(self) -> str:
+        return hashlib.sha256(POM_PATH.read_bytes()).hexdigest()
+
+    def jars_cached(self) -> bool:
+        """True when the marker matches the current pom and every listed jar exists."""
+        try:
+            marker = json.loads(self._marker.read_text())
+        except (OSError, ValueError):
+            return False
+        if not isinstance(marker, dict) or marker.get("pom_sha256") != self._pom_digest():
+            return False
+        jars = marker.get("jars")
+        if not isinstance(jars, list) or not jars:
+            return False
+        return all((self.libs_dir / str(j)).is_file() and (self.libs_dir / str(j)).stat().st_size > 0 for j in jars)
+
+    def install(self) -> None:
+        """Check Java and resolve the Kafka jars from Maven Central (no-op when cached)."""
+        self._java()
+        if self.jars_cached():
+            return
+        # Separate lock file from start()'s: flock does not nest within one process.
+        with _file_lock(self.cfg.run_dir / "kafka-install.lock", "kafka install"):
+            if not self.jars_cached():  # another process may have finished meanwhile
+                self._resolve_jars()
+
+    def _resolve_jars(self) -> None:
+        """Run Maven's copy-dependencies into a scratch dir, then swap it into place."""
+        mvn = _which("mvn")
+        if mvn is None:
+            raise InfraError(
+                "kafka: `mvn` not found; it resolves the Kafka jars from Maven Central. "
+                "Install it: apt-get install -y maven"
+            )
+        self.cfg.logs_dir.mkdir(parents=True, exist_ok=True)
+        partial = self.cfg.kafka_dir / "libs.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        mvn_log = self.cfg.logs_dir / "maven.log"
+        argv = [
+            mvn, "-q", "-B", "-Dstyle.color=never", "-f", str(POM_PATH),
+            "dependency:copy-dependencies", f"-DoutputDirectory={partial}",
+        ]  # fmt: skip
+        log.info("kafka: resolving Kafka %s jars with Maven (first run downloads ~50 MB)", KAFKA_VERSION)
+        with mvn_log.open("ab") as out:
+            out.write(f"\n===== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(argv)}\n".encode())
+            out.flush()
+            try:
+                result = subprocess.run(
+                    argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                    timeout=MAVEN_TIMEOUT, check=False,
+                )  # fmt: skip
+            except subprocess.TimeoutExpired:
+                raise InfraError(
+                    f"kafka: Maven did not finish within {MAVEN_TIMEOUT:.0f}s; "
+                    f"is Maven Central reachable? Log: {mvn_log}\n{_tail(mvn_log)}"
+                ) from None
+        jars = sorted(p.name for p in partial.glob("*.jar"))
+        if result.returncode != 0 or not any(j.startswith("kafka_2.13-") for j in jars):
+            raise InfraError(
+                f"kafka: Maven failed to resolve {POM_PATH} (exit {result.returncode}); "
+                f"check access to Maven Central. Log: {mvn_log}\n{_tail(mvn_log)}"
+            )
+        (partial / self._marker.name).write_text(json.dumps({"pom_sha256": self._pom_digest(), "jars": jars}, indent=1))
+        shutil.rmtree(self.libs_dir, ignore_errors=True)
+        partial.replace(self.libs_dir)
+        log.info("kafka: %d jars cached in %s", len(jars), self.libs_dir)
+
+    # --- configuration --------------------------------------------------------------
+    def render_server_properties(self) -> str:
+        """server.properties for a one-node KRaft cluster with test-friendly settings."""
+        c = self.cfg
+        return "\n".join([
+            "# Generated by infra/services.py -- edits are overwritten on every start.",
+            "process.roles=broker,controller",
+            f"node.id={KAFKA_NODE_ID}",
+            f"controller.quorum.voters={KAFKA_NODE_ID}@{LOOPBACK}:{c.kafka_controller_port}",
+            f"listeners=PLAINTEXT://{LOOPBACK}:{c.kafka_port},"
+            f"CONTROLLER://{LOOPBACK}:{c.kafka_controller_port}",
+            f"advertised.listeners=PLAINTEXT://{LOOPBACK}:{c.kafka_port}",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=PLAINTEXT",
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            f"log.dirs={self.data_dir}",
+            "num.network.threads=2",
+            "num.io.threads=4",
+            "num.recovery.threads.per.data.dir=1",
+            "num.partitions=4",
+            "auto.create.topics.enable=true",
+            "delete.topic.enable=true",
+            "offsets.topic.replication.factor=1",
+            "offsets.topic.num.partitions=8",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "transaction.state.log.num.partitions=8",
+            "group.initial.rebalance.delay.ms=0",
+            "message.max.bytes=2097152",
+            "replica.fetch.max.bytes=2097152",
+            "log.retention.hours=24",
+            "log.retention.check.interval.ms=300000",
+            "",
+        ])  # fmt: skip
+
+    def render_log4j_properties(self) -> str:
+        """log4j 1.x (reload4j) config: console -> kafka.out, files under kafka.logs.dir."""
+        return "\n".join([
+            "# Generated by infra/services.py",
+            "log4j.rootLogger=INFO, stdout, kafkaAppender",
+            "log4j.appender.stdout=org.apache.log4j.ConsoleAppender",
+            "log4j.appender.stdout.layout=org.apache.log4j.PatternLayout",
+            "log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n",
+            "log4j.appender.kafkaAppender=org.apache.log4j.RollingFileAppender",
+            "log4j.appender.kafkaAppender.File=${kafka.logs.dir}/kafka-server.log",
+            "log4j.appender.kafkaAppender.MaxFileSize=50MB",
+            "log4j.appender.kafkaAppender.MaxBackupIndex=3",
+            "log4j.appender.kafkaAppender.layout=org.apache.log4j.PatternLayout",
+            "log4j.appender.kafkaAppender.layout.ConversionPattern=[%d] %p %m (%c)%n",
+            "log4j.appender.controllerAppender=org.apache.log4j.RollingFileAppender",
+            "log4j.appender.controllerAppender.File=${kafka.logs.dir}/kafka-controller.log",
+            "log4j.appender.controllerAppender.MaxFileSize=20MB",
+            "log4j.appender.controllerAppender.MaxBackupIndex=2",
+            "log4j.appender.controllerAppender.layout=org.apache.log4j.PatternLayout",
+            "log4j.appender.controllerAppender.layout.ConversionPattern=[%d] %p %m (%c)%n",
+            "log4j.logger.org.apache.kafka=INFO",
+            "log4j.logger.kafka=INFO",
+            "log4j.logger.kafka.request.logger=WARN",
+            "log4j.logger.kafka.controller=INFO, controllerAppender",
+            "log4j.additivity.kafka.controller=false",
+            "log4j.logger.state.change.logger=INFO, controllerAppender",
+            "log4j.additivity.state.change.logger=false",
+            "",
+        ])  # fmt: skip
+
+    def cluster_id(self) -> str | None:
+        """The cluster id the storage was formatted with (meta.properties wins)."""
+        meta = self.data_dir / "meta.properties"
+        with contextlib.suppress(OSError):
+            for line in meta.read_text().splitlines():
+                if line.startswith("cluster.id="):
+                    return line.split("=", 1)[1].strip()
+        with contextlib.suppress(OSError):
+            return (self.cfg.kafka_dir / "cluster.id").read_text().strip() or None
+        return None
+
+    def _jvm_base(self, java: str, heap: list[str]) -> list[str]:
+        return [
+            java,
+            *heap,
+            "-Djava.awt.headless=true",
+            f"-Dlog4j.configuration={self.log4j_properties.as_uri()}",
+            f"-Dkafka.logs.dir={self.cfg.logs_dir}",
+            "-cp",
+            f"{self.libs_dir}/*",
+        ]
+
+    def _prepare(self) -> list[str]:
+        java = self._java()
+        for d in (self.config_dir, self.data_dir, self.cfg.logs_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        self.server_properties.write_text(self.render_server_properties())
+        self.log4j_properties.write_text(self.render_log4j_properties())
+        if not (self.data_dir / "meta.properties").exists():
+            cid_file = self.cfg.kafka_dir / "cluster.id"
+            cid = self.cluster_id() or _new_cluster_id()
+            cid_file.write_text(cid + "\n")
+            argv = [
+                *self._jvm_base(java, ["-Xmx256m"]),
+                "kafka.tools.StorageTool", "format",
+                "-t", cid, "-c", str(self.server_properties),
+            ]  # fmt: skip
+            log.info("kafka: formatting KRaft storage in %s (cluster id %s)", self.data_dir, cid)
+            try:
+                res = subprocess.run(
+                    argv, cwd=self.cfg.kafka_dir, stdin=subprocess.DEVNULL,
+                    capture_output=True, text=True, timeout=120, check=False,
+                )  # fmt: skip
+            except subprocess.TimeoutExpired:
+                raise InfraError("kafka: StorageTool format did not finish in 120s") from None
+            if res.returncode != 0 or not (self.data_dir / "meta.properties").exists():
+                raise InfraError(
+                    f"kafka: formatting {self.data_dir} failed (exit {res.returncode}). "
+                    f"If the directory holds an old cluster, delete {self.data_dir}.\n"
+                    f"{(res.stdout + res.stderr)[-4000:]}"
+                )
+        else:
+            existing = self.cluster_id()
+            if existing:
+                (self.cfg.kafka_dir / "cluster.id").write_text(existing + "\n")
+        heap = [
+            "-Xms256m",
+            "-Xmx768m",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-XX:InitiatingHeapOccupancyPercent=35",
+            "-XX:+ExplicitGCInvokesConcurrent",
+        ]
+        return [*self._jvm_base(java, heap), "kafka.Kafka", str(self.server_properties)]
+
+    # --- identity & health ----------------------------------------------------------
+    def _owns(self, cmdline: str) -> bool:
+        return "kafka.Kafka" in cmdline and str(self.server_properties) in cmdline
+
+    def _ports(self) -> list[tuple[int, str]]:
+        return [
+            (self.cfg.kafka_port, "Kafka broker listener"),
+            (self.cfg.kafka_controller_port, "Kafka KRaft controller listener"),
+        ]
+
+    def _log_files(self) -> list[Path]:
+        return [self.out_file]
+
+    def _probe(self, timeout: float) -> bool:
+        """Ask the broker for cluster metadata with kafka-python; our cluster id must answer."""
+        expected = self.cluster_id()
+        # Cheap pre-check: kafka-python leaks its IO thread when bootstrap fails.
+        if expected is None or not _tcp_open(self.cfg.kafka_port, min(timeout, 1.0)):
+            return False
+        from kafka import KafkaAdminClient  # type: ignore[import-untyped,unused-ignore]
+
+        try:
+            admin = KafkaAdminClient(
+                bootstrap_servers=self.bootstrap,
+                client_id="steplens-infra-health",
+                request_timeout_ms=max(1000, int(timeout * 1000)),
+                bootstrap_timeout_ms=max(1000, int(timeout * 1000)),
+            )
+        except Exception:  # any failure means "not healthy yet"
+            return False
+        try:
+            info = admin.describe_cluster()
+        except Exception:
+            return False
+        finally:
+            with contextlib.suppress(Exception):
+                admin.close()
+        if not isinstance(info, dict) or info.get("cluster_id") != expected:
+            return False
+        brokers = info.get("brokers") or []
+        return any(
+            isinstance(b, dict)
+            and b.get("broker_id", b.get("node_id")) == KAFKA_NODE_ID
+            and not b.get("is_fenced", False)
+            for b in brokers
+        )
+
+    def start(self, timeout: float = 90.0) -> bool:
+        """Start the broker (resolving jars, formatting storage first); False if already up."""
+        return super().start(timeout)
+
+
+# --------------------------------------------------------------------------- ClickHouse
+
+
+CLICKHOUSE_PACKAGES = ("clickhouse-server", "clickhouse-client")
+_SBIN_DIRS = ("/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin")
+
+
+def _run_logged(argv: list[str], out: IO[bytes], env: Mapping[str, str], timeout: float) -> int:
+    out.write(f"\n===== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(argv)}\n".encode())
+    out.flush()
+    try:
+        return subprocess.run(
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            env=dict(env), timeout=timeout, check=False,
+        ).returncode  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return -1
+
+
+class ClickHouseServer(_Service):
+    """Debian's ClickHouse 18.16 server with a project-local config, data and logs."""
+
+    name: ClassVar[str] = "clickhouse"
+
+    @property
+    def url(self) -> str:
+        return f"clickhouse://{LOOPBACK}:{self.cfg.clickhouse_tcp_port}"
+
+    @property
+    def address(self) -> str:
+        return f"tcp {LOOPBACK}:{self.cfg.clickhouse_tcp_port}, http {LOOPBACK}:{self.cfg.clickhouse_http_port}"
+
+    @property
+    def config_xml(self) -> Path:
+        return self.cfg.clickhouse_dir / "config.xml"
+
+    @property
+    def users_xml(self) -> Path:
+        return self.cfg.clickhouse_dir / "users.xml"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.cfg.clickhouse_dir / "data"
+
+    @property
+    def server_log(self) -> Path:
+        return self.cfg.logs_dir / "clickhouse-server.log"
+
+    @property
+    def error_log(self) -> Path:
+        return self.cfg.logs_dir / "clickhouse-server.err.log"
+
+    # --- install --------------------------------------------------------------------
+    @staticmethod
+    def binary() -> str | None:
+        """Path of clickhouse-server (Debian puts it in /usr/sbin, often not on PATH)."""
+        return _which("clickhouse-server", _SBIN_DIRS)
+
+    def install(self) -> None:
+        """Install Debian's clickhouse-server with apt if missing, without starting its service."""
+        if self.binary() is not None:
+            return
+        hint = "apt-get update && apt-get install -y " + " ".join(CLICKHOUSE_PACKAGES)
+        if os.geteuid() != 0:
+            raise InfraError(f"clickhouse: clickhouse-server not found; run as root: {hint}")
+        # Machine-wide lock: several homes/processes may try at once, and each of them
+        # would otherwise create/remove /usr/sbin/policy-rc.d under the others' feet.
+        with _file_lock(Path("/run/lock/steplens-infra-apt.lock"), "clickhouse install"):
+            if self.binary() is None:
+                self._apt_install(hint)
+
+    def _apt_install(self, hint: str) -> None:
+        """apt-get update + install with a temporary policy-rc.d so no service starts."""
+        apt = _which("apt-get", _SBIN_DIRS)
+        if apt is None:
+            raise InfraError(f"clickhouse: clickhouse-server not found and no apt-get; {hint}")
+        self.cfg.logs_dir.mkdir(parents=True, exist_ok=True)
+        apt_log = self.cfg.logs_dir / "apt.log"
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        policy = Path("/usr/sbin/policy-rc.d")
+        created_policy = False
+        log.info("clickhouse: installing %s with apt (log %s)", " ".join(CLICKHOUSE_PACKAGES), apt_log)
+        try:
+            if not policy.exists():
+                # 101 = "action forbidden": the package must not start the system service.
+                policy.write_text("#!/bin/sh\nexit 101\n")
+                policy.chmod(0o755)
+                created_policy = True
+            with apt_log.open("ab") as out:
+                wait_lock = ["-o", "DPkg::Lock::Timeout=600"]  # third-party apt runs
+                code = _run_logged([apt, *wait_lock, "update"], out, env, 900)
+                if code != 0:
+                    raise InfraError(
+                        f"clickhouse: `apt-get update` failed (exit {code}); log {apt_log}\n{_tail(apt_log)}"
+                    )
+                code = _run_logged([apt, *wait_lock, "install", "-y", *CLICKHOUSE_PACKAGES], out, env, 1500)
+                if code != 0:
+                    raise InfraError(
+                        f"clickhouse: `apt-get install` failed (exit {code}); log {apt_log}\n{_tail(apt_log)}"
+                    )
+        finally:
+            if created_policy:
+                policy.unlink(missing_ok=True)
+        if self.binary() is None:
+            raise InfraError(f"clickhouse: apt finished but clickhouse-server is missing; {hint}")
+
+    # --- configuration --------------------------------------------------------------
+    def render_config_xml(self) -> str:
+        """Server config in the 18.16 `<yandex>` format: loopback only, everything local."""
+        c = self.cfg
+        d = xml_escape(str(self.data_dir))
+        return f"""<?xml version="1.0"?>
+<!-- Generated by infra/services.py; overwritten on every start. -->
+<yandex>
+    <logger>
+        <level>information</level>
+        <log>{xml_escape(str(self.server_log))}</log>
+        <errorlog>{xml_escape(str(self.error_log))}</errorlog>
+        <size>100M</size>
+        <count>3</count>
+    </logger>
+    <listen_host>{LOOPBACK}</listen_host>
+    <tcp_port>{c.clickhouse_tcp_port}</tcp_port>
+    <http_port>{c.clickhouse_http_port}</http_port>
+    <interserver_http_port>{c.clickhouse_interserver_port}</interserver_http_port>
+    <interserver_http_host>{LOOPBACK}</interserver_http_host>
+    <max_connections>1024</max_connections>
+    <keep_alive_timeout>3</keep_alive_timeout>
+    <max_concurrent_queries>100</max_concurrent_queries>
+    <uncompressed_cache_size>268435456</uncompressed_cache_size>
+    <mark_cache_size>268435456</mark_cache_size>
+    <path>{d}/</path>
+    <tmp_path>{d}/tmp/</tmp_path>
+    <user_files_path>{d}/user_files/</user_files_path>
+    <format_schema_path>{d}/format_schemas/</format_schema_path>
+    <users_config>{xml_escape(str(self.users_xml))}</users_config>
+    <default_profile>default</default_profile>
+    <default_database>default</default_database>
+    <timezone>UTC</timezone>
+    <mlock_executable>false</mlock_executable>
+    <builtin_dictionaries_reload_interval>3600</builtin_dictionaries_reload_interval>
+    <max_session_timeout>3600</max_session_timeout>
+    <default_session_timeout>60</default_session_timeout>
+</yandex>
+"""
+
+    def render_users_xml(self) -> str:
+        """`default` user, empty password, loopback only, unlimited default quota."""
+        return """<?xml version="1.0"?>
+<!-- Generated by infra/services.py; overwritten on every start. -->
+<yandex>
+    <profiles>
+        <default>
+            <max_memory_usage>4000000000</max_memory_usage>
+            <use_uncompressed_cache>0</use_uncompressed_cache>
+            <load_balancing>random</load_balancing>
+        </default>
+    </profiles>
+    <users>
+        <default>
+            <password></password>
+            <networks>
+                <ip>::1</ip>
+                <ip>127.0.0.1</ip>
+            </networks>
+            <profile>default</profile>
+            <quota>default</quota>
+        </default>
+    </users>
+    <quotas>
+        <default>
+            <interval>
+                <duration>3600</duration>
+                <queries>0</queries>
+                <errors>0</errors>
+                <result_rows>0</result_rows>
+                <read_rows>0</read_rows>
+                <execution_time>0</execution_time>
+            </interval>
+        </default>
+    </quotas>
+</yandex>
+"""
+
+    def _prepare(self) -> list[str]:
+        binary = self.binary()
+        if binary is None:
+            raise InfraError("clickhouse: clickhouse-server binary disappeared after install()")
+        for d in (self.cfg.clickhouse_dir, self.data_dir, self.cfg.logs_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        self.config_xml.write_text(self.render_config_xml())
+        self.users_xml.write_text(self.render_users_xml())
+        # 18.16 runs fine as root (no uid check), so it runs as whoever calls us.
+        return [binary, f"--config-file={self.config_xml}"]
+
+    # --- identity & health ----------------------------------------------------------
+    def _owns(self, cmdline: str) -> bool:
+        return f"--config-file={self.config_xml}" in cmdline
+
+    def _ports(self) -> list[tuple[int, str]]:
+        return [
+            (self.cfg.clickhouse_tcp_port, "ClickHouse native TCP"),
+            (self.cfg.clickhouse_http_port, "ClickHouse HTTP"),
+            (self.cfg.clickhouse_interserver_port, "ClickHouse interserver HTTP"),
+        ]
+
+    def _log_files(self) -> list[Path]:
+        return [self.out_file, self.server_log]
+
+    def _query_version(self, timeout: float) -> str:
+        from clickhouse_driver import Client  # type: ignore[import-untyped,unused-ignore]
+
+        client = Client(
+            host=LOOPBACK,
+            port=self.cfg.clickhouse_tcp_port,
+            connect_timeout=min(timeout, 2.0),
+            send_receive_timeout=timeout,
+            sync_request_timeout=timeout,
+        )
+        try:
+            rows = client.execute("SELECT version()")
+        finally:
+            client.disconnect()
+        return str(rows[0][0])
+
+    def _probe(self, timeout: float) -> bool:
+        # No bare TCP pre-check here: 18.16 logs a warning for every connection that
+        # sends nothing, and clickhouse-driver fails fast on a refused connection.
+        try:
+            self._query_version(timeout)
+        except Exception:  # any failure means "not healthy yet"
+            return False
+        return True
+
+    def version(self) -> str:
+        """Server version via the native protocol, e.g. '18.16.1'."""
+        try:
+            return self._query_version(5.0)
+        except Exception as exc:
+            raise InfraError(
+                f"clickhouse: no answer at {self.url} ({exc}); start it with "
+                f"`python -m infra up --only clickhouse`. Logs: {self.cfg.logs_dir}"
+            ) from exc
+
+    def start(self, timeout: float = 60.0) -> bool:
+        """Start the server unless already healthy; False if it was already up."""
+        return super().start(timeout)
+
+
+# --------------------------------------------------------------------------- facade
+
+
+def up(cfg: InfraConfig, kafka: bool = True, clickhouse: bool = True) -> dict[str, bool]:
+    """Start the selected services; returns name -> whether this call started it."""
+    started: dict[str, bool] = {}
+    if clickhouse:
+        server = ClickHouseServer(cfg)
+        server.install()
+        started["clickhouse"] = server.start()
+    if kafka:
+        broker = KafkaBroker(cfg)
+        broker.install()
+        started["kafka"] = broker.start()
+    return started
+
+
+def down(cfg: InfraConfig, kafka: bool = True, clickhouse: bool = True) -> None:
+    """Stop the selected services; tries all of them before reporting failures."""
+    errors: list[str] = []
+    services: list[_Service] = []
+    if kafka:
+        services.append(KafkaBroker(cfg))
+    if clickhouse:
+        services.append(ClickHouseServer(cfg))
+    for service in services:
+        try:
+            service.stop()
+        except InfraError as exc:
+            errors.append(str(exc))
+    if errors:
+        raise InfraError("\n".join(errors))
+
+
+def status(cfg: InfraConfig, kafka: bool = True, clickhouse: bool = True) -> str:
+    """Human-readable state of each service plus where the logs are."""
+    lines: list[str] = []
+    if kafka:
+        lines.append(KafkaBroker(cfg).describe())
+    if clickhouse:
+        lines.append(ClickHouseServer(cfg).describe())
+    lines.append(f"home: {cfg.home}")
+    lines.append(f"logs: {cfg.logs_dir}")
+    return "\n".join(lines)
