@@ -1,0 +1,529 @@
+"""Fire-and-forget event emission for the training loop.
+
+`BackgroundEmitter.emit` is called on the training thread, so it must cost microseconds and
+never block or raise: it encodes the event, picks topic and key, and appends it to a bounded
+in-memory queue. Anything that cannot be accepted is dropped and counted with a reason, because
+losing telemetry is always better than slowing training. A daemon worker thread batches the
+queue and hands batches to an `Exporter`. When the exporter fails (Kafka down) batches go to a
+bounded on-disk spool and the exporter is retried with backoff; once it works again the spool is
+replayed in order before any newer event, then deleted.
+
+Shape borrowed from OpenTelemetry's batch processor (bounded queue, daemon worker woken by size
+or interval, exporter protocol), with counted drops, a spool, and no sleeps on shutdown.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import weakref
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from producers.exporter import Exporter, ExportError, OutRecord
+from producers.spool import Spool
+from schemas import MAX_EVENT_BYTES, DeviceSample, Event, JobEvent, KernelBatch, ProfileReady, StepEvent, Topics, encode
+from schemas.topics import job_key, rank_key
+
+log = logging.getLogger(__name__)
+
+# Drop reasons (keys of EmitterStats.dropped).
+ENCODE_ERROR = "encode_error"      # schemas.encode raised (not a contract event, bad value)
+TOO_LARGE = "too_large"            # encoded event above MAX_EVENT_BYTES
+UNROUTABLE = "unroutable"          # an event type producers do not send
+QUEUE_FULL = "queue_full"          # the in-memory queue is at max_queue
+SPOOL_FULL = "spool_full"          # export failed and the spool is at max_spool_bytes
+EXPORT_FAILED = "export_failed"    # export failed and there is no spool (or writing it failed)
+CLOSED = "closed"                  # emit after close, or left in the queue when close gave up
+FORKED = "forked"                  # emit in a forked child (e.g. a DataLoader worker)
+INTERNAL_ERROR = "internal_error"  # a bug in the emitter itself; still never raised to training
+
+DEFAULT_MAX_SPOOL_BYTES = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class EmitterStats:
+    """Counters since the emitter started.
+
+    emitted: calls to emit. exported: records the exporter accepted (replayed ones included).
+    spooled: records written to the spool; replayed: spooled records exported later.
+    queued / spool_pending: records waiting now. At rest,
+    emitted == exported + sum(dropped) + queued + spool_pending + in_flight.
+    """
+
+    emitted: int = 0
+    exported: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+    spooled: int = 0
+    replayed: int = 0
+    queued: int = 0
+    in_flight: int = 0
+    spool_pending: int = 0
+    spool_bytes: int = 0
+    export_failures: int = 0
+    healthy: bool = True
+
+    @property
+    def dropped_total(self) -> int:
+        return sum(self.dropped.values())
+
+    @property
+    def pending(self) -> int:
+        """Accepted records not yet exported nor dropped."""
+        return self.queued + self.in_flight + self.spool_pending
+
+
+def route(event: Event, topics: Topics) -> tuple[str, bytes | None] | None:
+    """Topic and key for an event, or None for types producers do not send.
+
+    Per-rank events are keyed by rank so one rank's events stay ordered on one partition.
+    """
+    if isinstance(event, StepEvent):
+        return topics.steps, rank_key(event.job, event.rank)
+    if isinstance(event, KernelBatch):
+        return topics.kernels, rank_key(event.job, event.rank)
+    if isinstance(event, DeviceSample):
+        return topics.device, f"{event.host}/{event.device}".encode()
+    if isinstance(event, JobEvent):
+        return topics.jobs, job_key(event.job)
+    if isinstance(event, ProfileReady):
+        return topics.profiles, rank_key(event.job, event.rank)
+    return None
+
+
+class BackgroundEmitter:
+    """Non-blocking emitter: bounded queue, daemon export thread, disk spool, counted drops."""
+
+    def __init__(
+        self,
+        exporter: Exporter,
+        topics: Topics | None = None,
+        *,
+        max_queue: int = 10_000,
+        batch_size: int = 512,
+        flush_interval_s: float = 0.2,
+        spool_dir: Path | None = None,
+        max_spool_bytes: int = DEFAULT_MAX_SPOOL_BYTES,
+        retry_backoff_s: float = 0.5,
+        retry_backoff_max_s: float = 30.0,
+        max_event_bytes: int = MAX_EVENT_BYTES,
+        name: str = "steplens-emitter",
+    ) -> None:
+        if max_queue < 1 or batch_size < 1:
+            raise ValueError("max_queue and batch_size must be >= 1")
+        self._exporter = exporter
+        self._topics = topics or Topics()
+        self._max_queue = max_queue
+        self._batch_size = batch_size
+        self._interval = flush_interval_s
+        self._backoff_min = retry_backoff_s
+        self._backoff_max = retry_backoff_max_s
+        self._max_event_bytes = max_event_bytes
+        self._spool: Spool | None = None
+        if spool_dir is not None:
+            try:
+                self._spool = Spool(spool_dir, max_spool_bytes)
+            except OSError:  # an unusable spool directory must not stop training: run without one
+                log.warning("steplens spool at %s unusable; failed exports will be dropped", spool_dir,
+                            exc_info=True)
+
+        self._lock = threading.Lock()
+        self._cv = threading.Condition(self._lock)  # worker wake-ups and progress notifications
+        self._queue: deque[OutRecord] = deque()
+        self._emitted = 0
+        self._exported = 0
+        self._spooled = 0
+        self._replayed = 0
+        self._failures = 0
+        self._in_flight = 0
+        self._dropped: Counter[str] = Counter()
+        self._spool_pending = self._spool.pending if self._spool else 0
+        self._spool_bytes = self._spool.bytes if self._spool else 0
+        self._healthy = True
+        self._backoff = retry_backoff_s
+        self._retry_at = 0.0
+        self._flush_requests = 0
+        self._oldest_at = 0.0  # when the oldest queued record arrived
+        self._closing = False
+        self._worker_done = False
+        self._pid = os.getpid()
+
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+        _register_fork_guard(self)
+
+    # --- training-thread side -----------------------------------------------------------
+    def emit(self, event: Event) -> bool:
+        """Queue one event for export; True if accepted. Never blocks on I/O, never raises."""
+        try:
+            return self._emit(event)
+        except Exception:  # the training loop must never see our bugs
+            self._count_drop(INTERNAL_ERROR)
+            return False
+
+    def _emit(self, event: Event) -> bool:
+        if self._pid != os.getpid():
+            return self._count_drop(FORKED)
+        try:
+            value = encode(event)
+        except Exception:
+            return self._count_drop(ENCODE_ERROR)
+        if len(value) > self._max_event_bytes:
+            return self._count_drop(TOO_LARGE)
+        dest = route(event, self._topics)
+        if dest is None:
+            return self._count_drop(UNROUTABLE)
+        rec = OutRecord(dest[0], dest[1], value)
+        with self._lock:
+            self._emitted += 1
+            if self._closing:
+                self._dropped[CLOSED] += 1
+                return False
+            if len(self._queue) >= self._max_queue:
+                self._dropped[QUEUE_FULL] += 1
+                return False
+            if not self._queue:
+                self._oldest_at = time.monotonic()  # a record waits at most flush_interval_s
+            self._queue.append(rec)
+            if len(self._queue) == 1 or len(self._queue) == self._batch_size:
+                self._cv.notify_all()
+        return True
+
+    def _count_drop(self, reason: str) -> bool:
+        with self._lock:
+            self._emitted += 1
+            self._dropped[reason] += 1
+        return False
+
+    @property
+    def max_queue(self) -> int:
+        return self._max_queue
+
+    def stats(self) -> EmitterStats:
+        with self._lock:
+            return self._stats_locked()
+
+    def _stats_locked(self) -> EmitterStats:
+        return EmitterStats(
+            emitted=self._emitted,
+            exported=self._exported,
+            dropped=dict(self._dropped),
+            spooled=self._spooled,
+            replayed=self._replayed,
+            queued=len(self._queue),
+            in_flight=self._in_flight,
+            spool_pending=self._spool_pending,
+            spool_bytes=self._spool_bytes,
+            export_failures=self._failures,
+            healthy=self._healthy,
+        )
+
+    def wait_until(self, predicate: Callable[[EmitterStats], bool], timeout: float | None) -> bool:
+        """Block the caller until `predicate(stats)` holds (re-checked on every worker step).
+
+        For tests, load generators and shutdown code, never for the training loop.
+        """
+        with self._cv:
+            return self._cv.wait_for(lambda: predicate(self._stats_locked()), timeout)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until nothing is pending (queue, in-flight batch, spool); False on timeout.
+
+        While a flush waits, partial batches are sent at once, and a failed exporter is retried
+        right away once (later retries keep the backoff). With other threads still emitting,
+        "nothing pending" may only come at the timeout; this is for shutdown and tests.
+        """
+        with self._cv:
+            if self._worker_done:
+                return self._pending_locked() == 0
+            self._flush_requests += 1  # partial batches are due while someone is flushing
+            self._retry_at = 0.0
+            self._cv.notify_all()
+            try:
+                self._cv.wait_for(lambda: self._pending_locked() == 0 or self._worker_done, timeout)
+                return self._pending_locked() == 0
+            finally:
+                self._flush_requests = max(self._flush_requests - 1, 0)
+
+    def close(self, timeout: float | None = 10.0) -> bool:
+        """Flush (bounded by `timeout`), stop the worker and close the exporter.
+
+        What could not be exported stays in the spool for the next run (or is dropped as
+        `closed` without one). True when everything was exported and the worker stopped.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        flushed = self.flush(timeout)
+        with self._cv:
+            self._closing = True
+            self._cv.notify_all()
+        remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        self._thread.join(remaining)
+        return flushed and not self._thread.is_alive()
+
+    def __enter__(self) -> BackgroundEmitter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- worker side ----------------------------------------------------------------------
+    def _pending_locked(self) -> int:
+        return len(self._queue) + self._in_flight + self._spool_pending
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except Exception:  # a dead worker only loses telemetry
+            log.exception("steplens emitter worker crashed; further events are dropped")
+            with self._cv:
+                self._closing = True
+                self._dropped[INTERNAL_ERROR] += len(self._queue)
+                self._queue.clear()
+        finally:
+            try:
+                self._exporter.close()
+            except Exception:
+                log.debug("exporter close raised", exc_info=True)
+            with self._cv:
+                self._worker_done = True
+                self._in_flight = 0
+                self._cv.notify_all()
+
+    def _spooling_locked(self) -> bool:
+        """Fresh records go to the spool while the exporter is down or older records wait there."""
+        return self._spool is not None and (not self._healthy or self._spool_pending > 0)
+
+    def _decide_locked(self, now: float) -> tuple[str | None, float]:
+        """The worker's next action ("finish", "spool", "replay", "export") or None and when to look again."""
+        if self._closing:
+            return "finish", now
+        urgent = self._flush_requests > 0
+        next_batch_at = self._oldest_at + self._interval
+        due = len(self._queue) >= self._batch_size or (bool(self._queue) and (now >= next_batch_at or urgent))
+        can_export = now >= self._retry_at
+        never = now + 3600.0
+        if self._spooling_locked():
+            if due:
+                return "spool", now
+            if self._spool_pending > 0 and can_export:
+                return "replay", now
+            wake = min(next_batch_at if self._queue else never, self._retry_at if self._spool_pending else never)
+            return None, wake
+        if due and can_export:
+            return "export", now
+        if not can_export:
+            return None, self._retry_at  # keep buffering in the queue until the retry is due
+        return None, next_batch_at if self._queue else never
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while True:
+                    now = time.monotonic()
+                    action, wake_at = self._decide_locked(now)
+                    if action is not None:
+                        break
+                    self._cv.wait(max(wake_at - now, 0.001))
+                batch: list[OutRecord] = []
+                if action in ("spool", "export"):
+                    batch = [self._queue.popleft() for _ in range(min(self._batch_size, len(self._queue)))]
+                    self._in_flight = len(batch)
+                    self._oldest_at = time.monotonic()
+            if action == "finish":
+                self._finish()
+                return
+            if action == "export":
+                self._export_fresh(batch)
+            else:
+                if batch:
+                    self._to_spool(batch)
+                with self._cv:
+                    replay = self._spool_pending > 0 and time.monotonic() >= self._retry_at
+                if replay:
+                    self._replay()
+            with self._cv:
+                self._cv.notify_all()
+
+    def _export_fresh(self, batch: list[OutRecord]) -> None:
+        try:
+            self._exporter.export(batch)
+        except Exception as exc:  # any exporter failure is an outage
+            failed = list(exc.failed) if isinstance(exc, ExportError) and exc.failed is not None else batch
+            self._on_failure(exc, delivered=len(batch) - len(failed))
+            if self._spool is not None:
+                self._to_spool(failed)
+            else:
+                with self._cv:
+                    self._dropped[EXPORT_FAILED] += len(failed)
+                    self._in_flight = 0
+            return
+        with self._cv:
+            self._exported += len(batch)
+            self._in_flight = 0
+            self._on_success_locked()
+
+    def _to_spool(self, batch: Sequence[OutRecord]) -> None:
+        """Append in order; what does not fit under max_spool_bytes is dropped as spool_full."""
+        assert self._spool is not None
+        before = self._spool.bytes
+        stored = self._spool.append(batch) if batch else 0
+        with self._cv:
+            self._spooled += stored
+            lost = len(batch) - stored
+            if lost:
+                # append() stores a prefix that fits; storing nothing although the first record
+                # would have fitted means the disk write itself failed.
+                first = len(batch[0].value) + len(batch[0].topic) + 64
+                write_failed = stored == 0 and before + first <= self._spool.max_bytes
+                self._dropped[EXPORT_FAILED if write_failed else SPOOL_FULL] += lost
+            self._in_flight = 0
+            self._spool_pending = self._spool.pending
+            self._spool_bytes = self._spool.bytes
+            self._cv.notify_all()
+
+    def _drain_queue_to_spool(self) -> None:
+        """During a long replay keep the queue short: newer records queue up behind the spool."""
+        with self._cv:
+            rest = list(self._queue)
+            self._queue.clear()
+            self._in_flight = len(rest)
+        if rest:
+            self._to_spool(rest)
+        else:
+            with self._cv:
+                self._in_flight = 0
+
+    def _replay(self) -> None:
+        """Send the spool oldest first until it is empty or the exporter fails again."""
+        try:
+            self._replay_spool()
+        except OSError as exc:  # the spool's disk went bad: back off and try again later
+            log.warning("steplens spool unreadable", exc_info=True)
+            self._on_failure(exc, delivered=0)
+
+    def _replay_spool(self) -> None:
+        assert self._spool is not None
+        while True:
+            self._drain_queue_to_spool()
+            with self._cv:
+                if self._closing:
+                    return
+            if self._spool.empty:
+                break
+            records = self._spool.peek(self._batch_size)
+            if not records:  # only unreadable bytes were left
+                self._spool.consume(0)
+                with self._cv:
+                    self._spool_pending = self._spool.pending
+                    self._spool_bytes = self._spool.bytes
+                if self._spool.empty:
+                    break
+                continue
+            try:
+                self._exporter.export(records)
+            except Exception as exc:
+                # The spool can only skip a delivered prefix; anything else is resent (at-least-once).
+                delivered = 0
+                if isinstance(exc, ExportError) and exc.failed is not None:
+                    n_ok = len(records) - len(exc.failed)
+                    if list(exc.failed) == records[n_ok:]:
+                        delivered = n_ok
+                if delivered:
+                    self._spool.consume(delivered)
+                    self._count_replayed(delivered)
+                self._on_failure(exc, delivered=0)
+                return
+            self._spool.consume(len(records))
+            self._count_replayed(len(records))
+        with self._cv:
+            self._spool_pending = self._spool.pending
+            self._spool_bytes = self._spool.bytes
+            self._on_success_locked()
+            self._cv.notify_all()
+
+    def _count_replayed(self, n: int) -> None:
+        assert self._spool is not None
+        with self._cv:
+            self._exported += n
+            self._replayed += n
+            self._spool_pending = self._spool.pending
+            self._spool_bytes = self._spool.bytes
+            self._cv.notify_all()
+
+    def _on_failure(self, exc: BaseException, delivered: int) -> None:
+        with self._cv:
+            self._exported += delivered
+            self._failures += 1
+            if self._healthy:
+                log.warning("steplens export failed (%s); %s and retrying", exc,
+                            "spooling" if self._spool is not None else "dropping")
+            self._healthy = False
+            self._retry_at = time.monotonic() + self._backoff
+            self._backoff = min(self._backoff * 2, self._backoff_max)
+            self._cv.notify_all()
+
+    def _on_success_locked(self) -> None:
+        if not self._healthy:
+            log.info("steplens export recovered")
+        self._healthy = True
+        self._backoff = self._backoff_min
+        self._retry_at = 0.0
+
+    def _finish(self) -> None:
+        """Closing: export what is left if the exporter works, else keep it in the spool."""
+        with self._cv:
+            rest = list(self._queue)
+            self._queue.clear()
+            self._in_flight = len(rest)
+            spooling = self._spooling_locked()
+            healthy = self._healthy
+        if not spooling and healthy:
+            while rest:
+                chunk = rest[: self._batch_size]
+                try:
+                    self._exporter.export(chunk)
+                except Exception as exc:
+                    self._on_failure(exc, delivered=0)
+                    break
+                rest = rest[len(chunk):]
+                with self._cv:
+                    self._exported += len(chunk)
+                    self._in_flight = len(rest)
+        if not rest:
+            with self._cv:
+                self._in_flight = 0
+        elif self._spool is not None:
+            self._to_spool(rest)
+        else:
+            with self._cv:
+                self._dropped[CLOSED] += len(rest)
+                self._in_flight = 0
+
+
+def _register_fork_guard(emitter: BackgroundEmitter) -> None:
+    """In a forked child the worker thread does not exist and the lock may be held: reset it.
+
+    The child's emits are then dropped as `forked` (its pid differs) instead of deadlocking.
+    """
+    if not hasattr(os, "register_at_fork"):
+        return
+    ref: weakref.ReferenceType[BackgroundEmitter] = weakref.ref(emitter)
+
+    def reinit() -> None:
+        em = ref()
+        if em is not None:
+            em._lock = threading.Lock()
+            em._cv = threading.Condition(em._lock)
+            em._queue = deque()
+
+    os.register_at_fork(after_in_child=reinit)
+
+
+__all__ = [
+    "CLOSED", "ENCODE_ERROR", "EXPORT_FAILED", "FORKED", "INTERNAL_ERROR", "QUEUE_FULL", "SPOOL_FULL",
+    "TOO_LARGE", "UNROUTABLE", "BackgroundEmitter", "EmitterStats", "route",
+]

@@ -1,0 +1,241 @@
+"""Where encoded events go: the exporter seam between the emitter and a transport.
+
+The emitter only ever talks to an `Exporter`, so the training-side code path is the same
+whether events go to Kafka (`KafkaExporter`) or to a list in a test (`InMemoryExporter`).
+An exporter reports failure by raising `ExportError`; the emitter then spools the records
+and retries later, so an exporter never has to buffer or retry on its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+log = logging.getLogger(__name__)
+
+MAX_REQUEST_BYTES = 2 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class OutRecord:
+    """One encoded message, ready for a topic: what the spool stores and the exporter sends."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+
+
+class ExportError(Exception):
+    """An export did not (fully) succeed.
+
+    `failed` lists the records that are not known to be delivered, in input order; None means
+    the whole batch. Records of a batch that did get through are left out so a retry does not
+    duplicate them.
+    """
+
+    def __init__(self, message: str, failed: Sequence[OutRecord] | None = None) -> None:
+        super().__init__(message)
+        self.failed: tuple[OutRecord, ...] | None = tuple(failed) if failed is not None else None
+
+
+@runtime_checkable
+class Exporter(Protocol):
+    """Sends batches of records; called from one background thread only."""
+
+    def export(self, records: Sequence[OutRecord]) -> None:
+        """Deliver `records` (in order) or raise ExportError; must return within a bounded time."""
+        ...
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until everything handed to `export` is delivered; False on timeout."""
+        ...
+
+    def close(self) -> None:
+        """Release connections; later exports may fail."""
+        ...
+
+
+class InMemoryExporter:
+    """Keeps exported records in a list: the test double for Kafka.
+
+    `failing = True` makes every export raise ExportError (Kafka down). `gate`, when given,
+    makes export wait until the event is set (a hung broker); `entered` is set each time an
+    export starts so a test can tell the worker is inside the exporter.
+    """
+
+    def __init__(self, *, failing: bool = False, gate: threading.Event | None = None) -> None:
+        self.failing = failing
+        self.gate = gate
+        self.entered = threading.Event()
+        self.records: list[OutRecord] = []
+        self.calls = 0
+        self.failures = 0
+        self.closed = False
+        self._cv = threading.Condition()
+
+    def export(self, records: Sequence[OutRecord]) -> None:
+        self.entered.set()
+        if self.gate is not None:
+            self.gate.wait()
+        with self._cv:
+            self.calls += 1
+            if self.failing or self.closed:
+                self.failures += 1
+                raise ExportError("in-memory exporter is set to fail" if self.failing else "exporter is closed")
+            self.records.extend(records)
+            self._cv.notify_all()
+
+    def flush(self, timeout: float) -> bool:
+        return True
+
+    def close(self) -> None:
+        with self._cv:
+            self.closed = True
+            self._cv.notify_all()
+
+    def wait_for_count(self, count: int, timeout: float) -> bool:
+        """Block (the test, never the emitter) until at least `count` records arrived."""
+        with self._cv:
+            return self._cv.wait_for(lambda: len(self.records) >= count, timeout)
+
+    def values(self) -> list[bytes]:
+        with self._cv:
+            return [r.value for r in self.records]
+
+
+Compression = Literal["none", "lz4"]
+
+
+def lz4_available() -> bool:
+    """True when kafka-python can find an lz4 implementation."""
+    try:
+        from kafka.codec import has_lz4
+    except ImportError:  # pragma: no cover - kafka-python is a dependency
+        return False
+    return bool(has_lz4())
+
+
+class KafkaExporter:
+    """Sends records with an idempotent kafka-python producer and waits for the acks of each batch.
+
+    The producer is created lazily on the first export (in the emitter's worker thread), so
+    constructing the exporter never blocks the training process even when the broker is down.
+    After any failure the producer is discarded and a fresh one is built on the next export:
+    records still buffered in a broken producer are abandoned (the emitter spools them), which
+    keeps redelivery of already-spooled records to a minimum. Delivery is at-least-once: a
+    record whose ack timed out may have reached the broker and is sent again from the spool.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        client_id: str = "steplens-producer",
+        linger_ms: int = 20,
+        compression: Compression = "none",
+        max_request_size: int = MAX_REQUEST_BYTES,
+        export_timeout_s: float = 10.0,
+        connect_timeout_s: float = 5.0,
+        extra_config: dict[str, Any] | None = None,
+    ) -> None:
+        if compression not in ("none", "lz4"):
+            raise ValueError(f"compression must be 'none' or 'lz4', got {compression!r}")
+        if compression == "lz4" and not lz4_available():
+            log.warning("lz4 compression requested but no lz4 library is installed; sending uncompressed")
+            compression = "none"
+        self.bootstrap = bootstrap
+        self.compression: Compression = compression
+        self.export_timeout_s = export_timeout_s
+        timeout_ms = max(int(export_timeout_s * 1000), linger_ms + 1000)
+        request_timeout_ms = max(timeout_ms - linger_ms, 1000)
+        self._config: dict[str, Any] = {
+            "bootstrap_servers": bootstrap,
+            "client_id": client_id,
+            "enable_idempotence": True,
+            "acks": "all",
+            "linger_ms": linger_ms,
+            "compression_type": None if compression == "none" else "lz4",
+            "max_request_size": max_request_size,
+            # Bound every wait inside the producer by the export timeout: a send must fail
+            # in time for the emitter to spool, not retry for the library's default 2 minutes.
+            "request_timeout_ms": request_timeout_ms,
+            "delivery_timeout_ms": request_timeout_ms + linger_ms,
+            "max_block_ms": timeout_ms,
+            "bootstrap_timeout_ms": int(connect_timeout_s * 1000),
+            "reconnect_backoff_max_ms": 1000,
+        }
+        if extra_config:
+            self._config.update(extra_config)
+        self._producer: Any = None
+        self._closed = False
+
+    def _ensure_producer(self) -> Any:
+        if self._producer is None:
+            from kafka import KafkaProducer
+
+            self._producer = KafkaProducer(**self._config)
+        return self._producer
+
+    def _discard_producer(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            try:
+                producer.close(timeout=0)
+            except Exception:  # a broken producer must not stop the emitter
+                log.debug("closing a failed Kafka producer raised", exc_info=True)
+
+    def export(self, records: Sequence[OutRecord]) -> None:
+        if self._closed:
+            raise ExportError("Kafka exporter is closed")
+        if not records:
+            return
+        deadline = time.monotonic() + self.export_timeout_s
+        try:
+            producer = self._ensure_producer()
+        except Exception as exc:
+            raise ExportError(f"cannot connect to Kafka at {self.bootstrap}: {exc}") from exc
+        futures: list[Any] = []
+        try:
+            for rec in records:
+                futures.append(producer.send(rec.topic, value=rec.value, key=rec.key))
+        except Exception as exc:
+            # Records already handed over may or may not get out: count the whole batch as failed.
+            self._discard_producer()
+            raise ExportError(f"Kafka send failed: {exc}") from exc
+        failed: list[OutRecord] = []
+        first_error: BaseException | None = None
+        for rec, fut in zip(records, futures, strict=True):
+            remaining = max(deadline - time.monotonic(), 0.0)
+            try:
+                fut.get(timeout=remaining)
+            except Exception as exc:
+                failed.append(rec)
+                first_error = first_error or exc
+        if failed:
+            self._discard_producer()
+            raise ExportError(
+                f"{len(failed)} of {len(records)} records not acknowledged by Kafka: {first_error}",
+                failed=failed,
+            )
+
+    def flush(self, timeout: float) -> bool:
+        if self._producer is None:
+            return True
+        try:
+            self._producer.flush(timeout=timeout)
+        except Exception:
+            return False
+        return True
+
+    def close(self) -> None:
+        self._closed = True
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            try:
+                producer.close(timeout=self.export_timeout_s)
+            except Exception:
+                log.debug("closing the Kafka producer raised", exc_info=True)

@@ -1,0 +1,103 @@
+"""`python -m producers.simulator`: send a simulated job to Kafka and write its ground truth.
+
+Example::
+
+    python -m producers.simulator --job demo --dp 4 --tp 4 --pp 4 --steps 200 \\
+        --slow-rank 21:1.3 --gc-pause 50,51:150 --data-stall 120-122:200 --ground-truth run/gt.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from producers.emitter import BackgroundEmitter
+from producers.exporter import Exporter, InMemoryExporter, KafkaExporter
+from producers.simulator.cluster import SimulatedJob
+from producers.simulator.faults import Fault, SlowRank, data_stall, gc_pause
+from producers.simulator.run import run_simulation
+from producers.simulator.topology import Topology
+from schemas import Topics
+from steplens.config import load_settings
+
+
+def parse_steps(text: str) -> list[int]:
+    """'5,7,10-12' -> [5, 7, 10, 11, 12]."""
+    out: list[int] = []
+    for part in text.split(","):
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            out.extend(range(int(lo), int(hi) + 1))
+        elif part:
+            out.append(int(part))
+    return out
+
+
+def parse_slow_rank(text: str) -> SlowRank:
+    """'RANK:FACTOR[:FIRST[:LAST]]'."""
+    parts = text.split(":")
+    if not 2 <= len(parts) <= 4:
+        raise argparse.ArgumentTypeError(f"expected RANK:FACTOR[:FIRST[:LAST]], got {text!r}")
+    first = int(parts[2]) if len(parts) > 2 else 0
+    last = int(parts[3]) if len(parts) > 3 else None
+    return SlowRank(rank=int(parts[0]), factor=float(parts[1]), first_step=first, last_step=last)
+
+
+def _parse_steps_ms(text: str) -> tuple[list[int], float, list[int] | None]:
+    """'STEPS:MS[:RANKS]' with STEPS and RANKS like '5,7,10-12'."""
+    parts = text.split(":")
+    if not 2 <= len(parts) <= 3:
+        raise argparse.ArgumentTypeError(f"expected STEPS:MS[:RANKS], got {text!r}")
+    ranks = parse_steps(parts[2]) if len(parts) == 3 else None
+    return parse_steps(parts[0]), float(parts[1]), ranks
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m producers.simulator", description=__doc__.splitlines()[0])
+    p.add_argument("--job", default="sim-job")
+    for name, default in (("dp", 4), ("tp", 4), ("pp", 2), ("ep", 1), ("cp", 1)):
+        p.add_argument(f"--{name}", type=int, default=default)
+    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--slow-rank", action="append", default=[], metavar="RANK:FACTOR[:FIRST[:LAST]]")
+    p.add_argument("--gc-pause", action="append", default=[], metavar="STEPS:MS[:RANKS]")
+    p.add_argument("--data-stall", action="append", default=[], metavar="STEPS:MS[:RANKS]")
+    p.add_argument("--bootstrap", help="Kafka bootstrap (default: settings)")
+    p.add_argument("--topic-prefix", help="topic prefix (default: settings)")
+    p.add_argument("--spool-dir", type=Path)
+    p.add_argument("--ground-truth", type=Path, help="where to write the ground-truth JSON")
+    p.add_argument("--dry-run", action="store_true", help="export to memory instead of Kafka")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    settings = load_settings()
+    faults: list[Fault] = [parse_slow_rank(s) for s in args.slow_rank]
+    for spec in args.gc_pause:
+        steps, ms, ranks = _parse_steps_ms(spec)
+        faults.append(gc_pause(steps, ms, ranks))
+    for spec in args.data_stall:
+        steps, ms, ranks = _parse_steps_ms(spec)
+        faults.append(data_stall(steps, ms, ranks))
+    topology = Topology(dp=args.dp, tp=args.tp, pp=args.pp, ep=args.ep, cp=args.cp)
+    job = SimulatedJob(args.job, topology, args.steps, faults, seed=args.seed)
+    if args.ground_truth:
+        job.ground_truth().write(args.ground_truth)
+    exporter: Exporter = InMemoryExporter() if args.dry_run else KafkaExporter(
+        args.bootstrap or settings.kafka_bootstrap)
+    topics = Topics(args.topic_prefix if args.topic_prefix is not None else settings.topic_prefix)
+    emitter = BackgroundEmitter(exporter, topics, spool_dir=args.spool_dir)
+    stats = run_simulation(job, emitter)
+    closed = emitter.close(timeout=30.0)
+    print(json.dumps({"job": args.job, "world": topology.world, "steps": args.steps, "emitted": stats.emitted,
+                      "exported": stats.exported, "dropped": stats.dropped, "spooled": stats.spooled,
+                      "pending": stats.pending, "closed_cleanly": closed}))
+    return 0 if closed and stats.pending == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

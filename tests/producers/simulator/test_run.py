@@ -1,0 +1,27 @@
+"""run_simulation: the whole job goes through the emitter, lifecycle events around the steps."""
+
+from __future__ import annotations
+
+from producers.emitter import BackgroundEmitter
+from producers.exporter import InMemoryExporter
+from producers.simulator.cluster import SimulatedJob
+from producers.simulator.faults import SlowRank
+from producers.simulator.run import run_simulation
+from producers.simulator.topology import Topology
+from schemas import JobEvent, StepEvent, Topics, decode
+
+
+def test_run_simulation_emits_everything_in_order() -> None:
+    job = SimulatedJob("job-run", Topology(dp=4, tp=2, pp=2), 40, [SlowRank(rank=3, factor=1.2)], seed=2)
+    exporter = InMemoryExporter()
+    # A queue smaller than the job: pacing must prevent queue_full drops.
+    emitter = BackgroundEmitter(exporter, Topics("r."), max_queue=100, batch_size=32, flush_interval_s=0.01)
+    stats = run_simulation(job, emitter)
+    assert emitter.close(timeout=10)
+    assert stats.emitted == stats.exported == 16 * 40 + 2 and stats.dropped == {}
+    events = [decode(r.value) for r in exporter.records]
+    assert isinstance(events[0], JobEvent) and events[0].phase == "start"
+    assert isinstance(events[-1], JobEvent) and events[-1].phase == "end" and events[-1].last_step == 39
+    steps = [e for e in events if isinstance(e, StepEvent)]
+    assert [(e.step, e.rank) for e in steps] == [(s, r) for s in range(40) for r in range(16)]
+    assert {r.topic for r in exporter.records} == {"r.jobs", "r.steps"}

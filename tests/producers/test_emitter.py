@@ -1,0 +1,321 @@
+"""BackgroundEmitter: never blocks or raises on the training thread, counts every drop, spools and replays."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from producers.emitter import (
+    CLOSED,
+    ENCODE_ERROR,
+    EXPORT_FAILED,
+    QUEUE_FULL,
+    SPOOL_FULL,
+    TOO_LARGE,
+    UNROUTABLE,
+    BackgroundEmitter,
+    EmitterStats,
+    route,
+)
+from producers.exporter import ExportError, InMemoryExporter, OutRecord
+from producers.spool import SEGMENT_SUFFIX
+from schemas import (
+    MAX_EVENT_BYTES,
+    ControlCommand,
+    DeviceSample,
+    JobEvent,
+    KernelBatch,
+    KernelRecord,
+    Topics,
+    decode,
+    encode,
+    job_key,
+    rank_key,
+)
+from tests.producers._factories import START_NS, step_event, step_events
+
+WAIT = 10.0  # upper bound for waits on the worker; a passing test never reaches it
+
+
+@pytest.fixture
+def emitters() -> Iterator[list[BackgroundEmitter]]:
+    """Emitters a test created, closed at the end even when the test fails."""
+    made: list[BackgroundEmitter] = []
+    yield made
+    for em in made:
+        em.close(timeout=1.0)
+
+
+def make(made: list[BackgroundEmitter], exporter: object, **kwargs: object) -> BackgroundEmitter:
+    em = BackgroundEmitter(exporter, Topics("t."), **kwargs)  # type: ignore[arg-type]
+    made.append(em)
+    return em
+
+
+def settled(stats: EmitterStats) -> bool:
+    return stats.queued == 0 and stats.in_flight == 0
+
+
+def emit_in_thread(em: BackgroundEmitter, events: Sequence[object]) -> tuple[threading.Thread, list[bool]]:
+    """Emit from another thread so a blocking emit would show up as a thread that does not finish."""
+    results: list[bool] = []
+
+    def body() -> None:
+        for ev in events:
+            results.append(em.emit(ev))  # type: ignore[arg-type]
+
+    t = threading.Thread(target=body, daemon=True)
+    t.start()
+    return t, results
+
+
+def test_emit_returns_while_exporter_hangs_and_counts_queue_full(emitters: list[BackgroundEmitter]) -> None:
+    gate = threading.Event()
+    exporter = InMemoryExporter(gate=gate)
+    em = make(emitters, exporter, max_queue=10, batch_size=1, flush_interval_s=0.01)
+    assert em.emit(step_event(0))
+    assert exporter.entered.wait(WAIT), "worker never called export"
+    # The worker is now stuck inside export: emits must still return at once.
+    t, results = emit_in_thread(em, step_events(25)[1:])
+    t.join(WAIT)
+    assert not t.is_alive(), "emit blocked while the exporter hung"
+    assert results.count(True) == 10 and results.count(False) == 14
+    stats = em.stats()
+    assert stats.dropped == {QUEUE_FULL: 14}
+    assert stats.queued == 10 and stats.in_flight == 1 and stats.emitted == 25
+    gate.set()
+    assert em.flush(WAIT)
+    assert len(exporter.records) == 11
+    assert em.stats().exported == 11
+
+
+def test_failing_exporter_without_spool_drops_with_reason(emitters: list[BackgroundEmitter]) -> None:
+    class Broken:
+        def export(self, records: Sequence[OutRecord]) -> None:
+            raise RuntimeError("not even an ExportError")
+
+        def flush(self, timeout: float) -> bool:
+            return False
+
+        def close(self) -> None:
+            pass
+
+    em = make(emitters, Broken(), batch_size=8, flush_interval_s=0.01, retry_backoff_s=0.001, retry_backoff_max_s=0.001)
+    t, results = emit_in_thread(em, step_events(40))
+    t.join(WAIT)
+    assert not t.is_alive() and all(results)
+    assert em.wait_until(lambda s: s.dropped.get(EXPORT_FAILED, 0) == 40, WAIT), em.stats()
+    stats = em.stats()
+    assert stats.exported == 0 and not stats.healthy and stats.export_failures >= 5
+
+
+def test_encode_error_too_large_and_unroutable_are_counted_not_raised(emitters: list[BackgroundEmitter]) -> None:
+    exporter = InMemoryExporter()
+    em = make(emitters, exporter)
+    unencodable = replace(step_event(0), flops=object())  # type: ignore[arg-type]
+    huge = KernelBatch(job="j", rank=0, world=1, host="h", device=0, step=0, kernels=[
+        KernelRecord(name="k" * MAX_EVENT_BYTES, cat="compute", start_ns=START_NS, dur_ns=1)])
+    control = ControlCommand(command_id="c", job="j", action="profile_on", ranks=[], step_first=0, step_count=1,
+                             issued_ns=START_NS)
+    assert em.emit(unencodable) is False
+    assert em.emit(huge) is False
+    assert em.emit(control) is False
+    assert em.emit("not an event") is False  # type: ignore[arg-type]
+    assert em.emit(step_event(1)) is True
+    assert em.flush(WAIT)
+    stats = em.stats()
+    assert stats.dropped == {ENCODE_ERROR: 2, TOO_LARGE: 1, UNROUTABLE: 1}
+    assert stats.emitted == 5 and stats.exported == 1
+    assert [decode(v) for v in exporter.values()] == [step_event(1)]
+
+
+def test_routing_topics_and_keys() -> None:
+    topics = Topics("p.")
+    assert route(step_event(3, rank=5, job="a"), topics) == ("p.steps", rank_key("a", 5))
+    kb = KernelBatch(job="a", rank=2, world=4, host="h", device=2, step=0, kernels=[])
+    assert route(kb, topics) == ("p.kernels", rank_key("a", 2))
+    dev = DeviceSample(host="node-3", device=6, ts_ns=START_NS)
+    assert route(dev, topics) == ("p.device", b"node-3/6")
+    job = JobEvent(job="a", phase="start", world=4, ts_ns=START_NS)
+    assert route(job, topics) == ("p.jobs", job_key("a"))
+
+
+def test_spool_then_replay_in_order_exactly_once(tmp_path: Path, emitters: list[BackgroundEmitter]) -> None:
+    exporter = InMemoryExporter(failing=True)
+    spool = tmp_path / "spool"
+    em = make(emitters, exporter, batch_size=64, flush_interval_s=0.01, spool_dir=spool)
+    events = step_events(1000)
+    t, results = emit_in_thread(em, events)
+    t.join(WAIT)
+    assert not t.is_alive() and all(results)
+    assert em.wait_until(lambda s: s.spooled == 1000 and settled(s), WAIT), em.stats()
+    assert list(spool.glob(f"*{SEGMENT_SUFFIX}")), "nothing on disk while Kafka is down"
+    stats = em.stats()
+    assert stats.exported == 0 and stats.spool_pending == 1000 and not stats.healthy and stats.dropped == {}
+
+    exporter.failing = False  # Kafka is back
+    assert em.flush(WAIT)
+    values = exporter.values()
+    assert values == [encode(e) for e in events]  # nothing lost, nothing duplicated, in order
+    stats = em.stats()
+    assert stats.exported == 1000 and stats.replayed == 1000 and stats.spool_pending == 0 and stats.healthy
+    assert not list(spool.glob(f"*{SEGMENT_SUFFIX}")), "spool not deleted after replay"
+
+    more = step_events(10, job="after")
+    for ev in more:
+        em.emit(ev)
+    assert em.flush(WAIT)
+    assert exporter.values()[1000:] == [encode(e) for e in more]
+    assert em.stats().replayed == 1000
+
+
+def test_new_events_queue_behind_the_spool(tmp_path: Path, emitters: list[BackgroundEmitter]) -> None:
+    """Events emitted while the spool still holds older ones are exported after them."""
+    exporter = InMemoryExporter(failing=True)
+    em = make(emitters, exporter, batch_size=16, flush_interval_s=0.01, spool_dir=tmp_path)
+    first, second = step_events(100), step_events(50, job="second")
+    for ev in first:
+        em.emit(ev)
+    assert em.wait_until(lambda s: s.spooled == 100 and settled(s), WAIT)
+    for ev in second:
+        em.emit(ev)
+    exporter.failing = False
+    assert em.flush(WAIT)
+    assert exporter.values() == [encode(e) for e in first + second]
+
+
+def test_spool_full_drops_with_reason(tmp_path: Path, emitters: list[BackgroundEmitter]) -> None:
+    exporter = InMemoryExporter(failing=True)
+    size = len(encode(step_event(0))) + 64
+    em = make(emitters, exporter, batch_size=10, flush_interval_s=0.01, spool_dir=tmp_path,
+              max_spool_bytes=size * 20)
+    events = step_events(100)
+    for ev in events:
+        em.emit(ev)
+    assert em.wait_until(lambda s: s.spooled + s.dropped.get(SPOOL_FULL, 0) == 100 and settled(s), WAIT)
+    stats = em.stats()
+    assert 0 < stats.spooled < 100 and stats.dropped == {SPOOL_FULL: 100 - stats.spooled}
+    assert stats.spool_bytes <= size * 20
+    exporter.failing = False
+    assert em.flush(WAIT)
+    assert exporter.values() == [encode(e) for e in events[: stats.spooled]]
+
+
+def test_spool_survives_a_restart(tmp_path: Path, emitters: list[BackgroundEmitter]) -> None:
+    """A process that exits while Kafka is down leaves its spool; the next one replays it."""
+    down = InMemoryExporter(failing=True)
+    first = make(emitters, down, batch_size=32, flush_interval_s=0.01, spool_dir=tmp_path)
+    events = step_events(300)
+    for ev in events:
+        first.emit(ev)
+    assert first.wait_until(lambda s: s.spooled == 300 and settled(s), WAIT)
+    assert first.close(timeout=0.2) is False  # could not deliver: data stays on disk
+    assert first.emit(step_event(99)) is False and first.stats().dropped == {CLOSED: 1}
+
+    up = InMemoryExporter()
+    second = make(emitters, up, batch_size=32, flush_interval_s=0.01, spool_dir=tmp_path)
+    assert second.flush(WAIT)
+    assert up.values() == [encode(e) for e in events]
+    stats = second.stats()
+    assert stats.replayed == 300 and stats.spooled == 0 and stats.spool_pending == 0
+
+
+def test_partial_failure_resends_only_the_failed_records(tmp_path: Path, emitters: list[BackgroundEmitter]) -> None:
+    class Flaky(InMemoryExporter):
+        """First export delivers every other record and reports the rest as failed."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.first = True
+
+        def export(self, records: Sequence[OutRecord]) -> None:
+            if self.first:
+                self.first = False
+                ok, bad = list(records[::2]), list(records[1::2])
+                super().export(ok)
+                raise ExportError("half the batch timed out", failed=bad)
+            super().export(records)
+
+    exporter = Flaky()
+    em = make(emitters, exporter, batch_size=20, flush_interval_s=0.01, spool_dir=tmp_path, retry_backoff_s=0.001)
+    events = step_events(20)
+    for ev in events:
+        em.emit(ev)
+    assert em.flush(WAIT)
+    values = exporter.values()
+    assert sorted(values) == sorted(encode(e) for e in events)  # each exactly once
+    assert values[10:] == [encode(e) for e in events[1::2]]  # the failed ones, replayed in order
+    stats = em.stats()
+    assert stats.exported == 20 and stats.spooled == 10 and stats.replayed == 10
+
+
+def test_close_exports_the_rest_and_stops(emitters: list[BackgroundEmitter]) -> None:
+    exporter = InMemoryExporter()
+    em = make(emitters, exporter, batch_size=1000, flush_interval_s=60.0)
+    for ev in step_events(30):
+        em.emit(ev)
+    assert em.close(timeout=WAIT)
+    assert len(exporter.records) == 30 and exporter.closed
+    assert em.emit(step_event(1)) is False
+    assert em.stats().dropped == {CLOSED: 1}
+
+
+def test_close_returns_when_the_exporter_hangs(emitters: list[BackgroundEmitter]) -> None:
+    gate = threading.Event()
+    exporter = InMemoryExporter(gate=gate)
+    em = make(emitters, exporter, batch_size=1, flush_interval_s=0.01)
+    em.emit(step_event(0))
+    assert exporter.entered.wait(WAIT)
+    assert em.close(timeout=0.1) is False  # bounded: the hung worker is left behind (daemon)
+    gate.set()
+
+
+def test_concurrent_emitters_lose_nothing(emitters: list[BackgroundEmitter]) -> None:
+    exporter = InMemoryExporter()
+    em = make(emitters, exporter, batch_size=50, flush_interval_s=0.01, max_queue=100_000)
+    threads = [emit_in_thread(em, step_events(500, job=f"job-{i}"))[0] for i in range(4)]
+    for t in threads:
+        t.join(WAIT)
+    assert em.flush(WAIT)
+    assert len(exporter.records) == 2000 and len(set(exporter.values())) == 2000
+
+
+def test_emit_in_a_forked_child_is_dropped_not_deadlocked(emitters: list[BackgroundEmitter]) -> None:
+    """DataLoader workers are forked from the training process; their emits must not hang."""
+    import os
+    import select
+
+    em = make(emitters, InMemoryExporter())
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: report and leave without running any parent cleanup
+        try:
+            ok = em.emit(step_event(0)) is False and em.stats().dropped == {"forked": 1}
+            os.write(write_fd, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    try:
+        ready, _, _ = select.select([read_fd], [], [], WAIT)
+        answer = os.read(read_fd, 1) if ready else b""
+    finally:
+        os.close(read_fd)
+        if not answer:
+            os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    assert answer == b"1"
+    assert em.emit(step_event(1)) is True  # the parent is unaffected
+
+
+def test_a_lone_event_goes_out_after_the_flush_interval(emitters: list[BackgroundEmitter]) -> None:
+    """A partial batch is not held back until the batch fills: it waits at most flush_interval_s."""
+    exporter = InMemoryExporter()
+    em = make(emitters, exporter, batch_size=512, flush_interval_s=0.05)
+    em.emit(step_event(0))
+    assert exporter.wait_for_count(1, WAIT)
+    em.emit(step_event(1))
+    assert exporter.wait_for_count(2, WAIT)
