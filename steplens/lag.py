@@ -13,7 +13,7 @@ def group_lag(bootstrap: str, group: str, topics: Sequence[str]) -> dict[str, in
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="steplens-lag")
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="steplens-lag", enable_auto_commit=False)
     try:
-        committed = admin.list_consumer_group_offsets(group)
+        committed = admin.list_group_offsets({group: None}).get(group, {})
         partitions = [
             TopicPartition(topic, p) for topic in topics for p in sorted(consumer.partitions_for_topic(topic) or ())
         ]

@@ -59,8 +59,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         "|---|---|",
         *[f"| {r['rank']} | {r['busy_ms']} |" for r in res["slowest_ranks_sql"]],
         "",
-        f"Malformed events sent: {report['bad_events_sent']}; dead letters recorded in total: "
-        f"{res['dead_letters_total']}. Alerts received on the alerts topic: {len(report['alerts_received'])}.",
+        f"Malformed events sent: {report['bad_events_sent']}; dead letters recorded during this run: "
+        f"{res['dead_letters']}. Alerts received on the alerts topic: {len(report['alerts_received'])}.",
         "",
         "Timings: " + ", ".join(f"{k} {v:.1f}" for k, v in report["timings_s"].items()),
         "",

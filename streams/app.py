@@ -36,10 +36,12 @@ def _now_ns() -> int:
 
 
 def _base_app(settings: Settings, role: Role) -> faust.App:
+    datadir = settings.home / "faust" / role
+    datadir.mkdir(parents=True, exist_ok=True)
     return faust.App(
         f"{settings.app_id}-{role}",
         broker=f"kafka://{settings.kafka_bootstrap}",
-        datadir=str(settings.home / "faust" / role),
+        datadir=str(datadir),
         store="memory://",
         web_enabled=False,
         autodiscover=False,

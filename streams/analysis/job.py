@@ -2,8 +2,10 @@
 
 A job step is complete once the groups of one domain type that reported it cover the
 whole world (e.g. all DP groups); then its time is the slowest group's. Steps are handed
-to the slow-step detector in step order; a step still incomplete `lateness_steps` behind
-the newest is released with what it has. A job ends when its `end` JobEvent has arrived
+to the slow-step detector in step order. A step still incomplete is released with what it
+has once every group of a domain that covers the world has reported a step at least
+`lateness_steps` later (group summaries of one group arrive in step order, so the missing
+ones will not come), or when it falls `max_open_steps` behind the newest step. A job ends when its `end` JobEvent has arrived
 and its last step has been released (in whichever order those two happen).
 """
 
@@ -37,9 +39,12 @@ class JobStats:
 class JobAnalysis:
     """Pure processor for one job: GroupStep / JobEvent in, incidents and commands out."""
 
-    def __init__(self, job: str, cfg: DetectionConfig) -> None:
+    def __init__(self, job: str, cfg: DetectionConfig, max_open_steps: int = 512) -> None:
         self.job = job
         self._lateness = cfg.window_lateness_steps
+        self._max_open = max_open_steps
+        self._group_newest: dict[str, dict[int, int]] = {}  # domain -> group -> newest step
+        self._group_size: dict[str, dict[int, int]] = {}
         self.slow_steps = SlowStepDetector(job, cfg.warmup_steps, cfg.baseline_steps, cfg.slow_step_ratio)
         self.slow_ranks = SlowRankDetector(job, cfg.slow_rank_min_steps, cfg.resolve_after_steps, cfg.profile_steps)
         self._pending: dict[int, _PendingStep] = {}
@@ -62,6 +67,9 @@ class JobAnalysis:
         for name, value in gs.phase_max.items():
             pending.phase_max[name] = max(pending.phase_max.get(name, 0.0), value)
         self._newest = max(self._newest, gs.step)
+        newest = self._group_newest.setdefault(gs.domain, {})
+        newest[gs.group] = max(newest.get(gs.group, -1), gs.step)
+        self._group_size.setdefault(gs.domain, {})[gs.group] = gs.size
         if self._next_step is None:
             self._next_step = gs.step
         out.extend(self._release(now_ns, world=gs.world))
@@ -90,7 +98,7 @@ class JobAnalysis:
             step = self._next_step
             pending = self._pending.get(step)
             complete = pending is not None and max(pending.covered.values()) >= world
-            overdue = self._newest - step >= self._lateness
+            overdue = step <= self._progress(world) - self._lateness or self._newest - step >= self._max_open
             if not complete and not overdue:
                 break
             if pending is not None:
@@ -100,6 +108,14 @@ class JobAnalysis:
             self._next_step = step + 1
         out.extend(self._maybe_finish(now_ns))
         return out
+
+    def _progress(self, world: int) -> int:
+        """The newest step every group has passed, over domains whose known groups cover the world."""
+        best = -1
+        for domain, sizes in self._group_size.items():
+            if sum(sizes.values()) >= world:
+                best = max(best, min(self._group_newest[domain].values()))
+        return best
 
     def _emit_step(self, step: int, pending: _PendingStep, now_ns: int) -> list[Output]:
         self.stats.steps_released += 1

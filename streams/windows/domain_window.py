@@ -1,13 +1,18 @@
-"""Step-index windows per communication group, closed on completeness or lateness.
+"""Step-index windows per communication group, closed on completeness or on the ranks' progress.
 
 A group's window for step s collects one record per rank. It closes when all `size`
-ranks have reported (the normal case), or incomplete when the group has moved
-`lateness_steps` beyond s, or when no record arrived for `idle_ns` (a job that ended or
-ranks that died). Late-data policy: a record for a window that has already closed is
-not merged into a new window; it is counted in `stats.late` and left to the sink, which
-lands every valid step event whatever its timing. A rank reporting a step twice while
-the window is open replaces its record (counted in `stats.duplicates`), so replays are
-never double-counted.
+ranks have reported (the normal case). It closes incomplete only when every rank of the
+group has already reported a step at least `lateness_steps` beyond s: each rank's events
+arrive in order (they are keyed by rank), so a rank that has moved on will not send s
+any more. Measuring lateness per rank, not against the newest step of the group, keeps
+windows correct while a worker catches up on a backlog, when the input partitions are
+far apart in step index. Ranks that stop reporting altogether are handled by `idle_ns`
+(processing time since the window's last record), and `max_open_steps` bounds memory.
+
+Late-data policy: a record for a window that has already closed is not merged into a new
+window; it is counted in `stats.late` and left to the sink, which lands every valid step
+event whatever its timing. A rank reporting a step twice while the window is open
+replaces its record (counted in `stats.duplicates`), so replays are never double-counted.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ class _Window:
 class _Group:
     windows: dict[int, _Window] = field(default_factory=dict)
     newest_step: int = -1
+    rank_newest: dict[int, int] = field(default_factory=dict)  # each rank's newest step
     closed: set[int] = field(default_factory=set)
     closed_floor: int = -1  # every step <= this is closed (pruned from `closed`)
 
@@ -54,8 +60,11 @@ class VerdictThresholds:
 class DomainStepWindow:
     """Pure processor: DomainStep records in, GroupStep summaries out."""
 
-    def __init__(self, lateness_steps: int, idle_ns: int, thresholds: VerdictThresholds) -> None:
+    def __init__(
+        self, lateness_steps: int, idle_ns: int, thresholds: VerdictThresholds, max_open_steps: int = 512
+    ) -> None:
         self._lateness = lateness_steps
+        self._max_open = max_open_steps
         self._idle_ns = idle_ns
         self._thresholds = thresholds
         self._groups: dict[GroupKey, _Group] = {}
@@ -78,11 +87,15 @@ class DomainStepWindow:
         window.records[record.rank] = record
         window.last_arrival_ns = now_ns
         group.newest_step = max(group.newest_step, record.step)
+        group.rank_newest[record.rank] = max(group.rank_newest.get(record.rank, -1), record.step)
 
         out: list[GroupStep] = []
         if len(window.records) >= window.size:
             out.append(self._close(key, group, record.step, complete=True))
-        for step in sorted(s for s in group.windows if s <= group.newest_step - self._lateness):
+        # every rank of the group has moved past these steps: what is missing will not come
+        passed = min(group.rank_newest.values()) - self._lateness if len(group.rank_newest) >= window.size else -1
+        oldest_allowed = group.newest_step - self._max_open
+        for step in sorted(s for s in group.windows if s <= passed or s <= oldest_allowed):
             out.append(self._close(key, group, step, complete=False))
         return out
 
@@ -108,7 +121,7 @@ class DomainStepWindow:
     def _close(self, key: GroupKey, group: _Group, step: int, complete: bool) -> GroupStep:
         window = group.windows.pop(step)
         group.closed.add(step)
-        floor = group.newest_step - 2 * self._lateness
+        floor = min(group.rank_newest.values(), default=-1) - self._lateness - 1
         if floor > group.closed_floor and all(s > floor for s in group.windows):
             group.closed = {s for s in group.closed if s > floor}
             group.closed_floor = floor

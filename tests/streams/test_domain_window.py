@@ -77,3 +77,18 @@ def test_idle_windows_expire_and_job_flush_closes_the_rest() -> None:
     window.add(domain_record(0, 1, 400.0, size=4), NOW + 200)
     flushed = window.flush_job("job-a")
     assert [gs.step for gs in flushed] == [1] and window.open_windows() == 0
+
+
+def test_backlog_skew_does_not_close_windows_early() -> None:
+    """Catching up on a backlog, one rank's partition may run far ahead of the others'."""
+    window = make_window(lateness=2)
+    out = []
+    for step in range(30):  # rank 0's partition is replayed first
+        out += window.add(domain_record(0, step, 400.0, size=3), NOW)
+    assert out == [] and window.open_windows() == 30
+    for rank in (1, 2):
+        for step in range(30):
+            out += window.add(domain_record(rank, step, 400.0, size=3), NOW)
+    assert sorted(gs.step for gs in out) == list(range(30))
+    assert all(gs.reported == 3 for gs in out)
+    assert window.stats.late == 0 and window.stats.closed_incomplete == 0

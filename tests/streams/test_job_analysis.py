@@ -48,3 +48,13 @@ def test_missing_group_is_released_after_lateness() -> None:
         for group in (0, 1):
             analysis.on_group_step(gs(step, group, 500.0), 0)
     assert analysis.stats.steps_released == 4 and analysis.stats.steps_incomplete == 1
+
+
+def test_group_skew_during_catch_up_releases_complete_steps_only() -> None:
+    analysis = JobAnalysis("j", CFG)
+    for step in range(20):  # group 0's summaries arrive long before group 1's
+        analysis.on_group_step(gs(step, 0, 500.0), 0)
+    assert analysis.stats.steps_released == 0
+    for step in range(20):
+        analysis.on_group_step(gs(step, 1, 500.0), 0)
+    assert analysis.stats.steps_released == 20 and analysis.stats.steps_incomplete == 0
