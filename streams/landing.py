@@ -1,8 +1,8 @@
 """Landing, the pure half: a Kafka message in, ClickHouse rows or a dead letter out.
 
-Each input topic carries one event type. A message that does not decode is not lost:
-nor is one whose values do not fit their columns: it becomes a dead letter (raw bytes kept, with the reason) for the dead-letter topic and
-the dead_letters table, and the worker goes on.
+Each input topic carries one event type. A message that does not decode, or whose values
+do not fit their columns, is not lost: it becomes a dead letter (raw bytes kept, with the
+reason) for the dead-letter topic and the dead_letters table, and the worker goes on.
 """
 
 from __future__ import annotations

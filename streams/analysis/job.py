@@ -5,8 +5,9 @@ whole world (e.g. all DP groups); then its time is the slowest group's. Steps ar
 to the slow-step detector in step order. A step still incomplete is released with what it
 has once every group of a domain that covers the world has reported a step at least
 `lateness_steps` later (group summaries of one group arrive in step order, so the missing
-ones will not come), or when it falls `max_open_steps` behind the newest step. A job ends when its `end` JobEvent has arrived
-and its last step has been released (in whichever order those two happen).
+ones will not come), or when it falls `max_open_steps` behind the newest step.
+A job ends when its `end` JobEvent has arrived and its last step has been released (in
+whichever order those two happen).
 """
 
 from __future__ import annotations

@@ -2,8 +2,21 @@ import orjson
 import pytest
 
 from schemas import (
-    CONTRACT_VERSION, ContractError, ControlCommand, DeviceSample, Domain, Incident, JobEvent, KernelBatch,
-    KernelRecord, Phases, ProfileReady, StepEvent, decode, decode_as, encode,
+    CONTRACT_VERSION,
+    ContractError,
+    ControlCommand,
+    DeviceSample,
+    Domain,
+    Incident,
+    JobEvent,
+    KernelBatch,
+    KernelRecord,
+    Phases,
+    ProfileReady,
+    StepEvent,
+    decode,
+    decode_as,
+    encode,
 )
 
 T0 = 1_763_856_000_000_000_000
