@@ -30,7 +30,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.clickhouse
 
 
 @pytest.fixture
-def pipeline_settings(kafka_bootstrap: str, clickhouse_server_url: str, unique_name: str, tmp_path: Path) -> Iterator[Settings]:
+def pipeline_settings(
+    kafka_bootstrap: str, clickhouse_server_url: str, unique_name: str, tmp_path: Path
+) -> Iterator[Settings]:
     settings = replace(
         load_settings({}), home=tmp_path, kafka_bootstrap=kafka_bootstrap, clickhouse_url=clickhouse_server_url,
         clickhouse_database=f"steplens_{unique_name}", topic_prefix=f"{unique_name}.", app_id=unique_name,
