@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaError
 
 from infra import ClickHouseServer, InfraConfig, KafkaBroker
 from producers.emitter import BackgroundEmitter
@@ -103,7 +104,12 @@ def wait_caught_up(settings: Settings, workers: list[subprocess.Popen[bytes]], o
         for proc in workers:
             if proc.poll() is not None:
                 raise RuntimeError(f"a worker exited early with code {proc.returncode}; see .steplens/logs/")
-        lags = {group: group_lag(settings.kafka_bootstrap, group, names) for group, names in groups.items()}
+        try:
+            lags = {group: group_lag(settings.kafka_bootstrap, group, names) for group, names in groups.items()}
+        except KafkaError as exc:  # e.g. a new broker's group coordinator is still loading
+            if not getattr(exc, "retriable", False):
+                raise
+            lags = {"unavailable": {type(exc).__name__: 1}}
         on_poll()
         clean_polls = clean_polls + 1 if all(v == 0 for lag in lags.values() for v in lag.values()) else 0
         if time.monotonic() > deadline:
