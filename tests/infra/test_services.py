@@ -2,7 +2,7 @@
 
 The integration tests start the shared services through the public API (or reuse them
 when already running) and leave them running for the rest of the session.  The only
-stop/start test uses a throw-away ClickHouse instance in a temporary home on free ports,
+stop/start test uses a throw-away ClickHouse instance in a temporary home on fixed ports,
 so it never disturbs the shared servers other tests talk to.
 """
 
@@ -114,15 +114,15 @@ def test_cluster_id_shape() -> None:
 
 
 @pytest.fixture
-def shared_cfg() -> InfraConfig:
-    """The shared services (STEPLENS_* env), started here or reused; never stopped here.
+def shared_cfg(kafka_bootstrap: str, clickhouse_server_url: str, infra_config: InfraConfig) -> InfraConfig:
+    """The shared services, through the session fixtures of tests/conftest.py.
 
-    Function-scoped on purpose: ``up`` is ~0.3 s when both already run, and re-checking
-    per test copes with another session stopping the shared services meanwhile.
+    Those start a service or reuse a running one, and stop at the end of the session
+    only what the session started, so these tests never leave a server behind.
+    ``up`` here re-checks cheaply (~0.3 s) that both are still healthy.
     """
-    cfg = InfraConfig.from_env()
-    up(cfg)  # raises InfraError (with log tails) if either service cannot start
-    return cfg
+    up(infra_config)  # raises InfraError (with log tails) if either service cannot start
+    return infra_config
 
 
 @pytest.mark.integration
@@ -191,28 +191,22 @@ def test_status_names_logs_dir(shared_cfg: InfraConfig) -> None:
     assert KafkaBroker(shared_cfg).bootstrap in text
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+# Fixed ports for the throw-away instance: the shared ones + 100 (no random test ports).
+PRIVATE_PORT_OFFSET = 100
 
 
 @pytest.fixture
 def private_clickhouse(tmp_path: Path) -> Iterator[ClickHouseServer]:
-    """A throw-away ClickHouse in a temp home on free ports; always stopped afterwards."""
-    tcp, http, inter, kafka, ctrl = _free_ports(5)
+    """A throw-away ClickHouse in a temp home on fixed ports; always stopped afterwards."""
+    shared = InfraConfig.from_env()
+    off = PRIVATE_PORT_OFFSET
     cfg = InfraConfig(
         home=tmp_path / "home",
-        clickhouse_tcp_port=tcp,
-        clickhouse_http_port=http,
-        clickhouse_interserver_port=inter,
-        kafka_port=kafka,
-        kafka_controller_port=ctrl,
+        clickhouse_tcp_port=shared.clickhouse_tcp_port + off,
+        clickhouse_http_port=shared.clickhouse_http_port + off,
+        clickhouse_interserver_port=shared.clickhouse_interserver_port + off,
+        kafka_port=shared.kafka_port + off,
+        kafka_controller_port=shared.kafka_controller_port + off,
     )
     server = ClickHouseServer(cfg)
     try:
