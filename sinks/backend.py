@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Self, runtime_checkable
 
 
 class SinkError(Exception):
@@ -93,3 +93,27 @@ def check_rows(backend: str, table: str, columns: Sequence[str], rows: Sequence[
             raise SinkError(
                 backend, "insert", f"row {index} has {len(row)} values for {width} columns", table=table
             )
+
+
+class BackendBase:
+    """What both backends share: the cached engine version and use as a context manager."""
+
+    _version: tuple[int, int, int] | None = None
+
+    def query(self, sql: str) -> list[tuple[Any, ...]]:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def close(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def version(self) -> tuple[int, int, int]:
+        if self._version is None:
+            ((text,),) = self.query("SELECT version()")
+            self._version = parse_version(str(text))
+        return self._version
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

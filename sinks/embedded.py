@@ -40,7 +40,7 @@ from typing import Any
 
 import orjson
 
-from sinks.backend import SinkError, check_rows, column_list, parse_version, qualified, quote_identifier
+from sinks.backend import BackendBase, SinkError, check_rows, column_list, qualified, quote_identifier
 
 # Query-level settings applied to this session (chdb passes URL parameters of the path to it).
 _SESSION_SETTINGS = "output_format_json_quote_64bit_integers=0&output_format_json_quote_denormals=0"
@@ -73,7 +73,7 @@ def _converter(ch_type: str) -> Convert | None:
     return None
 
 
-class EmbeddedBackend:
+class EmbeddedBackend(BackendBase):
     """`Backend` on a chdb database directory (see the module docstring for sharing rules)."""
 
     def __init__(self, path: Path | str, database: str = "steplens") -> None:
@@ -162,23 +162,11 @@ class EmbeddedBackend:
         if written != len(rows):
             raise SinkError(self.name, "insert", f"wrote {written} of {len(rows)} rows", table=table)
 
-    def version(self) -> tuple[int, int, int]:
-        if self._version is None:
-            ((text,),) = self.query("SELECT version()")
-            self._version = parse_version(str(text))
-        return self._version
-
     def close(self) -> None:
         with self._lock:
             session, self._session = self._session, None
         if session is not None:
             session.close()
-
-    def __enter__(self) -> EmbeddedBackend:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<EmbeddedBackend {self.path} database={self.database}>"

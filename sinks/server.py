@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlsplit
 from clickhouse_driver import Client
 from clickhouse_driver import errors as ch_errors
 
-from sinks.backend import SinkError, check_rows, column_list, parse_version, qualified, quote_identifier
+from sinks.backend import BackendBase, SinkError, check_rows, column_list, qualified, quote_identifier
 
 DEFAULT_PORT = 9000
 DEFAULT_SECURE_PORT = 9440
@@ -71,7 +71,7 @@ def _error_text(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-class ServerBackend:
+class ServerBackend(BackendBase):
     """`Backend` on a ClickHouse server.
 
     One clickhouse-driver `Client` (which reconnects by itself after a dropped connection).
@@ -131,22 +131,10 @@ class ServerBackend:
         sql = f"INSERT INTO {qualified(self.database, table)} ({column_list(columns)}) VALUES"
         self._run("insert", sql, params=[tuple(row) for row in rows], table=table)
 
-    def version(self) -> tuple[int, int, int]:
-        if self._version is None:
-            ((text,),) = self.query("SELECT version()")
-            self._version = parse_version(str(text))
-        return self._version
-
     def close(self) -> None:
         client, self._client = self._client, None
         if client is not None:
             client.disconnect()
-
-    def __enter__(self) -> ServerBackend:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<ServerBackend {self.address.display()} database={self.database}>"
