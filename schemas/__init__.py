@@ -1,6 +1,6 @@
 """The steplens event contract (version 1.0): typed events, orjson codec, topic names."""
 
-from schemas.codec import EVENT_TYPES, MAX_EVENT_BYTES, Event, decode, decode_as, encode, to_dict
+from schemas.codec import EVENT_TYPES, MAX_EVENT_BYTES, Event, decode, decode_as, encode
 from schemas.control import ControlCommand
 from schemas.device import DeviceSample
 from schemas.errors import ContractError
@@ -17,5 +17,5 @@ __all__ = [
     "CONTRACT_VERSION", "DOMAIN_TYPES", "EVENT_TYPES", "MAX_EVENT_BYTES",
     "ContractError", "ControlCommand", "DeviceSample", "Domain", "Event", "Incident", "JobEvent",
     "KernelBatch", "KernelRecord", "Phases", "ProfileReady", "RankIdentity", "StepEvent", "Topics",
-    "decode", "decode_as", "encode", "group_key", "job_key", "rank_key", "to_dict",
+    "decode", "decode_as", "encode", "group_key", "job_key", "rank_key",
 ]

@@ -52,12 +52,6 @@ def _plain(obj: Any) -> Any:
     raise TypeError(f"cannot encode {type(obj).__name__}")
 
 
-def to_dict(event: Event) -> dict[str, Any]:
-    """The event as the plain dict that goes on the wire (header first)."""
-    body: dict[str, Any] = orjson.loads(encode(event))
-    return body
-
-
 def encode(event: Event) -> bytes:
     header = {"type": type(event).TYPE, "v": CONTRACT_VERSION}
     body = _plain(event)

@@ -22,7 +22,7 @@ from steplens.config import Settings
 from streams.analysis.job import FleetAnalysis
 from streams.lander import ClickHouseLander
 from streams.landing import Landed, LandingProcessor
-from streams.records import GroupStep, domain_steps
+from streams.records import DomainStep, GroupStep, domain_steps
 from streams.windows.domain_window import DomainStepWindow, VerdictThresholds
 
 log = logging.getLogger(__name__)
@@ -103,8 +103,6 @@ def create_detect_app(settings: Settings) -> faust.App:
     @app.agent(domain_topic, concurrency=1)
     async def group_windows(stream: Any) -> AsyncIterator[None]:
         """Window each group by step index; summarise and flag its slowest rank."""
-        from streams.records import DomainStep
-
         async for raw in stream:
             await publish_group_steps(window.add(DomainStep.loads(raw), _now_ns()))
             yield None

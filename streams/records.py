@@ -65,7 +65,7 @@ class DomainStep:
         return (self.end_ns - self.start_ns) / 1e6
 
     def dumps(self) -> bytes:
-        return orjson.dumps(asdict(self))
+        return orjson.dumps(self)  # orjson serialises dataclasses natively, no asdict copy
 
     @classmethod
     def loads(cls, raw: bytes) -> DomainStep:

@@ -95,11 +95,12 @@ class JobAnalysis:
 
     def _release(self, now_ns: int, world: int) -> list[Output]:
         out: list[Output] = []
+        passed = self._progress(world) - self._lateness  # does not change while releasing
         while self._next_step is not None:
             step = self._next_step
             pending = self._pending.get(step)
             complete = pending is not None and max(pending.covered.values()) >= world
-            overdue = step <= self._progress(world) - self._lateness or self._newest - step >= self._max_open
+            overdue = step <= passed or self._newest - step >= self._max_open
             if not complete and not overdue:
                 break
             if pending is not None:
