@@ -1,4 +1,4 @@
-"""The steplens event contract (version 1.0): typed events, orjson codec, topic names."""
+"""The steplens event contract (version 1.1): typed events, orjson codec, topic names."""
 
 from schemas.codec import EVENT_TYPES, MAX_EVENT_BYTES, Event, decode, decode_as, encode
 from schemas.control import ControlCommand
@@ -8,6 +8,7 @@ from schemas.identity import DOMAIN_TYPES, Domain, RankIdentity
 from schemas.incident import Incident
 from schemas.job import JobEvent
 from schemas.kernel import KernelBatch, KernelRecord
+from schemas.kernel_summary import KernelAggregate, KernelSummary
 from schemas.profile import ProfileReady
 from schemas.step import Phases, StepEvent
 from schemas.topics import Topics, group_key, job_key, rank_key
@@ -16,6 +17,7 @@ from schemas.version import CONTRACT_VERSION
 __all__ = [
     "CONTRACT_VERSION", "DOMAIN_TYPES", "EVENT_TYPES", "MAX_EVENT_BYTES",
     "ContractError", "ControlCommand", "DeviceSample", "Domain", "Event", "Incident", "JobEvent",
-    "KernelBatch", "KernelRecord", "Phases", "ProfileReady", "RankIdentity", "StepEvent", "Topics",
+    "KernelAggregate", "KernelBatch", "KernelRecord", "KernelSummary", "Phases", "ProfileReady", "RankIdentity",
+    "StepEvent", "Topics",
     "decode", "decode_as", "encode", "group_key", "job_key", "rank_key",
 ]

@@ -19,15 +19,16 @@ from schemas.errors import ContractError
 from schemas.incident import Incident
 from schemas.job import JobEvent
 from schemas.kernel import KernelBatch
+from schemas.kernel_summary import KernelSummary
 from schemas.profile import ProfileReady
 from schemas.step import StepEvent
 from schemas.version import CONTRACT_VERSION, parse_version
 
-Event = StepEvent | KernelBatch | DeviceSample | ProfileReady | Incident | ControlCommand | JobEvent
+Event = StepEvent | KernelBatch | KernelSummary | DeviceSample | ProfileReady | Incident | ControlCommand | JobEvent
 
 EVENT_TYPES: dict[str, type[Any]] = {
     cls.TYPE: cls
-    for cls in (StepEvent, KernelBatch, DeviceSample, ProfileReady, Incident, ControlCommand, JobEvent)
+    for cls in (StepEvent, KernelBatch, KernelSummary, DeviceSample, ProfileReady, Incident, ControlCommand, JobEvent)
 }
 
 # Larger than this is out of contract: it would strain brokers and workers. Kafka's own

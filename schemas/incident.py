@@ -14,12 +14,14 @@ from schemas.decoding import join, require
 
 Severity = Literal["info", "warning", "critical"]
 IncidentState = Literal["open", "update", "resolved"]
-Scope = Literal["job", "domain", "group", "rank", "device", "host"]
+Scope = Literal["job", "domain", "group", "rank", "device", "host", "link", "stage"]
 
 # Rule ids: R1–R10 from the spec, plus the Hermes cluster analyses.
 RULE_IDS = (
     "R1", "R2", "R3", "R4", "R5", "R6", "R7", "R8", "R9", "R10",
     "SLOW_STEP", "SLOW_RANK",
+    # contract 1.1: the fleet-scale scopes
+    "SLOW_HOST", "SLOW_GROUP", "SLOW_LINK", "SLOW_STAGE", "HUNG_RANK", "HUNG_HOST", "DIAGNOSIS",
 )
 
 
@@ -57,9 +59,14 @@ class Incident:
     evidence: dict[str, float] = field(default_factory=dict)
     cause: str | None = None
     suggestion: str | None = None
+    rules: list[str] = field(default_factory=list)
+    link: str | None = None
+    stage: int | None = None
 
     def check(self, path: str) -> None:
         require(bool(self.incident_id), join(path, "incident_id"), "must not be empty")
         require(self.rule in RULE_IDS, join(path, "rule"), f"must be one of {', '.join(RULE_IDS)}")
+        for i, rule in enumerate(self.rules):
+            require(rule in RULE_IDS, join(path, f"rules[{i}]"), f"must be one of {', '.join(RULE_IDS)}")
         if self.step_first is not None and self.step_last is not None:
             require(self.step_last >= self.step_first, join(path, "step_last"), "must be >= step_first")

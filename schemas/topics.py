@@ -20,6 +20,11 @@ class Topics:
         return f"{self.prefix}kernels"
 
     @property
+    def kernel_summaries(self) -> str:
+        """Always-on per-rank-step kernel aggregates (contract 1.1)."""
+        return f"{self.prefix}kernel-summaries"
+
+    @property
     def device(self) -> str:
         return f"{self.prefix}device"
 
@@ -55,7 +60,7 @@ class Topics:
         return f"{self.prefix}group-steps"
 
     def inputs(self) -> tuple[str, ...]:
-        return (self.steps, self.kernels, self.device, self.profiles, self.jobs)
+        return (self.steps, self.kernels, self.kernel_summaries, self.device, self.profiles, self.jobs)
 
     def all(self) -> tuple[str, ...]:
         return (*self.inputs(), self.incidents, self.control, self.deadletter, self.domain_steps, self.group_steps)

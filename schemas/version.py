@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from schemas.errors import ContractError
 
 CONTRACT_MAJOR = 1
-CONTRACT_MINOR = 0
+CONTRACT_MINOR = 1
 CONTRACT_VERSION = f"{CONTRACT_MAJOR}.{CONTRACT_MINOR}"
 
 
