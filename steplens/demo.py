@@ -25,6 +25,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
 from infra import ClickHouseServer, InfraConfig, KafkaBroker
+from infra.clients import kafka_client_config
 from producers.emitter import BackgroundEmitter
 from producers.exporter import KafkaExporter
 from producers.simulator.cluster import SimulatedJob
@@ -105,7 +106,7 @@ def wait_caught_up(settings: Settings, workers: list[subprocess.Popen[bytes]], o
             if proc.poll() is not None:
                 raise RuntimeError(f"a worker exited early with code {proc.returncode}; see .steplens/logs/")
         try:
-            lags = {group: group_lag(settings.kafka_bootstrap, group, names) for group, names in groups.items()}
+            lags = {group: group_lag(settings, group, names) for group, names in groups.items()}
         except KafkaError as exc:  # e.g. a new broker's group coordinator is still loading
             if not getattr(exc, "retriable", False):
                 raise
@@ -163,7 +164,7 @@ def run(settings: Settings, steps: int, seed: int, use_server: bool) -> int:
         print(f"• embedded ClickHouse (chdb) at {settings.embedded_path}", flush=True)
     settings = replace(settings, kafka_bootstrap=broker.bootstrap)
     topics = Topics(settings.topic_prefix)
-    ensure_topics(settings.kafka_bootstrap, topics, settings.topic_partitions)
+    ensure_topics(settings, topics, settings.topic_partitions)
 
     job_id = time.strftime("demo-%Y%m%d-%H%M%S")
     out_dir = REPO_ROOT / "reports" / job_id
@@ -172,7 +173,7 @@ def run(settings: Settings, steps: int, seed: int, use_server: bool) -> int:
     run_state = DemoRun(job=job_id, truth=sim.ground_truth())
     run_state.truth.write(out_dir / "ground_truth.json")
 
-    alert_start = end_offsets(settings.kafka_bootstrap, topics.incidents)
+    alert_start = end_offsets(settings, topics.incidents)
     env = {**os.environ, "STEPLENS_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
            "STEPLENS_CLICKHOUSE_URL": settings.clickhouse_url, "STEPLENS_HOME": str(settings.home)}
     logs = infra_cfg.logs_dir
@@ -180,7 +181,7 @@ def run(settings: Settings, steps: int, seed: int, use_server: bool) -> int:
     workers = [start_worker(role, env, logs) for role in ("detect", "land")]
     print(f"• workers: detect pid {workers[0].pid}, land pid {workers[1].pid} (logs in {logs})", flush=True)
 
-    alerts = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False)
+    alerts = KafkaConsumer(**kafka_client_config(settings, "reader"), enable_auto_commit=False)
     parts = [TopicPartition(topics.incidents, p) for p in alert_start]
     alerts.assign(parts)
     for tp in parts:
@@ -220,7 +221,7 @@ def run(settings: Settings, steps: int, seed: int, use_server: bool) -> int:
         print(f"• sent {emitted} step events ({stats.dropped_total} dropped) in "
               f"{run_state.timings['simulate_and_send_s']:.1f}s", flush=True)
 
-        producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
+        producer = KafkaProducer(**kafka_client_config(settings, "producer"), acks="all")
         for key, value in malformed_events(job_id):
             producer.send(topics.steps, key=key, value=value)
             run_state.bad_events_sent += 1

@@ -7,11 +7,15 @@ from collections.abc import Sequence
 from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import KafkaAdminClient
 
+from infra.clients import kafka_client_config
+from steplens.config import Settings
 
-def group_lag(bootstrap: str, group: str, topics: Sequence[str]) -> dict[str, int]:
+
+def group_lag(settings: Settings, group: str, topics: Sequence[str]) -> dict[str, int]:
     """Messages per topic that `group` has not committed yet (end offset - committed offset)."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="steplens-lag")
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="steplens-lag", enable_auto_commit=False)
+    admin = KafkaAdminClient(**kafka_client_config(settings, "admin"), client_id="steplens-lag")
+    consumer = KafkaConsumer(**kafka_client_config(settings, "admin"), client_id="steplens-lag",
+                             enable_auto_commit=False)
     try:
         committed = admin.list_group_offsets({group: None}).get(group, {})
         partitions = [
@@ -29,8 +33,9 @@ def group_lag(bootstrap: str, group: str, topics: Sequence[str]) -> dict[str, in
         admin.close()
 
 
-def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="steplens-offsets", enable_auto_commit=False)
+def end_offsets(settings: Settings, topic: str) -> dict[int, int]:
+    consumer = KafkaConsumer(**kafka_client_config(settings, "admin"), client_id="steplens-offsets",
+                             enable_auto_commit=False)
     try:
         parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
         return {tp.partition: off for tp, off in consumer.end_offsets(parts).items()}

@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     settings = load_settings()
     logging.basicConfig(level=args.loglevel.upper())
-    ensure_topics(settings.kafka_bootstrap, Topics(settings.topic_prefix), settings.topic_partitions)
+    ensure_topics(settings, Topics(settings.topic_prefix), settings.topic_partitions)
     app = create_app(settings, args.role)
     Worker(app, loglevel=args.loglevel, quiet=True).execute_from_commandline()
 

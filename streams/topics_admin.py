@@ -8,7 +8,9 @@ import logging
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
+from infra.clients import kafka_client_config
 from schemas import Topics
+from steplens.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -16,9 +18,9 @@ log = logging.getLogger(__name__)
 TOPIC_CONFIG = {"max.message.bytes": "4194304"}
 
 
-def ensure_topics(bootstrap: str, topics: Topics, partitions: int) -> list[str]:
+def ensure_topics(settings: Settings, topics: Topics, partitions: int) -> list[str]:
     """Create every missing steplens topic; return the names created."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="steplens-admin")
+    admin = KafkaAdminClient(**kafka_client_config(settings, "admin"), client_id="steplens-admin")
     try:
         existing = set(admin.list_topics())
         missing = [name for name in topics.all() if name not in existing]

@@ -56,7 +56,7 @@ def _read_all(bootstrap: str, topic: str) -> list:
 def test_slow_rank_and_slow_steps_are_found_landed_and_alerted(pipeline_settings: Settings) -> None:
     settings = pipeline_settings
     topics = Topics(settings.topic_prefix)
-    ensure_topics(settings.kafka_bootstrap, topics, settings.topic_partitions)
+    ensure_topics(settings, topics, settings.topic_partitions)
     job = SimulatedJob(
         job_id="pipeline-job", topology=Topology(dp=4, tp=2, pp=2), steps=40, seed=3,
         faults=[SlowRank(rank=6, factor=1.3), SlowSteps(steps=(20, 21), phase="gc_ms", extra_ms=300.0)],

@@ -1,0 +1,109 @@
+"""The `detect` Faust app: windows per communication group, job analyses, alerts and control.
+
+The landing worker dead-letters bad input; this app only counts and skips it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import faust
+import orjson
+
+from schemas import ContractError, ControlCommand, Incident, JobEvent, StepEvent, Topics, decode_as, encode, job_key
+from schemas.topics import group_key
+from steplens.config import Settings
+from streams.analysis.job import FleetAnalysis
+from streams.app import base_app, now_ns, raw_topic
+from streams.records import DomainStep, GroupStep, domain_steps
+from streams.windows.domain_window import DomainStepWindow, VerdictThresholds
+
+log = logging.getLogger(__name__)
+
+WINDOW_IDLE_S = 30.0
+
+
+def create_detect_app(settings: Settings) -> faust.App:
+    app = base_app(settings, "detect")
+    topics = Topics(settings.topic_prefix)
+    cfg = settings.detection
+    window = DomainStepWindow(
+        lateness_steps=cfg.window_lateness_steps,
+        idle_ns=int(WINDOW_IDLE_S * 1e9),
+        thresholds=VerdictThresholds(cfg.slow_rank_wait_ratio, cfg.slow_rank_z),
+    )
+    fleet = FleetAnalysis(cfg)
+    counters = {"steps": 0, "undecodable": 0, "domain_records": 0, "group_steps": 0, "incidents": 0, "commands": 0}
+
+    steps_topic = raw_topic(app, topics.steps)
+    domain_topic = raw_topic(app, topics.domain_steps)
+    group_topic = raw_topic(app, topics.group_steps)
+    analysis_topic = raw_topic(app, topics.group_steps, topics.jobs)
+    incidents_topic = raw_topic(app, topics.incidents)
+    control_topic = raw_topic(app, topics.control)
+
+    async def publish_group_steps(summaries: list[GroupStep]) -> None:
+        for gs in summaries:
+            counters["group_steps"] += 1
+            await group_topic.send(key=job_key(gs.job), value=gs.dumps())
+
+    @app.agent(steps_topic, concurrency=1)
+    async def route_steps(stream: Any) -> AsyncIterator[None]:
+        """Re-key each step to its communication groups (the landing worker dead-letters bad input)."""
+        async for raw in stream:
+            try:
+                event = decode_as(StepEvent, raw, settings.max_event_bytes)
+            except ContractError:
+                counters["undecodable"] += 1
+                continue
+            counters["steps"] += 1
+            for record in domain_steps(event):
+                counters["domain_records"] += 1
+                await domain_topic.send(key=group_key(record.job, record.domain, record.group), value=record.dumps())
+            yield None
+
+    @app.agent(domain_topic, concurrency=1)
+    async def group_windows(stream: Any) -> AsyncIterator[None]:
+        """Window each group by step index; summarise and flag its slowest rank."""
+        async for raw in stream:
+            await publish_group_steps(window.add(DomainStep.loads(raw), now_ns()))
+            yield None
+
+    async def expire_windows() -> None:
+        await publish_group_steps(window.expire(now_ns()))
+
+    app.timer(interval=1.0)(expire_windows)
+
+    @app.agent(analysis_topic, concurrency=1)
+    async def analyse(stream: Any) -> AsyncIterator[None]:
+        """Job-level analyses: slow steps and slow ranks -> incidents (alerts) and control commands."""
+        async for raw in stream:
+            data = orjson.loads(raw)
+            now = now_ns()
+            if data.get("kind") == "group_step":
+                outputs = fleet.on_group_step(GroupStep.from_dict(data), now)
+            else:
+                try:
+                    job_event = decode_as(JobEvent, raw, settings.max_event_bytes)
+                except ContractError:
+                    counters["undecodable"] += 1
+                    continue
+                outputs = fleet.on_job_event(job_event, now)
+            for item in outputs:
+                if isinstance(item, Incident):
+                    counters["incidents"] += 1
+                    log.warning("incident %s %s: %s", item.state, item.incident_id, item.summary)
+                    await incidents_topic.send(key=job_key(item.job), value=encode(item))
+                elif isinstance(item, ControlCommand):
+                    counters["commands"] += 1
+                    await control_topic.send(key=job_key(item.job), value=encode(item))
+            yield None
+
+    async def report_detect() -> None:
+        log.info("detect counters %s window %s open=%d", counters, window.stats, window.open_windows())
+
+    app.timer(interval=10.0)(report_detect)
+
+    return app
