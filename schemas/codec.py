@@ -59,9 +59,27 @@ def encode(event: Event) -> bytes:
     return orjson.dumps({**header, **body}, default=_plain, option=orjson.OPT_PASSTHROUGH_DATACLASS)
 
 
-def decode(raw: bytes | bytearray | memoryview | str, max_bytes: int = MAX_EVENT_BYTES) -> Event:
-    """Parse and validate one message; raise ContractError naming the field and the problem."""
-    size = len(raw)
+def decode(raw: object, max_bytes: int = MAX_EVENT_BYTES) -> Event:
+    """Parse and validate one message; raise ContractError naming the field and the problem.
+
+    Total: whatever `raw` is (bytes, str, memoryview, None for a Kafka tombstone, any other
+    object) the result is an event or a `ContractError`, never another exception, so a
+    caller that catches `ContractError` can dead-letter or skip every bad input.
+    """
+    try:
+        return _decode(raw, max_bytes)
+    except ContractError:
+        raise
+    except Exception as exc:  # a bug or a case the checks above missed: still a contract error
+        raise ContractError("<payload>", f"cannot be decoded ({type(exc).__name__}: {exc})") from None
+
+
+def _decode(raw: object, max_bytes: int) -> Event:
+    if raw is None:
+        raise ContractError("<payload>", "is null (a tombstone or an empty message value)")
+    if not isinstance(raw, (bytes, bytearray, memoryview, str)):
+        raise ContractError("<payload>", f"must be bytes or str, got {type(raw).__name__}")
+    size = raw.nbytes if isinstance(raw, memoryview) else len(raw)
     if size > max_bytes:
         raise ContractError("<payload>", f"is {size} bytes, larger than the {max_bytes}-byte limit")
     try:
@@ -88,8 +106,8 @@ def decode_mapping(data: Any) -> Event:
     return event
 
 
-def decode_as(cls: type[Any], raw: bytes | str, max_bytes: int = MAX_EVENT_BYTES) -> Any:
-    """Decode and insist on one event type (a topic carries exactly one type)."""
+def decode_as(cls: type[Any], raw: object, max_bytes: int = MAX_EVENT_BYTES) -> Any:
+    """Decode and insist on one event type (a topic carries exactly one type); total like `decode`."""
     event = decode(raw, max_bytes)
     if not isinstance(event, cls):
         raise ContractError("type", f"this topic carries {cls.TYPE!r} events, got {type(event).TYPE!r}")

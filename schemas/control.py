@@ -32,6 +32,8 @@ class ControlCommand:
     incident_id: str | None = None
 
     def check(self, path: str) -> None:
+        require(bool(self.command_id), join(path, "command_id"), "must not be empty")
+        require(bool(self.job), join(path, "job"), "must not be empty")
         require(self.step_first >= 0, join(path, "step_first"), "must be >= 0")
         require(self.step_count >= 1, join(path, "step_count"), "must be >= 1")
         require(all(r >= 0 for r in self.ranks), join(path, "ranks"), "ranks must be >= 0")

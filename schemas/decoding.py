@@ -15,9 +15,12 @@ from dataclasses import MISSING, fields, is_dataclass
 from functools import cache
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
+from schemas.bounds import MAX_ID_CHARS, int_range, max_chars
 from schemas.errors import ContractError
 
 T = TypeVar("T")
+
+MAX_KEY_CHARS = MAX_ID_CHARS  # object keys (domain names, evidence and shape keys) are identifiers
 
 
 @cache
@@ -39,8 +42,12 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
-def convert(value: Any, tp: Any, path: str, strict: bool) -> Any:
-    """Check `value` against type `tp`, returning the typed value."""
+def convert(value: Any, tp: Any, path: str, strict: bool, name: str = "") -> Any:
+    """Check `value` against type `tp`, returning the typed value.
+
+    `name` is the field's name: integers and strings are bounded by it (`schemas.bounds`),
+    list items and dict values by the name of the field that holds them.
+    """
     origin = get_origin(tp)
     if origin is Union or origin is types.UnionType:
         args = get_args(tp)
@@ -50,7 +57,7 @@ def convert(value: Any, tp: Any, path: str, strict: bool) -> Any:
             raise ContractError(path, "must not be null")
         non_none = [a for a in args if a is not type(None)]
         if len(non_none) == 1:
-            return convert(value, non_none[0], path, strict)
+            return convert(value, non_none[0], path, strict, name)
         raise TypeError(f"unsupported union {tp} at {path}")  # pragma: no cover - spec bug
     if value is None:
         raise ContractError(path, "must not be null")
@@ -64,7 +71,7 @@ def convert(value: Any, tp: Any, path: str, strict: bool) -> Any:
         if not isinstance(value, list):
             raise ContractError(path, f"must be a list, got {type(value).__name__}")
         (item_tp,) = get_args(tp)
-        return [convert(v, item_tp, f"{path}[{i}]", strict) for i, v in enumerate(value)]
+        return [convert(v, item_tp, f"{path}[{i}]", strict, name) for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
             raise ContractError(path, f"must be an object, got {type(value).__name__}")
@@ -73,7 +80,9 @@ def convert(value: Any, tp: Any, path: str, strict: bool) -> Any:
         for k, v in value.items():
             if key_tp is not str or not isinstance(k, str):  # JSON keys are always str
                 raise ContractError(path, f"key {k!r} must be a string")
-            out[k] = convert(v, val_tp, f"{path}.{k}", strict)
+            if not k or len(k) > MAX_KEY_CHARS:
+                raise ContractError(path, f"keys must have 1 to {MAX_KEY_CHARS} characters, got {len(k)}")
+            out[k] = convert(v, val_tp, f"{path}.{k}", strict, name)
         return out
     if tp is bool:
         if not isinstance(value, bool):
@@ -82,6 +91,9 @@ def convert(value: Any, tp: Any, path: str, strict: bool) -> Any:
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ContractError(path, f"must be an integer, got {type(value).__name__}")
+        low, high = int_range(name)
+        if not low <= value <= high:
+            raise ContractError(path, f"must be in [{low}, {high}] (the range its column stores)")
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -92,6 +104,9 @@ def convert(value: Any, tp: Any, path: str, strict: bool) -> Any:
     if tp is str:
         if not isinstance(value, str):
             raise ContractError(path, f"must be a string, got {type(value).__name__}")
+        limit = max_chars(name)
+        if len(value) > limit:
+            raise ContractError(path, f"has {len(value)} characters, at most {limit}")
         return value
     if isinstance(tp, type) and is_dataclass(tp):
         if not isinstance(value, Mapping):
@@ -116,7 +131,7 @@ def decode_object(cls: type[T], data: Mapping[str, Any], strict: bool, path: str
             if required:
                 raise ContractError(f"{prefix}{name}", "is required")
             continue
-        kwargs[name] = convert(data[name], hints[name], f"{prefix}{name}", strict)
+        kwargs[name] = convert(data[name], hints[name], f"{prefix}{name}", strict, name)
     obj = cls(**kwargs)
     check = getattr(obj, "check", None)
     if check is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from schemas.bounds import PP_STAGE
 from schemas.decoding import join, require
 
 DomainType = Literal["dp", "tp", "pp", "ep", "cp"]
@@ -49,6 +50,7 @@ class RankIdentity:
 
     def check(self, path: str) -> None:
         require(bool(self.job), join(path, "job"), "must not be empty")
+        require(bool(self.host), join(path, "host"), "must not be empty")
         require(self.world >= 1, join(path, "world"), "must be >= 1")
         require(0 <= self.rank < self.world, join(path, "rank"), f"must be in [0, world={self.world})")
         require(self.device >= 0, join(path, "device"), "must be >= 0")
@@ -59,3 +61,8 @@ class RankIdentity:
                 f"unknown domain type, expected one of {', '.join(DOMAIN_TYPES)}",
             )
             require(dom.size <= self.world, join(path, f"domains.{name}.size"), f"must be <= world={self.world}")
+        pp = self.domains.get("pp")
+        if pp is not None:
+            low, high = PP_STAGE
+            require(low <= pp.index <= high, join(path, "domains.pp.index"),
+                    f"a pipeline stage must be in [0, {high}] (the range its column stores)")

@@ -29,5 +29,6 @@ class JobEvent:
     model: str | None = None
 
     def check(self, path: str) -> None:
+        require(bool(self.job), join(path, "job"), "must not be empty")
         require(self.world >= 1, join(path, "world"), "must be >= 1")
         require(self.last_step is None or self.last_step >= 0, join(path, "last_step"), "must be >= 0")

@@ -32,6 +32,8 @@ class ProfileReady:
     command_id: str | None = None
 
     def check(self, path: str) -> None:
+        require(bool(self.job), join(path, "job"), "must not be empty")
+        require(bool(self.host), join(path, "host"), "must not be empty")
         require(bool(self.uri), join(path, "uri"), "must not be empty")
         require(self.step_first >= 0, join(path, "step_first"), "must be >= 0")
         require(self.step_last >= self.step_first, join(path, "step_last"), "must be >= step_first")

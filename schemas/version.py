@@ -6,10 +6,15 @@ Policy (also in docs/events.md):
 - a field unknown to a reader whose minor is at least the event's minor is a typo or an
   out-of-contract producer, and is rejected;
 - a different major is rejected outright.
+
+The version is matched by an ASCII-only pattern with at most 6 digits per part, so
+``"1.²"`` (a Unicode digit `str.isdigit` accepts but `int` refuses) and 5,000-digit
+versions are contract errors, never another exception.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from schemas.errors import ContractError
@@ -17,6 +22,8 @@ from schemas.errors import ContractError
 CONTRACT_MAJOR = 1
 CONTRACT_MINOR = 1
 CONTRACT_VERSION = f"{CONTRACT_MAJOR}.{CONTRACT_MINOR}"
+
+_VERSION = re.compile(r"([0-9]{1,6})\.([0-9]{1,6})", re.ASCII)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,10 +40,10 @@ class Version:
 def parse_version(value: object) -> Version:
     if not isinstance(value, str):
         raise ContractError("v", f"must be a string 'MAJOR.MINOR', got {type(value).__name__}")
-    parts = value.split(".")
-    if len(parts) != 2 or not all(p.isdigit() for p in parts):
-        raise ContractError("v", f"must look like '{CONTRACT_VERSION}', got {value!r}")
-    version = Version(int(parts[0]), int(parts[1]))
+    match = _VERSION.fullmatch(value)
+    if match is None:
+        raise ContractError("v", f"must look like '{CONTRACT_VERSION}', got {value[:40]!r}")
+    version = Version(int(match.group(1)), int(match.group(2)))
     if version.major != CONTRACT_MAJOR:
         raise ContractError(
             "v",

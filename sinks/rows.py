@@ -7,7 +7,10 @@ event type lands in.
 
 Values that would not fit their column (a device id above 65535, a step above 2**64 - 1)
 raise `RowError` naming the field, so the caller can dead-letter the event instead of
-having the whole batch rejected by the database.
+having the whole batch rejected by the database. The ranges are `schemas.bounds`, the ones
+decoding enforces, so for a decoded event this is a second line of defence, not a filter.
+Event types without a table raise `RowError` too (field ``type``): one mapping point,
+one error type for the landing worker to dead-letter.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import base64
 import datetime as dt
 from typing import Any, NamedTuple
 
-from schemas import DOMAIN_TYPES, Incident, JobEvent, Phases, StepEvent
+from schemas import DOMAIN_TYPES, Incident, JobEvent, Phases, StepEvent, bounds
 
 Row = tuple[Any, ...]
 
@@ -62,12 +65,13 @@ NO_GROUP = -1  # a rank outside a domain, an incident without a group or device
 _EPOCH = dt.date(1970, 1, 1)
 _LAST_DATE = dt.date(2149, 6, 6)  # ClickHouse Date is UInt16 days since the epoch
 
-_UINT16 = (0, 2**16 - 1)
-_UINT32 = (0, 2**32 - 1)
-_UINT64 = (0, 2**64 - 1)
-_INT16 = (-(2**15), 2**15 - 1)
-_INT32 = (-(2**31), 2**31 - 1)
-_INT64 = (-(2**63), 2**63 - 1)
+# Column ranges come from the contract's single source of bounds, so whatever decodes fits.
+_UINT16 = bounds.UINT16
+_UINT32 = bounds.UINT32
+_UINT64 = bounds.UINT64
+_INT16 = bounds.INT16
+_INT32 = bounds.INT32
+_INT64 = bounds.INT64
 
 
 class RowError(ValueError):
@@ -223,12 +227,12 @@ StoredEvent = StepEvent | Incident | JobEvent
 STORED_TYPES: tuple[type, ...] = (StepEvent, Incident, JobEvent)
 
 
-def row_for(event: StoredEvent, ingested_ns: int) -> TableRow:
+def row_for(event: object, ingested_ns: int) -> TableRow:
     """The table, column order and row an event is stored as.
 
     `ingested_ns` is the sink's clock at ingestion; it versions step rows (a replayed step
     replaces the earlier row). Incidents are versioned by `detected_ns`, jobs by `ts_ns`.
-    Event types that are not stored (kernels, device samples, ...) raise TypeError.
+    Event types that are not stored (yet) raise RowError (field ``type``).
     """
     if isinstance(event, StepEvent):
         return TableRow(STEPS_TABLE, STEP_COLUMNS, step_row(event, ingested_ns))
@@ -236,7 +240,8 @@ def row_for(event: StoredEvent, ingested_ns: int) -> TableRow:
         return TableRow(INCIDENTS_TABLE, INCIDENT_COLUMNS, incident_row(event))
     if isinstance(event, JobEvent):
         return TableRow(JOBS_TABLE, JOB_COLUMNS, job_row(event))
-    raise TypeError(f"{type(event).__name__} events are not stored in ClickHouse")
+    kind = getattr(type(event), "TYPE", type(event).__name__)
+    raise RowError("type", f"{kind!r} events have no ClickHouse table yet")
 
 
 def dead_letter(

@@ -7,7 +7,7 @@ import datetime as dt
 
 import pytest
 
-from schemas import DeviceSample, Domain, Phases
+from schemas import Domain, Phases
 from sinks.rows import (
     DEAD_LETTER_COLUMNS,
     INCIDENT_COLUMNS,
@@ -145,10 +145,13 @@ def test_row_for_routes_each_stored_type() -> None:
     assert dead_letter("t", 0, 1, None, b"x", "r", "f", 1).table == "dead_letters"
 
 
-def test_row_for_rejects_types_that_are_not_stored() -> None:
-    sample = DeviceSample(host="h", device=0, ts_ns=T0)
-    with pytest.raises(TypeError, match="DeviceSample"):
-        row_for(sample, 1)  # type: ignore[arg-type]
+def test_row_for_rejects_types_that_are_not_stored_with_a_row_error() -> None:
+    class Unmapped:
+        TYPE = "unmapped"
+
+    with pytest.raises(RowError, match="'unmapped' events have no ClickHouse table") as info:
+        row_for(Unmapped(), 1)
+    assert info.value.field == "type"
 
 
 def test_rows_hold_only_plain_values() -> None:
