@@ -1,6 +1,6 @@
 """The steplens event contract (version 1.1): typed events, orjson codec, topic names."""
 
-from schemas.codec import EVENT_TYPES, MAX_EVENT_BYTES, Event, decode, decode_as, encode
+from schemas.codec import EVENT_TYPES, MAX_EVENT_BYTES, Event, bounded, decode, decode_as, encode
 from schemas.control import ControlCommand
 from schemas.device import DeviceSample
 from schemas.errors import ContractError
@@ -19,5 +19,5 @@ __all__ = [
     "ContractError", "ControlCommand", "DeviceSample", "Domain", "Event", "Incident", "JobEvent",
     "KernelAggregate", "KernelBatch", "KernelRecord", "KernelSummary", "Phases", "ProfileReady", "RankIdentity",
     "StepEvent", "Topics",
-    "decode", "decode_as", "encode", "group_key", "job_key", "rank_key",
+    "bounded", "decode", "decode_as", "encode", "group_key", "job_key", "rank_key",
 ]

@@ -6,16 +6,17 @@ followed by the event's fields. Optional fields that are null are left out on en
 
 from __future__ import annotations
 
-from dataclasses import fields, is_dataclass
+from dataclasses import fields, is_dataclass, replace
 from functools import cache
 from typing import Any
 
 import orjson
 
+from schemas.bounds import max_chars
 from schemas.control import ControlCommand
 from schemas.decoding import decode_object
 from schemas.device import DeviceSample
-from schemas.errors import ContractError
+from schemas.errors import ContractError, clip
 from schemas.incident import Incident
 from schemas.job import JobEvent
 from schemas.kernel import KernelBatch
@@ -57,6 +58,24 @@ def encode(event: Event) -> bytes:
     header = {"type": type(event).TYPE, "v": CONTRACT_VERSION}
     body = _plain(event)
     return orjson.dumps({**header, **body}, default=_plain, option=orjson.OPT_PASSTHROUGH_DATACLASS)
+
+
+def bounded(event: Event) -> Event:
+    """`event` with every top-level string field clipped to its contract limit (`schemas.bounds`).
+
+    Workers that copy event text into their own events (a host or job id into an incident's
+    summary) pass what they publish through here, the one place that caps it, so valid input
+    can never make a worker's output out of contract or too large to land.
+    """
+    changes: dict[str, Any] = {}
+    cls: type = type(event)
+    for name in _field_names(cls):
+        value = getattr(event, name)
+        if isinstance(value, str):
+            limit = max_chars(name)
+            if len(value) > limit:
+                changes[name] = clip(value, limit)
+    return replace(event, **changes) if changes else event
 
 
 def decode(raw: object, max_bytes: int = MAX_EVENT_BYTES) -> Event:

@@ -1,6 +1,9 @@
 """The `detect` Faust app: windows per communication group, job analyses, alerts and control.
 
-The landing worker dead-letters bad input; this app only counts and skips it.
+The landing worker dead-letters bad input; this app only counts and skips it (`SkipLog`:
+counted per topic, logged rate-limited and quoted). No input on any topic it reads raises:
+step and job events are decoded by the contract (total, the same checks as landing, so what
+is analysed is what lands), internal records are guarded where they are parsed.
 """
 
 from __future__ import annotations
@@ -12,12 +15,24 @@ from typing import Any
 import faust
 import orjson
 
-from schemas import ContractError, ControlCommand, Incident, JobEvent, StepEvent, Topics, decode_as, encode, job_key
+from schemas import (
+    ContractError,
+    ControlCommand,
+    Incident,
+    JobEvent,
+    StepEvent,
+    Topics,
+    bounded,
+    decode_as,
+    encode,
+    job_key,
+)
 from schemas.topics import group_key
 from steplens.config import Settings
 from streams.analysis.job import FleetAnalysis
 from streams.app import base_app, now_ns, raw_topic
 from streams.records import DomainStep, GroupStep, domain_steps
+from streams.skips import SkipLog
 from streams.windows.domain_window import DomainStepWindow, VerdictThresholds
 
 log = logging.getLogger(__name__)
@@ -35,6 +50,7 @@ def create_detect_app(settings: Settings) -> faust.App:
         thresholds=VerdictThresholds(cfg.slow_rank_wait_ratio, cfg.slow_rank_z),
     )
     fleet = FleetAnalysis(cfg)
+    skips = SkipLog(log)
     counters = {"steps": 0, "undecodable": 0, "domain_records": 0, "group_steps": 0, "incidents": 0, "commands": 0}
 
     steps_topic = raw_topic(app, topics.steps)
@@ -55,11 +71,13 @@ def create_detect_app(settings: Settings) -> faust.App:
         async for raw in stream:
             try:
                 event = decode_as(StepEvent, raw, settings.max_event_bytes)
-            except ContractError:
+                records = domain_steps(event)
+            except Exception as exc:  # ContractError, or a bug: skip this input, keep routing
                 counters["undecodable"] += 1
+                skips.skip(topics.steps, _reason(exc), raw)
                 continue
             counters["steps"] += 1
-            for record in domain_steps(event):
+            for record in records:
                 counters["domain_records"] += 1
                 await domain_topic.send(key=group_key(record.job, record.domain, record.group), value=record.dumps())
             yield None
@@ -68,7 +86,13 @@ def create_detect_app(settings: Settings) -> faust.App:
     async def group_windows(stream: Any) -> AsyncIterator[None]:
         """Window each group by step index; summarise and flag its slowest rank."""
         async for raw in stream:
-            await publish_group_steps(window.add(DomainStep.loads(raw), now_ns()))
+            try:
+                summaries = window.add(DomainStep.loads(raw), now_ns())
+            except Exception as exc:  # an internal topic, but anyone can write to it
+                counters["undecodable"] += 1
+                skips.skip(topics.domain_steps, _reason(exc), raw)
+                continue
+            await publish_group_steps(summaries)
             yield None
 
     async def expire_windows() -> None:
@@ -76,25 +100,31 @@ def create_detect_app(settings: Settings) -> faust.App:
 
     app.timer(interval=1.0)(expire_windows)
 
+    def _analyse_one(raw: object, now: int) -> list[Any]:
+        """One group-step record or job event through the fleet analysis."""
+        data = orjson.loads(raw) if isinstance(raw, (bytes, bytearray, memoryview, str)) else None
+        if isinstance(data, dict) and data.get("kind") == "group_step":
+            return list(fleet.on_group_step(GroupStep.from_dict(data), now))
+        job_event = decode_as(JobEvent, raw, settings.max_event_bytes)
+        return list(fleet.on_job_event(job_event, now))
+
     @app.agent(analysis_topic, concurrency=1)
     async def analyse(stream: Any) -> AsyncIterator[None]:
         """Job-level analyses: slow steps and slow ranks -> incidents (alerts) and control commands."""
         async for raw in stream:
-            data = orjson.loads(raw)
             now = now_ns()
-            if data.get("kind") == "group_step":
-                outputs = fleet.on_group_step(GroupStep.from_dict(data), now)
-            else:
-                try:
-                    job_event = decode_as(JobEvent, raw, settings.max_event_bytes)
-                except ContractError:
-                    counters["undecodable"] += 1
-                    continue
-                outputs = fleet.on_job_event(job_event, now)
+            try:
+                outputs = _analyse_one(raw, now)
+            except Exception as exc:  # garbage on group-steps or jobs: skip it, keep analysing
+                counters["undecodable"] += 1
+                skips.skip(f"{topics.group_steps}|{topics.jobs}", _reason(exc), raw)
+                continue
             for item in outputs:
+                if isinstance(item, (Incident, ControlCommand)):
+                    item = bounded(item)  # the one cap on event text copied into our own events
                 if isinstance(item, Incident):
                     counters["incidents"] += 1
-                    log.warning("incident %s %s: %s", item.state, item.incident_id, item.summary)
+                    log.warning("incident %s %r: %r", item.state, item.incident_id, item.summary)
                     await incidents_topic.send(key=job_key(item.job), value=encode(item))
                 elif isinstance(item, ControlCommand):
                     counters["commands"] += 1
@@ -102,8 +132,15 @@ def create_detect_app(settings: Settings) -> faust.App:
             yield None
 
     async def report_detect() -> None:
-        log.info("detect counters %s window %s open=%d", counters, window.stats, window.open_windows())
+        log.info("detect counters %s skipped %s window %s open=%d", counters, skips.counts, window.stats,
+                 window.open_windows())
 
     app.timer(interval=10.0)(report_detect)
 
     return app
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, ContractError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"

@@ -1,8 +1,35 @@
-"""The `land` Faust app: every event to ClickHouse, bad input to the dead-letter topic."""
+"""The `land` Faust app: every event to ClickHouse, bad input to the dead-letter topic.
+
+Delivery guarantee (checked against faust-streaming 0.15.3's source, `faust/transport/consumer.py`):
+
+- Each topic has one agent (concurrency=1) that reads with `noack_take`, so Faust acks
+  nothing by itself. `Consumer.ack` records an offset as acked; the commit loop
+  (`broker_commit_interval`) commits, per partition, only the *consecutive* run of acked
+  offsets (`Consumer._new_offset`). Faust's guard against an un-acked head is weak: it is
+  skipped while the committed offset is 0 or unknown, and it lets one un-acked offset
+  right after the committed one through. So commits are safe only if acks never run ahead
+  of an un-acked message: this loop therefore acks a take's messages, in order, only after
+  every one of them is in ClickHouse (rows) or in the dead-letter topic and table (dead
+  letters), and acks nothing else.
+- A message that cannot be processed is never a reason to stop: `LandingProcessor` turns
+  it into a dead letter (tombstones, garbage, values out of range, unmapped types, bugs).
+- ClickHouse down: `ClickHouseLander.write` retries until the insert succeeds; the take is
+  not acked meanwhile (lag grows, nothing is lost).
+- Anything else escaping the loop (a bug, a dead-letter send that failed) exits the whole
+  worker process (`os._exit`, status `CRASH_EXIT_CODE`) instead of letting Faust restart
+  the agent in-process: a restarted agent would continue *after* the messages it had taken,
+  and later acks could then commit past them. After the exit nothing more is acked, so the
+  restarted worker re-reads from the committed offset: at-least-once. Re-landed rows of
+  steps, incidents and jobs collapse under FINAL (ReplacingMergeTree); dead_letters is a
+  plain log and may then hold a message twice (same topic, partition and offset).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import sys
 from typing import Any
 
 import faust
@@ -15,6 +42,17 @@ from streams.landing import Landed, LandingProcessor
 
 log = logging.getLogger(__name__)
 
+CRASH_EXIT_CODE = 70  # EX_SOFTWARE: the supervisor restarts the worker, which re-reads un-acked input
+
+
+def crash_process(reason: BaseException) -> None:
+    """Leave now, acking nothing more (see the module docstring for why not an in-process restart)."""
+    log.critical("landing batch failed, exiting so the restart re-reads it: %r", reason, exc_info=reason)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stderr.flush()
+    os._exit(CRASH_EXIT_CODE)
+
 
 def create_land_app(settings: Settings) -> faust.App:
     app = base_app(settings, "land")
@@ -23,22 +61,33 @@ def create_land_app(settings: Settings) -> faust.App:
     lander = ClickHouseLander(settings)
     deadletter_topic = raw_topic(app, topics.deadletter)
 
-    async def land(stream: Any) -> None:
-        async for events in stream.noack_take(settings.sink_batch_size, within=settings.sink_batch_seconds):
-            landed = Landed()
-            now = now_ns()
-            for event in events:
-                msg = event.message
-                processor.process(msg.topic, msg.partition, msg.offset, msg.key, msg.value, now, landed)
-            for letter in landed.dead:
-                log.warning("dead letter %s[%d]@%d: field %s %s", letter.topic, letter.partition,
-                            letter.offset, letter.field, letter.problem)
-                await deadletter_topic.send(key=letter.key, value=letter.raw, headers=letter.headers())
-            await lander.write(landed.rows)
-            for event in events:
-                await stream.ack(event)
+    async def land_batch(stream: Any, events: list[Any]) -> None:
+        landed = Landed()
+        now = now_ns()
+        for event in events:
+            msg = event.message
+            processor.process(msg.topic, msg.partition, msg.offset, msg.key, msg.value, now, landed)
+        deliveries = []
+        for letter in landed.dead:
+            log.warning("dead letter %r[%d]@%d: field %r %r", letter.topic, letter.partition,
+                        letter.offset, letter.field, letter.problem)
+            deliveries.append(await deadletter_topic.send(key=letter.key, value=letter.raw, headers=letter.headers()))
+        await lander.write(landed.rows)
+        for delivery in deliveries:  # the dead-letter topic has them (acks=all) before we ack
+            await delivery
+        for event in events:
+            await stream.ack(event)
 
-    for name in (topics.steps, topics.jobs, topics.incidents):
+    async def land(stream: Any) -> None:
+        try:
+            async for events in stream.noack_take(settings.sink_batch_size, within=settings.sink_batch_seconds):
+                await land_batch(stream, events)
+        except asyncio.CancelledError:
+            raise  # the worker is stopping: un-acked input is re-read by the next one
+        except Exception as exc:
+            crash_process(exc)
+
+    for name in processor.topics:
         app.agent(raw_topic(app, name), name=f"land-{name}", concurrency=1)(land)
 
     async def report_land() -> None:

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from sinks import SinkError, open_backend
 from sinks.migrations.runner import migrate
 from sinks.rows import TableRow
-from sinks.writer import BatchingWriter
+from sinks.writer import BatchingWriter, SinkBackpressure
 from steplens.config import Settings
 
 log = logging.getLogger(__name__)
@@ -53,15 +53,33 @@ class ClickHouseLander:
         return self._writer
 
     def _write_now(self, pending: list[TableRow]) -> None:
-        """Hand `pending` to the writer (emptying it) and flush; raises SinkError on failure."""
+        """Hand `pending` to the writer and flush; raises SinkError on failure.
+
+        Rows the writer accepted are removed from `pending` even when this raises, so a retry
+        never offers a row twice; when the writer's buffer is full (`SinkBackpressure`), it
+        is flushed first (which raises SinkError while the backend is still down).
+        """
         writer = self._open()
-        for row in pending:
-            writer.add_row(row)
-        pending.clear()
+        accepted = 0
+        try:
+            while accepted < len(pending):
+                try:
+                    writer.add_row(pending[accepted])
+                except SinkBackpressure:
+                    writer.flush()
+                    continue
+                accepted += 1
+        finally:
+            del pending[:accepted]
         writer.flush()
 
     async def write(self, batch: list[TableRow]) -> None:
-        """Write `batch`, retrying until it lands (raises only on cancellation)."""
+        """Write `batch`, retrying until it lands; one insert per table per call.
+
+        Retries only `SinkError` (the backend is down or refused the insert). Anything else
+        is a bug and propagates: the landing worker then exits without acknowledging the
+        batch, and its restart re-reads it from the committed offset.
+        """
         if not batch:
             return
         loop = asyncio.get_running_loop()

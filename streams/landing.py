@@ -1,8 +1,14 @@
-"""Landing, the pure half: a Kafka message in, ClickHouse rows or a dead letter out.
+"""Landing, the pure half: a Kafka message in, a ClickHouse row or a dead letter out.
 
-Each input topic carries one event type. A message that does not decode, or whose values
-do not fit their columns, is not lost: it becomes a dead letter (raw bytes kept, with the
-reason) for the dead-letter topic and the dead_letters table, and the worker goes on.
+Each input topic carries one event type. `LandingProcessor.process` is total: whatever a
+message holds (garbage, a tombstone, a value out of range, an event type without a table
+yet, or a bug the checks did not foresee) it yields exactly one of
+
+- a row for the event's table (`rows.row_for`, the one mapping point), or
+- a dead letter: the raw bytes kept, with the reason, for the dead-letter topic and the
+  dead_letters table,
+
+and never raises, so one bad message can never stop the batch it arrived in.
 """
 
 from __future__ import annotations
@@ -10,13 +16,30 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas import ContractError, Incident, JobEvent, StepEvent, Topics, decode_as
+from schemas import (
+    ContractError,
+    ControlCommand,
+    DeviceSample,
+    Incident,
+    JobEvent,
+    KernelBatch,
+    KernelSummary,
+    ProfileReady,
+    StepEvent,
+    Topics,
+    decode_as,
+)
+from schemas.errors import MAX_REASON_CHARS, clip
 from sinks import rows
 from sinks.rows import RowError, TableRow
+
+UNEXPECTED_FIELD = "<processing>"
 
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
+    """A message that did not land. `raw` is the value as received (b"" for a tombstone)."""
+
     topic: str
     partition: int
     offset: int
@@ -24,15 +47,19 @@ class DeadLetter:
     raw: bytes
     field: str
     problem: str
+    tombstone: bool = False
 
     def headers(self) -> list[tuple[str, bytes]]:
-        return [
-            ("steplens-reason", self.problem.encode()),
-            ("steplens-field", self.field.encode()),
-            ("steplens-source-topic", self.topic.encode()),
+        out = [
+            ("steplens-reason", self.problem.encode("utf-8", "backslashreplace")),
+            ("steplens-field", self.field.encode("utf-8", "backslashreplace")),
+            ("steplens-source-topic", self.topic.encode("utf-8", "backslashreplace")),
             ("steplens-source-partition", str(self.partition).encode()),
             ("steplens-source-offset", str(self.offset).encode()),
         ]
+        if self.tombstone:
+            out.append(("steplens-tombstone", b"1"))
+        return out
 
 
 @dataclass(slots=True)
@@ -41,26 +68,74 @@ class Landed:
     dead: list[DeadLetter] = field(default_factory=list)
 
 
+def landing_types(topics: Topics) -> dict[str, type[Any]]:
+    """Every topic the landing worker reads, with the one event type it carries."""
+    return {
+        topics.steps: StepEvent,
+        topics.kernel_summaries: KernelSummary,
+        topics.kernels: KernelBatch,
+        topics.device: DeviceSample,
+        topics.profiles: ProfileReady,
+        topics.jobs: JobEvent,
+        topics.incidents: Incident,
+        topics.control: ControlCommand,
+    }
+
+
+def _as_bytes(value: object) -> bytes | None:
+    """A key or value as bytes (Kafka gives bytes; anything else is kept as its repr)."""
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogatepass")
+    return repr(value).encode("utf-8", "backslashreplace")
+
+
 class LandingProcessor:
-    """Decode-and-map for the topics the landing worker consumes."""
+    """Decode-and-map for the topics the landing worker consumes (no I/O, time passed in).
+
+    `counts` has one entry per event type landed, plus ``dead``; after any sequence of
+    `process` calls, the sum of the counts equals the number of calls.
+    """
 
     def __init__(self, topics: Topics, max_event_bytes: int) -> None:
         self._max = max_event_bytes
-        self._types: dict[str, type[Any]] = {
-            topics.steps: StepEvent, topics.jobs: JobEvent, topics.incidents: Incident,
-        }
+        self._types = landing_types(topics)
         self.counts: dict[str, int] = {}
 
+    @property
+    def topics(self) -> tuple[str, ...]:
+        return tuple(self._types)
+
     def process(
-        self, topic: str, partition: int, offset: int, key: bytes | None, raw: bytes, now_ns: int, out: Landed
+        self, topic: str, partition: int, offset: int, key: object, raw: object, now_ns: int, out: Landed
     ) -> None:
-        cls = self._types[topic]
+        """Append exactly one row or one dead letter (plus its dead_letters row) to `out`."""
+        key_bytes = _as_bytes(key)
+        raw_bytes = _as_bytes(raw)
         try:
-            row = rows.row_for(decode_as(cls, raw, self._max), now_ns)
+            cls = self._types.get(topic)
+            if cls is None:
+                raise ContractError("<topic>", f"topic {topic[:100]!r} is not one the landing worker reads")
+            row = rows.row_for(decode_as(cls, raw_bytes, self._max), now_ns)
         except (ContractError, RowError) as exc:
-            out.dead.append(DeadLetter(topic, partition, offset, key, raw, exc.field, exc.problem))
-            out.rows.append(rows.dead_letter(topic, partition, offset, key, raw, exc.problem, exc.field, now_ns))
-            self.counts["dead"] = self.counts.get("dead", 0) + 1
+            self._dead(topic, partition, offset, key_bytes, raw_bytes, exc.field, exc.problem, now_ns, out)
+            return
+        except Exception as exc:  # a bug must not cost the message: dead-letter it with the reason
+            problem = clip(f"could not be processed ({type(exc).__name__}: {exc})", MAX_REASON_CHARS)
+            self._dead(topic, partition, offset, key_bytes, raw_bytes, UNEXPECTED_FIELD, problem, now_ns, out)
             return
         out.rows.append(row)
-        self.counts[cls.TYPE] = self.counts.get(cls.TYPE, 0) + 1
+        kind = cls.TYPE
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+
+    def _dead(
+        self, topic: str, partition: int, offset: int, key: bytes | None, raw: bytes | None,
+        field_path: str, problem: str, now_ns: int, out: Landed,
+    ) -> None:
+        payload = b"" if raw is None else raw
+        out.dead.append(DeadLetter(topic, partition, offset, key, payload, field_path, problem, raw is None))
+        out.rows.append(rows.dead_letter(topic, partition, offset, key, payload, problem, field_path, now_ns))
+        self.counts["dead"] = self.counts.get("dead", 0) + 1
