@@ -7,9 +7,13 @@ Everything above them (migrations, the batching writer) sees only this Protocol.
 
 from __future__ import annotations
 
+import datetime as dt
+import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, Self, runtime_checkable
+
+from clickhouse_driver.util.escape import escape_params
 
 
 class SinkError(Exception):
@@ -39,12 +43,19 @@ class Backend(Protocol):
 
     database: str
 
-    def execute(self, sql: str) -> None:
-        """Run a statement that returns no rows (DDL, INSERT ... SELECT, OPTIMIZE)."""
+    def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
+        """Run a statement that returns no rows (DDL, INSERT ... SELECT, OPTIMIZE); `params` as in `query`."""
         ...
 
-    def query(self, sql: str) -> list[tuple[Any, ...]]:
-        """Run a SELECT; rows as tuples of Python values (Date -> datetime.date, arrays -> lists)."""
+    def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        """Run a SELECT; rows as tuples of Python values (Date -> datetime.date, arrays -> lists).
+
+        Values from data or users go in `params`, never in `sql`: write ``%(name)s`` where a
+        value belongs (and ``%%`` for a literal percent sign when `params` is given). Values
+        may be str, int, finite float, None, datetime.date or a list/tuple of those; both
+        backends quote them with clickhouse-driver's escaping, so quotes, backslashes and
+        newlines in a job name are data, not SQL.
+        """
         ...
 
     def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
@@ -70,6 +81,35 @@ def parse_version(text: str) -> tuple[int, int, int]:
         raise ValueError(f"cannot read a ClickHouse version from {text!r}")
     major, minor, patch = match.groups()
     return int(major), int(minor), int(patch or 0)
+
+
+_PARAM_SCALARS = (str, int, float, dt.date)
+
+
+def check_params(backend: str, params: Mapping[str, Any]) -> None:
+    """Refuse parameter values the escaping would not quote (bools, bytes, objects render raw)."""
+
+    def ok(value: Any) -> bool:
+        if value is None:
+            return True
+        if isinstance(value, bool) or not isinstance(value, _PARAM_SCALARS):
+            return isinstance(value, (list, tuple)) and all(ok(v) and not isinstance(v, (list, tuple)) for v in value)
+        return not (isinstance(value, float) and not math.isfinite(value))
+
+    for name, value in params.items():
+        if not ok(value):
+            raise SinkError(backend, "query", f"parameter {name!r}: unsupported value of type {type(value).__name__}")
+
+
+def substitute_params(backend: str, sql: str, params: Mapping[str, Any] | None) -> str:
+    """`sql` with ``%(name)s`` replaced by quoted literals, as clickhouse-driver does client-side."""
+    if params is None:
+        return sql
+    check_params(backend, params)
+    try:
+        return str(sql % escape_params(dict(params), None))
+    except (KeyError, ValueError, TypeError) as exc:
+        raise SinkError(backend, "query", f"cannot substitute parameters: {type(exc).__name__}: {exc}") from exc
 
 
 def quote_identifier(name: str) -> str:
@@ -100,7 +140,7 @@ class BackendBase:
 
     _version: tuple[int, int, int] | None = None
 
-    def query(self, sql: str) -> list[tuple[Any, ...]]:  # pragma: no cover - overridden
+    def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:  # pragma: no cover
         raise NotImplementedError
 
     def close(self) -> None:  # pragma: no cover - overridden

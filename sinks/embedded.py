@@ -34,13 +34,21 @@ from __future__ import annotations
 import datetime as dt
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from sinks.backend import BackendBase, SinkError, check_rows, column_list, qualified, quote_identifier
+from sinks.backend import (
+    BackendBase,
+    SinkError,
+    check_rows,
+    column_list,
+    qualified,
+    quote_identifier,
+    substitute_params,
+)
 
 # Query-level settings applied to this session (chdb passes URL parameters of the path to it).
 _SESSION_SETTINGS = "output_format_json_quote_64bit_integers=0&output_format_json_quote_denormals=0"
@@ -116,11 +124,12 @@ class EmbeddedBackend(BackendBase):
             except RuntimeError as exc:  # chdb.ChdbError is a RuntimeError
                 raise SinkError(self.name, action, str(exc).strip(), table=table) from exc
 
-    def execute(self, sql: str) -> None:
-        self._call("execute", sql)
+    def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
+        self._call("execute", substitute_params(self.name, sql, params))
 
-    def query(self, sql: str) -> list[tuple[Any, ...]]:
-        result = self._call("query", sql, fmt="JSONCompact")
+    def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        """As `Backend.query`; `params` are quoted client-side exactly as clickhouse-driver quotes them."""
+        result = self._call("query", substitute_params(self.name, sql, params), fmt="JSONCompact")
         raw = result.bytes()
         if not raw:
             return []

@@ -7,7 +7,7 @@ one passed in; either way it is created on open when missing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -15,7 +15,15 @@ from urllib.parse import unquote, urlsplit
 from clickhouse_driver import Client
 from clickhouse_driver import errors as ch_errors
 
-from sinks.backend import BackendBase, SinkError, check_rows, column_list, qualified, quote_identifier
+from sinks.backend import (
+    BackendBase,
+    SinkError,
+    check_params,
+    check_rows,
+    column_list,
+    qualified,
+    quote_identifier,
+)
 
 DEFAULT_PORT = 9000
 DEFAULT_SECURE_PORT = 9440
@@ -117,12 +125,19 @@ class ServerBackend(BackendBase):
         except (ch_errors.Error, OSError, EOFError) as exc:
             raise SinkError(self.name, action, _error_text(exc), table=table) from exc
 
-    def execute(self, sql: str) -> None:
-        self._run("execute", sql)
+    def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
+        self._run("execute", sql, params=self._params(params))
 
-    def query(self, sql: str) -> list[tuple[Any, ...]]:
-        rows = self._run("query", sql)
+    def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        rows = self._run("query", sql, params=self._params(params))
         return [tuple(row) for row in rows]
+
+    def _params(self, params: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        """clickhouse-driver substitutes a dict client-side with its escaping (``%(name)s``)."""
+        if params is None:
+            return None
+        check_params(self.name, params)
+        return dict(params)
 
     def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         if not rows:

@@ -33,11 +33,13 @@ from producers.simulator.faults import SlowRank, SlowSteps
 from producers.simulator.ground_truth import GroundTruth
 from producers.simulator.topology import Topology
 from schemas import ContractError, Incident, Topics, decode_as, encode, rank_key
-from sinks import open_backend
+from sinks import Backend, open_backend
+from sinks.backend import qualified
 from steplens.config import REPO_ROOT, Settings, load_settings
 from steplens.lag import end_offsets, group_lag
-from steplens.report import render_markdown
+from steplens.report import plain, render_markdown
 from steplens.scoring import score, steps_in_ranges
+from streams.landing import landing_types
 from streams.topics_admin import ensure_topics
 
 CATCH_UP_TIMEOUT_S = 240.0
@@ -97,7 +99,7 @@ def wait_caught_up(settings: Settings, workers: list[subprocess.Popen[bytes]], o
     topics = Topics(settings.topic_prefix)
     groups = {
         f"{settings.app_id}-detect": [topics.steps, topics.domain_steps, topics.group_steps, topics.jobs],
-        f"{settings.app_id}-land": [topics.steps, topics.jobs, topics.incidents],
+        f"{settings.app_id}-land": list(landing_types(topics)),
     }
     deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
     clean_polls = 0
@@ -121,29 +123,45 @@ def wait_caught_up(settings: Settings, workers: list[subprocess.Popen[bytes]], o
 def query_results(settings: Settings, job: str, since_ns: int) -> dict[str, Any]:
     backend = open_backend(settings)
     try:
-        db = backend.database
-        steps = backend.query(f"SELECT count(), uniqExact(rank), max(step) FROM {db}.steps FINAL WHERE job = '{job}'")
-        incidents = backend.query(
-            f"SELECT incident_id, rule, state, severity, ranks, step_first, step_last, summary, cause, suggestion "
-            f"FROM {db}.incidents FINAL WHERE job = '{job}' ORDER BY rule, step_first"
-        )
-        slowest = backend.query(
-            f"SELECT rank, round(avg(duration_ms - ifNull(comm_exposed_ms, 0)), 1) AS busy "
-            f"FROM {db}.steps FINAL WHERE job = '{job}' GROUP BY rank ORDER BY busy DESC LIMIT 3"
-        )
-        dead = backend.query(f"SELECT count() FROM {db}.dead_letters WHERE received_ns >= {since_ns}")
-        return {
-            "steps_rows": steps[0][0], "ranks": steps[0][1], "last_step": steps[0][2],
-            "incidents": [
-                dict(zip(("incident_id", "rule", "state", "severity", "ranks", "step_first", "step_last",
-                          "summary", "cause", "suggestion"), row, strict=True))
-                for row in incidents
-            ],
-            "slowest_ranks_sql": [{"rank": r, "busy_ms": b} for r, b in slowest],
-            "dead_letters": dead[0][0],
-        }
+        return results_from(backend, job, since_ns, Topics(settings.topic_prefix).steps)
     finally:
         backend.close()
+
+
+def results_from(backend: Backend, job: str, since_ns: int, bad_events_topic: str) -> dict[str, Any]:
+    """What the report shows about `job`, read back with SQL; values are query parameters, never SQL.
+
+    `dead_letters` counts the dead letters of `bad_events_topic` (where the demo sends its
+    malformed events) since `since_ns`.
+    """
+    steps_t = qualified(backend.database, "steps")
+    incidents_t = qualified(backend.database, "incidents")
+    dead_t = qualified(backend.database, "dead_letters")
+    params = {"job": job, "since_ns": since_ns, "topic": bad_events_topic}
+    steps = backend.query(
+        f"SELECT count(), uniqExact(rank), max(step) FROM {steps_t} FINAL WHERE job = %(job)s", params
+    )
+    incidents = backend.query(
+        f"SELECT incident_id, rule, state, severity, ranks, step_first, step_last, summary, cause, suggestion "
+        f"FROM {incidents_t} FINAL WHERE job = %(job)s ORDER BY rule, step_first", params
+    )
+    slowest = backend.query(
+        f"SELECT rank, round(avg(duration_ms - ifNull(comm_exposed_ms, 0)), 1) AS busy "
+        f"FROM {steps_t} FINAL WHERE job = %(job)s GROUP BY rank ORDER BY busy DESC LIMIT 3", params
+    )
+    dead = backend.query(
+        f"SELECT count() FROM {dead_t} WHERE received_ns >= %(since_ns)s AND topic = %(topic)s", params
+    )
+    return {
+        "steps_rows": steps[0][0], "ranks": steps[0][1], "last_step": steps[0][2],
+        "incidents": [
+            dict(zip(("incident_id", "rule", "state", "severity", "ranks", "step_first", "step_last",
+                      "summary", "cause", "suggestion"), row, strict=True))
+            for row in incidents
+        ],
+        "slowest_ranks_sql": [{"rank": r, "busy_ms": b} for r, b in slowest],
+        "dead_letters": dead[0][0],
+    }
 
 
 def run(settings: Settings, steps: int, seed: int, use_server: bool) -> int:
@@ -196,7 +214,7 @@ def run(settings: Settings, steps: int, seed: int, use_server: bool) -> int:
                 continue
             if incident.job == job_id:
                 run_state.alerts.append(incident)
-                print(f"  ALERT {incident.state:<8} {incident.rule:<9} {incident.summary}", flush=True)
+                print(f"  ALERT {incident.state:<8} {incident.rule:<9} {plain(incident.summary)}", flush=True)
 
     try:
         topo = sim.topology

@@ -1,8 +1,31 @@
-"""Render the demo's findings as Markdown (no plotting: a report is text an operator can diff)."""
+"""Render the demo's findings as Markdown (no plotting: a report is text an operator can diff).
+
+Every value that comes from data (job ids, hosts, summaries, causes) goes through `md`, so
+a hostile string stays one table cell of text: it cannot end the cell (`|`), start a new
+line or row (newlines), open code or emphasis (backticks, `*`, `_`), forge a link (`[`) or
+inject HTML (`<`, `&`).
+"""
 
 from __future__ import annotations
 
+import html
+import re
 from typing import Any
+
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]|#~!])")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
+
+
+def plain(value: object) -> str:
+    """`value` for one terminal line: control characters (newlines included) shown escaped."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], str(value))
+
+
+def md(value: object) -> str:
+    """`value` as inert Markdown text for one table cell or line (see the module docstring)."""
+    text = html.escape(str(value), quote=False)
+    text = _MD_SPECIAL.sub(r"\\\1", text)
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def _fmt_steps(steps: list[int]) -> str:
@@ -24,10 +47,11 @@ def render_markdown(report: dict[str, Any]) -> str:
     res = report["results"]
     sc = report["scores"]
     lines = [
-        f"# steplens report — job {report['job']}",
+        f"# steplens report — job {md(report['job'])}",
         "",
-        f"{report['world']} ranks, {report['steps']} steps, seed {report['seed']}, landed in {report['backend']}.",
-        f"Landed {res['steps_rows']} step rows for {res['ranks']} ranks (last step {res['last_step']}).",
+        f"{md(report['world'])} ranks, {md(report['steps'])} steps, seed {md(report['seed'])}, "
+        f"landed in {md(report['backend'])}.",
+        f"Landed {md(res['steps_rows'])} step rows for {md(res['ranks'])} ranks (last step {md(res['last_step'])}).",
         "",
         "## Found vs injected",
         "",
@@ -48,8 +72,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         steps = (f"{inc['step_first']}" if inc["step_first"] == inc["step_last"]
                  else f"{inc['step_first']}–{inc['step_last']}")
         lines.append(
-            f"| {inc['rule']} | {inc['state']} | {inc['severity']} | {', '.join(map(str, inc['ranks'])) or '—'} | "
-            f"{steps} | {inc['summary']} | {inc['cause'] or '—'} | {inc['suggestion'] or '—'} |"
+            f"| {md(inc['rule'])} | {md(inc['state'])} | {md(inc['severity'])} | "
+            f"{md(', '.join(map(str, inc['ranks'])) or '—')} | {md(steps)} | {md(inc['summary'])} | "
+            f"{md(inc['cause'] or '—')} | {md(inc['suggestion'] or '—')} |"
         )
     lines += [
         "",
@@ -57,7 +82,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
         "| rank | busy ms |",
         "|---|---|",
-        *[f"| {r['rank']} | {r['busy_ms']} |" for r in res["slowest_ranks_sql"]],
+        *[f"| {md(r['rank'])} | {md(r['busy_ms'])} |" for r in res["slowest_ranks_sql"]],
         "",
         f"Malformed events sent: {report['bad_events_sent']}; dead letters recorded during this run: "
         f"{res['dead_letters']}. Alerts received on the alerts topic: {len(report['alerts_received'])}.",

@@ -90,7 +90,7 @@ class ClickHouseLander:
                 await loop.run_in_executor(self._executor, self._write_now, pending)
                 return
             except SinkError as exc:
-                log.error("landing failed, retrying in %.1fs: %s", backoff, exc)
+                log.error("landing failed, retrying in %.1fs: %r", backoff, str(exc))
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self._max_backoff)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sinks.backend import SinkError
@@ -19,10 +19,10 @@ class FakeBackend:
         self.fail_tables: set[str] | None = None
         self.closed = False
 
-    def execute(self, sql: str) -> None:
+    def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
         self.executed.append(sql)
 
-    def query(self, sql: str) -> list[tuple[Any, ...]]:
+    def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
         return []
 
     def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:

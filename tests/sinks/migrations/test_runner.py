@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -16,7 +16,7 @@ from tests.sinks.fakes import FakeBackend
 class RecordingBackend(FakeBackend):
     """Answers the runner's `SELECT DISTINCT id` from what it inserted into schema_migrations."""
 
-    def query(self, sql: str) -> list[tuple[Any, ...]]:
+    def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
         assert "schema_migrations" in sql
         return sorted({(row[0],) for row in self.rows("schema_migrations")})
 
