@@ -124,7 +124,8 @@ def decode_object(cls: type[T], data: Mapping[str, Any], strict: bool, path: str
     if strict:
         for key in data:
             if key not in known and not (path == "" and key in ("type", "v")):
-                raise ContractError(f"{prefix}{key}", "unknown field for this contract version")
+                shown = key if key else '""'
+                raise ContractError(f"{prefix}{shown}", "unknown field for this contract version")
     kwargs: dict[str, Any] = {}
     for name, required in table:
         if name not in data:

@@ -1,6 +1,10 @@
 import base64
 
+import pytest
+
 from schemas import Topics, encode
+from sinks import rows
+from sinks.rows import RowError
 from streams.landing import Landed, LandingProcessor
 from tests.streams.helpers import step_event
 
@@ -44,3 +48,81 @@ def test_wrong_event_type_for_topic_is_a_dead_letter() -> None:
     out = Landed()
     processor.process(TOPICS.jobs, 0, 0, None, encode(step_event(1, 3, 400.0)), 5, out)
     assert out.dead and "carries 'job' events" in out.dead[0].problem
+
+
+GARBAGE: list[object] = [
+    None,  # a tombstone
+    b"",
+    b"\xff\xfe\x00",
+    b"[" * 3000 + b"]" * 3000,
+    b'{"type":"step","v":"1.\xc2\xb2"}',
+    b'{"type":"step","v":"' + b"9" * 5000 + b'.1"}',
+    encode(step_event(1, 3, 400.0)).replace(b'"end_ns":', b'"end_ns":18446744073709551615,"x":'),
+    encode(step_event(1, 3, 400.0)).replace(b'"host":"node-0"', b'"host":""'),
+    b"null",
+    b"[]",
+    "text, not bytes",
+    memoryview(b"{}"),
+    12345,
+]
+
+
+def test_garbage_of_every_kind_interleaved_with_valid_events_is_rows_or_dead_letters() -> None:
+    processor = LandingProcessor(TOPICS, max_event_bytes=10_000)
+    out = Landed()
+    sent = 0
+    valid = 0
+    for topic in processor.topics:
+        for offset, bad in enumerate(GARBAGE):
+            processor.process(topic, 0, 2 * offset, None if offset % 2 else b"k", bad, 5, out)
+            good = encode(step_event(offset % 8, offset, 400.0))
+            processor.process(topic, 0, 2 * offset + 1, b"k", good, 5, out)
+            sent += 2
+            valid += topic == TOPICS.steps
+    dead_rows = [r for r in out.rows if r.table == "dead_letters"]
+    step_rows = [r for r in out.rows if r.table == "steps"]
+    assert len(step_rows) == valid  # valid steps land on the steps topic, and only there
+    assert len(out.dead) == len(dead_rows) == sent - valid
+    assert len(out.rows) == sent  # one row per input: its table's or a dead letter's
+    assert sum(processor.counts.values()) == sent
+    assert processor.counts["step"] == valid
+    tombstones = [d for d in out.dead if d.tombstone]
+    assert len(tombstones) == len(processor.topics)
+    assert all(d.raw == b"" and "tombstone" in d.problem for d in tombstones)
+    assert all(("steplens-tombstone", b"1") in d.headers() for d in tombstones)
+
+
+def test_every_input_topic_is_landed_or_dead_lettered() -> None:
+    processor = LandingProcessor(TOPICS, max_event_bytes=10_000)
+    assert set(processor.topics) == {*TOPICS.inputs(), TOPICS.incidents, TOPICS.control}
+
+
+def test_an_unexpected_exception_is_a_dead_letter_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(event: object, ingested_ns: int) -> object:
+        raise KeyError("a bug in a row mapping")
+
+    monkeypatch.setattr(rows, "row_for", broken)
+    processor = LandingProcessor(TOPICS, max_event_bytes=10_000)
+    out = Landed()
+    processor.process(TOPICS.steps, 2, 9, b"k", encode(step_event(1, 3, 400.0)), 5, out)
+    assert [d.field for d in out.dead] == ["<processing>"]
+    assert "KeyError" in out.dead[0].problem and "a bug in a row mapping" in out.dead[0].problem
+    assert [r.table for r in out.rows] == ["dead_letters"]
+
+
+def test_a_type_without_a_table_is_dead_lettered_with_a_clear_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    def unmapped(event: object, ingested_ns: int) -> object:
+        raise RowError("type", "'step' events have no ClickHouse table yet")
+
+    monkeypatch.setattr(rows, "row_for", unmapped)
+    processor = LandingProcessor(TOPICS, max_event_bytes=10_000)
+    out = Landed()
+    processor.process(TOPICS.steps, 0, 1, b"k", encode(step_event(1, 3, 400.0)), 5, out)
+    assert out.dead[0].field == "type" and "no ClickHouse table" in out.dead[0].problem
+
+
+def test_an_unknown_topic_is_a_dead_letter() -> None:
+    processor = LandingProcessor(TOPICS, max_event_bytes=10_000)
+    out = Landed()
+    processor.process("elsewhere", 0, 1, None, encode(step_event(1, 3, 400.0)), 5, out)
+    assert out.dead[0].field == "<topic>"
