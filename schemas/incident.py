@@ -66,6 +66,7 @@ class Incident:
     def check(self, path: str) -> None:
         require(bool(self.incident_id), join(path, "incident_id"), "must not be empty")
         require(bool(self.job), join(path, "job"), "must not be empty")
+        require(self.host is None or bool(self.host), join(path, "host"), "must not be empty (leave it out instead)")
         require(self.rule in RULE_IDS, join(path, "rule"), f"must be one of {', '.join(RULE_IDS)}")
         for i, rule in enumerate(self.rules):
             require(rule in RULE_IDS, join(path, f"rules[{i}]"), f"must be one of {', '.join(RULE_IDS)}")
