@@ -30,6 +30,7 @@ import asyncio
 import logging
 import os
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import faust
@@ -54,6 +55,29 @@ def crash_process(reason: BaseException) -> None:
     os._exit(CRASH_EXIT_CODE)
 
 
+async def run_batches(
+    stream: Any,
+    size: int,
+    within: float,
+    land_batch: Callable[[list[Any]], Awaitable[None]],
+    crash: Callable[[BaseException], None] = crash_process,
+) -> None:
+    """Take batches without acks; ack each batch, in order, only after `land_batch` stored it.
+
+    Any exception other than cancellation (the worker stopping) goes to `crash`, which exits
+    the process: the batch stays un-acked and is re-read after the restart.
+    """
+    try:
+        async for events in stream.noack_take(size, within=within):
+            await land_batch(events)
+            for event in events:
+                await stream.ack(event)
+    except asyncio.CancelledError:
+        raise  # the worker is stopping: un-acked input is re-read by the next one
+    except Exception as exc:
+        crash(exc)
+
+
 def create_land_app(settings: Settings) -> faust.App:
     app = base_app(settings, "land")
     topics = Topics(settings.topic_prefix)
@@ -61,7 +85,7 @@ def create_land_app(settings: Settings) -> faust.App:
     lander = ClickHouseLander(settings)
     deadletter_topic = raw_topic(app, topics.deadletter)
 
-    async def land_batch(stream: Any, events: list[Any]) -> None:
+    async def land_batch(events: list[Any]) -> None:
         landed = Landed()
         now = now_ns()
         for event in events:
@@ -73,19 +97,11 @@ def create_land_app(settings: Settings) -> faust.App:
                         letter.offset, letter.field, letter.problem)
             deliveries.append(await deadletter_topic.send(key=letter.key, value=letter.raw, headers=letter.headers()))
         await lander.write(landed.rows)
-        for delivery in deliveries:  # the dead-letter topic has them (acks=all) before we ack
+        for delivery in deliveries:  # the dead-letter topic has them (acks=all) before they are acked
             await delivery
-        for event in events:
-            await stream.ack(event)
 
     async def land(stream: Any) -> None:
-        try:
-            async for events in stream.noack_take(settings.sink_batch_size, within=settings.sink_batch_seconds):
-                await land_batch(stream, events)
-        except asyncio.CancelledError:
-            raise  # the worker is stopping: un-acked input is re-read by the next one
-        except Exception as exc:
-            crash_process(exc)
+        await run_batches(stream, settings.sink_batch_size, settings.sink_batch_seconds, land_batch)
 
     for name in processor.topics:
         app.agent(raw_topic(app, name), name=f"land-{name}", concurrency=1)(land)
