@@ -32,6 +32,10 @@ class FakeStream:
         self.acked.append(event)
 
 
+def _no_crash(reason: BaseException) -> None:
+    pytest.fail(f"unexpected crash: {reason!r}")
+
+
 def test_batches_are_acked_in_order_only_after_they_are_stored() -> None:
     stream = FakeStream([[1, 2, 3], [4, 5]])
     stored: list[list[int]] = []
@@ -40,7 +44,7 @@ def test_batches_are_acked_in_order_only_after_they_are_stored() -> None:
         assert stream.acked == [e for batch in stored for e in batch]  # nothing of this batch acked yet
         stored.append(list(events))
 
-    asyncio.run(run_batches(stream, 10, 1.0, land, crash=pytest.fail))
+    asyncio.run(run_batches(stream, 10, 1.0, land, crash=_no_crash))
     assert stream.acked == [1, 2, 3, 4, 5]
 
 
@@ -64,7 +68,7 @@ def test_cancellation_is_not_a_crash() -> None:
         raise asyncio.CancelledError
 
     with pytest.raises(asyncio.CancelledError):
-        asyncio.run(run_batches(stream, 10, 1.0, land, crash=pytest.fail))
+        asyncio.run(run_batches(stream, 10, 1.0, land, crash=_no_crash))
     assert stream.acked == []
 
 
