@@ -32,7 +32,7 @@ from steplens.config import Settings
 from streams.analysis.job import FleetAnalysis
 from streams.app import base_app, now_ns, raw_topic
 from streams.records import DomainStep, GroupStep, domain_steps
-from streams.skips import SkipLog
+from streams.skips import SkipLog, typed_record
 from streams.windows.domain_window import DomainStepWindow, VerdictThresholds
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ def create_detect_app(settings: Settings) -> faust.App:
         """Window each group by step index; summarise and flag its slowest rank."""
         async for raw in stream:
             try:
-                summaries = window.add(DomainStep.loads(raw), now_ns())
+                summaries = window.add(typed_record(DomainStep, orjson.loads(raw)), now_ns())
             except Exception as exc:  # an internal topic, but anyone can write to it
                 counters["undecodable"] += 1
                 skips.skip(topics.domain_steps, _reason(exc), raw)
@@ -104,7 +104,8 @@ def create_detect_app(settings: Settings) -> faust.App:
         """One group-step record or job event through the fleet analysis."""
         data = orjson.loads(raw) if isinstance(raw, (bytes, bytearray, memoryview, str)) else None
         if isinstance(data, dict) and data.get("kind") == "group_step":
-            return list(fleet.on_group_step(GroupStep.from_dict(data), now))
+            record = typed_record(GroupStep, {k: v for k, v in data.items() if k != "kind"})
+            return list(fleet.on_group_step(record, now))
         job_event = decode_as(JobEvent, raw, settings.max_event_bytes)
         return list(fleet.on_job_event(job_event, now))
 
