@@ -95,7 +95,8 @@ def create_land_app(settings: Settings) -> faust.App:
         for letter in landed.dead:
             log.warning("dead letter %r[%d]@%d: field %r %r", letter.topic, letter.partition,
                         letter.offset, letter.field, letter.problem)
-            deliveries.append(await deadletter_topic.send(key=letter.key, value=letter.raw, headers=letter.headers()))
+            deliveries.append(await deadletter_topic.send(key=letter.key, value=letter.topic_value(),
+                                                        headers=letter.headers()))
         await lander.write(landed.rows)
         for delivery in deliveries:  # the dead-letter topic has them (acks=all) before they are acked
             await delivery

@@ -35,6 +35,12 @@ from sinks.rows import RowError, TableRow
 
 UNEXPECTED_FIELD = "<processing>"
 
+# The dead-letter topic takes messages up to the producer's 4 MiB request limit, while an input
+# topic may hold one just as large: above this size the topic copy is cut (header
+# `steplens-truncated` gives the full size) so sending it can never fail and stall landing.
+# The dead_letters table always keeps the whole payload.
+DEADLETTER_TOPIC_MAX_BYTES = 3 * 1024 * 1024
+
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
@@ -59,7 +65,13 @@ class DeadLetter:
         ]
         if self.tombstone:
             out.append(("steplens-tombstone", b"1"))
+        if len(self.raw) > DEADLETTER_TOPIC_MAX_BYTES:
+            out.append(("steplens-truncated", str(len(self.raw)).encode()))
         return out
+
+    def topic_value(self) -> bytes:
+        """The value for the dead-letter topic: the raw bytes, cut above DEADLETTER_TOPIC_MAX_BYTES."""
+        return self.raw[:DEADLETTER_TOPIC_MAX_BYTES]
 
 
 @dataclass(slots=True)

@@ -5,7 +5,7 @@ import pytest
 from schemas import Topics, encode
 from sinks import rows
 from sinks.rows import RowError
-from streams.landing import Landed, LandingProcessor
+from streams.landing import DEADLETTER_TOPIC_MAX_BYTES, Landed, LandingProcessor
 from tests.streams.helpers import step_event
 
 TOPICS = Topics("p.")
@@ -126,3 +126,15 @@ def test_an_unknown_topic_is_a_dead_letter() -> None:
     out = Landed()
     processor.process("elsewhere", 0, 1, None, encode(step_event(1, 3, 400.0)), 5, out)
     assert out.dead[0].field == "<topic>"
+
+
+def test_a_huge_dead_letter_is_cut_for_the_topic_but_kept_whole_in_the_table() -> None:
+    processor = LandingProcessor(TOPICS, max_event_bytes=10_000)
+    out = Landed()
+    raw = b"x" * (DEADLETTER_TOPIC_MAX_BYTES + 10)
+    processor.process(TOPICS.steps, 0, 1, None, raw, 5, out)
+    (letter,) = out.dead
+    assert letter.topic_value() == raw[:DEADLETTER_TOPIC_MAX_BYTES]
+    assert ("steplens-truncated", str(len(raw)).encode()) in letter.headers()
+    (row,) = out.rows
+    assert base64.b64decode(row.row[row.columns.index("payload_b64")]) == raw
