@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -11,7 +13,7 @@ import pytest
 from sinks.rows import row_for
 from sinks.writer import BatchingWriter
 from steplens.config import load_settings
-from streams.land_app import run_batches
+from streams.land_app import CRASH_EXIT_CODE, run_batches
 from streams.lander import ClickHouseLander
 from tests.sinks.fakes import FakeBackend
 from tests.sinks.samples import incident, step
@@ -94,3 +96,11 @@ def test_the_lander_retries_until_the_rows_land_and_never_writes_a_row_twice() -
         lander.close()
     assert sorted(backend.rows("steps")) == sorted(tr.row for tr in batch[:5])  # each exactly once
     assert backend.rows("incidents") == [batch[5].row]
+
+
+def test_crash_process_exits_the_whole_process_with_its_status() -> None:
+    code = "from streams.land_app import crash_process; crash_process(RuntimeError('boom')); print('survived')"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == CRASH_EXIT_CODE
+    assert "survived" not in done.stdout
+    assert "boom" in done.stderr
