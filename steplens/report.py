@@ -12,7 +12,8 @@ import html
 import re
 from typing import Any
 
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]|#~!])")
+# `_` inside a word (gc_ms, SLOW_RANK) never starts emphasis in CommonMark: left as is.
+_MD_SPECIAL = re.compile(r"([\\`*{}\[\]|#~!]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z]))")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
 
 

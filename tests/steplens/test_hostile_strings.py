@@ -90,4 +90,5 @@ def test_md_and_plain_escape_what_forges_lines_or_markup() -> None:
     assert md("x\ny\r") == "x\\ny\\r"
     assert md("`code` *b* [l](u) <i>&") == "\\`code\\` \\*b\\* \\[l\\](u) &lt;i&gt;&amp;"
     assert md(42) == "42"
+    assert md("gc_ms _em_") == "gc_ms \\_em\\_"  # only underscores that could start emphasis
     assert plain("line\nALERT forged") == "line\\nALERT forged"
