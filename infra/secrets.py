@@ -48,8 +48,18 @@ def ensure_secret(path: Path) -> str:
     existing = read_secret(path)
     if existing is not None:
         return existing
+    return replace_secret(path)
+
+
+def new_secret() -> str:
+    """32 random bytes as alphanumeric text: safe in JAAS, XML, URLs and Java argument files."""
+    return secrets.token_urlsafe(32).replace("-", "A").replace("_", "B")
+
+
+def replace_secret(path: Path) -> str:
+    """Write a new secret to ``path`` (``0600``) and return it."""
+    value = new_secret()
     private_dir(Path(path).parent)
-    value = secrets.token_urlsafe(32).replace("-", "A").replace("_", "B")  # alphanumeric: safe in any config
     write_private(Path(path), (value + "\n").encode())
     return value
 

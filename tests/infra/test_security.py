@@ -6,6 +6,7 @@ on the real 18.16 server, private files, the ephemeral-port warning, and the pur
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import ipaddress
 import logging
 import os
@@ -21,11 +22,12 @@ from cryptography import x509
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaTimeoutError, TopicAuthorizationFailedError, TopicDeletionDisabledError
 
-from infra import ClickHouseServer, InfraConfig, KafkaBroker
+from infra import ClickHouseServer, InfraConfig, InfraError, KafkaBroker
 from infra.acls import acl_bindings
 from infra.clients import CredentialsError, clickhouse_credentials, faust_broker_config, kafka_client_config
 from infra.files import mode_of, private_dir, write_private
 from infra.ports import ephemeral_port_warnings, ephemeral_range
+from infra.rotation import rotate
 from infra.secrets import CLICKHOUSE_READER, CLICKHOUSE_WRITER, KAFKA_PRINCIPALS, ensure_secret
 from infra.tls import BROKER_NAME, ensure_tls
 from producers.spool import Spool
@@ -373,3 +375,38 @@ def test_clickhouse_credentials_resolution(tmp_path: Path) -> None:
     user, _ = clickhouse_credentials(settings, "read") or ("", "")
     assert user == CLICKHOUSE_READER
     assert clickhouse_credentials(replace(settings, clickhouse_user="u", clickhouse_password="p"), "read") == ("u", "p")
+
+
+# --------------------------------------------------------------------------- rotation
+
+
+@pytest.mark.kafka
+@pytest.mark.integration
+def test_rotating_a_kafka_principal_replaces_its_credential(
+    locked_topics: tuple[Settings, Topics], infra_config: InfraConfig
+) -> None:
+    settings, topics = locked_topics
+    old = kafka_client_config(settings, "parse")["sasl_plain_password"]
+    rotate(infra_config, "kafka:parse")
+    new = kafka_client_config(settings, "parse")["sasl_plain_password"]
+    assert new != old and mode_of(infra_config.secrets_dir / "kafka-parse.password") == 0o600
+    _send(kafka_client_config(settings, "parse"), topics.incidents)  # the new password works at once
+    with pytest.raises(KafkaTimeoutError):
+        _send(kafka_client_config(replace(settings, kafka_password=old), "parse"), topics.incidents, connect_s=4.0)
+
+
+def test_rotating_a_clickhouse_user_rewrites_users_xml(tmp_path: Path) -> None:
+    cfg = InfraConfig(home=tmp_path)
+    server = ClickHouseServer(cfg)
+    write_private(server.users_xml, server.render_users_xml().encode())
+    before = server.users_xml.read_text()
+    old = server.password(CLICKHOUSE_READER)
+    rotate(cfg, f"clickhouse:{CLICKHOUSE_READER}")
+    new = server.password(CLICKHOUSE_READER)
+    assert new != old
+    after = server.users_xml.read_text()
+    assert hashlib.sha256(new.encode()).hexdigest() in after
+    assert hashlib.sha256(old.encode()).hexdigest() in before and hashlib.sha256(old.encode()).hexdigest() not in after
+    assert mode_of(server.users_xml) == 0o600
+    with pytest.raises(InfraError, match="cannot rotate"):
+        rotate(cfg, "kafka:mallory")
