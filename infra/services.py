@@ -391,6 +391,10 @@ class _Service:
         """Logs whose tails explain a failure, most useful first."""
         raise NotImplementedError
 
+    def _outdated(self) -> bool:
+        """Whether a running instance was started with a configuration this code no longer writes."""
+        return False
+
     # --- paths ----------------------------------------------------------------------
     @property
     def pid_file(self) -> Path:
@@ -425,6 +429,11 @@ class _Service:
         with self._lock():
             deadline = time.monotonic() + timeout
             pid = self.pid()
+            if pid is not None and self._outdated():
+                log.warning("%s: pid %d runs with a configuration from before the lock-down; restarting it",
+                            self.name, pid)
+                _terminate(pid)
+                pid = None
             if pid is not None:
                 self._write_pid(pid)
                 if self._probe(min(5.0, timeout)):
@@ -916,6 +925,13 @@ class KafkaBroker(_Service):
     def _owns(self, cmdline: str) -> bool:
         return "kafka.Kafka" in cmdline and str(self.server_properties) in cmdline
 
+    def _outdated(self) -> bool:
+        """A broker started before the lock-down has a plaintext listener no client here can use."""
+        try:
+            return "listeners=SASL_SSL://" not in self.server_properties.read_text()
+        except OSError:
+            return False
+
     def _ports(self) -> list[tuple[int, str]]:
         return [
             (self.cfg.kafka_port, "Kafka broker listener"),
@@ -1226,6 +1242,13 @@ class ClickHouseServer(_Service):
     # --- identity & health ----------------------------------------------------------
     def _owns(self, cmdline: str) -> bool:
         return f"--config-file={self.config_xml}" in cmdline
+
+    def _outdated(self) -> bool:
+        """A server started before the lock-down lets ``default`` in without a password."""
+        try:
+            return "password_sha256_hex" not in self.users_xml.read_text()
+        except OSError:
+            return False
 
     def _ports(self) -> list[tuple[int, str]]:
         return [
