@@ -1345,4 +1345,5 @@ def status(cfg: InfraConfig, kafka: bool = True, clickhouse: bool = True) -> str
         lines.append(ClickHouseServer(cfg).describe())
     lines.append(f"home: {cfg.home}")
     lines.append(f"logs: {cfg.logs_dir}")
+    lines.append(f"secrets: {cfg.secrets_dir} (passwords, CA; docs/security.md)")
     return "\n".join(lines)
