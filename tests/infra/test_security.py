@@ -410,3 +410,18 @@ def test_rotating_a_clickhouse_user_rewrites_users_xml(tmp_path: Path) -> None:
     assert mode_of(server.users_xml) == 0o600
     with pytest.raises(InfraError, match="cannot rotate"):
         rotate(cfg, "kafka:mallory")
+
+
+def test_pre_lockdown_instances_are_recognised_for_a_restart(tmp_path: Path) -> None:
+    cfg = InfraConfig(home=tmp_path)
+    broker, server = KafkaBroker(cfg), ClickHouseServer(cfg)
+    assert not broker._outdated() and not server._outdated()  # nothing written yet: nothing to restart
+    broker.config_dir.mkdir(parents=True)
+    broker.server_properties.write_text("listeners=PLAINTEXT://127.0.0.1:1,CONTROLLER://127.0.0.1:2\n")
+    server.users_xml.parent.mkdir(parents=True)
+    server.users_xml.write_text("<yandex><users><default><password></password></default></users></yandex>")
+    assert broker._outdated() and server._outdated()
+    broker.server_properties.write_text(broker.render_server_properties("pw"))
+    server.users_xml.write_text(server.render_users_xml())
+    assert not broker._outdated() and not server._outdated()
+    assert f"super.users=User:admin;User:CN={BROKER_NAME}" in broker.server_properties.read_text()
