@@ -1,4 +1,5 @@
-"""CLI: ``python -m infra up|down|status [--only kafka|clickhouse]`` (the Makefile calls it)."""
+"""CLI: ``python -m infra up|down|status [--only kafka|clickhouse]`` (the Makefile calls it),
+``python -m infra rotate kafka:<principal>|clickhouse:<user>`` (docs/security.md)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ def _parser() -> argparse.ArgumentParser:
         "STEPLENS_CLICKHOUSE_TCP_PORT, STEPLENS_CLICKHOUSE_HTTP_PORT, "
         "STEPLENS_CLICKHOUSE_INTERSERVER_PORT.",
     )
-    parser.add_argument("command", choices=("up", "down", "status"))
+    parser.add_argument("command", choices=("up", "down", "status", "rotate"))
+    parser.add_argument("target", nargs="?", help="rotate: kafka:<principal> or clickhouse:<user>")
     parser.add_argument(
         "--only",
         choices=("kafka", "clickhouse"),
@@ -53,6 +55,12 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "down":
             down(cfg, kafka=kafka, clickhouse=clickhouse)
             print(status(cfg, kafka=kafka, clickhouse=clickhouse))
+        elif args.command == "rotate":
+            from infra.rotation import rotate
+
+            if not args.target:
+                raise InfraError("rotate needs a target: kafka:<principal> or clickhouse:<user>")
+            print(rotate(cfg, args.target))
         else:
             print(status(cfg, kafka=kafka, clickhouse=clickhouse))
     except InfraError as exc:

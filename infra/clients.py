@@ -1,32 +1,125 @@
-"""How every steplens Kafka client connects: one place for addresses, credentials and TLS.
+"""How every steplens Kafka and ClickHouse client connects: addresses, credentials and TLS.
 
 Every producer, consumer, admin client and Faust app in steplens builds its connection
-settings here, naming the principal it acts as, so the broker's listeners, SASL users and
-ACLs (set up by infra/) and the clients can never disagree.
+settings here, naming the principal it acts as, so the broker's listeners, SCRAM users and
+ACLs (set up by infra/ and ``streams.topics_admin``) and the clients can never disagree.
 
-Principals:
+Principals (ACLs in ``infra/acls.py``, docs/security.md):
 - ``producer``: rank hooks, samplers, the simulator: write telemetry topics, read control;
 - ``detect`` / ``land`` / ``parse``: the workers;
 - ``reader``: downstream alert consumers and reports (read incidents);
-- ``admin``: topic creation, lag checks, tests and benchmarks.
+- ``admin``: topic and ACL creation, lag checks, tests and benchmarks (super user).
+
+By default (``kafka_security = "sasl_ssl"``) a client authenticates with SCRAM-SHA-512 as
+its principal, with the password from ``<secrets_dir>/kafka-<principal>.password``, over
+TLS verified against the project CA (``<secrets_dir>/ca.pem``). ``kafka_user`` /
+``kafka_password`` / ``kafka_ca_file`` override that for every client of the process (an
+external cluster); ``kafka_security = "plaintext"`` talks to an unsecured broker.
 """
 
 from __future__ import annotations
 
+import ssl
+from pathlib import Path
 from typing import Any, Literal
 
+from infra.secrets import (
+    CLICKHOUSE_READER,
+    CLICKHOUSE_WRITER,
+    clickhouse_password_file,
+    kafka_password_file,
+    read_secret,
+)
 from steplens.config import Settings
 
 Principal = Literal["producer", "detect", "land", "parse", "reader", "admin"]
+Access = Literal["write", "read"]
+SASL_MECHANISM = "SCRAM-SHA-512"
+SECURITY_MODES = ("sasl_ssl", "plaintext")
+
+
+class CredentialsError(RuntimeError):
+    """A client cannot find the password or CA it needs; the message names the file or setting."""
+
+
+def _mode(settings: Settings) -> str:
+    mode = settings.kafka_security.strip().lower()
+    if mode not in SECURITY_MODES:
+        raise ValueError(f"setting kafka_security={settings.kafka_security!r}: expected one of {SECURITY_MODES}")
+    return mode
+
+
+def ca_file(settings: Settings) -> Path:
+    """The CA certificate clients verify the broker with."""
+    return settings.kafka_ca_file if settings.kafka_ca_file is not None else settings.secrets_path / "ca.pem"
+
+
+def kafka_credentials(settings: Settings, principal: Principal) -> tuple[str, str]:
+    """(user, password) for ``principal``: explicit settings win over the secrets directory."""
+    user = settings.kafka_user or principal
+    if settings.kafka_password:
+        return user, settings.kafka_password
+    path = kafka_password_file(settings.secrets_path, user)
+    password = read_secret(path)
+    if password is None:
+        raise CredentialsError(
+            f"no Kafka password for {user!r}: {path} is missing. `make up` creates it for the local broker; "
+            f"for another broker set STEPLENS_KAFKA_USER/STEPLENS_KAFKA_PASSWORD (docs/security.md)"
+        )
+    return user, password
+
+
+def ssl_context(settings: Settings) -> ssl.SSLContext:
+    """A client TLS context that trusts only the configured CA and checks the broker's name."""
+    path = ca_file(settings)
+    if not path.is_file():
+        raise CredentialsError(
+            f"no Kafka CA certificate at {path}; `make up` creates it (or set STEPLENS_KAFKA_CA_FILE)"
+        )
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(path))
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    return ctx
 
 
 def kafka_client_config(settings: Settings, principal: Principal) -> dict[str, Any]:
     """Keyword arguments for kafka-python's KafkaProducer / KafkaConsumer / KafkaAdminClient."""
-    del principal  # plain listener for now; credentials and TLS per principal come with lock-down
-    return {"bootstrap_servers": settings.kafka_bootstrap}
+    config: dict[str, Any] = {"bootstrap_servers": settings.kafka_bootstrap}
+    if _mode(settings) == "plaintext":
+        return config
+    user, password = kafka_credentials(settings, principal)
+    config.update(
+        security_protocol="SASL_SSL",
+        sasl_mechanism=SASL_MECHANISM,
+        sasl_plain_username=user,
+        sasl_plain_password=password,
+        ssl_context=ssl_context(settings),
+    )
+    return config
 
 
 def faust_broker_config(settings: Settings, principal: Principal) -> dict[str, Any]:
-    """Keyword arguments for faust.App: the broker URL (and credentials, with lock-down)."""
-    del principal
-    return {"broker": f"kafka://{settings.kafka_bootstrap}"}
+    """Keyword arguments for faust.App: the broker URL and, locked down, SCRAM credentials over TLS."""
+    config: dict[str, Any] = {"broker": f"kafka://{settings.kafka_bootstrap}"}
+    if _mode(settings) == "plaintext":
+        return config
+    import faust
+
+    user, password = kafka_credentials(settings, principal)
+    config["broker_credentials"] = faust.SASLCredentials(
+        username=user, password=password, mechanism=SASL_MECHANISM, ssl_context=ssl_context(settings),
+    )
+    return config
+
+
+def clickhouse_credentials(settings: Settings, access: Access) -> tuple[str, str] | None:
+    """(user, password) for a ClickHouse server: settings, else the steplens user for ``access``.
+
+    ``write`` (landing, migrations) uses ``steplens_writer``, ``read`` (queries, reports)
+    the read-only ``steplens_reader``. None when neither settings nor a secret file name a
+    user (a server of your own: credentials in the URL, or its ``default`` user).
+    """
+    if settings.clickhouse_user:
+        return settings.clickhouse_user, settings.clickhouse_password
+    user = CLICKHOUSE_WRITER if access == "write" else CLICKHOUSE_READER
+    password = read_secret(clickhouse_password_file(settings.secrets_path, user))
+    return None if password is None else (user, password)

@@ -13,9 +13,16 @@ Layout of ``<home>``::
     kafka/data/            KRaft log dir (meta.properties lives here once formatted)
     kafka/cluster.id       the cluster id used to format the storage
     clickhouse/            config.xml, users.xml
+    secrets/               generated passwords, the project CA and the broker's PEM keystore
+                           (0700 directory, 0600 files; see docs/security.md)
     clickhouse/data/       ClickHouse path, tmp_path, user_files, format_schemas
     logs/                  every log file (kafka.out, kafka-server.log, clickhouse-server.log...)
     run/                   pid files and lock files
+
+The home is 0700: data, logs and configs inside inherit that protection. Kafka listens
+with SASL/SCRAM-SHA-512 over TLS only (ACLs by StandardAuthorizer, no topic auto-creation
+or deletion); ClickHouse has a password on every user (``default``, ``steplens_writer``
+and the read-only ``steplens_reader``). Everything is generated on the first start.
 """
 
 from __future__ import annotations
@@ -39,6 +46,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, ClassVar
 from xml.sax.saxutils import escape as xml_escape
+
+from infra.files import private_dir, write_private
+from infra.ports import ephemeral_port_warnings, ephemeral_range
+from infra.secrets import (
+    CLICKHOUSE_DEFAULT,
+    CLICKHOUSE_READER,
+    CLICKHOUSE_WRITER,
+    KAFKA_PRINCIPALS,
+    ensure_clickhouse_passwords,
+    ensure_kafka_passwords,
+    secrets_dir,
+)
+from infra.tls import TlsFiles, ensure_tls
+from steplens.config import Settings
 
 log = logging.getLogger("infra")
 
@@ -143,6 +164,29 @@ class InfraConfig:
     @property
     def clickhouse_dir(self) -> Path:
         return self.home / "clickhouse"
+
+    @property
+    def secrets_dir(self) -> Path:
+        """Generated passwords and TLS material (0700 directory, 0600 files)."""
+        return secrets_dir(self.home)
+
+    def ports(self) -> dict[str, int]:
+        return {
+            "STEPLENS_KAFKA_PORT": self.kafka_port,
+            "STEPLENS_KAFKA_CONTROLLER_PORT": self.kafka_controller_port,
+            "STEPLENS_CLICKHOUSE_TCP_PORT": self.clickhouse_tcp_port,
+            "STEPLENS_CLICKHOUSE_HTTP_PORT": self.clickhouse_http_port,
+            "STEPLENS_CLICKHOUSE_INTERSERVER_PORT": self.clickhouse_interserver_port,
+        }
+
+    def client_settings(self) -> Settings:
+        """Settings for clients of these services (bootstrap, home and secrets of this instance)."""
+        return Settings(home=self.home, kafka_bootstrap=f"{LOOPBACK}:{self.kafka_port}", secrets_dir=self.secrets_dir)
+
+    def ensure_home(self) -> None:
+        """Create (or tighten) the home, logs and run directories to 0700."""
+        for d in (self.home, self.logs_dir, self.run_dir):
+            private_dir(d)
 
 
 # --------------------------------------------------------------------------- processes
@@ -347,6 +391,10 @@ class _Service:
         """Logs whose tails explain a failure, most useful first."""
         raise NotImplementedError
 
+    def _outdated(self) -> bool:
+        """Whether a running instance was started with a configuration this code no longer writes."""
+        return False
+
     # --- paths ----------------------------------------------------------------------
     @property
     def pid_file(self) -> Path:
@@ -381,6 +429,11 @@ class _Service:
         with self._lock():
             deadline = time.monotonic() + timeout
             pid = self.pid()
+            if pid is not None and self._outdated():
+                log.warning("%s: pid %d runs with a configuration from before the lock-down; restarting it",
+                            self.name, pid)
+                _terminate(pid)
+                pid = None
             if pid is not None:
                 self._write_pid(pid)
                 if self._probe(min(5.0, timeout)):
@@ -389,6 +442,8 @@ class _Service:
                 self._wait_healthy(pid, deadline, timeout)
                 return False
             self.pid_file.unlink(missing_ok=True)  # stale: process gone or not ours
+            self.cfg.ensure_home()
+            self._warn_ephemeral_ports()
             self._check_ports()
             self.install()
             argv = self._prepare()
@@ -425,6 +480,11 @@ class _Service:
         tmp.write_text(f"{pid}\n")
         tmp.replace(self.pid_file)
 
+    def _warn_ephemeral_ports(self) -> None:
+        ports = {f"{what} port": port for port, what in self._ports()}
+        for message in ephemeral_port_warnings(ports, ephemeral_range()):
+            log.warning("%s: %s", self.name, message)
+
     def _check_ports(self) -> None:
         for port, what in self._ports():
             if _port_free(port):
@@ -447,7 +507,7 @@ class _Service:
         if self.out_file.exists() and self.out_file.stat().st_size > MAX_OUT_BYTES:
             self.out_file.replace(self.out_file.with_suffix(".out.1"))
         banner = f"\n===== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(argv)}\n"
-        out_fd = os.open(self.out_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        out_fd = os.open(self.out_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             os.write(out_fd, banner.encode())
             # `sh -c 'cd DIR && exec ...'`: sets the working directory (posix_spawn in 3.11
@@ -566,6 +626,15 @@ class KafkaBroker(_Service):
     def _marker(self) -> Path:
         return self.libs_dir / ".steplens-complete.json"
 
+    @property
+    def tls(self) -> TlsFiles:
+        return TlsFiles(self.cfg.secrets_dir)
+
+    @property
+    def _security_marker(self) -> Path:
+        """Records which admin password the storage was formatted with (SCRAM lives in the metadata log)."""
+        return self.cfg.kafka_dir / "security.json"
+
     # --- install --------------------------------------------------------------------
     def _java(self) -> str:
         """Path of a Java 11+ binary (checked once per instance)."""
@@ -662,27 +731,49 @@ class KafkaBroker(_Service):
         log.info("kafka: %d jars cached in %s", len(jars), self.libs_dir)
 
     # --- configuration --------------------------------------------------------------
-    def render_server_properties(self) -> str:
-        """server.properties for a one-node KRaft cluster with test-friendly settings."""
+    def render_server_properties(self, admin_password: str = "") -> str:
+        """server.properties for a locked-down one-node KRaft cluster with test-friendly settings.
+
+        Clients: SASL_SSL (SCRAM-SHA-512) only. Controller link: mutual TLS with the broker's
+        certificate (KRaft cannot use SCRAM there: the credentials live in the metadata the
+        controller serves). Authorisation: StandardAuthorizer, deny unless an ACL allows.
+        """
         c = self.cfg
+        tls = self.tls
+        jaas = (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'username="admin" password="{admin_password}";'
+        )
         return "\n".join([
             "# Generated by infra/services.py -- edits are overwritten on every start.",
             "process.roles=broker,controller",
             f"node.id={KAFKA_NODE_ID}",
             f"controller.quorum.voters={KAFKA_NODE_ID}@{LOOPBACK}:{c.kafka_controller_port}",
-            f"listeners=PLAINTEXT://{LOOPBACK}:{c.kafka_port},"
+            f"listeners=SASL_SSL://{LOOPBACK}:{c.kafka_port},"
             f"CONTROLLER://{LOOPBACK}:{c.kafka_controller_port}",
-            f"advertised.listeners=PLAINTEXT://{LOOPBACK}:{c.kafka_port}",
+            f"advertised.listeners=SASL_SSL://{LOOPBACK}:{c.kafka_port}",
             "controller.listener.names=CONTROLLER",
-            "inter.broker.listener.name=PLAINTEXT",
-            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "inter.broker.listener.name=SASL_SSL",
+            "listener.security.protocol.map=CONTROLLER:SSL,SASL_SSL:SASL_SSL",
+            "sasl.enabled.mechanisms=SCRAM-SHA-512",
+            "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512",
+            f"listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config={jaas}",
+            "ssl.keystore.type=PEM",
+            f"ssl.keystore.location={tls.broker_keystore}",
+            "ssl.truststore.type=PEM",
+            f"ssl.truststore.location={tls.ca_cert}",
+            "ssl.enabled.protocols=TLSv1.2,TLSv1.3",
+            "listener.name.controller.ssl.client.auth=required",
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            f"super.users=User:admin;{tls.broker_principal}",
+            "allow.everyone.if.no.acl.found=false",
             f"log.dirs={self.data_dir}",
             "num.network.threads=2",
             "num.io.threads=4",
             "num.recovery.threads.per.data.dir=1",
             "num.partitions=4",
-            "auto.create.topics.enable=true",
-            "delete.topic.enable=true",
+            "auto.create.topics.enable=false",
+            "delete.topic.enable=false",
             "offsets.topic.replication.factor=1",
             "offsets.topic.num.partitions=8",
             "transaction.state.log.replication.factor=1",
@@ -748,21 +839,55 @@ class KafkaBroker(_Service):
             f"{self.libs_dir}/*",
         ]
 
+    @staticmethod
+    def _password_digest(password: str) -> str:
+        return hashlib.sha256(password.encode()).hexdigest()
+
+    def _retire_unsecured_storage(self, admin_password: str) -> None:
+        """Move aside storage formatted without (or with other) SCRAM credentials.
+
+        SCRAM users live in the KRaft metadata log, which can only be seeded at format time
+        without a working login; a plaintext-era or foreign storage cannot be logged into.
+        """
+        if not (self.data_dir / "meta.properties").exists():
+            return
+        try:
+            marker = json.loads(self._security_marker.read_text())
+        except (OSError, ValueError):
+            marker = None
+        if isinstance(marker, dict) and marker.get("admin_sha256") == self._password_digest(admin_password):
+            return
+        aside = self.cfg.kafka_dir / f"data.unsecured-{time.strftime('%Y%m%d-%H%M%S')}"
+        log.warning("kafka: %s was formatted without the current SCRAM credentials; moving it to %s and "
+                    "formatting a locked-down storage (delete the old directory when you no longer need it)",
+                    self.data_dir, aside)
+        self.data_dir.replace(aside)
+        (self.cfg.kafka_dir / "cluster.id").unlink(missing_ok=True)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+
     def _prepare(self) -> list[str]:
         java = self._java()
-        for d in (self.config_dir, self.data_dir, self.cfg.logs_dir):
+        self.cfg.ensure_home()
+        for d in (self.config_dir, self.data_dir):
             d.mkdir(parents=True, exist_ok=True)
-        self.server_properties.write_text(self.render_server_properties())
+        passwords = ensure_kafka_passwords(self.cfg.secrets_dir)
+        ensure_tls(self.cfg.secrets_dir)
+        self._retire_unsecured_storage(passwords["admin"])
+        write_private(self.server_properties, self.render_server_properties(passwords["admin"]).encode())
         self.log4j_properties.write_text(self.render_log4j_properties())
         if not (self.data_dir / "meta.properties").exists():
             cid_file = self.cfg.kafka_dir / "cluster.id"
             cid = self.cluster_id() or _new_cluster_id()
             cid_file.write_text(cid + "\n")
-            argv = [
-                *self._jvm_base(java, ["-Xmx256m"]),
-                "kafka.tools.StorageTool", "format",
-                "-t", cid, "-c", str(self.server_properties),
-            ]  # fmt: skip
+            # SCRAM users are seeded at format time; the passwords go through a 0600 Java
+            # argument file, never the command line (which every local user can read).
+            scram = [f"SCRAM-SHA-512=[name={p},password={passwords[p]}]" for p in KAFKA_PRINCIPALS]
+            tool_args = ["kafka.tools.StorageTool", "format", "-t", cid, "-c", str(self.server_properties)]
+            for entry in scram:
+                tool_args += ["--add-scram", entry]
+            argfile = self.config_dir / "format.args"
+            write_private(argfile, "".join(f'"{a}"\n' for a in tool_args).encode())
+            argv = [*self._jvm_base(java, ["-Xmx256m"]), f"@{argfile}"]
             log.info("kafka: formatting KRaft storage in %s (cluster id %s)", self.data_dir, cid)
             try:
                 res = subprocess.run(
@@ -771,12 +896,17 @@ class KafkaBroker(_Service):
                 )  # fmt: skip
             except subprocess.TimeoutExpired:
                 raise InfraError("kafka: StorageTool format did not finish in 120s") from None
+            finally:
+                argfile.unlink(missing_ok=True)
             if res.returncode != 0 or not (self.data_dir / "meta.properties").exists():
                 raise InfraError(
                     f"kafka: formatting {self.data_dir} failed (exit {res.returncode}). "
                     f"If the directory holds an old cluster, delete {self.data_dir}.\n"
                     f"{(res.stdout + res.stderr)[-4000:]}"
                 )
+            write_private(self._security_marker, json.dumps(
+                {"admin_sha256": self._password_digest(passwords["admin"]), "mechanism": "SCRAM-SHA-512"}
+            ).encode())
         else:
             existing = self.cluster_id()
             if existing:
@@ -795,6 +925,13 @@ class KafkaBroker(_Service):
     def _owns(self, cmdline: str) -> bool:
         return "kafka.Kafka" in cmdline and str(self.server_properties) in cmdline
 
+    def _outdated(self) -> bool:
+        """A broker started before the lock-down has a plaintext listener no client here can use."""
+        try:
+            return "listeners=SASL_SSL://" not in self.server_properties.read_text()
+        except OSError:
+            return False
+
     def _ports(self) -> list[tuple[int, str]]:
         return [
             (self.cfg.kafka_port, "Kafka broker listener"),
@@ -812,9 +949,11 @@ class KafkaBroker(_Service):
             return False
         from kafka import KafkaAdminClient  # type: ignore[import-untyped,unused-ignore]
 
+        from infra.clients import kafka_client_config
+
         try:
             admin = KafkaAdminClient(
-                bootstrap_servers=self.bootstrap,
+                **kafka_client_config(self.cfg.client_settings(), "admin"),
                 client_id="steplens-infra-health",
                 request_timeout_ms=max(1000, int(timeout * 1000)),
                 bootstrap_timeout_ms=max(1000, int(timeout * 1000)),
@@ -840,7 +979,39 @@ class KafkaBroker(_Service):
 
     def start(self, timeout: float = 90.0) -> bool:
         """Start the broker (resolving jars, formatting storage first); False if already up."""
-        return super().start(timeout)
+        started = super().start(timeout)
+        if started:
+            self.sync_users()
+        return started
+
+    def sync_users(self, rotate: tuple[str, ...] = ()) -> list[str]:
+        """Give every principal with a password file a SCRAM credential (as admin); names changed.
+
+        Principals seeded at format time already have one; this covers principals added
+        since, and ``rotate`` re-issues the named ones from their (new) password files.
+        """
+        from kafka.admin import KafkaAdminClient, UserScramCredentialUpsertion
+
+        from infra.clients import kafka_client_config
+
+        passwords = ensure_kafka_passwords(self.cfg.secrets_dir)
+        admin = KafkaAdminClient(**kafka_client_config(self.cfg.client_settings(), "admin"),
+                                 client_id="steplens-infra-users")
+        try:
+            described = admin.describe_user_scram_credentials()
+            known = set(described) if isinstance(described, dict) else set()
+            todo = [p for p in KAFKA_PRINCIPALS if p != "admin" and (p not in known or p in rotate)]
+            if todo:
+                errors = admin.alter_user_scram_credentials(
+                    [UserScramCredentialUpsertion(p, "SCRAM-SHA-512", passwords[p], iterations=8192) for p in todo]
+                )
+                failed = {u: e for u, e in (errors or {}).items() if e}
+                if failed:
+                    raise InfraError(f"kafka: could not set SCRAM credentials: {failed}")
+                log.info("kafka: SCRAM credentials set for %s", ", ".join(todo))
+            return todo
+        finally:
+            admin.close()
 
 
 # --------------------------------------------------------------------------- ClickHouse
@@ -989,10 +1160,34 @@ class ClickHouseServer(_Service):
 </yandex>
 """
 
-    def render_users_xml(self) -> str:
-        """`default` user, empty password, loopback only, unlimited default quota."""
-        return """<?xml version="1.0"?>
-<!-- Generated by infra/services.py; overwritten on every start. -->
+    def render_users_xml(self, passwords: Mapping[str, str] | None = None) -> str:
+        """Three password-protected users, loopback only.
+
+        ``default`` (administration, health checks), ``steplens_writer`` (landing and
+        migrations) and ``steplens_reader`` (queries and reports; profile ``readonly`` with
+        ``readonly=1``: no INSERT, no DDL, no settings changes). Passwords are stored as
+        SHA-256 (``password_sha256_hex``); the clear text is only in the secrets directory.
+        """
+        if passwords is None:
+            passwords = ensure_clickhouse_passwords(self.cfg.secrets_dir)
+
+        def user(name: str, profile: str) -> str:
+            digest = hashlib.sha256(passwords[name].encode()).hexdigest()
+            return f"""        <{name}>
+            <password_sha256_hex>{digest}</password_sha256_hex>
+            <networks>
+                <ip>::1</ip>
+                <ip>127.0.0.1</ip>
+            </networks>
+            <profile>{profile}</profile>
+            <quota>default</quota>
+        </{name}>
+"""
+
+        users = (user(CLICKHOUSE_DEFAULT, "default") + user(CLICKHOUSE_WRITER, "default")
+                 + user(CLICKHOUSE_READER, "readonly"))
+        return f"""<?xml version="1.0"?>
+<!-- Generated by infra/services.py; overwritten on every start. Passwords: {xml_escape(str(self.cfg.secrets_dir))} -->
 <yandex>
     <profiles>
         <default>
@@ -1000,18 +1195,15 @@ class ClickHouseServer(_Service):
             <use_uncompressed_cache>0</use_uncompressed_cache>
             <load_balancing>random</load_balancing>
         </default>
+        <readonly>
+            <max_memory_usage>4000000000</max_memory_usage>
+            <use_uncompressed_cache>0</use_uncompressed_cache>
+            <load_balancing>random</load_balancing>
+            <readonly>1</readonly>
+        </readonly>
     </profiles>
     <users>
-        <default>
-            <password></password>
-            <networks>
-                <ip>::1</ip>
-                <ip>127.0.0.1</ip>
-            </networks>
-            <profile>default</profile>
-            <quota>default</quota>
-        </default>
-    </users>
+{users}    </users>
     <quotas>
         <default>
             <interval>
@@ -1027,20 +1219,36 @@ class ClickHouseServer(_Service):
 </yandex>
 """
 
+    def password(self, user: str) -> str:
+        """The generated password of ``user`` (default, steplens_writer or steplens_reader)."""
+        return ensure_clickhouse_passwords(self.cfg.secrets_dir)[user]
+
+    def url_for(self, user: str) -> str:
+        """``clickhouse://user:password@host:port`` for one of the generated users."""
+        return f"clickhouse://{user}:{self.password(user)}@{LOOPBACK}:{self.cfg.clickhouse_tcp_port}"
+
     def _prepare(self) -> list[str]:
         binary = self.binary()
         if binary is None:
             raise InfraError("clickhouse: clickhouse-server binary disappeared after install()")
-        for d in (self.cfg.clickhouse_dir, self.data_dir, self.cfg.logs_dir):
+        self.cfg.ensure_home()
+        for d in (self.cfg.clickhouse_dir, self.data_dir):
             d.mkdir(parents=True, exist_ok=True)
         self.config_xml.write_text(self.render_config_xml())
-        self.users_xml.write_text(self.render_users_xml())
+        write_private(self.users_xml, self.render_users_xml().encode())
         # 18.16 runs fine as root (no uid check), so it runs as whoever calls us.
         return [binary, f"--config-file={self.config_xml}"]
 
     # --- identity & health ----------------------------------------------------------
     def _owns(self, cmdline: str) -> bool:
         return f"--config-file={self.config_xml}" in cmdline
+
+    def _outdated(self) -> bool:
+        """A server started before the lock-down lets ``default`` in without a password."""
+        try:
+            return "password_sha256_hex" not in self.users_xml.read_text()
+        except OSError:
+            return False
 
     def _ports(self) -> list[tuple[int, str]]:
         return [
@@ -1058,6 +1266,8 @@ class ClickHouseServer(_Service):
         client = Client(
             host=LOOPBACK,
             port=self.cfg.clickhouse_tcp_port,
+            user=CLICKHOUSE_DEFAULT,
+            password=self.password(CLICKHOUSE_DEFAULT),
             connect_timeout=min(timeout, 2.0),
             send_receive_timeout=timeout,
             sync_request_timeout=timeout,
@@ -1135,4 +1345,5 @@ def status(cfg: InfraConfig, kafka: bool = True, clickhouse: bool = True) -> str
         lines.append(ClickHouseServer(cfg).describe())
     lines.append(f"home: {cfg.home}")
     lines.append(f"logs: {cfg.logs_dir}")
+    lines.append(f"secrets: {cfg.secrets_dir} (passwords, CA; docs/security.md)")
     return "\n".join(lines)

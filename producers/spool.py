@@ -102,7 +102,10 @@ class Spool:
         self.segment_bytes = segment_bytes or max(64 * 1024, min(4 * 1024 * 1024, max_bytes // 8))
         self.fsync = fsync
         self.corrupt_tails = 0  # segments whose tail was unreadable (records lost, count unknown)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        # Owner-only: spooled events are job telemetry (hosts, timings) like the data they replay.
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if self.directory.stat().st_uid == os.geteuid():
+            self.directory.chmod(0o700)
         self._segments: list[int] = []
         self._sizes: dict[int, int] = {}
         self._cursor = _Pos(0, 0)

@@ -2,13 +2,15 @@
 
 URL form: ``clickhouse://[user[:password]@]host[:port][/database]`` (``clickhouses://`` for
 TLS). The port defaults to 9000 (9440 with TLS). The database in the URL path wins over the
-one passed in; either way it is created on open when missing.
+one passed in; either way it is created on open when missing (unless ``create_database``
+is False: a read-only user may not run DDL). Credentials in the URL win over ``user`` /
+``password``; without either the server's ``default`` user is used.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -93,8 +95,13 @@ class ServerBackend(BackendBase):
         *,
         connect_timeout: float = 5.0,
         send_receive_timeout: float = 60.0,
+        user: str | None = None,
+        password: str | None = None,
+        create_database: bool = True,
     ) -> None:
         self.address = ServerAddress.parse(url)
+        if user is not None and not urlsplit(url).username:
+            self.address = replace(self.address, user=user, password=password or "")
         self.database = self.address.database or database
         self.name = f"server {self.address.display()}"
         self._client: Any = Client(
@@ -109,6 +116,8 @@ class ServerBackend(BackendBase):
             client_name="steplens",
         )
         self._version: tuple[int, int, int] | None = None
+        if not create_database:
+            return
         try:
             self.execute(f"CREATE DATABASE IF NOT EXISTS {quote_identifier(self.database)}")
         except SinkError:

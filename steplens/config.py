@@ -45,6 +45,15 @@ class Settings:
     max_event_bytes: int = 1_048_576
     sink_batch_size: int = 5000
     sink_batch_seconds: float = 1.0
+    # lock-down (docs/security.md): Kafka SASL/SCRAM over TLS and ClickHouse users by default
+    kafka_security: str = "sasl_ssl"  # sasl_ssl | plaintext (an unsecured broker of your own)
+    kafka_user: str = ""              # empty: the principal the client acts as (producer, detect, ...)
+    kafka_password: str = ""          # empty: <secrets_dir>/kafka-<user>.password
+    kafka_ca_file: Path | None = None  # default: <secrets_dir>/ca.pem
+    secrets_dir: Path | None = None   # default: <home>/secrets
+    clickhouse_user: str = ""         # empty: steplens_writer to land, steplens_reader to query
+    clickhouse_password: str = ""     # empty: <secrets_dir>/clickhouse-<user>.password
+    profile_roots: str = ""           # os.pathsep-separated directories profile uris may point into
     detection: DetectionConfig = field(default_factory=DetectionConfig)
 
     @property
@@ -54,6 +63,16 @@ class Settings:
     @property
     def uses_server(self) -> bool:
         return bool(self.clickhouse_url)
+
+    @property
+    def secrets_path(self) -> Path:
+        return self.secrets_dir if self.secrets_dir is not None else self.home / "secrets"
+
+    @property
+    def profile_root_paths(self) -> tuple[Path, ...]:
+        """Where profile uris may point (default: <home>/profiles)."""
+        roots = tuple(Path(r).expanduser() for r in self.profile_roots.split(os.pathsep) if r.strip())
+        return roots or (self.home / "profiles",)
 
 
 # env var -> (section, key). Section "" is the top level of Settings.
@@ -69,6 +88,14 @@ _ENV = {
     "STEPLENS_MAX_EVENT_BYTES": ("", "max_event_bytes"),
     "STEPLENS_SINK_BATCH_SIZE": ("", "sink_batch_size"),
     "STEPLENS_SINK_BATCH_SECONDS": ("", "sink_batch_seconds"),
+    "STEPLENS_KAFKA_SECURITY": ("", "kafka_security"),
+    "STEPLENS_KAFKA_USER": ("", "kafka_user"),
+    "STEPLENS_KAFKA_PASSWORD": ("", "kafka_password"),
+    "STEPLENS_KAFKA_CA_FILE": ("", "kafka_ca_file"),
+    "STEPLENS_SECRETS_DIR": ("", "secrets_dir"),
+    "STEPLENS_CLICKHOUSE_USER": ("", "clickhouse_user"),
+    "STEPLENS_CLICKHOUSE_PASSWORD": ("", "clickhouse_password"),
+    "STEPLENS_PROFILE_ROOTS": ("", "profile_roots"),
 }
 
 

@@ -121,7 +121,7 @@ def wait_caught_up(settings: Settings, workers: list[subprocess.Popen[bytes]], o
 
 
 def query_results(settings: Settings, job: str, since_ns: int) -> dict[str, Any]:
-    backend = open_backend(settings)
+    backend = open_backend(settings, "read")
     try:
         return results_from(backend, job, since_ns, Topics(settings.topic_prefix).steps)
     finally:
@@ -221,7 +221,7 @@ def run(settings: Settings, steps: int, seed: int, use_server: bool) -> int:
         print(f"• simulating job {job_id}: {topo.world} ranks (DP{topo.dp}×TP{topo.tp}×PP{topo.pp}), "
               f"{steps} steps, {len(sim.faults)} injected faults", flush=True)
         t_sim = time.monotonic()
-        exporter = KafkaExporter(settings.kafka_bootstrap)
+        exporter = KafkaExporter(settings.kafka_bootstrap, extra_config=kafka_client_config(settings, "producer"))
         emitter = BackgroundEmitter(exporter, topics)
         emitted = 0
         start_event, end_event = sim.job_events()

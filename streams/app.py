@@ -15,6 +15,7 @@ from typing import Any, Literal
 import faust
 
 from infra.clients import faust_broker_config
+from infra.files import private_dir
 from steplens.config import Settings
 
 Role = Literal["detect", "land"]
@@ -25,6 +26,7 @@ def now_ns() -> int:
 
 
 def base_app(settings: Settings, role: Role) -> faust.App:
+    private_dir(settings.home)
     datadir = settings.home / "faust" / role
     datadir.mkdir(parents=True, exist_ok=True)
     return faust.App(
@@ -38,6 +40,7 @@ def base_app(settings: Settings, role: Role) -> faust.App:
         topic_partitions=settings.topic_partitions,
         topic_replication_factor=1,
         topic_allow_declare=False,
+        topic_disable_leader=True,  # no leader-only work; its topic would need creating (auto-create is off)
         broker_commit_interval=1.0,
         producer_max_request_size=4_194_304,
         producer_acks=-1,

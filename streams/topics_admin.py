@@ -1,13 +1,30 @@
-"""Create steplens' topics up front, so workers never depend on broker auto-creation."""
+"""Create steplens' topics and their ACLs up front, as the admin principal.
+
+The broker has auto-creation off and denies what no ACL allows (docs/security.md), so the
+topics and the per-principal rules for them (``infra.acls``) exist before any worker or
+producer connects. Both calls are idempotent.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import time
+from typing import Any
 
-from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.admin import (
+    ACLFilter,
+    ACLOperation,
+    ACLPermissionType,
+    ACLResourcePatternType,
+    KafkaAdminClient,
+    NewTopic,
+    ResourcePatternFilter,
+    ResourceType,
+)
 from kafka.errors import TopicAlreadyExistsError
 
+from infra.acls import acl_bindings, to_kafka_acls
 from infra.clients import kafka_client_config
 from schemas import Topics
 from steplens.config import Settings
@@ -16,6 +33,7 @@ log = logging.getLogger(__name__)
 
 # Dead letters may hold events up to the broker's own limit.
 TOPIC_CONFIG = {"max.message.bytes": "4194304"}
+ACL_TIMEOUT_S = 60.0
 
 
 def ensure_topics(settings: Settings, topics: Topics, partitions: int) -> list[str]:
@@ -31,6 +49,42 @@ def ensure_topics(settings: Settings, topics: Topics, partitions: int) -> list[s
                      for name in missing]
                 )
             log.info("created topics %s", missing)
+        if settings.kafka_security != "plaintext":
+            grant_acls(admin, topics, settings.app_id)
         return missing
     finally:
         admin.close()
+
+
+def _acl_key(acl: Any) -> tuple[str, int, str, int, int]:
+    pattern = acl.resource_pattern
+    return (acl.principal, int(pattern.resource_type), pattern.resource_name, int(pattern.pattern_type),
+            int(acl.operation))
+
+
+def grant_acls(admin: KafkaAdminClient, topics: Topics, app_id: str, timeout_s: float = ACL_TIMEOUT_S) -> None:
+    """Create the ALLOW rules of every steplens principal for ``topics`` and wait until they apply.
+
+    ACLs travel through the KRaft metadata log; the broker enforces them a moment after
+    CreateAcls returns, so this polls DescribeAcls until every rule is visible.
+    """
+    wanted = to_kafka_acls(acl_bindings(topics, app_id))
+    result = admin.create_acls(wanted)
+    failed = result.get("failed", []) if isinstance(result, dict) else []
+    if failed:
+        raise RuntimeError(f"creating Kafka ACLs failed: {failed[:3]}")
+    missing = {_acl_key(a) for a in wanted}
+    everything = ACLFilter(
+        principal=None, host=None, operation=ACLOperation.ANY, permission_type=ACLPermissionType.ALLOW,
+        resource_pattern=ResourcePatternFilter(ResourceType.ANY, None, ACLResourcePatternType.ANY),
+    )
+    deadline = time.monotonic() + timeout_s
+    while True:
+        described, error = admin.describe_acls(everything)
+        if error is None or getattr(error, "errno", 0) == 0:
+            missing -= {_acl_key(a) for a in described}
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{len(missing)} Kafka ACLs not applied after {timeout_s:.0f}s: {sorted(missing)[:2]}")
+        time.sleep(0.1)

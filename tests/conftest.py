@@ -4,6 +4,11 @@ Integration tests declare what they touch (`@pytest.mark.kafka`, `@pytest.mark.c
 and take these fixtures. A fixture starts the service through infra/ or reuses a running
 one; if the service cannot start the fixture raises, so the test fails loudly instead of
 being skipped. Services this session started are stopped at the end of the session.
+
+The services are locked down (docs/security.md): Kafka clients take `kafka_settings` and
+build their connection with `infra.clients.kafka_client_config(kafka_settings, principal)`;
+`clickhouse_server_url` carries the `steplens_writer` credentials, `clickhouse_reader_url`
+the read-only user's.
 """
 
 from __future__ import annotations
@@ -11,10 +16,13 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
 from infra import ClickHouseServer, InfraConfig, KafkaBroker
+from infra.secrets import CLICKHOUSE_READER, CLICKHOUSE_WRITER
+from steplens.config import Settings
 
 
 @pytest.fixture(scope="session")
@@ -34,14 +42,36 @@ def kafka_bootstrap(infra_config: InfraConfig) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def clickhouse_server_url(infra_config: InfraConfig) -> Iterator[str]:
-    """URL of the real ClickHouse server (Debian's 18.16, started by infra/ when not running)."""
+def kafka_settings(kafka_bootstrap: str, infra_config: InfraConfig) -> Settings:
+    """Settings that reach the test broker: its address and the secrets directory of its home.
+
+    Pass them (with `dataclasses.replace` for per-test prefixes) to `kafka_client_config`,
+    `ensure_topics` or a worker's environment (`STEPLENS_SECRETS_DIR`).
+    """
+    return replace(infra_config.client_settings(), kafka_bootstrap=kafka_bootstrap)
+
+
+@pytest.fixture(scope="session")
+def clickhouse_service(infra_config: InfraConfig) -> Iterator[ClickHouseServer]:
+    """The real ClickHouse server (Debian's 18.16, started by infra/ when not running)."""
     server = ClickHouseServer(infra_config)
     server.install()
     started = server.start()
-    yield server.url
+    yield server
     if started and not os.environ.get("STEPLENS_KEEP_SERVICES"):
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def clickhouse_server_url(clickhouse_service: ClickHouseServer) -> str:
+    """URL of the real ClickHouse server, as the `steplens_writer` user (landing, DDL, tests' cleanup)."""
+    return clickhouse_service.url_for(CLICKHOUSE_WRITER)
+
+
+@pytest.fixture(scope="session")
+def clickhouse_reader_url(clickhouse_service: ClickHouseServer) -> str:
+    """URL of the real ClickHouse server, as the read-only `steplens_reader` user."""
+    return clickhouse_service.url_for(CLICKHOUSE_READER)
 
 
 @pytest.fixture

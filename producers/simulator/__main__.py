@@ -12,8 +12,10 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
+from infra.clients import kafka_client_config
 from producers.emitter import BackgroundEmitter
 from producers.exporter import Exporter, InMemoryExporter, KafkaExporter
 from producers.simulator.cluster import SimulatedJob
@@ -87,8 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     job = SimulatedJob(args.job, topology, args.steps, faults, seed=args.seed)
     if args.ground_truth:
         job.ground_truth().write(args.ground_truth)
+    if args.bootstrap:
+        settings = replace(settings, kafka_bootstrap=args.bootstrap)
     exporter: Exporter = InMemoryExporter() if args.dry_run else KafkaExporter(
-        args.bootstrap or settings.kafka_bootstrap)
+        settings.kafka_bootstrap, extra_config=kafka_client_config(settings, "producer"))
     topics = Topics(args.topic_prefix if args.topic_prefix is not None else settings.topic_prefix)
     emitter = BackgroundEmitter(exporter, topics, spool_dir=args.spool_dir)
     stats = run_simulation(job, emitter)

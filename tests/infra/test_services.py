@@ -9,6 +9,7 @@ so it never disturbs the shared servers other tests talk to.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import socket
 import subprocess
 import time
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from infra import ClickHouseServer, InfraConfig, InfraError, KafkaBroker, status, up
+from infra.clients import kafka_client_config
 from infra.services import REPO_ROOT, _new_cluster_id
 
 # --------------------------------------------------------------------------- unit
@@ -64,22 +66,29 @@ def test_config_rejects_bad_ports(env: dict[str, str]) -> None:
 
 def test_server_properties_single_node_kraft(tmp_path: Path) -> None:
     cfg = InfraConfig(home=tmp_path, kafka_port=29092, kafka_controller_port=29093)
-    props = KafkaBroker(cfg).render_server_properties()
+    props = KafkaBroker(cfg).render_server_properties("s3cret")
     lines = set(props.splitlines())
     assert "controller.quorum.voters=1@127.0.0.1:29093" in lines
     assert "process.roles=broker,controller" in lines
     assert "node.id=1" in lines
-    assert "listeners=PLAINTEXT://127.0.0.1:29092,CONTROLLER://127.0.0.1:29093" in lines
-    assert "advertised.listeners=PLAINTEXT://127.0.0.1:29092" in lines
+    assert "listeners=SASL_SSL://127.0.0.1:29092,CONTROLLER://127.0.0.1:29093" in lines
+    assert "advertised.listeners=SASL_SSL://127.0.0.1:29092" in lines
+    assert "listener.security.protocol.map=CONTROLLER:SSL,SASL_SSL:SASL_SSL" in lines
+    assert "listener.name.controller.ssl.client.auth=required" in lines
+    assert "sasl.enabled.mechanisms=SCRAM-SHA-512" in lines
+    assert "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer" in lines
+    assert "allow.everyone.if.no.acl.found=false" in lines
+    assert "PLAINTEXT://" not in props
+    assert 'password="s3cret"' in props
     assert f"log.dirs={tmp_path.resolve() / 'kafka' / 'data'}" in lines
     for setting in (
         "offsets.topic.replication.factor=1",
         "transaction.state.log.replication.factor=1",
         "transaction.state.log.min.isr=1",
         "num.partitions=4",
-        "auto.create.topics.enable=true",
+        "auto.create.topics.enable=false",
         "group.initial.rebalance.delay.ms=0",
-        "delete.topic.enable=true",
+        "delete.topic.enable=false",
         "message.max.bytes=2097152",
         "log.retention.hours=24",
     ):
@@ -97,10 +106,18 @@ def test_clickhouse_config_is_loopback_yandex_xml(tmp_path: Path) -> None:
     assert root.find("zookeeper") is None and root.find("remote_servers") is None
     assert root.findtext("path") == f"{tmp_path.resolve()}/clickhouse/data/"
     assert root.findtext("logger/log") == str(tmp_path.resolve() / "logs" / "clickhouse-server.log")
-    users = ET.fromstring(server.render_users_xml())
+    passwords = {"default": "d", "steplens_writer": "w", "steplens_reader": "r"}
+    users = ET.fromstring(server.render_users_xml(passwords))
     assert users.tag == "yandex"
-    assert users.findtext("users/default/password") in ("", None)
-    assert sorted(e.text or "" for e in users.findall("users/default/networks/ip")) == ["127.0.0.1", "::1"]
+    assert users.find("users/default/password") is None  # no clear-text (or empty) password anywhere
+    for name, password in passwords.items():
+        digest = hashlib.sha256(password.encode()).hexdigest()
+        assert users.findtext(f"users/{name}/password_sha256_hex") == digest
+        assert sorted(e.text or "" for e in users.findall(f"users/{name}/networks/ip")) == ["127.0.0.1", "::1"]
+    assert users.findtext("users/steplens_reader/profile") == "readonly"
+    assert users.findtext("profiles/readonly/readonly") == "1"
+    assert users.findtext("users/steplens_writer/profile") == "default"
+    assert users.find("profiles/default/readonly") is None
 
 
 def test_cluster_id_shape() -> None:
@@ -129,22 +146,22 @@ def shared_cfg(kafka_bootstrap: str, clickhouse_server_url: str, infra_config: I
 def test_kafka_roundtrip(shared_cfg: InfraConfig) -> None:
     from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
-    bootstrap = KafkaBroker(shared_cfg).bootstrap
+    admin_config = kafka_client_config(shared_cfg.client_settings(), "admin")
     topic = f"infra-test-{uuid.uuid4().hex[:12]}"
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = KafkaAdminClient(**admin_config)
     try:
         admin.create_topics({topic: {"num_partitions": 1, "replication_factor": 1}}, wait_for_metadata=True)
         assert topic in admin.list_topics()
     finally:
         admin.close()
 
-    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    producer = KafkaProducer(**admin_config)
     try:
         producer.send(topic, key=b"k", value=b"hello steplens").get(timeout=30)
     finally:
         producer.close()
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = KafkaConsumer(**admin_config, enable_auto_commit=False)
     try:
         tp = TopicPartition(topic, 0)
         consumer.assign([tp])
@@ -164,7 +181,8 @@ def test_clickhouse_select(shared_cfg: InfraConfig) -> None:
     from clickhouse_driver import Client
 
     server = ClickHouseServer(shared_cfg)
-    client = Client(host="127.0.0.1", port=shared_cfg.clickhouse_tcp_port)
+    client = Client(host="127.0.0.1", port=shared_cfg.clickhouse_tcp_port, user="default",
+                    password=server.password("default"))
     try:
         assert client.execute("SELECT 1") == [(1,)]
     finally:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
-from kafka.admin import KafkaAdminClient, NewTopic
 
+from infra.clients import kafka_client_config
 from producers.emitter import BackgroundEmitter
 from producers.exporter import ExportError, KafkaExporter, OutRecord
 from producers.simulator.cluster import SimulatedJob
@@ -17,23 +17,26 @@ from producers.simulator.faults import SlowRank, gc_pause
 from producers.simulator.run import run_simulation
 from producers.simulator.topology import Topology
 from schemas import JobEvent, StepEvent, Topics, decode_as, rank_key
+from steplens.config import Settings
+from streams.topics_admin import ensure_topics
 
 pytestmark = [pytest.mark.kafka, pytest.mark.integration]
 
 READ_TIMEOUT_S = 60.0
 
 
-def create_topics(bootstrap: str, names: Sequence[str]) -> None:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        admin.create_topics([NewTopic(n, num_partitions=4, replication_factor=1) for n in names])
-    finally:
-        admin.close()
+def create_topics(settings: Settings, topics: Topics) -> None:
+    """The topics and their ACLs, as the admin principal (the broker does not auto-create)."""
+    ensure_topics(settings, topics, 4)
 
 
-def read_all(bootstrap: str, names: Sequence[str], expected: int) -> list[tuple[str, bytes | None, bytes]]:
+def exporter_for(settings: Settings) -> KafkaExporter:
+    return KafkaExporter(settings.kafka_bootstrap, extra_config=kafka_client_config(settings, "producer"))
+
+
+def read_all(settings: Settings, names: Sequence[str], expected: int) -> list[tuple[str, bytes | None, bytes]]:
     """Read every partition of `names` from the start until `expected` messages (or time out)."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+    consumer = KafkaConsumer(**kafka_client_config(settings, "admin"), group_id=None, enable_auto_commit=False)
     try:
         parts = [TopicPartition(n, p) for n in names for p in sorted(consumer.partitions_for_topic(n) or ())]
         consumer.assign(parts)
@@ -67,16 +70,16 @@ def check_delivery(job: SimulatedJob, topics: Topics, got: list[tuple[str, bytes
     assert sorted(e.phase for e in jobs) == ["end", "start"]
 
 
-def test_simulated_job_round_trips_through_kafka(kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+def test_simulated_job_round_trips_through_kafka(kafka_settings: Settings, unique_name: str, tmp_path: Path) -> None:
     topics = Topics(f"{unique_name}.")
-    create_topics(kafka_bootstrap, topics.inputs())
+    create_topics(kafka_settings, topics)
     job = small_job(unique_name)
-    emitter = BackgroundEmitter(KafkaExporter(kafka_bootstrap), topics, spool_dir=tmp_path / "spool")
+    emitter = BackgroundEmitter(exporter_for(kafka_settings), topics, spool_dir=tmp_path / "spool")
     stats = run_simulation(job, emitter, flush_timeout=60.0)
     assert emitter.close(timeout=30.0)
     assert stats.dropped == {} and stats.spooled == 0
     assert stats.emitted == stats.exported == job.world * job.steps + 2
-    check_delivery(job, topics, read_all(kafka_bootstrap, [topics.steps, topics.jobs], stats.exported))
+    check_delivery(job, topics, read_all(kafka_settings, [topics.steps, topics.jobs], stats.exported))
 
 
 class Switchable:
@@ -99,12 +102,12 @@ class Switchable:
 
 
 def test_spooled_events_reach_kafka_exactly_once_after_an_outage(
-    kafka_bootstrap: str, unique_name: str, tmp_path: Path
+    kafka_settings: Settings, unique_name: str, tmp_path: Path
 ) -> None:
     topics = Topics(f"{unique_name}.")
-    create_topics(kafka_bootstrap, topics.inputs())
+    create_topics(kafka_settings, topics)
     job = small_job(unique_name)
-    exporter = Switchable(KafkaExporter(kafka_bootstrap))
+    exporter = Switchable(exporter_for(kafka_settings))
     emitter = BackgroundEmitter(exporter, topics, batch_size=64, flush_interval_s=0.01, spool_dir=tmp_path)
     total = job.world * job.steps + 2
     stats = run_simulation(job, emitter, flush_timeout=0.0)
@@ -115,4 +118,4 @@ def test_spooled_events_reach_kafka_exactly_once_after_an_outage(
     final = emitter.stats()
     assert emitter.close(timeout=30.0)
     assert final.exported == final.replayed == total and final.dropped == {}
-    check_delivery(job, topics, read_all(kafka_bootstrap, [topics.steps, topics.jobs], total))
+    check_delivery(job, topics, read_all(kafka_settings, [topics.steps, topics.jobs], total))

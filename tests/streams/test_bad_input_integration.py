@@ -83,9 +83,10 @@ def _out_of_range(base: dict[str, Any]) -> bytes:
 
 
 @pytest.fixture
-def bad_input_settings(kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> Settings:
+def bad_input_settings(kafka_settings: Settings, unique_name: str, tmp_path: Path) -> Settings:
     return replace(
-        load_settings({}), home=tmp_path, kafka_bootstrap=kafka_bootstrap, clickhouse_url="",
+        load_settings({}), home=tmp_path, kafka_bootstrap=kafka_settings.kafka_bootstrap, clickhouse_url="",
+        secrets_dir=kafka_settings.secrets_path,
         topic_prefix=f"{unique_name}.", app_id=unique_name, topic_partitions=2, sink_batch_seconds=0.5,
     )
 
@@ -110,7 +111,7 @@ def test_every_malformed_message_is_dead_lettered_and_every_valid_one_lands_once
     env = {**os.environ, "STEPLENS_HOME": str(settings.home), "STEPLENS_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
            "STEPLENS_CLICKHOUSE_URL": "", "STEPLENS_TOPIC_PREFIX": settings.topic_prefix,
            "STEPLENS_APP_ID": settings.app_id, "STEPLENS_TOPIC_PARTITIONS": str(settings.topic_partitions),
-           "STEPLENS_SINK_BATCH_SECONDS": "0.5"}
+           "STEPLENS_SINK_BATCH_SECONDS": "0.5", "STEPLENS_SECRETS_DIR": str(settings.secrets_path)}
     workers = [start_worker(role, env, settings.home) for role in ("detect", "land")]
     good_sent: dict[Sent, bytes] = {}
     bad_sent: dict[Sent, bytes | None] = {}

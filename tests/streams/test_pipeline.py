@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer
 
+from infra.clients import kafka_client_config
 from producers.emitter import BackgroundEmitter
 from producers.exporter import KafkaExporter
 from producers.simulator.cluster import SimulatedJob
@@ -22,7 +23,7 @@ from producers.simulator.faults import SlowRank, SlowSteps
 from producers.simulator.topology import Topology
 from schemas import ControlCommand, Incident, Topics, decode_as
 from sinks.server import ServerBackend
-from steplens.config import Settings, load_settings
+from steplens.config import Settings
 from steplens.demo import malformed_events, query_results, start_worker, stop_worker, wait_caught_up
 from streams.topics_admin import ensure_topics
 
@@ -31,10 +32,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.clickhouse
 
 @pytest.fixture
 def pipeline_settings(
-    kafka_bootstrap: str, clickhouse_server_url: str, unique_name: str, tmp_path: Path
+    kafka_settings: Settings, clickhouse_server_url: str, unique_name: str, tmp_path: Path
 ) -> Iterator[Settings]:
     settings = replace(
-        load_settings({}), home=tmp_path, kafka_bootstrap=kafka_bootstrap, clickhouse_url=clickhouse_server_url,
+        kafka_settings, home=tmp_path, clickhouse_url=clickhouse_server_url,
         clickhouse_database=f"steplens_{unique_name}", topic_prefix=f"{unique_name}.", app_id=unique_name,
         topic_partitions=3,
     )
@@ -44,8 +45,8 @@ def pipeline_settings(
     backend.close()
 
 
-def _read_all(bootstrap: str, topic: str) -> list:
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+def _read_all(settings: Settings, topic: str) -> list:
+    consumer = KafkaConsumer(topic, **kafka_client_config(settings, "admin"), auto_offset_reset="earliest",
                              enable_auto_commit=False, consumer_timeout_ms=3000)
     try:
         return list(consumer)
@@ -66,11 +67,13 @@ def test_slow_rank_and_slow_steps_are_found_landed_and_alerted(pipeline_settings
            "STEPLENS_CLICKHOUSE_URL": settings.clickhouse_url,
            "STEPLENS_CLICKHOUSE_DATABASE": settings.clickhouse_database,
            "STEPLENS_TOPIC_PREFIX": settings.topic_prefix, "STEPLENS_APP_ID": settings.app_id,
-           "STEPLENS_TOPIC_PARTITIONS": str(settings.topic_partitions)}
+           "STEPLENS_TOPIC_PARTITIONS": str(settings.topic_partitions),
+           "STEPLENS_SECRETS_DIR": str(settings.secrets_path)}
     t0 = time.time_ns()
     workers = [start_worker(role, env, settings.home) for role in ("detect", "land")]
     try:
-        with BackgroundEmitter(KafkaExporter(settings.kafka_bootstrap), topics) as emitter:
+        exporter = KafkaExporter(settings.kafka_bootstrap, extra_config=kafka_client_config(settings, "producer"))
+        with BackgroundEmitter(exporter, topics) as emitter:
             start, end = job.job_events()
             emitter.emit(start)
             for events in job.iter_steps():
@@ -80,7 +83,7 @@ def test_slow_rank_and_slow_steps_are_found_landed_and_alerted(pipeline_settings
             assert emitter.flush(timeout=60)
             assert emitter.stats().dropped_total == 0
         from kafka import KafkaProducer
-        producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
+        producer = KafkaProducer(**kafka_client_config(settings, "producer"), acks="all")
         bad = malformed_events(job.job_id)
         for key, value in bad:
             producer.send(topics.steps, key=key, value=value)
@@ -102,13 +105,13 @@ def test_slow_rank_and_slow_steps_are_found_landed_and_alerted(pipeline_settings
     assert results["dead_letters"] == len(bad)
 
     # downstream consumers see the same incidents on the alerts topic
-    alerts = [decode_as(Incident, m.value) for m in _read_all(settings.kafka_bootstrap, topics.incidents)]
+    alerts = [decode_as(Incident, m.value) for m in _read_all(settings, topics.incidents)]
     assert {a.incident_id for a in alerts} == {i["incident_id"] for i in results["incidents"]}
     # coarse-to-fine: the slow rank is asked for detailed profiling
-    commands = [decode_as(ControlCommand, m.value) for m in _read_all(settings.kafka_bootstrap, topics.control)]
+    commands = [decode_as(ControlCommand, m.value) for m in _read_all(settings, topics.control)]
     assert [(c.action, c.ranks) for c in commands] == [("profile_on", [6])]
     # every malformed event is on the dead-letter topic byte for byte, with its reason
-    letters = [m for m in _read_all(settings.kafka_bootstrap, topics.deadletter)
+    letters = [m for m in _read_all(settings, topics.deadletter)
                if dict(m.headers)["steplens-source-topic"] == topics.steps.encode()]
     assert sorted(m.value for m in letters) == sorted(v for _, v in bad)
     reasons = [dict(m.headers)["steplens-reason"].decode() for m in letters]
