@@ -169,7 +169,8 @@ class StepFrame:
 
     @property
     def busy_ms(self) -> FloatArray:
-        return np.sum([self.phases[p] for p in PHASES], axis=0)
+        result: FloatArray = np.sum([self.phases[p] for p in PHASES], axis=0)
+        return result
 
 
 def group_max(values: FloatArray, gids: IntArray) -> FloatArray:
