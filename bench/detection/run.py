@@ -77,9 +77,8 @@ def plan_runs(args: argparse.Namespace, stamp: str) -> list[tuple[str, SimRun]]:
     for name in names:
         for seed in seeds:
             add(name, args.ranks, seed, name)
-    for seed in seeds:
-        add(LARGE_FAMILY, args.large_ranks, seed, f"{LARGE_FAMILY}@{args.large_ranks}")
-    for seed in range(args.healthy_runs or max(1, len(seeds))):
+    add(LARGE_FAMILY, args.large_ranks, 0, f"{LARGE_FAMILY}@{args.large_ranks}")  # one seed: 1,024 ranks cost
+    for seed in range(args.healthy_runs or (2 if args.quick else 3 * len(seeds))):
         add("healthy", args.ranks, seed, "healthy")
     return runs
 
@@ -123,15 +122,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--ranks", type=int, default=64)
     p.add_argument("--large-ranks", type=int, default=1024)
-    p.add_argument("--steps", type=int, default=120)
-    p.add_argument("--healthy-runs", type=int, default=0, help="default: as many as seeds")
+    p.add_argument("--steps", type=int, default=90)
+    p.add_argument("--healthy-runs", type=int, default=0, help="default: 3 × seeds (2 with --quick)")
     p.add_argument("--paced-steps", type=int, default=60)
     p.add_argument("--no-paced", action="store_true")
     p.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "detection.json")
     args = p.parse_args(argv)
     if args.quick:
         args.large_ranks = min(args.large_ranks, 1024)
-        args.steps = min(args.steps, 100)
+        args.steps = min(args.steps, 60)
     started = datetime.now(UTC).isoformat(timespec="seconds")
     t0 = time.monotonic()
     settings = load_settings()

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import orjson
 
-from producers.simulator.model import ModelConfig
+from producers.simulator.model import ModelConfig, bus_factor
 from producers.simulator.topology import Topology
 
 if TYPE_CHECKING:
@@ -236,7 +236,7 @@ def _bad_batch_size(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np
 def _cache_failure(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
     swing = _m(f, "throughput_swing", 0.25)
     fx.mul("data_ms", _r(f), 1.0 / (1.0 + swing * (1 if (step - f.start) % 2 else -1)))
-    fx.add("data_ms", _r(f), _m(f, "refetch_ms", 25.0))
+    fx.add("data_ms", _r(f), _m(f, "refetch_ms", 0.0))
 
 
 # --- deployment ----------------------------------------------------------------------------
@@ -267,10 +267,12 @@ def _early_stream_sync(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng:
 @kind("uncompressed_gradients")
 def _uncompressed_gradients(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
     i = job.plan.kind_index["allreduce/dp"]
+    k = job.plan.kinds[i]
     factor = _m(f, "grad_bytes_factor", 8.0)
+    link = job.hardware.inter if k.link == "inter" else job.hardware.intra
+    traffic = k.bytes * bus_factor("allreduce", k.group_size or 1)
     fx.bytes_mul[i, _r(f)] *= factor
-    fx.kernel_mul[i, _r(f)] *= factor
-    fx.membw_mul[_r(f)] *= 1.8
+    fx.kernel_mul[i, _r(f)] *= link.time_ns(traffic * factor) / link.time_ns(traffic)  # the link saturates
 
 
 @kind("cpu_device_mismatch")
@@ -286,7 +288,7 @@ def _cpu_device_mismatch(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rn
 
 @kind("minority_kernels")
 def _minority_kernels(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
-    fx.other_add_ms[_r(f)] += _m(f, "step_growth", 0.2) * job.nominal_ms * 2.0
+    fx.other_add_ms[_r(f)] += (_m(f, "step_growth", 0.2) + 0.36) * job.nominal_ms  # net of the faster compute
     for i in _kinds(job, cat="compute"):
         fx.kernel_mul[i, _r(f)] *= 0.55  # the monitored kernels run faster (e.g. fused); the rest got slow
 
@@ -370,7 +372,7 @@ def layout(ranks: int, *, moe: bool = False) -> Topology:
 
 
 def _window(steps: int) -> tuple[int, int]:
-    start = max(20, steps // 3)
+    start = min(max(20, steps // 3), max(0, steps - 2))
     return start, min(steps - 1, start + max(10, steps // 4))
 
 

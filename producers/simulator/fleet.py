@@ -288,7 +288,8 @@ class FleetJob:
             slowest = float(busy.max())
             tp_wait = group_max(busy, gids["tp"]) - busy if "tp" in domains else np.zeros(world)
             dp_wait = slowest - busy - tp_wait
-            bubble = (topo.pp - 1) / self.model.microbatches * float((fwd + bwd).max()) if topo.pp > 1 else 0.0
+            bubble = (topo.pp - 1) / (self.model.microbatches * self.model.virtual_stages) * float(
+                (fwd + bwd).max()) if topo.pp > 1 else 0.0
             sendrecv = 0.0
             if send_i is not None and recv_i is not None:
                 sendrecv = float((k_total[send_i] + k_total[recv_i]).max()) / 1e6 * 0.5

@@ -37,6 +37,7 @@ class ModelConfig:
     micro_batch: int = 1
     vocab: int = 32000
     microbatches: int = 8
+    virtual_stages: int = 2  # interleaved 1F1B: the PP bubble is (pp - 1) / (microbatches · virtual_stages)
     experts: int = 0
     top_k: int = 2
 
