@@ -17,6 +17,7 @@ import pytest
 
 from producers.simulator.catalogue import SCENARIOS, FaultSpec, build_faults, layout
 from producers.simulator.fleet import FleetJob, StepFrame
+from schemas.incident import RULE_IDS
 
 STEPS = 60
 SEED = 3
@@ -307,7 +308,8 @@ def test_every_scenario_has_a_check() -> None:
 @pytest.mark.parametrize("name", sorted(CHECKS))
 def test_fault_moves_the_metrics_the_spec_names(name: str) -> None:
     p = pair(name)
-    assert p.fault.rules and p.fault.scope in ("rank", "host", "group", "link", "stage", "job")
+    assert p.fault.rules == SCENARIOS[name].rules and p.fault.scope in ("rank", "host", "group", "link", "stage", "job")
+    assert set(p.fault.rules) <= set(RULE_IDS)
     CHECKS[name](p)
 
 
