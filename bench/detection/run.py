@@ -71,7 +71,7 @@ def plan_runs(args: argparse.Namespace, stamp: str) -> list[tuple[str, SimRun]]:
         sc = SCENARIOS[name]
         topo = sc.topology(ranks)
         faults = build_faults(sc, topo, args.steps, seed)
-        job = FleetJob(f"bench-{stamp}-{label}-{ranks}-s{seed}", topo, args.steps, faults, seed, model=sc.model())
+        job = FleetJob(f"bench-{stamp}-{label}-{ranks}-s{seed}", topo, args.steps, faults, seed, model=sc.model(topo))
         runs.append((label, SimRun(job)))
 
     for name in names:
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             topo = sc.topology(args.ranks)
             faults = build_faults(sc, topo, args.paced_steps, 0)
             job = FleetJob(f"bench-{stamp}-{name}-paced-{args.ranks}-s0", topo, args.paced_steps, faults, 0,
-                           model=sc.model())
+                           model=sc.model(topo))
             paced_runs.append((f"{name}@paced", SimRun(job)))
     gt_dir = REPO_ROOT / "reports" / f"bench-detection-{stamp}"
     for _, run in runs + paced_runs:

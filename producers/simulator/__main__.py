@@ -104,7 +104,7 @@ def run_fleet(args: argparse.Namespace) -> int:
     sc = SCENARIOS[args.scenario]
     topo = sc.topology(args.ranks)
     faults = build_faults(sc, topo, args.steps, args.seed)
-    job = FleetJob(args.job, topo, args.steps, faults, args.seed, model=sc.model(), noise=Noise(jitter=args.jitter))
+    job = FleetJob(args.job, topo, args.steps, faults, args.seed, model=sc.model(topo), noise=Noise(jitter=args.jitter))
     if args.ground_truth:
         write_ground_truth(args.ground_truth, faults, args.job, args.seed, args.steps)
     include = tuple(k for k in args.streams.split(",") if k)

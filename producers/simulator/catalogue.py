@@ -354,8 +354,16 @@ class Scenario:
     def topology(self, ranks: int) -> Topology:
         return layout(ranks, moe=self.moe)
 
-    def model(self) -> ModelConfig:
-        return ModelConfig(name="mixtral-sim", layers=16, experts=8, ffn=4096) if self.moe else ModelConfig()
+    def model(self, topo: Topology) -> ModelConfig:
+        if self.moe:
+            return ModelConfig(name="mixtral-sim", layers=16, experts=8, ffn=4096,
+                               microbatches=default_microbatches(topo))
+        return ModelConfig(microbatches=default_microbatches(topo))
+
+
+def default_microbatches(topo: Topology) -> int:
+    """Deeper pipelines run more micro-batches per step (keeps the PP bubble, and MFU, plausible)."""
+    return max(8, 4 * topo.pp)
 
 
 def layout(ranks: int, *, moe: bool = False) -> Topology:

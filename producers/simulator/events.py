@@ -138,10 +138,13 @@ class FrameEncoder:
 
 def bytes_per_rank_step(job: FleetJob, steps: int | None = None) -> dict[str, float]:
     """Mean JSON bytes per rank-step of each always-on stream, and their sum (the ≤ 4 KB budget),
-    over the steady-state steps (warm-up steps are longer and carry more device samples)."""
+    over the steady-state steps (warm-up steps are longer and carry more device samples).
+
+    Device samples tick at 1 Hz, so their share per rank-step is one sample per second of step:
+    `total_at_1_step_per_s` is the budget's case (one sample per step)."""
     enc = FrameEncoder(job)
     totals: dict[str, int] = {"step": 0, "kernel_summary": 0, "device": 0}
-    rank_steps = 0
+    rank_steps = samples = 0
     skip = job.noise.warmup_steps
     for n, frame in enumerate(job.iter_frames()):
         if steps is not None and n >= skip + steps:
@@ -151,6 +154,10 @@ def bytes_per_rank_step(job: FleetJob, steps: int | None = None) -> dict[str, fl
         rank_steps += int(frame.reporting.sum())
         for ev in enc.encode(frame):
             totals[ev.kind] += len(ev.value)
+            samples += ev.kind == "device"
     out = {k: v / max(1, rank_steps) for k, v in totals.items()}
     out["total"] = sum(out.values())
+    out["device_sample"] = totals["device"] / max(1, samples)
+    out["device_samples_per_rank_step"] = samples / max(1, rank_steps)
+    out["total_at_1_step_per_s"] = out["step"] + out["kernel_summary"] + out["device_sample"]
     return out

@@ -194,7 +194,7 @@ class FleetJob:
         self.steps = steps
         self.faults = tuple(faults)
         self.seed = seed
-        self.model = model or ModelConfig()
+        self.model = model or ModelConfig(microbatches=max(8, 4 * topology.pp))
         self.hardware = hardware or Hardware()
         self.noise = noise or Noise()
         self.start_ns = start_ns

@@ -13,7 +13,7 @@ from producers.simulator.model import INTER_HOST, ModelConfig
 from schemas import DeviceSample, KernelSummary, StepEvent, decode
 
 # docs/scenarios.md, "Bytes per rank-step" (steady state, 10,240 ranks)
-DOCUMENTED_BYTES = {"step": 560, "kernel_summary": 2710, "device": 140}
+DOCUMENTED_BYTES = {"step": 567, "kernel_summary": 2744, "device_sample": 270}
 BUDGET = 4096
 
 
@@ -134,7 +134,9 @@ def test_10240_rank_events_validate_and_fit_the_byte_budget(big: FleetJob) -> No
     for kind, cls in (("step", StepEvent), ("kernel_summary", KernelSummary), ("device", DeviceSample)):
         for n in rng.choice(len(by_kind[kind]), size=200, replace=False):
             assert isinstance(decode(by_kind[kind][int(n)].value), cls)
-    measured = bytes_per_rank_step(big, 2)
-    assert measured["total"] <= BUDGET
+    measured = bytes_per_rank_step(big, 3)
+    assert measured["total"] <= BUDGET and measured["total_at_1_step_per_s"] <= BUDGET
+    steps_s = np.mean([f.duration_ms for f in list(big.iter_frames())[big.noise.warmup_steps:]]) / 1e3
+    assert measured["device_samples_per_rank_step"] == pytest.approx(steps_s, rel=0.5)  # 1 Hz
     for kind, documented in DOCUMENTED_BYTES.items():
         assert measured[kind] == pytest.approx(documented, rel=0.1), kind

@@ -78,8 +78,8 @@ def pair(name: str) -> Pair:
     sc = SCENARIOS[name]
     topo = sc.topology(64)
     faults = build_faults(sc, topo, STEPS, SEED)
-    bad = FleetJob("bad", topo, STEPS, faults, SEED, model=sc.model())
-    good = FleetJob("good", topo, STEPS, (), SEED, model=sc.model())
+    bad = FleetJob("bad", topo, STEPS, faults, SEED, model=sc.model(topo))
+    good = FleetJob("good", topo, STEPS, (), SEED, model=sc.model(topo))
     return Pair(bad, faults[0], list(bad.iter_frames()), list(good.iter_frames()))
 
 
