@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--ranks", type=int, default=64)
     p.add_argument("--large-ranks", type=int, default=1024)
-    p.add_argument("--steps", type=int, default=90)
+    p.add_argument("--steps", type=int, default=120)
     p.add_argument("--healthy-runs", type=int, default=0, help="default: 3 × seeds (2 with --quick)")
     p.add_argument("--paced-steps", type=int, default=60)
     p.add_argument("--no-paced", action="store_true")

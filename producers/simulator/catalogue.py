@@ -380,7 +380,8 @@ def layout(ranks: int, *, moe: bool = False) -> Topology:
 
 
 def _window(steps: int) -> tuple[int, int]:
-    start = min(max(20, steps // 3), max(0, steps - 2))
+    """Onset half-way (after warm-up and a baseline), lasting a quarter of the run (≥ 10 steps)."""
+    start = min(max(20, steps // 2), max(0, steps - 2))
     return start, min(steps - 1, start + max(10, steps // 4))
 
 
