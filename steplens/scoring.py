@@ -10,6 +10,7 @@ no fault is a false alarm.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,8 +125,19 @@ def _touches(inc: IncidentView, fault: dict[str, Any]) -> bool:
         return True
     ranks = set(fault.get("ranks") or [])
     return bool(inc.ranks & ranks) or (inc.host is not None and inc.host in (fault.get("hosts") or [])) or (
-        inc.link is not None and inc.link in (fault.get("links") or [])) or (
+        inc.link is not None and _names_link(inc, fault)) or (
         inc.stage is not None and inc.stage == fault.get("stage"))
+
+
+def _names_link(inc: IncidentView, fault: dict[str, Any]) -> bool:
+    """The incident names one of the fault's links: exactly ("node-3/rdma"), by a link name that
+    mentions a faulty host as a whole token ("node-3->node-5", "node-3:eth1"), or by the host."""
+    links = fault.get("links") or []
+    if inc.link is not None:
+        if inc.link in links:
+            return True
+        return any(re.search(rf"(?<![\w-]){re.escape(h)}(?![\w])", inc.link) for h in fault.get("hosts") or [])
+    return inc.host is not None and f"{inc.host}/rdma" in links
 
 
 def localised(inc: IncidentView, fault: dict[str, Any]) -> bool:
@@ -141,8 +153,7 @@ def localised(inc: IncidentView, fault: dict[str, Any]) -> bool:
     if scope == "group":
         return inc.domain == fault.get("domain") and inc.group == fault.get("group")
     if scope == "link":
-        links = fault.get("links") or []
-        return inc.link in links or (inc.host is not None and f"{inc.host}/rdma" in links)
+        return _names_link(inc, fault)
     if scope == "stage":
         return inc.stage == fault.get("stage")
     return True

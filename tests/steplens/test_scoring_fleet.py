@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from steplens.scoring import RunTruth, false_alarms_per_100k, latest_incidents, score_run, summarise
 
 HOST_FAULT: dict[str, Any] = {
@@ -92,3 +94,14 @@ def test_healthy_run_false_alarm_rate() -> None:
     assert healthy.false_alarms == 1
     assert false_alarms_per_100k([healthy]) == 2.0
     assert summarise([healthy])["recall"] is None and summarise([healthy])["precision"] is None
+
+
+LINK_FAULT: dict[str, Any] = {**HOST_FAULT, "scope": "link", "links": ["node-1/rdma"], "rules": ["SLOW_LINK"]}
+
+
+@pytest.mark.parametrize(("link", "ok"), [("node-1/rdma", True), ("node-1->node-5", True), ("node-1:eth0", True),
+                                          ("node-11/rdma", False), ("node-2/rdma", False)])
+def test_link_incident_is_localised_by_its_host_token(link: str, ok: bool) -> None:
+    message = {**inc("l", "SLOW_LINK", "link", 41, 50), "link": link}
+    s = run(LINK_FAULT, [message])
+    assert s.faults[0].localised is ok and s.faults[0].detected is ok
