@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaError
 
 from infra import InfraConfig, KafkaBroker
 from infra.clients import kafka_client_config
@@ -32,8 +33,8 @@ from producers.simulator.stream import SimRun, stream_runs
 from schemas import Topics
 from sinks import open_backend
 from steplens.config import REPO_ROOT, Settings, load_settings
-from steplens.demo import start_worker, stop_worker, wait_caught_up
-from steplens.lag import end_offsets
+from steplens.demo import start_worker, stop_worker
+from steplens.lag import end_offsets, group_lag
 from steplens.scoring import RunScore, RunTruth, false_alarms_per_100k, latest_incidents, score_run, summarise
 from streams.topics_admin import ensure_topics
 
@@ -83,6 +84,35 @@ def plan_runs(args: argparse.Namespace, stamp: str) -> list[tuple[str, SimRun]]:
     return runs
 
 
+def wait_caught_up(settings: Settings, workers: list[subprocess.Popen[bytes]], stall_s: float) -> None:
+    """Poll consumer lag until both workers committed everything (twice in a row). Fails when a
+    worker exits or the lag has not shrunk for `stall_s` (a slow engine is fine, a stuck one is not)."""
+    topics = Topics(settings.topic_prefix)
+    groups = {
+        f"{settings.app_id}-detect": [topics.steps, topics.domain_steps, topics.group_steps, topics.jobs],
+        f"{settings.app_id}-land": [topics.steps, topics.jobs, topics.incidents],
+    }
+    best = None
+    last_progress = time.monotonic()
+    clean = 0
+    while clean < 2:
+        for proc in workers:
+            if proc.poll() is not None:
+                raise RuntimeError(f"a worker exited early with code {proc.returncode}; see .steplens/logs/")
+        try:
+            total = sum(v for g, names in groups.items() for v in group_lag(settings, g, names).values())
+        except KafkaError as exc:
+            if not getattr(exc, "retriable", False):
+                raise
+            total = -1
+        if total >= 0 and (best is None or total < best):
+            best, last_progress = total, time.monotonic()
+        clean = clean + 1 if total == 0 else 0
+        if time.monotonic() - last_progress > stall_s:
+            raise RuntimeError(f"workers made no progress for {stall_s:.0f}s (lag {total})")
+        time.sleep(2.0)
+
+
 def read_alerts(settings: Settings, topic: str, start: dict[int, int], jobs: set[str]) -> list[dict[str, Any]]:
     consumer = KafkaConsumer(**kafka_client_config(settings, "reader"), enable_auto_commit=False)
     parts = [TopicPartition(topic, p) for p in start]
@@ -126,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--healthy-runs", type=int, default=0, help="default: 3 × seeds (2 with --quick)")
     p.add_argument("--paced-steps", type=int, default=60)
     p.add_argument("--no-paced", action="store_true")
+    p.add_argument("--stall-s", type=float, default=300.0, help="fail when the workers' lag stops shrinking")
     p.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "detection.json")
     args = p.parse_args(argv)
     if args.quick:
@@ -176,12 +207,13 @@ def main(argv: list[str] | None = None) -> int:
         producer.flush()
         sent = sum(r.events for _, r in runs)
         print(f"• sent {sent} events in {time.monotonic() - t_send:.0f}s; waiting for the workers", flush=True)
-        wait_caught_up(settings, workers, lambda: None)
+        wait_caught_up(settings, workers, args.stall_s)
+        print(f"• caught up after {time.monotonic() - t_send:.0f}s", flush=True)
         if paced_runs:
             print(f"• paced: {len(paced_runs)} runs of {args.paced_steps} steps in real time", flush=True)
             stream_runs([r for _, r in paced_runs], topics, send, paced=True, on_step=producer.flush)
             producer.flush()
-            wait_caught_up(settings, workers, lambda: None)
+            wait_caught_up(settings, workers, args.stall_s)
     finally:
         producer.close()
         for proc in workers:
