@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -162,9 +163,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.large_ranks = min(args.large_ranks, 1024)
         args.steps = min(args.steps, 60)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the cleanup (stop the workers)
     started = datetime.now(UTC).isoformat(timespec="seconds")
     t0 = time.monotonic()
-    settings = load_settings()
+    stamp = time.strftime("%H%M%S")
+    # fresh topics per bench run: no backlog or history from an earlier run reaches the workers
+    settings = replace(load_settings(), topic_prefix=f"{load_settings().topic_prefix}bench{stamp}.")
     infra_cfg = InfraConfig.from_env()
     broker = KafkaBroker(infra_cfg)
     broker.install()
@@ -172,7 +176,6 @@ def main(argv: list[str] | None = None) -> int:
     settings = replace(settings, kafka_bootstrap=broker.bootstrap)
     topics = Topics(settings.topic_prefix)
     ensure_topics(settings, topics, settings.topic_partitions)
-    stamp = time.strftime("%H%M%S")
     runs = plan_runs(args, stamp)
     paced_runs: list[tuple[str, SimRun]] = []
     if not args.no_paced:
@@ -189,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
                            run.job.steps)
     alert_start = end_offsets(settings, topics.incidents)
     env = {**os.environ, "STEPLENS_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+           "STEPLENS_TOPIC_PREFIX": settings.topic_prefix,
            "STEPLENS_CLICKHOUSE_URL": settings.clickhouse_url, "STEPLENS_HOME": str(settings.home)}
     logs = infra_cfg.logs_dir
     logs.mkdir(parents=True, exist_ok=True)
