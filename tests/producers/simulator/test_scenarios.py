@@ -16,7 +16,9 @@ import numpy as np
 import pytest
 
 from producers.simulator.catalogue import SCENARIOS, FaultSpec, build_faults, layout
+from producers.simulator.events import FrameEncoder
 from producers.simulator.fleet import FleetJob, StepFrame
+from schemas import decode
 from schemas.incident import RULE_IDS
 
 STEPS = 60
@@ -318,3 +320,15 @@ def test_same_scenario_and_seed_same_faults(name: str) -> None:
     sc = SCENARIOS[name]
     topo = layout(64)
     assert build_faults(sc, topo, STEPS, 1) == build_faults(sc, topo, STEPS, 1)
+
+
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_faulty_events_stay_in_contract(name: str) -> None:
+    p = pair(name)
+    enc = FrameEncoder(p.job)
+    frame = p.bad[min(p.fault.start + 2, STEPS - 1)]
+    events = list(enc.encode(frame))
+    assert events or not frame.completed
+    for ev in events[:: max(1, len(events) // 40)]:
+        decoded = decode(ev.value)
+        assert ev.kind == type(decoded).TYPE
