@@ -30,6 +30,7 @@ from producers.simulator.catalogue import SCENARIOS, build_faults, write_ground_
 from producers.simulator.cluster import SimulatedJob
 from producers.simulator.faults import Fault, SlowRank, data_stall, gc_pause
 from producers.simulator.fleet import FleetJob, Noise
+from producers.simulator.model import ModelConfig
 from producers.simulator.run import run_simulation
 from producers.simulator.stream import SimRun, stream_runs
 from producers.simulator.topology import Topology
@@ -90,7 +91,16 @@ def build_parser() -> argparse.ArgumentParser:
     fleet.add_argument("--paced", action="store_true", help="real time: each step is sent when it ends")
     fleet.add_argument("--jitter", type=float, default=Noise().jitter, help="per-phase healthy jitter (≤ 0.08)")
     fleet.add_argument("--streams", default="step,kernel_summary,device", help="event types to send")
+    for name in ("layers", "hidden", "heads", "kv-heads", "ffn", "seq", "micro-batch", "vocab", "microbatches"):
+        fleet.add_argument(f"--{name}", type=int, help=f"model: {name} (default: the scenario's Llama-style model)")
     return p
+
+
+def model_for(args: argparse.Namespace, base: ModelConfig) -> ModelConfig:
+    """The scenario's model with the CLI's overrides."""
+    names = ("layers", "hidden", "heads", "kv_heads", "ffn", "seq", "micro_batch", "vocab", "microbatches")
+    overrides = {n: getattr(args, n) for n in names if getattr(args, n) is not None}
+    return replace(base, **overrides)
 
 
 def list_scenarios() -> str:
@@ -104,7 +114,8 @@ def run_fleet(args: argparse.Namespace) -> int:
     sc = SCENARIOS[args.scenario]
     topo = sc.topology(args.ranks)
     faults = build_faults(sc, topo, args.steps, args.seed)
-    job = FleetJob(args.job, topo, args.steps, faults, args.seed, model=sc.model(topo), noise=Noise(jitter=args.jitter))
+    job = FleetJob(args.job, topo, args.steps, faults, args.seed, model=model_for(args, sc.model(topo)),
+                   noise=Noise(jitter=args.jitter))
     if args.ground_truth:
         write_ground_truth(args.ground_truth, faults, args.job, args.seed, args.steps)
     include = tuple(k for k in args.streams.split(",") if k)
