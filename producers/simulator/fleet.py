@@ -316,10 +316,9 @@ class FleetJob:
             ticks: list[DeviceTick] = []
             while next_tick < end_ns:
                 dt = tick_ns / 1e9
-                swing = 1.0
                 load = np.minimum(util * 100.0 * (0.97 + 0.03 * rng.random(world)), fx.aicore_cap)
                 load = np.where(np.isnan(fx.aicore_set), load, fx.aicore_set)
-                power = (hw.idle_w + (hw.max_w - hw.idle_w) * (load / 100.0) ** 0.9) * fx.power_mul * swing
+                power = (hw.idle_w + (hw.max_w - hw.idle_w) * (load / 100.0) ** 0.9) * fx.power_mul
                 if not completed:
                     power = np.where(fx.silent, hw.idle_w, hw.idle_w + 0.35 * (hw.max_w - hw.idle_w))
                 power = power * rng.lognormal(-0.0002, 0.02, world)
