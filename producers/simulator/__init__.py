@@ -5,7 +5,15 @@ kernel_summary and device events, every fault of the catalogue (catalogue.py) wi
 ground truth. `SimulatedJob` (cluster.py) is the classic step-only simulator the demo uses.
 """
 
-from producers.simulator.catalogue import SCENARIOS, FaultSpec, Scenario, build_faults, layout, write_ground_truth
+from producers.simulator.catalogue import (
+    SCENARIOS,
+    FaultSpec,
+    Scenario,
+    build_faults,
+    layout,
+    scenario_job,
+    write_ground_truth,
+)
 from producers.simulator.cluster import DEFAULT_START_NS, SimStep, SimulatedJob, Timings, Workload
 from producers.simulator.faults import (
     FAULT_KINDS,
@@ -50,5 +58,5 @@ __all__ = [
     "gc_pause",
     "layout",
     "run_simulation",
-    "write_ground_truth",
+    "scenario_job", "write_ground_truth",
 ]

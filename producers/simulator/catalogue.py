@@ -564,6 +564,16 @@ def build_faults(scenario: Scenario, topo: Topology, steps: int, seed: int) -> l
     return scenario.build(topo, steps, np.random.default_rng([seed, 7919]))
 
 
+def scenario_job(name: str, ranks: int = 64, steps: int = 120, seed: int = 0, job_id: str | None = None) -> FleetJob:
+    """A catalogue scenario as a ready FleetJob (layout, model and faults as the bench uses them)."""
+    from producers.simulator.fleet import FleetJob
+
+    sc = SCENARIOS[name]
+    topo = sc.topology(ranks)
+    return FleetJob(job_id or f"{name}-{ranks}-s{seed}", topo, steps, build_faults(sc, topo, steps, seed), seed,
+                    model=sc.model(topo))
+
+
 def write_ground_truth(path: Path, faults: list[FaultSpec], job: str, seed: int, total_steps: int) -> Path:
     """One JSON line per fault (an empty file for a healthy run)."""
     path.parent.mkdir(parents=True, exist_ok=True)

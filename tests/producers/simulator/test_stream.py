@@ -88,3 +88,10 @@ def test_fleet_cli_through_kafka(kafka_bootstrap: str, unique_name: str, tmp_pat
     consumer.close()
     assert counts[StepEvent] == counts[KernelSummary] == 64 * 24
     assert counts[DeviceSample] >= 64 * 24 and counts[JobEvent] == 2
+
+
+def test_scenario_job_matches_the_catalogue() -> None:
+    from producers.simulator.catalogue import scenario_job
+    j = scenario_job("moe_imbalance", ranks=64, steps=40, seed=2)
+    assert j.topology.ep == 4 and j.model.experts == 8 and j.faults[0].domain == "ep"
+    assert j.faults == tuple(build_faults(SCENARIOS["moe_imbalance"], j.topology, 40, 2))
