@@ -159,7 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-paced", action="store_true")
     p.add_argument("--stall-s", type=float, default=300.0, help="fail when the workers' lag stops shrinking")
     p.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "detection.json")
+    p.add_argument("--rescore", type=Path, metavar="DIR", help="score a finished run's saved runs.json + alerts.jsonl")
     args = p.parse_args(argv)
+    if args.rescore:
+        return rescore(args.rescore, args.out)
     if args.quick:
         args.large_ranks = min(args.large_ranks, 1024)
         args.steps = min(args.steps, 60)
@@ -225,37 +228,62 @@ def main(argv: list[str] | None = None) -> int:
     all_runs = runs + paced_runs
     jobs = {r.job.job_id for _, r in all_runs}
     messages = read_alerts(settings, topics.incidents, alert_start, jobs)
-    incidents = latest_incidents(messages)
     ch_count = clickhouse_incidents(settings, jobs)
+    records = [run_record(label, run) for label, run in all_runs]
+    (gt_dir / "runs.json").write_bytes(orjson.dumps(records, option=orjson.OPT_INDENT_2))
+    (gt_dir / "alerts.jsonl").write_bytes(b"".join(orjson.dumps(m) + b"\n" for m in messages))
+    result = score_records(records, messages)
+    result.update({"machine": machine(), "started": started, "git": git_commit(), "quick": bool(args.quick),
+                   "duration_s": round(time.monotonic() - t0, 1), "incidents_clickhouse": ch_count,
+                   "ground_truth_dir": str(gt_dir.relative_to(REPO_ROOT))})
+    write_result(args.out, result)
+    return 0
+
+
+def run_record(label: str, run: SimRun) -> dict[str, Any]:
+    """What scoring needs of one run, saved next to its ground truth (for --rescore)."""
+    return {"label": label, "job": run.job.job_id, "seed": run.job.seed, "ranks": run.job.world,
+            "steps": run.job.steps, "rank_steps": run.rank_steps, "paced": label.endswith("@paced"),
+            "onset_ns": {str(k): v for k, v in run.onset_ns.items()},
+            "faults": [f.to_dict(run.job.job_id, run.job.seed, run.job.steps) for f in run.faults]}
+
+
+def score_records(records: list[dict[str, Any]], messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """detection.json's figures from saved runs and alert messages (pure)."""
+    incidents = latest_incidents(messages)
     scores: dict[str, list[RunScore]] = {}
     meta: dict[str, dict[str, Any]] = {}
-    for label, run in all_runs:
-        truth = RunTruth(job=run.job.job_id, faults=[f.to_dict(run.job.job_id, run.job.seed, run.job.steps)
-                                                     for f in run.faults],
-                         total_steps=run.job.steps, rank_steps=run.rank_steps, onset_ns=run.onset_ns,
-                         paced=label.endswith("@paced"))
-        scores.setdefault(label, []).append(score_run(truth, incidents))
-        m = meta.setdefault(label, {"ranks": run.job.world, "seeds": 0, "steps": run.job.steps})
+    for rec in records:
+        truth = RunTruth(job=rec["job"], faults=rec["faults"], total_steps=rec["steps"], rank_steps=rec["rank_steps"],
+                         onset_ns={int(k): int(v) for k, v in rec["onset_ns"].items()}, paced=rec["paced"])
+        scores.setdefault(rec["label"], []).append(score_run(truth, incidents))
+        m = meta.setdefault(rec["label"], {"ranks": rec["ranks"], "seeds": 0, "steps": rec["steps"]})
         m["seeds"] += 1
     scenarios = {}
     for label, runs_scores in scores.items():
-        summary = summarise(runs_scores)
-        base = label.split("@")[0]
-        sc = SCENARIOS[base]
-        scenarios[label] = {**summary, **meta[label], "expected_rules": list(sc.rules), "layer": sc.layer}
+        sc = SCENARIOS[label.split("@")[0]]
+        scenarios[label] = {**summarise(runs_scores), **meta[label], "expected_rules": list(sc.rules),
+                            "layer": sc.layer}
     healthy = scores.get("healthy", [])
-    result = {
-        "machine": machine(), "started": started, "git": git_commit(), "quick": bool(args.quick),
-        "duration_s": round(time.monotonic() - t0, 1), "scenarios": scenarios,
-        "false_alarms_per_100k_rank_steps": false_alarms_per_100k(healthy),
-        "healthy_rank_steps": sum(r.rank_steps for r in healthy),
-        "incidents_alerts_topic": len(incidents), "incidents_clickhouse": ch_count,
-        "ground_truth_dir": str(gt_dir.relative_to(REPO_ROOT)),
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
+    return {"scenarios": scenarios, "false_alarms_per_100k_rank_steps": false_alarms_per_100k(healthy),
+            "healthy_rank_steps": sum(r.rank_steps for r in healthy), "incidents_alerts_topic": len(incidents)}
+
+
+def write_result(out: Path, result: dict[str, Any]) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
     print(render_table(result))
-    print(f"wrote {args.out}")
+    print(f"wrote {out}")
+
+
+def rescore(directory: Path, out: Path) -> int:
+    """Score a finished run again (e.g. after a scorer change) from its saved runs and alerts."""
+    records = orjson.loads((directory / "runs.json").read_bytes())
+    messages = [orjson.loads(line) for line in (directory / "alerts.jsonl").read_bytes().splitlines() if line]
+    old = orjson.loads(out.read_bytes()) if out.exists() else {}
+    result = {**{k: v for k, v in old.items() if k not in ("scenarios",)}, **score_records(records, messages),
+              "rescored": datetime.now(UTC).isoformat(timespec="seconds"), "scorer_git": git_commit()}
+    write_result(out, result)
     return 0
 
 
@@ -275,8 +303,8 @@ def render_table(result: dict[str, Any]) -> str:
         lines.append(f"| {name} | " + " | ".join(_fmt(row.get(c)) for c in cols) + " |")
     lines.append(f"\nfalse alarms per 100k healthy rank-steps: {result['false_alarms_per_100k_rank_steps']:.1f} "
                  f"({result['healthy_rank_steps']} healthy rank-steps); incidents: alerts topic "
-                 f"{result['incidents_alerts_topic']}, ClickHouse {result['incidents_clickhouse']}; "
-                 f"{result['duration_s']:.0f}s")
+                 f"{result['incidents_alerts_topic']}, ClickHouse {result.get('incidents_clickhouse', '–')}; "
+                 f"{result.get('duration_s', 0):.0f}s")
     return "\n".join(lines)
 
 
