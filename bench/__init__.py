@@ -1,0 +1,1 @@
+"""Benchmarks: `make bench-<name>` writes bench/results/<name>.json."""
