@@ -8,7 +8,7 @@ Everything above them (migrations, the batching writer) sees only this Protocol.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, Self, runtime_checkable
 
 
@@ -43,12 +43,24 @@ class Backend(Protocol):
         """Run a statement that returns no rows (DDL, INSERT ... SELECT, OPTIMIZE)."""
         ...
 
-    def query(self, sql: str) -> list[tuple[Any, ...]]:
-        """Run a SELECT; rows as tuples of Python values (Date -> datetime.date, arrays -> lists)."""
+    def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        """Run a SELECT; rows as tuples of Python values (Date -> datetime.date, arrays -> lists).
+
+        `params` fill ``%(name)s`` placeholders, escaped by clickhouse-driver's rules on both
+        backends (so a literal ``%`` in `sql` must then be written ``%%``); user input never
+        becomes SQL text any other way.
+        """
         ...
 
-    def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        """Insert `rows` (values in `columns` order) into `database.table` as one block."""
+    def insert(
+        self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], *, dedup_token: str | None = None
+    ) -> None:
+        """Insert `rows` (values in `columns` order) into `database.table` as one block.
+
+        `dedup_token` (e.g. ``topic:partition:first-last``) makes a retried insert of the same
+        block a no-op on engines that honour ``insert_deduplication_token`` (22.2+, see
+        sinks.features); older engines ignore it.
+        """
         ...
 
     def version(self) -> tuple[int, int, int]:
@@ -100,7 +112,9 @@ class BackendBase:
 
     _version: tuple[int, int, int] | None = None
 
-    def query(self, sql: str) -> list[tuple[Any, ...]]:  # pragma: no cover - overridden
+    def query(
+        self, sql: str, params: Mapping[str, Any] | None = None
+    ) -> list[tuple[Any, ...]]:  # pragma: no cover - overridden
         raise NotImplementedError
 
     def close(self) -> None:  # pragma: no cover - overridden
@@ -111,6 +125,12 @@ class BackendBase:
             ((text,),) = self.query("SELECT version()")
             self._version = parse_version(str(text))
         return self._version
+
+    def honours_dedup_token(self) -> bool:
+        """Whether `insert(..., dedup_token=...)` deduplicates on this engine (22.2+)."""
+        from sinks.features import Features
+
+        return Features.for_version(self.version()).dedup_token
 
     def __enter__(self) -> Self:
         return self

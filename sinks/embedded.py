@@ -34,11 +34,12 @@ from __future__ import annotations
 import datetime as dt
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
+from clickhouse_driver.util.escape import escape_params
 
 from sinks.backend import BackendBase, SinkError, check_rows, column_list, qualified, quote_identifier
 
@@ -119,7 +120,10 @@ class EmbeddedBackend(BackendBase):
     def execute(self, sql: str) -> None:
         self._call("execute", sql)
 
-    def query(self, sql: str) -> list[tuple[Any, ...]]:
+    def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        if params is not None:
+            # the same client-side escaping clickhouse-driver applies for the server
+            sql = sql % escape_params(dict(params), None)
         result = self._call("query", sql, fmt="JSONCompact")
         raw = result.bytes()
         if not raw:
@@ -133,7 +137,9 @@ class EmbeddedBackend(BackendBase):
             )
         return rows
 
-    def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    def insert(
+        self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], *, dedup_token: str | None = None
+    ) -> None:
         if not rows:
             return
         check_rows(self.name, table, columns, rows)
@@ -148,6 +154,12 @@ class EmbeddedBackend(BackendBase):
                 detail += " (base64-encode raw bytes, as dead letters do)"
             raise SinkError(self.name, "insert", detail, table=table) from exc
         sql = f"INSERT INTO {qualified(self.database, table)} ({column_list(columns)})"
+        if dedup_token is not None:
+            token = escape_params({"t": dedup_token}, None)["t"]
+            sql += (
+                f" SETTINGS insert_deduplication_token = {token},"
+                " deduplicate_blocks_in_dependent_materialized_views = 1"
+            )
         with self._lock:
             if self._session is None:
                 raise SinkError(self.name, "insert", "the backend is closed", table=table)
@@ -158,8 +170,10 @@ class EmbeddedBackend(BackendBase):
                     result = inserter.finish()
             except RuntimeError as exc:
                 raise SinkError(self.name, "insert", str(exc).strip(), table=table) from exc
+        # rows_written also counts what materialized views wrote (rollups), and a block dropped
+        # as a duplicate of an earlier token is a success: only a short count is an error.
         written = int(result.rows_written)
-        if written != len(rows):
+        if written < len(rows) and dedup_token is None:
             raise SinkError(self.name, "insert", f"wrote {written} of {len(rows)} rows", table=table)
 
     def close(self) -> None:

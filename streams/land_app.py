@@ -34,11 +34,11 @@ def create_land_app(settings: Settings) -> faust.App:
                 log.warning("dead letter %s[%d]@%d: field %s %s", letter.topic, letter.partition,
                             letter.offset, letter.field, letter.problem)
                 await deadletter_topic.send(key=letter.key, value=letter.raw, headers=letter.headers())
-            await lander.write(landed.rows)
+            await lander.write(landed.rows, landed.sources)
             for event in events:
                 await stream.ack(event)
 
-    for name in (topics.steps, topics.jobs, topics.incidents):
+    for name in processor.topics:
         app.agent(raw_topic(app, name), name=f"land-{name}", concurrency=1)(land)
 
     async def report_land() -> None:

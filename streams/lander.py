@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from sinks import SinkError, open_backend
 from sinks.migrations.runner import migrate
 from sinks.rows import TableRow
-from sinks.writer import BatchingWriter
+from sinks.writer import BatchingWriter, Source
 from steplens.config import Settings
 
 log = logging.getLogger(__name__)
@@ -52,24 +52,33 @@ class ClickHouseLander:
             self._writer = BatchingWriter.from_settings(backend, self._settings)
         return self._writer
 
-    def _write_now(self, pending: list[TableRow]) -> None:
+    def _write_now(self, pending: list[TableRow], sources: list[Source | None]) -> None:
         """Hand `pending` to the writer (emptying it) and flush; raises SinkError on failure."""
         writer = self._open()
-        for row in pending:
-            writer.add_row(row)
+        for row, source in zip(pending, sources, strict=True):
+            writer.add_row(row, source)
         pending.clear()
+        sources.clear()
         writer.flush()
 
-    async def write(self, batch: list[TableRow]) -> None:
-        """Write `batch`, retrying until it lands (raises only on cancellation)."""
+    async def write(self, batch: list[TableRow], sources: list[Source] | None = None) -> None:
+        """Write `batch`, retrying until it lands (raises only on cancellation).
+
+        `sources` (parallel to `batch`, from `Landed.sources`) give every insert the
+        deduplication token of its Kafka offsets, so a retry cannot duplicate rows. While
+        ClickHouse is unreachable this coroutine does not return: the agent awaiting it
+        takes no further messages and acknowledges nothing, so consumption pauses and
+        nothing is dropped; it resumes where it stopped once an insert succeeds.
+        """
         if not batch:
             return
         loop = asyncio.get_running_loop()
         pending = list(batch)
+        pending_sources: list[Source | None] = list(sources) if sources is not None else [None] * len(batch)
         backoff = 0.5
         while True:
             try:
-                await loop.run_in_executor(self._executor, self._write_now, pending)
+                await loop.run_in_executor(self._executor, self._write_now, pending, pending_sources)
                 return
             except SinkError as exc:
                 log.error("landing failed, retrying in %.1fs: %s", backoff, exc)

@@ -10,7 +10,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas import ContractError, Incident, JobEvent, StepEvent, Topics, decode_as
+from schemas import (
+    ContractError,
+    ControlCommand,
+    DeviceSample,
+    Incident,
+    JobEvent,
+    KernelBatch,
+    KernelSummary,
+    ProfileReady,
+    StepEvent,
+    Topics,
+    decode_as,
+)
 from sinks import rows
 from sinks.rows import RowError, TableRow
 
@@ -35,10 +47,14 @@ class DeadLetter:
         ]
 
 
+Source = tuple[str, int, int]  # (topic, partition, offset): the insert deduplication token's parts
+
+
 @dataclass(slots=True)
 class Landed:
     rows: list[TableRow] = field(default_factory=list)
     dead: list[DeadLetter] = field(default_factory=list)
+    sources: list[Source] = field(default_factory=list)  # parallel to `rows`: the message each came from
 
 
 class LandingProcessor:
@@ -48,19 +64,29 @@ class LandingProcessor:
         self._max = max_event_bytes
         self._types: dict[str, type[Any]] = {
             topics.steps: StepEvent, topics.jobs: JobEvent, topics.incidents: Incident,
+            topics.kernel_summaries: KernelSummary, topics.kernels: KernelBatch, topics.device: DeviceSample,
+            topics.profiles: ProfileReady, topics.control: ControlCommand,
         }
         self.counts: dict[str, int] = {}
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        """Every topic this processor lands."""
+        return tuple(self._types)
 
     def process(
         self, topic: str, partition: int, offset: int, key: bytes | None, raw: bytes, now_ns: int, out: Landed
     ) -> None:
         cls = self._types[topic]
+        source = (topic, partition, offset)
         try:
-            row = rows.row_for(decode_as(cls, raw, self._max), now_ns)
+            mapped = rows.rows_for(decode_as(cls, raw, self._max), now_ns)
         except (ContractError, RowError) as exc:
             out.dead.append(DeadLetter(topic, partition, offset, key, raw, exc.field, exc.problem))
             out.rows.append(rows.dead_letter(topic, partition, offset, key, raw, exc.problem, exc.field, now_ns))
+            out.sources.append(source)
             self.counts["dead"] = self.counts.get("dead", 0) + 1
             return
-        out.rows.append(row)
+        out.rows.extend(mapped)
+        out.sources.extend([source] * len(mapped))
         self.counts[cls.TYPE] = self.counts.get(cls.TYPE, 0) + 1
