@@ -175,18 +175,19 @@ def recurrent_offenders(time_range: TimeRange = ALL_TIME, min_jobs: int = 2, lim
 def device_health(host: str = "", time_range: TimeRange = ALL_TIME, limit: int = 50) -> FleetQuery:
     """Per host: temperature, power (and its swing), clock down-clocking, from the per-minute rollup.
 
-    downclock_pct = 1 − min/max clock (the spec checks down-clocking > 5 %);
+    downclock_pct = 1 − the host's mean clock / the highest clock seen in the fleet over the
+    range (the rated clock's stand-in; the spec checks down-clocking > 5 %);
     power_swing_pct = (max − min) / mean power (unstable power swings ±15 %).
     """
     sql = (
         "SELECT host, uniqExact(device) AS devices, countMerge(samples) AS samples, "
         "maxMerge(temp_max) AS temp_max_c, avgMerge(temp_avg) AS temp_avg_c, avgMerge(power_avg) AS power_avg_w, "
         "if(power_avg_w > 0, (maxMerge(power_max) - minMerge(power_min)) / power_avg_w * 100, 0.) AS power_swing_pct, "
-        "if(maxMerge(freq_max) > 0, (1 - minMerge(freq_min) / maxMerge(freq_max)) * 100, 0.) AS downclock_pct, "
+        "if(%(fleet_max)s > 0, (1 - avgMerge(freq_avg) / %(fleet_max)s) * 100, 0.) AS downclock_pct, "
         "avgMerge(aicore_avg) AS util_avg_pct "
         f"FROM {{db}}.device_by_minute WHERE (%(host)s = '' OR host = %(host)s) AND {_MINUTES} "
         "GROUP BY host ORDER BY temp_max_c DESC, host LIMIT %(limit)s"
-    )
+    ).replace("%(fleet_max)s", f"(SELECT maxMerge(freq_max) FROM {{db}}.device_by_minute WHERE {_MINUTES})")
     return FleetQuery(
         "device-health", "dashboard", sql, {"host": host, "limit": limit, **time_range.params()},
         ("host", "devices", "samples", "temp_max_c", "temp_avg_c", "power_avg_w", "power_swing_pct",
