@@ -49,9 +49,14 @@ def step_times_query(job: str, tr: TimeRange) -> FleetQuery:
 
 
 def heat_query(job: str, tr: TimeRange, rank_bin: int, step_bin: int) -> FleetQuery:
-    """Ad hoc: scans the job's raw step rows in the range (binned, so the result stays small)."""
+    """Ad hoc: scans the job's raw step rows in the range (binned, so the result stays small).
+
+    Busy time (step − exposed communication), since in a synchronous step every rank's wall
+    time is the straggler's: only busy time shows who the others wait for.
+    """
     sql = (
-        "SELECT intDiv(rank, %(rb)s) AS rbin, intDiv(step, %(sb)s) AS sbin, avg(duration_ms) AS ms "
+        "SELECT intDiv(rank, %(rb)s) AS rbin, intDiv(step, %(sb)s) AS sbin, "
+        "avg(duration_ms - ifNull(comm_exposed_ms, 0)) AS ms "
         "FROM {db}.steps WHERE job = %(job)s AND start_ns >= %(start_ns)s AND start_ns < %(end_ns)s "
         "GROUP BY rbin, sbin"
     )

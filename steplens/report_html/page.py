@@ -39,6 +39,15 @@ def _epoch(value: Any) -> float:
     return float(value)
 
 
+def _range(start_ns: int, end_ns: int) -> str:
+    def one(ns: int, open_end: str) -> str:
+        if ns <= 0 or ns >= 2**62:
+            return open_end
+        return dt.datetime.fromtimestamp(ns / 1e9, dt.UTC).isoformat(timespec="seconds")
+
+    return f"from {one(start_ns, 'the beginning')} to {one(end_ns, 'now')}"
+
+
 def render(data: ReportData, generated: dt.datetime) -> str:
     incidents = data.tables.get("incidents")
     points = [(_epoch(r[0]), str(r[2]), f"{r[0]} {r[1]} {r[10]}") for r in (incidents.rows if incidents else [])]
@@ -63,6 +72,6 @@ def render(data: ReportData, generated: dt.datetime) -> str:
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'>"
         f"<title>{escape(data.title)}</title><style>{_CSS}</style></head><body>"
-        f"<h1>{escape(data.title)}</h1><p>Scope: {escape(scope)}; range {tr.start_ns}..{tr.end_ns} ns; "
+        f"<h1>{escape(data.title)}</h1><p>Scope: {escape(scope)}; {escape(_range(tr.start_ns, tr.end_ns))}; "
         f"generated {generated.isoformat(timespec='seconds')}.</p>" + "".join(parts) + "</body></html>"
     )

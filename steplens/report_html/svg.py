@@ -36,12 +36,15 @@ def line(title: str, ys: Sequence[float], label: str, color: str = "#1f77b4") ->
         return empty(title)
     lo, hi = min(0.0, *values), max(values) or 1.0
     n = max(len(ys) - 1, 1)
-    pts = " ".join(
-        f"{PAD + (W - PAD - 10) * i / n:.1f},{H - PAD - (H - PAD - 10) * (y - lo) / (hi - lo or 1):.1f}"
+    xy = [
+        (PAD + (W - PAD - 10) * i / n, H - PAD - (H - PAD - 10) * (y - lo) / (hi - lo or 1))
         for i, y in enumerate(ys) if not math.isnan(y)
-    )
+    ]
+    pts = " ".join(f"{x:.1f},{y:.1f}" for x, y in xy)
     poly = f'<polyline class="series" fill="none" stroke="{color}" stroke-width="1.5" points="{pts}"/>'
-    body = _axis(lo, hi, label) + poly
+    step = max(1, len(xy) // 200)  # point markers: a single point still shows, long series stay light
+    dots = "".join(f'<circle class="point" cx="{x:.1f}" cy="{y:.1f}" r="2" fill="{color}"/>' for x, y in xy[::step])
+    body = _axis(lo, hi, label) + poly + dots
     return _frame(title, body, "line")
 
 
@@ -74,8 +77,8 @@ def heatmap(title: str, grid: Sequence[Sequence[float]], label: str) -> str:
         for c, v in enumerate(row):
             if math.isnan(v):
                 continue
-            heat = max(0.0, min(1.0, (v - 1.0) / 0.3))
-            color = f"rgb(255,{int(255 * (1 - heat))},{int(255 * (1 - heat))})"
+            heat = max(0.0, min(1.0, (v - 1.0) / 0.3))  # 1.3x the median and above: full red
+            color = f"rgb({int(225 + 30 * heat)},{int(232 * (1 - heat))},{int(245 * (1 - heat))})"
             cells.append(f'<rect class="cell" x="{PAD + c * cw:.1f}" y="{10 + r * ch:.1f}" width="{cw + 0.5:.1f}" '
                          f'height="{ch + 0.5:.1f}" fill="{color}"><title>{v:.2f}</title></rect>')
     return _frame(title, _axis(0, nr, label) + "".join(cells), "heatmap")

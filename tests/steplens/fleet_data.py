@@ -10,6 +10,7 @@ Ground truth (what the queries must find):
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from schemas import (
@@ -28,7 +29,8 @@ from sinks.backend import Backend
 from sinks.migrations.runner import migrate
 from sinks.writer import BatchingWriter
 
-T0 = 1_780_000_000_000_000_000  # 2026-05-28
+# yesterday 00:00 UTC: recent enough for every table's TTL (raw kernels keep 30 days)
+T0 = (int(time.time()) // 86_400 - 1) * 86_400 * 1_000_000_000
 WORLD, STEPS, PER_HOST = 16, 40, 4
 SLOW_RANK, SLOW_HOST = 5, "h1"
 SLOW_STEPS = (20, 21, 22)
@@ -69,7 +71,7 @@ def step_events(job: str, offset_ns: int) -> list[StepEvent]:
                 samples=8, tokens=8 * 4096, flops=0.4 * 989e12 * BASE_MS * 1.3 / 1e3, peak_flops=989e12,
                 profiling=rank == 0 and step in (10, 11),
             ))
-        t += int(BASE_MS * factor * 1.3 * 1e6) + 5_000_000
+        t += 10 * 10**9  # a step every 10 s: the job spans minutes (the report's time series)
     return out
 
 
@@ -102,12 +104,12 @@ def device_samples() -> list[DeviceSample]:
 def profiled() -> tuple[list[KernelBatch], ControlCommand]:
     batches = []
     for step in (10, 11):
-        start = T0 + step * 655_000_000
+        start = T0 + step * 10**10
         kernels = [KernelRecord(name=f"k{i}", cat="compute", start_ns=start + i * 1_000_000, dur_ns=800_000)
                    for i in range(3)]
         batches.append(KernelBatch(job="job-a", rank=0, world=WORLD, host="h0", device=0, step=step, kernels=kernels))
     control = ControlCommand(command_id="c-1", job="job-a", action="profile_on", ranks=[0], step_first=10,
-                             step_count=2, issued_ns=T0 + 9 * 655_000_000)
+                             step_count=2, issued_ns=T0 + 9 * 10**10)
     return batches, control
 
 
