@@ -19,9 +19,12 @@ from schemas import (
     Domain,
     Incident,
     JobEvent,
+    KernelAggregate,
     KernelBatch,
     KernelRecord,
+    KernelSummary,
     Phases,
+    ProfileReady,
     StepEvent,
 )
 from sinks import rows
@@ -113,11 +116,26 @@ def profiled() -> tuple[list[KernelBatch], ControlCommand]:
     return batches, control
 
 
+def summaries() -> list[KernelSummary]:
+    """Always-on kernel summaries of job-a's first 3 steps: a matmul and an allreduce aggregate each."""
+    return [
+        KernelSummary(job="job-a", rank=rank, world=WORLD, host=host_of(rank), device=rank % PER_HOST, step=step,
+                      entries=[KernelAggregate(key="F2:4096x4096x4096", cat="compute", count=12, total_ns=90_000_000,
+                                               metric="F2", shape={"M": 4096, "N": 4096, "K": 4096}, flops=1.6e12),
+                               KernelAggregate(key="allreduce/dp", cat="comm", count=2, total_ns=30_000_000,
+                                               op="allreduce", domain="dp", group_size=4, bytes=2**28)],
+                      other_count=40, other_ns=5_000_000)
+        for step in range(3) for rank in range(WORLD)
+    ]
+
+
 def all_events() -> list[rows.AnyStoredEvent]:
     batches, control = profiled()
+    profile = ProfileReady(job="job-a", rank=0, host="h0", format="kineto", uri="/dumps/job-a/rank0.json",
+                           step_first=10, step_last=11, ts_ns=T0 + 12 * 10**10, command_id="c-1")
     jobs = [JobEvent(job=j, phase="start", world=WORLD, ts_ns=T0, parallel={"dp": 4, "tp": 4}) for j in Truth().jobs]
     return [*jobs, *step_events("job-a", 0), *step_events("job-b", 3600 * 10**9), *incidents(), *device_samples(),
-            *batches, control]
+            *batches, control, profile, *summaries()]
 
 
 def load(backend: Backend) -> Truth:
