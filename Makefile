@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: venv up down status demo demo-server test lint typecheck unit integration clean
+.PHONY: venv up down status demo demo-server test lint typecheck unit integration clean bench-query
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,9 @@ demo: venv        ## simulated 64-rank job with injected faults through the real
 
 demo-server: venv ## the same, landing in the ClickHouse server instead of embedded chdb
 	$(BIN)/python -m steplens demo --clickhouse server
+
+bench-query: venv ## 100 M step rows in embedded chdb, every CLI query timed -> bench/results/query.json
+	$(BIN)/python -m bench.query $(BENCH_QUERY_ARGS)
 
 lint: venv
 	$(BIN)/ruff check .
