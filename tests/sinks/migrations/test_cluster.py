@@ -41,7 +41,8 @@ def test_views_read_and_write_local_tables_and_keep_the_replacing_version() -> N
         assert re.findall(r"FROM `db`\.`(\w+)`", view) and all(
             t.endswith("_local") for t in re.findall(r"FROM `db`\.`(\w+)`", view))
     steps = next(s for s in statements if "`steps_local` ON CLUSTER" in s)
-    assert "ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/db/steps_local', '{replica}', ingested_ns)" in steps
+    engine = "ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/db/steps_local', '{replica}', ingested_ns)"
+    assert engine in steps
 
 
 def test_old_engines_get_cluster_ddl_without_newer_features() -> None:
