@@ -166,7 +166,7 @@ def queries(ranks: int, steps: int) -> list[tuple[str, FleetQuery | Callable[[Ba
         ("device-health", fleet.device_health("", everything, 50)),
         ("throughput-over-time", series_query(JOB, everything)),
         ("step-times", step_times_query(JOB, everything)),
-        ("rank-step-heatmap-1h", heat_query(JOB, hour, max(1, ranks // 48), 30)),
+        ("rank-step-heatmap-1h", heat_query(JOB, max(0, mid - 1800), mid + 1800, max(1, ranks // 48), 30)),
         ("timeline-16-ranks-11-steps", timeline),
     ]
 
@@ -201,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             loaded = generate_steps(backend, args.ranks, steps, 10_240_000, log)
             extra = generate_other(backend, args.ranks, steps)
+            for table in ("steps_by_minute", "steps_by_step", "steps_by_rank", "steps_by_day", "host_health",
+                          "topology"):
+                backend.execute(f"OPTIMIZE TABLE `steplens`.`{table}` FINAL")  # steady state: rollups merged
             load_s = time.perf_counter() - t0
             log(f"loaded in {load_s:.0f}s ({loaded / load_s:,.0f} rows/s generated in-engine, rollups included)")
         ingest_ranks = min(args.ranks, 1024)

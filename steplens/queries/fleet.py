@@ -7,6 +7,7 @@ ClickHouse 18.16 and chdb 26.x share (no window functions, no Map, -Merge over -
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from steplens.queries.base import FleetQuery, TimeRange, rounded
@@ -20,39 +21,47 @@ def _post(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     return rounded(rows)
 
 
+def _rank_against_median(limit: int, busy_index: int) -> Callable[[list[tuple[Any, ...]]], list[tuple[Any, ...]]]:
+    """Rows ordered slowest first -> the first `limit`, each with busy / the median of ALL rows.
+
+    The median is taken here over every row (one per rank: 10,240 at most per job) rather
+    than in a scalar subquery that would aggregate the rollup a second time.
+    """
+
+    def post(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        if not rows:
+            return []
+        busy = sorted(float(r[busy_index]) for r in rows)
+        median = busy[len(busy) // 2] if len(busy) % 2 else (busy[len(busy) // 2 - 1] + busy[len(busy) // 2]) / 2
+        return rounded([(*r, float(r[busy_index]) / median if median else 0.0) for r in rows[:limit]])
+
+    return post
+
+
 def slowest_ranks(job: str, time_range: TimeRange = ALL_TIME, limit: int = 10) -> FleetQuery:
     """Ranks by mean busy time (step − exposed comm: what the others wait for), vs the job's median rank."""
-    per_rank = (
+    sql = (
         "SELECT rank, host, countMerge(rank_steps) AS steps, sumMerge(busy_ms) / steps AS busy_ms, "
         "sumMerge(device_ms) / steps AS step_ms, maxMerge(max_ms) AS max_ms "
-        f"FROM {{db}}.steps_by_rank WHERE job = %(job)s AND {_HOURS} GROUP BY rank, host"
-    )
-    sql = (
-        f"SELECT rank, host, steps, busy_ms, step_ms, max_ms, "
-        f"busy_ms / (SELECT quantile(0.5)(busy_ms) FROM ({per_rank})) AS vs_median "
-        f"FROM ({per_rank}) ORDER BY busy_ms DESC, rank LIMIT %(limit)s"
+        f"FROM {{db}}.steps_by_rank WHERE job = %(job)s AND {_HOURS} GROUP BY rank, host "
+        "ORDER BY busy_ms DESC, rank"
     )
     return FleetQuery(
-        "slowest-ranks", "dashboard", sql, {"job": job, "limit": limit, **time_range.params()},
-        ("rank", "host", "steps", "busy_ms", "step_ms", "max_ms", "vs_median"), _post,
+        "slowest-ranks", "dashboard", sql, {"job": job, **time_range.params()},
+        ("rank", "host", "steps", "busy_ms", "step_ms", "max_ms", "vs_median"), _rank_against_median(limit, 3),
     )
 
 
 def slowest_hosts(job: str, time_range: TimeRange = ALL_TIME, limit: int = 10) -> FleetQuery:
     """Hosts by the mean busy time of their ranks, vs the job's median host."""
-    per_host = (
+    sql = (
         "SELECT host, uniqExact(rank) AS ranks, countMerge(rank_steps) AS steps, "
         "sumMerge(busy_ms) / steps AS busy_ms, maxMerge(max_ms) AS max_ms "
-        f"FROM {{db}}.steps_by_rank WHERE job = %(job)s AND {_HOURS} GROUP BY host"
-    )
-    sql = (
-        f"SELECT host, ranks, steps, busy_ms, max_ms, "
-        f"busy_ms / (SELECT quantile(0.5)(busy_ms) FROM ({per_host})) AS vs_median "
-        f"FROM ({per_host}) ORDER BY busy_ms DESC, host LIMIT %(limit)s"
+        f"FROM {{db}}.steps_by_rank WHERE job = %(job)s AND {_HOURS} GROUP BY host ORDER BY busy_ms DESC, host"
     )
     return FleetQuery(
-        "slowest-hosts", "dashboard", sql, {"job": job, "limit": limit, **time_range.params()},
-        ("host", "ranks", "steps", "busy_ms", "max_ms", "vs_median"), _post,
+        "slowest-hosts", "dashboard", sql, {"job": job, **time_range.params()},
+        ("host", "ranks", "steps", "busy_ms", "max_ms", "vs_median"), _rank_against_median(limit, 3),
     )
 
 
@@ -83,7 +92,7 @@ def _per_step(where: str) -> str:
     return (
         "SELECT job, step, maxMerge(max_ms) AS t, sumMerge(tokens) AS tok, sumMerge(flops) AS f, "
         "sumMerge(peak_flop) AS pf, maxMerge(world) AS w, maxMerge(busy_max) AS bmax, "
-        "quantileMerge(0.5)(busy_median) AS bmed, minMerge(start_ns) AS s0 "
+        "quantileTDigestMerge(0.5)(busy_median) AS bmed, minMerge(start_ns) AS s0 "
         f"FROM {{db}}.steps_by_step WHERE {where} GROUP BY job, step"
     )
 
@@ -173,21 +182,21 @@ def recurrent_offenders(time_range: TimeRange = ALL_TIME, min_jobs: int = 2, lim
 
 
 def device_health(host: str = "", time_range: TimeRange = ALL_TIME, limit: int = 50) -> FleetQuery:
-    """Per host: temperature, power (and its swing), clock down-clocking, from the per-minute rollup.
+    """Per host: temperature, power (and its swing), clock down-clocking, from the per-hour rollup.
 
     downclock_pct = 1 − the host's mean clock / the highest clock seen in the fleet over the
     range (the rated clock's stand-in; the spec checks down-clocking > 5 %);
     power_swing_pct = (max − min) / mean power (unstable power swings ±15 %).
     """
     sql = (
-        "SELECT host, uniqExact(device) AS devices, countMerge(samples) AS samples, "
+        "SELECT host, uniqMerge(devices) AS devices, countMerge(samples) AS samples, "
         "maxMerge(temp_max) AS temp_max_c, avgMerge(temp_avg) AS temp_avg_c, avgMerge(power_avg) AS power_avg_w, "
         "if(power_avg_w > 0, (maxMerge(power_max) - minMerge(power_min)) / power_avg_w * 100, 0.) AS power_swing_pct, "
         "if(%(fleet_max)s > 0, (1 - avgMerge(freq_avg) / %(fleet_max)s) * 100, 0.) AS downclock_pct, "
         "avgMerge(aicore_avg) AS util_avg_pct "
-        f"FROM {{db}}.device_by_minute WHERE (%(host)s = '' OR host = %(host)s) AND {_MINUTES} "
+        f"FROM {{db}}.host_health WHERE (%(host)s = '' OR host = %(host)s) AND {_HOURS} "
         "GROUP BY host ORDER BY temp_max_c DESC, host LIMIT %(limit)s"
-    ).replace("%(fleet_max)s", f"(SELECT maxMerge(freq_max) FROM {{db}}.device_by_minute WHERE {_MINUTES})")
+    ).replace("%(fleet_max)s", f"(SELECT maxMerge(freq_max) FROM {{db}}.host_health WHERE {_HOURS})")
     return FleetQuery(
         "device-health", "dashboard", sql, {"host": host, "limit": limit, **time_range.params()},
         ("host", "devices", "samples", "temp_max_c", "temp_avg_c", "power_avg_w", "power_swing_pct",

@@ -30,7 +30,7 @@ def series_query(job: str, tr: TimeRange) -> FleetQuery:
     sql = (
         "SELECT minute, sumMerge(tokens) / 60. AS tokens_per_s, "
         "if(sumMerge(peak_flop) > 0, sumMerge(flops) / sumMerge(peak_flop), 0.) AS mfu, "
-        "quantilesMerge(0.5, 0.9, 0.99)(step_ms_q)[1] AS p50_ms "
+        "quantilesTDigestMerge(0.5, 0.9, 0.99)(step_ms_q)[1] AS p50_ms "
         "FROM {db}.steps_by_minute WHERE (%(job)s = '' OR job = %(job)s) "
         "AND minute >= toStartOfMinute(toDateTime(%(start_s)s)) AND minute < toDateTime(%(end_s)s) "
         "GROUP BY minute ORDER BY minute"
@@ -48,20 +48,34 @@ def step_times_query(job: str, tr: TimeRange) -> FleetQuery:
     return FleetQuery("step-times", "dashboard", sql, {"job": job, **tr.params()}, ("step", "t"))
 
 
-def heat_query(job: str, tr: TimeRange, rank_bin: int, step_bin: int) -> FleetQuery:
-    """Ad hoc: scans the job's raw step rows in the range (binned, so the result stays small).
+def heat_query(job: str, step_first: int, step_last: int, rank_bin: int, step_bin: int) -> FleetQuery:
+    """Ad hoc: raw step rows of one step range, one sampled step per column (binned: the result stays small).
 
+    The range is in steps, not time: steps are ordered by (job, step, rank), so a step range
+    reads only its own granules, and sampling one step per column skips the others' columns.
     Busy time (step − exposed communication), since in a synchronous step every rank's wall
     time is the straggler's: only busy time shows who the others wait for.
     """
     sql = (
         "SELECT intDiv(rank, %(rb)s) AS rbin, intDiv(step, %(sb)s) AS sbin, "
         "avg(duration_ms - ifNull(comm_exposed_ms, 0)) AS ms "
-        "FROM {db}.steps WHERE job = %(job)s AND start_ns >= %(start_ns)s AND start_ns < %(end_ns)s "
+        "FROM {db}.steps WHERE job = %(job)s AND step >= %(s0)s AND step <= %(s1)s AND modulo(step, %(sb)s) = 0 "
         "GROUP BY rbin, sbin"
     )
-    return FleetQuery("rank-step-heatmap", "adhoc", sql, {"job": job, "rb": rank_bin, "sb": step_bin,
-                                                          **tr.params()}, ("rbin", "sbin", "ms"))
+    return FleetQuery("rank-step-heatmap", "adhoc", sql,
+                      {"job": job, "rb": rank_bin, "sb": step_bin, "s0": step_first, "s1": step_last},
+                      ("rbin", "sbin", "ms"))
+
+
+def step_range(backend: Backend, job: str, tr: TimeRange) -> tuple[int, int] | None:
+    """The job's first and last step that started in `tr` (from the step rollup)."""
+    rows = backend.query(
+        f"SELECT min(step), max(step), count() FROM (SELECT step, minMerge(start_ns) AS s0 "
+        f"FROM `{backend.database}`.steps_by_step WHERE job = %(job)s GROUP BY step) "
+        "WHERE s0 >= %(start_ns)s AND s0 < %(end_ns)s", {"job": job, **tr.params()})
+    if not rows or not rows[0][2]:
+        return None
+    return int(rows[0][0]), int(rows[0][1])
 
 
 def busiest_job(backend: Backend, tr: TimeRange) -> str:
@@ -115,10 +129,12 @@ def collect(
         bounds = backend.query(
             f"SELECT max(rank) + 1 FROM `{backend.database}`.steps_by_rank WHERE job = %(job)s", {"job": focus})
         world = int(bounds[0][0] or 1) if bounds else 1
-        n_steps = max(len(data.step_times), 1)
-        rb, sb = max(1, math.ceil(world / 48)), max(1, math.ceil(n_steps / 120))
+        steps = step_range(backend, focus, tr)
+        if steps is None:
+            return
+        rb, sb = max(1, math.ceil(world / 48)), max(1, math.ceil((steps[1] - steps[0] + 1) / 120))
         data.heat_axes = (rb, sb)
-        data.heat = _heat(run(backend, heat_query(focus, tr, rb, sb)).rows)
+        data.heat = _heat(run(backend, heat_query(focus, steps[0], steps[1], rb, sb)).rows)
 
     steps.append(("throughput and MFU over time", series))
     if focus:

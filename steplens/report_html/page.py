@@ -51,7 +51,8 @@ def _range(start_ns: int, end_ns: int) -> str:
 def render(data: ReportData, generated: dt.datetime) -> str:
     incidents = data.tables.get("incidents")
     points = [(_epoch(r[0]), str(r[2]), f"{r[0]} {r[1]} {r[10]}") for r in (incidents.rows if incidents else [])]
-    heat_label = f"ranks ({data.heat_axes[0]}/row) x steps ({data.heat_axes[1]}/column), 1.0 = median"
+    heat_label = (f"ranks ({data.heat_axes[0]}/row) x steps (1 sampled per {data.heat_axes[1]}/column), "
+                  "busy time / column median")
     sections = [
         ("Throughput over time", svg.line("tokens/s", [float(r[1]) for r in data.series], "tokens/s per minute")),
         ("MFU over time", svg.line("MFU", [float(r[2]) for r in data.series], "MFU per minute", "#ff7f0e")),

@@ -39,7 +39,7 @@ from tests.steplens.fleet_data import T0, all_events, step_events
 ROLLUPS = {
     "steps_by_minute": ("job", "minute"), "steps_by_step": ("job", "step"),
     "steps_by_rank": ("job", "hour", "rank", "host"), "steps_by_day": ("day", "host", "job"),
-    "device_by_minute": ("host", "minute", "device"), "topology": ("job", "rank"),
+    "host_health": ("host", "hour"), "topology": ("job", "rank"),
 }
 RAW = (*TABLE_COLUMNS, "topology")
 
