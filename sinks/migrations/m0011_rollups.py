@@ -75,12 +75,12 @@ def statements(db: str, features: Features) -> list[str]:
     # per job-step: ORDER BY (job, step) -> a job's step range; `day` only partitions
     out.append(create_table(db, "steps_by_step", [
         ("job", job), ("step", "UInt64"), ("day", "Date"), *light,
-        _agg("busy_max", "max", "Float64"), _agg("busy_median", "quantileTDigest(0.5)", "Float64"),
+        _agg("busy_max", "max", "Float64"), _agg("busy_mean", "avg", "Float64"),
         _agg("start_ns", "min", "Int64"), _agg("end_ns", "max", "Int64"), _agg("world", "max", "UInt32"),
     ], _engine("(job, step)", "day", features)))
     out.append(create_rollup(db, "steps_by_step_mv", "steps_by_step", (
         f"SELECT job, step, min(event_date) AS day, {light_select}, maxState({BUSY}) AS busy_max, "
-        f"quantileTDigestState(0.5)({BUSY}) AS busy_median, minState(start_ns) AS start_ns, "
+        f"avgState({BUSY}) AS busy_mean, minState(start_ns) AS start_ns, "
         f"maxState(end_ns) AS end_ns, maxState(world) AS world\nFROM {steps}\nGROUP BY job, step"
     )))
 
