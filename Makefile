@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: venv up down status demo demo-server test lint typecheck unit integration clean bench-detection
+.PHONY: venv up down status demo demo-server test lint typecheck unit integration clean bench-detection bench-query
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,9 @@ demo-server: venv ## the same, landing in the ClickHouse server instead of embed
 
 bench-detection: venv ## every fault scenario through Kafka + workers, scored -> bench/results/detection.json
 	$(BIN)/python -m bench.detection $(BENCH_ARGS)
+
+bench-query: venv ## 100 M step rows in embedded chdb, every CLI query timed -> bench/results/query.json
+	$(BIN)/python -m bench.query $(BENCH_QUERY_ARGS)
 
 lint: venv
 	$(BIN)/ruff check .

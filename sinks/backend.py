@@ -58,8 +58,15 @@ class Backend(Protocol):
         """
         ...
 
-    def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        """Insert `rows` (values in `columns` order) into `database.table` as one block."""
+    def insert(
+        self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], *, dedup_token: str | None = None
+    ) -> None:
+        """Insert `rows` (values in `columns` order) into `database.table` as one block.
+
+        `dedup_token` (e.g. ``topic:partition:first-last``) makes a retried insert of the same
+        block a no-op on engines that honour ``insert_deduplication_token`` (22.2+, see
+        sinks.features); older engines ignore it.
+        """
         ...
 
     def version(self) -> tuple[int, int, int]:
@@ -151,6 +158,12 @@ class BackendBase:
             ((text,),) = self.query("SELECT version()")
             self._version = parse_version(str(text))
         return self._version
+
+    def honours_dedup_token(self) -> bool:
+        """Whether `insert(..., dedup_token=...)` deduplicates on this engine (22.2+)."""
+        from sinks.features import Features
+
+        return Features.for_version(self.version()).dedup_token
 
     def __enter__(self) -> Self:
         return self

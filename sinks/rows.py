@@ -20,6 +20,11 @@ import datetime as dt
 from typing import Any, NamedTuple
 
 from schemas import DOMAIN_TYPES, Incident, JobEvent, Phases, StepEvent, bounds
+from schemas.control import ControlCommand
+from schemas.device import DeviceSample
+from schemas.kernel import KernelBatch
+from schemas.kernel_summary import KernelSummary
+from schemas.profile import ProfileReady
 
 Row = tuple[Any, ...]
 
@@ -257,3 +262,157 @@ def dead_letter(
     """`dead_letter_row` with its table and columns, like `row_for`."""
     row = dead_letter_row(topic, partition, offset, key, raw, reason, field, received_ns)
     return TableRow(DEAD_LETTERS_TABLE, DEAD_LETTER_COLUMNS, row)
+
+
+# --- contract 1.1 event types: kernel summaries, raw kernels, device samples, profiles, control ---
+
+KERNEL_SUMMARIES_TABLE = "kernel_summaries"
+KERNELS_TABLE = "kernels"
+DEVICE_SAMPLES_TABLE = "device_samples"
+PROFILES_TABLE = "profiles"
+CONTROL_TABLE = "control_commands"
+
+KERNEL_SUMMARY_COLUMNS: tuple[str, ...] = (
+    "job", "rank", "step", "host", "device", "entry", "entries",
+    "key", "cat", "count", "total_ns", "max_ns", "metric", "shape_keys", "shape_values", "flops",
+    "op", "domain", "group_size", "bytes", "direction", "launch_mean_us", "launch_mad_us",
+    "other_count", "other_ns", "dropped", "event_date", "ingested_ns",
+)
+
+KERNEL_COLUMNS: tuple[str, ...] = (
+    "job", "rank", "step", "host", "device", "kernel", "name", "cat", "start_ns", "dur_ns", "submit_ns",
+    "stream", "metric", "shape_keys", "shape_values", "flops", "op", "bytes", "count", "dtype", "domain",
+    "group_name", "group_size", "direction", "dropped", "event_date", "ingested_ns",
+)
+
+DEVICE_SAMPLE_COLUMNS: tuple[str, ...] = (
+    "host", "device", "ts_ns", "job", "rank", "device_kind", "power_w", "temp_c", "aicore_pct", "aicpu_pct",
+    "ctrlcpu_pct", "mem_pct", "membw_pct", "freq_mhz", "event_date", "ingested_ns",
+)
+
+PROFILE_COLUMNS: tuple[str, ...] = (
+    "job", "rank", "host", "format", "uri", "step_first", "step_last", "ts_ns", "bytes", "command_id", "event_date",
+)
+
+CONTROL_COLUMNS: tuple[str, ...] = (
+    "command_id", "job", "action", "ranks", "step_first", "step_count", "issued_ns", "level", "reason",
+    "incident_id", "event_date",
+)
+
+TABLE_COLUMNS.update({
+    KERNEL_SUMMARIES_TABLE: KERNEL_SUMMARY_COLUMNS,
+    KERNELS_TABLE: KERNEL_COLUMNS,
+    DEVICE_SAMPLES_TABLE: DEVICE_SAMPLE_COLUMNS,
+    PROFILES_TABLE: PROFILE_COLUMNS,
+    CONTROL_TABLE: CONTROL_COLUMNS,
+})
+
+NO_RANK = -1  # a device sample no job owns
+
+
+def _shape(shape: dict[str, int] | None, field: str) -> tuple[list[str], list[int]]:
+    keys = sorted(shape or {})
+    return keys, [_fit((shape or {})[k], _INT64, f"{field}.{k}") for k in keys]
+
+
+def kernel_summary_rows(s: KernelSummary, ingested_ns: int) -> list[Row]:
+    """One row per aggregate; a summary without aggregates is one row with entry -1 and key ''.
+
+    The summary-level counters (other_*, dropped) repeat on every row of the summary: sum
+    them over ``entry <= 0`` (the first row of each summary) only.
+    """
+    head = (
+        s.job, _fit(s.rank, _UINT32, "rank"), _fit(s.step, _UINT64, "step"), s.host,
+        _fit(s.device, _UINT16, "device"),
+    )
+    tail = (
+        _fit(s.other_count, _UINT64, "other_count"), _fit(s.other_ns, _INT64, "other_ns"),
+        _fit(s.dropped, _UINT64, "dropped"), event_date(ingested_ns), _fit(ingested_ns, _INT64, "ingested_ns"),
+    )
+    n = len(s.entries)
+    if n == 0:
+        return [(*head, -1, 0, "", "other", 0, 0, None, None, [], [], None, None, None, None, None, None,
+                 None, None, *tail)]
+    out: list[Row] = []
+    for index, a in enumerate(s.entries):
+        path = f"entries[{index}]"
+        keys, values = _shape(a.shape, f"{path}.shape")
+        out.append((
+            *head, index, n, a.key, a.cat, _fit(a.count, _UINT64, f"{path}.count"),
+            _fit(a.total_ns, _INT64, f"{path}.total_ns"), _fit_opt(a.max_ns, _INT64, f"{path}.max_ns"),
+            a.metric, keys, values, a.flops, a.op, a.domain,
+            _fit_opt(a.group_size, _UINT32, f"{path}.group_size"), _fit_opt(a.bytes, _INT64, f"{path}.bytes"),
+            a.direction, a.launch_mean_us, a.launch_mad_us, *tail,
+        ))
+    return out
+
+
+def kernel_rows(b: KernelBatch, ingested_ns: int) -> list[Row]:
+    """One row per kernel record, numbered by its position in the batch (the replacing key)."""
+    head = (
+        b.job, _fit(b.rank, _UINT32, "rank"), _fit(b.step, _UINT64, "step"), b.host,
+        _fit(b.device, _UINT16, "device"),
+    )
+    dropped = _fit(b.dropped, _UINT64, "dropped")
+    out: list[Row] = []
+    for index, k in enumerate(b.kernels):
+        path = f"kernels[{index}]"
+        keys, values = _shape(k.shape, f"{path}.shape")
+        out.append((
+            *head, index, k.name, k.cat, _fit(k.start_ns, _INT64, f"{path}.start_ns"),
+            _fit(k.dur_ns, _INT64, f"{path}.dur_ns"), _fit_opt(k.submit_ns, _INT64, f"{path}.submit_ns"),
+            _fit_opt(k.stream, _INT64, f"{path}.stream"), k.metric, keys, values, k.flops, k.op,
+            _fit_opt(k.bytes, _INT64, f"{path}.bytes"), _fit_opt(k.count, _INT64, f"{path}.count"), k.dtype,
+            k.domain, k.group_name, _fit_opt(k.group_size, _UINT32, f"{path}.group_size"), k.direction,
+            dropped, event_date(k.start_ns), _fit(ingested_ns, _INT64, "ingested_ns"),
+        ))
+    return out
+
+
+def device_sample_row(d: DeviceSample, ingested_ns: int) -> Row:
+    return (
+        d.host, _fit(d.device, _UINT16, "device"), _fit(d.ts_ns, _INT64, "ts_ns"), d.job or "",
+        NO_RANK if d.rank is None else _fit(d.rank, _INT64, "rank"), d.device_kind or "",
+        d.power_w, d.temp_c, d.aicore_pct, d.aicpu_pct, d.ctrlcpu_pct, d.mem_pct, d.membw_pct, d.freq_mhz,
+        event_date(d.ts_ns), _fit(ingested_ns, _INT64, "ingested_ns"),
+    )
+
+
+def profile_row(p: ProfileReady) -> Row:
+    return (
+        p.job, _fit(p.rank, _UINT32, "rank"), p.host, p.format, p.uri,
+        _fit(p.step_first, _UINT64, "step_first"), _fit(p.step_last, _UINT64, "step_last"),
+        _fit(p.ts_ns, _INT64, "ts_ns"), _fit_opt(p.bytes, _INT64, "bytes"), p.command_id, event_date(p.ts_ns),
+    )
+
+
+def control_row(c: ControlCommand) -> Row:
+    return (
+        c.command_id, c.job, c.action, [_fit(r, _UINT32, f"ranks[{n}]") for n, r in enumerate(c.ranks)],
+        _fit(c.step_first, _UINT64, "step_first"), _fit(c.step_count, _UINT32, "step_count"),
+        _fit(c.issued_ns, _INT64, "issued_ns"), c.level, c.reason, c.incident_id, event_date(c.issued_ns),
+    )
+
+
+AnyStoredEvent = StoredEvent | KernelSummary | KernelBatch | DeviceSample | ProfileReady | ControlCommand
+
+
+def rows_for(event: AnyStoredEvent, ingested_ns: int) -> list[TableRow]:
+    """Every row an event is stored as (kernel summaries and kernel batches give one per entry).
+
+    The land worker's single mapping point: `row_for` for the one-row types, the batch
+    mappings for the rest. Raises `RowError` when a value does not fit (the whole event is
+    then dead-lettered, never half-landed).
+    """
+    if isinstance(event, KernelSummary):
+        return [TableRow(KERNEL_SUMMARIES_TABLE, KERNEL_SUMMARY_COLUMNS, r)
+                for r in kernel_summary_rows(event, ingested_ns)]
+    if isinstance(event, KernelBatch):
+        return [TableRow(KERNELS_TABLE, KERNEL_COLUMNS, r) for r in kernel_rows(event, ingested_ns)]
+    if isinstance(event, DeviceSample):
+        return [TableRow(DEVICE_SAMPLES_TABLE, DEVICE_SAMPLE_COLUMNS, device_sample_row(event, ingested_ns))]
+    if isinstance(event, ProfileReady):
+        return [TableRow(PROFILES_TABLE, PROFILE_COLUMNS, profile_row(event))]
+    if isinstance(event, ControlCommand):
+        return [TableRow(CONTROL_TABLE, CONTROL_COLUMNS, control_row(event))]
+    return [row_for(event, ingested_ns)]

@@ -124,13 +124,15 @@ class ServerBackend(BackendBase):
             self.close()
             raise
 
-    def _run(self, action: str, sql: str, params: Any = None, table: str | None = None) -> Any:
+    def _run(
+        self, action: str, sql: str, params: Any = None, table: str | None = None, settings: Any = None
+    ) -> Any:
         if self._client is None:
             raise SinkError(self.name, action, "the backend is closed", table=table)
         try:
-            if params is None:
+            if params is None and settings is None:
                 return self._client.execute(sql)
-            return self._client.execute(sql, params)
+            return self._client.execute(sql, params, settings=settings)
         except (ch_errors.Error, OSError, EOFError) as exc:
             raise SinkError(self.name, action, _error_text(exc), table=table) from exc
 
@@ -148,12 +150,20 @@ class ServerBackend(BackendBase):
         check_params(self.name, params)
         return dict(params)
 
-    def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    def insert(
+        self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], *, dedup_token: str | None = None
+    ) -> None:
         if not rows:
             return
         check_rows(self.name, table, columns, rows)
         sql = f"INSERT INTO {qualified(self.database, table)} ({column_list(columns)}) VALUES"
-        self._run("insert", sql, params=[tuple(row) for row in rows], table=table)
+        settings = None
+        if dedup_token is not None and self.honours_dedup_token():
+            settings = {
+                "insert_deduplication_token": dedup_token,
+                "deduplicate_blocks_in_dependent_materialized_views": 1,
+            }
+        self._run("insert", sql, params=[tuple(row) for row in rows], table=table, settings=settings)
 
     def close(self) -> None:
         client, self._client = self._client, None

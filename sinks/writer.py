@@ -9,12 +9,21 @@ until an insert of it has succeeded, and bounds that buffer.
 
 Protocol for the caller (the sink loop, one thread):
 
-1. ``add(table, columns, row)`` for each decoded event (or `add_row(rows.row_for(...))`);
+1. ``add(table, columns, row, source=(topic, partition, offset))`` for each decoded event (or
+   `add_row(rows.row_for(...), source)`); `source` is optional;
 2. when ``due()``, ``flush()``; commit the Kafka offsets of the added events only after a
    flush that left nothing buffered (``buffered == 0``);
 3. on `SinkBackpressure` from `add` the row was NOT buffered: stop consuming (pause the
    partitions, do not commit), keep calling ``flush()`` every ``retry_after`` seconds, and
    offer the row again once a flush succeeds. Nothing is ever dropped silently.
+
+Exactly once: rows added with their Kafka `source` are batched per (table, topic,
+partition), and each batch is inserted with the deduplication token
+``topic:partition:first-last`` (its first and last offsets). A retry of a failed or
+timed-out insert re-sends the same block with the same token, which engines from 22.2 on
+(chdb) drop as a duplicate, rollups included; on 18.16 the tables' ReplacingMergeTree keys
+are the backstop (read with FINAL). Batches only grow between flushes and are retried
+unchanged, so a token always names the same rows.
 
 Not thread-safe: one writer per sink thread.
 """
@@ -48,11 +57,24 @@ class SinkBackpressure(Exception):
         self.last_error = last_error
 
 
+Source = tuple[str, int, int]  # (topic, partition, offset) of the message a row came from
+_Key = tuple[str, str, int]  # (table, topic, partition); topic '' and partition -1 without a source
+
+
 @dataclass(slots=True)
 class _Batch:
     columns: tuple[str, ...]
     since: float
     rows: list[Row] = field(default_factory=list)
+    first_offset: int | None = None
+    last_offset: int | None = None
+
+    def token(self, key: _Key) -> str | None:
+        """``topic:partition:first-last`` of the offsets in this batch; None without a source."""
+        _, topic, partition = key
+        if self.first_offset is None:
+            return None
+        return f"{topic}:{partition}:{self.first_offset}-{self.last_offset}"
 
 
 class BatchingWriter:
@@ -84,7 +106,7 @@ class BatchingWriter:
         self.max_seconds = max_seconds
         self.max_buffered_rows = max_buffered_rows
         self._clock = clock
-        self._batches: dict[str, _Batch] = {}
+        self._batches: dict[_Key, _Batch] = {}
         self._buffered = 0
         self._retry_at: float | None = None
         self.rows_written: dict[str, int] = {}
@@ -105,26 +127,37 @@ class BatchingWriter:
         return self._buffered
 
     def buffered_rows(self, table: str) -> int:
-        batch = self._batches.get(table)
-        return 0 if batch is None else len(batch.rows)
+        return sum(len(batch.rows) for key, batch in self._batches.items() if key[0] == table)
 
-    def add(self, table: str, columns: Sequence[str], row: Sequence[Any]) -> None:
-        """Buffer `row` for `table`, or raise `SinkBackpressure` (the row is then NOT buffered)."""
+    def add(self, table: str, columns: Sequence[str], row: Sequence[Any], source: Source | None = None) -> None:
+        """Buffer `row` for `table`, or raise `SinkBackpressure` (the row is then NOT buffered).
+
+        `source`: the Kafka (topic, partition, offset) the row came from; offsets of one
+        partition must be added in order (as a consumer delivers them).
+        """
         if self._buffered >= self.max_buffered_rows:
             raise SinkBackpressure(self._buffered, self.max_buffered_rows, self.max_seconds, self.last_error)
         cols = tuple(columns)
         if len(row) != len(cols):
             raise ValueError(f"table {table}: row has {len(row)} values for {len(cols)} columns")
-        batch = self._batches.get(table)
+        key: _Key = (table, "", -1) if source is None else (table, source[0], source[1])
+        batch = self._batches.get(key)
         if batch is None:
-            batch = self._batches[table] = _Batch(cols, self._clock())
+            batch = self._batches[key] = _Batch(cols, self._clock())
         elif batch.columns != cols:
             raise ValueError(f"table {table}: columns {cols} differ from the buffered rows' {batch.columns}")
+        if source is not None:
+            offset = source[2]
+            if batch.last_offset is not None and offset < batch.last_offset:
+                raise ValueError(f"{source[0]}[{source[1]}]: offset {offset} added after {batch.last_offset}")
+            if batch.first_offset is None:
+                batch.first_offset = offset
+            batch.last_offset = offset
         batch.rows.append(tuple(row))
         self._buffered += 1
 
-    def add_row(self, table_row: TableRow) -> None:
-        self.add(table_row.table, table_row.columns, table_row.row)
+    def add_row(self, table_row: TableRow, source: Source | None = None) -> None:
+        self.add(table_row.table, table_row.columns, table_row.row, source)
 
     def due(self) -> bool:
         """True when a table reached `max_rows` or a buffered row is `max_seconds` old.
@@ -143,28 +176,33 @@ class BatchingWriter:
         )
 
     def flush(self) -> dict[str, int]:
-        """Insert each table's buffered rows as one insert; return rows written per table.
+        """Insert each table's buffered rows (one insert per source partition); return rows written per table.
 
-        A table's buffer is cleared only after its insert succeeded. If any insert fails,
+        A batch is cleared only after its insert succeeded. If any insert fails,
         the other tables are still attempted, then the first `SinkError` is raised with the
         failed tables' rows still buffered (the successful tables' rows are counted in
         `rows_written` and gone from the buffer).
         """
         written: dict[str, int] = {}
         first_error: SinkError | None = None
-        for table, batch in list(self._batches.items()):
+        for key, batch in list(self._batches.items()):
             if not batch.rows:
                 continue
+            table = key[0]
+            token = batch.token(key)
             try:
-                self.backend.insert(table, batch.columns, batch.rows)
+                if token is None:
+                    self.backend.insert(table, batch.columns, batch.rows)
+                else:
+                    self.backend.insert(table, batch.columns, batch.rows, dedup_token=token)
             except SinkError as exc:
                 if first_error is None:
                     first_error = exc
                 continue
             count = len(batch.rows)
-            del self._batches[table]
+            del self._batches[key]
             self._buffered -= count
-            written[table] = count
+            written[table] = written.get(table, 0) + count
             self.rows_written[table] = self.rows_written.get(table, 0) + count
         if first_error is not None:
             self.flush_failures += 1

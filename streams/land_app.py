@@ -97,7 +97,7 @@ def create_land_app(settings: Settings) -> faust.App:
                         letter.offset, letter.field, letter.problem)
             deliveries.append(await deadletter_topic.send(key=letter.key, value=letter.topic_value(),
                                                         headers=letter.headers()))
-        await lander.write(landed.rows)
+        await lander.write(landed.rows, landed.sources)
         for delivery in deliveries:  # the dead-letter topic has them (acks=all) before they are acked
             await delivery
 

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from sinks import SinkError, open_backend
 from sinks.migrations.runner import migrate
 from sinks.rows import TableRow
-from sinks.writer import BatchingWriter, SinkBackpressure
+from sinks.writer import BatchingWriter, SinkBackpressure, Source
 from steplens.config import Settings
 
 log = logging.getLogger(__name__)
@@ -52,8 +52,8 @@ class ClickHouseLander:
             self._writer = BatchingWriter.from_settings(backend, self._settings)
         return self._writer
 
-    def _write_now(self, pending: list[TableRow]) -> None:
-        """Hand `pending` to the writer and flush; raises SinkError on failure.
+    def _write_now(self, pending: list[TableRow], sources: list[Source | None]) -> None:
+        """Hand `pending` (with their `sources`) to the writer and flush; raises SinkError on failure.
 
         Rows the writer accepted are removed from `pending` even when this raises, so a retry
         never offers a row twice; when the writer's buffer is full (`SinkBackpressure`), it
@@ -64,17 +64,24 @@ class ClickHouseLander:
         try:
             while accepted < len(pending):
                 try:
-                    writer.add_row(pending[accepted])
+                    writer.add_row(pending[accepted], sources[accepted])
                 except SinkBackpressure:
                     writer.flush()
                     continue
                 accepted += 1
         finally:
             del pending[:accepted]
+            del sources[:accepted]
         writer.flush()
 
-    async def write(self, batch: list[TableRow]) -> None:
-        """Write `batch`, retrying until it lands; one insert per table per call.
+    async def write(self, batch: list[TableRow], sources: list[Source] | None = None) -> None:
+        """Write `batch`, retrying until it lands; one insert per table (and source partition) per call.
+
+        `sources` (parallel to `batch`, from `Landed.sources`) give every insert the
+        deduplication token of its Kafka offsets, so a retry cannot duplicate rows. While
+        ClickHouse is unreachable this coroutine does not return: the agent awaiting it
+        takes no further messages and acknowledges nothing, so consumption pauses and
+        nothing is dropped; it resumes where it stopped once an insert succeeds.
 
         Retries only `SinkError` (the backend is down or refused the insert). Anything else
         is a bug and propagates: the landing worker then exits without acknowledging the
@@ -84,10 +91,11 @@ class ClickHouseLander:
             return
         loop = asyncio.get_running_loop()
         pending = list(batch)
+        pending_sources: list[Source | None] = list(sources) if sources is not None else [None] * len(batch)
         backoff = 0.5
         while True:
             try:
-                await loop.run_in_executor(self._executor, self._write_now, pending)
+                await loop.run_in_executor(self._executor, self._write_now, pending, pending_sources)
                 return
             except SinkError as exc:
                 log.error("landing failed, retrying in %.1fs: %r", backoff, str(exc))

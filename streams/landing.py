@@ -74,10 +74,14 @@ class DeadLetter:
         return self.raw[:DEADLETTER_TOPIC_MAX_BYTES]
 
 
+Source = tuple[str, int, int]  # (topic, partition, offset): the insert deduplication token's parts
+
+
 @dataclass(slots=True)
 class Landed:
     rows: list[TableRow] = field(default_factory=list)
     dead: list[DeadLetter] = field(default_factory=list)
+    sources: list[Source] = field(default_factory=list)  # parallel to `rows`: the message each came from
 
 
 def landing_types(topics: Topics) -> dict[str, type[Any]]:
@@ -119,19 +123,21 @@ class LandingProcessor:
 
     @property
     def topics(self) -> tuple[str, ...]:
+        """Every topic this processor lands."""
         return tuple(self._types)
 
     def process(
         self, topic: str, partition: int, offset: int, key: object, raw: object, now_ns: int, out: Landed
     ) -> None:
-        """Append exactly one row or one dead letter (plus its dead_letters row) to `out`."""
+        """Append exactly one dead letter, or the rows of one event, to `out` (with their sources)."""
         key_bytes = _as_bytes(key)
         raw_bytes = _as_bytes(raw)
+        source = (topic, partition, offset)
         try:
             cls = self._types.get(topic)
             if cls is None:
                 raise ContractError("<topic>", f"topic {topic[:100]!r} is not one the landing worker reads")
-            row = rows.row_for(decode_as(cls, raw_bytes, self._max), now_ns)
+            mapped = rows.rows_for(decode_as(cls, raw_bytes, self._max), now_ns)
         except (ContractError, RowError) as exc:
             self._dead(topic, partition, offset, key_bytes, raw_bytes, exc.field, exc.problem, now_ns, out)
             return
@@ -139,7 +145,8 @@ class LandingProcessor:
             problem = clip(f"could not be processed ({type(exc).__name__}: {exc})", MAX_REASON_CHARS)
             self._dead(topic, partition, offset, key_bytes, raw_bytes, UNEXPECTED_FIELD, problem, now_ns, out)
             return
-        out.rows.append(row)
+        out.rows.extend(mapped)
+        out.sources.extend([source] * len(mapped))
         kind = cls.TYPE
         self.counts[kind] = self.counts.get(kind, 0) + 1
 
@@ -150,4 +157,5 @@ class LandingProcessor:
         payload = b"" if raw is None else raw
         out.dead.append(DeadLetter(topic, partition, offset, key, payload, field_path, problem, raw is None))
         out.rows.append(rows.dead_letter(topic, partition, offset, key, payload, problem, field_path, now_ns))
+        out.sources.append((topic, partition, offset))
         self.counts["dead"] = self.counts.get("dead", 0) + 1

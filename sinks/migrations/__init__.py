@@ -11,7 +11,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sinks.features import Features
-from sinks.migrations import m0001_steps, m0002_incidents, m0003_jobs, m0004_dead_letters
+from sinks.migrations import (
+    m0001_steps,
+    m0002_incidents,
+    m0003_jobs,
+    m0004_dead_letters,
+    m0005_kernel_summaries,
+    m0006_kernels,
+    m0007_device_samples,
+    m0008_profiles,
+    m0009_control_commands,
+    m0010_topology,
+    m0011_rollups,
+    m0012_dedup_windows,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +36,11 @@ class Migration:
 
 MIGRATIONS: tuple[Migration, ...] = tuple(
     Migration(module.ID, module.DESCRIPTION, module.statements)
-    for module in (m0001_steps, m0002_incidents, m0003_jobs, m0004_dead_letters)
+    for module in (
+        m0001_steps, m0002_incidents, m0003_jobs, m0004_dead_letters, m0005_kernel_summaries, m0006_kernels,
+        m0007_device_samples, m0008_profiles, m0009_control_commands, m0010_topology, m0011_rollups,
+        m0012_dedup_windows,
+    )
 )
 
 __all__ = ["MIGRATIONS", "Migration"]

@@ -15,3 +15,13 @@ def create_table(db: str, table: str, columns: Sequence[tuple[str, str]], engine
     """
     body = ",\n    ".join(f"{quote_identifier(name)} {ch_type}" for name, ch_type in columns)
     return f"CREATE TABLE IF NOT EXISTS {qualified(db, table)}\n(\n    {body}\n)\nENGINE = {engine}"
+
+
+def create_rollup(db: str, view: str, target: str, select: str) -> str:
+    """``CREATE MATERIALIZED VIEW IF NOT EXISTS db.view TO db.target AS select``.
+
+    The ``TO target`` form (18.16 and 26.x alike) keeps the rollup a plain table that
+    queries, TTLs and the cluster variant treat like any other; the view only feeds it.
+    `select` names source tables as ``{db}.table`` already qualified by the caller.
+    """
+    return f"CREATE MATERIALIZED VIEW IF NOT EXISTS {qualified(db, view)} TO {qualified(db, target)}\nAS {select}"

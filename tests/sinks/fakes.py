@@ -18,6 +18,7 @@ class FakeBackend:
         self.fail = False
         self.fail_tables: set[str] | None = None
         self.closed = False
+        self.tokens: list[str | None] = []  # the dedup token of every insert attempt, in order
 
     def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
         self.executed.append(sql)
@@ -25,7 +26,10 @@ class FakeBackend:
     def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
         return []
 
-    def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    def insert(
+        self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], *, dedup_token: str | None = None
+    ) -> None:
+        self.tokens.append(dedup_token)
         if self.fail and (self.fail_tables is None or table in self.fail_tables):
             raise SinkError("fake", "insert", "server is down", table=table)
         self.inserts.append((table, tuple(columns), [tuple(r) for r in rows]))

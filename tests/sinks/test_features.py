@@ -14,7 +14,9 @@ def test_debian_18_16_has_none_of_the_newer_features() -> None:
 
 
 def test_chdb_26_has_all_of_them() -> None:
-    assert Features.for_version((26, 9, 2)) == Features(low_cardinality=True, codecs=True, ttl=True, datetime64=True)
+    assert Features.for_version((26, 9, 2)) == Features(
+        low_cardinality=True, codecs=True, ttl=True, datetime64=True, dedup_token=True
+    )
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from sinks.backend import Backend, SinkError, column_list, qualified
+from sinks.migrations import MIGRATIONS
 from sinks.migrations.runner import migrate
 from sinks.rows import (
     DEAD_LETTER_COLUMNS,
@@ -50,7 +51,8 @@ def count(backend: Backend, table: str, final: bool = True) -> int:
 
 def test_migrations_create_the_tables_once(backend: Backend) -> None:
     first = migrate(backend)
-    assert first == ["0001_steps", "0002_incidents", "0003_jobs", "0004_dead_letters"]
+    assert first[:4] == ["0001_steps", "0002_incidents", "0003_jobs", "0004_dead_letters"]
+    assert first == [m.id for m in MIGRATIONS]
     assert migrate(backend) == []
     recorded = backend.query(f"SELECT id FROM {qualified(backend.database, 'schema_migrations')} FINAL ORDER BY id")
     assert [r[0] for r in recorded] == first

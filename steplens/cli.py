@@ -1,0 +1,288 @@
+"""`steplens`: one command line for the services, the workers, the demo and the fleet's history.
+
+Exit status: 0 success (a query that returned rows); 1 a query that returned no rows, or
+a command that failed (service error, demo found a miss); 2 usage error (bad arguments);
+3 ClickHouse error (unreachable, bad database). Settings come from STEPLENS_* variables
+over the TOML file named by --config or STEPLENS_CONFIG (steplens/config.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from steplens import output
+from steplens.config import Settings, load_settings
+
+EXIT_OK, EXIT_EMPTY, EXIT_USAGE, EXIT_BACKEND = 0, 1, 2, 3
+
+Handler = Callable[[argparse.Namespace, Settings], int]
+
+
+def _backend(settings: Settings) -> Any:
+    from sinks import open_backend
+    from sinks.migrations.runner import migrate
+
+    backend = open_backend(settings)
+    migrate(backend)  # a fresh or older database still answers (empty) instead of failing
+    return backend
+
+
+def _time_range(args: argparse.Namespace) -> Any:
+    from steplens.queries import TimeRange
+
+    return TimeRange.parse(args.since, args.until)
+
+
+def _emit_query(args: argparse.Namespace, settings: Settings, build: Callable[[], Any]) -> int:
+    from steplens.queries import run
+
+    with _backend(settings) as backend:
+        result = run(backend, build())
+    output.write(sys.stdout, args.format, result.columns, result.rows)
+    return EXIT_OK if result.rows else EXIT_EMPTY
+
+
+def _ranks(args: argparse.Namespace, s: Settings) -> int:
+    from steplens.queries import slowest_ranks
+    return _emit_query(args, s, lambda: slowest_ranks(args.job, _time_range(args), args.limit))
+
+
+def _hosts(args: argparse.Namespace, s: Settings) -> int:
+    from steplens.queries import slowest_hosts
+    return _emit_query(args, s, lambda: slowest_hosts(args.job, _time_range(args), args.limit))
+
+
+def _incidents(args: argparse.Namespace, s: Settings) -> int:
+    from steplens.queries import incident_history
+    return _emit_query(args, s, lambda: incident_history(
+        job=args.job or "", rule=args.rule or "", host=args.host or "", rank=-1 if args.rank is None else args.rank,
+        time_range=_time_range(args), limit=args.limit))
+
+
+def _perf(args: argparse.Namespace, s: Settings) -> int:
+    from steplens.queries import job_performance
+    return _emit_query(args, s, lambda: job_performance(args.job, args.recompute))
+
+
+def _offenders(args: argparse.Namespace, s: Settings) -> int:
+    from steplens.queries import recurrent_offenders
+    return _emit_query(args, s, lambda: recurrent_offenders(_time_range(args), args.min_jobs, args.limit))
+
+
+def _lost(args: argparse.Namespace, s: Settings) -> int:
+    from steplens.queries import device_hours_lost
+    return _emit_query(args, s, lambda: device_hours_lost(args.job or "", _time_range(args), args.slow_ratio))
+
+
+def _health(args: argparse.Namespace, s: Settings) -> int:
+    from steplens.queries import device_health
+    return _emit_query(args, s, lambda: device_health(args.host or "", _time_range(args), args.limit))
+
+
+def _report(args: argparse.Namespace, s: Settings) -> int:
+    from steplens.queries.report import collect
+    from steplens.report_html import render
+
+    with _backend(s) as backend:
+        data = collect(backend, args.job or "", _time_range(args), progress=sys.stderr)
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render(data, dt.datetime.now(dt.UTC)), encoding="utf-8")
+    print(out)
+    return EXIT_OK if data.series else EXIT_EMPTY
+
+
+def _span(text: str) -> tuple[int, int]:
+    first, _, last = text.partition("-")
+    try:
+        lo = int(first)
+        hi = int(last) if last else lo
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N or N-M, got {text!r}") from None
+    if hi < lo or lo < 0:
+        raise argparse.ArgumentTypeError(f"empty range {text!r}")
+    return lo, hi
+
+
+def _timeline(args: argparse.Namespace, s: Settings) -> int:
+    from steplens.perfetto import Selection, export
+
+    (r0, r1), (s0, s1) = args.ranks, args.steps
+    with _backend(s) as backend:
+        trace = export(backend, Selection(args.job, r0, r1, s0, s1))
+    Path(args.output).write_bytes(orjson.dumps(trace))
+    slices = sum(1 for e in trace["traceEvents"] if e["ph"] == "X")
+    print(f"{args.output}: {slices} slices; open it in https://ui.perfetto.dev", file=sys.stderr)
+    return EXIT_OK if slices else EXIT_EMPTY
+
+
+def _migrate(args: argparse.Namespace, s: Settings) -> int:
+    from sinks.features import Features
+    from sinks.migrations import MIGRATIONS
+    from sinks.migrations.cluster import cluster_statements
+
+    if args.print_cluster:
+        for migration in MIGRATIONS:
+            for sql in cluster_statements(migration, s.clickhouse_database, Features.for_version(args.version),
+                                          args.print_cluster):
+                print(sql + ";\n")
+        return EXIT_OK
+    from sinks import open_backend
+    from sinks.migrations.runner import migrate
+
+    backend = open_backend(s)
+    try:
+        applied = migrate(backend)
+    finally:
+        backend.close()
+    print("applied: " + (", ".join(applied) if applied else "nothing (up to date)"))
+    return EXIT_OK
+
+
+def _services(args: argparse.Namespace, s: Settings) -> int:
+    from infra.__main__ import main as infra_main
+
+    return infra_main([args.command, *(["--only", args.only] if args.only else [])])
+
+
+def _demo(args: argparse.Namespace, s: Settings) -> int:
+    from steplens import demo
+
+    return demo.main(list(args.rest))
+
+
+def _worker(args: argparse.Namespace, s: Settings) -> int:
+    from streams.__main__ import main as streams_main
+
+    streams_main(["worker", "--role", args.role, "--loglevel", args.loglevel])
+    return EXIT_OK
+
+
+def _version(text: str) -> tuple[int, int, int]:
+    from sinks.backend import parse_version
+
+    try:
+        return parse_version(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="steplens", description=__doc__.split("\n\n")[0],
+        epilog="Exit status: 0 ok, 1 no rows / command failed, 2 usage, 3 ClickHouse error. "
+               "Long form: docs/cli.md.")
+    parser.add_argument("--config", type=Path, help="TOML settings file (default: $STEPLENS_CONFIG)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    fmt = argparse.ArgumentParser(add_help=False)
+    fmt.add_argument("--format", choices=output.FORMATS, default="table", help="output format (default table)")
+    rng = argparse.ArgumentParser(add_help=False)
+    rng.add_argument("--since", help="start: ISO time (UTC) or relative like 90m, 6h, 7d (default: all history)")
+    rng.add_argument("--until", help="end, same forms (default: now and later)")
+    lim = argparse.ArgumentParser(add_help=False)
+    lim.add_argument("--limit", type=int, default=20, help="at most this many rows (default 20)")
+
+    def add(name: str, handler: Handler, help_text: str, parents: Sequence[argparse.ArgumentParser] = ()) -> Any:
+        p = sub.add_parser(name, help=help_text, description=help_text, parents=list(parents))
+        p.set_defaults(handler=handler)
+        return p
+
+    p = add("ranks", _ranks, "slowest ranks of a job over a time range (busy time vs the median rank)",
+            [fmt, rng, lim])
+    p.add_argument("--job", required=True)
+    p = add("hosts", _hosts, "slowest hosts of a job over a time range", [fmt, rng, lim])
+    p.add_argument("--job", required=True)
+    p = add("incidents", _incidents, "incident history filtered by rule, host, rank or job", [fmt, rng, lim])
+    p.add_argument("--job")
+    p.add_argument("--rule", help="rule id: R1..R10, SLOW_STEP, SLOW_RANK, SLOW_HOST, ...")
+    p.add_argument("--host")
+    p.add_argument("--rank", type=int)
+    p = add("perf", _perf, "a job's step-time percentiles, tokens/s/p, MFU and HFU (spec §1)", [fmt])
+    p.add_argument("--job", required=True)
+    p.add_argument("--recompute", type=float, default=1.0,
+                   help="HFU/MFU FLOPs ratio: 4/3 = 1.333 with full recomputation (default 1)")
+    p = add("offenders", _offenders, "hosts named in incidents of several jobs: candidates to isolate",
+            [fmt, rng, lim])
+    p.add_argument("--min-jobs", type=int, default=2, help="in at least this many jobs (default 2)")
+    p = add("lost", _lost, "device-hours lost to slow steps and stragglers, per job", [fmt, rng])
+    p.add_argument("--job", help="one job (default: every job)")
+    p.add_argument("--slow-ratio", type=float, default=1.10, help="slow step: above ratio x median (default 1.10)")
+    p = add("health", _health, "device health per host: temperature, power swing, down-clocking", [fmt, rng, lim])
+    p.add_argument("--host")
+    p = add("report", _report, "write the self-contained HTML capacity report (job, cluster or time range)", [rng])
+    p.add_argument("--job", help="one job (default: the whole cluster)")
+    p.add_argument("-o", "--output", default="reports/capacity.html", help="HTML file (default reports/capacity.html)")
+    p = add("timeline", _timeline, "Chrome/Perfetto trace JSON of a job's ranks and steps")
+    p.add_argument("--job", required=True)
+    p.add_argument("--ranks", type=_span, required=True, help="N or N-M, e.g. 0-15")
+    p.add_argument("--steps", type=_span, required=True, help="N or N-M, e.g. 3990-4010")
+    p.add_argument("-o", "--output", default="trace.json")
+    p = add("migrate", _migrate, "apply the ClickHouse migrations, or print the cluster-mode DDL")
+    p.add_argument("--print-cluster", metavar="CLUSTER",
+                   help="print ReplicatedMergeTree + Distributed DDL for this named cluster instead")
+    p.add_argument("--version", type=_version, default=(26, 9, 2),
+                   help="engine version the printed DDL targets (default 26.9.2)")
+    for name in ("up", "down", "status"):
+        p = add(name, _services, {"up": "start Kafka and ClickHouse on loopback", "down": "stop them",
+                                  "status": "which services run, and where their logs are"}[name])
+        p.add_argument("--only", choices=("kafka", "clickhouse"))
+    p = add("demo", _demo, "simulated job with injected faults through the real pipeline")
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="options of the demo (steplens demo -- --help)")
+    p = add("worker", _worker, "run one Faust worker in the foreground")
+    p.add_argument("--role", choices=("detect", "land"), required=True)
+    p.add_argument("--loglevel", default="info")
+    _register_analyse(sub)
+    return parser
+
+
+def _register_analyse(sub: Any) -> None:
+    """`steplens analyse ...` when the profile analyser (streams.profiles) is installed."""
+    try:
+        module = importlib.import_module("streams.profiles.__main__")
+    except ImportError:
+        return
+    entry = getattr(module, "main", None)
+    if entry is None:
+        return
+    p = sub.add_parser("analyse", help="analyse profiler dumps (streams.profiles)", add_help=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+
+    def handler(args: argparse.Namespace, s: Settings) -> int:
+        code = entry(list(args.rest))
+        return int(code or 0)
+
+    p.set_defaults(handler=handler)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: 0 for --help, 2 for usage errors
+        return int(exc.code or 0)
+    from sinks.backend import SinkError
+
+    try:
+        settings = load_settings(toml_path=args.config)
+    except (OSError, ValueError) as exc:
+        print(f"steplens: error: settings: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        code: int = args.handler(args, settings)
+    except SinkError as exc:
+        print(f"steplens: error: {exc}", file=sys.stderr)
+        return EXIT_BACKEND
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

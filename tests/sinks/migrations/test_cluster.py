@@ -1,0 +1,51 @@
+"""Cluster mode: the DDL the same migrations generate for a named cluster (text only: no cluster here)."""
+
+from __future__ import annotations
+
+import re
+
+from sinks.features import Features
+from sinks.migrations import MIGRATIONS
+from sinks.migrations.cluster import cluster_statements
+
+NEW = Features.for_version((26, 9, 2))
+
+
+def all_statements(features: Features = NEW) -> list[str]:
+    return [sql for m in MIGRATIONS for sql in cluster_statements(m, "db", features, "fleet")]
+
+
+def test_every_table_becomes_replicated_local_plus_distributed() -> None:
+    statements = all_statements()
+    tables = {m.group(1) for sql in (s for m in MIGRATIONS for s in m.statements("db", NEW))
+              if (m := re.match(r"CREATE TABLE IF NOT EXISTS `db`\.`(\w+)`", sql))}
+    assert {"steps", "kernels", "device_samples", "steps_by_minute", "topology"} <= tables
+    for table in tables:
+        local = [s for s in statements if s.startswith(f"CREATE TABLE IF NOT EXISTS `db`.`{table}_local` ON CLUSTER")]
+        assert len(local) == 1, table
+        assert re.search(rf"ENGINE = Replicated\w*MergeTree\('/clickhouse/tables/{{shard}}/db/{table}_local', "
+                         r"'\{replica\}'", local[0]), local[0]
+        dist = [s for s in statements if s.startswith(f"CREATE TABLE IF NOT EXISTS `db`.`{table}` ON CLUSTER")]
+        assert len(dist) == 1 and f"AS `db`.`{table}_local`" in dist[0]
+        assert re.search(rf"Distributed\('fleet', 'db', '{table}_local', cityHash64\(`(job|host|topic)`\)\)", dist[0])
+    assert not any("non_replicated_deduplication_window" in s for s in statements)
+
+
+def test_views_read_and_write_local_tables_and_keep_the_replacing_version() -> None:
+    statements = all_statements()
+    views = [s for s in statements if s.startswith("CREATE MATERIALIZED VIEW")]
+    assert len(views) == 6
+    for view in views:
+        assert "ON CLUSTER `fleet`" in view
+        assert re.search(r"TO `db`\.`\w+_local`", view)
+        assert re.findall(r"FROM `db`\.`(\w+)`", view) and all(
+            t.endswith("_local") for t in re.findall(r"FROM `db`\.`(\w+)`", view))
+    steps = next(s for s in statements if "`steps_local` ON CLUSTER" in s)
+    engine = "ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/db/steps_local', '{replica}', ingested_ns)"
+    assert engine in steps
+
+
+def test_old_engines_get_cluster_ddl_without_newer_features() -> None:
+    for sql in all_statements(Features.for_version((18, 16, 1))):
+        for newer in ("LowCardinality", "CODEC", "TTL", "SETTINGS non_replicated"):
+            assert newer not in sql
