@@ -59,7 +59,8 @@ def _settings(kafka_bootstrap: str, prefix: str) -> Settings:
 
 def _produce(settings: Settings, topics: Topics) -> int:
     ensure_topics(settings, topics, settings.topic_partitions)
-    producer = KafkaProducer(**kafka_client_config(settings, "producer"), acks="all")
+    # admin: the fixture also seeds incidents and control, which only the workers may write
+    producer = KafkaProducer(**kafka_client_config(settings, "admin"), acks="all")
     sent = 0
     for event in all_events():
         job = getattr(event, "job", None) or "fleet"
