@@ -6,7 +6,7 @@ The landing worker dead-letters bad input; this app only counts and skips it.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import faust
@@ -17,12 +17,14 @@ from schemas.topics import group_key
 from steplens.config import Settings
 from streams.analysis.job import FleetAnalysis
 from streams.app import base_app, now_ns, raw_topic
+from streams.incidents.restore import restored_ledger
 from streams.records import DomainStep, GroupStep, domain_steps
 from streams.windows.domain_window import DomainStepWindow, VerdictThresholds
 
 log = logging.getLogger(__name__)
 
 WINDOW_IDLE_S = 30.0
+INCIDENT_IDLE_S = 300.0  # an incident of a job silent this long is resolved (streams/incidents/ledger.py)
 
 
 def create_detect_app(settings: Settings) -> faust.App:
@@ -35,6 +37,7 @@ def create_detect_app(settings: Settings) -> faust.App:
         thresholds=VerdictThresholds(cfg.slow_rank_wait_ratio, cfg.slow_rank_z),
     )
     fleet = FleetAnalysis(cfg)
+    ledger = restored_ledger(settings, int(INCIDENT_IDLE_S * 1e9), now_ns())
     counters = {"steps": 0, "undecodable": 0, "domain_records": 0, "group_steps": 0, "incidents": 0, "commands": 0}
 
     steps_topic = raw_topic(app, topics.steps)
@@ -83,26 +86,40 @@ def create_detect_app(settings: Settings) -> faust.App:
             data = orjson.loads(raw)
             now = now_ns()
             if data.get("kind") == "group_step":
-                outputs = fleet.on_group_step(GroupStep.from_dict(data), now)
+                gs = GroupStep.from_dict(data)
+                ledger.touch(gs.job, now)
+                outputs = ledger.reconcile(fleet.on_group_step(gs, now), now)
             else:
                 try:
                     job_event = decode_as(JobEvent, raw, settings.max_event_bytes)
                 except ContractError:
                     counters["undecodable"] += 1
                     continue
-                outputs = fleet.on_job_event(job_event, now)
-            for item in outputs:
-                if isinstance(item, Incident):
-                    counters["incidents"] += 1
-                    log.warning("incident %s %s: %s", item.state, item.incident_id, item.summary)
-                    await incidents_topic.send(key=job_key(item.job), value=encode(item))
-                elif isinstance(item, ControlCommand):
-                    counters["commands"] += 1
-                    await control_topic.send(key=job_key(item.job), value=encode(item))
+                ledger.touch(job_event.job, now)
+                outputs = ledger.reconcile(fleet.on_job_event(job_event, now), now)
+                if job_event.phase == "end":  # whatever is still open (e.g. from before a restart) ends here
+                    outputs.extend(ledger.job_ended(job_event.job, now))
+            await publish(outputs)
             yield None
 
+    async def publish(outputs: Sequence[Incident | ControlCommand]) -> None:
+        for item in outputs:
+            if isinstance(item, Incident):
+                counters["incidents"] += 1
+                log.warning("incident %s %s: %s", item.state, item.incident_id, item.summary)
+                await incidents_topic.send(key=job_key(item.job), value=encode(item))
+            else:
+                counters["commands"] += 1
+                await control_topic.send(key=job_key(item.job), value=encode(item))
+
+    async def expire_incidents() -> None:
+        await publish(ledger.expire(now_ns()))
+
+    app.timer(interval=10.0)(expire_incidents)
+
     async def report_detect() -> None:
-        log.info("detect counters %s window %s open=%d", counters, window.stats, window.open_windows())
+        log.info("detect counters %s window %s open=%d ledger %s", counters, window.stats, window.open_windows(),
+                 ledger.stats)
 
     app.timer(interval=10.0)(report_detect)
 
