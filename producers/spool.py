@@ -78,6 +78,28 @@ def iter_frames(buf: bytes, start: int = 0) -> Iterator[tuple[OutRecord | None, 
         yield rec, pos
 
 
+LOCK_FILE = "lock"
+
+
+def claim_directory(directory: Path) -> int | None:
+    """Lock `directory` (created 0700) for this process: the lock's fd, or None if another process holds it.
+
+    A spool directory must have one writer; default spool directories are shared by name
+    between runs, so a second concurrent process must notice and use another one. The lock
+    goes with the fd (close it, or the process exits).
+    """
+    import fcntl
+
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
 @dataclass(frozen=True, slots=True)
 class _Pos:
     seq: int
@@ -102,7 +124,8 @@ class Spool:
         self.segment_bytes = segment_bytes or max(64 * 1024, min(4 * 1024 * 1024, max_bytes // 8))
         self.fsync = fsync
         self.corrupt_tails = 0  # segments whose tail was unreadable (records lost, count unknown)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.directory, 0o700)  # events may carry host names and job ids: owner only
         self._segments: list[int] = []
         self._sizes: dict[int, int] = {}
         self._cursor = _Pos(0, 0)

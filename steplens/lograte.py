@@ -74,6 +74,11 @@ class RateLimitFilter(logging.Filter):
         setattr(record, _DECIDED, passed)
         return passed
 
+    def add_prefixes(self, prefixes: tuple[str, ...]) -> None:
+        """Also limit these loggers (a second installer asked for more)."""
+        if self._prefixes is not None:
+            self._prefixes = tuple(dict.fromkeys(self._prefixes + prefixes))
+
     def _decide(self, record: logging.LogRecord) -> bool:
         key = (record.name, str(record.msg))
         now = self._clock()
@@ -124,7 +129,10 @@ def install_rate_limit(
         for existing in target.filters:
             if isinstance(existing, RateLimitFilter):
                 shared = shared or existing
-    shared = shared or RateLimitFilter(burst=burst, period_s=period_s, prefixes=loggers)
+    if shared is None:
+        shared = RateLimitFilter(burst=burst, period_s=period_s, prefixes=loggers)
+    else:
+        shared.add_prefixes(loggers)
     for target in targets:
         if not any(isinstance(f, RateLimitFilter) for f in target.filters):
             target.addFilter(shared)
