@@ -73,8 +73,8 @@ class IncidentLedger:
         self.idle_ns = idle_ns
         self._entries: dict[Key, _Entry] = {}
         self._by_id: dict[str, Key] = {}
-        self._alias: dict[str, str] = {}  # detector's id -> canonical id ("" = suppressed)
-        self._commands: set[tuple[str, str]] = set()  # (canonical incident id, action)
+        self._alias: dict[str, dict[str, str]] = {}  # job -> detector's id -> canonical id ("" = suppressed)
+        self._commands: dict[str, set[tuple[str, str]]] = {}  # job -> (canonical incident id, action)
         self._last_seen: dict[str, int] = {}  # job -> last input time
         self._ended: dict[str, int] = {}  # job -> when its end event arrived
         self._quiet: dict[str, int] = {}  # job -> when it was found idle (no input since)
@@ -91,14 +91,14 @@ class IncidentLedger:
             self.stats.restored_incidents += 1
         for command in commands:
             if command.incident_id is not None:
-                self._commands.add((command.incident_id, command.action))
+                self._commands.setdefault(command.job, set()).add((command.incident_id, command.action))
                 self.stats.restored_commands += 1
 
     def open_incidents(self, job: str | None = None) -> list[Incident]:
         return [e.incident for k, e in self._entries.items() if not e.resolved and (job is None or k[0] == job)]
 
-    def issued(self, incident_id: str, action: str) -> bool:
-        return (incident_id, action) in self._commands
+    def issued(self, job: str, incident_id: str, action: str) -> bool:
+        return (incident_id, action) in self._commands.get(job, set())
 
     # --- the detector's outputs ---------------------------------------------------------------
     def touch(self, job: str, now_ns: int) -> None:
@@ -117,7 +117,7 @@ class IncidentLedger:
 
     def _incident(self, incident: Incident, now_ns: int) -> Incident | None:
         self._last_seen[incident.job] = now_ns
-        canonical = self._alias.get(incident.incident_id)
+        canonical = self._alias.get(incident.job, {}).get(incident.incident_id)
         if canonical == _SUPPRESSED:
             self.stats.replays_dropped += 1
             return None
@@ -146,19 +146,20 @@ class IncidentLedger:
         key = ledger_key(incident)
         entry = self._entries.get(key)
         own = incident.incident_id
+        alias = self._alias.setdefault(incident.job, {})
         if entry is not None and entry.incident.incident_id == own:
-            self._alias[own] = own  # restored under the same id (same episode, same first step)
+            alias[own] = own  # restored under the same id (same episode, same first step)
             return own
         if entry is not None and not entry.resolved:
-            self._alias[own] = entry.incident.incident_id
+            alias[own] = entry.incident.incident_id
             self.stats.merged_opens += 1
             return entry.incident.incident_id
         replay = entry is not None and entry.resolved and _inside(incident, entry.incident)
         if replay or incident.job in self._ended:
-            self._alias[own] = _SUPPRESSED
+            alias[own] = _SUPPRESSED
             self.stats.replays_dropped += 1
             return None
-        self._alias[own] = own
+        alias[own] = own
         return own
 
     def _store(self, incident: Incident, canonical: str) -> None:
@@ -169,11 +170,12 @@ class IncidentLedger:
     def _command(self, command: ControlCommand) -> ControlCommand | None:
         if command.incident_id is None:
             return command
-        canonical = self._alias.get(command.incident_id, command.incident_id)
-        if canonical == _SUPPRESSED or (canonical, command.action) in self._commands:
+        canonical = self._alias.get(command.job, {}).get(command.incident_id, command.incident_id)
+        issued = self._commands.setdefault(command.job, set())
+        if canonical == _SUPPRESSED or (canonical, command.action) in issued:
             self.stats.commands_dropped += 1
             return None
-        self._commands.add((canonical, command.action))
+        issued.add((canonical, command.action))
         if canonical == command.incident_id:
             return command
         return replace(command, incident_id=canonical,
@@ -214,6 +216,8 @@ class IncidentLedger:
         for key in [k for k in self._entries if k[0] == job]:
             entry = self._entries.pop(key)
             self._by_id.pop(entry.incident.incident_id, None)
+        self._alias.pop(job, None)
+        self._commands.pop(job, None)
         self._ended.pop(job, None)
         self._quiet.pop(job, None)
         self._last_seen.pop(job, None)
