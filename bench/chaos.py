@@ -58,6 +58,7 @@ from producers.simulator.faults import SlowRank
 from producers.simulator.topology import Topology
 from schemas import ControlCommand, Topics, decode_as
 from sinks import open_backend
+from sinks.migrations.runner import migrate
 from steplens.config import REPO_ROOT, Settings, load_settings
 from streams.topics_admin import ensure_topics
 
@@ -284,6 +285,7 @@ def emit_job(rig: Rig, job: SimulatedJob, sent: Sent, pace_s: float, stop: threa
 def count(rig: Rig, sent: Sent, slow_ranks: set[int], job: str) -> dict[str, Any]:
     backend = open_backend(rig.settings)
     try:
+        migrate(backend)  # a land worker that crashed before its first write never created the tables
         db = backend.database
         rows_raw, keys_raw = backend.query(f"SELECT count(), uniqExact(job, step, rank) FROM {db}.steps")[0]
         rows_final, keys_final = backend.query(f"SELECT count(), uniqExact(job, step, rank) FROM {db}.steps FINAL")[0]
@@ -530,6 +532,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller numbers and 20 s outages (development)")
     parser.add_argument("--cases", default="malformed,kill_land,kill_detect,kafka_restart,clickhouse_down")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--update", action="store_true", help="replace only these cases in an existing --out file")
     args = parser.parse_args(argv)
     base = load_settings()
     cfg = InfraConfig.from_env()
@@ -550,6 +553,8 @@ def main(argv: list[str] | None = None) -> int:
         "clickhouse_down": lambda: harness.case_clickhouse_down(down_s),
     }
     cases: dict[str, dict[str, Any]] = {}
+    if args.update and args.out.exists():
+        cases.update(json.loads(args.out.read_text()).get("cases", {}))
     for name in args.cases.split(","):
         log(f"case {name} (logs in {run_dir})")
         t0 = time.monotonic()
@@ -558,6 +563,8 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # a case that breaks the harness is reported, the others still run
             cases[name] = {"error": repr(exc), "workers_alive": False}
         cases[name]["duration_s"] = round(time.monotonic() - t0, 1)
+        cases[name]["started"] = datetime.fromtimestamp(time.time() - (time.monotonic() - t0), UTC).isoformat()
+        cases[name]["git"] = git_commit()
         log(f"case {name}: {json.dumps(cases[name], default=str)}")
     result = {
         "cases": cases,
