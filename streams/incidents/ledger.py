@@ -33,6 +33,11 @@ Key = tuple[str, str, str]  # job, rule, scope key
 
 _SUPPRESSED = ""  # alias target of a replayed (already resolved) episode
 ENDED_JOBS_KEPT_NS = 3600 * 10**9  # how long an ended job's entries stay to catch replays
+# A restarted detector starts with empty windows: the first steps after a restart are often
+# incomplete, so an ongoing fault may look like it stopped for a few steps and started again.
+# An incident opened before the restart that the fresh detector resolved is re-opened (same id)
+# when the same fault shows again within this many steps.
+REOPEN_WITHIN_STEPS = 50
 
 
 def scope_key(incident: Incident) -> str:
@@ -53,6 +58,7 @@ def ledger_key(incident: Incident) -> Key:
 class _Entry:
     incident: Incident  # the last version published, under the canonical id
     resolved: bool
+    adopted: bool = False  # opened before this worker started (restored from the alerts topic)
 
 
 @dataclass(slots=True)
@@ -60,6 +66,7 @@ class LedgerStats:
     restored_incidents: int = 0
     restored_commands: int = 0
     merged_opens: int = 0       # a detector's open folded into an existing open incident
+    reopened: int = 0           # a pre-restart incident the fresh detector resolved, seen again soon after
     replays_dropped: int = 0    # outputs about an episode that was already resolved
     commands_dropped: int = 0   # a command already issued for that incident
     resolved_on_end: int = 0
@@ -85,7 +92,8 @@ class IncidentLedger:
         """Replay the alerts and control topics (oldest first) into the ledger."""
         for incident in incidents:
             key = ledger_key(incident)
-            self._entries[key] = _Entry(incident, incident.state == "resolved")
+            resolved = incident.state == "resolved"
+            self._entries[key] = _Entry(incident, resolved, adopted=not resolved)
             self._by_id[incident.incident_id] = key
             self._last_seen[incident.job] = now_ns
             self.stats.restored_incidents += 1
@@ -147,6 +155,10 @@ class IncidentLedger:
         entry = self._entries.get(key)
         own = incident.incident_id
         alias = self._alias.setdefault(incident.job, {})
+        if incident.job in self._ended:
+            alias[own] = _SUPPRESSED
+            self.stats.replays_dropped += 1
+            return None
         if entry is not None and entry.incident.incident_id == own:
             alias[own] = own  # restored under the same id (same episode, same first step)
             return own
@@ -154,17 +166,23 @@ class IncidentLedger:
             alias[own] = entry.incident.incident_id
             self.stats.merged_opens += 1
             return entry.incident.incident_id
-        replay = entry is not None and entry.resolved and _inside(incident, entry.incident)
-        if replay or incident.job in self._ended:
+        if entry is not None and _inside(incident, entry.incident):
             alias[own] = _SUPPRESSED
             self.stats.replays_dropped += 1
             return None
+        if entry is not None and entry.adopted and _soon_after(incident, entry.incident):
+            entry.resolved = False  # the restart's gap, not the fault's end: same incident again
+            alias[own] = entry.incident.incident_id
+            self.stats.reopened += 1
+            return entry.incident.incident_id
         alias[own] = own
         return own
 
     def _store(self, incident: Incident, canonical: str) -> None:
         key = ledger_key(incident)
-        self._entries[key] = _Entry(incident, incident.state == "resolved")
+        before = self._entries.get(key)
+        adopted = before is not None and before.adopted and before.incident.incident_id == canonical
+        self._entries[key] = _Entry(incident, incident.state == "resolved", adopted)
         self._by_id[canonical] = key
 
     def _command(self, command: ControlCommand) -> ControlCommand | None:
@@ -221,6 +239,12 @@ class IncidentLedger:
         self._ended.pop(job, None)
         self._quiet.pop(job, None)
         self._last_seen.pop(job, None)
+
+
+def _soon_after(incident: Incident, episode: Incident) -> bool:
+    if incident.step_first is None or episode.step_last is None:
+        return False
+    return 0 <= incident.step_first - episode.step_last <= REOPEN_WITHIN_STEPS
 
 
 def _inside(incident: Incident, episode: Incident) -> bool:

@@ -79,3 +79,24 @@ def test_different_ranks_and_rules_are_different_incidents() -> None:
                     scope="job", summary="s", detected_ns=S, step_first=3, step_last=3)
     out = ledger.reconcile([a, b, step], S)
     assert [o.incident_id for o in out if isinstance(o, Incident)] == [a.incident_id, b.incident_id, step.incident_id]
+
+
+def test_a_gap_right_after_a_restart_reopens_the_same_incident_but_a_fresh_episode_does_not() -> None:
+    ledger = IncidentLedger(idle_ns=300 * S)
+    first = _rank_incident(0, 52, "open", 1 * S)
+    ledger = _restarted(ledger, ledger.reconcile([first, _profile(first)], 1 * S))
+    # the fresh detector merges, then (empty windows after the restart) sees a short gap and resolves
+    fresh = _rank_incident(69, 71, "open", 101 * S)
+    out = ledger.reconcile([fresh, _rank_incident(69, 120, "resolved", 102 * S)], 102 * S)
+    assert [(o.incident_id, o.state) for o in out if isinstance(o, Incident)] == [
+        (first.incident_id, "update"), (first.incident_id, "resolved")]
+    again = _rank_incident(135, 137, "open", 103 * S)
+    out = ledger.reconcile([again, _profile(again)], 103 * S)
+    assert [(o.incident_id, o.state) for o in out if isinstance(o, Incident)] == [(first.incident_id, "update")]
+    assert not any(isinstance(o, ControlCommand) for o in out)  # profiled once already
+    # an incident opened and resolved by this worker itself is not re-opened: a new episode is new
+    own = _rank_incident(300, 302, "open", 104 * S, rank=9)
+    ledger.reconcile([own, _rank_incident(300, 310, "resolved", 105 * S, rank=9)], 105 * S)
+    later = _rank_incident(320, 322, "open", 106 * S, rank=9)
+    out = ledger.reconcile([later], 106 * S)
+    assert [o.incident_id for o in out if isinstance(o, Incident)] == [later.incident_id]
