@@ -511,7 +511,8 @@ def machine() -> dict[str, Any]:
 def git_commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO_ROOT, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", ".", ":!bench/results"], cwd=REPO_ROOT,
+                               capture_output=True, text=True)
         return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -519,7 +520,7 @@ def git_commit() -> str:
 
 def table(cases: dict[str, dict[str, Any]]) -> str:
     cols = ("sent", "landed", "lost", "duplicates", "dead_lettered", "dead_letters_expected", "duplicate_incidents",
-            "incidents_left_open", "recovery_s", "workers_alive")
+            "incidents_left_open", "recovery_s", "workers_alive", "caught_up")
     head = "| case | " + " | ".join(cols) + " |"
     lines = [head, "|" + "---|" * (len(cols) + 1)]
     for name, res in cases.items():

@@ -87,7 +87,8 @@ def create_detect_app(settings: Settings) -> faust.App:
             now = now_ns()
             if data.get("kind") == "group_step":
                 gs = GroupStep.from_dict(data)
-                ledger.touch(gs.job, now)
+                job = gs.job
+                ledger.touch(job, now)
                 outputs = ledger.reconcile(fleet.on_group_step(gs, now), now)
             else:
                 try:
@@ -95,10 +96,12 @@ def create_detect_app(settings: Settings) -> faust.App:
                 except ContractError:
                     counters["undecodable"] += 1
                     continue
-                ledger.touch(job_event.job, now)
+                job = job_event.job
+                ledger.touch(job, now)
                 outputs = ledger.reconcile(fleet.on_job_event(job_event, now), now)
-                if job_event.phase == "end":  # whatever is still open (e.g. from before a restart) ends here
-                    outputs.extend(ledger.job_ended(job_event.job, now))
+            analysis = fleet.jobs.get(job)
+            if analysis is not None and analysis.finished and not ledger.has_ended(job):
+                outputs.extend(ledger.job_ended(job, now))  # what is still open (e.g. from before a restart)
             await publish(outputs)
             yield None
 

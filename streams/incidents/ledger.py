@@ -199,9 +199,14 @@ class IncidentLedger:
         return replace(command, incident_id=canonical,
                        command_id=command.command_id.replace(command.incident_id, canonical))
 
+    def has_ended(self, job: str) -> bool:
+        return job in self._ended
+
     # --- lifecycle ------------------------------------------------------------------------------
     def job_ended(self, job: str, now_ns: int) -> list[Incident]:
-        """The job's end event arrived: resolve whatever of it is still open."""
+        """The engine finished the job (its end event arrived and its last step was analysed): resolve
+        whatever of it is still open; later opens for it are dropped. Not on the end event's arrival
+        alone: the job's last group summaries may still be on their way."""
         self._ended[job] = now_ns
         out = self._resolve(lambda key: key[0] == job, now_ns)
         self.stats.resolved_on_end += len(out)
