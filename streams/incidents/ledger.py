@@ -38,6 +38,9 @@ ENDED_JOBS_KEPT_NS = 3600 * 10**9  # how long an ended job's entries stay to cat
 # An incident opened before the restart that the fresh detector resolved is re-opened (same id)
 # when the same fault shows again within this many steps.
 REOPEN_WITHIN_STEPS = 50
+# The same holds for an incident the previous worker resolved shortly before it died (its own
+# restart gap): if it was resolved less than this long before the restart, it counts as adopted.
+REOPEN_WITHIN_NS = 60 * 10**9
 
 
 def scope_key(incident: Incident) -> str:
@@ -93,7 +96,8 @@ class IncidentLedger:
         for incident in incidents:
             key = ledger_key(incident)
             resolved = incident.state == "resolved"
-            self._entries[key] = _Entry(incident, resolved, adopted=not resolved)
+            recent = now_ns - incident.detected_ns <= REOPEN_WITHIN_NS
+            self._entries[key] = _Entry(incident, resolved, adopted=not resolved or recent)
             self._by_id[incident.incident_id] = key
             self._last_seen[incident.job] = now_ns
             self.stats.restored_incidents += 1
@@ -247,6 +251,9 @@ class IncidentLedger:
 
 
 def _soon_after(incident: Incident, episode: Incident) -> bool:
+    """Within REOPEN_WITHIN_STEPS steps, or REOPEN_WITHIN_NS of wall time, of the episode's end."""
+    if 0 <= incident.detected_ns - episode.detected_ns <= REOPEN_WITHIN_NS:
+        return True
     if incident.step_first is None or episode.step_last is None:
         return False
     return 0 <= incident.step_first - episode.step_last <= REOPEN_WITHIN_STEPS

@@ -100,3 +100,14 @@ def test_a_gap_right_after_a_restart_reopens_the_same_incident_but_a_fresh_episo
     later = _rank_incident(320, 322, "open", 106 * S, rank=9)
     out = ledger.reconcile([later], 106 * S)
     assert [o.incident_id for o in out if isinstance(o, Incident)] == [later.incident_id]
+
+
+def test_an_incident_resolved_just_before_the_restart_is_reopened_by_the_same_fault() -> None:
+    ledger = IncidentLedger(idle_ns=300 * S)
+    first = _rank_incident(0, 52, "open", 1 * S)
+    published = ledger.reconcile([first, _profile(first), _rank_incident(0, 219, "resolved", 90 * S)], 90 * S)
+    ledger = _restarted(ledger, published)  # restarted at 100 s, 10 s after the resolve
+    again = _rank_incident(380, 382, "open", 101 * S)
+    out = ledger.reconcile([again, _profile(again)], 101 * S)
+    assert [(o.incident_id, o.state) for o in out if isinstance(o, Incident)] == [(first.incident_id, "update")]
+    assert not any(isinstance(o, ControlCommand) for o in out)
