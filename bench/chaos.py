@@ -559,13 +559,14 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.cases.split(","):
         log(f"case {name} (logs in {run_dir})")
         t0 = time.monotonic()
+        commit = git_commit()
         try:
             cases[name] = runners[name]()
         except Exception as exc:  # a case that breaks the harness is reported, the others still run
             cases[name] = {"error": repr(exc), "workers_alive": False}
         cases[name]["duration_s"] = round(time.monotonic() - t0, 1)
         cases[name]["started"] = datetime.fromtimestamp(time.time() - (time.monotonic() - t0), UTC).isoformat()
-        cases[name]["git"] = git_commit()
+        cases[name]["git"] = commit
         log(f"case {name}: {json.dumps(cases[name], default=str)}")
     result = {
         "cases": cases,
