@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: venv up down status demo demo-server test lint typecheck unit integration clean bench-detection bench-query
+.PHONY: venv up down status demo demo-server test lint typecheck unit integration clean bench-detection bench-query chaos
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,6 +43,9 @@ typecheck: venv
 
 test: venv lint typecheck ## lint, types, unit and integration tests (starts the services it needs)
 	$(BIN)/pytest
+
+chaos: venv       ## hostile input, killed workers, Kafka and ClickHouse outages -> bench/results/chaos.json
+	$(BIN)/python -m bench.chaos
 
 clean:
 	rm -rf .steplens reports .pytest_cache .mypy_cache .ruff_cache

@@ -21,11 +21,13 @@ import time
 import weakref
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from producers.exporter import Exporter, ExportError, OutRecord
-from producers.spool import Spool
+from producers.spool import Spool, claim_directory
 from schemas import MAX_EVENT_BYTES, DeviceSample, Event, JobEvent, KernelBatch, ProfileReady, StepEvent, Topics, encode
 from schemas.topics import job_key, rank_key
 
@@ -43,6 +45,25 @@ FORKED = "forked"                  # emit in a forked child (e.g. a DataLoader w
 INTERNAL_ERROR = "internal_error"  # a bug in the emitter itself; still never raised to training
 
 DEFAULT_MAX_SPOOL_BYTES = 256 * 1024 * 1024
+DEFAULT_SPOOL: Literal["default"] = "default"  # spool_dir: $STEPLENS_HOME/spool/<name> (0700)
+OVERFLOW_POLL_S = 0.05  # while an export is in flight, how often the worker checks for queue overflow
+
+
+def default_spool_root() -> Path:
+    """$STEPLENS_HOME/spool (the project-local state directory when STEPLENS_HOME is unset)."""
+    from steplens.config import load_settings
+
+    return load_settings().home / "spool"
+
+
+def claim_default_spool(name: str, root: Path | None = None) -> tuple[Path, int] | None:
+    """`<root>/<name>`, or `<root>/<name>-<pid>` when another live process holds it; with its lock fd."""
+    base = root if root is not None else default_spool_root()
+    for directory in (base / name, base / f"{name}-{os.getpid()}"):
+        fd = claim_directory(directory)
+        if fd is not None:
+            return directory, fd
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +127,7 @@ class BackgroundEmitter:
         max_queue: int = 10_000,
         batch_size: int = 512,
         flush_interval_s: float = 0.2,
-        spool_dir: Path | None = None,
+        spool_dir: Path | Literal["default"] | None = DEFAULT_SPOOL,
         max_spool_bytes: int = DEFAULT_MAX_SPOOL_BYTES,
         retry_backoff_s: float = 0.5,
         retry_backoff_max_s: float = 30.0,
@@ -124,6 +145,9 @@ class BackgroundEmitter:
         self._backoff_max = retry_backoff_max_s
         self._max_event_bytes = max_event_bytes
         self._spool: Spool | None = None
+        self._spool_lock: int | None = None
+        if spool_dir == DEFAULT_SPOOL:
+            spool_dir = self._default_spool(name)
         if spool_dir is not None:
             try:
                 self._spool = Spool(spool_dir, max_spool_bytes)
@@ -152,9 +176,29 @@ class BackgroundEmitter:
         self._worker_done = False
         self._pid = os.getpid()
 
+        # Exports run on their own thread, so the worker can move queue overflow to the spool
+        # while an export hangs (a broker timing out) instead of dropping it as queue_full.
+        self._export_pool = _ExportThread(self._exporter, f"{name}-export")
+        self._high_water = max(1, min(max_queue, max(batch_size, max_queue // 2)))
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
         _register_fork_guard(self)
+
+    def _default_spool(self, name: str) -> Path | None:
+        try:
+            claimed = claim_default_spool(name)
+        except Exception:  # no usable state directory: run without a spool, as documented
+            log.warning("steplens default spool unusable; failed exports will be dropped", exc_info=True)
+            return None
+        if claimed is None:
+            log.warning("steplens spool directories for %r are busy; failed exports will be dropped", name)
+            return None
+        self._spool_lock = claimed[1]
+        return claimed[0]
+
+    @property
+    def spool_dir(self) -> Path | None:
+        return self._spool.directory if self._spool is not None else None
 
     # --- training-thread side -----------------------------------------------------------
     def emit(self, event: Event) -> bool:
@@ -288,6 +332,10 @@ class BackgroundEmitter:
                 self._exporter.close()
             except Exception:
                 log.debug("exporter close raised", exc_info=True)
+            self._export_pool.shutdown()
+            if self._spool_lock is not None:
+                os.close(self._spool_lock)
+                self._spool_lock = None
             with self._cv:
                 self._worker_done = True
                 self._in_flight = 0
@@ -348,9 +396,26 @@ class BackgroundEmitter:
             with self._cv:
                 self._cv.notify_all()
 
+    def _export(self, records: Sequence[OutRecord]) -> None:
+        """Export on the export thread; meanwhile keep the queue from overflowing (spool it).
+
+        Raises what the exporter raised.
+        """
+        future = self._export_pool.submit(records)
+        while True:
+            done, _ = wait([future], timeout=OVERFLOW_POLL_S)
+            if done:
+                future.result()
+                return
+            if self._spool is not None:
+                with self._cv:
+                    overflowing = len(self._queue) >= self._high_water and not self._closing
+                if overflowing:
+                    self._drain_queue_to_spool(keep_in_flight=True)
+
     def _export_fresh(self, batch: list[OutRecord]) -> None:
         try:
-            self._exporter.export(batch)
+            self._export(batch)
         except Exception as exc:  # any exporter failure is an outage
             failed = list(exc.failed) if isinstance(exc, ExportError) and exc.failed is not None else batch
             self._on_failure(exc, delivered=len(batch) - len(failed))
@@ -366,7 +431,7 @@ class BackgroundEmitter:
             self._in_flight = 0
             self._on_success_locked()
 
-    def _to_spool(self, batch: Sequence[OutRecord]) -> None:
+    def _to_spool(self, batch: Sequence[OutRecord], in_flight_after: int = 0) -> None:
         """Append in order; what does not fit under max_spool_bytes is dropped as spool_full."""
         assert self._spool is not None
         before = self._spool.bytes
@@ -380,22 +445,26 @@ class BackgroundEmitter:
                 first = len(batch[0].value) + len(batch[0].topic) + 64
                 write_failed = stored == 0 and before + first <= self._spool.max_bytes
                 self._dropped[EXPORT_FAILED if write_failed else SPOOL_FULL] += lost
-            self._in_flight = 0
+            self._in_flight = in_flight_after
             self._spool_pending = self._spool.pending
             self._spool_bytes = self._spool.bytes
             self._cv.notify_all()
 
-    def _drain_queue_to_spool(self) -> None:
-        """During a long replay keep the queue short: newer records queue up behind the spool."""
+    def _drain_queue_to_spool(self, keep_in_flight: bool = False) -> None:
+        """Keep the queue short while the exporter is slow: newer records queue up behind the spool.
+
+        `keep_in_flight`: an export is under way; its records stay counted as in flight.
+        """
         with self._cv:
             rest = list(self._queue)
             self._queue.clear()
-            self._in_flight = len(rest)
+            in_flight = self._in_flight if keep_in_flight else 0
+            self._in_flight = in_flight + len(rest)
         if rest:
-            self._to_spool(rest)
+            self._to_spool(rest, in_flight_after=in_flight)
         else:
             with self._cv:
-                self._in_flight = 0
+                self._in_flight = in_flight
 
     def _replay(self) -> None:
         """Send the spool oldest first until it is empty or the exporter fails again."""
@@ -424,7 +493,7 @@ class BackgroundEmitter:
                     break
                 continue
             try:
-                self._exporter.export(records)
+                self._export(records)
             except Exception as exc:
                 # The spool can only skip a delivered prefix; anything else is resent (at-least-once).
                 delivered = 0
@@ -502,6 +571,44 @@ class BackgroundEmitter:
             with self._cv:
                 self._dropped[CLOSED] += len(rest)
                 self._in_flight = 0
+
+
+class _ExportThread:
+    """One daemon thread calling `exporter.export`: a hung export never holds up interpreter exit."""
+
+    def __init__(self, exporter: Exporter, name: str) -> None:
+        self._exporter = exporter
+        self._jobs: deque[tuple[Sequence[OutRecord], Future[None]] | None] = deque()
+        self._cv = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, records: Sequence[OutRecord]) -> Future[None]:
+        future: Future[None] = Future()
+        with self._cv:
+            self._jobs.append((records, future))
+            self._cv.notify()
+        return future
+
+    def shutdown(self) -> None:
+        with self._cv:
+            self._jobs.append(None)
+            self._cv.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                self._cv.wait_for(lambda: bool(self._jobs))
+                job = self._jobs.popleft()
+            if job is None:
+                return
+            records, future = job
+            try:
+                self._exporter.export(records)
+            except BaseException as exc:  # handed to the emitter's worker, which counts it
+                future.set_exception(exc)
+            else:
+                future.set_result(None)
 
 
 def _register_fork_guard(emitter: BackgroundEmitter) -> None:

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from steplens.lograte import install_rate_limit
+
 log = logging.getLogger(__name__)
 
 MAX_REQUEST_BYTES = 2 * 1024 * 1024
@@ -172,6 +174,8 @@ class KafkaExporter:
             self._config.update(extra_config)
         self._producer: Any = None
         self._closed = False
+        # kafka-python logs every failed connection attempt; an outage must not flood the host's logs
+        install_rate_limit(("kafka",))
 
     def _ensure_producer(self) -> Any:
         if self._producer is None:

@@ -78,6 +78,28 @@ def iter_frames(buf: bytes, start: int = 0) -> Iterator[tuple[OutRecord | None, 
         yield rec, pos
 
 
+LOCK_FILE = "lock"
+
+
+def claim_directory(directory: Path) -> int | None:
+    """Lock `directory` (created 0700) for this process: the lock's fd, or None if another process holds it.
+
+    A spool directory must have one writer; default spool directories are shared by name
+    between runs, so a second concurrent process must notice and use another one. The lock
+    goes with the fd (close it, or the process exits).
+    """
+    import fcntl
+
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
 @dataclass(frozen=True, slots=True)
 class _Pos:
     seq: int

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import fields, is_dataclass, replace
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -60,7 +60,10 @@ def encode(event: Event) -> bytes:
     return orjson.dumps({**header, **body}, default=_plain, option=orjson.OPT_PASSTHROUGH_DATACLASS)
 
 
-def bounded(event: Event) -> Event:
+AnyEvent = TypeVar("AnyEvent", bound=Event)
+
+
+def bounded(event: AnyEvent) -> AnyEvent:
     """`event` with every top-level string field clipped to its contract limit (`schemas.bounds`).
 
     Workers that copy event text into their own events (a host or job id into an incident's

@@ -1,16 +1,88 @@
-"""`python -m streams worker --role detect|land`: run one steplens worker in the foreground."""
+"""`python -m streams worker --role detect|land`: run one steplens worker in the foreground.
+
+Start-up and shutdown are built for a broker that may be away: topic creation is retried
+(streams/topics_admin.py), Kafka client errors are rate-limited (steplens/lograte.py), and
+SIGTERM / SIGINT stop the worker cleanly (exit 0) whether or not the broker answers. Faust's
+own signal handling waits for its services to stop, which never happens while aiokafka is
+stuck connecting to a dead broker; so a watchdog gives the graceful stop `STOP_GRACE_S`
+seconds, then leaves the process (offsets not committed are simply re-read by the next
+worker: landing and detection are at-least-once).
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
+import signal
+import sys
+import threading
+from types import FrameType
+from typing import Any
 
 from faust import Worker
 
 from schemas import Topics
 from steplens.config import load_settings
+from steplens.lograte import install_rate_limit
 from streams.app import create_app
-from streams.topics_admin import ensure_topics
+from streams.topics_admin import TopicsUnavailable, ensure_topics
+
+log = logging.getLogger("streams.worker")
+
+STOP_GRACE_S = 15.0  # a graceful stop that takes longer than this is cut short (exit 0)
+
+
+class _Stopper:
+    """SIGTERM/SIGINT before Faust runs: exit at once; once it runs: Faust stops, bounded by a watchdog."""
+
+    def __init__(self, grace_s: float) -> None:
+        self.grace_s = grace_s
+        self.requested = threading.Event()
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        del frame
+        log.info("signal %d during start-up: exiting", signum)
+        self.requested.set()
+        raise SystemExit(0)
+
+    def arm(self) -> None:
+        """A graceful stop began: make sure the process is gone `grace_s` seconds from now."""
+        if self.requested.is_set():
+            return
+        self.requested.set()
+        timer = threading.Timer(self.grace_s, self._hard_exit)
+        timer.daemon = True
+        timer.start()
+
+    def _hard_exit(self) -> None:
+        log.warning("graceful stop took more than %.0fs (broker away?); exiting", self.grace_s)
+        logging.shutdown()
+        os._exit(0)
+
+
+class _Worker(Worker):
+    """A Faust worker whose graceful stop on SIGTERM/SIGINT is bounded by `_Stopper`."""
+
+    def __init__(self, *args: Any, stopper: _Stopper, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._stopper = stopper
+
+    def on_setup_root_logger(self, logger: logging.Logger, level: int) -> None:
+        super().on_setup_root_logger(logger, level)
+        install_rate_limit()  # Faust replaced the root handlers: filter the new ones too
+
+    def _on_sigterm(self) -> None:
+        self._stopper.arm()
+        super()._on_sigterm()
+
+    def _on_sigint(self) -> None:
+        self._stopper.arm()
+        super()._on_sigint()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -20,11 +92,22 @@ def main(argv: list[str] | None = None) -> None:
     worker.add_argument("--role", choices=("detect", "land"), required=True)
     worker.add_argument("--loglevel", default="info")
     args = parser.parse_args(argv)
+    stopper = _Stopper(STOP_GRACE_S)
+    stopper.install()
     settings = load_settings()
     logging.basicConfig(level=args.loglevel.upper())
-    ensure_topics(settings, Topics(settings.topic_prefix), settings.topic_partitions)
+    install_rate_limit()
+    try:
+        ensure_topics(settings, Topics(settings.topic_prefix), settings.topic_partitions,
+                      should_stop=stopper.requested.is_set)
+    except TopicsUnavailable as exc:
+        if stopper.requested.is_set():
+            sys.exit(0)
+        log.error("%s", exc)
+        sys.exit(2)
     app = create_app(settings, args.role)
-    Worker(app, loglevel=args.loglevel, quiet=True).execute_from_commandline()
+    faust_worker = _Worker(app, loglevel=args.loglevel, quiet=True, stopper=stopper)
+    faust_worker.execute_from_commandline()
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ see records in order (faust-streaming issue #606).
 from __future__ import annotations
 
 import time
+from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import faust
@@ -25,7 +26,33 @@ def now_ns() -> int:
     return time.time_ns()
 
 
-def base_app(settings: Settings, role: Role) -> faust.App:
+@dataclass(frozen=True, slots=True)
+class WorkerTimeouts:
+    """Kafka client timeouts of the workers, in seconds, chosen so a crash costs seconds, not a minute.
+
+    Faust's defaults (60 s session and rebalance timeouts) stall a partition for a minute
+    after its worker dies. With these, the broker notices a dead worker after
+    `session` (6 s, the broker's `group.min.session.timeout.ms`), the rebalance completes
+    within `rebalance` and a restarted worker owns its partitions again ~10 s after the kill.
+    The producer timeout is deliberately long: a send that fails crashes the agent, and
+    a broker restart (a minute or more) must only delay sends. See docs/operations.md.
+    """
+
+    session: float = 6.0            # broker_session_timeout: a silent member is dead after this
+    heartbeat: float = 1.5          # broker_heartbeat_interval: a quarter of the session timeout
+    rebalance: float = 10.0         # broker_rebalance_timeout: time members get to rejoin
+    request: float = 20.0           # broker_request_timeout: > session and > rebalance (JoinGroup blocks)
+    max_poll_interval: float = 120.0  # broker_max_poll_interval: a consumer loop stuck longer is a livelock
+    producer_request: float = 300.0   # producer_request_timeout: outlives a broker restart
+
+    def faust_settings(self) -> dict[str, Any]:
+        names = {"session": "broker_session_timeout", "heartbeat": "broker_heartbeat_interval",
+                 "rebalance": "broker_rebalance_timeout", "request": "broker_request_timeout",
+                 "max_poll_interval": "broker_max_poll_interval", "producer_request": "producer_request_timeout"}
+        return {names[k]: v for k, v in asdict(self).items()}
+
+
+def base_app(settings: Settings, role: Role, timeouts: WorkerTimeouts | None = None) -> faust.App:
     private_dir(settings.home)
     datadir = settings.home / "faust" / role
     datadir.mkdir(parents=True, exist_ok=True)
@@ -45,6 +72,7 @@ def base_app(settings: Settings, role: Role) -> faust.App:
         producer_max_request_size=4_194_304,
         producer_acks=-1,
         stream_wait_empty=False,
+        **(timeouts or WorkerTimeouts()).faust_settings(),
         **faust_broker_config(settings, role),
     )
 

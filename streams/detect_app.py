@@ -9,7 +9,7 @@ is analysed is what lands), internal records are guarded where they are parsed.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import faust
@@ -31,6 +31,7 @@ from schemas.topics import group_key
 from steplens.config import Settings
 from streams.analysis.job import FleetAnalysis
 from streams.app import base_app, now_ns, raw_topic
+from streams.incidents.restore import restored_ledger
 from streams.records import DomainStep, GroupStep, domain_steps
 from streams.skips import SkipLog, typed_record
 from streams.windows.domain_window import DomainStepWindow, VerdictThresholds
@@ -38,6 +39,7 @@ from streams.windows.domain_window import DomainStepWindow, VerdictThresholds
 log = logging.getLogger(__name__)
 
 WINDOW_IDLE_S = 30.0
+INCIDENT_IDLE_S = 300.0  # an incident of a job silent this long is resolved (streams/incidents/ledger.py)
 
 
 def create_detect_app(settings: Settings) -> faust.App:
@@ -51,6 +53,7 @@ def create_detect_app(settings: Settings) -> faust.App:
     )
     fleet = FleetAnalysis(cfg)
     skips = SkipLog(log)
+    ledger = restored_ledger(settings, int(INCIDENT_IDLE_S * 1e9), now_ns())
     counters = {"steps": 0, "undecodable": 0, "domain_records": 0, "group_steps": 0, "incidents": 0, "commands": 0}
 
     steps_topic = raw_topic(app, topics.steps)
@@ -100,14 +103,16 @@ def create_detect_app(settings: Settings) -> faust.App:
 
     app.timer(interval=1.0)(expire_windows)
 
-    def _analyse_one(raw: object, now: int) -> list[Any]:
-        """One group-step record or job event through the fleet analysis."""
+    def _analyse_one(raw: object, now: int) -> tuple[str, list[Any]]:
+        """One group-step record or job event through the fleet analysis and the incident ledger."""
         data = orjson.loads(raw) if isinstance(raw, (bytes, bytearray, memoryview, str)) else None
         if isinstance(data, dict) and data.get("kind") == "group_step":
             record = typed_record(GroupStep, {k: v for k, v in data.items() if k != "kind"})
-            return list(fleet.on_group_step(record, now))
+            ledger.touch(record.job, now)
+            return record.job, ledger.reconcile(fleet.on_group_step(record, now), now)
         job_event = decode_as(JobEvent, raw, settings.max_event_bytes)
-        return list(fleet.on_job_event(job_event, now))
+        ledger.touch(job_event.job, now)
+        return job_event.job, ledger.reconcile(fleet.on_job_event(job_event, now), now)
 
     @app.agent(analysis_topic, concurrency=1)
     async def analyse(stream: Any) -> AsyncIterator[None]:
@@ -115,26 +120,36 @@ def create_detect_app(settings: Settings) -> faust.App:
         async for raw in stream:
             now = now_ns()
             try:
-                outputs = _analyse_one(raw, now)
+                job, outputs = _analyse_one(raw, now)
             except Exception as exc:  # garbage on group-steps or jobs: skip it, keep analysing
                 counters["undecodable"] += 1
                 skips.skip(f"{topics.group_steps}|{topics.jobs}", _reason(exc), raw)
                 continue
-            for item in outputs:
-                if isinstance(item, (Incident, ControlCommand)):
-                    item = bounded(item)  # the one cap on event text copied into our own events
-                if isinstance(item, Incident):
-                    counters["incidents"] += 1
-                    log.warning("incident %s %r: %r", item.state, item.incident_id, item.summary)
-                    await incidents_topic.send(key=job_key(item.job), value=encode(item))
-                elif isinstance(item, ControlCommand):
-                    counters["commands"] += 1
-                    await control_topic.send(key=job_key(item.job), value=encode(item))
+            analysis = fleet.jobs.get(job)
+            if analysis is not None and analysis.finished and not ledger.has_ended(job):
+                outputs.extend(ledger.job_ended(job, now))  # what is still open (e.g. from before a restart)
+            await publish(outputs)
             yield None
 
+    async def publish(outputs: Sequence[Incident | ControlCommand]) -> None:
+        for item in outputs:
+            item = bounded(item)  # the one cap on event text copied into our own events
+            if isinstance(item, Incident):
+                counters["incidents"] += 1
+                log.warning("incident %s %r: %r", item.state, item.incident_id, item.summary)
+                await incidents_topic.send(key=job_key(item.job), value=encode(item))
+            else:
+                counters["commands"] += 1
+                await control_topic.send(key=job_key(item.job), value=encode(item))
+
+    async def expire_incidents() -> None:
+        await publish(ledger.expire(now_ns()))
+
+    app.timer(interval=10.0)(expire_incidents)
+
     async def report_detect() -> None:
-        log.info("detect counters %s skipped %s window %s open=%d", counters, skips.counts, window.stats,
-                 window.open_windows())
+        log.info("detect counters %s skipped %s window %s open=%d ledger %s", counters, skips.counts, window.stats,
+                 window.open_windows(), ledger.stats)
 
     app.timer(interval=10.0)(report_detect)
 

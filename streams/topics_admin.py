@@ -2,7 +2,10 @@
 
 The broker has auto-creation off and denies what no ACL allows (docs/security.md), so the
 topics and the per-principal rules for them (``infra.acls``) exist before any worker or
-producer connects. Both calls are idempotent.
+producer connects. Both calls are idempotent. Workers call this at start-up, often right
+after the broker (re)started: the broker may refuse connections or not have a controller
+yet for a few seconds, so creation is retried with bounded backoff until a deadline
+instead of crashing the worker.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from kafka.admin import (
@@ -22,7 +26,7 @@ from kafka.admin import (
     ResourcePatternFilter,
     ResourceType,
 )
-from kafka.errors import TopicAlreadyExistsError
+from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from infra.acls import acl_bindings, to_kafka_acls
 from infra.clients import kafka_client_config
@@ -35,10 +39,20 @@ log = logging.getLogger(__name__)
 TOPIC_CONFIG = {"max.message.bytes": "4194304"}
 ACL_TIMEOUT_S = 60.0
 
+# Start-up retries: first wait, cap, and how long to keep trying before giving up.
+RETRY_FIRST_S = 0.5
+RETRY_MAX_S = 5.0
+DEFAULT_WAIT_S = 120.0
+CONNECT_TIMEOUT_MS = 5000  # one attempt's bootstrap wait (kafka-python's default is 30 s)
 
-def ensure_topics(settings: Settings, topics: Topics, partitions: int) -> list[str]:
-    """Create every missing steplens topic; return the names created."""
-    admin = KafkaAdminClient(**kafka_client_config(settings, "admin"), client_id="steplens-admin")
+
+class TopicsUnavailable(RuntimeError):
+    """The broker did not accept topic creation before the deadline."""
+
+
+def _ensure_once(settings: Settings, topics: Topics, partitions: int) -> list[str]:
+    admin = KafkaAdminClient(**kafka_client_config(settings, "admin"), client_id="steplens-admin",
+                             bootstrap_timeout_ms=CONNECT_TIMEOUT_MS)
     try:
         existing = set(admin.list_topics())
         missing = [name for name in topics.all() if name not in existing]
@@ -88,3 +102,36 @@ def grant_acls(admin: KafkaAdminClient, topics: Topics, app_id: str, timeout_s: 
         if time.monotonic() > deadline:
             raise RuntimeError(f"{len(missing)} Kafka ACLs not applied after {timeout_s:.0f}s: {sorted(missing)[:2]}")
         time.sleep(0.1)
+
+
+def ensure_topics(
+    settings: Settings,
+    topics: Topics,
+    partitions: int,
+    wait_s: float = DEFAULT_WAIT_S,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> list[str]:
+    """Create every missing steplens topic; return the names created.
+
+    Retries while the broker is unreachable or not ready (backoff 0.5 s doubling to 5 s),
+    for at most `wait_s` seconds or until `should_stop()`; then raises TopicsUnavailable.
+    """
+    deadline = time.monotonic() + wait_s
+    backoff = RETRY_FIRST_S
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return _ensure_once(settings, topics, partitions)
+        except (KafkaError, OSError) as exc:
+            left = deadline - time.monotonic()
+            if left <= 0 or should_stop():
+                raise TopicsUnavailable(
+                    f"could not create topics at {settings.kafka_bootstrap} after {attempt} attempts: {exc!r}"
+                ) from exc
+            log.warning("topic creation failed (attempt %d, %r); retrying in %.1fs", attempt, exc, backoff)
+            deadline_sleep = min(backoff, max(left, 0.0))
+            stop_at = time.monotonic() + deadline_sleep
+            while time.monotonic() < stop_at and not should_stop():
+                time.sleep(min(0.1, deadline_sleep))
+            backoff = min(backoff * 2, RETRY_MAX_S)

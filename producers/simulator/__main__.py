@@ -24,7 +24,7 @@ from pathlib import Path
 from kafka import KafkaProducer
 
 from infra.clients import kafka_client_config
-from producers.emitter import BackgroundEmitter
+from producers.emitter import DEFAULT_SPOOL, BackgroundEmitter
 from producers.exporter import Exporter, InMemoryExporter, KafkaExporter
 from producers.simulator.catalogue import SCENARIOS, build_faults, write_ground_truth
 from producers.simulator.cluster import SimulatedJob
@@ -81,7 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-stall", action="append", default=[], metavar="STEPS:MS[:RANKS]")
     p.add_argument("--bootstrap", help="Kafka bootstrap (default: settings)")
     p.add_argument("--topic-prefix", help="topic prefix (default: settings)")
-    p.add_argument("--spool-dir", type=Path)
+    p.add_argument("--spool-dir", type=Path,
+                   help="disk spool for events Kafka cannot take now (default: $STEPLENS_HOME/spool/simulator)")
+    p.add_argument("--no-spool", action="store_true", help="drop (and count) events while Kafka is down")
     p.add_argument("--ground-truth", type=Path, help="where to write the ground-truth JSON")
     p.add_argument("--dry-run", action="store_true", help="export to memory instead of Kafka")
     fleet = p.add_argument_group("fleet mode")
@@ -171,7 +173,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     exporter: Exporter = InMemoryExporter() if args.dry_run else KafkaExporter(
         settings.kafka_bootstrap, extra_config=kafka_client_config(settings, "producer"))
     topics = Topics(args.topic_prefix if args.topic_prefix is not None else settings.topic_prefix)
-    emitter = BackgroundEmitter(exporter, topics, spool_dir=args.spool_dir)
+    spool = None if args.no_spool else (args.spool_dir or DEFAULT_SPOOL)
+    emitter = BackgroundEmitter(exporter, topics, spool_dir=spool, name="simulator")
     stats = run_simulation(job, emitter)
     closed = emitter.close(timeout=30.0)
     print(json.dumps({"job": args.job, "world": topology.world, "steps": args.steps, "emitted": stats.emitted,

@@ -51,6 +51,7 @@ def emitters() -> Iterator[list[BackgroundEmitter]]:
 
 
 def make(made: list[BackgroundEmitter], exporter: object, **kwargs: object) -> BackgroundEmitter:
+    kwargs.setdefault("spool_dir", None)  # these tests choose their spool; the default one has its own test
     em = BackgroundEmitter(exporter, Topics("t."), **kwargs)  # type: ignore[arg-type]
     made.append(em)
     return em
@@ -319,3 +320,45 @@ def test_a_lone_event_goes_out_after_the_flush_interval(emitters: list[Backgroun
     assert exporter.wait_for_count(1, WAIT)
     em.emit(step_event(1))
     assert exporter.wait_for_count(2, WAIT)
+
+
+def test_queue_overflow_goes_to_the_spool_while_an_export_hangs(tmp_path: Path,
+                                                                  emitters: list[BackgroundEmitter]) -> None:
+    """A broker timing out holds one export for seconds: what arrives meanwhile is spooled, not dropped."""
+    gate = threading.Event()
+    exporter = InMemoryExporter(gate=gate)
+    em = make(emitters, exporter, max_queue=10, batch_size=4, flush_interval_s=0.01, spool_dir=tmp_path)
+    events = step_events(500)
+    assert em.emit(events[0])
+    assert exporter.entered.wait(WAIT), "worker never called export"
+    sent = 1
+    for ev in events[1:]:  # emit no faster than the worker can spill, like a training loop would
+        assert em.wait_until(lambda s: s.queued < 10, WAIT), em.stats()
+        assert em.emit(ev)
+        sent += 1
+    assert sent == 500
+    assert em.stats().dropped == {}
+    assert em.stats().spooled > 0
+    gate.set()
+    assert em.flush(WAIT)
+    assert sorted(exporter.values()) == sorted(encode(e) for e in events)
+    stats = em.stats()
+    assert stats.exported == 500 and stats.dropped_total == 0 and stats.pending == 0
+
+
+def test_default_spool_is_private_under_steplens_home_and_not_shared(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, emitters: list[BackgroundEmitter]
+) -> None:
+    monkeypatch.setenv("STEPLENS_HOME", str(tmp_path))
+    monkeypatch.delenv("STEPLENS_CONFIG", raising=False)
+    first = BackgroundEmitter(InMemoryExporter(failing=True), Topics("t."), name="trainer", flush_interval_s=0.01,
+                              retry_backoff_s=0.001)
+    emitters.append(first)
+    second = BackgroundEmitter(InMemoryExporter(), Topics("t."), name="trainer")
+    emitters.append(second)
+    assert first.spool_dir == tmp_path / "spool" / "trainer"
+    assert first.spool_dir.stat().st_mode & 0o777 == 0o700
+    assert second.spool_dir is not None and second.spool_dir != first.spool_dir  # one writer per spool
+    first.emit(step_event(0))
+    assert first.wait_until(lambda s: s.spooled == 1 and settled(s), WAIT)
+    assert first.stats().dropped == {}

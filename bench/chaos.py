@@ -1,0 +1,592 @@
+"""`make chaos`: hostile input, killed workers and outages against the real pipeline; counts what was lost.
+
+Real Kafka (infra/, this checkout's ports), the real `detect` and `land` workers as
+subprocesses, embedded ClickHouse (chdb) for landing — except the ClickHouse outage case,
+which lands in the ClickHouse server from infra/ and stops that server for 60 s (the honest
+meaning of "ClickHouse down"; an embedded chdb cannot be taken away from its process).
+
+Every case gets its own topics, consumer groups and database (its own "rig"), so its
+numbers are its own. Counting (per case, after the workers stopped):
+
+- sent: valid events the producer delivered to Kafka (steps + job events);
+- landed: distinct keys of those events found in ClickHouse (steps (job, step, rank), jobs (job, phase));
+- lost = sent - landed (distinct keys sent that never landed);
+- duplicates: rows - distinct keys under FINAL (target 0); duplicates_raw: the same without
+  FINAL (replays before ClickHouse merged them; expected after a crash, harmless under FINAL);
+- dead_lettered: distinct (topic, partition, offset) in dead_letters; dead_letters_expected: malformed
+  messages sent to the topics the land worker reads;
+- duplicate_incidents: per injected fault, incidents beyond the first (distinct incident ids for
+  the same rule and rank); incidents_left_open: incidents not resolved once the job ended;
+- recovery_s: after a worker kill, seconds from the kill until the restarted worker committed
+  everything that was in its topics just after the kill (worst of the kills); after an outage,
+  seconds from the service being back until the affected workers committed everything that was
+  in their topics at that moment (both workers for Kafka, land for ClickHouse);
+- workers_alive: both worker processes running at the end of the case.
+
+Writes bench/results/chaos.json (keys in RESULTS.md) and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import KafkaAdminClient
+
+from bench.chaos_inputs import stream
+from infra import ClickHouseServer, InfraConfig, KafkaBroker
+from infra.clients import kafka_client_config
+from producers.emitter import BackgroundEmitter
+from producers.exporter import KafkaExporter
+from producers.simulator.cluster import SimulatedJob
+from producers.simulator.faults import SlowRank
+from producers.simulator.topology import Topology
+from schemas import ControlCommand, Topics, decode_as
+from sinks import open_backend
+from sinks.migrations.runner import migrate
+from steplens.config import REPO_ROOT, Settings, load_settings
+from streams.topics_admin import ensure_topics
+
+RESULTS = REPO_ROOT / "bench" / "results" / "chaos.json"
+READY_TIMEOUT_S = 120.0
+CATCH_UP_TIMEOUT_S = 90.0
+LAND_TOPICS = ("steps", "jobs", "incidents")
+DETECT_TOPICS = ("steps", "domain_steps", "group_steps", "jobs")
+
+
+def log(msg: str) -> None:
+    print(f"[chaos {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# --- a rig: one case's topics, groups, database and worker processes ----------------------------
+@dataclass
+class Rig:
+    name: str
+    settings: Settings
+    logs: Path
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    starts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def topics(self) -> Topics:
+        return Topics(self.settings.topic_prefix)
+
+    def env(self) -> dict[str, str]:
+        s = self.settings
+        env = {**os.environ, "STEPLENS_HOME": str(s.home), "STEPLENS_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
+               "STEPLENS_TOPIC_PREFIX": s.topic_prefix, "STEPLENS_APP_ID": s.app_id,
+               "STEPLENS_TOPIC_PARTITIONS": str(s.topic_partitions),
+               "STEPLENS_CLICKHOUSE_DATABASE": s.clickhouse_database, "STEPLENS_CLICKHOUSE_URL": s.clickhouse_url,
+               "STEPLENS_CHDB_PATH": str(s.embedded_path)}
+        env.pop("STEPLENS_CONFIG", None)
+        return env
+
+    def start(self, role: str) -> None:
+        out = open(self.logs / f"{self.name}-{role}.log", "ab")  # noqa: SIM115 - lives as long as the process
+        self.procs[role] = subprocess.Popen(
+            [sys.executable, "-m", "streams", "worker", "--role", role], cwd=REPO_ROOT, env=self.env(),
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self.starts[role] = self.starts.get(role, 0) + 1
+
+    def ready(self, role: str) -> bool:
+        text = (self.logs / f"{self.name}-{role}.log").read_text(errors="replace")
+        return text.count("Ready") >= self.starts[role]
+
+    def wait_ready(self, roles: tuple[str, ...]) -> bool:
+        return poll_until(lambda: all(self.ready(r) for r in roles), READY_TIMEOUT_S)
+
+    def kill(self, role: str) -> None:
+        proc = self.procs[role]
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    def alive(self) -> bool:
+        return all(p.poll() is None for p in self.procs.values())
+
+    def stop(self) -> dict[str, int | None]:
+        codes: dict[str, int | None] = {}
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for role, proc in self.procs.items():
+            try:
+                codes[role] = proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                codes[role] = None  # ignored SIGTERM
+        return codes
+
+
+def poll_until(predicate: Callable[[], bool], timeout: float, every: float = 0.5) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return True
+        except Exception:  # a broker or server coming back: try again
+            pass
+        time.sleep(every)
+    return False
+
+
+class Offsets:
+    """End and committed offsets, over kafka-python clients rebuilt after any error (broker restarts)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._admin: KafkaAdminClient | None = None
+        self._consumer: KafkaConsumer | None = None
+
+    def _clients(self) -> tuple[KafkaAdminClient, KafkaConsumer]:
+        if self._admin is None or self._consumer is None:
+            cfg = kafka_client_config(self.settings, "admin")
+            self._admin = KafkaAdminClient(**cfg, client_id="steplens-chaos")
+            self._consumer = KafkaConsumer(**cfg, client_id="steplens-chaos", enable_auto_commit=False)
+        return self._admin, self._consumer
+
+    def reset(self) -> None:
+        for client in (self._admin, self._consumer):
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    client.close()
+        self._admin = self._consumer = None
+
+    def ends(self, topics: list[str]) -> dict[TopicPartition, int]:
+        try:
+            _, consumer = self._clients()
+            parts = [TopicPartition(t, p) for t in topics for p in sorted(consumer.partitions_for_topic(t) or ())]
+            return dict(consumer.end_offsets(parts))
+        except Exception:
+            self.reset()
+            raise
+
+    def committed(self, group: str) -> dict[TopicPartition, int]:
+        try:
+            admin, _ = self._clients()
+            offsets = admin.list_group_offsets({group: None}).get(group, {})
+            return {tp: meta.offset for tp, meta in offsets.items() if meta.offset >= 0}
+        except Exception:
+            self.reset()
+            raise
+
+    def covered(self, group: str, targets: dict[TopicPartition, int]) -> bool:
+        done = self.committed(group)
+        return all(done.get(tp, 0) >= end for tp, end in targets.items())
+
+    def close(self) -> None:
+        self.reset()
+
+
+def role_topics(rig: Rig, role: str) -> list[str]:
+    names = LAND_TOPICS if role == "land" else DETECT_TOPICS
+    return [getattr(rig.topics, n) for n in names]
+
+
+def caught_up(rig: Rig, offsets: Offsets, roles: tuple[str, ...] = ("detect", "land")) -> bool:
+    for role in roles:
+        if role not in rig.procs:
+            continue
+        if not offsets.covered(f"{rig.settings.app_id}-{role}", offsets.ends(role_topics(rig, role))):
+            return False
+    return True
+
+
+def wait_caught_up(rig: Rig, offsets: Offsets, roles: tuple[str, ...] = ("detect", "land")) -> bool:
+    """Caught up twice in a row (a group step published late by detect must land too)."""
+    streak = [0]
+
+    def twice() -> bool:
+        streak[0] = streak[0] + 1 if caught_up(rig, offsets, roles) else 0
+        return streak[0] >= 2
+
+    return poll_until(twice, CATCH_UP_TIMEOUT_S, every=1.0)
+
+
+def recovery_after(rig: Rig, offsets: Offsets, roles: tuple[str, ...], t_up: float) -> float | None:
+    """Seconds from `t_up` (a service back) until `roles` committed everything in their topics at that moment."""
+    targets: dict[str, dict[TopicPartition, int]] = {}
+
+    def snapshot() -> bool:
+        for role in roles:
+            targets[role] = offsets.ends(role_topics(rig, role))
+        return True
+
+    if not poll_until(snapshot, 120.0):
+        return None
+    group = rig.settings.app_id
+    ok = poll_until(lambda: all(offsets.covered(f"{group}-{r}", targets[r]) for r in roles), CATCH_UP_TIMEOUT_S,
+                    every=0.25)
+    return round(time.monotonic() - t_up, 2) if ok else None
+
+
+# --- producing -------------------------------------------------------------------------------------
+@dataclass
+class Sent:
+    steps: set[tuple[str, int, int]] = field(default_factory=set)
+    jobs: set[tuple[str, str]] = field(default_factory=set)
+    malformed: dict[str, int] = field(default_factory=dict)  # topic kind -> count
+    dropped: int = 0
+    emitter_pending: int = 0
+
+    @property
+    def valid(self) -> int:
+        return len(self.steps) + len(self.jobs)
+
+
+def new_emitter(rig: Rig) -> BackgroundEmitter:
+    return BackgroundEmitter(KafkaExporter(rig.settings.kafka_bootstrap, export_timeout_s=5.0), rig.topics,
+                             name=f"chaos-{rig.name}", spool_dir=rig.settings.home / "spool",
+                             retry_backoff_max_s=2.0)
+
+
+def emit_job(rig: Rig, job: SimulatedJob, sent: Sent, pace_s: float, stop: threading.Event | None = None,
+             on_step: Callable[[int], None] | None = None) -> None:
+    """Emit the whole job (start, steps, end) at `pace_s` per step through one emitter; record what went out."""
+    emitter = new_emitter(rig)
+    start, end = job.job_events()
+    emitter.emit(start)
+    sent.jobs.add((job.job_id, "start"))
+    for i, events in enumerate(job.iter_steps()):
+        if stop is not None and stop.is_set():
+            break
+        for event in events:
+            if emitter.emit(event):
+                sent.steps.add((event.job, event.step, event.rank))
+        if on_step is not None:
+            on_step(i)
+        time.sleep(pace_s)
+    if emitter.emit(end):
+        sent.jobs.add((job.job_id, "end"))
+    emitter.flush(600)
+    stats = emitter.stats()
+    emitter.close(timeout=30)
+    sent.dropped += stats.dropped_total
+    sent.emitter_pending += stats.pending
+
+
+# --- reading the results ----------------------------------------------------------------------------
+def count(rig: Rig, sent: Sent, slow_ranks: set[int], job: str) -> dict[str, Any]:
+    backend = open_backend(rig.settings)
+    try:
+        migrate(backend)  # a land worker that crashed before its first write never created the tables
+        db = backend.database
+        rows_raw, keys_raw = backend.query(f"SELECT count(), uniqExact(job, step, rank) FROM {db}.steps")[0]
+        rows_final, keys_final = backend.query(f"SELECT count(), uniqExact(job, step, rank) FROM {db}.steps FINAL")[0]
+        landed_steps = {(j, int(s), int(r)) for j, s, r in backend.query(f"SELECT job, step, rank FROM {db}.steps")}
+        jobs_raw, jobs_keys = backend.query(f"SELECT count(), uniqExact(job, phase) FROM {db}.jobs")[0]
+        jobs_final, _ = backend.query(f"SELECT count(), uniqExact(job, phase) FROM {db}.jobs FINAL")[0]
+        landed_jobs = {(j, p) for j, p in backend.query(f"SELECT job, phase FROM {db}.jobs")}
+        dead_rows, dead_distinct = backend.query(
+            f"SELECT count(), uniqExact(topic, `partition`, `offset`) FROM {db}.dead_letters")[0]
+        incidents = backend.query(f"SELECT incident_id, rule, ranks, state FROM {db}.incidents FINAL")
+    finally:
+        backend.close()
+    lost_steps = len(sent.steps - landed_steps)
+    lost_jobs = len(sent.jobs - landed_jobs)
+    per_fault: dict[int, set[str]] = {r: set() for r in slow_ranks}
+    for incident_id, rule, ranks, _ in incidents:
+        if rule == "SLOW_RANK":
+            for r in ranks:
+                per_fault.setdefault(int(r), set()).add(incident_id)
+    duplicate_incidents = sum(max(len(ids) - 1, 0) for r, ids in per_fault.items() if r in slow_ranks)
+    commands = read_commands(rig, job)
+    profile_on = {r: sum(1 for c in commands if c.action == "profile_on" and r in c.ranks) for r in slow_ranks}
+    expected_dead = sum(n for kind, n in sent.malformed.items() if kind in LAND_TOPICS)
+    return {
+        "sent": sent.valid,
+        "landed": len(sent.steps & landed_steps) + len(sent.jobs & landed_jobs),
+        "lost": lost_steps + lost_jobs,
+        "duplicates": (rows_final - keys_final) + (jobs_final - jobs_keys),
+        "duplicates_raw": (rows_raw - keys_raw) + (jobs_raw - jobs_keys),
+        "dead_lettered": dead_distinct,
+        "dead_letter_rows": dead_rows,
+        "dead_letters_expected": expected_dead,
+        "malformed_sent": sum(sent.malformed.values()),
+        "producer_dropped": sent.dropped,
+        "producer_pending": sent.emitter_pending,
+        "duplicate_incidents": duplicate_incidents,
+        "slow_rank_found": sorted(r for r, ids in per_fault.items() if ids and r in slow_ranks),
+        "incidents": len(incidents),
+        "incidents_left_open": sum(1 for *_, state in incidents if state != "resolved"),
+        "duplicate_profile_on": sum(max(n - 1, 0) for n in profile_on.values()),
+    }
+
+
+def read_commands(rig: Rig, job: str) -> list[ControlCommand]:
+    consumer = KafkaConsumer(rig.topics.control, **kafka_client_config(rig.settings, "admin"),
+                             auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=3000)
+    out: list[ControlCommand] = []
+    try:
+        for msg in consumer:
+            try:
+                command = decode_as(ControlCommand, msg.value)
+            except Exception:
+                continue
+            if command.job == job:
+                out.append(command)
+    finally:
+        consumer.close()
+    return out
+
+
+# --- the cases ------------------------------------------------------------------------------------------
+@dataclass
+class Harness:
+    base: Settings
+    cfg: InfraConfig
+    run_dir: Path
+    quick: bool
+
+    def rig(self, name: str, server_url: str = "") -> Rig:
+        home = self.run_dir / name
+        home.mkdir(parents=True, exist_ok=True)
+        stamp = self.run_dir.name.replace("-", "")
+        settings = replace(self.base, home=home, topic_prefix=f"chaos{stamp}{name}.", app_id=f"chaos{stamp}{name}",
+                           topic_partitions=2, chdb_path=home / "chdb", clickhouse_url=server_url,
+                           clickhouse_database=f"chaos_{stamp}_{name}")
+        ensure_topics(settings, Topics(settings.topic_prefix), settings.topic_partitions)
+        return Rig(name, settings, self.run_dir)
+
+    def job(self, name: str, steps: int, slow_rank: int | None = None) -> SimulatedJob:
+        faults = [SlowRank(rank=slow_rank, factor=1.4)] if slow_rank is not None else []
+        return SimulatedJob(f"chaos-{name}", Topology(dp=4, tp=2, pp=1), steps, faults, seed=11)
+
+    def finish(self, rig: Rig, offsets: Offsets, sent: Sent, job: SimulatedJob,
+               extra: dict[str, Any]) -> dict[str, Any]:
+        caught = wait_caught_up(rig, offsets)
+        alive = rig.alive()
+        codes = rig.stop()
+        offsets.close()
+        result = count(rig, sent, job.ground_truth().slow_ranks(), job.job_id)
+        result.update(workers_alive=alive, caught_up=caught, stop_codes=codes, **extra)
+        return result
+
+    def case_malformed(self) -> dict[str, Any]:
+        rig = self.rig("malformed")
+        offsets = Offsets(rig.settings)
+        rig.start("detect")
+        rig.start("land")
+        rig.wait_ready(("detect", "land"))
+        job = self.job("malformed", steps=60 if self.quick else 120, slow_rank=3)
+        sent = Sent()
+        total = 1000 if self.quick else 10_000
+        producer = KafkaProducer(**kafka_client_config(rig.settings, "admin"), acks="all",
+                                 max_request_size=4_194_304, linger_ms=20)
+        kinds = ("steps", "jobs", "incidents", "domain_steps", "group_steps")
+        bad = stream(kinds, job.job_id, total)
+        per_step = total // job.steps + 1
+
+        def interleave(_: int) -> None:
+            for _ in range(per_step):
+                item = next(bad, None)
+                if item is None:
+                    return
+                topic_kind, _kind, key, value = item
+                producer.send(getattr(rig.topics, topic_kind), key=key, value=value)
+                sent.malformed[topic_kind] = sent.malformed.get(topic_kind, 0) + 1
+
+        emit_job(rig, job, sent, pace_s=0.02, on_step=interleave)
+        for topic_kind, _kind, key, value in bad:  # whatever did not fit between the steps
+            producer.send(getattr(rig.topics, topic_kind), key=key, value=value)
+            sent.malformed[topic_kind] = sent.malformed.get(topic_kind, 0) + 1
+        producer.flush(120)
+        producer.close()
+        log(f"malformed: sent {sum(sent.malformed.values())} malformed, {sent.valid} valid")
+        return self.finish(rig, offsets, sent, job, {"recovery_s": None})
+
+    def case_kill(self, role: str) -> dict[str, Any]:
+        rig = self.rig(f"kill_{role}")
+        offsets = Offsets(rig.settings)
+        rig.start("detect")
+        rig.start("land")
+        rig.wait_ready(("detect", "land"))
+        kills = 2 if self.quick else 3
+        job = self.job(f"kill-{role}", steps=1000 if self.quick else 1800, slow_rank=5)
+        sent = Sent()
+        producer = threading.Thread(target=emit_job, args=(rig, job, sent, 0.05), daemon=True)
+        producer.start()
+        recoveries: list[float | None] = []
+        rng = random.Random(7)
+        for n in range(kills):
+            time.sleep(3.0 + rng.random() * 3.0)  # mid-stream: batches and windows are open
+            group = f"{rig.settings.app_id}-{role}"
+            t_kill = time.monotonic()
+            rig.kill(role)
+            rig.start(role)  # a supervisor restarts it at once
+            # what is in the topics after the kill can only be committed by the restarted worker
+            targets = offsets.ends(role_topics(rig, role))
+            ok = poll_until(lambda g=group, t=targets: offsets.covered(g, t), 120.0, every=0.25)  # type: ignore[misc]
+            recoveries.append(round(time.monotonic() - t_kill, 2) if ok else None)
+            log(f"kill {role} #{n + 1}: recovered in {recoveries[-1]} s")
+            if not ok:
+                break
+        producer.join(timeout=600)
+        finite = [r for r in recoveries if r is not None]
+        worst = max(finite) if finite and len(finite) == len(recoveries) else None
+        return self.finish(rig, offsets, sent, job, {"recovery_s": worst, "kills": kills,
+                                                      "recoveries_s": recoveries})
+
+    def case_kafka_restart(self, down_s: float) -> dict[str, Any]:
+        rig = self.rig("kafka_restart")
+        offsets = Offsets(rig.settings)
+        rig.start("detect")
+        rig.start("land")
+        rig.wait_ready(("detect", "land"))
+        broker = KafkaBroker(self.cfg)
+        job = self.job("kafka-restart", steps=int((down_s + 30) / 0.05), slow_rank=2)
+        sent = Sent()
+        producer = threading.Thread(target=emit_job, args=(rig, job, sent, 0.05), daemon=True)
+        producer.start()
+        time.sleep(10.0)
+        log(f"kafka_restart: stopping the broker for {down_s:.0f} s")
+        offsets.reset()
+        broker.stop()
+        t_down = time.monotonic()
+        time.sleep(max(down_s - (time.monotonic() - t_down), 0))
+        broker.start(timeout=180)
+        t_up = time.monotonic()
+        log(f"kafka_restart: broker back after {t_up - t_down:.0f} s")
+        recovery = recovery_after(rig, offsets, ("detect", "land"), t_up)
+        producer.join(timeout=600)
+        return self.finish(rig, offsets, sent, job, {"recovery_s": recovery, "down_s": round(t_up - t_down, 1)})
+
+    def case_clickhouse_down(self, down_s: float) -> dict[str, Any]:
+        server = ClickHouseServer(self.cfg)
+        server.install()
+        server.start()
+        rig = self.rig("clickhouse_down", server_url=server.url)
+        offsets = Offsets(rig.settings)
+        rig.start("detect")
+        rig.start("land")
+        rig.wait_ready(("detect", "land"))
+        job = self.job("clickhouse-down", steps=int((down_s + 20) / 0.05), slow_rank=2)
+        sent = Sent()
+        producer = threading.Thread(target=emit_job, args=(rig, job, sent, 0.05), daemon=True)
+        producer.start()
+        time.sleep(8.0)
+        log(f"clickhouse_down: stopping the ClickHouse server for {down_s:.0f} s")
+        server.stop()
+        t_down = time.monotonic()
+        time.sleep(down_s)
+        server.start()
+        t_up = time.monotonic()
+        log(f"clickhouse_down: server back after {t_up - t_down:.0f} s")
+        recovery = recovery_after(rig, offsets, ("land",), t_up)
+        producer.join(timeout=600)
+        return self.finish(rig, offsets, sent, job, {"recovery_s": recovery, "down_s": round(t_up - t_down, 1)})
+
+
+def machine() -> dict[str, Any]:
+    model = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+        mem_kb = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+                      if line.startswith("MemTotal"))
+    except (OSError, StopIteration, ValueError):
+        mem_kb = 0
+    return {"cores": os.cpu_count(), "memory_gb": round(mem_kb / 1024 / 1024, 1), "cpu_model": model,
+            "loadavg_at_end": [round(x, 2) for x in os.getloadavg()]}  # a shared box inflates recovery_s
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", ".", ":!bench/results"], cwd=REPO_ROOT,
+                               capture_output=True, text=True)
+        return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def table(cases: dict[str, dict[str, Any]]) -> str:
+    cols = ("sent", "landed", "lost", "duplicates", "dead_lettered", "dead_letters_expected", "duplicate_incidents",
+            "incidents_left_open", "recovery_s", "workers_alive", "caught_up")
+    head = "| case | " + " | ".join(cols) + " |"
+    lines = [head, "|" + "---|" * (len(cols) + 1)]
+    for name, res in cases.items():
+        lines.append(f"| {name} | " + " | ".join(str(res.get(c, "")) for c in cols) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller numbers and 20 s outages (development)")
+    parser.add_argument("--cases", default="malformed,kill_land,kill_detect,kafka_restart,clickhouse_down")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--update", action="store_true", help="replace only these cases in an existing --out file")
+    args = parser.parse_args(argv)
+    base = load_settings()
+    cfg = InfraConfig.from_env()
+    broker = KafkaBroker(cfg)
+    broker.install()
+    broker.start()
+    base = replace(base, kafka_bootstrap=broker.bootstrap)
+    started = datetime.now(UTC)
+    run_dir = base.home / "chaos" / started.strftime("%Y%m%d-%H%M%S")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    harness = Harness(base, cfg, run_dir, args.quick)
+    down_s = 20.0 if args.quick else 62.0
+    runners: dict[str, Callable[[], dict[str, Any]]] = {
+        "malformed": harness.case_malformed,
+        "kill_land": lambda: harness.case_kill("land"),
+        "kill_detect": lambda: harness.case_kill("detect"),
+        "kafka_restart": lambda: harness.case_kafka_restart(down_s),
+        "clickhouse_down": lambda: harness.case_clickhouse_down(down_s),
+    }
+    cases: dict[str, dict[str, Any]] = {}
+    if args.update and args.out.exists():
+        cases.update(json.loads(args.out.read_text()).get("cases", {}))
+    for name in args.cases.split(","):
+        log(f"case {name} (logs in {run_dir})")
+        t0 = time.monotonic()
+        commit = git_commit()
+        try:
+            cases[name] = runners[name]()
+        except Exception as exc:  # a case that breaks the harness is reported, the others still run
+            cases[name] = {"error": repr(exc), "workers_alive": False}
+        cases[name]["duration_s"] = round(time.monotonic() - t0, 1)
+        cases[name]["started"] = datetime.fromtimestamp(time.time() - (time.monotonic() - t0), UTC).isoformat()
+        cases[name]["git"] = commit
+        log(f"case {name}: {json.dumps(cases[name], default=str)}")
+    result = {
+        "cases": cases,
+        "lost_total": sum(int(c.get("lost", 0) or 0) for c in cases.values()),
+        "duplicates_total": sum(int(c.get("duplicates", 0) or 0) for c in cases.values()),
+        "duplicate_incidents_total": sum(int(c.get("duplicate_incidents", 0) or 0) for c in cases.values()),
+        "all_workers_alive": all(bool(c.get("workers_alive")) for c in cases.values()),
+        "quick": args.quick,
+        "machine": machine(),
+        "started": started.isoformat(),
+        "git": git_commit(),
+        "logs": str(run_dir),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    print(table(cases))
+    print(f"lost_total {result['lost_total']}  duplicates_total {result['duplicates_total']}  "
+          f"-> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
