@@ -30,6 +30,19 @@ class DetectionConfig:
     resolve_after_steps: int = 5     # clean steps before an open incident is resolved
     window_lateness_steps: int = 8   # a group's step window closes incomplete this many steps behind the newest
     profile_steps: int = 5           # steps of detailed profiling requested for a slow rank
+    # engine (streams/engine.py) — windows, scopes; docs/detection.md explains each
+    slow_step_mad_z: float = 4.0     # a slow step must also be this many robust sigmas above the baseline
+    shift_steps: int = 10            # a stable run of slow steps this long is a permanent shift: new baseline
+    shift_spread: float = 0.05       # "stable": relative MAD of the run below this
+    slow_host_fraction: float = 0.5  # share of a host's ranks flagged together that makes a host incident
+    window_timeout_factor: float = 3.0   # a frame waits at most this many recent step times ...
+    window_timeout_min_s: float = 5.0    # ... but at least this long ...
+    window_timeout_max_s: float = 60.0   # ... and at most this long (then missing ranks may be hung)
+    window_max_open_steps: int = 64      # open frames per job before the oldest is closed
+    batch_max: int = 10_000          # raw messages per take() of the decode stage
+    batch_within_s: float = 0.2      # max wait for a batch to fill
+    snapshot_interval_s: float = 1.0  # state snapshot period per changed job (streams/state/)
+    metrics_port: int = 0            # Prometheus self-metrics port of the detect worker; 0 = off
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,7 @@ from steplens.config import REPO_ROOT, Settings, load_settings
 from steplens.lag import end_offsets, group_lag
 from steplens.report import render_markdown
 from steplens.scoring import score, steps_in_ranges
-from streams.topics_admin import ensure_topics
+from streams.topics_admin import DetectTopics, ensure_topics
 
 CATCH_UP_TIMEOUT_S = 240.0
 
@@ -96,7 +96,7 @@ def wait_caught_up(settings: Settings, workers: list[subprocess.Popen[bytes]], o
     """Poll consumer lag until both workers have committed everything (twice in a row)."""
     topics = Topics(settings.topic_prefix)
     groups = {
-        f"{settings.app_id}-detect": [topics.steps, topics.domain_steps, topics.group_steps, topics.jobs],
+        f"{settings.app_id}-detect": [topics.steps, topics.jobs, DetectTopics(settings.topic_prefix).partials],
         f"{settings.app_id}-land": [topics.steps, topics.jobs, topics.incidents],
     }
     deadline = time.monotonic() + CATCH_UP_TIMEOUT_S

@@ -1,0 +1,1 @@
+"""Incidents an operator trusts: one per problem, open/update/resolve, merged across rules."""
