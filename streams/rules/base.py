@@ -23,9 +23,14 @@ class Alarms:
 
     @classmethod
     def where(cls, mask: BoolArray, value: FloatArray, baseline: FloatArray, threshold: FloatArray) -> Alarms:
+        mask = np.atleast_1d(np.asarray(mask, dtype=bool))
         idx = np.flatnonzero(mask).astype(np.int64)
-        return cls(idx, np.asarray(value, dtype=np.float64)[idx], np.asarray(baseline, dtype=np.float64)[idx],
-                   np.asarray(threshold, dtype=np.float64)[idx])
+
+        def pick(a: object) -> FloatArray:
+            out: FloatArray = np.broadcast_to(np.asarray(a, dtype=np.float64), mask.shape)[idx]
+            return out
+
+        return cls(idx, pick(value), pick(baseline), pick(threshold))
 
     @classmethod
     def none(cls) -> Alarms:
