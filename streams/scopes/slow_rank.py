@@ -5,10 +5,11 @@ per group with >= 3 reporting ranks, on busy time (step time - exposed communica
 the slowest rank is the one with the SHORTEST wait):
 
 - the group waited: R_wait = 1 - mean(busy)/max(busy) >= `slow_rank_wait_ratio`;
-- the late arriver is an outlier: Dixon's Q of the largest value above its 99.5 % critical
-  value (n <= 30), or its robust z >= `slow_rank_z`, with sigma = 1.4826 x the larger of the
-  group's relative MAD and the job's typical one (an EWMA over steps), so a jittery but
-  healthy job does not turn noise into alarms. Other members past the same z are flagged too
+- the late arriver is an outlier: its robust z >= `slow_rank_z` (3 sigma), with sigma =
+  1.4826 x the larger of the group's relative MAD and the job's typical relative deviation
+  (median over the last 50 steps), confirmed for groups of n <= 30 by Dixon's Q of the
+  largest value above its 99.5 % critical value unless z is twice the threshold, so a
+  jittery but healthy job does not turn noise into alarms. Other members past the same z are flagged too
   (two slow ranks of one host can share a group).
 
 Ranks flagged in one step are grouped by host: when >= 2 ranks and at least
@@ -18,7 +19,7 @@ problem: thermal, CPU contention, a bad NIC) and its ranks raise no rank finding
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -30,12 +31,13 @@ from streams.scopes.outliers import dixon_critical, group_stats
 from streams.windows.step_frames import Frame, Topology
 
 COMPARABLE = ("dp", "tp", "ep", "cp")
-NOISE_EWMA = 0.1
+NOISE_STEPS = 50
 
 
 @dataclass(slots=True)
 class SlowRankState:
-    noise: float = 0.0  # typical relative MAD of busy time inside a group
+    noise: float = 0.0  # typical relative deviation of busy time from its group's median
+    history: list[float] = field(default_factory=list)  # per step: pooled median relative deviation
 
 
 def evaluate(frame: Frame, topo: Topology, state: SlowRankState, cfg: DetectionConfig
@@ -61,7 +63,9 @@ def evaluate(frame: Frame, topo: Topology, state: SlowRankState, cfg: DetectionC
         if not valid.any():
             continue
         rel_mad = np.where(valid, gs.mad / np.where(gs.median > 0, gs.median, 1.0), np.nan)
-        noises.append(float(np.nanmedian(rel_mad)))
+        member_valid = np.repeat(valid, gs.counts)
+        rel_dev = np.abs(values[gs.order] / np.repeat(gs.median, gs.counts) - 1.0)[member_valid]
+        noises.append(float(np.median(rel_dev)))
         noise = max(state.noise, 1e-3)
         sigma = 1.4826 * np.maximum(rel_mad, noise) * gs.median
         wait = 1.0 - gs.mean / np.where(gs.maximum > 0, gs.maximum, 1.0)
@@ -71,7 +75,10 @@ def evaluate(frame: Frame, topo: Topology, state: SlowRankState, cfg: DetectionC
         z_max = (gs.maximum - gs.median) / np.where(sigma > 0, sigma, np.inf)
         waited = valid & (wait >= cfg.slow_rank_wait_ratio)
         dixon = np.isfinite(q_crit) & (q > q_crit)
-        outlier_group = waited & (dixon | (z_max >= cfg.slow_rank_z))
+        # 3 sigma out of the job's noise, confirmed by Dixon's Q where it applies (n <= 30),
+        # unless it is twice that far out (Dixon alone flags 1 in 200 healthy small groups)
+        confirmed = dixon | ~np.isfinite(q_crit) | (z_max >= 2 * cfg.slow_rank_z)
+        outlier_group = waited & (z_max >= cfg.slow_rank_z) & confirmed
         if not outlier_group.any():
             continue
         # members of waiting groups past the z threshold (the maximum always, when its group is an outlier)
@@ -93,9 +100,10 @@ def evaluate(frame: Frame, topo: Topology, state: SlowRankState, cfg: DetectionC
             ev["group_median_ms"] = max(ev.get("group_median_ms", 0.0), round(float(gs.median[g]), 3))
             ev[f"group_{domain}"] = float(gs.groups[g])
     if noises:
-        state.noise = noises[0] if state.noise == 0.0 else (1 - NOISE_EWMA) * state.noise + NOISE_EWMA * float(
-            np.median(noises))
-    if not flagged:
+        state.history.append(float(np.median(noises)))
+        del state.history[:-NOISE_STEPS]
+        state.noise = float(np.median(state.history))
+    if not flagged or len(state.history) <= cfg.warmup_steps:
         return state, []
     return state, _findings(frame, topo, flagged, cfg)
 

@@ -74,7 +74,7 @@ def evaluate(frame: Frame, state: SlowStepState, cfg: DetectionConfig) -> tuple[
         severity="critical" if ratio > 1.5 else "warning", metric="step_ms",
         observed=step_ms, expected=baseline, threshold=threshold, unit="ms", evidence=evidence,
         cause_phase=cause, cause=advice.cause, suggestion=advice.suggestion,
-        open_after=1, resolve_after=1,
+        open_after=1, resolve_after=cfg.resolve_after_steps,
     )
     if shifted:
         finding.evidence["resolve_now"] = 1.0

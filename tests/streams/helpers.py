@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from schemas import Domain, Phases, StepEvent
+from schemas import Domain, Incident, Phases, StepEvent
 
 T0 = 1_700_000_000_000_000_000
 
@@ -20,10 +20,16 @@ def step_event(rank: int, step: int, busy: float, comm: float = 40.0, world: int
     )
 
 
-def run_engine(job: object, cfg: object = None, batch: int = 4096, with_end: bool = True) -> list[object]:
-    """Feed a SimulatedJob through decode -> chunks -> FleetEngine, as the worker does, in batches."""
+def run_engine(job: object, cfg: object = None, *, paced_s: float = 0.0, drop: object = None,
+               with_end: bool = True, batch: int = 4096) -> list[object]:
+    """Feed a SimulatedJob through decode -> chunks -> FleetEngine, as the worker does.
+
+    paced_s = 0: fast replay in batches of `batch` messages; > 0: one step per batch,
+    the clock advancing `paced_s` per step (timeouts and hangs behave as in production).
+    drop(event) -> True leaves an event out (a hung or silent rank).
+    """
     from producers.simulator.cluster import SimulatedJob
-    from schemas import encode
+    from schemas import StepEvent, encode
     from steplens.config import DetectionConfig
     from streams.combine import chunks as codec
     from streams.engine import FleetEngine
@@ -33,16 +39,34 @@ def run_engine(job: object, cfg: object = None, batch: int = 4096, with_end: boo
     config = cfg if isinstance(cfg, DetectionConfig) else DetectionConfig()
     fleet = FleetEngine(config)
     start, end = job.job_events()
-    raws = [encode(start)] + [encode(e) for events in job.iter_steps() for e in events]
+
+    def keep(e: StepEvent) -> bool:
+        return drop is None or not drop(e)  # type: ignore[operator]
+
+    batches: list[list[bytes]] = [[encode(start)]]
+    if paced_s > 0:
+        batches += [[encode(e) for e in events if keep(e)] for events in job.iter_steps()]
+    else:
+        flat = [encode(e) for events in job.iter_steps() for e in events if keep(e)]
+        batches += [flat[i:i + batch] for i in range(0, len(flat), batch)]
     if with_end:
-        raws.append(encode(end))
+        batches.append([encode(end)])
     out: list[object] = []
     now = T0
-    for i in range(0, len(raws), batch):
-        chunks, _ = decode_batch(raws[i:i + batch], 1 << 20)
+    step_ns = int((paced_s or 0.1) * 1e9)
+    for raws in batches:
+        chunks, _ = decode_batch(raws, 1 << 20)
         for chunk in chunks:
             out.extend(fleet.on_chunk(codec.loads(codec.dumps(chunk)), now))
-        now += 10**8
+        for _ in range(4):
+            now += step_ns // 4
+            out.extend(fleet.tick(now))
+    for _ in range(240):
+        now += 500_000_000
         out.extend(fleet.tick(now))
-    out.extend(fleet.tick(now + 120 * 10**9))
     return out
+
+
+def incidents(outputs: list[object], state: str | None = None) -> list[Incident]:
+    """The incident events among engine outputs (optionally only one state)."""
+    return [o for o in outputs if isinstance(o, Incident) and (state is None or o.state == state)]
