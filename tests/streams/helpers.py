@@ -29,7 +29,7 @@ def run_engine(job: object, cfg: object = None, *, paced_s: float = 0.0, drop: o
     drop(event) -> True leaves an event out (a hung or silent rank).
     """
     from producers.simulator.cluster import SimulatedJob
-    from schemas import StepEvent, encode
+    from schemas import encode
     from steplens.config import DetectionConfig
     from streams.combine import chunks as codec
     from streams.engine import FleetEngine

@@ -42,7 +42,7 @@ def test_slow_host_is_one_host_incident() -> None:
     job = SimulatedJob("host", topo, steps=60, seed=5,
                        faults=[SlowRank(rank=r, factor=1.25, first_step=20) for r in host_ranks])
     out = run_engine(job)
-    localised = [i for i in _opened(out) if not i.split(":")[2] == "job"]
+    localised = [i for i in _opened(out) if i.split(":")[2] != "job"]
     assert len(localised) == 1 and localised[0].startswith("SLOW_HOST:"), localised
     assert not [i for i in incidents(out) if i.rule == "SLOW_RANK"], "the host absorbs its ranks"
     host_incident = [i for i in incidents(out) if i.rule == "SLOW_HOST"][-1]
