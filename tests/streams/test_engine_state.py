@@ -10,7 +10,8 @@ from steplens.config import DetectionConfig
 from streams.combine import chunks as codec
 from streams.engine import FleetEngine
 from streams.ingest.decode import decode_batch
-from streams.state.store import decode, encode as encode_state
+from streams.state.store import decode
+from streams.state.store import encode as encode_state
 from tests.streams.helpers import T0
 
 
