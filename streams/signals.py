@@ -249,7 +249,7 @@ def _kernels(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionCon
                 compute.setdefault(str(key), np.full(world, np.nan))[rank] = flops / total_ns * 1e9
             if cat == "comm" and isinstance(nbytes, int) and isinstance(domain, str):
                 comm.setdefault(str(key), (np.full(world, np.nan), domain))[0][rank] = nbytes / total_ns
-            if cat == "copy" and isinstance(nbytes, int):
+            if cat == "memcpy" and isinstance(nbytes, int):
                 copy.setdefault(str(direction or key), np.full(world, np.nan))[rank] = nbytes / total_ns
             if isinstance(l_mean, (int, float)) and isinstance(l_mad, (int, float)):
                 cols = launch.setdefault(str(key), (np.full(world, np.nan), np.full(world, np.nan),

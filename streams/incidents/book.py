@@ -73,10 +73,13 @@ class IncidentBook:
             if track is None:
                 track = self.tracks[tid] = Track(finding=f, first=step, last=step, rules=[f.rule], peak=f.observed)
             else:
+                new_rule = f.rule not in track.rules
                 track.flagged += 1
                 track.clean = 0
                 track.last = step
                 self._merge(track, f)
+                if new_rule and track.opened:
+                    track.since_update = UPDATE_EVERY  # a rule joining is news: update now
             if f.scope == "host":
                 out.extend(self._absorb(f.host, now_ns))
             if not track.opened and track.flagged >= f.open_after:

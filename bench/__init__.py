@@ -1,0 +1,1 @@
+"""Benchmarks: `make bench-<name>` -> bench/results/<name>.json."""
