@@ -102,7 +102,8 @@ class Job:
             out.append(("kernels", key, orjson.dumps({
                 "type": "kernel_summary", "v": "1.1", **ident, "step": s, "other_ns": 5_000_000,
                 "entries": [
-                    {"key": "F2:4096x4096x4096", "cat": "compute", "count": 40, "total_ns": int((fwd_l[r] + bwd_l[r]) * 9e5),
+                    {"key": "F2:4096x4096x4096", "cat": "compute", "count": 40,
+                     "total_ns": int((fwd_l[r] + bwd_l[r]) * 9e5),
                      "flops": 40 * 2 * 4096.0 ** 3, "launch_mean_us": 8.0 * n2[r], "launch_mad_us": 1.0},
                     {"key": "allreduce/dp", "cat": "comm", "op": "allreduce", "domain": "dp", "count": 4,
                      "total_ns": int(30e6 * n3[r]), "bytes": 400_000_000}]})))
