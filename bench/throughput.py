@@ -181,7 +181,7 @@ def trial(base: Settings, ranks: int, steps: int) -> dict[str, Any]:
                      "ts_ns": T0_NS, "parallel": job.topo.parallel()}
         producer.send(topics.jobs, key=job.job.encode(), value=orjson.dumps(start_doc))
         producer.flush()
-        if not wait_caught_up(settings, f"{name}-detect", [topics.jobs], 120):
+        if not wait_caught_up(settings, f"{name}-detect-decode", [topics.jobs], 120):
             raise RuntimeError("detect worker did not start")
         cpu0 = {role: cpu_s(p.pid) for role, p in workers.items()}
         me0 = time.process_time()
@@ -201,9 +201,9 @@ def trial(base: Settings, ranks: int, steps: int) -> dict[str, Any]:
         producer.send(topics.jobs, key=job.job.encode(), value=orjson.dumps(end_doc))
         producer.flush()
         producer_cpu = time.process_time() - me0
-        caught = wait_caught_up(settings, f"{name}-detect",
-                                [topics.steps, topics.kernel_summaries, topics.device, topics.jobs,
-                                 internal.partials], 120)
+        caught = wait_caught_up(settings, f"{name}-detect-decode",
+                                [topics.steps, topics.kernel_summaries, topics.device, topics.jobs], 120) \
+            and wait_caught_up(settings, f"{name}-detect", [internal.partials], 120)
         wall = time.time() - t0
         landed_caught = wait_caught_up(settings, f"{name}-land", [topics.steps, topics.jobs], 120)
         time.sleep(2.0)

@@ -63,6 +63,7 @@ class DetectionConfig:
     r4_iqr_k: float = 1.5
     r4_bench_samples: int = 20       # R4: samples to learn P_bench when not configured
     r4_p_bench: float = 0.0          # R4: configured P_bench in FLOP/s (0 = learn per kernel and shape)
+    r4_min_deviation: float = 0.1    # R4: a flagged ratio must also be >= 10 % off the median (tight fences)
     r5_periods: int = 20             # R5 M
     r5_k: float = 3.0
     r6_k: float = 3.0

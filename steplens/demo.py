@@ -96,7 +96,8 @@ def wait_caught_up(settings: Settings, workers: list[subprocess.Popen[bytes]], o
     """Poll consumer lag until both workers have committed everything (twice in a row)."""
     topics = Topics(settings.topic_prefix)
     groups = {
-        f"{settings.app_id}-detect": [topics.steps, topics.jobs, DetectTopics(settings.topic_prefix).partials],
+        f"{settings.app_id}-detect-decode": [topics.steps, topics.jobs],
+        f"{settings.app_id}-detect": [DetectTopics(settings.topic_prefix).partials],
         f"{settings.app_id}-land": [topics.steps, topics.jobs, topics.incidents],
     }
     deadline = time.monotonic() + CATCH_UP_TIMEOUT_S

@@ -1,9 +1,10 @@
 """The `detect` Faust app: batch-at-a-time detection over every event type.
 
-Two agents, one shuffle:
-1. `decode` takes up to `batch_max` raw messages from steps, kernel-summaries, device and jobs
-   (keyed per rank upstream), decodes them straight to column chunks (streams/ingest/) and
-   sends ONE chunk per (job, kind) to the internal partials topic, keyed by job.
+Two stages, one shuffle:
+1. the decode loop (streams/ingest/loop.py, a kafka-python consumer thread: the per-event
+   hot path without Faust's per-message cost) takes up to `batch_max` raw messages from steps,
+   kernel-summaries, device and jobs (keyed per rank upstream), decodes them straight to
+   column chunks and sends ONE chunk per (job, kind) to the internal partials topic, keyed by job.
 2. `detect` owns jobs (partitions of the partials topic): merges chunks into step frames,
    runs scopes and rules, keeps incident books (streams/engine.py), sends incidents and
    control commands, and snapshots each changed job (streams/state/) BEFORE acknowledging
@@ -25,7 +26,7 @@ from steplens.config import Settings
 from streams.app import base_app, now_ns, raw_topic
 from streams.combine import chunks as chunk_codec
 from streams.engine import FleetEngine, JobEngine, Output
-from streams.ingest.decode import decode_batch
+from streams.ingest.loop import DecodeLoop
 from streams.metrics import DetectMetrics, kafka_has_c_crc32c
 from streams.state.store import SnapshotStore
 from streams.state.store import encode as encode_snapshot
@@ -148,29 +149,19 @@ def create_detect_app(settings: Settings) -> faust.App:
     app = base_app(settings, "detect")
     cfg = settings.detection
     worker = DetectWorker(app, settings)
-    topics = worker.topics
-    inputs = (topics.steps, topics.kernel_summaries, topics.device, topics.jobs)
     if not kafka_has_c_crc32c():
         log.warning("kafka-python runs without the C crc32c: install the pinned `crc32c` package")
 
-    @app.agent(raw_topic(app, *inputs), concurrency=1)
-    async def decode(stream: Any) -> None:
-        """Raw messages -> one column chunk per (job, kind) per batch -> partials topic (keyed by job)."""
-        async for events in stream.noack_take(cfg.batch_max, within=cfg.batch_within_s):
-            raws = [event.message.value for event in events]
-            for event in events:
-                worker.metrics.events_in.labels(event.message.topic).inc()
-            worker.metrics.batch.labels("decode").observe(len(events))
-            chunks, stats = decode_batch(raws, settings.max_event_bytes)
-            worker.metrics.bad.inc(stats.bad)
-            for chunk in chunks:
-                job = chunk.get("job") or ""
-                if not job:
-                    continue  # device samples with no job: landed, not analysed
-                await worker.partials.send(key=job_key(job), value=chunk_codec.dumps(chunk))
-                worker.metrics.events_out.labels(worker.internal.partials).inc()
-            for event in events:
-                await stream.ack(event)
+    decoder = DecodeLoop(settings, worker.metrics)
+
+    async def start_decoder() -> None:
+        decoder.start()
+
+    async def stop_decoder(*args: Any, **kwargs: Any) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, decoder.stop)
+
+    app.task(start_decoder)
+    app.on_before_shutdown.connect(stop_decoder)
 
     @app.agent(worker.partials, concurrency=1)
     async def detect(stream: Any) -> None:
@@ -183,6 +174,8 @@ def create_detect_app(settings: Settings) -> faust.App:
             await worker.on_chunks(events)
 
     async def tick() -> None:
+        if decoder.failed is not None:
+            raise RuntimeError("the decode loop failed") from decoder.failed
         if worker.stream is not None and worker.restored:
             await worker.on_tick()
 

@@ -261,16 +261,17 @@ def _kernels(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionCon
         med = np.array([float(np.nanmedian(p))])
         st4, a = r4.evaluate(med, state.rules.get(sk), r4.Params(history=cfg.r4_history, iqr_k=cfg.r4_iqr_k,
                                                                 bench_samples=cfg.r4_bench_samples,
-                                                                p_bench=cfg.r4_p_bench))
+                                                                p_bench=cfg.r4_p_bench,
+                                                                min_deviation=cfg.r4_min_deviation))
         state.rules[sk] = st4
         for i in range(len(a)):
             out.append(_finding("R4", "job", "job", frame.step, f"kernel {key}: efficiency {a.value[i]:.2f} of "
                                 "benchmark, outside its IQR fences", a, i, cfg, metric=key,
                                 open_after=cfg.rule_open_after))
         ratio = p / med[0]
-        cross = r4.cross_section(ratio, cfg.r4_iqr_k)
-        slow = Alarms.where(np.isin(np.arange(world), cross.index[cross.value < cross.baseline]), ratio,
-                            np.ones(world), np.full(world, np.nan))
+        cross = r4.cross_section(ratio, cfg.r4_iqr_k, min_deviation=cfg.r4_min_deviation)
+        low = cross.value < cross.baseline
+        slow = Alarms(cross.index[low], cross.value[low], cross.baseline[low], cross.threshold[low])
         out.extend(_rank_findings("R4", slow, topo, frame, cfg, f"kernel {key} FLOP/s ratio to the job's median",
                                   key))
     _timed(timings, "R4", t0)

@@ -23,6 +23,7 @@ class Params:
     bench_samples: int = 20
     min_history: int = 8
     p_bench: float = 0.0  # FLOP/s; 0 = learn per series
+    min_deviation: float = 0.0  # also require |R - median| >= this (relative): fences on tight data are tight
 
 
 @dataclass(slots=True)
@@ -63,18 +64,20 @@ def evaluate(p: FloatArray, state: State | None, params: Params) -> tuple[State,
     hi = np.full(n, np.nan)
     if judged.any():
         med[judged], lo[judged], hi[judged] = fences(state.buf[judged], params.iqr_k)
-    alarm = judged & ((ratio < lo) | (ratio > hi))
+    big = np.abs(ratio - np.nan_to_num(med)) >= params.min_deviation * np.abs(np.nan_to_num(med))
+    alarm = judged & ((ratio < lo) | (ratio > hi)) & big
     threshold = np.where(ratio < med, lo, hi)
     Ring.push(state.buf, state.pos, ratio, ready)
     return state, Alarms.where(alarm, ratio, med, threshold)
 
 
-def cross_section(ratio: FloatArray, k: float = 1.5, min_n: int = 4) -> Alarms:
+def cross_section(ratio: FloatArray, k: float = 1.5, min_n: int = 4, min_deviation: float = 0.0) -> Alarms:
     """The same IQR fences across series of one instant (e.g. every rank's ratio in one step)."""
     ratio = as_array(ratio)
     ok = np.isfinite(ratio)
     if ok.sum() < min_n:
         return Alarms.none()
     med, lo, hi = fences(ratio[ok], k)
-    alarm = ok & ((ratio < lo) | (ratio > hi))
+    big = np.abs(np.nan_to_num(ratio) - med) >= min_deviation * abs(med)
+    alarm = ok & ((ratio < lo) | (ratio > hi)) & big
     return Alarms.where(alarm, ratio, np.full(ratio.size, med), np.where(ratio < med, lo, hi))

@@ -76,9 +76,10 @@ def _wait(what: str, check: object, workers: list[subprocess.Popen[bytes]]) -> N
 
 def _caught_up(s: Settings) -> bool:
     topics = Topics(s.topic_prefix)
-    names = [topics.steps, topics.jobs, DetectTopics(s.topic_prefix).partials]
     try:
-        return all(v == 0 for v in group_lag(s, f"{s.app_id}-detect", names).values())
+        decode = group_lag(s, f"{s.app_id}-detect-decode", [topics.steps, topics.jobs])
+        detect = group_lag(s, f"{s.app_id}-detect", [DetectTopics(s.topic_prefix).partials])
+        return all(v == 0 for v in (*decode.values(), *detect.values()))
     except Exception:
         return False
 

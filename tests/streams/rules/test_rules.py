@@ -190,3 +190,10 @@ def test_r10_severe_share_and_jump_over_history() -> None:
     assert early == [], "before warm-up only the severe bound applies"
     _, constant = _feed(r10, [0.2] * 30, r10.Params(warmup=10))
     assert constant == []
+
+
+def test_r4_min_deviation_keeps_tight_fences_quiet() -> None:
+    ratio = np.array([1.0, 1.001, 0.999, 1.0, 0.97, 1.0])
+    assert r4.cross_section(ratio).index.tolist() == [4], "the bare IQR rule flags a 3 % dip on tight data"
+    assert len(r4.cross_section(ratio, min_deviation=0.1)) == 0
+    assert r4.cross_section(np.array([1.0, 1.001, 0.999, 1.0, 0.6, 1.0]), min_deviation=0.1).index.tolist() == [4]
