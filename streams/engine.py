@@ -22,6 +22,7 @@ from streams.signals import SignalState, device_findings, frame_findings
 from streams.windows.step_frames import Frame, StepFrames, WindowParams
 
 Output = Incident | ControlCommand
+LAGGING_NS = 1_000_000_000  # the decode stage is this far behind its input: a backlog, hold timeouts
 
 
 @dataclass(slots=True)
@@ -61,6 +62,10 @@ class JobEngine:
         if self.finished:
             self.stats.late += 1
             return []
+        behind = chunk.get("behind_ns")
+        lag = chunk.get("lag")
+        if isinstance(behind, int) and isinstance(lag, int):
+            self.frames.input_lagging = behind > LAGGING_NS or lag > self.cfg.batch_max
         if kind == "steps":
             self.frames.add_steps(StepColumns(chunk), now_ns)
         elif kind == "kernels":

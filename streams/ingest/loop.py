@@ -6,13 +6,16 @@ this stage runs as one thread per detect worker, in its own consumer group
 (`<app_id>-detect-decode`): poll up to `batch_max` messages → `decode_batch` → one chunk
 per (job, kind) to the partials topic (keyed by job) → flush → commit. Offsets are
 committed only after the chunks are on the broker (acks=all): at-least-once; a replayed
-chunk overwrites the same ranks in their frame, or is counted late.
+chunk overwrites the same ranks in their frame, or is counted late. Each chunk says how far
+behind the input the stage is (`behind_ns`, `lag`): while it is behind, frames do not time
+out (a backlog is not a hang).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer
@@ -74,9 +77,18 @@ class DecodeLoop(threading.Thread):
                 if not polled:
                     continue
                 raws: list[bytes] = []
+                newest_ms: list[int] = []
                 for tp, records in polled.items():
                     self.metrics.events_in.labels(tp.topic).inc(len(records))
                     raws.extend(r.value for r in records)
+                    newest_ms.append(max(r.timestamp for r in records))
+                lag = 0
+                for tp in consumer.assignment():
+                    high = consumer.highwater(tp)
+                    if high is not None:
+                        lag += max(0, high - consumer.position(tp))
+                # how far behind the input this batch is: the slowest polled partition's newest record
+                behind_ns = max(0, time.time_ns() - min(newest_ms) * 1_000_000) if newest_ms else 0
                 self.metrics.batch.labels("decode").observe(len(raws))
                 chunks, stats = decode_batch(raws, self.settings.max_event_bytes)
                 self.metrics.bad.inc(stats.bad)
@@ -84,6 +96,8 @@ class DecodeLoop(threading.Thread):
                     job = chunk.get("job") or ""
                     if not job:
                         continue  # device samples with no job: landed, not analysed
+                    chunk["behind_ns"] = behind_ns
+                    chunk["lag"] = lag
                     producer.send(self.partials, key=job_key(job), value=chunk_codec.dumps(chunk))
                     self.metrics.events_out.labels(self.partials).inc()
                 producer.flush()

@@ -21,7 +21,7 @@ ADVICE = "inspect the stack of the hung ranks (py-spy dump), check the NIC/link 
 
 
 def evaluate(frame: Frame, topo: Topology, newest_of: IntArray, cfg: DetectionConfig) -> list[Finding]:
-    if frame.closed_by not in ("timeout", "capacity") or not frame.seen.any():
+    if frame.closed_by != "timeout" or not frame.seen.any():
         return []
     world = frame.seen.size
     missing = np.flatnonzero(~frame.seen & (newest_of[:world] < frame.step))

@@ -7,7 +7,9 @@ rank has not reported). Closing policy, in this order:
 - settled: every missing rank has already reported a LATER step (its report for this step
   was lost or arrived out of contract; a rank's reports come in order, so it never will);
 - timeout: no frame waits longer than an adaptive timeout, `timeout_factor` x the median of
-  recent step times, clamped to [timeout_min_s, timeout_max_s], counted from its first report;
+  recent step times, clamped to [timeout_min_s, timeout_max_s], counted from its first report,
+  and only while the decode stage is current with its input (`input_lagging` false: a
+  backlog delays reports, it does not lose them);
 - memory cap: at most `max_open_steps` frames stay open.
 
 Frames are released in step order. Late data policy: a report for a step already released
@@ -138,6 +140,7 @@ class StepFrames:
     recent_ms: list[float] = field(default_factory=list)
     stats: WindowStats = field(default_factory=WindowStats)
     last_input_ns: int = 0
+    input_lagging: bool = False  # the decode stage is behind: missing reports are still in the backlog
 
     def add_steps(self, cols: StepColumns, now_ns: int) -> None:
         self.topo.learn(cols)
@@ -212,6 +215,9 @@ class StepFrames:
         if force:
             return "forced"
         if now_ns - frame.first_ns > self.timeout_ns():
+            if self.input_lagging:
+                frame.first_ns = now_ns  # a backlog is not a hang: wait again once the input is current
+                return ""
             return "timeout"
         if len(self.frames) > self.params.max_open_steps:
             return "capacity"

@@ -21,12 +21,13 @@ def step_event(rank: int, step: int, busy: float, comm: float = 40.0, world: int
 
 
 def run_engine(job: object, cfg: object = None, *, paced_s: float = 0.0, drop: object = None,
-               with_end: bool = True, batch: int = 4096) -> list[object]:
+               with_end: bool = True, batch: int = 4096, behind_s: float = 0.0) -> list[object]:
     """Feed a SimulatedJob through decode -> chunks -> FleetEngine, as the worker does.
 
     paced_s = 0: fast replay in batches of `batch` messages; > 0: one step per batch,
     the clock advancing `paced_s` per step (timeouts and hangs behave as in production).
     drop(event) -> True leaves an event out (a hung or silent rank).
+    behind_s: how far behind its input the decode stage says it is (a backlog).
     """
     from producers.simulator.cluster import SimulatedJob
     from schemas import encode
@@ -57,6 +58,7 @@ def run_engine(job: object, cfg: object = None, *, paced_s: float = 0.0, drop: o
     for raws in batches:
         chunks, _ = decode_batch(raws, 1 << 20)
         for chunk in chunks:
+            chunk["behind_ns"], chunk["lag"] = int(behind_s * 1e9), 0
             out.extend(fleet.on_chunk(codec.loads(codec.dumps(chunk)), now))
         for _ in range(4):
             now += step_ns // 4

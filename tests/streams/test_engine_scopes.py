@@ -59,6 +59,12 @@ def test_hung_rank_is_told_apart_from_slow() -> None:
     assert all(i.rule != "SLOW_RANK" for i in incidents(out))
 
 
+def test_a_backlog_is_not_a_hang() -> None:
+    job = SimulatedJob("backlog", Topology(dp=4, tp=2, pp=2), steps=30, seed=2)
+    out = run_engine(job, paced_s=1.0, drop=lambda e: e.rank == 5 and e.step >= 12, behind_s=8.0)
+    assert not [i for i in incidents(out) if i.rule.startswith("HUNG")]
+
+
 def test_silent_host_is_one_hung_host_incident() -> None:
     topo = Topology(dp=4, tp=4, pp=2)
     job = SimulatedJob("hunghost", topo, steps=30, seed=2)
