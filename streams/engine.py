@@ -16,7 +16,7 @@ from schemas import ControlCommand, Incident
 from steplens.config import DetectionConfig
 from streams.combine.chunks import StepColumns
 from streams.incidents.book import IncidentBook
-from streams.scopes import hung, slow_rank, slow_step
+from streams.scopes import hung, pp_stage, slow_rank, slow_step
 from streams.scopes.finding import Finding
 from streams.signals import SignalState, device_findings, frame_findings
 from streams.windows.step_frames import Frame, StepFrames, WindowParams
@@ -41,6 +41,7 @@ class JobEngine:
     book: IncidentBook
     slow_step: slow_step.SlowStepState = field(default_factory=slow_step.SlowStepState)
     slow_rank: slow_rank.SlowRankState = field(default_factory=slow_rank.SlowRankState)
+    stages: pp_stage.StageState = field(default_factory=pp_stage.StageState)
     signals: SignalState = field(default_factory=SignalState)
     last_step: int | None = None
     ended: bool = False
@@ -109,6 +110,10 @@ class JobEngine:
         self.slow_rank, found = slow_rank.evaluate(frame, self.frames.topo, self.slow_rank, self.cfg)
         findings.extend(found)
         self._timed("SLOW_RANK", t)
+        t = time.perf_counter()
+        self.stages, found = pp_stage.evaluate(frame, self.frames.topo, self.stages, self.cfg)
+        findings.extend(found)
+        self._timed("SLOW_STAGE", t)
         t = time.perf_counter()
         findings.extend(hung.evaluate(frame, self.frames.topo, self.frames.newest_of, self.cfg))
         self._timed("HUNG", t)

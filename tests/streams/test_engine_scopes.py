@@ -93,3 +93,20 @@ def test_gc_storm_is_one_incident() -> None:
     assert len(_opened(out)) == 1
     final = [i for i in incidents(out, "resolved")]
     assert final[0].step_first == min(storm) and final[0].step_last == max(storm)
+
+
+def test_slow_pp_stage_without_false_alarm_for_stage_imbalance() -> None:
+    topo = Topology(dp=4, tp=2, pp=4)
+    stage2 = [r for r in range(topo.world) if topo.coords(r).pp == 2]
+    # stages 0 and 3 carry more work by design (embedding, LM head): never an alarm
+    design = [SlowRank(rank=r, factor=1.3) for r in range(topo.world) if topo.coords(r).pp in (0, 3)]
+    healthy = run_engine(SimulatedJob("stages", topo, steps=80, seed=7, faults=design))
+    assert not [i for i in incidents(healthy) if i.rule == "SLOW_STAGE"]
+    job = SimulatedJob("stage2", topo, steps=80, seed=7,
+                       faults=[*design, *(SlowRank(rank=r, factor=1.25, first_step=40) for r in stage2)])
+    out = run_engine(job)
+    stage_ids = _opened(out, "SLOW_STAGE")
+    assert len(stage_ids) == 1
+    opened = next(i for i in incidents(out, "open") if i.rule == "SLOW_STAGE")
+    assert opened.stage == 2 and sorted(opened.ranks) == sorted(stage2) and opened.step_first == 40
+    assert not [i for i in incidents(out) if i.rule in ("SLOW_RANK", "SLOW_HOST")]
