@@ -31,7 +31,7 @@ class DetectionConfig:
     window_lateness_steps: int = 8   # a group's step window closes incomplete this many steps behind the newest
     profile_steps: int = 5           # steps of detailed profiling requested for a slow rank
     # engine (streams/engine.py) — windows, scopes; docs/detection.md explains each
-    slow_step_mad_z: float = 4.0     # a slow step must also be this many robust sigmas above the baseline
+    slow_step_mad_z: float = 6.0     # a slow step must also be this many robust sigmas above the baseline
     shift_steps: int = 10            # a stable run of slow steps this long is a permanent shift: new baseline
     shift_spread: float = 0.05       # "stable": relative MAD of the run below this
     slow_host_fraction: float = 0.5  # share of a host's ranks flagged together that makes a host incident
@@ -60,6 +60,7 @@ class DetectionConfig:
     r3_warmup: int = 50              # R3 W
     r3_length: int = 50              # R3 L
     r3_k: float = 3.0                # R3 k
+    r3_min_deviation: float = 0.05   # R3: a flagged value must also be >= 5 % off the window mean
     r4_history: int = 100            # R4 N
     r4_iqr_k: float = 1.5
     r4_bench_samples: int = 20       # R4: samples to learn P_bench when not configured

@@ -211,7 +211,8 @@ def _steps(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionConfi
     d1 = frame.batch / (data_ms / 1e3)
     d1 = d1[np.isfinite(d1) & (data_ms > 0)]
     x = np.array([1e3 / step_ms if step_ms > 0 else np.nan, float(np.median(d1)) if d1.size else np.nan])
-    st3, a = r3.evaluate(x, state.rules.get("r3"), r3.Params(warmup=cfg.r3_warmup, length=cfg.r3_length, k=cfg.r3_k))
+    st3, a = r3.evaluate(x, state.rules.get("r3"), r3.Params(warmup=cfg.r3_warmup, length=cfg.r3_length, k=cfg.r3_k,
+                                                           min_deviation=cfg.r3_min_deviation))
     state.rules["r3"] = st3
     for i, which in enumerate(a.index.tolist()):
         label = "step throughput (steps/s)" if which == 0 else "D1 DataLoader throughput (batch/s)"

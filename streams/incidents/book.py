@@ -2,8 +2,9 @@
 
 - Findings with the same (family, key) are one problem: every rule that fires on that
   scope joins the incident (`rules`), its step range grows, its peak evidence is kept.
-- An incident opens after `open_after` flagged steps (persistence against noise) and
-  resolves after `resolve_after` clean steps, or when its job ends.
+- An incident opens after `open_after` CONSECUTIVE flagged steps (persistence against noise:
+  noise that passes a 3-sigma test once in a thousand steps passes it three steps running
+  once in a billion) and resolves after `resolve_after` clean steps, or when its job ends.
 - A host incident absorbs its ranks' incidents: open rank incidents of that host are
   resolved as absorbed, and the host's ranks raise no new rank incidents while it is open.
 - Opening a rank or host incident sends one `profile_on` for the culprit ranks
@@ -95,7 +96,9 @@ class IncidentBook:
         for tid in [t for t in self.tracks if t not in touched]:
             track = self.tracks[tid]
             track.clean += 1
-            if track.clean >= track.finding.resolve_after:
+            if not track.opened:
+                del self.tracks[tid]  # persistence means consecutive flagged steps: a clean one drops the candidate
+            elif track.clean >= track.finding.resolve_after:
                 if track.opened:
                     out.append(self._event(track, "resolved", now_ns))
                 del self.tracks[tid]

@@ -20,6 +20,7 @@ class Params:
     warmup: int = 50
     length: int = 50
     k: float = 3.0
+    min_deviation: float = 0.0  # also require |x - mu| >= this x |mu| (a very stable series has a tiny sigma)
 
 
 @dataclass(slots=True)
@@ -44,7 +45,8 @@ def evaluate(x: FloatArray, state: State | None, params: Params) -> tuple[State,
         mu[judged] = np.nanmean(rows, axis=1)
         sigma[judged] = np.nanstd(rows, axis=1, ddof=1)
     dev = np.abs(np.nan_to_num(x) - np.nan_to_num(mu))
-    alarm = judged & (dev > params.k * np.nan_to_num(sigma))
+    alarm = judged & (dev > params.k * np.nan_to_num(sigma)) & (dev >= params.min_deviation * np.abs(
+        np.nan_to_num(mu)))
     threshold = np.where(np.nan_to_num(x) >= np.nan_to_num(mu), mu + params.k * sigma, mu - params.k * sigma)
     Ring.push(state.buf, state.pos, x, present & (state.seen >= params.warmup))
     state.seen = np.where(present, state.seen + 1, state.seen)

@@ -197,3 +197,11 @@ def test_r4_min_deviation_keeps_tight_fences_quiet() -> None:
     assert r4.cross_section(ratio).index.tolist() == [4], "the bare IQR rule flags a 3 % dip on tight data"
     assert len(r4.cross_section(ratio, min_deviation=0.1)) == 0
     assert r4.cross_section(np.array([1.0, 1.001, 0.999, 1.0, 0.6, 1.0]), min_deviation=0.1).index.tolist() == [4]
+
+
+def test_r3_min_deviation_on_a_very_stable_series() -> None:
+    series = [50.0, 50.01, 49.99, 50.0, 50.01, 49.99, 50.2]
+    _, bare = _feed(r3, series, r3.Params(warmup=0, length=10))
+    assert bare == [(6, 0)], "the bare rule flags a 0.4 % blip on a near-constant series"
+    _, guarded = _feed(r3, series, r3.Params(warmup=0, length=10, min_deviation=0.05))
+    assert guarded == []
