@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: venv up down status demo demo-server test lint typecheck unit integration clean bench-throughput
+.PHONY: venv up down status demo demo-server test lint typecheck unit integration clean bench-detection bench-throughput
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,9 @@ demo: venv        ## simulated 64-rank job with injected faults through the real
 
 demo-server: venv ## the same, landing in the ClickHouse server instead of embedded chdb
 	$(BIN)/python -m steplens demo --clickhouse server
+
+bench-detection: venv ## every fault scenario through Kafka + workers, scored -> bench/results/detection.json
+	$(BIN)/python -m bench.detection $(BENCH_ARGS)
 
 lint: venv
 	$(BIN)/ruff check .

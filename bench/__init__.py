@@ -1,1 +1,1 @@
-"""Benchmarks: `make bench-<name>` -> bench/results/<name>.json."""
+"""Benchmarks: `make bench-<name>` writes bench/results/<name>.json."""

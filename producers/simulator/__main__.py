@@ -1,6 +1,12 @@
 """`python -m producers.simulator`: send a simulated job to Kafka and write its ground truth.
 
-Example::
+Fleet mode (the fault catalogue; step, kernel_summary and device events; JSONL ground truth)::
+
+    python -m producers.simulator --list-scenarios
+    python -m producers.simulator --scenario slow_host --ranks 1024 --steps 200 --seed 3 \\
+        --ground-truth run/gt.jsonl [--paced] [--streams step,kernel_summary,device] [--dry-run]
+
+Classic mode (step events only, hand-placed faults, the demo's JSON ground truth)::
 
     python -m producers.simulator --job demo --dp 4 --tp 4 --pp 4 --steps 200 \\
         --slow-rank 21:1.3 --gc-pause 50,51:150 --data-stall 120-122:200 --ground-truth run/gt.json
@@ -12,13 +18,21 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
+from kafka import KafkaProducer
+
+from infra.clients import kafka_client_config
 from producers.emitter import BackgroundEmitter
 from producers.exporter import Exporter, InMemoryExporter, KafkaExporter
+from producers.simulator.catalogue import SCENARIOS, build_faults, write_ground_truth
 from producers.simulator.cluster import SimulatedJob
 from producers.simulator.faults import Fault, SlowRank, data_stall, gc_pause
+from producers.simulator.fleet import FleetJob, Noise
+from producers.simulator.model import ModelConfig
 from producers.simulator.run import run_simulation
+from producers.simulator.stream import SimRun, stream_runs
 from producers.simulator.topology import Topology
 from schemas import Topics
 from steplens.config import load_settings
@@ -70,11 +84,76 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spool-dir", type=Path)
     p.add_argument("--ground-truth", type=Path, help="where to write the ground-truth JSON")
     p.add_argument("--dry-run", action="store_true", help="export to memory instead of Kafka")
+    fleet = p.add_argument_group("fleet mode")
+    fleet.add_argument("--scenario", choices=sorted(SCENARIOS), help="a catalogue scenario (see --list-scenarios)")
+    fleet.add_argument("--list-scenarios", action="store_true", help="print the catalogue and exit")
+    fleet.add_argument("--ranks", type=int, default=64, help="world size; the layout follows (TP in a host, PP, DP)")
+    fleet.add_argument("--paced", action="store_true", help="real time: each step is sent when it ends")
+    fleet.add_argument("--jitter", type=float, default=Noise().jitter, help="per-phase healthy jitter (≤ 0.08)")
+    fleet.add_argument("--streams", default="step,kernel_summary,device", help="event types to send")
+    for name in ("layers", "hidden", "heads", "kv-heads", "ffn", "seq", "micro-batch", "vocab", "microbatches"):
+        fleet.add_argument(f"--{name}", type=int, help=f"model: {name} (default: the scenario's Llama-style model)")
     return p
+
+
+def model_for(args: argparse.Namespace, base: ModelConfig) -> ModelConfig:
+    """The scenario's model with the CLI's overrides."""
+    names = ("layers", "hidden", "heads", "kv_heads", "ffn", "seq", "micro_batch", "vocab", "microbatches")
+    overrides = {n: getattr(args, n) for n in names if getattr(args, n) is not None}
+    return replace(base, **overrides)
+
+
+def list_scenarios() -> str:
+    return "\n".join(f"{s.name:<24} {s.layer:<9} {','.join(s.rules) or '-':<20} {s.summary}"
+                     for s in SCENARIOS.values())
+
+
+def run_fleet(args: argparse.Namespace) -> int:
+    """One catalogue scenario through Kafka (or memory with --dry-run)."""
+    settings = load_settings()
+    sc = SCENARIOS[args.scenario]
+    topo = sc.topology(args.ranks)
+    faults = build_faults(sc, topo, args.steps, args.seed)
+    job = FleetJob(args.job, topo, args.steps, faults, args.seed, model=model_for(args, sc.model(topo)),
+                   noise=Noise(jitter=args.jitter))
+    if args.ground_truth:
+        write_ground_truth(args.ground_truth, faults, args.job, args.seed, args.steps)
+    include = tuple(k for k in args.streams.split(",") if k)
+    for k in include:
+        if k not in ("step", "kernel_summary", "device"):
+            raise SystemExit(f"unknown stream {k!r}")
+    run = SimRun(job, include=include)
+    topics = Topics(args.topic_prefix if args.topic_prefix is not None else settings.topic_prefix)
+    sent = 0
+    if args.dry_run:
+        def count(topic: str, key: bytes, value: bytes) -> None:
+            nonlocal sent
+            sent += 1
+        stream_runs([run], topics, count, paced=args.paced)
+    else:
+        producer = KafkaProducer(**kafka_client_config(replace(settings, kafka_bootstrap=args.bootstrap or
+                                                               settings.kafka_bootstrap), "producer"),
+                                 acks=1, linger_ms=20, max_request_size=2 * 1024 * 1024)
+
+        def send(topic: str, key: bytes, value: bytes) -> None:
+            nonlocal sent
+            producer.send(topic, key=key, value=value)
+            sent += 1
+        stream_runs([run], topics, send, paced=args.paced, on_step=producer.flush if args.paced else None)
+        producer.flush()
+        producer.close()
+    print(json.dumps({"job": args.job, "scenario": sc.name, "world": topo.world, "steps": args.steps,
+                      "events": sent, "rank_steps": run.rank_steps, "faults": len(faults)}))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.list_scenarios:
+        print(list_scenarios())
+        return 0
+    if args.scenario:
+        return run_fleet(args)
     settings = load_settings()
     faults: list[Fault] = [parse_slow_rank(s) for s in args.slow_rank]
     for spec in args.gc_pause:

@@ -113,19 +113,71 @@ class Topology:
         return out
 
     @cached_property
+    def coord_arrays(self) -> dict[str, npt.NDArray[np.int64]]:
+        """Per dimension (tp, cp, dp, pp), every rank's coordinate (vectorised `coords`)."""
+        rank = np.arange(self.world, dtype=np.int64)
+        rest = rank // self.tp
+        return {"tp": rank % self.tp, "cp": rest % self.cp, "dp": (rest // self.cp) % self.dp,
+                "pp": rest // (self.cp * self.dp)}
+
+    @cached_property
     def group_ids(self) -> dict[str, npt.NDArray[np.int64]]:
-        """Per domain, an array of length world: the group id of every rank (for vectorised maths)."""
-        ids: dict[str, list[int]] = {}
-        for rank in range(self.world):
-            for name, dom in self.domains(rank).items():
-                ids.setdefault(name, []).append(dom.group)
-        return {name: np.asarray(v, dtype=np.int64) for name, v in ids.items()}
+        """Per domain, an array of length world: the group id of every rank (same ids as `domains`)."""
+        c = self.coord_arrays
+        tp, cp, dp, pp = c["tp"], c["cp"], c["dp"], c["pp"]
+        ids = {
+            "dp": (pp * self.cp + cp) * self.tp + tp,
+            "tp": (pp * self.dp + dp) * self.cp + cp,
+            "pp": (dp * self.cp + cp) * self.tp + tp,
+        }
+        if self.cp > 1:
+            ids["cp"] = (pp * self.dp + dp) * self.tp + tp
+        if self.ep > 1:
+            ids["ep"] = ((pp * self.cp + cp) * self.tp + tp) * (self.dp // self.ep) + dp // self.ep
+        return ids
+
+    @cached_property
+    def group_index(self) -> dict[str, npt.NDArray[np.int64]]:
+        """Per domain, every rank's index inside its group (for pp: the stage)."""
+        c = self.coord_arrays
+        out = {"dp": c["dp"], "tp": c["tp"], "pp": c["pp"]}
+        if self.cp > 1:
+            out["cp"] = c["cp"]
+        if self.ep > 1:
+            out["ep"] = c["dp"] % self.ep
+        return out
+
+    def domain_size(self, domain: str) -> int:
+        return {"dp": self.dp, "tp": self.tp, "pp": self.pp, "cp": self.cp, "ep": self.ep}[domain]
+
+    @cached_property
+    def host_ids(self) -> npt.NDArray[np.int64]:
+        """Every rank's host number (`node-<n>`)."""
+        return np.arange(self.world, dtype=np.int64) // self.devices_per_host
+
+    @property
+    def hosts(self) -> int:
+        return -(-self.world // self.devices_per_host)
+
+    def spans_hosts(self, domain: str) -> bool:
+        """Whether a group of `domain` crosses host boundaries (inter-host link class) or not."""
+        gids = self.group_ids[domain]
+        hosts = self.host_ids
+        lo = np.full(int(gids.max()) + 1, np.iinfo(np.int64).max, dtype=np.int64)
+        hi = np.full(int(gids.max()) + 1, -1, dtype=np.int64)
+        np.minimum.at(lo, gids, hosts)
+        np.maximum.at(hi, gids, hosts)
+        return bool(np.any(hi != lo))
+
+    def host_ranks(self, host: int) -> list[int]:
+        first = host * self.devices_per_host
+        return list(range(first, min(first + self.devices_per_host, self.world)))
 
     def groups(self, domain: str) -> dict[int, list[int]]:
         """Group id -> member ranks; rank order equals index order inside every group."""
         if domain not in self.group_ids:
             raise KeyError(f"domain {domain!r} not used by this topology")
-        out: dict[int, list[int]] = {}
-        for rank, group in enumerate(self.group_ids[domain].tolist()):
-            out.setdefault(group, []).append(rank)
-        return out
+        gids = self.group_ids[domain]
+        order = np.argsort(gids, kind="stable")
+        bounds = np.flatnonzero(np.diff(gids[order])) + 1
+        return {int(gids[chunk[0]]): chunk.tolist() for chunk in np.split(order, bounds)}

@@ -1,0 +1,1 @@
+"""Detection-quality benchmark against the fleet simulator's ground truth."""

@@ -1,0 +1,284 @@
+"""`make bench-detection`: every scenario of the fault catalogue through real Kafka and the workers.
+
+Starts Kafka and the two workers (`python -m streams worker --role detect|land`, like the
+demo), streams every run as a separate job, all interleaved in one pipeline run (as fast as
+possible), then a paced subset for delay in seconds; waits until the workers caught up,
+reads the incidents from the alerts topic (every state) and ClickHouse (latest state per
+incident, a cross-check), scores them against the ground truth and writes
+bench/results/detection.json plus a table. `--quick`: a few scenarios, one seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaError
+
+from infra import InfraConfig, KafkaBroker
+from infra.clients import kafka_client_config
+from producers.simulator.catalogue import SCENARIOS, build_faults, write_ground_truth
+from producers.simulator.fleet import FleetJob
+from producers.simulator.stream import SimRun, stream_runs
+from schemas import Topics
+from sinks import open_backend
+from steplens.config import REPO_ROOT, Settings, load_settings
+from steplens.demo import start_worker, stop_worker
+from steplens.lag import end_offsets, group_lag
+from steplens.scoring import RunScore, RunTruth, false_alarms_per_100k, latest_incidents, score_run, summarise
+from streams.topics_admin import ensure_topics
+
+QUICK = ("slow_rank", "slow_host", "gc_leak", "link_degradation", "hung_rank", "step_time_shift",
+         "hermes_gc_moe", "cooling_loss")
+LARGE_FAMILY = "slow_host"
+PACED = ("slow_rank",)
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+        mem_kb = int(Path("/proc/meminfo").read_text().split()[1])
+    except OSError:
+        mem_kb = 0
+    return {"cores": os.cpu_count(), "memory_gb": round(mem_kb / 1024**2, 1),
+            "cpu_model": model or platform.processor()}
+
+
+def git_commit() -> str:
+    out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+    return out.stdout.strip()
+
+
+def plan_runs(args: argparse.Namespace, stamp: str) -> list[tuple[str, SimRun]]:
+    names = args.scenario or (list(QUICK) if args.quick else [s for s in SCENARIOS if s != "healthy"])
+    seeds = range(1 if args.quick else args.seeds)
+    runs: list[tuple[str, SimRun]] = []
+
+    def add(name: str, ranks: int, seed: int, label: str) -> None:
+        sc = SCENARIOS[name]
+        topo = sc.topology(ranks)
+        faults = build_faults(sc, topo, args.steps, seed)
+        job = FleetJob(f"bench-{stamp}-{label}-{ranks}-s{seed}", topo, args.steps, faults, seed, model=sc.model(topo))
+        runs.append((label, SimRun(job)))
+
+    for name in names:
+        for seed in seeds:
+            add(name, args.ranks, seed, name)
+    add(LARGE_FAMILY, args.large_ranks, 0, f"{LARGE_FAMILY}@{args.large_ranks}")  # one seed: 1,024 ranks cost
+    for seed in range(args.healthy_runs or (2 if args.quick else 3 * len(seeds))):
+        add("healthy", args.ranks, seed, "healthy")
+    return runs
+
+
+def wait_caught_up(settings: Settings, workers: list[subprocess.Popen[bytes]], stall_s: float) -> None:
+    """Poll consumer lag until both workers committed everything (twice in a row). Fails when a
+    worker exits or the lag has not shrunk for `stall_s` (a slow engine is fine, a stuck one is not)."""
+    topics = Topics(settings.topic_prefix)
+    groups = {
+        f"{settings.app_id}-detect": [topics.steps, topics.domain_steps, topics.group_steps, topics.jobs],
+        f"{settings.app_id}-land": [topics.steps, topics.jobs, topics.incidents],
+    }
+    best = None
+    last_progress = time.monotonic()
+    clean = 0
+    while clean < 2:
+        for proc in workers:
+            if proc.poll() is not None:
+                raise RuntimeError(f"a worker exited early with code {proc.returncode}; see .steplens/logs/")
+        try:
+            total = sum(v for g, names in groups.items() for v in group_lag(settings, g, names).values())
+        except KafkaError as exc:
+            if not getattr(exc, "retriable", False):
+                raise
+            total = -1
+        if total >= 0 and (best is None or total < best):
+            best, last_progress = total, time.monotonic()
+        clean = clean + 1 if total == 0 else 0
+        if time.monotonic() - last_progress > stall_s:
+            raise RuntimeError(f"workers made no progress for {stall_s:.0f}s (lag {total})")
+        time.sleep(2.0)
+
+
+def read_alerts(settings: Settings, topic: str, start: dict[int, int], jobs: set[str]) -> list[dict[str, Any]]:
+    consumer = KafkaConsumer(**kafka_client_config(settings, "reader"), enable_auto_commit=False)
+    parts = [TopicPartition(topic, p) for p in start]
+    consumer.assign(parts)
+    for tp in parts:
+        consumer.seek(tp, start[tp.partition])
+    end = end_offsets(settings, topic)
+    out: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and any(consumer.position(tp) < end[tp.partition] for tp in parts):
+        for records in consumer.poll(timeout_ms=500).values():
+            for msg in records:
+                try:
+                    data = orjson.loads(msg.value)
+                except orjson.JSONDecodeError:
+                    continue
+                if isinstance(data, dict) and data.get("job") in jobs:
+                    out.append(data)
+    consumer.close()
+    return out
+
+
+def clickhouse_incidents(settings: Settings, jobs: set[str]) -> int:
+    backend = open_backend(settings)
+    try:
+        names = ", ".join(f"'{j}'" for j in sorted(jobs))
+        rows = backend.query(f"SELECT count() FROM {backend.database}.incidents FINAL WHERE job IN ({names})")
+        return int(rows[0][0])
+    finally:
+        backend.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.detection", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}; one seed")
+    p.add_argument("--scenario", action="append", help="run only these scenarios (repeatable)")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--ranks", type=int, default=64)
+    p.add_argument("--large-ranks", type=int, default=1024)
+    p.add_argument("--steps", type=int, default=120)
+    p.add_argument("--healthy-runs", type=int, default=0, help="default: 3 × seeds (2 with --quick)")
+    p.add_argument("--paced-steps", type=int, default=60)
+    p.add_argument("--no-paced", action="store_true")
+    p.add_argument("--stall-s", type=float, default=300.0, help="fail when the workers' lag stops shrinking")
+    p.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "detection.json")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.large_ranks = min(args.large_ranks, 1024)
+        args.steps = min(args.steps, 60)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the cleanup (stop the workers)
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    t0 = time.monotonic()
+    stamp = time.strftime("%H%M%S")
+    # fresh topics per bench run: no backlog or history from an earlier run reaches the workers
+    settings = replace(load_settings(), topic_prefix=f"{load_settings().topic_prefix}bench{stamp}.")
+    infra_cfg = InfraConfig.from_env()
+    broker = KafkaBroker(infra_cfg)
+    broker.install()
+    broker.start()
+    settings = replace(settings, kafka_bootstrap=broker.bootstrap)
+    topics = Topics(settings.topic_prefix)
+    ensure_topics(settings, topics, settings.topic_partitions)
+    runs = plan_runs(args, stamp)
+    paced_runs: list[tuple[str, SimRun]] = []
+    if not args.no_paced:
+        for name in PACED:
+            sc = SCENARIOS[name]
+            topo = sc.topology(args.ranks)
+            faults = build_faults(sc, topo, args.paced_steps, 0)
+            job = FleetJob(f"bench-{stamp}-{name}-paced-{args.ranks}-s0", topo, args.paced_steps, faults, 0,
+                           model=sc.model(topo))
+            paced_runs.append((f"{name}@paced", SimRun(job)))
+    gt_dir = REPO_ROOT / "reports" / f"bench-detection-{stamp}"
+    for _, run in runs + paced_runs:
+        write_ground_truth(gt_dir / f"{run.job.job_id}.jsonl", list(run.faults), run.job.job_id, run.job.seed,
+                           run.job.steps)
+    alert_start = end_offsets(settings, topics.incidents)
+    env = {**os.environ, "STEPLENS_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+           "STEPLENS_TOPIC_PREFIX": settings.topic_prefix,
+           "STEPLENS_CLICKHOUSE_URL": settings.clickhouse_url, "STEPLENS_HOME": str(settings.home)}
+    logs = infra_cfg.logs_dir
+    logs.mkdir(parents=True, exist_ok=True)
+    workers = [start_worker(role, env, logs) for role in ("detect", "land")]
+    print(f"• {len(runs)} runs as fast as possible + {len(paced_runs)} paced; workers {[w.pid for w in workers]}; "
+          f"ground truth in {gt_dir}", flush=True)
+    producer = KafkaProducer(**kafka_client_config(settings, "producer"), acks=1, linger_ms=20,
+                             batch_size=512 * 1024, max_request_size=2 * 1024 * 1024)
+
+    def send(topic: str, key: bytes, value: bytes) -> None:
+        producer.send(topic, key=key, value=value)
+
+    try:
+        t_send = time.monotonic()
+        stream_runs([r for _, r in runs], topics, send)
+        producer.flush()
+        sent = sum(r.events for _, r in runs)
+        print(f"• sent {sent} events in {time.monotonic() - t_send:.0f}s; waiting for the workers", flush=True)
+        wait_caught_up(settings, workers, args.stall_s)
+        print(f"• caught up after {time.monotonic() - t_send:.0f}s", flush=True)
+        if paced_runs:
+            print(f"• paced: {len(paced_runs)} runs of {args.paced_steps} steps in real time", flush=True)
+            stream_runs([r for _, r in paced_runs], topics, send, paced=True, on_step=producer.flush)
+            producer.flush()
+            wait_caught_up(settings, workers, args.stall_s)
+    finally:
+        producer.close()
+        for proc in workers:
+            stop_worker(proc)
+    all_runs = runs + paced_runs
+    jobs = {r.job.job_id for _, r in all_runs}
+    messages = read_alerts(settings, topics.incidents, alert_start, jobs)
+    incidents = latest_incidents(messages)
+    ch_count = clickhouse_incidents(settings, jobs)
+    scores: dict[str, list[RunScore]] = {}
+    meta: dict[str, dict[str, Any]] = {}
+    for label, run in all_runs:
+        truth = RunTruth(job=run.job.job_id, faults=[f.to_dict(run.job.job_id, run.job.seed, run.job.steps)
+                                                     for f in run.faults],
+                         total_steps=run.job.steps, rank_steps=run.rank_steps, onset_ns=run.onset_ns,
+                         paced=label.endswith("@paced"))
+        scores.setdefault(label, []).append(score_run(truth, incidents))
+        m = meta.setdefault(label, {"ranks": run.job.world, "seeds": 0, "steps": run.job.steps})
+        m["seeds"] += 1
+    scenarios = {}
+    for label, runs_scores in scores.items():
+        summary = summarise(runs_scores)
+        base = label.split("@")[0]
+        sc = SCENARIOS[base]
+        scenarios[label] = {**summary, **meta[label], "expected_rules": list(sc.rules), "layer": sc.layer}
+    healthy = scores.get("healthy", [])
+    result = {
+        "machine": machine(), "started": started, "git": git_commit(), "quick": bool(args.quick),
+        "duration_s": round(time.monotonic() - t0, 1), "scenarios": scenarios,
+        "false_alarms_per_100k_rank_steps": false_alarms_per_100k(healthy),
+        "healthy_rank_steps": sum(r.rank_steps for r in healthy),
+        "incidents_alerts_topic": len(incidents), "incidents_clickhouse": ch_count,
+        "ground_truth_dir": str(gt_dir.relative_to(REPO_ROOT)),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
+    print(render_table(result))
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.2f}"
+    return str(v)
+
+
+def render_table(result: dict[str, Any]) -> str:
+    cols = ("ranks", "seeds", "recall", "precision", "localisation", "rule_attribution", "incidents_per_fault",
+            "delay_steps_p50", "delay_steps_p99", "delay_s_p50", "false_alarms")
+    lines = ["| scenario | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    for name, row in sorted(result["scenarios"].items()):
+        lines.append(f"| {name} | " + " | ".join(_fmt(row.get(c)) for c in cols) + " |")
+    lines.append(f"\nfalse alarms per 100k healthy rank-steps: {result['false_alarms_per_100k_rank_steps']:.1f} "
+                 f"({result['healthy_rank_steps']} healthy rank-steps); incidents: alerts topic "
+                 f"{result['incidents_alerts_topic']}, ClickHouse {result['incidents_clickhouse']}; "
+                 f"{result['duration_s']:.0f}s")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

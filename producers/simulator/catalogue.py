@@ -1,0 +1,575 @@
+"""The fault catalogue: every row of spec §4, the three Hermes cases, and the fleet faults.
+
+A `FaultSpec` says what (kind), where (scope + members), when (start/end step), how much
+(magnitude, from the spec's "what it looks like" column) and which rule ids a detector is
+expected to raise. Its effect is one function of the kind over the step's `Effects`; the
+timing model in fleet.py turns that into waits, step times, kernel aggregates and device
+samples. A `Scenario` builds the faults of one benchmark run for a topology. Ground truth is
+one JSON line per fault (`FaultSpec.to_dict`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import orjson
+
+from producers.simulator.model import ModelConfig, bus_factor
+from producers.simulator.topology import Topology
+
+if TYPE_CHECKING:
+    from producers.simulator.fleet import Effects, FleetJob
+
+ScopeType = Literal["rank", "host", "group", "link", "stage", "job"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FaultSpec:
+    """One injected fault, as the ground truth records it."""
+
+    kind: str
+    scope: ScopeType
+    start: int
+    end: int | None = None  # inclusive; None = to the end of the run
+    ranks: tuple[int, ...] = ()  # every rank the fault touches directly
+    hosts: tuple[str, ...] = ()
+    domain: str | None = None  # group scope: which domain
+    group: int | None = None
+    links: tuple[str, ...] = ()  # link scope: "node-3/rdma"
+    stage: int | None = None
+    magnitude: dict[str, float] = field(default_factory=dict)
+    rules: tuple[str, ...] = ()
+    row: str = ""
+
+    def covers(self, step: int) -> bool:
+        return step >= self.start and (self.end is None or step <= self.end)
+
+    def last_step(self, total_steps: int) -> int:
+        return total_steps - 1 if self.end is None else min(self.end, total_steps - 1)
+
+    def check(self, job: FleetJob) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown fault kind {self.kind!r}")
+        for r in self.ranks:
+            if not 0 <= r < job.world:
+                raise ValueError(f"fault rank {r} outside world of {job.world}")
+        if self.start < 0 or (self.end is not None and self.end < self.start):
+            raise ValueError("need 0 <= start <= end")
+
+    def apply(self, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+        KINDS[self.kind](self, step, fx, job, rng)
+
+    def to_dict(self, job: str = "", seed: int = 0, total_steps: int | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "job": job, "seed": seed, "kind": self.kind, "scope": self.scope, "start_step": self.start,
+            "end_step": self.end if total_steps is None else self.last_step(total_steps),
+            "ranks": list(self.ranks), "hosts": list(self.hosts), "domain": self.domain, "group": self.group,
+            "links": list(self.links), "stage": self.stage, "magnitude": self.magnitude, "rules": list(self.rules),
+            "row": self.row,
+        }
+        return out
+
+
+Apply = Callable[[FaultSpec, int, "Effects", "FleetJob", np.random.Generator], None]
+KINDS: dict[str, Apply] = {}
+
+
+def kind(name: str) -> Callable[[Apply], Apply]:
+    def register(fn: Apply) -> Apply:
+        KINDS[name] = fn
+        return fn
+    return register
+
+
+def _r(f: FaultSpec) -> list[int]:
+    return list(f.ranks)
+
+
+def _compute(fx: Effects, job: FleetJob, ranks: list[int], factor: float, metrics: tuple[str, ...] = ()) -> None:
+    for i, k in enumerate(job.plan.kinds):
+        if k.cat == "compute" and (not metrics or k.metric in metrics):
+            fx.kernel_mul[i, ranks] *= factor
+
+
+def _kinds(job: FleetJob, **match: str) -> list[int]:
+    return job.plan.indices(**match)
+
+
+def _m(f: FaultSpec, key: str, default: float) -> float:
+    return float(f.magnitude.get(key, default))
+
+
+# --- hardware ------------------------------------------------------------------------------
+@kind("unstable_power")
+def _unstable_power(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    period = _m(f, "period_steps", 8)
+    wave = math.sin(2 * math.pi * (step - f.start) / period)
+    fx.power_mul[_r(f)] *= 1.0 + _m(f, "power_swing", 0.15) * wave
+    if wave < -0.3:  # brown-out: the devices throttle
+        _compute(fx, job, _r(f), _m(f, "throttle", 1.45))
+        fx.freq_mul[_r(f)] *= 0.7
+
+
+@kind("cooling_loss")
+def _cooling_loss(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    fx.temp_add[_r(f)] += _m(f, "temp_add_c", 42.0) + 0.3 * (step - f.start)  # ≥ 85 °C and rising
+    _compute(fx, job, _r(f), 1.0 / (1.0 - _m(f, "compute_cut", 0.25)))
+    fx.freq_mul[_r(f)] *= 1.0 - _m(f, "compute_cut", 0.25)
+
+
+@kind("chip_degradation")
+def _chip_degradation(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    _compute(fx, job, _r(f), _m(f, "matmul_factor", 1.5), ("F2", "B2", "F3", "B3"))
+    _compute(fx, job, _r(f), _m(f, "matmul_factor", 1.5), ("F1", "B1", "F4"))
+    fx.power_mul[_r(f)] *= 0.85
+
+
+@kind("memory_bottleneck")
+def _memory_bottleneck(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    fx.membw_mul[_r(f)] *= _m(f, "membw_factor", 0.6)
+    for i in _kinds(job, cat="memcpy"):
+        fx.kernel_mul[i, _r(f)] *= 1.0 / (1.0 - _m(f, "copy_rate_cut", 0.6))
+    _compute(fx, job, _r(f), 1.12)
+
+
+@kind("link_degradation")
+def _link_degradation(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    for domain in ("dp", "pp", "ep", "cp"):
+        if domain in job.topology.group_ids and job.topology.spans_hosts(domain):
+            fx.comm(domain, _r(f), _m(f, "comm_factor", 2.0))
+
+
+@kind("flapping_link")
+def _flapping_link(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    if ((step - f.start) // int(_m(f, "flap_steps", 3))) % 2 == 0:
+        _link_degradation(f, step, fx, job, rng)
+
+
+@kind("bad_links")
+def _bad_links(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    dph = job.topology.devices_per_host
+    for host in f.hosts:
+        if rng.random() < _m(f, "flap_p", 0.6):
+            first = int(host.split("-")[1]) * dph
+            ranks = list(range(first, first + dph))
+            for domain in ("dp", "pp"):
+                if job.topology.spans_hosts(domain):
+                    fx.comm(domain, ranks, float(rng.uniform(1.5, _m(f, "comm_factor_max", 4.0))))
+
+
+# --- code ----------------------------------------------------------------------------------
+@kind("slow_attention")
+def _slow_attention(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    _compute(fx, job, _r(f), 1.0 / _m(f, "fa_fraction", 0.4), ("F1", "B1"))
+
+
+@kind("redundant_grad")
+def _redundant_grad(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    for i in _kinds(job, phase="backward", cat="compute"):
+        fx.count_mul[i, _r(f)] *= _m(f, "backward_factor", 2.0)
+
+
+@kind("memory_mismanagement")
+def _memory_mismanagement(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    fx.mem_add[_r(f)] += _m(f, "mem_add_pct", 24.0)
+    for i in _kinds(job, cat="memcpy"):
+        fx.kernel_mul[i, _r(f)] *= _m(f, "copy_factor", 3.0)
+    fx.add("optimizer_ms", _r(f), _m(f, "malloc_retry_ms", 60.0))
+
+
+@kind("gc_leak")
+def _gc_leak(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    fx.mem_add[_r(f)] += _m(f, "mem_pct_per_100_steps", 10.0) * (step - f.start) / 100.0
+    if (step - f.start) % int(_m(f, "every_steps", 3)) == 0:
+        fx.add("gc_ms", _r(f), _m(f, "pause_ms", 650.0))
+        fx.gc_count_add[_r(f)] += 1
+
+
+@kind("moe_imbalance")
+def _moe_imbalance(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    ranks = _r(f)
+    hot, cold = ranks[: max(1, len(ranks) // 2)], ranks[max(1, len(ranks) // 2):]
+    swing = _m(f, "ffn_swing", 0.4)
+    _compute(fx, job, hot, 1.0 / (1.0 - swing), ("F4", "B3"))
+    _compute(fx, job, cold, 1.0 / (1.0 + swing), ("F4", "B3"))
+    fx.aicore_set[hot] = 100.0
+    fx.aicore_set[cold] = 18.0
+
+
+@kind("compile_defect")
+def _compile_defect(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    factor = _m(f, "launch_us", 120.0) / job.hardware.launch_us
+    fx.launch_mul[_r(f)] *= factor
+    fx.launch_mad_mul[_r(f)] *= factor
+    _compute(fx, job, _r(f), 1.08)
+
+
+# --- data ----------------------------------------------------------------------------------
+@kind("bad_data_format")
+def _bad_data_format(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    fx.mul("data_ms", _r(f), _m(f, "batch_latency_factor", 1.8))
+    for i in _kinds(job, cat="memcpy"):
+        if job.plan.kinds[i].direction == "h2d":
+            fx.kernel_mul[i, _r(f)] *= 1.0 / (1.0 - _m(f, "h2d_cut", 0.4))
+
+
+@kind("interstep_cpu")
+def _interstep_cpu(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    share = _m(f, "interstep_share", 0.55)  # of the new step: x / (nominal + x) = share
+    fx.add("interstep_cpu_ms", _r(f), share / (1.0 - share) * job.nominal_ms)
+    fx.cpu_add[_r(f)] += 50.0
+
+
+@kind("bad_batch_size")
+def _bad_batch_size(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    fx.mem_add[_r(f)] += _m(f, "mem_add_pct", 26.0)
+    fx.aicore_cap[_r(f)] = np.minimum(fx.aicore_cap[_r(f)], _m(f, "aicore_cap_pct", 48.0))
+    _compute(fx, job, _r(f), 1.3)
+
+
+@kind("cache_failure")
+def _cache_failure(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    swing = _m(f, "throughput_swing", 0.25)
+    fx.mul("data_ms", _r(f), 1.0 / (1.0 + swing * (1 if (step - f.start) % 2 else -1)))
+    fx.add("data_ms", _r(f), _m(f, "refetch_ms", 0.0))
+
+
+# --- deployment ----------------------------------------------------------------------------
+@kind("unbalanced_scheduling")
+def _unbalanced_scheduling(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    ranks = _r(f)
+    busy, starved = ranks[: len(ranks) // 2], ranks[len(ranks) // 2:]
+    fx.aicore_set[busy] = 100.0
+    fx.aicore_set[starved] = _m(f, "starved_pct", 28.0)
+    fx.launch_mad_mul[starved] *= 6.0
+    _compute(fx, job, starved, 1.3)
+
+
+@kind("wrong_dp_topology")
+def _wrong_dp_topology(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    i = job.plan.kind_index["allreduce/dp"]
+    spread = _m(f, "latency_spread", 3.5)
+    ranks = _r(f)
+    fx.kernel_mul[i, ranks] *= np.linspace(1.0, spread, len(ranks))
+    fx.comm("dp", ranks, spread)
+
+
+@kind("early_stream_sync")
+def _early_stream_sync(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    fx.add("optimizer_ms", _r(f), _m(f, "sync_ms", 650.0))
+
+
+@kind("uncompressed_gradients")
+def _uncompressed_gradients(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    i = job.plan.kind_index["allreduce/dp"]
+    k = job.plan.kinds[i]
+    factor = _m(f, "grad_bytes_factor", 8.0)
+    link = job.hardware.inter if k.link == "inter" else job.hardware.intra
+    traffic = k.bytes * bus_factor("allreduce", k.group_size or 1)
+    fx.bytes_mul[i, _r(f)] *= factor
+    fx.kernel_mul[i, _r(f)] *= link.time_ns(traffic * factor) / link.time_ns(traffic)  # the link saturates
+
+
+@kind("cpu_device_mismatch")
+def _cpu_device_mismatch(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    fx.launch_mad_mul[_r(f)] *= _m(f, "launch_mad_factor", 4.0)
+    fx.cpu_add[_r(f)] += 70.0
+    for i in _kinds(job, cat="memcpy"):
+        if job.plan.kinds[i].direction == "h2d":
+            nominal_ns = float(job.plan.kinds[i].count.max()) * job.plan.kinds[i].call_ns
+            target = _m(f, "memcpy_share", 0.35) / (1 - _m(f, "memcpy_share", 0.35)) * job.nominal_ms * 1e6
+            fx.kernel_mul[i, _r(f)] *= target / nominal_ns
+
+
+@kind("minority_kernels")
+def _minority_kernels(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    fx.other_add_ms[_r(f)] += (_m(f, "step_growth", 0.2) + 0.36) * job.nominal_ms  # net of the faster compute
+    for i in _kinds(job, cat="compute"):
+        fx.kernel_mul[i, _r(f)] *= 0.55  # the monitored kernels run faster (e.g. fused); the rest got slow
+
+
+@kind("timing_conflict")
+def _timing_conflict(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    if (step - f.start) % int(_m(f, "every_steps", 7)) == 0:
+        fx.stall_ms += float(rng.uniform(_m(f, "stall_min_ms", 1000.0), _m(f, "stall_max_ms", 3000.0)))
+
+
+# --- Hermes cases and fleet faults ---------------------------------------------------------
+@kind("gc_storm")
+def _gc_storm(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    hit = rng.random(job.world) < _m(f, "rank_p", 0.25)
+    fx.add("gc_ms", np.flatnonzero(hit), rng.gamma(4.0, _m(f, "pause_ms", 700.0) / 4.0, job.world)[hit])
+    fx.gc_count_add[hit] += 1
+
+
+@kind("foreign_process")
+def _foreign_process(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    ranks = _r(f)
+    fx.cpu_add[ranks] += 40.0
+    fx.add("interstep_cpu_ms", ranks, 0.05 * job.nominal_ms)
+    worst = int(f.magnitude.get("worst_rank", ranks[0]))
+    _compute(fx, job, [worst], 1.12)
+    if rng.random() < _m(f, "spike_p", 0.15):
+        fx.add("interstep_cpu_ms", [worst], _m(f, "spike_factor", 5.8) * job.nominal_ms)
+
+
+@kind("hung_rank")
+def _hung(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    fx.halted = True
+    fx.silent[_r(f)] = True
+
+
+@kind("dead_host")
+def _dead_host(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    fx.halted = True
+    fx.silent[_r(f)] = True
+    fx.device_silent[_r(f)] = True
+
+
+@kind("slow_compute")
+def _slow_compute(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    _compute(fx, job, _r(f), _m(f, "compute_factor", 1.3))
+
+
+# --- scenarios -----------------------------------------------------------------------------
+BuildFaults = Callable[[Topology, int, np.random.Generator], list[FaultSpec]]
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """One benchmark scenario: a family of runs with the same fault at different seeds/sizes."""
+
+    name: str
+    layer: str
+    summary: str
+    rules: tuple[str, ...]
+    build: BuildFaults
+    moe: bool = False
+
+    def topology(self, ranks: int) -> Topology:
+        return layout(ranks, moe=self.moe)
+
+    def model(self, topo: Topology) -> ModelConfig:
+        if self.moe:
+            return ModelConfig(name="mixtral-sim", layers=16, experts=8, ffn=4096,
+                               microbatches=default_microbatches(topo))
+        return ModelConfig(microbatches=default_microbatches(topo))
+
+
+def default_microbatches(topo: Topology) -> int:
+    """Deeper pipelines run more micro-batches per step (keeps the PP bubble, and MFU, plausible)."""
+    return max(8, 4 * topo.pp)
+
+
+def layout(ranks: int, *, moe: bool = False) -> Topology:
+    """A plausible Megatron layout for `ranks` (TP within a host, PP across hosts, rest DP)."""
+    if ranks < 8:
+        raise ValueError("at least 8 ranks")
+    tp = 2 if moe else 4
+    pp = 2 if ranks <= 256 else (4 if ranks <= 4096 else 8)
+    if ranks % (tp * pp):
+        raise ValueError(f"{ranks} ranks do not divide into TP{tp}×PP{pp}")
+    dp = ranks // (tp * pp)
+    ep = 4 if moe and dp % 4 == 0 else 1
+    return Topology(dp=dp, tp=tp, pp=pp, ep=ep, devices_per_host=16 if ranks >= 4096 else 8)
+
+
+def _window(steps: int) -> tuple[int, int]:
+    """Onset half-way (after warm-up and a baseline), lasting a quarter of the run (≥ 10 steps)."""
+    start = min(max(20, steps // 2), max(0, steps - 2))
+    return start, min(steps - 1, start + max(10, steps // 4))
+
+
+def _pick_rank(topo: Topology, rng: np.random.Generator) -> int:
+    return int(rng.integers(0, topo.world))
+
+
+def _pick_host(topo: Topology, rng: np.random.Generator) -> int:
+    return int(rng.integers(0, topo.hosts))
+
+
+def _host_fault(kind_: str, scope: ScopeType, rules: tuple[str, ...], row: str, mag: dict[str, float],
+                permanent: bool = False) -> BuildFaults:
+    def build(topo: Topology, steps: int, rng: np.random.Generator) -> list[FaultSpec]:
+        start, end = _window(steps)
+        host = _pick_host(topo, rng)
+        links = (f"node-{host}/rdma",) if scope == "link" else ()
+        return [FaultSpec(kind=kind_, scope=scope, start=start, end=None if permanent else end,
+                          ranks=tuple(topo.host_ranks(host)), hosts=(f"node-{host}",), links=links,
+                          magnitude=mag, rules=rules, row=row)]
+    return build
+
+
+def _rank_fault(kind_: str, rules: tuple[str, ...], row: str, mag: dict[str, float],
+                permanent: bool = False) -> BuildFaults:
+    def build(topo: Topology, steps: int, rng: np.random.Generator) -> list[FaultSpec]:
+        start, end = _window(steps)
+        rank = _pick_rank(topo, rng)
+        return [FaultSpec(kind=kind_, scope="rank", start=start, end=None if permanent else end, ranks=(rank,),
+                          hosts=(f"node-{rank // topo.devices_per_host}",), magnitude=mag, rules=rules, row=row)]
+    return build
+
+
+def _job_fault(kind_: str, rules: tuple[str, ...], row: str, mag: dict[str, float],
+               permanent: bool = False) -> BuildFaults:
+    def build(topo: Topology, steps: int, rng: np.random.Generator) -> list[FaultSpec]:
+        start, end = _window(steps)
+        return [FaultSpec(kind=kind_, scope="job", start=start, end=None if permanent else end,
+                          ranks=tuple(range(topo.world)), magnitude=mag, rules=rules, row=row)]
+    return build
+
+
+def _group_fault(kind_: str, domain: str, rules: tuple[str, ...], row: str, mag: dict[str, float]) -> BuildFaults:
+    def build(topo: Topology, steps: int, rng: np.random.Generator) -> list[FaultSpec]:
+        start, end = _window(steps)
+        groups = topo.groups(domain)
+        gid = int(rng.choice(sorted(groups)))
+        return [FaultSpec(kind=kind_, scope="group", start=start, end=end, ranks=tuple(groups[gid]), domain=domain,
+                          group=gid, magnitude=mag, rules=rules, row=row)]
+    return build
+
+
+def _stage_fault(topo: Topology, steps: int, rng: np.random.Generator) -> list[FaultSpec]:
+    start, end = _window(steps)
+    stage = int(rng.integers(0, topo.pp))
+    ranks = np.flatnonzero(topo.coord_arrays["pp"] == stage)
+    return [FaultSpec(kind="slow_compute", scope="stage", start=start, end=end, ranks=tuple(int(r) for r in ranks),
+                      stage=stage, magnitude={"compute_factor": 1.3}, rules=("SLOW_STAGE",),
+                      row="slow PP stage")]
+
+
+def _bad_links_build(topo: Topology, steps: int, rng: np.random.Generator) -> list[FaultSpec]:
+    start, end = _window(steps)
+    n = max(1, round(0.03 * topo.hosts))
+    hosts = sorted(int(h) for h in rng.choice(topo.hosts, size=n, replace=False))
+    ranks = tuple(r for h in hosts for r in topo.host_ranks(h))
+    return [FaultSpec(kind="bad_links", scope="link", start=start, end=end, ranks=ranks,
+                      hosts=tuple(f"node-{h}" for h in hosts), links=tuple(f"node-{h}/rdma" for h in hosts),
+                      magnitude={"flap_p": 0.6, "comm_factor_max": 4.0}, rules=("SLOW_LINK", "R5", "R6"),
+                      row="Hermes: port flapping and bad links")]
+
+
+def _foreign_build(topo: Topology, steps: int, rng: np.random.Generator) -> list[FaultSpec]:
+    start, end = _window(steps)
+    host = 0  # Hermes: rank 3 was the slowest
+    return [FaultSpec(kind="foreign_process", scope="host", start=start, end=end, ranks=tuple(topo.host_ranks(host)),
+                      hosts=(f"node-{host}",), magnitude={"worst_rank": 3, "spike_p": 0.15, "spike_factor": 5.8},
+                      rules=("SLOW_HOST", "R10"), row="Hermes: foreign monitoring process on one node")]
+
+
+def _healthy(topo: Topology, steps: int, rng: np.random.Generator) -> list[FaultSpec]:
+    return []
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
+    # spec §4, hardware
+    Scenario("unstable_power", "hardware", "power swings ±15 %, periodic throttling, step time swings > 30 %",
+             ("R1", "R2"), _host_fault("unstable_power", "host", ("R1", "R2"), "unstable power",
+                                       {"power_swing": 0.15, "throttle": 1.45, "period_steps": 8})),
+    Scenario("cooling_loss", "hardware", "one device at ≥ 85 °C and rising, compute −25 %",
+             ("R1", "R2", "R4"), _rank_fault("cooling_loss", ("R1", "R2", "R4"), "cooling loss",
+                                             {"temp_add_c": 42.0, "compute_cut": 0.25})),
+    Scenario("chip_degradation", "hardware", "one device's matmul/attention time +50 % (peak < 70 %)",
+             ("R1", "R4"), _rank_fault("chip_degradation", ("R1", "R4"), "chip degradation", {"matmul_factor": 1.5})),
+    Scenario("memory_bottleneck", "hardware", "one device's memory-BW util < 40 %, memcpy rate −60 %",
+             ("R1", "R9"), _rank_fault("memory_bottleneck", ("R1", "R9"), "memory bottleneck",
+                                       {"membw_factor": 0.6, "copy_rate_cut": 0.6})),
+    Scenario("link_degradation", "hardware", "one host's RDMA link at < 50 %: its groups' AllReduce ×2",
+             ("R5", "R6", "SLOW_LINK"), _host_fault("link_degradation", "link", ("R5", "R6", "SLOW_LINK"),
+                                                    "link degradation", {"comm_factor": 2.0})),
+    # code
+    Scenario("slow_attention", "code", "flash attention (F1/B1) at 40 % of benchmark on every rank",
+             ("R4",), _job_fault("slow_attention", ("R4",), "slow attention kernel", {"fa_fraction": 0.4})),
+    Scenario("redundant_grad", "code", "backward kernels run twice (×2 backward)",
+             ("R4",), _job_fault("redundant_grad", ("R4",), "redundant gradient compute", {"backward_factor": 2.0})),
+    Scenario("memory_mismanagement", "code", "one rank's memory ≥ 90 %, allocation retries, copies ×3",
+             ("R1", "R9"), _rank_fault("memory_mismanagement", ("R1", "R9"), "memory mismanagement",
+                                       {"mem_add_pct": 24.0, "copy_factor": 3.0})),
+    Scenario("gc_leak", "code", "one rank: GC pauses of 650 ms every 3 steps, memory +10 %/100 steps",
+             ("R1",), _rank_fault("gc_leak", ("R1",), "Python leak / GC", {"pause_ms": 650.0, "every_steps": 3})),
+    Scenario("moe_imbalance", "code", "one EP group: hot experts' FFN ×1/0.6, cold ones idle (AI Core 18 %)",
+             ("R4",), _group_fault("moe_imbalance", "ep", ("R4",), "MoE imbalance", {"ffn_swing": 0.4}), moe=True),
+    Scenario("compile_defect", "code", "launch latency 120 µs on every rank (CU drops)",
+             ("R4", "R8"), _job_fault("compile_defect", ("R4", "R8"), "kernel compile defect", {"launch_us": 120.0})),
+    # data
+    Scenario("bad_data_format", "data", "batch latency ×1.8, H2D −40 %",
+             ("R3", "R9"), _job_fault("bad_data_format", ("R3", "R9"), "bad data format",
+                                      {"batch_latency_factor": 1.8, "h2d_cut": 0.4})),
+    Scenario("heavy_preprocessing", "data", "one host's CPU preprocessing > 50 % of the step",
+             ("R10",), _host_fault("interstep_cpu", "host", ("R10",), "heavy preprocessing",
+                                   {"interstep_share": 0.55})),
+    Scenario("bad_batch_size", "data", "memory ≥ 95 %, AI Core ≤ 50 %, throughput −25 %",
+             ("R1", "R3"), _job_fault("bad_batch_size", ("R1", "R3"), "bad batch size",
+                                      {"mem_add_pct": 26.0, "aicore_cap_pct": 48.0})),
+    Scenario("cache_failure", "data", "DataLoader throughput swings ±25 %",
+             ("R3",), _job_fault("cache_failure", ("R3",), "cache failure", {"throughput_swing": 0.25})),
+    # deployment
+    Scenario("unbalanced_scheduling", "deploy", "one host: half its devices at 100 %, half ≤ 30 %, CU < 0.7",
+             ("R1", "R3", "R8"), _host_fault("unbalanced_scheduling", "host", ("R1", "R3", "R8"),
+                                             "unbalanced scheduling", {"starved_pct": 28.0})),
+    Scenario("wrong_dp_topology", "deploy", "one DP group's AllReduce latency spread 3.5×",
+             ("R5", "R6", "SLOW_GROUP"), _group_fault("wrong_dp_topology", "dp", ("R5", "R6", "SLOW_GROUP"),
+                                                      "wrong DP topology", {"latency_spread": 3.5})),
+    Scenario("early_stream_sync", "deploy", "SynchronizeStream 650 ms per step on every rank, device idle ≥ 35 %",
+             ("SLOW_STEP",), _job_fault("early_stream_sync", ("SLOW_STEP",), "early stream sync",
+                                        {"sync_ms": 650.0})),
+    Scenario("uncompressed_gradients", "deploy", "gradient AllReduce bytes ×8: comm > 40 % of step",
+             ("R5", "R6"), _job_fault("uncompressed_gradients", ("R5", "R6"), "uncompressed gradients",
+                                      {"grad_bytes_factor": 8.0})),
+    Scenario("cpu_device_mismatch", "deploy", "one host: CU < 0.7, memcpy > 30 % of step",
+             ("R8", "R9"), _host_fault("cpu_device_mismatch", "host", ("R8", "R9"), "CPU–device mismatch",
+                                       {"launch_mad_factor": 4.0, "memcpy_share": 0.35})),
+    Scenario("interstep_cpu_work", "deploy", "inter-step CPU work > 50 % of the step on every rank",
+             ("R10",), _job_fault("interstep_cpu", ("R10",), "inter-step CPU work", {"interstep_share": 0.55})),
+    Scenario("minority_kernels", "deploy", "unmonitored kernels grow: V_minority ≥ 40 %, step +20 %",
+             ("R7",), _job_fault("minority_kernels", ("R7",), "minority kernels slow", {"step_growth": 0.2})),
+    Scenario("timing_conflicts", "deploy", "1–3 s stalls every 7th step, no single metric off",
+             ("SLOW_STEP",), _job_fault("timing_conflict", ("SLOW_STEP",), "timing conflicts",
+                                        {"every_steps": 7, "stall_min_ms": 1000.0, "stall_max_ms": 3000.0})),
+    # Hermes real cases
+    Scenario("hermes_gc_moe", "hermes", "GC storm on a MoE job: unsynchronised 700 ms pauses, throughput dips",
+             ("R1", "SLOW_STEP"), _job_fault("gc_storm", ("R1", "SLOW_STEP"), "Hermes: GC fluctuation on MoE",
+                                             {"rank_p": 0.25, "pause_ms": 700.0}), moe=True),
+    Scenario("hermes_foreign_process", "hermes", "a foreign process on node-0: rank 3 slowest, spikes ×6.8",
+             ("SLOW_HOST", "R10"), _foreign_build),
+    Scenario("hermes_bad_links", "hermes", "3 % of hosts with flapping ports: their groups' comm ×1.5–4",
+             ("SLOW_LINK", "R5", "R6"), _bad_links_build),
+    # fleet faults
+    Scenario("slow_rank", "fleet", "one straggler, compute ×1.3", ("SLOW_RANK", "R5"),
+             _rank_fault("slow_compute", ("SLOW_RANK", "R5"), "slow rank", {"compute_factor": 1.3})),
+    Scenario("hung_rank", "fleet", "one rank stops; every peer blocks in its collective",
+             ("HUNG_RANK",), _rank_fault("hung_rank", ("HUNG_RANK",), "hung rank", {}, permanent=True)),
+    Scenario("dead_host", "fleet", "one host goes silent (no steps, no device samples); the job blocks",
+             ("HUNG_HOST",), _host_fault("dead_host", "host", ("HUNG_HOST",), "dead host", {}, permanent=True)),
+    Scenario("slow_host", "fleet", "all ranks of one host compute ×1.3", ("SLOW_HOST",),
+             _host_fault("slow_compute", "host", ("SLOW_HOST",), "slow host", {"compute_factor": 1.3})),
+    Scenario("flapping_link", "fleet", "one host's RDMA link ×3 on/off every 3 steps", ("SLOW_LINK", "R5"),
+             _host_fault("flapping_link", "link", ("SLOW_LINK", "R5"), "flapping link",
+                         {"comm_factor": 3.0, "flap_steps": 3})),
+    Scenario("slow_pp_stage", "fleet", "every rank of one pipeline stage compute ×1.3", ("SLOW_STAGE",),
+             _stage_fault),
+    Scenario("step_time_shift", "fleet", "a config change: every step +25 % from then on (a new normal)",
+             ("SLOW_STEP",), _job_fault("slow_compute", ("SLOW_STEP",), "permanent step-time shift",
+                                        {"compute_factor": 1.25}, permanent=True)),
+    Scenario("healthy", "healthy", "no fault: jitter, warm-up, checkpoints, eval, hiccups, GC", (), _healthy),
+)}
+
+
+def build_faults(scenario: Scenario, topo: Topology, steps: int, seed: int) -> list[FaultSpec]:
+    return scenario.build(topo, steps, np.random.default_rng([seed, 7919]))
+
+
+def write_ground_truth(path: Path, faults: list[FaultSpec], job: str, seed: int, total_steps: int) -> Path:
+    """One JSON line per fault (an empty file for a healthy run)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(orjson.dumps(f.to_dict(job, seed, total_steps)) + b"\n" for f in faults))
+    return path
+
+
+def read_ground_truth(path: Path) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]

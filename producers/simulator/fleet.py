@@ -1,0 +1,343 @@
+"""The fleet simulator: a synchronous training job of 8 to 10,240+ ranks, in numpy columns.
+
+One step, vectorised over ranks (see docs/scenarios.md for the full model):
+
+- every rank runs its stage's kernels (model.build_plan) with per-kind, per-rank jitter;
+  forward/backward are their compute kernels plus the TP/EP/CP collectives' own time;
+- TP groups are coupled layer by layer: a rank waits in its TP all-reduce for the slowest
+  rank of its TP group; the job then waits in the DP all-reduce for the slowest rank of all;
+- the step ends for everyone together at max(busy) + tail, tail = PP bubble + PP send/recv
+  + the exposed (last) DP gradient bucket + the exposed 39 % of EP all-to-all;
+- exposed communication of a rank = step − its busy time, so the late arriver shows the
+  shortest wait, its peers the longest, and its collectives' kernel times are the shortest;
+- device samples (T1–T7) tick at `device_hz` on the job clock; power follows the AI Core
+  load, temperature follows power through a first-order lag.
+
+Healthy noise: per-phase, per-rank jitter, a job-wide per-step jitter, warm-up, periodic
+checkpoint and evaluation steps, data-loader hiccups, GC pauses, and the natural imbalance
+of the last pipeline stage (LM head). Faults (producers.simulator.catalogue) act on the
+`Effects` of a step before the timing model runs, so their visible effect comes out of the
+same synchronisation rule as healthy behaviour.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from producers.simulator.model import Hardware, ModelConfig, StepPlan, build_plan
+from producers.simulator.topology import Topology
+
+if TYPE_CHECKING:
+    from producers.simulator.catalogue import FaultSpec
+
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+IntArray = npt.NDArray[np.int64]
+
+DEFAULT_START_NS = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z
+PHASES = ("data_ms", "forward_ms", "backward_ms", "optimizer_ms", "gc_ms", "interstep_cpu_ms")
+EP_EXPOSED = 0.39  # MoE paper: only ≈ 61 % of EP communication is hidden behind compute
+
+
+@dataclass(frozen=True, slots=True)
+class Noise:
+    """Healthy behaviour. `jitter` is the per-phase, per-rank lognormal sigma (≈ CV); keep it ≤ 0.08."""
+
+    jitter: float = 0.03
+    step_jitter: float = 0.015
+    warmup_steps: int = 5
+    warmup_factor: float = 2.0
+    checkpoint_every: int = 100
+    checkpoint_ms: float = 1500.0
+    eval_every: int = 50
+    eval_factor: float = 0.5
+    data_ms: float = 12.0
+    hiccup_p: float = 0.01
+    hiccup_ms: float = 40.0
+    gc_p: float = 0.02
+    gc_ms: float = 30.0
+    interstep_ms: float = 4.0
+    optimizer_frac: float = 0.03
+
+
+@dataclass(slots=True)
+class Effects:
+    """What faults change in one step, as multipliers/offsets over ranks (neutral by default)."""
+
+    world: int
+    n_kinds: int
+    kernel_mul: FloatArray = field(init=False)  # [kinds, world] device-time multiplier
+    count_mul: FloatArray = field(init=False)  # [kinds, world] extra calls (redundant work)
+    bytes_mul: FloatArray = field(init=False)  # [kinds, world]
+    comm_group_mul: dict[str, FloatArray] = field(default_factory=dict)  # domain -> per-rank link factor
+    phase_add: dict[str, FloatArray] = field(default_factory=dict)  # ms
+    phase_mul: dict[str, FloatArray] = field(default_factory=dict)
+    launch_mul: FloatArray = field(init=False)
+    launch_mad_mul: FloatArray = field(init=False)
+    other_add_ms: FloatArray = field(init=False)
+    gc_count_add: IntArray = field(init=False)
+    stall_ms: float = 0.0  # job-wide stall (in the exposed communication of every rank)
+    silent: BoolArray = field(init=False)  # no step/kernel_summary events from these ranks
+    device_silent: BoolArray = field(init=False)  # no device samples either (dead host)
+    halted: bool = False  # the job no longer completes steps (a hung rank blocks every collective)
+    temp_add: FloatArray = field(init=False)
+    power_mul: FloatArray = field(init=False)
+    freq_mul: FloatArray = field(init=False)
+    aicore_cap: FloatArray = field(init=False)  # ≤ 100: utilisation ceiling
+    aicore_set: FloatArray = field(init=False)  # nan: computed from load; else forced
+    mem_add: FloatArray = field(init=False)
+    membw_mul: FloatArray = field(init=False)
+    cpu_add: FloatArray = field(init=False)
+
+    def __post_init__(self) -> None:
+        w, k = self.world, self.n_kinds
+        self.kernel_mul = np.ones((k, w))
+        self.count_mul = np.ones((k, w))
+        self.bytes_mul = np.ones((k, w))
+        self.launch_mul = np.ones(w)
+        self.launch_mad_mul = np.ones(w)
+        self.other_add_ms = np.zeros(w)
+        self.gc_count_add = np.zeros(w, dtype=np.int64)
+        self.silent = np.zeros(w, dtype=bool)
+        self.device_silent = np.zeros(w, dtype=bool)
+        self.temp_add = np.zeros(w)
+        self.power_mul = np.ones(w)
+        self.freq_mul = np.ones(w)
+        self.aicore_cap = np.full(w, 100.0)
+        self.aicore_set = np.full(w, np.nan)
+        self.mem_add = np.zeros(w)
+        self.membw_mul = np.ones(w)
+        self.cpu_add = np.zeros(w)
+
+    def add(self, phase: str, where: IntArray | slice | list[int], ms: float | FloatArray) -> None:
+        self.phase_add.setdefault(phase, np.zeros(self.world))[where] += ms
+
+    def mul(self, phase: str, where: IntArray | slice | list[int], factor: float | FloatArray) -> None:
+        self.phase_mul.setdefault(phase, np.ones(self.world))[where] *= factor
+
+    def comm(self, domain: str, where: IntArray | slice | list[int], factor: float) -> None:
+        arr = self.comm_group_mul.setdefault(domain, np.ones(self.world))
+        arr[where] = np.maximum(arr[where], factor)
+
+
+@dataclass(slots=True)
+class DeviceTick:
+    """Device samples of one sampling tick, columns over devices (= ranks)."""
+
+    ts_ns: int
+    power_w: FloatArray
+    temp_c: FloatArray
+    aicore_pct: FloatArray
+    aicpu_pct: FloatArray
+    ctrlcpu_pct: FloatArray
+    mem_pct: FloatArray
+    membw_pct: FloatArray
+    freq_mhz: FloatArray
+    reporting: BoolArray
+
+
+@dataclass(slots=True)
+class StepFrame:
+    """One simulated step: every rank's step fields, kernel aggregates and the device ticks inside it."""
+
+    step: int
+    start_ns: int
+    end_ns: int
+    completed: bool  # False once the job is halted: no step events, only device samples
+    phases: dict[str, FloatArray]  # PHASES + comm_exposed_ms, ms
+    gc_count: IntArray
+    reporting: BoolArray
+    k_count: IntArray  # [kinds, world]
+    k_total_ns: FloatArray
+    k_max_ns: FloatArray
+    k_bytes: FloatArray
+    launch_mean_us: FloatArray
+    launch_mad_us: FloatArray
+    other_ns: FloatArray
+    ticks: list[DeviceTick]
+    effects: Effects
+
+    @property
+    def duration_ms(self) -> float:
+        return (self.end_ns - self.start_ns) / 1e6
+
+    @property
+    def busy_ms(self) -> FloatArray:
+        result: FloatArray = np.sum([self.phases[p] for p in PHASES], axis=0)
+        return result
+
+
+def group_max(values: FloatArray, gids: IntArray) -> FloatArray:
+    """Per rank, the maximum of `values` over its group (vectorised)."""
+    out = np.full(int(gids.max()) + 1, -np.inf)
+    np.maximum.at(out, gids, values)
+    result: FloatArray = out[gids]
+    return result
+
+
+class FleetJob:
+    """A simulated job: topology, model, hardware, healthy noise and injected faults."""
+
+    def __init__(self, job_id: str, topology: Topology, steps: int, faults: Sequence[FaultSpec] = (), seed: int = 0,
+                 *, model: ModelConfig | None = None, hardware: Hardware | None = None, noise: Noise | None = None,
+                 start_ns: int = DEFAULT_START_NS, device_hz: float = 1.0) -> None:
+        if steps < 1:
+            raise ValueError("steps must be >= 1")
+        self.job_id = job_id
+        self.topology = topology
+        self.steps = steps
+        self.faults = tuple(faults)
+        self.seed = seed
+        self.model = model or ModelConfig(microbatches=max(8, 4 * topology.pp))
+        self.hardware = hardware or Hardware()
+        self.noise = noise or Noise()
+        self.start_ns = start_ns
+        self.device_hz = device_hz
+        if self.model.layers % topology.pp:
+            raise ValueError(f"pp={topology.pp} must divide layers={self.model.layers}")
+        self.plan: StepPlan = build_plan(self.model, topology, self.hardware)
+        for fault in self.faults:
+            fault.check(self)
+
+    @property
+    def world(self) -> int:
+        return self.topology.world
+
+    @cached_property
+    def nominal_ms(self) -> float:
+        """The healthy step time without jitter or faults (what faults scale their magnitudes by)."""
+        frame = next(iter(FleetJob(self.job_id, self.topology, 1, (), self.seed, model=self.model,
+                                   hardware=self.hardware, noise=Noise(jitter=0.0, step_jitter=0.0, warmup_steps=0,
+                                                                      hiccup_p=0.0, gc_p=0.0),
+                                   start_ns=self.start_ns).iter_frames()))
+        return frame.duration_ms
+
+    def iter_frames(self) -> Iterator[StepFrame]:
+        """The timing model, one step at a time (a fresh RNG per call: same seed, same numbers)."""
+        rng = np.random.default_rng(self.seed)
+        topo, plan, hw, nz = self.topology, self.plan, self.hardware, self.noise
+        world, n_k = topo.world, len(plan.kinds)
+        counts = np.stack([k.count for k in plan.kinds]).astype(np.float64)
+        call_ns = np.array([k.call_ns for k in plan.kinds])[:, None]
+        phase_of = [k.phase for k in plan.kinds]
+        fwd_c = np.array([p == "forward" and k.cat == "compute" for p, k in zip(phase_of, plan.kinds, strict=True)])
+        bwd_c = np.array([p == "backward" and k.cat == "compute" for p, k in zip(phase_of, plan.kinds, strict=True)])
+        fb_comm = np.array([p == "forward" and k.cat == "comm" for p, k in zip(phase_of, plan.kinds, strict=True)])
+        data_k = np.array([p == "data" for p in phase_of])
+        opt_k = np.array([p == "optimizer" for p in phase_of])
+        dp_i = plan.kind_index.get("allreduce/dp")
+        tp_i = plan.kind_index.get("allreduce/tp")
+        ep_i = plan.kind_index.get("alltoall/ep")
+        send_i, recv_i = plan.kind_index.get("send/pp"), plan.kind_index.get("recv/pp")
+        domains = {k.domain for k in plan.kinds if k.domain}
+        gids = topo.group_ids
+        temp = np.full(world, hw.ambient_c + hw.c_per_w * (hw.idle_w + 0.7 * (hw.max_w - hw.idle_w)))
+        mem_base = 68.0 + 6.0 * rng.random(world)
+        sigma, mu = nz.jitter, -0.5 * nz.jitter**2
+        tick_ns = round(1e9 / self.device_hz)
+        next_tick = self.start_ns
+        start_ns = self.start_ns
+        nominal_ms: float | None = None
+        halted_since: int | None = None
+        for step in range(self.steps):
+            fx = Effects(world, n_k)
+            for fault in self.faults:
+                if fault.covers(step):
+                    fault.apply(step, fx, self, rng)
+            # --- kernels -----------------------------------------------------------------
+            noise_k = rng.lognormal(mu, sigma, size=(n_k, world)) if sigma > 0 else np.ones((n_k, world))
+            g = float(rng.lognormal(-0.5 * nz.step_jitter**2, nz.step_jitter)) if nz.step_jitter > 0 else 1.0
+            warm = 1.0 + nz.warmup_factor * max(0.0, 1.0 - step / nz.warmup_steps) ** 2 if nz.warmup_steps else 1.0
+            k_count = np.rint(counts * fx.count_mul).astype(np.int64)
+            link = np.ones((n_k, world))
+            for i, kind in enumerate(plan.kinds):
+                if kind.domain in fx.comm_group_mul:
+                    link[i] = group_max(fx.comm_group_mul[kind.domain], gids[kind.domain])
+            per_call = call_ns * noise_k * fx.kernel_mul * link * g * warm
+            k_total = k_count * per_call
+            # --- phases (ms) ---------------------------------------------------------------
+            other = plan.other_ns * noise_k[0] / 1e6 + fx.other_add_ms
+            fwd = (k_total[fwd_c].sum(axis=0) + 0.5 * k_total[fb_comm].sum(axis=0)) / 1e6 + 0.5 * other
+            bwd = (k_total[bwd_c].sum(axis=0) + 0.5 * k_total[fb_comm].sum(axis=0)) / 1e6 + 0.5 * other
+            if nz.eval_every and step and step % nz.eval_every == 0:
+                fwd = fwd * (1.0 + nz.eval_factor)
+            compute_ms = k_total[fwd_c | bwd_c].sum(axis=0) / 1e6
+            data = nz.data_ms * rng.lognormal(mu, sigma, world) + k_total[data_k].sum(axis=0) / 1e6
+            data += (rng.random(world) < nz.hiccup_p) * rng.exponential(nz.hiccup_ms, world)
+            opt = nz.optimizer_frac * compute_ms * rng.lognormal(mu, sigma, world) + k_total[opt_k].sum(axis=0) / 1e6
+            gc_hit = rng.random(world) < nz.gc_p
+            gc = 0.6 * rng.lognormal(mu, sigma, world) + gc_hit * rng.gamma(4.0, nz.gc_ms / 4.0, world)
+            gc_count = 1 + gc_hit.astype(np.int64) + fx.gc_count_add
+            inter = nz.interstep_ms * rng.lognormal(mu, sigma, world)
+            if nz.checkpoint_every and step and step % nz.checkpoint_every == 0:
+                inter = inter + nz.checkpoint_ms
+            phases = {"data_ms": data, "forward_ms": fwd, "backward_ms": bwd, "optimizer_ms": opt, "gc_ms": gc,
+                      "interstep_cpu_ms": inter}
+            for name, arr in fx.phase_mul.items():
+                phases[name] = phases[name] * arr
+            for name, arr in fx.phase_add.items():
+                phases[name] = phases[name] + arr
+            busy = np.sum([phases[p] for p in PHASES], axis=0)
+            # --- synchronisation -----------------------------------------------------------
+            slowest = float(busy.max())
+            tp_wait = group_max(busy, gids["tp"]) - busy if "tp" in domains else np.zeros(world)
+            dp_wait = slowest - busy - tp_wait
+            bubble = (topo.pp - 1) / (self.model.microbatches * self.model.virtual_stages) * float(
+                (fwd + bwd).max()) if topo.pp > 1 else 0.0
+            sendrecv = 0.0
+            if send_i is not None and recv_i is not None:
+                sendrecv = float((k_total[send_i] + k_total[recv_i]).max()) / 1e6 * 0.5
+            dp_exposed = float(k_total[dp_i].max()) / 1e6 / 4.0 if dp_i is not None else 0.0
+            ep_exposed = float(k_total[ep_i].max()) / 1e6 * EP_EXPOSED if ep_i is not None else 0.0
+            tail = bubble + sendrecv + dp_exposed + ep_exposed + fx.stall_ms
+            duration = slowest + tail
+            phases["comm_exposed_ms"] = duration - busy
+            if tp_i is not None:
+                k_total[tp_i] += tp_wait * 1e6
+            if dp_i is not None:
+                k_total[dp_i] += np.maximum(dp_wait, 0.0) * 1e6 + fx.stall_ms * 1e6
+            if recv_i is not None:
+                k_total[recv_i] += bubble * 1e6
+            if nominal_ms is None and step >= nz.warmup_steps:
+                nominal_ms = duration
+            completed = not fx.halted
+            if fx.halted:
+                halted_since = step if halted_since is None else halted_since
+                duration = nominal_ms or duration
+            end_ns = start_ns + round(duration * 1e6)
+            # --- device ticks ----------------------------------------------------------------
+            util = np.clip(compute_ms / duration, 0.0, 1.0) if completed else np.where(fx.silent, 0.0, 0.97)
+            ticks: list[DeviceTick] = []
+            while next_tick < end_ns:
+                dt = tick_ns / 1e9
+                load = np.minimum(util * 100.0 * (0.97 + 0.03 * rng.random(world)), fx.aicore_cap)
+                load = np.where(np.isnan(fx.aicore_set), load, fx.aicore_set)
+                power = (hw.idle_w + (hw.max_w - hw.idle_w) * (load / 100.0) ** 0.9) * fx.power_mul
+                if not completed:
+                    power = np.where(fx.silent, hw.idle_w, hw.idle_w + 0.35 * (hw.max_w - hw.idle_w))
+                power = power * rng.lognormal(-0.0002, 0.02, world)
+                target = hw.ambient_c + hw.c_per_w * power + fx.temp_add
+                temp = temp + (target - temp) * (1.0 - np.exp(-dt / 20.0))
+                ticks.append(DeviceTick(
+                    ts_ns=next_tick, power_w=power, temp_c=temp + rng.normal(0.0, 0.2, world), aicore_pct=load,
+                    aicpu_pct=np.clip(3.0 + fx.cpu_add * 0.2 + rng.random(world), 0, 100),
+                    ctrlcpu_pct=np.clip(12.0 + fx.cpu_add + 2.0 * rng.random(world), 0, 100),
+                    mem_pct=np.clip(mem_base + fx.mem_add + rng.normal(0, 0.3, world), 0, 100),
+                    membw_pct=np.clip(55.0 * (load / 90.0) * fx.membw_mul + rng.normal(0, 1.0, world), 0, 100),
+                    freq_mhz=hw.freq_mhz * fx.freq_mul, reporting=~fx.device_silent))
+                next_tick += tick_ns
+            launch_mean = hw.launch_us * fx.launch_mul * rng.lognormal(mu, sigma, world)
+            launch_mad = hw.launch_mad_us * fx.launch_mad_mul * rng.lognormal(mu, sigma, world)
+            yield StepFrame(
+                step=step, start_ns=start_ns, end_ns=end_ns, completed=completed, phases=phases, gc_count=gc_count,
+                reporting=~fx.silent & completed, k_count=k_count, k_total_ns=k_total,
+                k_max_ns=np.minimum(per_call * 1.15, k_total), k_bytes=k_count * np.array(
+                    [k.bytes for k in plan.kinds])[:, None] * fx.bytes_mul,
+                launch_mean_us=launch_mean, launch_mad_us=launch_mad, other_ns=other * 1e6, ticks=ticks, effects=fx)
+            start_ns = end_ns

@@ -1,0 +1,90 @@
+"""Streaming simulated jobs: interleaving, job lifecycle, onsets, a hung job; and the fleet CLI
+through the real broker, every message decoded by the contract."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+
+from infra.clients import kafka_client_config
+from producers.simulator.__main__ import main as simulator_main
+from producers.simulator.catalogue import SCENARIOS, build_faults, layout, read_ground_truth
+from producers.simulator.fleet import FleetJob
+from producers.simulator.stream import SimRun, stream_runs
+from schemas import DeviceSample, JobEvent, KernelSummary, StepEvent, Topics, decode
+from steplens.config import load_settings
+from streams.topics_admin import ensure_topics
+
+TOPICS = Topics("t.")
+
+
+def job(name: str, scenario: str, steps: int = 30, seed: int = 1) -> FleetJob:
+    topo = layout(64)
+    return FleetJob(name, topo, steps, build_faults(SCENARIOS[scenario], topo, steps, seed), seed)
+
+
+def test_runs_are_interleaved_with_job_lifecycle_and_onsets() -> None:
+    sent: list[tuple[str, bytes, bytes]] = []
+    runs = [SimRun(job("a", "slow_host")), SimRun(job("b", "healthy"), include=("step",))]
+    stream_runs(runs, TOPICS, lambda t, k, v: sent.append((t, k, v)))
+    jobs = [decode(v) for t, _, v in sent if t == TOPICS.jobs]
+    assert [(e.job, e.phase) for e in jobs if isinstance(e, JobEvent)] == [
+        ("a", "start"), ("b", "start"), ("a", "end"), ("b", "end")]
+    steps = [(k.split(b"/")[0], decode(v)) for t, k, v in sent if t == TOPICS.steps]
+    assert len(steps) == 2 * 64 * 30
+    order = [k for k, _ in steps]
+    assert order[:64] == [b"a"] * 64 and order[64:128] == [b"b"] * 64  # step 0 of a, step 0 of b, ...
+    assert not any(k.startswith(b"b/") for t, k, _ in sent if t == TOPICS.kernel_summaries)
+    assert set(runs[0].onset_ns) == {0} and runs[0].onset_ns[0] > runs[0].job.start_ns
+    assert runs[0].rank_steps == runs[1].rank_steps == 64 * 30
+
+
+def test_a_hung_rank_stops_every_step_but_not_the_device_samples() -> None:
+    sent: list[tuple[str, bytes, bytes]] = []
+    run = SimRun(job("h", "hung_rank"))
+    stream_runs([run], TOPICS, lambda t, k, v: sent.append((t, k, v)))
+    onset = run.faults[0].start
+    steps = [decode(v) for t, _, v in sent if t == TOPICS.steps]
+    assert max(e.step for e in steps if isinstance(e, StepEvent)) == onset - 1
+    hung = run.faults[0].ranks[0]
+    late = [e for t, _, v in sent if t == TOPICS.device and isinstance(e := decode(v), DeviceSample)
+            and e.ts_ns > run.onset_ns[0] + 2_000_000_000]
+    assert late and {e.rank for e in late} == set(range(64))
+    assert all((e.aicore_pct == 0.0) == (e.rank == hung) for e in late)
+    end = [e for t, _, v in sent if t == TOPICS.jobs and isinstance(e := decode(v), JobEvent) and e.phase == "end"]
+    assert end[0].last_step == onset - 1
+
+
+@pytest.mark.kafka
+@pytest.mark.integration
+def test_fleet_cli_through_kafka(kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+    settings = replace(load_settings(), kafka_bootstrap=kafka_bootstrap)
+    topics = Topics(f"{unique_name}.")
+    ensure_topics(settings, topics, 2)
+    gt = tmp_path / "gt.jsonl"
+    rc = simulator_main(["--scenario", "cooling_loss", "--ranks", "64", "--steps", "24", "--seed", "2",
+                         "--job", unique_name, "--bootstrap", kafka_bootstrap, "--topic-prefix", f"{unique_name}.",
+                         "--ground-truth", str(gt)])
+    assert rc == 0
+    truth = read_ground_truth(gt)
+    assert len(truth) == 1 and truth[0]["kind"] == "cooling_loss" and truth[0]["job"] == unique_name
+    consumer = KafkaConsumer(**kafka_client_config(settings, "reader"), enable_auto_commit=False)
+    names = (topics.steps, topics.kernel_summaries, topics.device, topics.jobs)
+    parts = [TopicPartition(n, p) for n in names for p in sorted(consumer.partitions_for_topic(n) or ())]
+    consumer.assign(parts)
+    consumer.seek_to_beginning(*parts)
+    counts: dict[type, int] = {}
+    deadline = time.monotonic() + 120
+    while counts.get(StepEvent, 0) < 64 * 24 or counts.get(KernelSummary, 0) < 64 * 24:
+        assert time.monotonic() < deadline, counts
+        for msgs in consumer.poll(timeout_ms=500).values():
+            for m in msgs:
+                event = decode(m.value)
+                counts[type(event)] = counts.get(type(event), 0) + 1
+    consumer.close()
+    assert counts[StepEvent] == counts[KernelSummary] == 64 * 24
+    assert counts[DeviceSample] >= 64 * 24 and counts[JobEvent] == 2
