@@ -21,8 +21,34 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 
+MAX_CHUNK_BYTES = 1_000_000  # well under the partials topic's max.message.bytes (4 MB)
+
+
 def dumps(chunk: dict[str, Any]) -> bytes:
     return orjson.dumps(chunk)
+
+
+def _rows(chunk: dict[str, Any]) -> int:
+    if chunk.get("kind") == "kernels":
+        return len(chunk["rows"])
+    if chunk.get("kind") in ("steps", "device"):
+        return len(chunk["rank"])
+    return 1
+
+
+def _part(chunk: dict[str, Any], lo: int, hi: int) -> dict[str, Any]:
+    n = _rows(chunk)
+    return {k: (v[lo:hi] if isinstance(v, list) and len(v) == n else v) for k, v in chunk.items()}
+
+
+def dumps_split(chunk: dict[str, Any], limit: int = MAX_CHUNK_BYTES) -> list[bytes]:
+    """The chunk as one message, or as several (row ranges in order) when it would be too large."""
+    raw = orjson.dumps(chunk)
+    n = _rows(chunk)
+    if len(raw) <= limit or n <= 1:
+        return [raw]
+    mid = n // 2
+    return dumps_split(_part(chunk, 0, mid), limit) + dumps_split(_part(chunk, mid, n), limit)
 
 
 def loads(raw: bytes) -> dict[str, Any]:

@@ -92,15 +92,19 @@ class DecodeLoop(threading.Thread):
                 self.metrics.batch.labels("decode").observe(len(raws))
                 chunks, stats = decode_batch(raws, self.settings.max_event_bytes)
                 self.metrics.bad.inc(stats.bad)
+                futures = []
                 for chunk in chunks:
                     job = chunk.get("job") or ""
                     if not job:
                         continue  # device samples with no job: landed, not analysed
                     chunk["behind_ns"] = behind_ns
                     chunk["lag"] = lag
-                    producer.send(self.partials, key=job_key(job), value=chunk_codec.dumps(chunk))
-                    self.metrics.events_out.labels(self.partials).inc()
+                    for value in chunk_codec.dumps_split(chunk):
+                        futures.append(producer.send(self.partials, key=job_key(job), value=value))
+                        self.metrics.events_out.labels(self.partials).inc()
                 producer.flush()
+                for future in futures:
+                    future.get(timeout=60)  # a chunk the broker refused stops the worker: never commit past it
                 consumer.commit()
         finally:
             producer.close()

@@ -57,3 +57,13 @@ def test_restore_mid_run_gives_the_same_incidents_as_an_uninterrupted_run() -> N
 def test_unreadable_snapshot_is_ignored() -> None:
     assert decode(b"garbage") is None
     assert decode(b"SLS1" + b"not zlib") is None
+
+
+def test_large_chunks_split_in_order_under_the_limit() -> None:
+    chunk = {"kind": "kernels", "job": "j", "rows": [[r, 0, [["k", "compute", 1, 10, None, None, None, None, None,
+                                                             None]] * 20, 0] for r in range(500)]}
+    parts = [codec.loads(p) for p in codec.dumps_split(chunk, limit=20_000)]
+    assert len(parts) > 1 and all(len(codec.dumps(p)) <= 20_000 for p in parts)
+    assert [row for p in parts for row in p["rows"]] == chunk["rows"]
+    steps = {"kind": "steps", "job": "j", "world": 4, "rank": list(range(4)), "step": [0] * 4}
+    assert [codec.loads(p) for p in codec.dumps_split(steps)] == [steps]
