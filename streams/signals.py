@@ -5,7 +5,9 @@ the series each rule reads (spec §2's "data" column), keeps one state per serie
 alarms into Findings on the right scope. Keys decide merging: a rule firing on "job" joins
 the slow-step incident, on "rank:r" the rank's incident, on "host:h" the host's.
 
-- device samples: R1 (T1, T2, T3, T6, T7 bounds) and R2 (CUSUM on T1, T2, T6) per device;
+- device samples: R1 (T1, T2, T3, T6, T7 bounds) and R2 (CUSUM on T1, T2, T6) per device,
+  R2 on the device's deviation from the job's median device at the same tick (common mode
+  such as the thermal warm-up of a starting job is not a device drift);
 - steps: R1 on T8 (GC pause per rank), R3 on job step throughput and D1, R10 per rank;
 - kernel summaries: R4 (per kernel key: job trend + rank cross-section), R5/R6 per collective
   key and group (SLOW_LINK / SLOW_GROUP), R7 (job median gap), R8 per rank, R9 per direction.
@@ -137,6 +139,10 @@ def device_findings(chunk: dict[str, Any], state: SignalState, cfg: DetectionCon
         for metric in R2_DEVICE:
             x = np.full(n, np.nan)
             x[idx[sel]] = values[metric][sel]
+            if np.isfinite(x).sum() >= 3:
+                # drift relative to the job's other devices at the same tick: a job-wide ramp
+                # (warm-up, load change, room temperature) is common mode, a failing device is not
+                x = x - float(np.nanmedian(x))
             key = f"r2:{metric}"
             st2, alarms = r2.evaluate(x, _grow(state.rules.get(key), n, "n"),
                                       r2.Params(k=cfg.r2_k, h=cfg.r2_h, history=cfg.r2_history))
