@@ -57,6 +57,10 @@ class DetectionConfig:
     r2_k: float = 0.5                # R2 CUSUM reference offset
     r2_h: float = 5.0                # R2 alarm threshold
     r2_history: int = 30             # R2 steady-state samples for mu0, sigma0
+    r2_warmup: int = 60              # R2: samples skipped first (a starting job heats up)
+    r2_sigma_min_temp_c: float = 1.0   # R2 absolute sigma floors (smooth metrics)
+    r2_sigma_min_power_w: float = 10.0
+    r2_sigma_min_mem_pct: float = 1.0
     r3_warmup: int = 50              # R3 W
     r3_length: int = 50              # R3 L
     r3_k: float = 3.0                # R3 k
@@ -68,6 +72,7 @@ class DetectionConfig:
     r4_min_deviation: float = 0.1    # R4: a flagged ratio must also be >= 10 % off the median (tight fences)
     r5_periods: int = 20             # R5 M
     r5_k: float = 3.0
+    r5_min_deviation: float = 0.25   # R5: a slow link is also >= 25 % below its group (waits blur bandwidth)
     r6_k: float = 3.0
     r7_bound: float = 0.4
     r7_jump: float = 0.15

@@ -144,8 +144,10 @@ def device_findings(chunk: dict[str, Any], state: SignalState, cfg: DetectionCon
                 # (warm-up, load change, room temperature) is common mode, a failing device is not
                 x = x - float(np.nanmedian(x))
             key = f"r2:{metric}"
+            floor = float(getattr(cfg, f"r2_sigma_min_{metric}", 0.0))
             st2, alarms = r2.evaluate(x, _grow(state.rules.get(key), n, "n"),
-                                      r2.Params(k=cfg.r2_k, h=cfg.r2_h, history=cfg.r2_history))
+                                      r2.Params(k=cfg.r2_k, h=cfg.r2_h, history=cfg.r2_history,
+                                                warmup=cfg.r2_warmup, sigma_min=floor))
             state.rules[key] = st2
             out.extend(_device_finding("R2", metric, alarms, names, state, cfg))
     _timed(timings, "R1/R2", t0)
@@ -289,7 +291,8 @@ def _kernels(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionCon
             continue
         groups = topo.groups[DOMAINS.index(domain), :world]
         sk = f"r5:{key}"
-        st5, a = r5.evaluate(bw, groups, state.rules.get(sk), r5.Params(periods=cfg.r5_periods, k=cfg.r5_k))
+        st5, a = r5.evaluate(bw, groups, state.rules.get(sk), r5.Params(periods=cfg.r5_periods, k=cfg.r5_k,
+                                                                               min_deviation=cfg.r5_min_deviation))
         state.rules[sk] = st5
         low = a.value < a.baseline
         cand_groups: set[int] = set()

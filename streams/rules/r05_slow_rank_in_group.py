@@ -21,6 +21,7 @@ class Params:
     periods: int = 20
     k: float = 3.0
     sigma_floor: float = 0.02
+    min_deviation: float = 0.0  # also require |B - mu_g| >= this x mu_g
 
 
 @dataclass(slots=True)
@@ -55,7 +56,8 @@ def evaluate(bandwidth: FloatArray, group: IntArray, state: State | None, params
         mu[sel] = m
         sigma[sel] = max(s, params.sigma_floor * abs(m)) if np.isfinite(m) else np.nan
     judged = ok & np.isfinite(mu)
-    alarm = judged & (np.abs(bw - np.nan_to_num(mu)) > params.k * np.nan_to_num(sigma))
+    dev = np.abs(bw - np.nan_to_num(mu))
+    alarm = judged & (dev > params.k * np.nan_to_num(sigma)) & (dev >= params.min_deviation * np.abs(np.nan_to_num(mu)))
     threshold = np.where(bw < mu, mu - params.k * sigma, mu + params.k * sigma)
     for g in np.unique(group[ok]).tolist():
         vals = bw[ok & (group == g)]

@@ -205,3 +205,16 @@ def test_r3_min_deviation_on_a_very_stable_series() -> None:
     assert bare == [(6, 0)], "the bare rule flags a 0.4 % blip on a near-constant series"
     _, guarded = _feed(r3, series, r3.Params(warmup=0, length=10, min_deviation=0.05))
     assert guarded == []
+
+
+def test_r2_warmup_and_absolute_sigma_floor() -> None:
+    ramp = [40.0 + 25.0 * (1 - np.exp(-t / 20)) for t in range(60)] + [65.0] * 60
+    _, plain = _feed(r2, ramp, r2.Params())
+    assert plain, "mu0 taken during a warm-up ramp makes the steady state look like drift"
+    _, guarded = _feed(r2, ramp, r2.Params(warmup=60))
+    assert guarded == []
+    smooth = [65.0 + 0.01 * (t % 3) for t in range(40)] + [65.3] * 10
+    _, tiny = _feed(r2, smooth, r2.Params(history=30, sigma_floor=0.0))
+    assert tiny, "a smooth history has a tiny sigma: 0.3 degrees is a drift"
+    _, floored = _feed(r2, smooth, r2.Params(history=30, sigma_floor=0.0, sigma_min=1.0))
+    assert floored == []
