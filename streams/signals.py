@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from steplens.config import DetectionConfig
+from streams.analysis.advisor import advise
 from streams.ingest.decode import DEVICE_METRICS, DOMAINS
 from streams.rules import r01_static_bounds as r1
 from streams.rules import r02_cusum as r2
@@ -210,7 +211,12 @@ def _steps(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionConfi
     st1, a = r1.evaluate(gc, _grow(state.rules.get("r1:gc"), world, "run"),
                          r1.Params(upper=cfg.r1_gc_max_ms, k=cfg.r1_gc_k))
     state.rules["r1:gc"] = st1
-    out.extend(_rank_findings("R1", a, topo, frame, cfg, "GC pause (T8) ms", "T8"))
+    gc_findings = _rank_findings("R1", a, topo, frame, cfg, "GC pause (T8) ms", "T8")
+    for f in gc_findings:
+        f.open_after = 1  # R1's own k is its persistence
+        f.cause_phase = "gc_ms"
+        f.cause, f.suggestion = advise("gc_ms").cause, advise("gc_ms").suggestion
+    out.extend(gc_findings)
     _timed(timings, "R1", t0)
 
     t0 = time.perf_counter()

@@ -119,7 +119,8 @@ class IncidentBook:
         for r in f.ranks:
             if r not in track.finding.ranks:
                 track.finding.ranks.append(r)
-        if f.observed is not None and (track.peak is None or f.observed > track.peak):
+        same_rule = f.rule == track.finding.rule
+        if same_rule and f.observed is not None and (track.peak is None or f.observed > track.peak):
             track.peak = f.observed
             ranks = track.finding.ranks
             track.finding = f
