@@ -36,12 +36,14 @@ def explain_gc(findings: list[Finding], world: int) -> list[Finding]:
     if slow is None or slow.cause_phase != "gc_ms":
         return findings
     gc_ranks = [f for f in findings if f.rule == "R1" and f.metric == "T8" and f.scope == "rank"]
-    if gc_ranks and len(gc_ranks) <= max(1, world // 4):
+    if gc_ranks and len(gc_ranks) <= max(1, world // 8):
         slow.key, slow.scope = gc_ranks[0].key, "rank"
         slow.ranks, slow.host = list(gc_ranks[0].ranks), gc_ranks[0].host
         return findings
     for f in findings:
-        if f.rule in ("SLOW_RANK", "R5") and f.scope in ("rank", "link") and f.cause_phase in ("gc_ms", None):
+        gc_rank = f.rule == "R1" and f.metric == "T8"
+        if (gc_rank or f.rule in ("SLOW_RANK", "R5")) and f.scope in ("rank", "link") \
+                and f.cause_phase in ("gc_ms", None):
             f.key, f.scope, f.ranks, f.host = "job", "job", [], None
     return findings
 
