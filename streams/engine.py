@@ -39,7 +39,7 @@ def explain_gc(findings: list[Finding], world: int) -> list[Finding]:
     if gc_ranks and len(gc_ranks) <= max(1, world // 8):
         slow.key, slow.scope = gc_ranks[0].key, "rank"
         slow.ranks, slow.host = list(gc_ranks[0].ranks), gc_ranks[0].host
-        return findings
+        return [f for f in findings if f is not slow] + [slow]  # the rank's rule stays the primary one
     for f in findings:
         gc_rank = f.rule == "R1" and f.metric == "T8"
         if (gc_rank or f.rule in ("SLOW_RANK", "R5")) and f.scope in ("rank", "link") \

@@ -67,7 +67,12 @@ class IncidentBook:
                 continue  # absorbed by its host's incident
             tid = f"{f.family}:{f.key}"
             if tid in touched:
-                self._merge(self.tracks[tid], f)
+                track = self.tracks.get(tid)  # None: resolved a moment ago (a shift), nothing to join
+                if track is None:
+                    continue
+                self._merge(track, f)
+                if not track.opened and track.flagged >= f.open_after:
+                    out.extend(self._open(tid, track, now_ns))  # a rule with less persistence needed opens it
                 continue
             touched.add(tid)
             track = self.tracks.get(tid)

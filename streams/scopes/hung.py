@@ -2,8 +2,9 @@
 
 A slow rank still reports, late; a hung one does not report at all. So a hang is read off
 frames closed by TIMEOUT (the adaptive wait of streams/windows/step_frames.py, several step
-times): a rank missing from such a frame, that has not reported any later step either, is
-hung. When every rank of a host is hung it is ONE host finding. Frames closed because the
+times) while its peers went on (reported at least 2 later steps): a rank missing from such a
+frame, that has not reported any later step either, is hung. A job whose ranks all stop
+together (every collective blocked) is not reported here. When every rank of a host is hung it is ONE host finding. Frames closed because the
 job ended, or settled by later reports, say nothing about hangs. The incident resolves
 when the rank reports again.
 """
@@ -16,6 +17,7 @@ from steplens.config import DetectionConfig
 from streams.scopes.finding import Finding
 from streams.windows.step_frames import Frame, IntArray, Topology
 
+HUNG_LEAD_STEPS = 2  # peers must have reported this many later steps: they went on without it
 ADVICE_CAUSE = "no progress: the process is stuck (deadlock, failed collective, dead host or NIC)"
 ADVICE = "inspect the stack of the hung ranks (py-spy dump), check the NIC/link and the host; restart from checkpoint"
 
@@ -24,6 +26,8 @@ def evaluate(frame: Frame, topo: Topology, newest_of: IntArray, cfg: DetectionCo
     if frame.closed_by != "timeout" or not frame.seen.any():
         return []
     world = frame.seen.size
+    if int(newest_of[:world].max(initial=-1)) < frame.step + HUNG_LEAD_STEPS:
+        return []  # the peers have not gone on (a slow producer, or the whole job stalled together)
     missing = np.flatnonzero(~frame.seen & (newest_of[:world] < frame.step))
     if missing.size == 0:
         return []

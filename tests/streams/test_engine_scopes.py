@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from producers.simulator.cluster import SimulatedJob, Timings
 from producers.simulator.faults import SlowRank, SlowSteps, gc_pause
 from producers.simulator.topology import Topology
@@ -110,3 +112,18 @@ def test_slow_pp_stage_without_false_alarm_for_stage_imbalance() -> None:
     opened = next(i for i in incidents(out, "open") if i.rule == "SLOW_STAGE")
     assert opened.stage == 2 and sorted(opened.ranks) == sorted(stage2) and opened.step_first == 40
     assert not [i for i in incidents(out) if i.rule in ("SLOW_RANK", "SLOW_HOST")]
+
+
+def test_gc_leak_on_one_rank_and_gc_storm_over_many() -> None:
+    topo = Topology(dp=8, tp=4, pp=2)
+    leak = SimulatedJob("leak", topo, steps=80, seed=3,
+                        faults=[gc_pause(steps=range(40, 60, 3), extra_ms=650.0, ranks=[33])])
+    out = run_engine(leak)
+    opened = incidents(out, "open")
+    assert [i.ranks for i in opened] == [[33]] and "R1" in opened[0].rules, [(i.rule, i.ranks) for i in opened]
+    assert "SLOW_STEP" in [i for i in incidents(out) if i.state == "resolved"][-1].rules
+    rng = np.random.default_rng(0)
+    storm = [gc_pause(steps=(s,), extra_ms=700.0, ranks=rng.choice(topo.world, 16, replace=False).tolist())
+             for s in range(40, 50)]
+    out = run_engine(SimulatedJob("storm2", topo, steps=80, seed=3, faults=storm))
+    assert len(_opened(out)) == 1 and _opened(out)[0].startswith("SLOW_STEP:"), _opened(out)
