@@ -4,7 +4,8 @@ A slow rank still reports, late; a hung one does not report at all. So a hang is
 frames closed by TIMEOUT (the adaptive wait of streams/windows/step_frames.py, several step
 times) while its peers went on (reported at least 2 later steps): a rank missing from such a
 frame, that has not reported any later step either, is hung. A job whose ranks all stop
-together (every collective blocked) is not reported here. When every rank of a host is hung it is ONE host finding. Frames closed because the
+together (every collective blocked) is not reported here. When every rank of a host is hung
+it is ONE host finding. Frames closed because the
 job ended, or settled by later reports, say nothing about hangs. The incident resolves
 when the rank reports again.
 """
