@@ -89,7 +89,7 @@ class JobEngine:
         behind = chunk.get("behind_ns")
         lag = chunk.get("lag")
         if isinstance(behind, int) and isinstance(lag, int):
-            self.frames.input_lagging = behind > LAGGING_NS or lag > self.cfg.batch_max
+            self.frames.input_lagging = behind > LAGGING_NS or lag > self.cfg.batch_max or bool(chunk.get("starved"))
         if kind == "steps":
             self.frames.add_steps(StepColumns(chunk), now_ns)
         elif kind == "kernels":

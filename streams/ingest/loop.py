@@ -83,10 +83,13 @@ class DecodeLoop(threading.Thread):
                     raws.extend(r.value for r in records)
                     newest_ms.append(max(r.timestamp for r in records))
                 lag = 0
+                starved = False  # a partition with records waiting got none in this poll: behind on it
                 for tp in consumer.assignment():
                     high = consumer.highwater(tp)
                     if high is not None:
-                        lag += max(0, high - consumer.position(tp))
+                        behind = max(0, high - consumer.position(tp))
+                        lag += behind
+                        starved = starved or (behind > 0 and tp not in polled)
                 # how far behind the input this batch is: the slowest polled partition's newest record
                 behind_ns = max(0, time.time_ns() - min(newest_ms) * 1_000_000) if newest_ms else 0
                 self.metrics.batch.labels("decode").observe(len(raws))
@@ -99,6 +102,7 @@ class DecodeLoop(threading.Thread):
                         continue  # device samples with no job: landed, not analysed
                     chunk["behind_ns"] = behind_ns
                     chunk["lag"] = lag
+                    chunk["starved"] = starved
                     for value in chunk_codec.dumps_split(chunk):
                         futures.append(producer.send(self.partials, key=job_key(job), value=value))
                         self.metrics.events_out.labels(self.partials).inc()

@@ -219,8 +219,8 @@ class StepFrames:
                 frame.first_ns = now_ns  # a backlog is not a hang: wait again once the input is current
                 return ""
             return "timeout"
-        if len(self.frames) > self.params.max_open_steps:
-            return "capacity"
+        if len(self.frames) > self.params.max_open_steps * (4 if self.input_lagging else 1):
+            return "capacity"  # while the input lags, frames wait longer for the reports still queued
         return ""
 
     def release(self, now_ns: int, force: bool = False) -> list[Frame]:
