@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: venv up down status demo demo-server test lint typecheck unit integration clean bench-detection bench-query chaos
+.PHONY: venv up down status demo demo-server test lint typecheck unit integration clean bench-detection bench-query chaos bench-throughput
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -49,3 +49,6 @@ chaos: venv       ## hostile input, killed workers, Kafka and ClickHouse outages
 
 clean:
 	rm -rf .steplens reports .pytest_cache .mypy_cache .ruff_cache
+
+bench-throughput: venv ## largest simulated job sustained at 1 step/s end to end -> bench/results/throughput.json
+	$(BIN)/python -m bench.throughput $(BENCH_ARGS)

@@ -66,7 +66,8 @@ RESULTS = REPO_ROOT / "bench" / "results" / "chaos.json"
 READY_TIMEOUT_S = 120.0
 CATCH_UP_TIMEOUT_S = 90.0
 LAND_TOPICS = ("steps", "jobs", "incidents")
-DETECT_TOPICS = ("steps", "domain_steps", "group_steps", "jobs")
+DETECT_DECODE_TOPICS = ("steps", "kernel_summaries", "device", "jobs")  # the engine's decode loop
+DETECT_TOPICS = ("detect_partials",)  # the engine's job-owning stage
 
 
 def log(msg: str) -> None:
@@ -194,17 +195,22 @@ class Offsets:
         self.reset()
 
 
-def role_topics(rig: Rig, role: str) -> list[str]:
-    names = LAND_TOPICS if role == "land" else DETECT_TOPICS
-    return [getattr(rig.topics, n) for n in names]
+def role_groups(rig: Rig, role: str) -> dict[str, list[str]]:
+    """The consumer groups a worker role commits in, with the topics each reads."""
+    app = rig.settings.app_id
+    if role == "land":
+        return {f"{app}-land": [getattr(rig.topics, n) for n in LAND_TOPICS]}
+    return {f"{app}-detect-decode": [getattr(rig.topics, n) for n in DETECT_DECODE_TOPICS],
+            f"{app}-detect": [getattr(rig.topics, n) for n in DETECT_TOPICS]}
 
 
 def caught_up(rig: Rig, offsets: Offsets, roles: tuple[str, ...] = ("detect", "land")) -> bool:
     for role in roles:
         if role not in rig.procs:
             continue
-        if not offsets.covered(f"{rig.settings.app_id}-{role}", offsets.ends(role_topics(rig, role))):
-            return False
+        for group, names in role_groups(rig, role).items():
+            if not offsets.covered(group, offsets.ends(names)):
+                return False
     return True
 
 
@@ -225,13 +231,13 @@ def recovery_after(rig: Rig, offsets: Offsets, roles: tuple[str, ...], t_up: flo
 
     def snapshot() -> bool:
         for role in roles:
-            targets[role] = offsets.ends(role_topics(rig, role))
+            for group, names in role_groups(rig, role).items():
+                targets[group] = offsets.ends(names)
         return True
 
     if not poll_until(snapshot, 120.0):
         return None
-    group = rig.settings.app_id
-    ok = poll_until(lambda: all(offsets.covered(f"{group}-{r}", targets[r]) for r in roles), CATCH_UP_TIMEOUT_S,
+    ok = poll_until(lambda: all(offsets.covered(g, t) for g, t in targets.items()), CATCH_UP_TIMEOUT_S,
                     every=0.25)
     return round(time.monotonic() - t_up, 2) if ok else None
 
@@ -389,7 +395,7 @@ class Harness:
         total = 1000 if self.quick else 10_000
         producer = KafkaProducer(**kafka_client_config(rig.settings, "admin"), acks="all",
                                  max_request_size=4_194_304, linger_ms=20)
-        kinds = ("steps", "jobs", "incidents", "domain_steps", "group_steps")
+        kinds = ("steps", "jobs", "incidents", "detect_partials", "detect_state")
         bad = stream(kinds, job.job_id, total)
         per_step = total // job.steps + 1
 
@@ -426,13 +432,13 @@ class Harness:
         rng = random.Random(7)
         for n in range(kills):
             time.sleep(3.0 + rng.random() * 3.0)  # mid-stream: batches and windows are open
-            group = f"{rig.settings.app_id}-{role}"
             t_kill = time.monotonic()
             rig.kill(role)
             rig.start(role)  # a supervisor restarts it at once
             # what is in the topics after the kill can only be committed by the restarted worker
-            targets = offsets.ends(role_topics(rig, role))
-            ok = poll_until(lambda g=group, t=targets: offsets.covered(g, t), 120.0, every=0.25)  # type: ignore[misc]
+            targets = {g: offsets.ends(names) for g, names in role_groups(rig, role).items()}
+            ok = poll_until(lambda t=targets: all(offsets.covered(g, e) for g, e in t.items()),  # type: ignore[misc]
+                            120.0, every=0.25)
             recoveries.append(round(time.monotonic() - t_kill, 2) if ok else None)
             log(f"kill {role} #{n + 1}: recovered in {recoveries[-1]} s")
             if not ok:

@@ -21,9 +21,9 @@ def _base(topic_kind: str, job: str, i: int) -> dict[str, object]:
     if topic_kind == "incidents":
         return {"type": "incident", "v": "1.0", "incident_id": f"x{i}", "job": job, "rule": "SLOW_RANK",
                 "state": "open", "severity": "warning", "scope": "rank", "summary": "s", "detected_ns": 1 + i}
-    if topic_kind == "domain_steps":
+    if topic_kind == "detect_partials":
         return {"job": job, "domain": "dp", "group": 0, "step": i, "rank": 0}
-    if topic_kind == "group_steps":
+    if topic_kind == "detect_state":
         return {"kind": "group_step", "job": job, "domain": "dp", "group": 0, "step": i}
     return {"type": "step", "v": "1.0", "job": job, "rank": 0, "world": 4, "host": "node-0", "device": 0,
             "step": i, "start_ns": 1, "end_ns": 2}
@@ -43,7 +43,7 @@ KINDS = (
 
 
 def malformed(topic_kind: str, job: str, i: int, two_mb_sent: int) -> tuple[str, bytes | None, bytes | None]:
-    """The i-th malformed message for a topic of `topic_kind` (steps, jobs, incidents, domain_steps, group_steps)."""
+    """The i-th malformed message for a topic of `topic_kind` (a `schemas.Topics` attribute name)."""
     kind = KINDS[i % len(KINDS)]
     if kind == "two_mb" and two_mb_sent >= MAX_TWO_MB:
         kind = "junk"

@@ -48,7 +48,7 @@ def _own_namespace(principal: str, app_id: str) -> list[Binding]:
 def acl_bindings(topics: Topics, app_id: str) -> list[Binding]:
     """Every ALLOW rule steplens needs for ``topics`` and the consumer groups of ``app_id``."""
     telemetry = topics.inputs()  # steps, kernels, kernel-summaries, device, profiles, jobs
-    internal = (topics.domain_steps, topics.group_steps)
+    internal = (topics.detect_partials, topics.detect_state)
     b: list[Binding] = []
     # producer: rank hooks, samplers, simulator
     b += _topics("producer", telemetry, "WRITE", "DESCRIBE")
@@ -63,7 +63,7 @@ def acl_bindings(topics: Topics, app_id: str) -> list[Binding]:
     b += _topics("land", (topics.deadletter,), "WRITE", "DESCRIBE")
     b += _own_namespace("land", app_id)
     # parse: profiler dumps -> findings
-    b += _topics("parse", (topics.profiles,), "READ", "DESCRIBE")
+    b += _topics("parse", (topics.profiles, topics.control), "READ", "DESCRIBE")  # control: command -> incident
     b += _topics("parse", (topics.incidents, topics.deadletter), "WRITE", "DESCRIBE")
     b += _own_namespace("parse", app_id)
     # reader: downstream alert consumers, reports

@@ -50,20 +50,20 @@ class Topics:
         return f"{self.prefix}deadletter"
 
     @property
-    def domain_steps(self) -> str:
-        """Internal: step events re-keyed by communication group."""
-        return f"{self.prefix}domain-steps"
+    def detect_partials(self) -> str:
+        """Internal to detect: column chunks per (job, kind, batch), keyed by job (the engine's one shuffle)."""
+        return f"{self.prefix}detect-partials"
 
     @property
-    def group_steps(self) -> str:
-        """Internal: one summary per (group, step), keyed by job."""
-        return f"{self.prefix}group-steps"
+    def detect_state(self) -> str:
+        """Internal to detect: compacted per-job engine snapshots (streams/state/store.py)."""
+        return f"{self.prefix}detect-state"
 
     def inputs(self) -> tuple[str, ...]:
         return (self.steps, self.kernels, self.kernel_summaries, self.device, self.profiles, self.jobs)
 
     def all(self) -> tuple[str, ...]:
-        return (*self.inputs(), self.incidents, self.control, self.deadletter, self.domain_steps, self.group_steps)
+        return (*self.inputs(), self.incidents, self.control, self.deadletter, self.detect_partials, self.detect_state)
 
 
 def rank_key(job: str, rank: int) -> bytes:

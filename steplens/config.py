@@ -30,6 +30,58 @@ class DetectionConfig:
     resolve_after_steps: int = 5     # clean steps before an open incident is resolved
     window_lateness_steps: int = 8   # a group's step window closes incomplete this many steps behind the newest
     profile_steps: int = 5           # steps of detailed profiling requested for a slow rank
+    # engine (streams/engine.py) — windows, scopes; docs/detection.md explains each
+    slow_step_mad_z: float = 6.0     # a slow step must also be this many robust sigmas above the baseline
+    shift_steps: int = 10            # a stable run of slow steps this long is a permanent shift: new baseline
+    shift_spread: float = 0.05       # "stable": relative MAD of the run below this
+    slow_host_fraction: float = 0.5  # share of a host's ranks flagged together that makes a host incident
+    slow_stage_ratio: float = 0.10   # a PP stage this much above its own baseline (and above the others)
+    window_timeout_factor: float = 3.0   # a frame waits at most this many recent step times ...
+    window_timeout_min_s: float = 5.0    # ... but at least this long ...
+    window_timeout_max_s: float = 60.0   # ... and at most this long (then missing ranks may be hung)
+    window_max_open_steps: int = 64      # open frames per job before the oldest is closed
+    batch_max: int = 10_000          # raw messages per take() of the decode stage
+    batch_within_s: float = 0.2      # max wait for a batch to fill
+    snapshot_interval_s: float = 1.0  # state snapshot period per changed job (streams/state/)
+    metrics_port: int = 0            # Prometheus self-metrics port of the detect worker; 0 = off
+    # rules R1–R10 (spec §2), defaults as the spec gives them; 0 = bound off
+    rule_open_after: int = 3         # flagged steps before a rule-only incident opens (R4–R10 per rank)
+    r1_k: int = 3                    # R1: consecutive samples outside [L, U]
+    r1_temp_max_c: float = 85.0
+    r1_mem_max_pct: float = 95.0
+    r1_power_max_w: float = 0.0
+    r1_aicore_min_pct: float = 0.0
+    r1_membw_min_pct: float = 0.0
+    r1_gc_max_ms: float = 500.0      # T8: GC pause per step
+    r1_gc_k: int = 1
+    r2_k: float = 0.5                # R2 CUSUM reference offset
+    r2_h: float = 5.0                # R2 alarm threshold
+    r2_history: int = 30             # R2 steady-state samples for mu0, sigma0
+    r2_warmup: int = 60              # R2: samples skipped first (a starting job heats up)
+    r2_sigma_min_temp_c: float = 1.0   # R2 absolute sigma floors (smooth metrics)
+    r2_sigma_min_power_w: float = 10.0
+    r2_sigma_min_mem_pct: float = 1.0
+    r3_warmup: int = 50              # R3 W
+    r3_length: int = 50              # R3 L
+    r3_k: float = 3.0                # R3 k
+    r3_min_deviation: float = 0.05   # R3: a flagged value must also be >= 5 % off the window mean
+    r4_history: int = 100            # R4 N
+    r4_iqr_k: float = 1.5
+    r4_bench_samples: int = 20       # R4: samples to learn P_bench when not configured
+    r4_p_bench: float = 0.0          # R4: configured P_bench in FLOP/s (0 = learn per kernel and shape)
+    r4_min_deviation: float = 0.1    # R4: a flagged ratio must also be >= 10 % off the median (tight fences)
+    r5_periods: int = 20             # R5 M
+    r5_k: float = 3.0
+    r5_min_deviation: float = 0.25   # R5: a slow link is also >= 25 % below its group (waits blur bandwidth)
+    r6_k: float = 3.0
+    r7_bound: float = 0.4
+    r7_jump: float = 0.15
+    r8_min_cu: float = 0.7
+    r9_low_gbps: float = 0.0         # R9 band (0 = learned from the series' own history)
+    r9_high_gbps: float = 0.0
+    r10_severe: float = 0.5
+    r10_k: float = 5.0
+    r10_min_ratio: float = 0.1
 
 
 @dataclass(frozen=True, slots=True)

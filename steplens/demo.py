@@ -40,7 +40,7 @@ from steplens.lag import end_offsets, group_lag
 from steplens.report import plain, render_markdown
 from steplens.scoring import score, steps_in_ranges
 from streams.landing import landing_types
-from streams.topics_admin import ensure_topics
+from streams.topics_admin import DetectTopics, ensure_topics
 
 CATCH_UP_TIMEOUT_S = 240.0
 
@@ -98,7 +98,8 @@ def wait_caught_up(settings: Settings, workers: list[subprocess.Popen[bytes]], o
     """Poll consumer lag until both workers have committed everything (twice in a row)."""
     topics = Topics(settings.topic_prefix)
     groups = {
-        f"{settings.app_id}-detect": [topics.steps, topics.domain_steps, topics.group_steps, topics.jobs],
+        f"{settings.app_id}-detect-decode": [topics.steps, topics.kernel_summaries, topics.device, topics.jobs],
+        f"{settings.app_id}-detect": [DetectTopics(settings.topic_prefix).partials],
         f"{settings.app_id}-land": list(landing_types(topics)),
     }
     deadline = time.monotonic() + CATCH_UP_TIMEOUT_S

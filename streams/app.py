@@ -71,6 +71,9 @@ def base_app(settings: Settings, role: Role, timeouts: WorkerTimeouts | None = N
         broker_commit_interval=1.0,
         producer_max_request_size=4_194_304,
         producer_acks=-1,
+        producer_linger=0.005,             # batch sends (chunks, alerts, dead letters) for 5 ms
+        producer_max_batch_size=1_048_576,
+        stream_buffer_maxsize=32_768,      # lets take() fill batches of 10k messages
         stream_wait_empty=False,
         **(timeouts or WorkerTimeouts()).faust_settings(),
         **faust_broker_config(settings, role),

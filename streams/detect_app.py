@@ -1,162 +1,198 @@
-"""The `detect` Faust app: windows per communication group, job analyses, alerts and control.
+"""The `detect` Faust app: batch-at-a-time detection over every event type.
 
-The landing worker dead-letters bad input; this app only counts and skips it (`SkipLog`:
-counted per topic, logged rate-limited and quoted). No input on any topic it reads raises:
-step and job events are decoded by the contract (total, the same checks as landing, so what
-is analysed is what lands), internal records are guarded where they are parsed.
+Two stages, one shuffle:
+1. the decode loop (streams/ingest/loop.py, a kafka-python consumer thread: the per-event
+   hot path without Faust's per-message cost) takes up to `batch_max` raw messages from steps,
+   kernel-summaries, device and jobs (keyed per rank upstream), decodes them straight to
+   column chunks and sends ONE chunk per (job, kind) to the internal partials topic, keyed by job.
+2. `detect` owns jobs (partitions of the partials topic): merges chunks into step frames,
+   runs scopes and rules, keeps incident books (streams/engine.py), sends incidents and
+   control commands, and snapshots each changed job (streams/state/) BEFORE acknowledging
+   the chunks it applied.
+The landing worker dead-letters bad input; here it is only counted and skipped.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncIterator, Sequence
+import time
 from typing import Any
 
 import faust
-import orjson
 
-from schemas import (
-    ContractError,
-    ControlCommand,
-    Incident,
-    JobEvent,
-    StepEvent,
-    Topics,
-    bounded,
-    decode_as,
-    encode,
-    job_key,
-)
-from schemas.topics import group_key
+from schemas import ControlCommand, Incident, Topics, bounded, encode, job_key
 from steplens.config import Settings
-from streams.analysis.job import FleetAnalysis
 from streams.app import base_app, now_ns, raw_topic
-from streams.incidents.restore import restored_ledger
-from streams.records import DomainStep, GroupStep, domain_steps
-from streams.skips import SkipLog, typed_record
-from streams.windows.domain_window import DomainStepWindow, VerdictThresholds
+from streams.combine import chunks as chunk_codec
+from streams.engine import FleetEngine, JobEngine, Output
+from streams.ingest.loop import DecodeLoop
+from streams.metrics import DetectMetrics, kafka_has_c_crc32c
+from streams.state.store import SnapshotStore
+from streams.state.store import encode as encode_snapshot
+from streams.topics_admin import DetectTopics
 
 log = logging.getLogger(__name__)
 
-WINDOW_IDLE_S = 30.0
-INCIDENT_IDLE_S = 300.0  # an incident of a job silent this long is resolved (streams/incidents/ledger.py)
+
+class DetectWorker:
+    """The I/O around the pure engine: pending acks per job, snapshots, output topics."""
+
+    def __init__(self, app: faust.App, settings: Settings) -> None:
+        self.settings = settings
+        self.cfg = settings.detection
+        self.topics = Topics(settings.topic_prefix)
+        self.internal = DetectTopics(settings.topic_prefix)
+        self.fleet = FleetEngine(self.cfg)
+        self.store = SnapshotStore(settings, self.internal.state)
+        self.metrics = DetectMetrics()
+        self.partials = raw_topic(app, self.internal.partials)
+        self.incidents = raw_topic(app, self.topics.incidents)
+        self.control = raw_topic(app, self.topics.control)
+        self.pending: dict[str, list[Any]] = {}   # job -> events applied, not yet acked
+        self.dirty: set[str] = set()
+        self.lock = asyncio.Lock()
+        self.last_snapshot = time.monotonic()
+        self.restored = False
+        self.stream: Any = None
+
+    def restore(self) -> None:
+        """Newest snapshot of every job; jobs this worker is already running keep their live state."""
+        for job, engine in self.store.load_all().items():
+            live = self.fleet.jobs.get(job)
+            if live is not None and self._newer(live, engine):
+                continue
+            engine.cfg = self.cfg
+            self.fleet.jobs[job] = engine
+        self.restored = True
+        log.info("restored %d job states", len(self.fleet.jobs))
+
+    @staticmethod
+    def _newer(live: JobEngine, snap: JobEngine) -> bool:
+        return all(live.offsets.get(p, -1) >= o for p, o in snap.offsets.items())
+
+    async def send(self, outputs: list[Output]) -> None:
+        for item in outputs:
+            item = bounded(item)  # the one cap on event text copied into our own events
+            if isinstance(item, Incident):
+                log.warning("incident %s %r: %r", item.state, item.incident_id, item.summary)
+                await self.incidents.send(key=job_key(item.job), value=encode(item))
+                self.metrics.events_out.labels(self.topics.incidents).inc()
+            elif isinstance(item, ControlCommand):
+                await self.control.send(key=job_key(item.job), value=encode(item))
+                self.metrics.events_out.labels(self.topics.control).inc()
+
+    async def on_chunks(self, events: list[Any]) -> None:
+        async with self.lock:
+            now = now_ns()
+            outputs: list[Output] = []
+            for event in events:
+                msg = event.message
+                try:
+                    chunk = chunk_codec.loads(msg.value)
+                except ValueError:
+                    self.metrics.bad.inc()
+                    await self.stream.ack(event)
+                    continue
+                job = chunk.get("job") or ""
+                engine = self.fleet.jobs.get(job) if job else None
+                if engine is not None and msg.offset <= engine.offsets.get(msg.partition, -1):
+                    await self.stream.ack(event)  # already inside the restored snapshot
+                    continue
+                outputs.extend(self.fleet.on_chunk(chunk, now))
+                engine = self.fleet.jobs.get(job) if job else None
+                if engine is None:
+                    await self.stream.ack(event)
+                    continue
+                engine.offsets[msg.partition] = msg.offset
+                self.pending.setdefault(job, []).append(event)
+                self.dirty.add(job)
+            await self.send(outputs)
+            await self._maybe_snapshot(force=False)
+
+    async def on_tick(self) -> None:
+        async with self.lock:
+            now = now_ns()
+            outputs = self.fleet.tick(now)
+            for job, engine in self.fleet.jobs.items():
+                if outputs and any(getattr(o, "job", None) == job for o in outputs):
+                    self.dirty.add(job)
+                del engine
+            await self.send(outputs)
+            await self._maybe_snapshot(force=True)
+            for job in [j for j, e in self.fleet.jobs.items() if e.finished and j not in self.pending]:
+                del self.fleet.jobs[job]  # its final snapshot (finished=True) is on the state topic
+            m = self.metrics
+            m.open_windows.set(self.fleet.open_windows())
+            m.open_incidents.set(self.fleet.open_incidents())
+            m.jobs.set(len(self.fleet.jobs))
+            m.lag.set(sum(len(v) for v in self.pending.values()))
+            for engine in self.fleet.jobs.values():
+                m.add_rule_times(engine.stats.rule_seconds)
+
+    async def _maybe_snapshot(self, force: bool) -> None:
+        if not self.dirty:
+            return
+        if not force and time.monotonic() - self.last_snapshot < self.cfg.snapshot_interval_s:
+            return
+        self.last_snapshot = time.monotonic()
+        jobs = sorted(self.dirty)
+        snaps = {job: encode_snapshot(self.fleet.jobs[job]) for job in jobs if job in self.fleet.jobs}
+        await asyncio.get_running_loop().run_in_executor(None, self.store.write, snaps)
+        self.metrics.snapshots.inc(len(snaps))
+        self.dirty.clear()
+        for job in jobs:
+            for event in self.pending.pop(job, []):
+                await self.stream.ack(event)
 
 
 def create_detect_app(settings: Settings) -> faust.App:
     app = base_app(settings, "detect")
-    topics = Topics(settings.topic_prefix)
     cfg = settings.detection
-    window = DomainStepWindow(
-        lateness_steps=cfg.window_lateness_steps,
-        idle_ns=int(WINDOW_IDLE_S * 1e9),
-        thresholds=VerdictThresholds(cfg.slow_rank_wait_ratio, cfg.slow_rank_z),
-    )
-    fleet = FleetAnalysis(cfg)
-    skips = SkipLog(log)
-    ledger = restored_ledger(settings, int(INCIDENT_IDLE_S * 1e9), now_ns())
-    counters = {"steps": 0, "undecodable": 0, "domain_records": 0, "group_steps": 0, "incidents": 0, "commands": 0}
+    worker = DetectWorker(app, settings)
+    if not kafka_has_c_crc32c():
+        log.warning("kafka-python runs without the C crc32c: install the pinned `crc32c` package")
 
-    steps_topic = raw_topic(app, topics.steps)
-    domain_topic = raw_topic(app, topics.domain_steps)
-    group_topic = raw_topic(app, topics.group_steps)
-    analysis_topic = raw_topic(app, topics.group_steps, topics.jobs)
-    incidents_topic = raw_topic(app, topics.incidents)
-    control_topic = raw_topic(app, topics.control)
+    decoder = DecodeLoop(settings, worker.metrics)
 
-    async def publish_group_steps(summaries: list[GroupStep]) -> None:
-        for gs in summaries:
-            counters["group_steps"] += 1
-            await group_topic.send(key=job_key(gs.job), value=gs.dumps())
+    async def start_decoder() -> None:
+        decoder.start()
 
-    @app.agent(steps_topic, concurrency=1)
-    async def route_steps(stream: Any) -> AsyncIterator[None]:
-        """Re-key each step to its communication groups (the landing worker dead-letters bad input)."""
-        async for raw in stream:
-            try:
-                event = decode_as(StepEvent, raw, settings.max_event_bytes)
-                records = domain_steps(event)
-            except Exception as exc:  # ContractError, or a bug: skip this input, keep routing
-                counters["undecodable"] += 1
-                skips.skip(topics.steps, _reason(exc), raw)
-                continue
-            counters["steps"] += 1
-            for record in records:
-                counters["domain_records"] += 1
-                await domain_topic.send(key=group_key(record.job, record.domain, record.group), value=record.dumps())
-            yield None
+    async def stop_decoder(*args: Any, **kwargs: Any) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, decoder.stop)
 
-    @app.agent(domain_topic, concurrency=1)
-    async def group_windows(stream: Any) -> AsyncIterator[None]:
-        """Window each group by step index; summarise and flag its slowest rank."""
-        async for raw in stream:
-            try:
-                summaries = window.add(typed_record(DomainStep, orjson.loads(raw)), now_ns())
-            except Exception as exc:  # an internal topic, but anyone can write to it
-                counters["undecodable"] += 1
-                skips.skip(topics.domain_steps, _reason(exc), raw)
-                continue
-            await publish_group_steps(summaries)
-            yield None
+    app.task(start_decoder)
+    app.on_before_shutdown.connect(stop_decoder)
 
-    async def expire_windows() -> None:
-        await publish_group_steps(window.expire(now_ns()))
+    @app.agent(worker.partials, concurrency=1)
+    async def detect(stream: Any) -> None:
+        """Chunks of the jobs this worker owns -> engine -> incidents, control, snapshots."""
+        worker.stream = stream
+        if not worker.restored:
+            await asyncio.get_running_loop().run_in_executor(None, worker.restore)
+        async for events in stream.noack_take(1000, within=0.05):
+            worker.metrics.batch.labels("detect").observe(len(events))
+            await worker.on_chunks(events)
 
-    app.timer(interval=1.0)(expire_windows)
+    async def tick() -> None:
+        if decoder.failed is not None:
+            raise RuntimeError("the decode loop failed") from decoder.failed
+        if worker.stream is not None and worker.restored:
+            await worker.on_tick()
 
-    def _analyse_one(raw: object, now: int) -> tuple[str, list[Any]]:
-        """One group-step record or job event through the fleet analysis and the incident ledger."""
-        data = orjson.loads(raw) if isinstance(raw, (bytes, bytearray, memoryview, str)) else None
-        if isinstance(data, dict) and data.get("kind") == "group_step":
-            record = typed_record(GroupStep, {k: v for k, v in data.items() if k != "kind"})
-            ledger.touch(record.job, now)
-            return record.job, ledger.reconcile(fleet.on_group_step(record, now), now)
-        job_event = decode_as(JobEvent, raw, settings.max_event_bytes)
-        ledger.touch(job_event.job, now)
-        return job_event.job, ledger.reconcile(fleet.on_job_event(job_event, now), now)
+    app.timer(interval=0.5)(tick)
 
-    @app.agent(analysis_topic, concurrency=1)
-    async def analyse(stream: Any) -> AsyncIterator[None]:
-        """Job-level analyses: slow steps and slow ranks -> incidents (alerts) and control commands."""
-        async for raw in stream:
-            now = now_ns()
-            try:
-                job, outputs = _analyse_one(raw, now)
-            except Exception as exc:  # garbage on group-steps or jobs: skip it, keep analysing
-                counters["undecodable"] += 1
-                skips.skip(f"{topics.group_steps}|{topics.jobs}", _reason(exc), raw)
-                continue
-            analysis = fleet.jobs.get(job)
-            if analysis is not None and analysis.finished and not ledger.has_ended(job):
-                outputs.extend(ledger.job_ended(job, now))  # what is still open (e.g. from before a restart)
-            await publish(outputs)
-            yield None
+    async def on_assigned(*args: Any, **kwargs: Any) -> None:
+        worker.restored = False
+        await asyncio.get_running_loop().run_in_executor(None, worker.restore)
 
-    async def publish(outputs: Sequence[Incident | ControlCommand]) -> None:
-        for item in outputs:
-            item = bounded(item)  # the one cap on event text copied into our own events
-            if isinstance(item, Incident):
-                counters["incidents"] += 1
-                log.warning("incident %s %r: %r", item.state, item.incident_id, item.summary)
-                await incidents_topic.send(key=job_key(item.job), value=encode(item))
-            else:
-                counters["commands"] += 1
-                await control_topic.send(key=job_key(item.job), value=encode(item))
+    app.on_partitions_assigned.connect(on_assigned)
+    worker.metrics.serve(cfg.metrics_port)
 
-    async def expire_incidents() -> None:
-        await publish(ledger.expire(now_ns()))
+    async def report() -> None:
+        log.info("detect jobs=%d open_windows=%d open_incidents=%d snapshots=%d",
+                 len(worker.fleet.jobs), worker.fleet.open_windows(), worker.fleet.open_incidents(),
+                 worker.store.written)
 
-    app.timer(interval=10.0)(expire_incidents)
-
-    async def report_detect() -> None:
-        log.info("detect counters %s skipped %s window %s open=%d ledger %s", counters, skips.counts, window.stats,
-                 window.open_windows(), ledger.stats)
-
-    app.timer(interval=10.0)(report_detect)
-
+    app.timer(interval=10.0)(report)
     return app
-
-
-def _reason(exc: Exception) -> str:
-    if isinstance(exc, ContractError):
-        return str(exc)
-    return f"{type(exc).__name__}: {exc}"

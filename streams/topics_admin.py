@@ -14,6 +14,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from kafka.admin import (
@@ -49,17 +50,39 @@ CONNECT_TIMEOUT_MS = 5000  # one attempt's bootstrap wait (kafka-python's defaul
 class TopicsUnavailable(RuntimeError):
     """The broker did not accept topic creation before the deadline."""
 
+# Engine snapshots: compacted (only the newest per job matters), large values allowed.
+STATE_CONFIG = {"cleanup.policy": "compact", "max.message.bytes": str(64 * 1024 * 1024)}
+
+
+@dataclass(frozen=True, slots=True)
+class DetectTopics:
+    """The detect workers' internal topics (not part of the event contract)."""
+
+    prefix: str = "steplens."
+
+    @property
+    def partials(self) -> str:
+        """Column chunks per (job, kind, batch), keyed by job: the one shuffle of the engine."""
+        return Topics(self.prefix).detect_partials
+
+    @property
+    def state(self) -> str:
+        """Compacted per-job engine snapshots (streams/state/store.py)."""
+        return Topics(self.prefix).detect_state
+
 
 def _ensure_once(settings: Settings, topics: Topics, partitions: int) -> list[str]:
+    wanted = {name: TOPIC_CONFIG for name in topics.all()}
+    wanted[topics.detect_state] = STATE_CONFIG
     admin = KafkaAdminClient(**kafka_client_config(settings, "admin"), client_id="steplens-admin",
                              bootstrap_timeout_ms=CONNECT_TIMEOUT_MS)
     try:
         existing = set(admin.list_topics())
-        missing = [name for name in topics.all() if name not in existing]
+        missing = [name for name in wanted if name not in existing]
         if missing:
             with contextlib.suppress(TopicAlreadyExistsError):  # another worker won the race
                 admin.create_topics(
-                    [NewTopic(name, num_partitions=partitions, replication_factor=1, topic_configs=TOPIC_CONFIG)
+                    [NewTopic(name, num_partitions=partitions, replication_factor=1, topic_configs=wanted[name])
                      for name in missing]
                 )
             log.info("created topics %s", missing)

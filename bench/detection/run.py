@@ -37,7 +37,7 @@ from steplens.config import REPO_ROOT, Settings, load_settings
 from steplens.demo import start_worker, stop_worker
 from steplens.lag import end_offsets, group_lag
 from steplens.scoring import RunScore, RunTruth, false_alarms_per_100k, latest_incidents, score_run, summarise
-from streams.topics_admin import ensure_topics
+from streams.topics_admin import DetectTopics, ensure_topics
 
 QUICK = ("slow_rank", "slow_host", "gc_leak", "link_degradation", "hung_rank", "step_time_shift",
          "hermes_gc_moe", "cooling_loss")
@@ -90,7 +90,8 @@ def wait_caught_up(settings: Settings, workers: list[subprocess.Popen[bytes]], s
     worker exits or the lag has not shrunk for `stall_s` (a slow engine is fine, a stuck one is not)."""
     topics = Topics(settings.topic_prefix)
     groups = {
-        f"{settings.app_id}-detect": [topics.steps, topics.domain_steps, topics.group_steps, topics.jobs],
+        f"{settings.app_id}-detect-decode": [topics.steps, topics.kernel_summaries, topics.device, topics.jobs],
+        f"{settings.app_id}-detect": [DetectTopics(settings.topic_prefix).partials],
         f"{settings.app_id}-land": [topics.steps, topics.jobs, topics.incidents],
     }
     best = None

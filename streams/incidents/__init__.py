@@ -1,5 +1,1 @@
-"""Incident bookkeeping that outlives a worker: the ledger of open incidents and issued commands."""
-
-from streams.incidents.ledger import IncidentLedger, LedgerStats, scope_key
-
-__all__ = ["IncidentLedger", "LedgerStats", "scope_key"]
+"""Incidents an operator trusts: one per problem, open/update/resolve, merged across rules (book.py)."""

@@ -6,7 +6,7 @@ from collections import Counter
 
 from bench.chaos_inputs import KINDS, MAX_TWO_MB, TWO_MB, stream
 
-TOPICS = ("steps", "jobs", "incidents", "domain_steps", "group_steps")
+TOPICS = ("steps", "jobs", "incidents", "detect_partials", "detect_state")
 
 
 def test_ten_thousand_messages_cover_every_kind_on_every_topic() -> None:

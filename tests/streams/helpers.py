@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from schemas import Domain, Phases, StepEvent
-from streams.records import DomainStep
+from schemas import Domain, Incident, Phases, StepEvent
 
 T0 = 1_700_000_000_000_000_000
 
@@ -21,10 +20,55 @@ def step_event(rank: int, step: int, busy: float, comm: float = 40.0, world: int
     )
 
 
-def domain_record(rank: int, step: int, busy: float, size: int = 8, group: int = 0, domain: str = "dp",
-                  job: str = "job-a", world: int = 8, gc: float = 5.0) -> DomainStep:
-    return DomainStep(
-        job=job, domain=domain, group=group, size=size, world=world, rank=rank, host=f"node-{rank // 8}",
-        step=step, start_ns=T0 + step * 10**9, end_ns=T0 + step * 10**9 + int((busy + 40) * 1e6),
-        busy_ms=busy, phases={"forward_ms": busy - gc, "gc_ms": gc, "comm_exposed_ms": 40.0},
-    )
+def run_engine(job: object, cfg: object = None, *, paced_s: float = 0.0, drop: object = None,
+               with_end: bool = True, batch: int = 4096, behind_s: float = 0.0) -> list[object]:
+    """Feed a SimulatedJob through decode -> chunks -> FleetEngine, as the worker does.
+
+    paced_s = 0: fast replay in batches of `batch` messages; > 0: one step per batch,
+    the clock advancing `paced_s` per step (timeouts and hangs behave as in production).
+    drop(event) -> True leaves an event out (a hung or silent rank).
+    behind_s: how far behind its input the decode stage says it is (a backlog).
+    """
+    from producers.simulator.cluster import SimulatedJob
+    from schemas import encode
+    from steplens.config import DetectionConfig
+    from streams.combine import chunks as codec
+    from streams.engine import FleetEngine
+    from streams.ingest.decode import decode_batch
+
+    assert isinstance(job, SimulatedJob)
+    config = cfg if isinstance(cfg, DetectionConfig) else DetectionConfig()
+    fleet = FleetEngine(config)
+    start, end = job.job_events()
+
+    def keep(e: StepEvent) -> bool:
+        return drop is None or not drop(e)  # type: ignore[operator]
+
+    batches: list[list[bytes]] = [[encode(start)]]
+    if paced_s > 0:
+        batches += [[encode(e) for e in events if keep(e)] for events in job.iter_steps()]
+    else:
+        flat = [encode(e) for events in job.iter_steps() for e in events if keep(e)]
+        batches += [flat[i:i + batch] for i in range(0, len(flat), batch)]
+    if with_end:
+        batches.append([encode(end)])
+    out: list[object] = []
+    now = T0
+    step_ns = int((paced_s or 0.1) * 1e9)
+    for raws in batches:
+        chunks, _ = decode_batch(raws, 1 << 20)
+        for chunk in chunks:
+            chunk["behind_ns"], chunk["lag"] = int(behind_s * 1e9), 0
+            out.extend(fleet.on_chunk(codec.loads(codec.dumps(chunk)), now))
+        for _ in range(4):
+            now += step_ns // 4
+            out.extend(fleet.tick(now))
+    for _ in range(240):
+        now += 500_000_000
+        out.extend(fleet.tick(now))
+    return out
+
+
+def incidents(outputs: list[object], state: str | None = None) -> list[Incident]:
+    """The incident events among engine outputs (optionally only one state)."""
+    return [o for o in outputs if isinstance(o, Incident) and (state is None or o.state == state)]

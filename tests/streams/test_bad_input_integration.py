@@ -127,7 +127,7 @@ def test_every_malformed_message_is_dead_lettered_and_every_valid_one_lands_once
                     good_sent[where] = raw
                 else:
                     bad_sent[where] = raw
-        for topic in (topics.domain_steps, topics.group_steps):  # detect's internal topics
+        for topic in (topics.detect_partials, topics.detect_state):  # detect's internal topics
             for raw in (None, b"garbage", b'{"kind":"group_step"}', b"[]", orjson.dumps({"job": 1})):
                 producer.send(topic, key=b"k", value=raw).get(timeout=60)
         producer.flush()

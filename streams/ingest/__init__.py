@@ -1,0 +1,1 @@
+"""Raw messages in, columns out: the only per-event work of the detect stage."""

@@ -1,0 +1,1 @@
+"""Scopes: who is slow or hung (job step, rank, host, group, link, stage), from released step frames."""

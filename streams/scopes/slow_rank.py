@@ -1,0 +1,170 @@
+"""Slow rank and slow host: the late arrivers their communication groups wait for (Hermes §3).
+
+Per comparable domain (DP, TP, EP, CP; PP stages differ by design and are never compared),
+per group with >= 3 reporting ranks, on busy time (step time - exposed communication, so
+the slowest rank is the one with the SHORTEST wait):
+
+- the group waited: R_wait = 1 - mean(busy)/max(busy) >= `slow_rank_wait_ratio`;
+- the late arriver is an outlier: its robust z >= `slow_rank_z` (3 sigma), with sigma =
+  1.4826 x the larger of the group's relative MAD and the job's typical relative deviation
+  (median over the last 50 steps), confirmed for groups of n <= 30 by Dixon's Q of the
+  largest value above its 99.5 % critical value unless z is twice the threshold, so a
+  jittery but healthy job does not turn noise into alarms. Other members past the same z are flagged too
+  (two slow ranks of one host can share a group).
+
+Ranks flagged in one step are grouped by host: when >= 2 ranks and at least
+`slow_host_fraction` of a host's ranks are flagged, that is ONE host finding (a host
+problem: thermal, CPU contention, a bad NIC) and its ranks raise no rank findings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from steplens.config import DetectionConfig
+from streams.analysis.advisor import COMPUTE_PHASES, advise
+from streams.ingest.decode import DOMAINS, PHASES
+from streams.scopes.finding import Finding
+from streams.scopes.outliers import dixon_critical, group_stats
+from streams.windows.step_frames import Frame, Topology
+
+COMPARABLE = ("dp", "tp", "ep", "cp")
+NOISE_STEPS = 50
+
+
+@dataclass(slots=True)
+class SlowRankState:
+    noise: float = 0.0  # typical relative deviation of busy time from its group's median
+    history: list[float] = field(default_factory=list)  # per step: pooled median relative deviation
+
+
+def evaluate(frame: Frame, topo: Topology, state: SlowRankState, cfg: DetectionConfig
+             ) -> tuple[SlowRankState, list[Finding]]:
+    seen = np.flatnonzero(frame.seen)
+    if seen.size < 3:
+        return state, []
+    busy = frame.busy_ms[seen]
+    flagged: dict[int, dict[str, float]] = {}
+    noises: list[float] = []
+    for d_index, domain in enumerate(DOMAINS):
+        if domain not in COMPARABLE:
+            continue
+        gid = topo.groups[d_index, seen]
+        size = topo.sizes[d_index, seen]
+        ok = (gid >= 0) & (size >= 3)
+        if not ok.any():
+            continue
+        ranks = seen[ok]
+        values = busy[ok]
+        gs = group_stats(gid[ok], values)
+        valid = (gs.counts >= 3) & (gs.median > 0)
+        if not valid.any():
+            continue
+        rel_mad = np.where(valid, gs.mad / np.where(gs.median > 0, gs.median, 1.0), np.nan)
+        member_valid = np.repeat(valid, gs.counts)
+        rel_dev = np.abs(values[gs.order] / np.repeat(gs.median, gs.counts) - 1.0)[member_valid]
+        noises.append(float(np.median(rel_dev)))
+        noise = max(state.noise, 1e-3)
+        sigma = 1.4826 * np.maximum(rel_mad, noise) * gs.median
+        wait = 1.0 - gs.mean / np.where(gs.maximum > 0, gs.maximum, 1.0)
+        rng = gs.maximum - gs.minimum
+        q = np.where(rng > 0, (gs.maximum - gs.second) / np.where(rng > 0, rng, 1.0), 0.0)
+        q_crit = dixon_critical(gs.counts)
+        z_max = (gs.maximum - gs.median) / np.where(sigma > 0, sigma, np.inf)
+        waited = valid & (wait >= cfg.slow_rank_wait_ratio)
+        dixon = np.isfinite(q_crit) & (q > q_crit)
+        # 3 sigma out of the job's noise, confirmed by Dixon's Q where it applies (n <= 30),
+        # unless it is twice that far out (Dixon alone flags 1 in 200 healthy small groups)
+        confirmed = dixon | ~np.isfinite(q_crit) | (z_max >= 2 * cfg.slow_rank_z)
+        outlier_group = waited & (z_max >= cfg.slow_rank_z) & confirmed
+        if not outlier_group.any():
+            continue
+        # members of waiting groups past the z threshold (the maximum always, when its group is an outlier)
+        member_group = np.repeat(np.arange(gs.groups.size), gs.counts)
+        sorted_vals = values[gs.order]
+        z_member = (sorted_vals - np.repeat(gs.median, gs.counts)) / np.repeat(
+            np.where(sigma > 0, sigma, np.inf), gs.counts)
+        is_max = np.zeros(values.size, dtype=bool)
+        is_max[gs.starts + gs.counts - 1] = True
+        pick = outlier_group[member_group] & ((z_member >= cfg.slow_rank_z) | is_max)
+        for pos in np.flatnonzero(pick).tolist():
+            g = int(member_group[pos])
+            rank = int(ranks[gs.order[pos]])
+            ev = flagged.setdefault(rank, {})
+            ev[f"wait_ratio_{domain}"] = round(float(wait[g]), 4)
+            ev[f"z_{domain}"] = round(float(min(z_member[pos], 1e6)), 2)
+            ev[f"dixon_q_{domain}"] = round(float(q[g]), 3)
+            ev["busy_ms"] = round(float(sorted_vals[pos]), 3)
+            ev["group_median_ms"] = max(ev.get("group_median_ms", 0.0), round(float(gs.median[g]), 3))
+            ev[f"group_{domain}"] = float(gs.groups[g])
+    if noises:
+        state.history.append(float(np.median(noises)))
+        del state.history[:-NOISE_STEPS]
+        state.noise = float(np.median(state.history))
+    if not flagged or len(state.history) <= cfg.warmup_steps:
+        return state, []
+    return state, _findings(frame, topo, flagged, cfg)
+
+
+def _excess_phase(frame: Frame, ranks: list[int]) -> str | None:
+    """The phase in which the flagged ranks exceed the job's median most."""
+    excess: dict[str, float] = {}
+    for i, name in enumerate(PHASES):
+        row = frame.phases[i]
+        mine = row[ranks]
+        peers = row[frame.seen]
+        if name == "comm_exposed_ms" or not np.isfinite(mine).any() or not np.isfinite(peers).any():
+            continue
+        excess[name] = float(np.nanmean(mine) - np.nanmedian(peers))
+    if not excess or max(excess.values()) <= 0:
+        return None
+    best = max(excess, key=lambda k: excess[k])
+    return "forward_ms" if best in COMPUTE_PHASES else best
+
+
+def _findings(frame: Frame, topo: Topology, flagged: dict[int, dict[str, float]], cfg: DetectionConfig
+              ) -> list[Finding]:
+    out: list[Finding] = []
+    by_host: dict[int, list[int]] = {}
+    for rank in flagged:
+        by_host.setdefault(int(topo.host_of[rank]), []).append(rank)
+    for host, ranks in sorted(by_host.items()):
+        members = topo.ranks_of_host(host)
+        host_name = topo.hosts[host] if host >= 0 else None
+        if len(ranks) >= 2 and members.size and len(ranks) >= cfg.slow_host_fraction * members.size:
+            ranks.sort()
+            phase = _excess_phase(frame, ranks)
+            advice = advise(phase)
+            busy = float(np.mean([flagged[r]["busy_ms"] for r in ranks]))
+            median = float(np.mean([flagged[r]["group_median_ms"] for r in ranks]))
+            out.append(Finding(
+                rule="SLOW_HOST", key=f"host:{host_name}", scope="host", step=frame.step, host=host_name,
+                ranks=ranks, metric="busy_ms", observed=busy, expected=median, unit="ms",
+                threshold=median * (1 + cfg.slow_rank_wait_ratio),
+                summary=f"host {host_name}: {len(ranks)} of its {members.size} ranks are the ones their groups "
+                        f"wait for, busy {busy:.0f} ms vs group median {median:.0f} ms",
+                evidence={"ranks_flagged": float(len(ranks)), "ranks_on_host": float(members.size)},
+                severity="critical", cause_phase=phase, cause=advice.cause, suggestion=advice.suggestion,
+                open_after=cfg.slow_rank_min_steps, resolve_after=cfg.resolve_after_steps,
+            ))
+            continue
+        for rank in ranks:
+            ev = flagged[rank]
+            phase = _excess_phase(frame, [rank])
+            advice = advise(phase)
+            waits = [v for k, v in ev.items() if k.startswith("wait_ratio_")]
+            domains = sorted(k.removeprefix("wait_ratio_") for k in ev if k.startswith("wait_ratio_"))
+            out.append(Finding(
+                rule="SLOW_RANK", key=f"rank:{rank}", scope="rank", step=frame.step, ranks=[rank], host=host_name,
+                domain=domains[0], metric="busy_ms", observed=ev["busy_ms"], expected=ev["group_median_ms"],
+                threshold=ev["group_median_ms"] * (1 + cfg.slow_rank_wait_ratio), unit="ms",
+                summary=f"rank {rank} ({host_name}) is the one its {', '.join(d.upper() for d in domains)} "
+                        f"group{'s' if len(domains) > 1 else ''} wait for: busy {ev['busy_ms']:.0f} ms vs group "
+                        f"median {ev['group_median_ms']:.0f} ms, R_wait {max(waits):.2f}",
+                evidence=dict(ev), severity="critical" if max(waits) > 0.3 else "warning",
+                cause_phase=phase, cause=advice.cause, suggestion=advice.suggestion,
+                open_after=cfg.slow_rank_min_steps, resolve_after=cfg.resolve_after_steps,
+            ))
+    return out

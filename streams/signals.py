@@ -1,0 +1,361 @@
+"""Rules R1–R10 fed from released frames and device samples; their state per job.
+
+The glue between the engine's frames and the pure rule modules in streams/rules/: it picks
+the series each rule reads (spec §2's "data" column), keeps one state per series and turns
+alarms into Findings on the right scope. Keys decide merging: a rule firing on "job" joins
+the slow-step incident, on "rank:r" the rank's incident, on "host:h" the host's.
+
+- device samples: R1 (T1, T2, T3, T6, T7 bounds) and R2 (CUSUM on T1, T2, T6) per device,
+  R2 on the device's deviation from the job's median device at the same tick (common mode
+  such as the thermal warm-up of a starting job is not a device drift);
+- steps: R1 on T8 (GC pause per rank), R3 on job step throughput and D1, R10 per rank;
+- kernel summaries: R4 (per kernel key: job trend + rank cross-section), R5/R6 per collective
+  key and group (SLOW_LINK / SLOW_GROUP), R7 (job median gap), R8 per rank, R9 per direction.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from steplens.config import DetectionConfig
+from streams.analysis.advisor import advise
+from streams.ingest.decode import DEVICE_METRICS, DOMAINS
+from streams.rules import r01_static_bounds as r1
+from streams.rules import r02_cusum as r2
+from streams.rules import r03_throughput_window as r3
+from streams.rules import r04_kernel_efficiency as r4
+from streams.rules import r05_slow_rank_in_group as r5
+from streams.rules import r06_slow_group as r6
+from streams.rules import r07_minority_kernel_gap as r7
+from streams.rules import r08_launch_latency as r8
+from streams.rules import r09_copy_rate as r9
+from streams.rules import r10_interstep_cpu as r10
+from streams.rules.base import Alarms, FloatArray
+from streams.scopes.finding import Finding
+from streams.windows.step_frames import PHASE_INDEX, Frame, Topology
+
+ADVICE: dict[str, tuple[str, str]] = {
+    "R1": ("device metric outside its bounds", "check cooling, power and memory headroom of the device"),
+    "R2": ("slow drift of a device metric", "check cooling/power trends; plan maintenance of the device"),
+    "R3": ("throughput dropped below its recent window", "check the data pipeline (D1) and the slow-step cause"),
+    "R4": ("kernel efficiency off its benchmark", "check down-clocking and thermal throttling; isolate slow nodes; "
+           "for memory-bound kernels: fusion, quantisation"),
+    "R5": ("slow link: collective bandwidth of a rank off its group", "check the NIC/link (RDMA retransmission, "
+           "port flapping); fix switch/NIC config"),
+    "R6": ("slow group: a whole group's collective bandwidth is low", "check the group's links and placement; "
+           "HCCL/NCCL env vars, congestion control"),
+    "R7": ("minority (unmonitored) kernels take a large share", "profile the step; fuse or remove small kernels"),
+    "R8": ("non-uniform kernel launch latency (host dispatch)", "operator fusion, remove sync ops; static shapes"),
+    "R9": ("host-device copy rate outside its band", "pin_memory and prefetch; check PCIe/host memory bandwidth"),
+    "R10": ("CPU work between steps", "move logging/checkpointing off the step boundary; remove sync ops"),
+}
+
+# R1 bounds per device metric: (config field of the bound, lower?)
+R1_DEVICE = (("temp_c", "r1_temp_max_c", False), ("mem_pct", "r1_mem_max_pct", False),
+             ("power_w", "r1_power_max_w", False), ("aicore_pct", "r1_aicore_min_pct", True),
+             ("membw_pct", "r1_membw_min_pct", True))
+R2_DEVICE = ("power_w", "temp_c", "mem_pct")
+METRIC_IDS = {"power_w": "T1", "temp_c": "T2", "aicore_pct": "T3", "aicpu_pct": "T4", "ctrlcpu_pct": "T5",
+              "mem_pct": "T6", "membw_pct": "T7"}
+
+
+@dataclass(slots=True)
+class SignalState:
+    rules: dict[str, Any] = field(default_factory=dict)
+    devices: dict[str, int] = field(default_factory=dict)   # "host/device" -> series index
+    device_rank: dict[int, int] = field(default_factory=dict)
+    pending: list[Finding] = field(default_factory=list)
+
+
+def _advice(rule: str) -> tuple[str, str]:
+    return ADVICE.get(rule, ("unknown", "enable detailed profiling for the affected ranks and steps"))
+
+
+def _finding(rule: str, key: str, scope: str, step: int, summary: str, a: Alarms, i: int, cfg: DetectionConfig,
+             **kw: Any) -> Finding:
+    cause, suggestion = _advice(rule)
+    base = float(a.baseline[i])
+    return Finding(rule=rule, key=key, scope=scope, step=step, summary=summary[:300],  # type: ignore[arg-type]
+                   observed=float(a.value[i]), expected=base if np.isfinite(base) else None,
+                   threshold=float(a.threshold[i]) if np.isfinite(a.threshold[i]) else None,
+                   cause=cause, suggestion=suggestion, resolve_after=cfg.resolve_after_steps, **kw)
+
+
+def _timed(timings: dict[str, float], rule: str, start: float) -> None:
+    timings[rule] = timings.get(rule, 0.0) + time.perf_counter() - start
+
+
+def _grow(state: Any, size: int, attr: str) -> Any:
+    """A rule state sized for fewer series (the job grew) restarts; equal size keeps it."""
+    return state if state is not None and getattr(state, attr).size == size else None
+
+
+# ---- device samples ---------------------------------------------------------------------
+def device_findings(chunk: dict[str, Any], state: SignalState, cfg: DetectionConfig,
+                    timings: dict[str, float]) -> list[Finding]:
+    t0 = time.perf_counter()
+    hosts: list[str] = chunk["host"]
+    devices: list[int] = chunk["device"]
+    ranks: list[int] = chunk["rank"]
+    idx = np.empty(len(hosts), dtype=np.int64)
+    for i, (h, d) in enumerate(zip(hosts, devices, strict=True)):
+        key = f"{h}/{d}"
+        j = state.devices.get(key)
+        if j is None:
+            j = state.devices[key] = len(state.devices)
+        idx[i] = j
+        if ranks[i] >= 0:
+            state.device_rank[j] = ranks[i]
+    n = len(state.devices)
+    names = list(state.devices)
+    values = {m: np.asarray(chunk[m], dtype=np.float64) for m in DEVICE_METRICS}
+    # rounds: a device sampled several times in one chunk is evaluated in order
+    order = np.argsort(np.asarray(chunk["ts_ns"], dtype=np.int64), kind="stable")
+    seen_count: dict[int, int] = {}
+    rounds: list[list[int]] = []
+    for pos in order.tolist():
+        r = seen_count.get(int(idx[pos]), 0)
+        seen_count[int(idx[pos])] = r + 1
+        if r == len(rounds):
+            rounds.append([])
+        rounds[r].append(pos)
+    out: list[Finding] = []
+    for rows in rounds:
+        sel = np.asarray(rows, dtype=np.int64)
+        for metric, field_name, lower in R1_DEVICE:
+            bound = float(getattr(cfg, field_name))
+            if bound <= 0:
+                continue
+            x = np.full(n, np.nan)
+            x[idx[sel]] = values[metric][sel]
+            params = r1.Params(lower=bound if lower else np.nan, upper=np.nan if lower else bound, k=cfg.r1_k)
+            key = f"r1:{metric}"
+            st, alarms = r1.evaluate(x, _grow(state.rules.get(key), n, "run"), params)
+            state.rules[key] = st
+            out.extend(_device_finding("R1", metric, alarms, names, state, cfg))
+        for metric in R2_DEVICE:
+            x = np.full(n, np.nan)
+            x[idx[sel]] = values[metric][sel]
+            if np.isfinite(x).sum() >= 3:
+                # drift relative to the job's other devices at the same tick: a job-wide ramp
+                # (warm-up, load change, room temperature) is common mode, a failing device is not
+                x = x - float(np.nanmedian(x))
+            key = f"r2:{metric}"
+            floor = float(getattr(cfg, f"r2_sigma_min_{metric}", 0.0))
+            st2, alarms = r2.evaluate(x, _grow(state.rules.get(key), n, "n"),
+                                      r2.Params(k=cfg.r2_k, h=cfg.r2_h, history=cfg.r2_history,
+                                                warmup=cfg.r2_warmup, sigma_min=floor))
+            state.rules[key] = st2
+            out.extend(_device_finding("R2", metric, alarms, names, state, cfg))
+    _timed(timings, "R1/R2", t0)
+    return out
+
+
+def _device_finding(rule: str, metric: str, a: Alarms, names: list[str], state: SignalState,
+                    cfg: DetectionConfig) -> list[Finding]:
+    out = []
+    for i, j in enumerate(a.index.tolist()):
+        host, dev = names[j].rsplit("/", 1)
+        rank = state.device_rank.get(j)
+        out.append(_finding(
+            rule, f"device:{names[j]}", "device", 0,
+            f"{METRIC_IDS[metric]} {metric} of {host} device {dev} at {a.value[i]:.1f} "
+            f"({'beyond bound' if rule == 'R1' else 'CUSUM drift from'} {a.threshold[i]:.1f})",
+            a, i, cfg, metric=METRIC_IDS[metric], host=host, device=int(dev), ranks=[rank] if rank is not None else [],
+            open_after=1, severity="critical" if rule == "R1" else "warning"))
+    return out
+
+
+# ---- step frames ------------------------------------------------------------------------
+def frame_findings(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionConfig,
+                   timings: dict[str, float]) -> list[Finding]:
+    if not frame.seen.any():
+        return []
+    out: list[Finding] = []
+    out.extend(_steps(frame, topo, state, cfg, timings))
+    if frame.kernels:
+        out.extend(_kernels(frame, topo, state, cfg, timings))
+    return out
+
+
+def _rank_findings(rule: str, a: Alarms, topo: Topology, frame: Frame, cfg: DetectionConfig, what: str,
+                   metric: str) -> list[Finding]:
+    """Per-rank alarms; when at least half the world alarms it is one job-scope finding."""
+    if len(a) == 0:
+        return []
+    world = max(int(frame.seen.sum()), 1)
+    if len(a) >= 2 and len(a) >= world / 2:
+        i = int(np.argmax(a.value))
+        return [_finding(rule, "job", "job", frame.step, f"{what} on {len(a)} of {world} ranks (up to "
+                         f"{a.value[i]:.3g})", a, i, cfg, metric=metric, open_after=cfg.rule_open_after)]
+    out = []
+    for i, rank in enumerate(a.index.tolist()):
+        h = int(topo.host_of[rank]) if rank < topo.host_of.size else -1
+        host = topo.hosts[h] if h >= 0 else None
+        out.append(_finding(rule, f"rank:{rank}", "rank", frame.step, f"rank {rank} ({host}): {what} "
+                            f"{a.value[i]:.3g} (threshold {a.threshold[i]:.3g})", a, i, cfg, metric=metric,
+                            ranks=[rank], host=host, open_after=cfg.rule_open_after))
+    return out
+
+
+def _steps(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionConfig,
+           timings: dict[str, float]) -> list[Finding]:
+    out: list[Finding] = []
+    world = frame.seen.size
+    t0 = time.perf_counter()
+    gc = frame.phases[PHASE_INDEX["gc_ms"]]
+    st1, a = r1.evaluate(gc, _grow(state.rules.get("r1:gc"), world, "run"),
+                         r1.Params(upper=cfg.r1_gc_max_ms, k=cfg.r1_gc_k))
+    state.rules["r1:gc"] = st1
+    gc_findings = _rank_findings("R1", a, topo, frame, cfg, "GC pause (T8) ms", "T8")
+    for f in gc_findings:
+        f.open_after = 1  # R1's own k is its persistence
+        f.cause_phase = "gc_ms"
+        f.cause, f.suggestion = advise("gc_ms").cause, advise("gc_ms").suggestion
+    out.extend(gc_findings)
+    _timed(timings, "R1", t0)
+
+    t0 = time.perf_counter()
+    step_ms = float(np.nanmax(frame.duration_ms))
+    data_ms = frame.phases[PHASE_INDEX["data_ms"]]
+    d1 = frame.batch / (data_ms / 1e3)
+    d1 = d1[np.isfinite(d1) & (data_ms > 0)]
+    x = np.array([1e3 / step_ms if step_ms > 0 else np.nan, float(np.median(d1)) if d1.size else np.nan])
+    st3, a = r3.evaluate(x, state.rules.get("r3"), r3.Params(warmup=cfg.r3_warmup, length=cfg.r3_length, k=cfg.r3_k,
+                                                           min_deviation=cfg.r3_min_deviation))
+    state.rules["r3"] = st3
+    for i, which in enumerate(a.index.tolist()):
+        label = "step throughput (steps/s)" if which == 0 else "D1 DataLoader throughput (batch/s)"
+        out.append(_finding("R3", "job", "job", frame.step, f"{label} {a.value[i]:.3g} outside its window "
+                            f"(mean {a.baseline[i]:.3g})", a, i, cfg, metric="D1" if which else "step_throughput",
+                            open_after=cfg.rule_open_after))
+    _timed(timings, "R3", t0)
+
+    t0 = time.perf_counter()
+    ratio = r10.share(frame.phases[PHASE_INDEX["interstep_cpu_ms"]], frame.duration_ms)
+    st10, a = r10.evaluate(ratio, _grow(state.rules.get("r10"), world, "pos"),
+                           r10.Params(severe=cfg.r10_severe, k=cfg.r10_k, min_ratio=cfg.r10_min_ratio))
+    state.rules["r10"] = st10
+    out.extend(_rank_findings("R10", a, topo, frame, cfg, "inter-step CPU share", "interstep_share"))
+    _timed(timings, "R10", t0)
+    return out
+
+
+def _kernels(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionConfig,
+             timings: dict[str, float]) -> list[Finding]:
+    out: list[Finding] = []
+    world = frame.seen.size
+    # per key, per rank columns from the row-shaped summaries
+    compute: dict[str, FloatArray] = {}
+    comm: dict[str, tuple[FloatArray, str]] = {}
+    copy: dict[str, FloatArray] = {}
+    launch: dict[str, tuple[FloatArray, FloatArray, FloatArray]] = {}
+    for rank, entries, _other in frame.kernels:
+        if rank >= world:
+            continue
+        for key, cat, count, total_ns, flops, nbytes, domain, l_mean, l_mad, direction in entries:
+            if not isinstance(total_ns, int) or total_ns <= 0:
+                continue
+            if isinstance(flops, (int, float)) and flops > 0:
+                compute.setdefault(str(key), np.full(world, np.nan))[rank] = flops / total_ns * 1e9
+            if cat == "comm" and isinstance(nbytes, int) and isinstance(domain, str):
+                comm.setdefault(str(key), (np.full(world, np.nan), domain))[0][rank] = nbytes / total_ns
+            if cat == "memcpy" and isinstance(nbytes, int):
+                copy.setdefault(str(direction or key), np.full(world, np.nan))[rank] = nbytes / total_ns
+            if isinstance(l_mean, (int, float)) and isinstance(l_mad, (int, float)):
+                cols = launch.setdefault(str(key), (np.full(world, np.nan), np.full(world, np.nan),
+                                                    np.zeros(world)))
+                cols[0][rank], cols[1][rank], cols[2][rank] = l_mean, l_mad, float(count)  # type: ignore[arg-type]
+    t0 = time.perf_counter()
+    for key, p in compute.items():
+        sk = f"r4:{key}"
+        med = np.array([float(np.nanmedian(p))])
+        st4, a = r4.evaluate(med, state.rules.get(sk), r4.Params(history=cfg.r4_history, iqr_k=cfg.r4_iqr_k,
+                                                                bench_samples=cfg.r4_bench_samples,
+                                                                p_bench=cfg.r4_p_bench,
+                                                                min_deviation=cfg.r4_min_deviation))
+        state.rules[sk] = st4
+        for i in range(len(a)):
+            out.append(_finding("R4", "job", "job", frame.step, f"kernel {key}: efficiency {a.value[i]:.2f} of "
+                                "benchmark, outside its IQR fences", a, i, cfg, metric=key,
+                                open_after=cfg.rule_open_after))
+        ratio = p / med[0]
+        cross = r4.cross_section(ratio, cfg.r4_iqr_k, min_deviation=cfg.r4_min_deviation)
+        low = cross.value < cross.baseline
+        slow = Alarms(cross.index[low], cross.value[low], cross.baseline[low], cross.threshold[low])
+        out.extend(_rank_findings("R4", slow, topo, frame, cfg, f"kernel {key} FLOP/s ratio to the job's median",
+                                  key))
+    _timed(timings, "R4", t0)
+
+    t0 = time.perf_counter()
+    for key, (bw, domain) in comm.items():
+        if domain not in DOMAINS:
+            continue
+        groups = topo.groups[DOMAINS.index(domain), :world]
+        sk = f"r5:{key}"
+        st5, a = r5.evaluate(bw, groups, state.rules.get(sk), r5.Params(periods=cfg.r5_periods, k=cfg.r5_k,
+                                                                               min_deviation=cfg.r5_min_deviation))
+        state.rules[sk] = st5
+        low = a.value < a.baseline
+        cand_groups: set[int] = set()
+        for i, rank in enumerate(a.index.tolist()):
+            if not low[i]:
+                continue
+            g = int(groups[rank])
+            cand_groups.add(g)
+            h = int(topo.host_of[rank])
+            host = topo.hosts[h] if h >= 0 else None
+            link = f"{domain} group {g}: rank {rank} ({host})"
+            out.append(_finding("R5", f"link:{domain}/{g}/{rank}", "link", frame.step,
+                                f"slow link {link}: {key} bandwidth {a.value[i]:.2f} GB/s vs group "
+                                f"{a.baseline[i]:.2f}", a, i, cfg, metric=key, ranks=[rank], host=host,
+                                domain=domain, group=g, link=link, open_after=cfg.rule_open_after))
+        ok = np.isfinite(bw) & (groups >= 0)
+        gids = np.unique(groups[ok])
+        if gids.size:
+            means = np.array([float(np.mean(bw[ok & (groups == g)])) for g in gids.tolist()])
+            has = np.array([int(g) in cand_groups for g in gids.tolist()])
+            a6 = r6.evaluate(means, has, r6.Params(k=cfg.r6_k))
+            for i, gi in enumerate(a6.index.tolist()):
+                if a6.value[i] >= a6.baseline[i]:
+                    continue
+                g = int(gids[gi])
+                members = np.flatnonzero(groups == g).tolist()
+                out.append(_finding("R6", f"group:{domain}/{g}", "group", frame.step,
+                                    f"slow group {domain.upper()} {g}: {key} bandwidth {a6.value[i]:.2f} GB/s vs "
+                                    f"other groups {a6.baseline[i]:.2f}", a6, i, cfg, metric=key, ranks=members,
+                                    domain=domain, group=g, open_after=cfg.rule_open_after))
+    _timed(timings, "R5/R6", t0)
+
+    t0 = time.perf_counter()
+    v = r7.gap(frame.duration_ms, frame.phases[PHASE_INDEX["interstep_cpu_ms"]], frame.kernel_ns / 1e6)
+    vv = v[np.isfinite(v)]
+    if vv.size:
+        st7, a = r7.evaluate(np.array([float(np.median(vv))]), state.rules.get("r7"),
+                             r7.Params(bound=cfg.r7_bound, jump=cfg.r7_jump))
+        state.rules["r7"] = st7
+        for i in range(len(a)):
+            out.append(_finding("R7", "job", "job", frame.step, f"minority-kernel gap V {a.value[i]:.2f} "
+                                f"(threshold {a.threshold[i]:.2f})", a, i, cfg, metric="V_minority",
+                                open_after=cfg.rule_open_after))
+    _timed(timings, "R7", t0)
+
+    t0 = time.perf_counter()
+    for key, (mean, mad, count) in launch.items():
+        a = r8.evaluate(mean, mad, count, r8.Params(min_cu=cfg.r8_min_cu))
+        out.extend(_rank_findings("R8", a, topo, frame, cfg, f"launch-latency uniformity CU of {key}", "T15"))
+    _timed(timings, "R8", t0)
+
+    t0 = time.perf_counter()
+    for direction, rate in copy.items():
+        sk = f"r9:{direction}"
+        st9, a = r9.evaluate(rate, _grow(state.rules.get(sk), world, "pos"),
+                             r9.Params(low=cfg.r9_low_gbps, high=cfg.r9_high_gbps))
+        state.rules[sk] = st9
+        out.extend(_rank_findings("R9", a, topo, frame, cfg, f"{direction} copy rate GB/s", f"copy_{direction}"))
+    _timed(timings, "R9", t0)
+    return out

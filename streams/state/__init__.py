@@ -1,0 +1,1 @@
+"""Detection state that survives restarts and rebalances (per-job snapshots on a compacted topic)."""
