@@ -1,0 +1,161 @@
+"""PyTorch Kineto traces (.json / .json.gz): the pre-2024 layout and the 2024 one.
+
+The 2024 layout adds `distributedInfo.pg_config` and NCCL collective args on the kernel
+(`Collective name`, `In msg nelems`, `dtype`, `Process Group Name`/`Ranks`); older traces
+only have the kernel name, from which the collective is read (`ncclKernel_AllReduce_RING_LL_Sum_float`
+and, from NCCL 2.19, `ncclDevKernel_AllGather_RING_LL`). Launch latency pairs a runtime call
+and its kernel by `args.correlation` (what the `ac2g` flow arrows connect). Events stream
+through `EventStream`; only numeric columns are kept.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from streams.profiles.jsonstream import EventStream
+from streams.profiles.model import (
+    NCCL_KERNEL,
+    Collective,
+    ColumnBuilder,
+    HostOps,
+    Kernels,
+    Names,
+    Profile,
+    Step,
+    kernel_kind,
+)
+
+_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_NCCL_OP = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
+_DTYPE_BYTES = {
+    "float": 4, "float32": 4, "int": 4, "int32": 4, "uint32": 4, "double": 8, "float64": 8, "long": 8,
+    "int64": 8, "uint64": 8, "half": 2, "float16": 2, "bfloat16": 2, "bf16": 2, "char": 1, "byte": 1,
+    "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
+}
+_DEVICE_CATS = frozenset(("kernel", "gpu_memcpy", "gpu_memset"))
+_RUNTIME_CATS = frozenset(("cuda_runtime", "cuda_driver", "runtime", "driver"))
+_HOST_CATS = frozenset(("cpu_op", "user_annotation", "python_function", "operator"))
+
+
+def nccl_op(name: str) -> str | None:
+    """Collective of an NCCL kernel name, lower case (`allreduce`), for old and new kernel names."""
+    match = _NCCL_OP.match(name)
+    return match.group(1).lower() if match else None
+
+
+def _msg_bytes(args: dict[str, Any]) -> float:
+    nelems = args.get("In msg nelems")
+    if nelems is None:
+        return math.nan
+    size = _DTYPE_BYTES.get(str(args.get("dtype", "")).lower(), 0)
+    return float(nelems) * size if size else math.nan
+
+
+def parse_kineto(path: Path, progress: Callable[[int], None] | None = None) -> Profile:
+    names = Names()
+    kernels = ColumnBuilder(ts="f8", dur="f8", kind="i1", stream="i4", name="i4", corr="i8")
+    runtime = ColumnBuilder(ts="f8", dur="f8", name="i4", tid="i8", corr="i8")
+    ops = ColumnBuilder(ts="f8", dur="f8", name="i4", tid="i8", corr="i8")
+    steps: list[Step] = []
+    collectives: list[Collective] = []
+    seq: dict[str, int] = {}
+    kind_cache: dict[int, int] = {}
+    stream = EventStream(path, progress=progress)
+    k_ts, k_dur, k_kind, k_stream, k_name, k_corr = (kernels.lists[c] for c in kernels.dtypes)
+    r_ts, r_dur, r_name, r_tid, r_corr = (runtime.lists[c] for c in runtime.dtypes)
+    o_ts, o_dur, o_name, o_tid, o_corr = (ops.lists[c] for c in ops.dtypes)
+    intern = names.id
+    for batch in stream.batches():
+        for ev in batch:
+            if ev.get("ph") != "X":
+                continue
+            cat = ev.get("cat")
+            if cat in _DEVICE_CATS:
+                args = ev.get("args") or {}
+                name = ev.get("name", "")
+                nid = intern(name)
+                kind = kind_cache.get(nid)
+                if kind is None:
+                    kind = kind_cache[nid] = kernel_kind(name)
+                ts = float(ev["ts"])
+                dur = float(ev.get("dur", 0.0))
+                k_ts.append(ts)
+                k_dur.append(dur)
+                k_kind.append(kind)
+                k_stream.append(int(args.get("stream", ev.get("tid", -1)) or 0))
+                k_name.append(nid)
+                k_corr.append(int(args.get("correlation", -1)))
+                if kind == 1:
+                    group = str(args.get("Process Group Name", args.get("Process Group Description", "default")))
+                    op = str(args.get("Collective name") or nccl_op(name) or "unknown").lower()
+                    n = seq.get(group, 0)
+                    seq[group] = n + 1
+                    collectives.append(Collective(name=name, op=op, ts=ts, dur=dur, bytes=_msg_bytes(args),
+                                                  group=group, seq=n))
+            elif cat in _RUNTIME_CATS:
+                args = ev.get("args") or {}
+                r_ts.append(float(ev["ts"]))
+                r_dur.append(float(ev.get("dur", 0.0)))
+                r_name.append(intern(ev.get("name", "")))
+                r_tid.append(int(ev.get("tid", 0)) if isinstance(ev.get("tid"), int) else 0)
+                r_corr.append(int(args.get("correlation", -1)))
+            elif cat in _HOST_CATS:
+                name = ev.get("name", "")
+                ts = float(ev["ts"])
+                dur = float(ev.get("dur", 0.0))
+                if name.startswith("ProfilerStep#"):
+                    match = _STEP.match(name)
+                    if match:
+                        steps.append(Step(int(match.group(1)), ts, dur))
+                o_ts.append(ts)
+                o_dur.append(dur)
+                o_name.append(intern(name))
+                o_tid.append(int(ev.get("tid", 0)) if isinstance(ev.get("tid"), int) else 0)
+                o_corr.append(-1)
+        kernels.flush()
+        runtime.flush()
+        ops.flush()
+    header = stream.header
+    dist = header.get("distributedInfo") or {}
+    base_us = float(header.get("baseTimeNanoseconds", 0)) / 1000.0
+    k = kernels.build()
+    r = runtime.build()
+    o = ops.build()
+    groups: dict[str, list[int]] = {}
+    for pg in dist.get("pg_config") or []:
+        if isinstance(pg, dict):
+            groups[str(pg.get("pg_name"))] = [int(x) for x in pg.get("ranks") or []]
+    devices = header.get("deviceProperties") or []
+    profile = Profile(
+        source=str(path),
+        format="kineto",
+        rank=int(dist["rank"]) if "rank" in dist else None,
+        world=int(dist["world_size"]) if "world_size" in dist else None,
+        device=str(devices[0].get("name")) if devices and isinstance(devices[0], dict) else None,
+        names=names,
+        kernels=Kernels(k["ts"] + base_us, k["dur"], k["kind"], k["stream"], k["name"], k["corr"]),
+        runtime=HostOps(r["ts"] + base_us, r["dur"], r["name"], r["tid"], r["corr"]),
+        ops=HostOps(o["ts"] + base_us, o["dur"], o["name"], o["tid"], o["corr"]),
+        steps=sorted((Step(s.number, s.ts + base_us, s.dur) for s in steps), key=lambda s: s.ts),
+        collectives=[
+            Collective(c.name, c.op, c.ts + base_us, c.dur, c.bytes, c.group, c.seq) for c in collectives
+        ],
+        groups=groups,
+        bytes_read=path.stat().st_size,
+        events=stream.events,
+        meta={"schemaVersion": header.get("schemaVersion"), "backend": dist.get("backend")},
+    )
+    return profile
+
+
+def is_nccl(name: str) -> bool:
+    return NCCL_KERNEL.match(name) is not None
+
+
+__all__ = ["is_nccl", "nccl_op", "np", "parse_kineto"]
