@@ -83,6 +83,7 @@ def parse_ascend(root: Path, progress: Callable[[int], None] | None = None) -> P
     bytes_read = 0
     events = 0
     have_kernel_details = (out / "kernel_details.csv").is_file()
+    pipes: dict[str, list[float]] = {}  # kernel name -> [time, mac·time, vec·time, mte2·time]
     if have_kernel_details:
         bytes_read += (out / "kernel_details.csv").stat().st_size
         lists = kern.lists
@@ -98,9 +99,16 @@ def parse_ascend(root: Path, progress: Callable[[int], None] | None = None) -> P
             lists["kind"].append(COMPUTE)
             stream_id = row.get("Stream ID", "-1")
             lists["stream"].append(int(stream_id) if stream_id.lstrip("-").isdigit() else -1)
-            lists["name"].append(names.id(row.get("Name", "")))
+            name = row.get("Name", "")
+            lists["name"].append(names.id(name))
             lists["corr"].append(-1)
             events += 1
+            dur = lists["dur"][-1]
+            acc = pipes.setdefault(name, [0.0, 0.0, 0.0, 0.0])
+            acc[0] += dur
+            acc[1] += dur * _ratio(row, "aic_mac_ratio")
+            acc[2] += dur * _ratio(row, "aiv_vec_ratio")
+            acc[3] += dur * max(_ratio(row, "aic_mte2_ratio"), _ratio(row, "aiv_mte2_ratio"))
     trace = out / "trace_view.json"
     if trace.is_file():
         bytes_read += trace.stat().st_size
@@ -158,7 +166,13 @@ def parse_ascend(root: Path, progress: Callable[[int], None] | None = None) -> P
         reference=reference,
         bytes_read=bytes_read,
         events=events,
+        meta={"pipe_utilisation": {k: (v[0], v[1] / v[0], v[2] / v[0], v[3] / v[0]) for k, v in pipes.items() if v[0] > 0}},
     )
+
+
+def _ratio(row: dict[str, str], key: str) -> float:
+    value = _float(row.get(key, "nan"))
+    return 0.0 if math.isnan(value) else value
 
 
 def _route(
