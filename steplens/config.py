@@ -46,6 +46,15 @@ class Settings:
     sink_batch_size: int = 5000
     sink_batch_seconds: float = 1.0
     detection: DetectionConfig = field(default_factory=DetectionConfig)
+    profile_roots: str = ""           # os.pathsep-separated dirs profile dumps may live in; empty: <home>/profiles
+    parse_workers: int = 1            # processes parsing profile dumps (the parse worker's pool)
+
+    @property
+    def profile_root_paths(self) -> tuple[Path, ...]:
+        """Where ProfileReady uris may point (anything else is refused)."""
+        if not self.profile_roots:
+            return (self.home / "profiles",)
+        return tuple(Path(p).expanduser() for p in self.profile_roots.split(os.pathsep) if p)
 
     @property
     def embedded_path(self) -> Path:
@@ -69,6 +78,8 @@ _ENV = {
     "STEPLENS_MAX_EVENT_BYTES": ("", "max_event_bytes"),
     "STEPLENS_SINK_BATCH_SIZE": ("", "sink_batch_size"),
     "STEPLENS_SINK_BATCH_SECONDS": ("", "sink_batch_seconds"),
+    "STEPLENS_PROFILE_ROOTS": ("", "profile_roots"),
+    "STEPLENS_PARSE_WORKERS": ("", "parse_workers"),
 }
 
 

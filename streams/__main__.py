@@ -1,4 +1,4 @@
-"""`python -m streams worker --role detect|land`: run one steplens worker in the foreground."""
+"""`python -m streams worker --role detect|land|parse`: run one steplens worker in the foreground."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m streams")
     sub = parser.add_subparsers(dest="command", required=True)
     worker = sub.add_parser("worker", help="run a Faust worker")
-    worker.add_argument("--role", choices=("detect", "land"), required=True)
+    worker.add_argument("--role", choices=("detect", "land", "parse"), required=True)
     worker.add_argument("--loglevel", default="info")
     args = parser.parse_args(argv)
     settings = load_settings()

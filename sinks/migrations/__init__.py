@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sinks.features import Features
-from sinks.migrations import m0001_steps, m0002_incidents, m0003_jobs, m0004_dead_letters
+from sinks.migrations import m0001_steps, m0002_incidents, m0003_jobs, m0004_dead_letters, m0005_profile_breakdowns
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +23,7 @@ class Migration:
 
 MIGRATIONS: tuple[Migration, ...] = tuple(
     Migration(module.ID, module.DESCRIPTION, module.statements)
-    for module in (m0001_steps, m0002_incidents, m0003_jobs, m0004_dead_letters)
+    for module in (m0001_steps, m0002_incidents, m0003_jobs, m0004_dead_letters, m0005_profile_breakdowns)
 )
 
 __all__ = ["MIGRATIONS", "Migration"]

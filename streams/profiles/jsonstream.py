@@ -17,7 +17,7 @@ import gzip
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import orjson
 
@@ -36,7 +36,7 @@ class TraceFormatError(ValueError):
 
 def open_trace(path: Path) -> IO[bytes]:
     if path.suffix == ".gz":
-        return gzip.open(path, "rb")
+        return cast(IO[bytes], gzip.open(path, "rb"))
     return path.open("rb")
 
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from streams.profiles.analysis.findings import Finding
 from streams.profiles.analysis.intervals import total, union
-from streams.profiles.model import Profile
+from streams.profiles.model import F64, Profile
 
 _SYNC = re.compile(r"(aten::item|aten::_local_scalar_dense|cudaDeviceSynchronize|cudaStreamSynchronize|"
                    r"cudaEventSynchronize|aclrtSynchronize|SynchronizeStream|\.item\(|aten::nonzero)")
@@ -72,7 +72,7 @@ def host_causes(profile: Profile, small_op_us: float = 10.0, sync_share: float =
     return findings
 
 
-def launch_latency_us(profile: Profile) -> np.ndarray:  # type: ignore[type-arg]
+def launch_latency_us(profile: Profile) -> F64:
     """Kernel start − launch call start, paired by correlation id (the `ac2g` flow)."""
     r = profile.runtime
     k = profile.kernels

@@ -15,9 +15,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from streams.profiles.analysis.findings import Finding
 import numpy as np
 
+from streams.profiles.analysis.findings import Finding
 from streams.profiles.model import COMMUNICATION, ClusterTable, Profile
 
 P2P_OPS = frozenset(("send", "recv", "receive", "p2p"))  # one-sided transfers (PP); SendRecv is all-to-all
@@ -146,9 +146,9 @@ def late_start_straggler(profiles: list[Profile], min_normalized_duration: float
         return None
     spread: dict[tuple[int, str], list[float]] = {}
     per_step: dict[tuple[int, int, str], list[float]] = {}
-    for (rank, stream, step, name), (_ts, dur) in last.items():
+    for (_rank, stream, step, name), (_ts, dur) in last.items():
         per_step.setdefault((stream, step, name), []).append(dur / mean_iter)
-    for (stream, step, name), durs in per_step.items():
+    for (stream, _step, name), durs in per_step.items():
         if len(durs) >= 2:
             spread.setdefault((stream, name), []).append(float(np.std(durs, ddof=1)))
     if not spread:

@@ -166,7 +166,8 @@ def parse_ascend(root: Path, progress: Callable[[int], None] | None = None) -> P
         reference=reference,
         bytes_read=bytes_read,
         events=events,
-        meta={"pipe_utilisation": {k: (v[0], v[1] / v[0], v[2] / v[0], v[3] / v[0]) for k, v in pipes.items() if v[0] > 0}},
+        meta={"pipe_utilisation": {
+            k: (v[0], v[1] / v[0], v[2] / v[0], v[3] / v[0]) for k, v in pipes.items() if v[0] > 0}},
     )
 
 
