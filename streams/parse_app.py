@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import multiprocessing
 from collections.abc import AsyncIterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -40,7 +41,10 @@ def create_parse_app(settings: Settings) -> faust.App:
 
     def pool() -> ProcessPoolExecutor:
         if state["pool"] is None:
-            state["pool"] = ProcessPoolExecutor(max_workers=max(1, settings.parse_workers))
+            # spawn, not fork: a forked copy of a running Faust worker (threads, signal handlers,
+            # the Kafka client) is not safe to run anything in
+            state["pool"] = ProcessPoolExecutor(max_workers=max(1, settings.parse_workers),
+                                                mp_context=multiprocessing.get_context("spawn"))
         return state["pool"]  # type: ignore[no-any-return]
 
     async def dead_letter(raw: bytes, key: bytes | None, fieldname: str, problem: str, offset: int) -> None:

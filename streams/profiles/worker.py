@@ -33,9 +33,12 @@ class DumpError(Exception):
     """A dump that cannot be used; `field` names what was wrong (uri, format, content)."""
 
     def __init__(self, field: str, problem: str) -> None:
-        super().__init__(f"{field}: {problem}")
+        super().__init__(field, problem)  # both in args: the error crosses the process pool by pickle
         self.field = field
         self.problem = problem
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.problem}"
 
 
 @dataclass(slots=True)
@@ -68,6 +71,8 @@ def analyse_dump(event: ProfileReady, roots: tuple[Path, ...], now_ns: int, max_
         raise DumpError("content", f"{event.uri}: {type(exc).__name__}: {exc}") from exc
     profiles = [p for p in loaded if isinstance(p, Profile)]
     clusters = [c for c in loaded if isinstance(c, ClusterTable)]
+    if len(profiles) == 1:
+        profiles[0].rank = event.rank  # the event's rank is the job's; the dump's own id may be local
     for p in profiles:
         if p.rank is None:
             p.rank = event.rank

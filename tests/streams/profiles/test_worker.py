@@ -67,3 +67,18 @@ def test_command_index_is_bounded() -> None:
                                  step_count=1, issued_ns=1, incident_id=f"i{i}"))
     assert index.get("c0") is None
     assert index.get("c2") is not None and index.get("c2").incident_id == "i2"  # type: ignore[union-attr]
+
+
+def test_errors_cross_a_spawned_process_pool(real_samples: Path, tmp_path: Path) -> None:
+    """The worker parses in a process pool: results and DumpErrors must survive pickling."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(b'{"traceEvents": [{"ph": "X", "na')
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        with pytest.raises(DumpError) as err:
+            pool.submit(analyse_dump, _event(str(cut)), (tmp_path,), 1).result(timeout=120)
+        assert err.value.field == "content" and "truncated" in str(err.value)
+        ok = pool.submit(analyse_dump, _event(str(ASCEND / "rank0_ascend_pt"), "ascend_pt"), (ASCEND,), 1)
+        assert ok.result(timeout=120).rows
