@@ -53,6 +53,8 @@ def late_arrivals(profiles: list[Profile]) -> list[LateArrival]:
                 continue
             late = max(per_rank, key=lambda r: per_rank[r][0])
             first = min(v[0] for v in per_rank.values())
+            if per_rank[late][0] <= first:
+                continue  # everyone started together: nobody was waited for
             shortest = min(per_rank, key=lambda r: per_rank[r][1])
             out.append(LateArrival(key, late, per_rank[late][0] - first, shortest))
     return out
