@@ -74,6 +74,8 @@ def roofline(profile: Profile, u_thr: float = 0.6, min_share: float = 0.2,
                 evidence={f"{k}_share": v / total for k, v in time_by_class.items()} | {"u_thr": u_thr},
                 rank=profile.rank, severity="info",
             ))
+    if measured_clock_mhz is None and isinstance(profile.meta.get("clock_mhz_min"), float):
+        measured_clock_mhz = profile.meta["clock_mhz_min"]  # Ascend: the 'AI Core Freq' counter
     peak = peak_for(profile.device, peaks)
     if peak is not None and measured_clock_mhz is not None and measured_clock_mhz < 0.95 * peak.clock_mhz:
         findings.append(Finding(

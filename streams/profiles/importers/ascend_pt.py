@@ -83,6 +83,7 @@ def parse_ascend(root: Path, progress: Callable[[int], None] | None = None) -> P
     bytes_read = 0
     events = 0
     have_kernel_details = (out / "kernel_details.csv").is_file()
+    meta_extra: dict[str, Any] = {}
     pipes: dict[str, list[float]] = {}  # kernel name -> [time, mac·time, vec·time, mte2·time]
     if have_kernel_details:
         bytes_read += (out / "kernel_details.csv").stat().st_size
@@ -115,6 +116,7 @@ def parse_ascend(root: Path, progress: Callable[[int], None] | None = None) -> P
         pnames: dict[Any, str] = {}
         tnames: dict[tuple[Any, Any], str] = {}
         pending: list[dict[str, Any]] = []
+        clocks: list[float] = []
         stream = EventStream(trace, progress=progress)
         for batch in stream.batches():
             for ev in batch:
@@ -127,6 +129,10 @@ def parse_ascend(root: Path, progress: Callable[[int], None] | None = None) -> P
                         tnames[(ev.get("pid"), ev.get("tid"))] = str(args.get("name", ""))
                 elif ph == "X":
                     pending.append(ev)
+                elif ph == "C" and ev.get("name") == "AI Core Freq":
+                    mhz = (ev.get("args") or {}).get("MHz")
+                    if isinstance(mhz, int | float):
+                        clocks.append(float(mhz))
             # metadata comes first in torch_npu output; resolve what we can per batch
             keep = []
             for ev in pending:
@@ -140,6 +146,8 @@ def parse_ascend(root: Path, progress: Callable[[int], None] | None = None) -> P
             kern.flush()
             ops.flush()
         events += stream.events
+        if clocks:
+            meta_extra["clock_mhz_min"] = min(clocks)
     elif not have_kernel_details:
         raise TraceFormatError(f"{root}: neither trace_view.json nor kernel_details.csv in {OUTPUT_DIR}")
     k = kern.build()
@@ -167,7 +175,7 @@ def parse_ascend(root: Path, progress: Callable[[int], None] | None = None) -> P
         bytes_read=bytes_read,
         events=events,
         meta={"pipe_utilisation": {
-            k: (v[0], v[1] / v[0], v[2] / v[0], v[3] / v[0]) for k, v in pipes.items() if v[0] > 0}},
+            k: (v[0], v[1] / v[0], v[2] / v[0], v[3] / v[0]) for k, v in pipes.items() if v[0] > 0}, **meta_extra},
     )
 
 

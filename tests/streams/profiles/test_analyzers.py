@@ -77,3 +77,15 @@ def test_communication_causes_small_unaligned_and_retransmission() -> None:
 def test_every_cause_has_advice_with_a_suggestion() -> None:
     for key, advice in CAUSES.items():
         assert advice.suggestion and advise_cause(key) is advice
+
+
+def test_down_clocking_from_the_ascend_frequency_counter(real_samples: object) -> None:
+    from streams.profiles.analysis.roofline import DEFAULT_PEAKS, roofline
+    from streams.profiles.importers.ascend_pt import parse_ascend
+    from tests.streams.profiles.conftest import ASCEND
+
+    p = parse_ascend(ASCEND / "rank0_ascend_pt")
+    assert p.meta["clock_mhz_min"] == DEFAULT_PEAKS["Ascend"].clock_mhz  # the sample runs at its rated clock
+    assert "down_clocking" not in {f.cause for f in roofline(p)}
+    p.meta["clock_mhz_min"] = 0.9 * DEFAULT_PEAKS["Ascend"].clock_mhz
+    assert "down_clocking" in {f.cause for f in roofline(p)}
