@@ -2,7 +2,8 @@
 
 Each step has forward/backward compute kernels launched by cudaLaunchKernel (with correlation
 ids), an NCCL all-reduce per bucket with 2024-style collective args, and host operators; a
-rank can be made late by `delay_us` before each collective (a straggler with ground truth).
+rank can be made late by `delay_us` of extra device work before each collective: it starts the
+collective last and runs it shortest (the others wait inside theirs), a straggler with ground truth.
 """
 
 from __future__ import annotations
@@ -52,14 +53,15 @@ def _step_events(step: int, t0: float, rank: int, layers: int, corr0: int, delay
         t += 15.0
         if layer % 8 == 7:
             corr += 1
-            t += delay_us
+            gpu_t += delay_us  # the late rank's compute before the collective runs longer
             nelems = 1 << 20
             events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": pid, "tid": tid,
-                           "ts": t, "dur": 5.0, "args": {"correlation": corr}})
-            start = max(t + 8.0, gpu_t - 100.0)
+                           "ts": t, "dur": 5.0, "args": {"External id": corr, "correlation": corr}})
+            start = max(t + 8.0, gpu_t)
             comm_dur = 120.0 - min(delay_us, 100.0)
             events.append({"ph": "X", "cat": "kernel", "name": comm_name, "pid": 0, "tid": 20, "ts": start,
-                           "dur": comm_dur, "args": {"device": 0, "stream": 20, "correlation": corr,
+                           "dur": comm_dur, "args": {"External id": corr, "device": 0, "stream": 20,
+                                                     "correlation": corr,
                                                      "Collective name": "allreduce", "In msg nelems": nelems,
                                                      "Out msg nelems": nelems, "Group size": 2, "dtype": "Float",
                                                      "Process Group Name": "0",
