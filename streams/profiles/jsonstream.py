@@ -47,10 +47,10 @@ class EventStream:
     """
 
     def __init__(
-        self, path: Path, chunk_bytes: int = CHUNK_BYTES, progress: Callable[[int], None] | None = None
+        self, path: Path, chunk_bytes: int | None = None, progress: Callable[[int], None] | None = None
     ) -> None:
         self.path = path
-        self.chunk_bytes = chunk_bytes
+        self.chunk_bytes = chunk_bytes if chunk_bytes is not None else CHUNK_BYTES
         self.progress = progress
         self.header: dict[str, Any] = {}
         self.events = 0
@@ -69,6 +69,54 @@ class EventStream:
         except (EOFError, gzip.BadGzipFile, OSError) as exc:
             raise TraceFormatError(f"{self.path}: cannot read ({exc}) after {self.events} events") from exc
 
+    def raw_slices(self) -> Iterator[bytes | list[dict[str, Any]]]:
+        """Unvalidated runs of whole events (bytes to wrap in [ ] and parse elsewhere), then the parsed
+        end of the array as one list. A cut inside a string makes its slice fail to parse: the caller
+        then reads the file again with `batches()`, which validates every cut."""
+        try:
+            with open_trace(self.path) as fh:
+                yield from self._raw_slices(fh)
+        except (EOFError, gzip.BadGzipFile, OSError) as exc:
+            raise TraceFormatError(f"{self.path}: cannot read ({exc})") from exc
+
+    def _raw_slices(self, fh: IO[bytes]) -> Iterator[bytes | list[dict[str, Any]]]:
+        buf = self._start(fh)
+        while True:
+            more = self._read(fh)
+            if not more:
+                break
+            buf += more
+            end = len(buf)
+            while True:
+                pos = buf.rfind(b"}", 0, end)
+                if pos < 0:
+                    break
+                match = _BOUNDARY.match(buf, pos)
+                if match is not None:
+                    yield buf[: pos + 1]
+                    buf = buf[match.end() - 1:]
+                    break
+                end = pos
+            if len(buf) > MAX_BUFFER_BYTES:
+                raise TraceFormatError(f"{self.path}: cannot split events near event {self.events}")
+        yield from self._finish(buf)
+
+    def _start(self, fh: IO[bytes]) -> bytes:
+        """Read up to the start of the event array; returns what follows the `[`."""
+        buf = self._read(fh)
+        while True:
+            stripped = buf.lstrip()
+            if stripped[:1] == b"[":
+                return stripped[1:]
+            match = _EVENTS_KEY.search(buf)
+            if match is not None:
+                self._parse_prefix(buf[: match.start()])
+                return buf[match.end():]
+            more = self._read(fh)
+            if not more or len(buf) > MAX_BUFFER_BYTES:
+                raise TraceFormatError(f"{self.path}: no trace event array (traceEvents) found")
+            buf += more
+
     def _read(self, fh: IO[bytes]) -> bytes:
         data = fh.read(self.chunk_bytes)
         if self.progress is not None:
@@ -76,24 +124,7 @@ class EventStream:
         return data
 
     def _batches(self, fh: IO[bytes]) -> Iterator[list[dict[str, Any]]]:
-        buf = self._read(fh)
-        # locate the start of the event array
-        while True:
-            stripped = buf.lstrip()
-            if stripped[:1] == b"[":
-                buf = stripped[1:]
-                prefix = b""
-                break
-            match = _EVENTS_KEY.search(buf)
-            if match is not None:
-                prefix = buf[: match.start()]
-                buf = buf[match.end():]
-                break
-            more = self._read(fh)
-            if not more or len(buf) > MAX_BUFFER_BYTES:
-                raise TraceFormatError(f"{self.path}: no trace event array (traceEvents) found")
-            buf += more
-        self._parse_prefix(prefix)
+        buf = self._start(fh)
         eof = False
         while True:
             cut = self._split(buf)
