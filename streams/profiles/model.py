@@ -44,13 +44,13 @@ class Names:
 
     def __init__(self) -> None:
         self.items: list[str] = []
-        self._index: dict[str, int] = {}
+        self.index: dict[str, int] = {}  # read-only for callers (hot loops look names up directly)
 
     def id(self, name: str) -> int:
-        idx = self._index.get(name)
+        idx = self.index.get(name)
         if idx is None:
             idx = len(self.items)
-            self._index[name] = idx
+            self.index[name] = idx
             self.items.append(name)
         return idx
 

@@ -89,56 +89,69 @@ def _collect(batch: list[dict[str, Any]]) -> _Part:
     r_ts, r_dur, r_name, r_tid, r_corr = (runtime.lists[c] for c in runtime.dtypes)
     o_ts, o_dur, o_name, o_tid, o_corr = (ops.lists[c] for c in ops.dtypes)
     intern = names.id
+    index = names.index
+    device_cats, runtime_cats, host_cats = _DEVICE_CATS, _RUNTIME_CATS, _HOST_CATS
+    # the hot loop of the importer: values are appended as orjson gives them (numpy converts per
+    # batch); no per-event float()/int() calls, names looked up in the interning dict directly
     for ev in batch:
         cat = ev.get("cat")
-        if cat in _DEVICE_CATS:
+        if cat in device_cats:
             if ev.get("ph") != "X":
                 continue
             args = ev.get("args") or {}
             name = ev.get("name", "")
-            nid = intern(name)
+            nid = index.get(name)
+            if nid is None:
+                nid = intern(name)
             kind = kind_cache.get(nid)
             if kind is None:
                 kind = kind_cache[nid] = kernel_kind(name)
-            ts = float(ev["ts"])
-            dur = float(ev.get("dur", 0.0))
+            ts = ev["ts"]
+            dur = ev.get("dur", 0.0)
             k_ts.append(ts)
             k_dur.append(dur)
             k_kind.append(kind)
-            k_stream.append(int(args.get("stream", ev.get("tid", -1)) or 0))
+            k_stream.append(args.get("stream", -1))
             k_name.append(nid)
-            k_corr.append(int(args.get("correlation", -1)))
+            k_corr.append(args.get("correlation", -1))
             if kind == 1:
                 group = str(args.get("Process Group Name", args.get("Process Group Description", "default")))
                 op = str(args.get("Collective name") or nccl_op(name) or "unknown").lower()
-                collectives.append(Collective(name=name, op=op, ts=ts, dur=dur, bytes=_msg_bytes(args),
-                                              group=group, seq=-1))
-        elif cat in _RUNTIME_CATS:
-            if ev.get("ph") != "X":
-                continue
-            args = ev.get("args") or {}
-            r_ts.append(float(ev["ts"]))
-            r_dur.append(float(ev.get("dur", 0.0)))
-            r_name.append(intern(ev.get("name", "")))
-            tid = ev.get("tid", 0)
-            r_tid.append(tid if isinstance(tid, int) else 0)
-            r_corr.append(int(args.get("correlation", -1)))
-        elif cat in _HOST_CATS:
+                collectives.append(Collective(name=name, op=op, ts=float(ts), dur=float(dur),
+                                              bytes=_msg_bytes(args), group=group, seq=-1))
+        elif cat in runtime_cats:
             if ev.get("ph") != "X":
                 continue
             name = ev.get("name", "")
-            ts = float(ev["ts"])
-            dur = float(ev.get("dur", 0.0))
+            nid = index.get(name)
+            if nid is None:
+                nid = intern(name)
+            r_ts.append(ev["ts"])
+            r_dur.append(ev.get("dur", 0.0))
+            r_name.append(nid)
+            r_tid.append(ev.get("tid", 0))
+            r_corr.append((ev.get("args") or {}).get("correlation", -1))
+        elif cat in host_cats:
+            if ev.get("ph") != "X":
+                continue
+            name = ev.get("name", "")
+            ts = ev["ts"]
+            dur = ev.get("dur", 0.0)
             if name.startswith("ProfilerStep#"):
                 match = _STEP.match(name)
                 if match:
-                    steps.append(Step(int(match.group(1)), ts, dur))
+                    steps.append(Step(int(match.group(1)), float(ts), float(dur)))
+            nid = index.get(name)
+            if nid is None:
+                nid = intern(name)
             o_ts.append(ts)
             o_dur.append(dur)
-            o_name.append(intern(name))
-            tid = ev.get("tid", 0)
-            o_tid.append(tid if isinstance(tid, int) else 0)
+            o_name.append(nid)
+            o_tid.append(ev.get("tid", 0))
             o_corr.append(-1)
+    for column in (k_stream, r_tid, o_tid):  # a few traces write thread ids as strings
+        if column and not all(isinstance(v, int) for v in column):
+            column[:] = [v if isinstance(v, int) else -1 for v in column]
     return _Part(names.items, kernels.build(), runtime.build(), ops.build(), steps, collectives, len(batch))
 
 
