@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: venv up down status demo demo-server test lint typecheck unit integration clean bench-detection bench-query chaos bench-throughput
+.PHONY: venv up down status demo demo-server test lint typecheck unit integration clean bench-detection bench-query chaos bench-throughput bench-parse
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,14 @@ test: venv lint typecheck ## lint, types, unit and integration tests (starts the
 
 chaos: venv       ## hostile input, killed workers, Kafka and ClickHouse outages -> bench/results/chaos.json
 	$(BIN)/python -m bench.chaos
+
+MSPROF_VENV := .steplens/bench-msprof
+
+bench-parse: venv ## steplens vs HolisticTraceAnalysis 0.5.0 (and msprof-analyze) -> bench/results/parse.json
+	$(BIN)/python -m pip install -q -e ".[dev,hta]"
+	@test -x $(MSPROF_VENV)/bin/msprof-analyze || ($(PYTHON) -m venv $(MSPROF_VENV) && \
+		$(MSPROF_VENV)/bin/pip install -q msprof-analyze==26.2.0)
+	$(BIN)/python bench/parse.py
 
 clean:
 	rm -rf .steplens reports .pytest_cache .mypy_cache .ruff_cache

@@ -107,6 +107,7 @@ class Settings:
     clickhouse_password: str = ""     # empty: <secrets_dir>/clickhouse-<user>.password
     profile_roots: str = ""           # os.pathsep-separated directories profile uris may point into
     detection: DetectionConfig = field(default_factory=DetectionConfig)
+    parse_workers: int = 1            # processes parsing profile dumps (the parse worker's pool)
 
     @property
     def embedded_path(self) -> Path:
@@ -148,6 +149,7 @@ _ENV = {
     "STEPLENS_CLICKHOUSE_USER": ("", "clickhouse_user"),
     "STEPLENS_CLICKHOUSE_PASSWORD": ("", "clickhouse_password"),
     "STEPLENS_PROFILE_ROOTS": ("", "profile_roots"),
+    "STEPLENS_PARSE_WORKERS": ("", "parse_workers"),
 }
 
 

@@ -1,4 +1,4 @@
-"""`python -m streams worker --role detect|land`: run one steplens worker in the foreground.
+"""`python -m streams worker --role detect|land|parse`: run one steplens worker in the foreground.
 
 Start-up and shutdown are built for a broker that may be away: topic creation is retried
 (streams/topics_admin.py), Kafka client errors are rate-limited (steplens/lograte.py), and
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m streams")
     sub = parser.add_subparsers(dest="command", required=True)
     worker = sub.add_parser("worker", help="run a Faust worker")
-    worker.add_argument("--role", choices=("detect", "land"), required=True)
+    worker.add_argument("--role", choices=("detect", "land", "parse"), required=True)
     worker.add_argument("--loglevel", default="info")
     args = parser.parse_args(argv)
     stopper = _Stopper(STOP_GRACE_S)

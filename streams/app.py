@@ -19,7 +19,7 @@ from infra.clients import faust_broker_config
 from infra.files import private_dir
 from steplens.config import Settings
 
-Role = Literal["detect", "land"]
+Role = Literal["detect", "land", "parse"]
 
 
 def now_ns() -> int:
@@ -89,6 +89,10 @@ def create_app(settings: Settings, role: Role) -> faust.App:
         from streams.detect_app import create_detect_app
 
         return create_detect_app(settings)
+    if role == "parse":
+        from streams.parse_app import create_parse_app
+
+        return create_parse_app(settings)
     from streams.land_app import create_land_app
 
     return create_land_app(settings)

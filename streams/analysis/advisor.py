@@ -48,3 +48,41 @@ def advise(phase: str | None) -> Advice:
     if phase is None:
         return Advice("unknown", "enable detailed profiling for the affected ranks and steps")
     return _ADVICE.get(phase, _COMPUTE)
+
+
+# Hermes Table 4, keyed by the cause a profile analysis names (streams/profiles/analysis/*).
+CAUSES: dict[str, Advice] = {
+    "poor_parallelism": Advice("low compute/communication overlap (parallelism bottleneck)",
+                               "automatic hybrid parallelism or multi-shard parallel; overlap gradient communication"),
+    "slow_reading": Advice("slow data reading", "more I/O bandwidth, local instead of remote storage, more workers"),
+    "slow_processing": Advice("slow data processing", "avoid zip/tar inputs, remove taskset CPU binding"),
+    "slow_fetching": Advice("slow host-to-device fetching", "pin_memory and prefetch"),
+    "compilation": Advice("operator compilation (dynamic shapes)", "static shapes, or disable JIT compilation"),
+    "dispatch": Advice("host dispatch of many small operators", "operator fusion; remove sync ops such as .item()"),
+    "sync_ops": Advice("synchronising host calls (.item(), synchronize)",
+                       "remove host-device sync ops from the step (.item(), .cpu(), torch.cuda.synchronize)"),
+    "gc": Advice("Python garbage-collection pauses",
+                 "raise gc.set_threshold, or gc.disable() with a periodic gc.collect() between steps"),
+    "contention": Advice("CPU contention from another process", "stop or move the foreign process"),
+    "environment": Advice("environment configuration", "align library versions, lower the log level"),
+    "compute_bound": Advice("compute-bound kernels", "avoid down-clocking, isolate slow nodes"),
+    "memory_bound": Advice("memory-bound kernels", "operator fusion, quantisation, ZeRO"),
+    "under_utilised": Advice("under-utilised device (neither compute nor memory bound)",
+                             "remove AICPU operators, use affinity APIs, avoid private formats"),
+    "down_clocking": Advice("device down-clocking", "check power and cooling; isolate the node if it persists"),
+    "bandwidth_contention": Advice("communication bandwidth contention with concurrent compute",
+                                   "reschedule operators so collectives do not compete with memory-heavy compute"),
+    "retransmission": Advice("RDMA retransmission (a transfer over 4 s)", "fix the switch/NIC RDMA configuration"),
+    "small_packets": Advice("small communication packets", "larger batch, gradient fusion (bucketing)"),
+    "alignment": Advice("messages not aligned to 512 B", "pad communication buffers to multiples of 512 B"),
+    "network_config": Advice("network configuration", "HCCL/NCCL env vars, congestion control, UDP hash collisions"),
+    "slow_rank": Advice("a late rank holds the collective back",
+                        "profile the late rank's host (CPU contention, data loading) and device (down-clocking)"),
+    "exposed_communication": Advice("exposed (non-overlapped) communication",
+                                    "gradient bucketing/fusion and comm-compute overlap; check link health"),
+}
+
+
+def advise_cause(cause: str) -> Advice:
+    """Advice for a profile-analysis cause; unknown causes ask for a closer look rather than guess."""
+    return CAUSES.get(cause, Advice(cause, "inspect the profile around the evidence given"))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from steplens.config import Settings
-from streams.profile_uri import ProfileUriError, resolve_profile_uri
+from streams.profiles.uri import ProfileUriError, resolve_profile_uri
 
 
 @pytest.fixture

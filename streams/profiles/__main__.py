@@ -1,0 +1,5 @@
+"""`python -m streams.profiles analyse PATH...`."""
+
+from streams.profiles.cli import main
+
+raise SystemExit(main())

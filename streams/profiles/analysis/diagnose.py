@@ -1,0 +1,53 @@
+"""Runs every analyzer over the parsed profiles and returns one diagnosis (pure: no I/O)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from streams.profiles.analysis.breakdown import Breakdown, step_breakdowns
+from streams.profiles.analysis.communication import communication_causes
+from streams.profiles.analysis.critical_path import CriticalPath, critical_path
+from streams.profiles.analysis.findings import Finding
+from streams.profiles.analysis.host import host_causes
+from streams.profiles.analysis.ranks import cluster_table_verdict, cluster_verdict
+from streams.profiles.analysis.roofline import roofline
+from streams.profiles.model import ClusterTable, Profile
+
+_SEVERITY = {"critical": 0, "warning": 1, "info": 2}
+
+
+@dataclass(slots=True)
+class RankDiagnosis:
+    profile: Profile
+    steps: list[Breakdown]
+    critical: CriticalPath
+    findings: list[Finding]
+
+
+@dataclass(slots=True)
+class Diagnosis:
+    ranks: list[RankDiagnosis] = field(default_factory=list)
+    cluster: list[Finding] = field(default_factory=list)
+    clusters: list[ClusterTable] = field(default_factory=list)
+
+    def findings(self) -> list[Finding]:
+        out = list(self.cluster)
+        for r in self.ranks:
+            out.extend(r.findings)
+        return sorted(out, key=lambda f: _SEVERITY.get(f.severity, 3))
+
+    def top(self) -> Finding | None:
+        found = self.findings()
+        return found[0] if found else None
+
+
+def diagnose(profiles: list[Profile], clusters: list[ClusterTable] | None = None) -> Diagnosis:
+    diag = Diagnosis(clusters=list(clusters or []))
+    for p in profiles:
+        steps = step_breakdowns(p)
+        findings = [*communication_causes(p, steps), *host_causes(p), *roofline(p)]
+        diag.ranks.append(RankDiagnosis(p, steps, critical_path(p.kernels, p.names), findings))
+    diag.cluster.extend(cluster_verdict(profiles))
+    for table in diag.clusters:
+        diag.cluster.extend(cluster_table_verdict(table))
+    return diag

@@ -1,0 +1,87 @@
+"""CPU causes (spec §3) from host events: many small operators, synchronising calls, compilation, GC,
+contention (host ops stretched while the device waits); and the data-loading queue (I/O)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from streams.profiles.analysis.findings import Finding
+from streams.profiles.analysis.intervals import total, union
+from streams.profiles.model import F64, Profile
+
+_SYNC = re.compile(r"(aten::item|aten::_local_scalar_dense|cudaDeviceSynchronize|cudaStreamSynchronize|"
+                   r"cudaEventSynchronize|aclrtSynchronize|SynchronizeStream|\.item\(|aten::nonzero)")
+_COMPILE = re.compile(r"(TorchDynamo|CompileFunction|torch/_dynamo|torch/_inductor|aclopCompile|"
+                      r"OpCompile|GE::|compile)", re.IGNORECASE)
+_GC = re.compile(r"(gc\.collect|Garbage Collect|GC$|^gc_)", re.IGNORECASE)
+_DATA = re.compile(r"(DataLoader|_DataLoaderIter|__next__)")
+
+
+def host_causes(profile: Profile, small_op_us: float = 10.0, sync_share: float = 0.05) -> list[Finding]:
+    findings: list[Finding] = []
+    steps = profile.steps
+    if not steps:
+        return findings
+    step_time = sum(s.dur for s in steps)
+    names = profile.names.items
+    ops = profile.ops
+    host_calls = [ops, profile.runtime]
+    patterns = {"sync": _SYNC, "gc": _GC, "data": _DATA, "compile": _COMPILE}
+    totals: dict[str, float] = dict.fromkeys(patterns, 0.0)
+    for table in host_calls:
+        if len(table) == 0:
+            continue
+        uniq = np.unique(table.name)
+        for cat, pattern in patterns.items():
+            ids = [nid for nid in uniq.tolist()
+                   if not names[nid].startswith("ProfilerStep") and pattern.search(names[nid])]
+            if ids:
+                mask = np.isin(table.name, ids)
+                # nested calls (python frames around the op) must not count twice: union of intervals
+                totals[cat] += total(*union(table.ts[mask], table.ts[mask] + table.dur[mask]))
+    n_steps = len(steps)
+    if totals["sync"] / step_time >= sync_share:
+        findings.append(Finding("sync_ops", f"synchronising host calls take {totals['sync'] / step_time:.0%} of steps",
+                                {"sync_us_per_step": totals["sync"] / n_steps, "share": totals["sync"] / step_time},
+                                profile.rank))
+    if totals["gc"] / step_time >= 0.02:
+        findings.append(Finding("gc", f"garbage collection takes {totals['gc'] / step_time:.0%} of steps",
+                                {"gc_us_per_step": totals["gc"] / n_steps}, profile.rank))
+    if totals["compile"] / step_time >= 0.02:
+        findings.append(Finding("compilation", f"compilation takes {totals['compile'] / step_time:.0%} of steps",
+                                {"compile_us_per_step": totals["compile"] / n_steps}, profile.rank))
+    if totals["data"] / step_time >= 0.1:
+        findings.append(Finding("slow_reading",
+                                f"waiting on the DataLoader takes {totals['data'] / step_time:.0%} of steps",
+                                {"data_us_per_step": totals["data"] / n_steps,
+                                 "share": totals["data"] / step_time}, profile.rank))
+    # dispatch: many tiny device tasks and a device that waits for the host
+    k = profile.kernels
+    if len(k):
+        tiny = float(np.mean(k.dur < small_op_us))
+        per_step = len(k) / n_steps
+        launch = launch_latency_us(profile)
+        if tiny >= 0.5 and per_step >= 200:
+            ev = {"tiny_kernel_ratio": tiny, "kernels_per_step": per_step}
+            if launch.size:
+                ev["launch_latency_p50_us"] = float(np.median(launch))
+            findings.append(Finding("dispatch", f"{tiny:.0%} of {per_step:.0f} device tasks per step run under "
+                                    f"{small_op_us:.0f} µs: host dispatch bound", ev, profile.rank))
+    return findings
+
+
+def launch_latency_us(profile: Profile) -> F64:
+    """Kernel start − launch call start, paired by correlation id (the `ac2g` flow)."""
+    r = profile.runtime
+    k = profile.kernels
+    if len(r) == 0 or len(k) == 0:
+        return np.zeros(0)
+    valid = r.corr >= 0
+    rc, rts = r.corr[valid], r.ts[valid]
+    order = np.argsort(rc)
+    rc, rts = rc[order], rts[order]
+    pos = np.minimum(np.searchsorted(rc, k.corr), rc.size - 1)
+    found = (k.corr >= 0) & (rc[pos] == k.corr)
+    return np.asarray(k.ts[found] - rts[pos[found]])

@@ -1,0 +1,166 @@
+"""Across ranks (spec §3): the late arriver of each collective and the cluster verdict.
+
+In a synchronous collective every rank leaves together, so the rank that *starts* last and has
+the *shortest* kernel is the one the others waited for. Collectives are matched across ranks by
+(group, op, sequence number within the group). Pipeline stages are kept apart: only ranks of the
+same stage are compared, and one-sided point-to-point transfers (the pipeline's own send/recv,
+whose waits are bubbles by design) do not vote. NCCL's SendRecv kernel carries all-to-all and
+does vote.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from streams.profiles.analysis.findings import Finding
+from streams.profiles.model import COMMUNICATION, ClusterTable, Profile
+
+P2P_OPS = frozenset(("send", "recv", "receive", "p2p"))  # one-sided transfers (PP); SendRecv is all-to-all
+
+
+@dataclass(frozen=True, slots=True)
+class LateArrival:
+    key: tuple[str, str, int]
+    late_rank: int
+    lateness_us: float  # last start − first start
+    shortest_rank: int
+
+
+def late_arrivals(profiles: list[Profile]) -> list[LateArrival]:
+    by_stage: dict[int | None, list[Profile]] = {}
+    for p in profiles:
+        if p.rank is not None:
+            by_stage.setdefault(p.stage, []).append(p)
+    out: list[LateArrival] = []
+    for members in by_stage.values():
+        table: dict[tuple[str, str, int], dict[int, tuple[float, float]]] = {}
+        for p in members:
+            assert p.rank is not None
+            seq: dict[tuple[str, str], int] = {}
+            for c in sorted(p.collectives, key=lambda c: c.ts):
+                if c.op in P2P_OPS:
+                    continue
+                n = seq.get((c.group, c.op), 0)
+                seq[(c.group, c.op)] = n + 1
+                table.setdefault((c.group, c.op, n), {})[p.rank] = (c.ts, c.dur)
+        for key, per_rank in table.items():
+            if len(per_rank) < 2:
+                continue
+            late = max(per_rank, key=lambda r: per_rank[r][0])
+            first = min(v[0] for v in per_rank.values())
+            if per_rank[late][0] <= first:
+                continue  # everyone started together: nobody was waited for
+            shortest = min(per_rank, key=lambda r: per_rank[r][1])
+            out.append(LateArrival(key, late, per_rank[late][0] - first, shortest))
+    return out
+
+
+def cluster_verdict(profiles: list[Profile], min_share: float = 0.5) -> list[Finding]:
+    arrivals = late_arrivals(profiles)
+    if not arrivals:
+        return []
+    votes = Counter(a.late_rank for a in arrivals if a.late_rank == a.shortest_rank)
+    if not votes:
+        votes = Counter(a.late_rank for a in arrivals)
+    rank, count = votes.most_common(1)[0]
+    share = count / len(arrivals)
+    if share < min_share:
+        return []
+    lateness = [a.lateness_us for a in arrivals if a.late_rank == rank]
+    return [Finding(
+        "slow_rank",
+        f"rank {rank} arrives last (and runs the shortest kernel) at {count} of {len(arrivals)} collectives; "
+        f"the others wait {sum(lateness) / len(lateness) / 1e3:.2f} ms on average",
+        {"late_share": share, "collectives": float(len(arrivals)), "mean_lateness_us": sum(lateness) / len(lateness)},
+        rank=rank,
+    )]
+
+
+def cluster_table_verdict(table: ClusterTable) -> list[Finding]:
+    """msprof-analyze outputs: the rank with the least wait in collectives is the one others wait for;
+    the rank with the most compute per step is the slow one (msprof-analyze's own slow-rank rule)."""
+    findings: list[Finding] = []
+    ranks = [r for r in table.steps if str(r.get("Type", "rank")) == "rank"]
+    if len(ranks) >= 2:
+        def comp(row: dict[str, Any]) -> float:
+            return float(row.get("Computing", 0.0) or 0.0)
+        slow = max(ranks, key=comp)
+        mean = sum(comp(r) for r in ranks) / len(ranks)
+        if mean > 0 and comp(slow) > 1.05 * mean:
+            findings.append(Finding(
+                "slow_rank", f"rank {slow.get('Index')} computes {comp(slow) / mean:.2f}× the mean in step "
+                f"{slow.get('Step')}", {"computing_us": comp(slow), "mean_us": mean}, rank=int(slow["Index"])))
+    waits: dict[int, list[float]] = {}
+    for row in table.collectives:
+        if row.get("rank", -1) >= 0 and "Wait Time(ms)" in row:
+            waits.setdefault(int(row["rank"]), []).append(float(row["Wait Time(ms)"]))
+    if len(waits) >= 2:
+        mean_wait = {r: sum(v) / len(v) for r, v in waits.items()}
+        late = min(mean_wait, key=lambda r: mean_wait[r])
+        others = [w for r, w in mean_wait.items() if r != late]
+        if others and sum(others) / len(others) > 2 * mean_wait[late] + 0.1:
+            findings.append(Finding(
+                "slow_rank", f"rank {late} waits {mean_wait[late]:.2f} ms per collective, the others "
+                f"{sum(others) / len(others):.2f} ms: they wait for rank {late}",
+                {"wait_ms": mean_wait[late], "others_wait_ms": sum(others) / len(others)}, rank=late))
+    return findings
+
+
+def late_start_straggler(profiles: list[Profile], min_normalized_duration: float = 0.01) -> int | None:
+    """The rank that starts the most variable long collective last, most often across steps.
+
+    The same metric HolisticTraceAnalysis' `get_potential_stragglers` uses by default: long
+    communication kernels (≥ 1 % of the mean step), the last per (rank, stream, step, kernel),
+    the (stream, kernel) whose duration varies most across ranks, then the latest normalized
+    start per step. Unlike HTA 0.5 it also recognises `ncclDevKernel_*` names (HTA #360).
+    """
+    from streams.profiles.analysis.breakdown import kernel_steps
+
+    rows: list[tuple[int, int, int, str, float, float]] = []  # rank, stream, step, name, ts, dur
+    t_min = math.inf
+    t_max = -math.inf
+    n_steps = 0
+    for p in profiles:
+        if p.rank is None or len(p.kernels) == 0:
+            continue
+        steps = kernel_steps(p)
+        k = p.kernels
+        t_min = min(t_min, float(k.ts.min()))
+        t_max = max(t_max, float((k.ts + k.dur).max()))
+        n_steps = max(n_steps, len(p.steps))
+        comm = np.flatnonzero((k.kind == COMMUNICATION) & (steps >= 0))
+        for i in comm.tolist():
+            rows.append((p.rank, int(k.stream[i]), int(steps[i]), p.names[int(k.name[i])],
+                         float(k.ts[i]), float(k.dur[i])))
+    if not rows or n_steps == 0:
+        return None
+    mean_iter = (t_max - t_min) / n_steps
+    last: dict[tuple[int, int, int, str], tuple[float, float]] = {}
+    for rank, stream, step, name, ts, dur in sorted(rows, key=lambda r: r[4]):
+        if dur >= mean_iter * min_normalized_duration:
+            last[(rank, stream, step, name)] = (ts, dur)
+    if not last:
+        return None
+    spread: dict[tuple[int, str], list[float]] = {}
+    per_step: dict[tuple[int, int, str], list[float]] = {}
+    for (_rank, stream, step, name), (_ts, dur) in last.items():
+        per_step.setdefault((stream, step, name), []).append(dur / mean_iter)
+    for (stream, _step, name), durs in per_step.items():
+        if len(durs) >= 2:
+            spread.setdefault((stream, name), []).append(float(np.std(durs, ddof=1)))
+    if not spread:
+        return None
+    stream_sel, name_sel = max(spread, key=lambda key: float(np.mean(spread[key])))
+    votes: Counter[int] = Counter()
+    by_step: dict[int, list[tuple[float, int]]] = {}
+    for (rank, stream, step, name), (ts, _dur) in last.items():
+        if stream == stream_sel and name == name_sel:
+            by_step.setdefault(step, []).append((ts, rank))
+    for entries in by_step.values():
+        votes[max(entries)[1]] += 1
+    return votes.most_common(1)[0][0] if votes else None

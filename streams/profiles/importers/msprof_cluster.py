@@ -1,0 +1,100 @@
+"""msprof-analyze `cluster` outputs (`cluster_analysis_output/`), so its users bring what they have.
+
+- `cluster_step_trace_time.csv`: Step, Type (rank | stage), Index, then the step_trace_time
+  columns of each rank (Computing, Communication(Not Overlapped), Overlapped, Communication,
+  Free, Stage, Bubble, ...), optionally DP/PP/TP Index. Unknown columns are kept as numbers.
+- `cluster_communication.json`: nested by communication group, step, op and rank down to
+  objects holding `Communication Time Info` (and `Communication Bandwidth Info`); flattened
+  to one row per (group, step, op, rank) whatever the nesting depth.
+- `communication_group.json`: lists of rank groups (`collective`, `p2p`) and, in newer versions,
+  `comm_group_parallel_info`.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from streams.profiles.jsonstream import TraceFormatError
+from streams.profiles.model import ClusterTable
+
+FILES = ("cluster_step_trace_time.csv", "cluster_communication.json", "communication_group.json")
+
+
+def is_cluster_dir(path: Path) -> bool:
+    return path.is_dir() and any((path / f).is_file() for f in FILES)
+
+
+def _num(value: str) -> Any:
+    text = value.strip()
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            return text
+
+
+def _flatten(node: Any, keys: list[str], out: list[dict[str, Any]]) -> None:
+    if not isinstance(node, dict):
+        return
+    if "Communication Time Info" in node:
+        info = node.get("Communication Time Info") or {}
+        row: dict[str, Any] = {"path": list(keys)}
+        for key, value in info.items():
+            if isinstance(value, int | float):
+                row[key] = float(value)
+        bw = node.get("Communication Bandwidth Info") or {}
+        for transport, stats in bw.items():
+            if isinstance(stats, dict):
+                row[f"{transport} Transit Size(MB)"] = float(stats.get("Transit Size(MB)", 0) or 0)
+                row[f"{transport} Bandwidth(GB/s)"] = float(stats.get("Bandwidth(GB/s)", 0) or 0)
+        out.append(row)
+        return
+    for key, child in node.items():
+        _flatten(child, [*keys, str(key)], out)
+
+
+def _rank_of(path: list[str]) -> int:
+    for key in reversed(path):
+        if key.isdigit():
+            return int(key)
+    return -1
+
+
+def parse_cluster(root: Path) -> ClusterTable:
+    if not is_cluster_dir(root):
+        raise TraceFormatError(f"{root}: none of {', '.join(FILES)}")
+    table = ClusterTable(source=str(root))
+    step_csv = root / "cluster_step_trace_time.csv"
+    if step_csv.is_file():
+        with step_csv.open(newline="", encoding="utf-8-sig") as fh:
+            for row in csv.DictReader(fh):
+                table.steps.append({k.strip(): _num(v or "") for k, v in row.items() if k is not None})
+    comm = root / "cluster_communication.json"
+    if comm.is_file():
+        rows: list[dict[str, Any]] = []
+        _flatten(orjson.loads(comm.read_bytes()), [], rows)
+        for row in rows:
+            path = row["path"]
+            row["rank"] = _rank_of(path)
+            row["op"] = next((k for k in reversed(path) if not k.isdigit() and k != "collective" and k != "p2p"), "")
+            row["group"] = path[0] if path else ""
+            row.setdefault("Elapse Time(ms)", math.nan)
+        table.collectives = rows
+    groups = root / "communication_group.json"
+    if groups.is_file():
+        data = orjson.loads(groups.read_bytes())
+        if isinstance(data, dict):
+            for kind in ("collective", "p2p"):
+                for ranks in data.get(kind) or []:
+                    table.groups.append({"kind": kind, "ranks": [int(r) for r in ranks]})
+            for info in data.get("comm_group_parallel_info") or []:
+                if isinstance(info, dict):
+                    table.groups.append({"kind": "parallel_info", **info})
+    return table
