@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import importlib
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -238,27 +237,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("demo", _demo, "simulated job with injected faults through the real pipeline")
     p.add_argument("rest", nargs=argparse.REMAINDER, help="options of the demo (steplens demo -- --help)")
     p = add("worker", _worker, "run one Faust worker in the foreground")
-    p.add_argument("--role", choices=("detect", "land"), required=True)
+    p.add_argument("--role", choices=("detect", "land", "parse"), required=True)
     p.add_argument("--loglevel", default="info")
     _register_analyse(sub)
     return parser
 
 
 def _register_analyse(sub: Any) -> None:
-    """`steplens analyse ...` when the profile analyser (streams.profiles) is installed."""
-    try:
-        module = importlib.import_module("streams.profiles.__main__")
-    except ImportError:
-        return
-    entry = getattr(module, "main", None)
-    if entry is None:
-        return
-    p = sub.add_parser("analyse", help="analyse profiler dumps (streams.profiles)", add_help=False)
+    """`steplens analyse PATH...`: the offline profile analyser (streams/profiles/cli.py)."""
+    p = sub.add_parser("analyse", help="diagnose profiler dumps offline (Kineto, Ascend, msprof)", add_help=False)
     p.add_argument("rest", nargs=argparse.REMAINDER)
 
     def handler(args: argparse.Namespace, s: Settings) -> int:
-        code = entry(list(args.rest))
-        return int(code or 0)
+        from streams.profiles.cli import main as analyse_main
+
+        return int(analyse_main(["analyse", *args.rest]) or 0)
 
     p.set_defaults(handler=handler)
 

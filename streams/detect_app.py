@@ -99,7 +99,14 @@ class DetectWorker:
                 if engine is not None and msg.offset <= engine.offsets.get(msg.partition, -1):
                     await self.stream.ack(event)  # already inside the restored snapshot
                     continue
-                outputs.extend(self.fleet.on_chunk(chunk, now))
+                try:
+                    outputs.extend(self.fleet.on_chunk(chunk, now))
+                except Exception as exc:  # a chunk this worker's decode stage did not write: skip, keep going
+                    self.metrics.bad.inc()
+                    log.warning("skipped a malformed chunk at %r[%d]@%d: %r", msg.topic, msg.partition, msg.offset,
+                                f"{type(exc).__name__}: {exc}"[:300])
+                    await self.stream.ack(event)
+                    continue
                 engine = self.fleet.jobs.get(job) if job else None
                 if engine is None:
                     await self.stream.ack(event)

@@ -51,8 +51,11 @@ def dumps_split(chunk: dict[str, Any], limit: int = MAX_CHUNK_BYTES) -> list[byt
     return dumps_split(_part(chunk, 0, mid), limit) + dumps_split(_part(chunk, mid, n), limit)
 
 
-def loads(raw: bytes) -> dict[str, Any]:
-    data = orjson.loads(raw)
+def loads(raw: bytes | None) -> dict[str, Any]:
+    """One chunk from the partials topic; ValueError for anything that is not a JSON object."""
+    if not isinstance(raw, (bytes, bytearray, memoryview, str)):
+        raise ValueError(f"a chunk must be JSON bytes, got {type(raw).__name__}")
+    data = orjson.loads(raw)  # orjson.JSONDecodeError is a ValueError
     if not isinstance(data, dict):
         raise ValueError("a chunk must be a JSON object")
     return data

@@ -2,4 +2,5 @@
 
 from streams.profiles.cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -320,7 +320,7 @@ def test_acl_table_keeps_incidents_and_control_to_the_workers() -> None:
     assert producer_writes == set(topics.inputs())
     readers = {(b.name, b.principal) for b in rules if b.operation == "READ" and b.resource == "TOPIC"}
     assert {p for n, p in readers if n == topics.incidents} == {"User:land", "User:reader"}
-    assert {p for n, p in readers if n == topics.control} == {"User:land", "User:producer"}
+    assert {p for n, p in readers if n == topics.control} == {"User:land", "User:parse", "User:producer"}
     assert not [b for b in rules if b.pattern == "PREFIXED" and not b.name.startswith("app-")]
     assert not [b for b in rules if b.principal == "User:admin"]  # super user, needs no rule
 

@@ -12,25 +12,25 @@ import pytest
 
 from infra import InfraConfig, KafkaBroker
 from producers.emitter import BackgroundEmitter
-from producers.exporter import KafkaExporter
 from producers.simulator.cluster import SimulatedJob
 from producers.simulator.topology import Topology
 from schemas import Topics, encode
-from tests.producers.test_kafka_integration import create_topics, read_all
+from steplens.config import Settings
+from tests.producers.test_kafka_integration import create_topics, exporter_for, read_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
 
 def test_events_emitted_across_a_broker_restart_are_not_lost(
-    kafka_bootstrap: str, infra_config: InfraConfig, unique_name: str, tmp_path: Path,
+    kafka_settings: Settings, infra_config: InfraConfig, unique_name: str, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("STEPLENS_HOME", str(tmp_path))
     topics = Topics(f"{unique_name}.")
-    create_topics(kafka_bootstrap, topics.inputs())
+    create_topics(kafka_settings, topics)
     job = SimulatedJob(unique_name, Topology(dp=4, tp=2, pp=2), 120, [], seed=1)
     events = [e for step in job.iter_steps() for e in step]
-    emitter = BackgroundEmitter(KafkaExporter(kafka_bootstrap, export_timeout_s=3.0), topics, name=unique_name,
+    emitter = BackgroundEmitter(exporter_for(kafka_settings, export_timeout_s=3.0), topics, name=unique_name,
                                 flush_interval_s=0.05, retry_backoff_max_s=1.0)
     assert emitter.spool_dir == tmp_path / "spool" / unique_name
     broker = KafkaBroker(infra_config)
@@ -51,5 +51,5 @@ def test_events_emitted_across_a_broker_restart_are_not_lost(
     stats = emitter.stats()
     assert emitter.close(timeout=30)
     assert stats.dropped == {} and stats.pending == 0 and stats.spooled > 0
-    got = read_all(kafka_bootstrap, [topics.steps], stats.exported)
+    got = read_all(kafka_settings, [topics.steps], stats.exported)
     assert {value for _, _, value in got} == {encode(e) for e in events}  # nothing lost (resends allowed)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
@@ -30,8 +31,8 @@ def create_topics(settings: Settings, topics: Topics) -> None:
     ensure_topics(settings, topics, 4)
 
 
-def exporter_for(settings: Settings) -> KafkaExporter:
-    return KafkaExporter(settings.kafka_bootstrap, extra_config=kafka_client_config(settings, "producer"))
+def exporter_for(settings: Settings, **options: Any) -> KafkaExporter:
+    return KafkaExporter(settings.kafka_bootstrap, extra_config=kafka_client_config(settings, "producer"), **options)
 
 
 def read_all(settings: Settings, names: Sequence[str], expected: int) -> list[tuple[str, bytes | None, bytes]]:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer
 
+from infra.clients import kafka_client_config
 from producers.emitter import BackgroundEmitter
 from producers.exporter import KafkaExporter
 from producers.simulator.cluster import SimulatedJob
@@ -35,21 +36,25 @@ TIMEOUT_S = 240.0
 
 
 @pytest.fixture
-def settings(kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> Iterator[Settings]:
-    s = replace(load_settings({}), home=tmp_path, kafka_bootstrap=kafka_bootstrap, topic_prefix=f"{unique_name}.",
+def settings(kafka_settings: Settings, unique_name: str, tmp_path: Path) -> Iterator[Settings]:
+    s = replace(load_settings({}), home=tmp_path, kafka_bootstrap=kafka_settings.kafka_bootstrap,
+        secrets_dir=kafka_settings.secrets_path, topic_prefix=f"{unique_name}.",
                 app_id=unique_name, topic_partitions=3)
     ensure_topics(s, Topics(s.topic_prefix), s.topic_partitions)
     yield s
 
 
 def _env(s: Settings) -> dict[str, str]:
-    return {**os.environ, "STEPLENS_HOME": str(s.home), "STEPLENS_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
+    return {**os.environ, "STEPLENS_HOME": str(s.home), "STEPLENS_SECRETS_DIR": str(s.secrets_path),
+            "STEPLENS_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
             "STEPLENS_TOPIC_PREFIX": s.topic_prefix, "STEPLENS_APP_ID": s.app_id,
             "STEPLENS_TOPIC_PARTITIONS": str(s.topic_partitions)}
 
 
 def _send(s: Settings, events: list[object]) -> None:
-    with BackgroundEmitter(KafkaExporter(s.kafka_bootstrap), Topics(s.topic_prefix)) as emitter:
+    with BackgroundEmitter(
+            KafkaExporter(s.kafka_bootstrap, extra_config=kafka_client_config(s, "producer")),
+            Topics(s.topic_prefix)) as emitter:
         for event in events:
             assert emitter.emit(event)
         assert emitter.flush(timeout=60)
@@ -57,7 +62,7 @@ def _send(s: Settings, events: list[object]) -> None:
 
 
 def _read(s: Settings, topic: str) -> list[bytes]:
-    consumer = KafkaConsumer(topic, bootstrap_servers=s.kafka_bootstrap, auto_offset_reset="earliest",
+    consumer = KafkaConsumer(topic, **kafka_client_config(s, "admin"), auto_offset_reset="earliest",
                              enable_auto_commit=False, consumer_timeout_ms=3000)
     try:
         return [m.value for m in consumer]

@@ -41,7 +41,8 @@ def _wait_for(predicate: object, timeout: float, what: str) -> None:
 
 
 def _env(settings: Settings) -> dict[str, str]:
-    return {**os.environ, "STEPLENS_HOME": str(settings.home), "STEPLENS_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+    return {**os.environ, "STEPLENS_HOME": str(settings.home), "STEPLENS_SECRETS_DIR": str(settings.secrets_path),
+            "STEPLENS_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
             "STEPLENS_TOPIC_PREFIX": settings.topic_prefix, "STEPLENS_APP_ID": settings.app_id,
             "STEPLENS_TOPIC_PARTITIONS": "1", "STEPLENS_CHDB_PATH": str(settings.home / "chdb")}
 
@@ -58,8 +59,9 @@ def _terminate(proc: subprocess.Popen[bytes], timeout: float = 60.0) -> int:
 
 @pytest.mark.integration
 @pytest.mark.kafka
-def test_sigterm_with_broker_stops_cleanly(kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
-    settings = replace(load_settings({}), home=tmp_path, kafka_bootstrap=kafka_bootstrap,
+def test_sigterm_with_broker_stops_cleanly(kafka_settings: Settings, unique_name: str, tmp_path: Path) -> None:
+    settings = replace(load_settings({}), home=tmp_path, kafka_bootstrap=kafka_settings.kafka_bootstrap,
+        secrets_dir=kafka_settings.secrets_path,
                        topic_prefix=f"{unique_name}.", app_id=unique_name, topic_partitions=1)
     log = tmp_path / "worker.log"
     proc = _start(_env(settings), log)
@@ -74,8 +76,11 @@ def test_sigterm_with_broker_stops_cleanly(kafka_bootstrap: str, unique_name: st
 
 
 @pytest.mark.integration
-def test_sigterm_without_broker_stops_cleanly_and_client_errors_are_rate_limited(tmp_path: Path) -> None:
+def test_sigterm_without_broker_stops_cleanly_and_client_errors_are_rate_limited(
+    kafka_settings: Settings, tmp_path: Path
+) -> None:
     settings = replace(load_settings({}), home=tmp_path, kafka_bootstrap=f"127.0.0.1:{_closed_port()}",
+        secrets_dir=kafka_settings.secrets_path,
                        app_id="nobroker")
     log = tmp_path / "worker.log"
     started = time.monotonic()

@@ -4,7 +4,6 @@ through the real broker, every message decoded by the contract."""
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from producers.simulator.catalogue import SCENARIOS, build_faults, layout, read_
 from producers.simulator.fleet import FleetJob
 from producers.simulator.stream import SimRun, stream_runs
 from schemas import DeviceSample, JobEvent, KernelSummary, StepEvent, Topics, decode
-from steplens.config import load_settings
+from steplens.config import Settings
 from streams.topics_admin import ensure_topics
 
 TOPICS = Topics("t.")
@@ -61,8 +60,9 @@ def test_a_hung_rank_stops_every_step_but_not_the_device_samples() -> None:
 
 @pytest.mark.kafka
 @pytest.mark.integration
-def test_fleet_cli_through_kafka(kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
-    settings = replace(load_settings(), kafka_bootstrap=kafka_bootstrap)
+def test_fleet_cli_through_kafka(kafka_settings: Settings, unique_name: str, tmp_path: Path) -> None:
+    settings = kafka_settings
+    kafka_bootstrap = settings.kafka_bootstrap
     topics = Topics(f"{unique_name}.")
     ensure_topics(settings, topics, 2)
     gt = tmp_path / "gt.jsonl"
@@ -72,7 +72,7 @@ def test_fleet_cli_through_kafka(kafka_bootstrap: str, unique_name: str, tmp_pat
     assert rc == 0
     truth = read_ground_truth(gt)
     assert len(truth) == 1 and truth[0]["kind"] == "cooling_loss" and truth[0]["job"] == unique_name
-    consumer = KafkaConsumer(**kafka_client_config(settings, "reader"), enable_auto_commit=False)
+    consumer = KafkaConsumer(**kafka_client_config(settings, "admin"), enable_auto_commit=False)
     names = (topics.steps, topics.kernel_summaries, topics.device, topics.jobs)
     parts = [TopicPartition(n, p) for n in names for p in sorted(consumer.partitions_for_topic(n) or ())]
     consumer.assign(parts)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer
 
+from infra.clients import kafka_client_config
 from producers.emitter import BackgroundEmitter
 from producers.exporter import KafkaExporter
 from producers.simulator.cluster import SimulatedJob
@@ -31,7 +32,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
 
 def _start(settings: Settings, log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "STEPLENS_HOME": str(settings.home), "STEPLENS_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+    env = {**os.environ, "STEPLENS_HOME": str(settings.home), "STEPLENS_SECRETS_DIR": str(settings.secrets_path),
+            "STEPLENS_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
            "STEPLENS_TOPIC_PREFIX": settings.topic_prefix, "STEPLENS_APP_ID": settings.app_id,
            "STEPLENS_TOPIC_PARTITIONS": str(settings.topic_partitions)}
     out = open(log, "ab")  # noqa: SIM115 - lives as long as the process
@@ -48,7 +50,7 @@ def _wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 def _read(settings: Settings, topic: str) -> list[bytes]:
-    consumer = KafkaConsumer(topic, bootstrap_servers=settings.kafka_bootstrap, auto_offset_reset="earliest",
+    consumer = KafkaConsumer(topic, **kafka_client_config(settings, "admin"), auto_offset_reset="earliest",
                              enable_auto_commit=False, consumer_timeout_ms=2000)
     try:
         return [m.value for m in consumer]
@@ -57,9 +59,10 @@ def _read(settings: Settings, topic: str) -> list[bytes]:
 
 
 def test_a_killed_and_restarted_detect_worker_keeps_one_incident_per_fault(
-    kafka_bootstrap: str, unique_name: str, tmp_path: Path
+    kafka_settings: Settings, unique_name: str, tmp_path: Path
 ) -> None:
-    settings = replace(load_settings({}), home=tmp_path, kafka_bootstrap=kafka_bootstrap,
+    settings = replace(load_settings({}), home=tmp_path, kafka_bootstrap=kafka_settings.kafka_bootstrap,
+        secrets_dir=kafka_settings.secrets_path,
                        topic_prefix=f"{unique_name}.", app_id=unique_name, topic_partitions=2)
     topics = Topics(settings.topic_prefix)
     ensure_topics(settings, topics, settings.topic_partitions)
@@ -76,7 +79,9 @@ def test_a_killed_and_restarted_detect_worker_keeps_one_incident_per_fault(
         _wait_for(lambda: "Ready" in log.read_text(errors="replace"), 120, "detect to start")
         steps = list(job.iter_steps())
         start, end = job.job_events()
-        with BackgroundEmitter(KafkaExporter(settings.kafka_bootstrap), topics) as emitter:
+        with BackgroundEmitter(
+            KafkaExporter(settings.kafka_bootstrap, extra_config=kafka_client_config(settings, "producer")),
+            topics) as emitter:
             emitter.emit(start)
             for events in steps[:30]:
                 for event in events:

@@ -37,10 +37,11 @@ DEADLINE_S = 240.0
 
 
 @pytest.fixture
-def loop_settings(kafka_bootstrap: str, clickhouse_server_url: str, unique_name: str,
+def loop_settings(kafka_settings: Settings, clickhouse_server_url: str, unique_name: str,
                   tmp_path: Path) -> Iterator[Settings]:
     settings = replace(
-        load_settings({}), home=tmp_path, kafka_bootstrap=kafka_bootstrap, clickhouse_url=clickhouse_server_url,
+        load_settings({}), home=tmp_path, kafka_bootstrap=kafka_settings.kafka_bootstrap,
+        secrets_dir=kafka_settings.secrets_path, clickhouse_url=clickhouse_server_url,
         clickhouse_database=f"steplens_{unique_name}", topic_prefix=f"{unique_name}.", app_id=unique_name,
         topic_partitions=2, profile_roots=str(tmp_path / "profiles"),
     )
@@ -65,7 +66,8 @@ def test_incident_profile_diagnosis_loop(loop_settings: Settings, real_samples: 
     ensure_topics(settings, topics, settings.topic_partitions)
     root = settings.profile_root_paths[0]
     root.mkdir(parents=True)
-    env = {**os.environ, "STEPLENS_HOME": str(settings.home), "STEPLENS_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+    env = {**os.environ, "STEPLENS_HOME": str(settings.home), "STEPLENS_SECRETS_DIR": str(settings.secrets_path),
+            "STEPLENS_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
            "STEPLENS_CLICKHOUSE_URL": settings.clickhouse_url,
            "STEPLENS_CLICKHOUSE_DATABASE": settings.clickhouse_database, "STEPLENS_TOPIC_PREFIX": settings.topic_prefix,
            "STEPLENS_APP_ID": settings.app_id, "STEPLENS_TOPIC_PARTITIONS": str(settings.topic_partitions),
@@ -80,7 +82,9 @@ def test_incident_profile_diagnosis_loop(loop_settings: Settings, real_samples: 
     producer = KafkaProducer(acks="all", **kafka_client_config(settings, "producer"))
     until = time.monotonic() + DEADLINE_S
     try:
-        with BackgroundEmitter(KafkaExporter(settings.kafka_bootstrap), topics) as emitter:
+        with BackgroundEmitter(
+            KafkaExporter(settings.kafka_bootstrap, extra_config=kafka_client_config(settings, "producer")),
+            topics) as emitter:
             start, _end = job.job_events()
             emitter.emit(start)
             for events in job.iter_steps():
