@@ -45,11 +45,27 @@ class Settings:
     max_event_bytes: int = 1_048_576
     sink_batch_size: int = 5000
     sink_batch_seconds: float = 1.0
+    profile_root: Path | None = None  # rank hook: where profiles asked for by control commands go; <home>/profiles
+    run_dir: Path | None = None       # node-local: the hook registers {device: (job, rank)} here; <home>/run
+    hook_spool: bool = True           # rank hook: spool to <home>/spool/<job>/rank<r> while Kafka is down
+    hook_peak_flops: float = 0.0      # rank hook: peak FLOP/s of one device, for MFU (0 = unknown)
     detection: DetectionConfig = field(default_factory=DetectionConfig)
 
     @property
     def embedded_path(self) -> Path:
         return self.chdb_path if self.chdb_path is not None else self.home / "chdb"
+
+    @property
+    def profile_dir(self) -> Path:
+        return self.profile_root if self.profile_root is not None else self.home / "profiles"
+
+    @property
+    def run_path(self) -> Path:
+        return self.run_dir if self.run_dir is not None else self.home / "run"
+
+    @property
+    def hook_spool_dir(self) -> Path:
+        return self.home / "spool"
 
     @property
     def uses_server(self) -> bool:
@@ -69,6 +85,10 @@ _ENV = {
     "STEPLENS_MAX_EVENT_BYTES": ("", "max_event_bytes"),
     "STEPLENS_SINK_BATCH_SIZE": ("", "sink_batch_size"),
     "STEPLENS_SINK_BATCH_SECONDS": ("", "sink_batch_seconds"),
+    "STEPLENS_PROFILE_ROOT": ("", "profile_root"),
+    "STEPLENS_RUN_DIR": ("", "run_dir"),
+    "STEPLENS_HOOK_SPOOL": ("", "hook_spool"),
+    "STEPLENS_HOOK_PEAK_FLOPS": ("", "hook_peak_flops"),
 }
 
 
