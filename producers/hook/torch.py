@@ -42,7 +42,8 @@ from schemas.profile import ProfileFormat
 
 log = logging.getLogger(__name__)
 
-MAX_PROFILED_KERNELS_PER_STEP = 4000  # keeps one kernels batch well under the 1 MiB event limit
+MAX_PROFILED_KERNELS_PER_STEP = 4000
+MARKER = "steplens.step#"  # torch renames "ProfilerStep#<n>" ranges to "ProfilerStep*"  # keeps one kernels batch well under the 1 MiB event limit
 
 
 def torch_npu_available() -> bool:
@@ -326,8 +327,9 @@ def classify(name: str) -> tuple[KernelCategory, CollectiveOp | None, str | None
 class TorchProfilerBackend:
     """torch.profiler (Kineto) for the requested steps; torch_npu.profiler on Ascend.
 
-    Steps are delimited by `record_function("ProfilerStep#<n>")` ranges so every op can be
-    assigned to its step; top-level ops inside a step become the step's kernel records.
+    Steps are delimited by `record_function("steplens.step#<n>")` ranges; every top-level op
+    (of any thread: the training thread's, the autograd engine's, gloo/nccl's collectives) that
+    starts inside a step's range becomes one of that step's kernel records.
     """
 
     def __init__(self, req: ProfileRequest) -> None:
@@ -342,7 +344,7 @@ class TorchProfilerBackend:
         return "ascend_pt" if self._npu else "kineto"
 
     def _open_marker(self, step: int) -> None:
-        self._marker = torch.profiler.record_function(f"ProfilerStep#{step}")
+        self._marker = torch.profiler.record_function(f"{MARKER}{step}")
         self._wall[step] = time.time_ns()
         self._marker.__enter__()
 
@@ -383,25 +385,29 @@ class TorchProfilerBackend:
 
     def _kernels(self) -> tuple[dict[int, list[KernelRecord]], dict[int, int]]:
         events = list(self._prof.events())
-        steps: dict[int, tuple[float, float]] = {}
+        ranges: list[tuple[float, float, int]] = []
         for ev in events:
-            if ev.name.startswith("ProfilerStep#"):
-                steps[int(ev.name.split("#", 1)[1])] = (ev.time_range.start, ev.time_range.end)
-        out: dict[int, list[KernelRecord]] = {s: [] for s in steps}
-        dropped: dict[int, int] = dict.fromkeys(steps, 0)
+            if ev.name.startswith(MARKER):
+                ranges.append((ev.time_range.start, ev.time_range.end, int(ev.name[len(MARKER):])))
+        ranges.sort()
+        out: dict[int, list[KernelRecord]] = {s: [] for _, _, s in ranges}
+        dropped: dict[int, int] = dict.fromkeys(out, 0)
         for ev in events:
             parent = ev.cpu_parent
-            if parent is None or not parent.name.startswith("ProfilerStep#"):
+            if ev.name.startswith(MARKER) or (parent is not None and not parent.name.startswith(MARKER)):
                 continue
-            step = int(parent.name.split("#", 1)[1])
+            t = ev.time_range.start
+            hit = next((r for r in ranges if r[0] <= t <= r[1]), None)
+            if hit is None:
+                continue
+            s0, _, step = hit
             if len(out[step]) >= MAX_PROFILED_KERNELS_PER_STEP:
                 dropped[step] += 1
                 continue
-            s0 = steps[step][0]
             cat, op, metric = classify(ev.name)
             flops = getattr(ev, "flops", None) or None
             out[step].append(KernelRecord(
-                name=ev.name, cat=cat, start_ns=self._wall[step] + int((ev.time_range.start - s0) * 1000),
+                name=ev.name, cat=cat, start_ns=self._wall[step] + int((t - s0) * 1000),
                 dur_ns=int(ev.time_range.elapsed_us() * 1000), metric=metric, op=op, flops=flops,
                 domain="dp" if cat == "comm" else None,
             ))

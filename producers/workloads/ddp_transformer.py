@@ -47,6 +47,7 @@ class WorkloadConfig:
     fault_from_step: int = 0
     hogs: int = 3
     sleep_ms: float = 30.0
+    step_sleep_ms: float = 0.0  # every rank: extra host time per step (stretches a run for outage/control tests)
     schedule: tuple[str, ...] = ("hook",)  # modes per block: none | hook | profiler
     block: int = 10
     follow_control: bool = True
@@ -202,6 +203,8 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
                     junk.append(a)
                 del junk
                 gc.collect()
+            if cfg.step_sleep_ms:
+                time.sleep(cfg.step_sleep_ms / 1000)
             out = model(x)
             loss = loss_fn(out.reshape(-1, cfg.vocab), y.reshape(-1))
             opt.zero_grad(set_to_none=True)

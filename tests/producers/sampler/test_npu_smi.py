@@ -22,9 +22,9 @@ NpuID(Idx)  ChipId(Idx) Pwr(W)      Temp(C)     AI Core(%)  AI Cpu(%)   Ctrl Cpu
 """
 
 # Atlas 800 training server (910): one chip per NPU, eight NPUs
-A910 = "NpuID(Idx)  ChipId(Idx) Pwr(W)      Temp(C)     AI Core(%)  AI Cpu(%)   Ctrl Cpu(%) Memory(%)   Memory BW(%)\n" + \
-    "".join(f"{n}           0           {180 + n}.5       {50 + n}          {90 + n}          1           7           "
-            f"{70 + n}          {30 + n}\n" for n in range(8))
+A910 = FULL.splitlines()[0] + "\n" + "".join(
+    f"{n}           0           {180 + n}.5       {50 + n}          {90 + n}          1           7           "
+    f"{70 + n}          {30 + n}\n" for n in range(8))
 
 # `-s ptm` (power, temperature, memory only): a narrower header, '-' for a missing value
 SUBSET = """\
