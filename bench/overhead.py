@@ -15,6 +15,7 @@ ranks) and in isolation (one process, no other load).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import statistics
@@ -44,10 +45,8 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     mem = 0
-    try:
+    with contextlib.suppress(OSError, ValueError, IndexError):
         mem = int(Path("/proc/meminfo").read_text().split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
     return {"cores": os.cpu_count(), "memory_gb": round(mem / 2**30, 1), "cpu": cpu}
 
 
@@ -115,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.overhead", description=__doc__)
     p.add_argument("--world", type=int, default=4)
     p.add_argument("--block", type=int, default=10)
-    p.add_argument("--rounds", type=int, default=9, help="rounds of (none, hook, profiler) blocks, the first is warm-up")
+    p.add_argument("--rounds", type=int, default=9,
+                   help="rounds of (none, hook, profiler) blocks, the first is warm-up")
     p.add_argument("--out", type=Path, default=OUT)
     a = p.parse_args(argv)
 

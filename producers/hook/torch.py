@@ -42,8 +42,8 @@ from schemas.profile import ProfileFormat
 
 log = logging.getLogger(__name__)
 
-MAX_PROFILED_KERNELS_PER_STEP = 4000
-MARKER = "steplens.step#"  # torch renames "ProfilerStep#<n>" ranges to "ProfilerStep*"  # keeps one kernels batch well under the 1 MiB event limit
+MAX_PROFILED_KERNELS_PER_STEP = 4000  # keeps one kernels batch well under the 1 MiB event limit
+MARKER = "steplens.step#"  # torch renames "ProfilerStep#<n>" ranges to "ProfilerStep*"
 
 
 def torch_npu_available() -> bool:

@@ -45,7 +45,7 @@ class WorkloadConfig:
     fault: str = ""            # hog | gc | slow_data | sleep_allreduce
     fault_rank: int = 2
     fault_from_step: int = 0
-    hogs: int = 3
+    hogs: int = 8
     sleep_ms: float = 30.0
     step_sleep_ms: float = 0.0  # every rank: extra host time per step (stretches a run for outage/control tests)
     schedule: tuple[str, ...] = ("hook",)  # modes per block: none | hook | profiler

@@ -84,7 +84,7 @@ def test_cpu_hog_on_rank_2_is_named_by_the_detector(settings: Settings, tmp_path
     settings.home.mkdir(parents=True, exist_ok=True)
     worker = start_worker("detect", env, settings.home)
     try:
-        cfg = WorkloadConfig(job="hog-job", world=4, steps=40, fault="hog", fault_rank=2, hogs=3,
+        cfg = WorkloadConfig(job="hog-job", world=4, steps=24, fault="hog", fault_rank=2, hogs=6,
                              follow_control=False, out_dir=str(tmp_path / "out"), env=_env(settings))
         run(cfg)
         incidents = _poll(settings, topics.incidents,
@@ -96,8 +96,8 @@ def test_cpu_hog_on_rank_2_is_named_by_the_detector(settings: Settings, tmp_path
     assert {r for i in slow for r in i.ranks} == {2}
     # the busy time the detector compared: rank 2 computes longest, the others wait in the all-reduce
     steps = [e for e in (decode(m.value) for m in _read(settings, topics.steps)) if isinstance(e, StepEvent)]
-    assert len(steps) == 4 * 40
-    busy = {r: sorted(e.duration_ms - (e.phases.comm_exposed_ms or 0) for e in steps if e.rank == r)[20]
+    assert len(steps) == 4 * cfg.steps
+    busy = {r: sorted(e.duration_ms - (e.phases.comm_exposed_ms or 0) for e in steps if e.rank == r)[cfg.steps // 2]
             for r in range(4)}
     assert max(busy, key=lambda r: busy[r]) == 2
 
@@ -105,8 +105,8 @@ def test_cpu_hog_on_rank_2_is_named_by_the_detector(settings: Settings, tmp_path
 def test_kafka_outage_mid_run_loses_and_duplicates_nothing(settings: Settings, tmp_path: Path) -> None:
     topics = Topics(settings.topic_prefix)
     broker = KafkaBroker(InfraConfig.from_env())
-    steps = 120
-    cfg = WorkloadConfig(job="outage-job", world=4, steps=steps, follow_control=False, step_sleep_ms=150,
+    steps = 100
+    cfg = WorkloadConfig(job="outage-job", world=4, steps=steps, follow_control=False, step_sleep_ms=100,
                          out_dir=str(tmp_path / "out"), env=_env(settings))
     errors: list[BaseException] = []
 
