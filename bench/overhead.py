@@ -6,8 +6,9 @@ steps inside the same process group: no hook, hook, torch.profiler always on. In
 cancels the drift of this shared, loaded machine; the first round and the first step of every
 block (mode switch) are discarded.
 
-hook_ratio = median step time with hook / median without; hook_ratio_noise = 95 % half-width
-of the per-round ratios (1.96 · sd / √rounds). us_per_event: time inside hook entry points on
+hook_ratio = median step time with hook / median without; hook_ratio_noise = half-width of the
+95 % bootstrap interval of that ratio of medians (steps resampled within each mode); the same
+for profiler_ratio. us_per_event: time inside hook entry points on
 the training thread per event emitted, in the workload (includes preemption by the other
 ranks) and in isolation (one process, no other load).
 """
@@ -27,6 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 
 from producers.workloads.ddp_transformer import WorkloadConfig, load_results, run
@@ -96,15 +98,23 @@ def analyse(times: list[tuple[str, float]], block: int) -> dict[str, Any]:
             ratios[m].append(med[m] / med["none"])
     medians = {m: statistics.median(v) for m, v in per_mode.items()}
 
-    def noise(v: list[float]) -> float:
-        return 1.96 * statistics.stdev(v) / len(v) ** 0.5 if len(v) > 1 else float("nan")
+    rng = np.random.default_rng(0)
+    arrays = {m: np.asarray(v) for m, v in per_mode.items()}
+
+    def noise(mode: str, draws: int = 2000) -> float:
+        a, b = arrays[mode], arrays["none"]
+        ra = np.median(rng.choice(a, (draws, a.size)), axis=1)
+        rb = np.median(rng.choice(b, (draws, b.size)), axis=1)
+        lo, hi = np.percentile(ra / rb, [2.5, 97.5])
+        return float(hi - lo) / 2
 
     return {
         "medians_ms": medians,
         "hook_ratio": medians["hook"] / medians["none"],
-        "hook_ratio_noise": noise(ratios["hook"]),
+        "hook_ratio_noise": noise("hook"),
         "profiler_ratio": medians["profiler"] / medians["none"],
-        "profiler_ratio_noise": noise(ratios["profiler"]),
+        "profiler_ratio_noise": noise("profiler"),
+        "per_round_ratios": ratios,
         "rounds": len(rounds),
         "steps_per_mode": {m: len(v) for m, v in per_mode.items()},
     }
@@ -113,8 +123,8 @@ def analyse(times: list[tuple[str, float]], block: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.overhead", description=__doc__)
     p.add_argument("--world", type=int, default=4)
-    p.add_argument("--block", type=int, default=10)
-    p.add_argument("--rounds", type=int, default=9,
+    p.add_argument("--block", type=int, default=6)
+    p.add_argument("--rounds", type=int, default=12,
                    help="rounds of (none, hook, profiler) blocks, the first is warm-up")
     p.add_argument("--out", type=Path, default=OUT)
     a = p.parse_args(argv)
