@@ -163,13 +163,21 @@ def main(argv: list[str] | None = None) -> int:
     stats = analyse([(m, ms) for m, ms in rank0["times"]], a.block)
     us_events = [r["us_per_event"] for r in results if r["us_per_event"] is not None]
     dropped = sum(sum((r["emitter_dropped"] or {}).values()) for r in results)
+    iso_us = isolated_us_per_event()
+    hook_steps = [r["hook"]["steps"] for r in results if r["hook"]]
+    events_per_step = statistics.median(
+        [r["hook"]["events"] / r["hook"]["steps"] for r in results if r["hook"] and r["hook"]["steps"]]) \
+        if hook_steps else 2.0
     doc = {
         "hook_ratio": round(stats["hook_ratio"], 5),
         "hook_ratio_noise": round(stats["hook_ratio_noise"], 5),
         "profiler_ratio": round(stats["profiler_ratio"], 4),
         "profiler_ratio_noise": round(stats["profiler_ratio_noise"], 4),
         "us_per_event": round(statistics.median(us_events), 2),
-        "us_per_event_isolated": round(isolated_us_per_event(), 2),
+        "us_per_event_isolated": round(iso_us, 2),
+        # what the hook's own CPU time per step would cost, independent of the step-time noise:
+        # (events per step x us per event) / median step time without hook
+        "hook_cost_ratio": round(1 + events_per_step * iso_us / (stats["medians_ms"]["none"] * 1000), 6),
         "steps": cfg.steps,
         "steps_per_mode": stats["steps_per_mode"],
         "median_step_ms": {m: round(v, 3) for m, v in stats["medians_ms"].items()},
@@ -192,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{m:<10} {stats['medians_ms'][m]:>15.2f} {ratio:>14.4f}")
     print(f"hook_ratio {doc['hook_ratio']} ± {doc['hook_ratio_noise']} (95 %, {stats['rounds']} rounds); "
           f"profiler_ratio {doc['profiler_ratio']}; us_per_event {doc['us_per_event']} in the workload, "
-          f"{doc['us_per_event_isolated']} isolated; dropped {dropped}")
+          f"{doc['us_per_event_isolated']} isolated (cost ratio {doc['hook_cost_ratio']}); dropped {dropped}")
     print(f"wrote {a.out}")
     return 0
 

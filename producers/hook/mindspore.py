@@ -42,30 +42,23 @@ class StepLensCallback(Callback):  # type: ignore[misc]  # mindspore is untyped
         try:
             self._begin_wall = time.time_ns()
             self._begin_pc = time.perf_counter_ns()
-            cb = run_context.original_args()
-            if self._sunk(cb) == 1:
-                self.hook.step_begin(self._last_step)
+            self.hook.step_begin(self._last_step)
         except Exception:
             self.hook._errors += 1
 
     def on_train_step_end(self, run_context: Any) -> None:
         try:
-            cb = run_context.original_args()
-            k = self._sunk(cb)
-            if k == 1 and self.hook._cur is not None:
+            cur = int(run_context.original_args()["cur_step_num"])
+            k = cur - self._last_step  # > 1 when the device ran a whole sink of steps
+            if k <= 1:
                 self.hook.step_end(samples=self.samples, tokens=self.tokens, batch_size=self.samples,
                                    flops=self.flops)
             else:
+                self.hook._cur = None  # the sink's interval is split into k steps below
                 self._emit_sunk(k)
-            self._last_step = int(cb.cur_step_num)
+            self._last_step = cur
         except Exception:
             self.hook._errors += 1
-
-    def _sunk(self, cb: Any) -> int:
-        """Steps the device ran for this callback: 1 without data sink, sink_size with it."""
-        if getattr(cb, "dataset_sink_mode", False):
-            return max(int(getattr(cb, "batch_num", 1) if not getattr(cb, "sink_size", 0) else cb.sink_size), 1)
-        return 1
 
     def _emit_sunk(self, k: int) -> None:
         t = time.perf_counter_ns()

@@ -45,16 +45,27 @@ def test_mindspore_callback_emits_valid_step_events(kafka_bootstrap: str, unique
     ensure_topics(settings, topics, 1)
     steps = 12
     hook = start_hook("ms-job", rank=0, world=1, settings=settings, follow_control=False)
-    _train(False, StepLensCallback(hook, samples_per_step=8), steps)
+    cb = StepLensCallback(hook, samples_per_step=8)
+    _train(False, cb, steps)
+    # a data-sink run (device loop of 4 steps per callback): cur_step_num jumps by 4 per step end
+    # (on CPU MindSpore falls back to one callback per step, so drive the callback with its RunContext)
+    from mindspore.train.callback import RunContext
+
+    for cur in (steps + 4, steps + 8):
+        cb.on_train_step_begin(RunContext({"cur_step_num": cur - 4}))
+        cb.on_train_step_end(RunContext({"cur_step_num": cur}))
     assert hook.flush(60)
     stats = hook.stats()
     assert hook.close(30)
     assert stats.errors == 0 and stats.steps == steps
+    total = steps + 8
 
     consumer = KafkaConsumer(topics.steps, **kafka_client_config(settings, "admin"), auto_offset_reset="earliest",
                              enable_auto_commit=False, consumer_timeout_ms=5000)
     events = [decode_as(StepEvent, m.value) for m in consumer]  # decode_as validates the contract
     consumer.close()
-    assert [e.step for e in events] == list(range(steps))
+    assert [e.step for e in events] == list(range(total))
+    sunk = events[steps:]
+    assert len({e.end_ns - e.start_ns for e in sunk[:4]}) == 1  # one sink's interval split evenly
     assert all(e.job == "ms-job" and e.samples == 8 and e.end_ns > e.start_ns for e in events)
     assert all(e.end_ns <= time.time_ns() for e in events)
