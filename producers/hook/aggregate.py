@@ -91,20 +91,47 @@ class KernelAggregator:
         self.other_count += 1
         self.other_ns += max(int(dur_ns), 0)
 
+    def take(self) -> AggSnapshot | None:
+        """Hand this step's aggregates over (to be turned into a summary elsewhere) and start afresh."""
+        if not self:
+            return None
+        snap = AggSnapshot(self._aggs, self.other_count, self.other_ns, self.dropped)
+        self._aggs = {}
+        self.other_count = self.other_ns = self.dropped = 0
+        return snap
+
     def entries(self) -> list[KernelAggregate]:
-        out: list[KernelAggregate] = []
-        for key, a in self._aggs.items():
-            mean = mad = None
-            if a.launches:
-                mean = sum(a.launches) / len(a.launches)
-                mad = sum(abs(x - mean) for x in a.launches) / len(a.launches)
-            out.append(KernelAggregate(
-                key=key, cat=a.cat, count=a.count, total_ns=a.total_ns, max_ns=a.max_ns, metric=a.metric,
-                shape=a.shape, flops=a.flops, op=a.op, domain=a.domain, group_size=a.group_size, bytes=a.nbytes,
-                direction=a.direction, launch_mean_us=mean, launch_mad_us=mad,
-            ))
-        return out
+        return _entries(self._aggs)
 
     def summary_fields(self) -> dict[str, Any]:
         return {"entries": self.entries(), "other_count": self.other_count, "other_ns": self.other_ns,
                 "dropped": self.dropped}
+
+
+@dataclass(frozen=True, slots=True)
+class AggSnapshot:
+    """One step's aggregates, detached from the aggregator."""
+
+    aggs: dict[str, _Agg]
+    other_count: int
+    other_ns: int
+    dropped: int
+
+    def summary_fields(self) -> dict[str, Any]:
+        return {"entries": _entries(self.aggs), "other_count": self.other_count, "other_ns": self.other_ns,
+                "dropped": self.dropped}
+
+
+def _entries(aggs: dict[str, _Agg]) -> list[KernelAggregate]:
+    out: list[KernelAggregate] = []
+    for key, a in aggs.items():
+        mean = mad = None
+        if a.launches:
+            mean = sum(a.launches) / len(a.launches)
+            mad = sum(abs(x - mean) for x in a.launches) / len(a.launches)
+        out.append(KernelAggregate(
+            key=key, cat=a.cat, count=a.count, total_ns=a.total_ns, max_ns=a.max_ns, metric=a.metric,
+            shape=a.shape, flops=a.flops, op=a.op, domain=a.domain, group_size=a.group_size, bytes=a.nbytes,
+            direction=a.direction, launch_mean_us=mean, launch_mad_us=mad,
+        ))
+    return out

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from producers.hook.aggregate import KernelAggregator
+from producers.hook.aggregate import AggSnapshot, KernelAggregator
 from producers.hook.profiling import ProfilerBackend, ProfileRequest, ProfileResult
 from schemas import ControlCommand, Domain, Event, KernelBatch, KernelSummary, Phases, ProfileReady, StepEvent
 from schemas.kernel import CollectiveOp, CopyDirection, KernelCategory
@@ -103,6 +103,26 @@ class _StepState:
     interstep_ms: float | None = None
 
 
+@dataclass(slots=True)
+class _DoneStep:
+    """What the training thread hands over at step end (numbers only, no event building)."""
+
+    state: _StepState
+    end_ns: int
+    samples: int | None
+    tokens: int | None
+    batch_size: int | None
+    flops: float | None
+    gc_ms: float | None
+    gc_count: int | None
+    profiling: bool
+    kernels: AggSnapshot | None
+    rank: RankInfo
+
+
+_STOP: Any = object()
+
+
 class RankHook:
     """Per-rank step telemetry; one per training process.
 
@@ -147,11 +167,19 @@ class RankHook:
         self._calls = 0
         self._profiles = 0
         self._lock = threading.Lock()
+        self._em_lock = threading.Lock()
         self._requests: deque[ProfileRequest] = deque()
         self._accepted = 0
         self._ignored: dict[str, int] = {}
         self._active: tuple[ProfileRequest, ProfilerBackend] | None = None
         self._followers: list[Any] = []
+        self._builder: threading.Thread | None = None
+        self._builder_pid = 0
+        self._done: deque[Any] = deque()
+        self._wake = threading.Event()
+        self._idle = threading.Condition()
+        self._queued = 0
+        self._built = 0
         if track_gc:
             self._install_gc()
         _register_lifecycle(self)
@@ -202,9 +230,12 @@ class RankHook:
 
     def phase_begin(self, name: str) -> None:
         t = time.perf_counter_ns()
-        cur = self._cur
-        if cur is not None:
-            cur.open_phases[name] = t
+        try:
+            cur = self._cur
+            if cur is not None:
+                cur.open_phases[name] = t
+        except Exception:
+            self._errors += 1
         self._account(t)
 
     def phase_end(self, name: str) -> None:
@@ -225,9 +256,12 @@ class RankHook:
 
     def add_phase_ms(self, name: str, ms: float) -> None:
         """Add a measured duration to a phase of the current step (e.g. from a framework callback)."""
-        cur = self._cur
-        if cur is not None and ms >= 0:
-            cur.phases[name] = cur.phases.get(name, 0.0) + ms
+        try:
+            cur = self._cur
+            if cur is not None and ms >= 0:
+                cur.phases[name] = cur.phases.get(name, 0.0) + ms
+        except Exception:
+            self._errors += 1
 
     # --- kernels and collectives ---------------------------------------------------------------
     def record_collective(
@@ -344,25 +378,35 @@ class RankHook:
             return None
 
     def flush(self, timeout: float | None = 30.0) -> bool:
+        """Wait (bounded) until every finished step is built and exported; for shutdown and tests."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        built = self._drain_builder(timeout)
         em = self._emitter
-        return True if em is None else em.flush(timeout)
+        remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        return built and (True if em is None else em.flush(remaining))
 
     def close(self, timeout: float | None = None) -> bool:
         """Stop following control, remove the GC callback, flush and close the emitter (bounded)."""
         if self._closed:
             return True
-        self._closed = True
         for f in self._followers:
             try:
                 f.stop()
             except Exception:
                 log.debug("control follower stop raised", exc_info=True)
         self._remove_gc()
+        limit = self._close_timeout if timeout is None else timeout
+        if self._builder is not None and self._builder_pid == os.getpid():
+            self._drain_builder(limit)
+            self._done.append(_STOP)
+            self._wake.set()
+            self._builder.join(limit)
+        self._closed = True
         em, self._emitter = self._emitter, None
         if em is None or self._pid != os.getpid():
             return True
         try:
-            return em.close(self._close_timeout if timeout is None else timeout)
+            return em.close(limit)
         except Exception:
             self._errors += 1
             return False
@@ -384,19 +428,24 @@ class RankHook:
         self._calls += 1
 
     def _new_emitter(self) -> Emitter:
-        if self._pid != os.getpid():  # forked child: never touch the parent's emitter
-            self._pid = os.getpid()
-            self._emitter = None
-        em = self._emitter_factory()
-        self._emitter = em
-        return em
+        with self._em_lock:  # the training thread and the builder may both get here first
+            if self._pid != os.getpid():  # forked child: never touch the parent's emitter
+                self._pid = os.getpid()
+                self._emitter = None
+            em = self._emitter
+            if em is None:
+                em = self._emitter = self._emitter_factory()
+            return em
 
     def _after_fork(self) -> None:
         self._pid = -1  # forces a fresh emitter on the child's first emit
         self._emitter = None
         self._lock = threading.Lock()
+        self._em_lock = threading.Lock()
         self._active = None
         self._followers = []
+        self._builder = None  # the parent's builder thread does not exist here
+        self._done = deque()
 
     def _step_begin(self, step: int | None, t: int) -> None:
         idx = self._next_step if step is None else step
@@ -417,26 +466,10 @@ class RankHook:
         if cur is None:
             return
         self._cur = None
-        end_ns = cur.start_ns + (t - cur.t0)
-        ph = cur.phases
-        gc_ms = self._gc_ms
-        r = self.rank
-        event = StepEvent(
-            job=r.job, rank=r.rank, world=r.world, host=r.host, device=r.device, domains=r.domains,
-            step=cur.step, start_ns=cur.start_ns, end_ns=end_ns,
-            phases=Phases(
-                data_ms=ph.get("data"), forward_ms=ph.get("forward"), backward_ms=ph.get("backward"),
-                grad_ms=ph.get("grad"), optimizer_ms=ph.get("optimizer"), comm_exposed_ms=ph.get("comm_exposed"),
-                interstep_cpu_ms=cur.interstep_ms, gc_ms=gc_ms if self._track_gc else None,
-            ),
-            gc_count=self._gc_n if self._track_gc else None, batch_size=batch_size, samples=samples,
-            tokens=tokens, flops=flops, peak_flops=self.peak_flops,
-            profiling=self._active is not None,
-        )
-        self.emit(event)
-        if self._agg:
-            self.emit(KernelSummary(job=r.job, rank=r.rank, world=r.world, host=r.host, device=r.device,
-                                    domains=r.domains, step=cur.step, **self._agg.summary_fields()))
+        done = _DoneStep(cur, cur.start_ns + (t - cur.t0), samples, tokens, batch_size, flops,
+                         self._gc_ms if self._track_gc else None, self._gc_n if self._track_gc else None,
+                         self._active is not None, self._agg.take(), self.rank)
+        self._defer(done)
         self._steps += 1
         self._next_step = cur.step + 1
         active = self._active
@@ -446,6 +479,79 @@ class RankHook:
             if cur.step >= req.step_last:
                 self._finish_profile(req, prof)
         self._last_end_pc = time.perf_counter_ns()
+
+    # --- event building, off the training thread -----------------------------------------------
+    def _defer(self, done: _DoneStep) -> None:
+        """Queue a finished step; the builder thread turns it into events and emits them.
+
+        Building and encoding the events is most of the hook's cost; doing it on a helper thread
+        lets it overlap with the training thread's GIL-free compute (torch ops, collectives).
+        """
+        if self._closed:
+            return
+        if self._builder is None or self._builder_pid != os.getpid():
+            self._start_builder()
+        was_empty = not self._done
+        self._queued += 1
+        self._done.append(done)
+        if was_empty:
+            self._wake.set()
+
+    def _start_builder(self) -> None:
+        self._builder_pid = os.getpid()
+        self._queued = self._built = 0
+        self._done = deque()
+        self._wake = threading.Event()
+        self._idle = threading.Condition()
+        self._builder = threading.Thread(target=self._build_loop, name="steplens-hook-builder", daemon=True)
+        self._builder.start()
+
+    def _build_loop(self) -> None:
+        done, wake, idle = self._done, self._wake, self._idle
+        while True:
+            wake.wait()
+            wake.clear()
+            while done:
+                item = done.popleft()
+                if item is _STOP:
+                    with idle:
+                        idle.notify_all()
+                    return
+                try:
+                    self._build(item)
+                except Exception:
+                    self._errors += 1
+                self._built += 1
+            with idle:
+                idle.notify_all()
+
+    def _build(self, d: _DoneStep) -> None:
+        cur, ph, r = d.state, d.state.phases, d.rank
+        self.emit(StepEvent(
+            job=r.job, rank=r.rank, world=r.world, host=r.host, device=r.device, domains=r.domains,
+            step=cur.step, start_ns=cur.start_ns, end_ns=d.end_ns,
+            phases=Phases(
+                data_ms=ph.get("data"), forward_ms=ph.get("forward"), backward_ms=ph.get("backward"),
+                grad_ms=ph.get("grad"), optimizer_ms=ph.get("optimizer"), comm_exposed_ms=ph.get("comm_exposed"),
+                interstep_cpu_ms=cur.interstep_ms, gc_ms=d.gc_ms,
+            ),
+            gc_count=d.gc_count, batch_size=d.batch_size, samples=d.samples, tokens=d.tokens, flops=d.flops,
+            peak_flops=self.peak_flops, profiling=d.profiling,
+        ))
+        if d.kernels is not None:
+            self.emit(KernelSummary(job=r.job, rank=r.rank, world=r.world, host=r.host, device=r.device,
+                                    domains=r.domains, step=cur.step, **d.kernels.summary_fields()))
+
+    def _drain_builder(self, timeout: float | None) -> bool:
+        """Wait until every finished step was handed to the emitter."""
+        if self._builder is None or self._builder_pid != os.getpid():
+            return True
+        self._wake.set()
+        with self._idle:
+            return self._idle.wait_for(lambda: self._built >= self._queued or not self._builder_alive(), timeout)
+
+    def _builder_alive(self) -> bool:
+        return self._builder is not None and self._builder.is_alive()
 
     def _maybe_start_profile(self, idx: int) -> None:
         with self._lock:

@@ -68,7 +68,8 @@ def test_a_broken_emitter_never_reaches_the_training_loop() -> None:
         with hook.step():
             hook.record_kernel("F2:8x8x8", "compute", 10, metric="F2", flops=1024.0)
     hook.step_end()  # unbalanced end: ignored
-    assert hook.stats().errors >= 3
+    hook.flush(10)
+    assert hook.stats().errors >= 3 and hook.stats().steps == 3
     hook.close()
 
 
@@ -86,7 +87,8 @@ def test_forked_child_builds_its_own_emitter() -> None:
     if pid == 0:  # child: emits through a fresh emitter of its own, never the parent's
         with hook.step():
             pass
-        ok = built[-1] == os.getpid() and hook.emitter is not None and hook.flush(10)
+        flushed = hook.flush(10)
+        ok = flushed and built[-1] == os.getpid() and hook.emitter is not None
         os._exit(0 if ok and len(exporter.values()) == 1 else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
