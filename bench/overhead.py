@@ -2,8 +2,9 @@
 
 The DDP transformer workload (producers/workloads/ddp_transformer.py, 4 ranks, gloo on
 loopback, sending to the real Kafka) runs once with three modes interleaved in blocks of
-steps inside the same process group: no hook, hook, torch.profiler always on. Interleaving
-cancels the drift of this shared, loaded machine; the first round and the first step of every
+steps inside the same process group: no hook, hook, torch.profiler always on, each round in a
+rotated order (ABC, BCA, CAB). Interleaving cancels the drift of this shared, loaded machine and
+rotation cancels what one mode leaves to the next; the first round and the first step of every
 block (mode switch) are discarded.
 
 hook_ratio = median step time with hook / median without; hook_ratio_noise = half-width of the
@@ -60,7 +61,8 @@ def git_commit() -> str:
 
 
 def isolated_us_per_event(steps: int = 5000) -> float:
-    """The hook's own cost per event with an in-memory exporter, nothing else running."""
+    """The hook's whole CPU cost per event (training thread + builder thread, until flushed to an
+    in-memory exporter), one process, no training: what it takes away from a core per event."""
     from producers.emitter import BackgroundEmitter
     from producers.exporter import InMemoryExporter
     from producers.hook.core import RankHook, RankInfo
@@ -69,15 +71,18 @@ def isolated_us_per_event(steps: int = 5000) -> float:
     hook = RankHook(RankInfo("bench", 0, 4, "h", 0, {"dp": Domain(group=0, size=4, index=0)}),
                     lambda: BackgroundEmitter(InMemoryExporter(), max_queue=4 * steps), track_gc=True)
     hook.open()
+    t0 = time.perf_counter_ns()
     for _ in range(steps):
         hook.step_begin()
         hook.phase_begin("forward")
         hook.phase_end("forward")
         hook.record_collective("allreduce", 1000, nbytes=4096, domain="dp", group_size=4)
         hook.step_end(samples=8, tokens=256)
-    us = hook.stats().us_per_event
+    hook.flush(60.0)
+    wall = time.perf_counter_ns() - t0
+    events = hook.stats().events
     hook.close(10.0)
-    return us
+    return wall / 1e3 / max(events, 1)
 
 
 def analyse(times: list[tuple[str, float]], block: int) -> dict[str, Any]:

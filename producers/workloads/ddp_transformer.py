@@ -9,7 +9,8 @@ on one rank:
 - `sleep_allreduce`: a sleep in the DDP comm hook before every gradient all-reduce.
 
 Mode schedule (for the overhead bench): `--schedule none,hook,profiler` runs blocks of
-`--block` steps in that rotating order inside the same process group, switching the hook's
+`--block` steps, each round of blocks in a rotated order (ABC, BCA, CAB, ...) inside the same
+process group, switching the hook's
 instrumentation and an always-on torch.profiler on and off at block boundaries.
 
 Run: `python -m producers.workloads.ddp_transformer --world 4 --steps 30 --job demo --fault hog --fault-rank 2`.
@@ -173,11 +174,14 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
     timed_it = hook.wrap_loader(it) if hook is not None else it
     try:
         for step_idx in range(cfg.steps):
-            mode = cfg.schedule[(step_idx // cfg.block) % len(cfg.schedule)]
+            blk = step_idx // cfg.block
+            n_modes = len(cfg.schedule)
+            mode = cfg.schedule[(blk + blk // n_modes) % n_modes]  # each round rotates the order
             if mode != mode_on:
                 if prof is not None:
                     prof.__exit__(None, None, None)
                     prof = None
+                    gc.collect()  # the profiler's garbage must not land in the next block's steps
                 if inst is not None:
                     inst.remove()
                 if mode == "hook" and inst is not None:
