@@ -90,7 +90,7 @@ def test_cpu_hog_on_rank_2_is_named_by_the_detector(settings: Settings, tmp_path
     settings.home.mkdir(parents=True, exist_ok=True)
     worker = start_worker("detect", env, settings.home)
     try:
-        cfg = WorkloadConfig(job="hog-job", world=4, steps=30, fault="hog", fault_rank=2, hogs=6,
+        cfg = WorkloadConfig(job="hog-job", world=4, steps=50, fault="hog", fault_rank=2, hogs=8,
                              follow_control=False, out_dir=str(tmp_path / "out"), env=_env(settings))
         run(cfg)
         incidents = _poll(settings, topics.incidents,
