@@ -84,13 +84,29 @@ def _poll(s: Settings, topic: str, done: Any, timeout: float) -> list[Any]:
     return events
 
 
+def _wait_topics_visible(s: Settings, names: tuple[str, ...], timeout: float = 60.0) -> None:
+    """A worker that starts before fresh topics reach the broker's metadata gets no partitions at all."""
+    consumer = KafkaConsumer(**kafka_client_config(s, "admin"), group_id=None)
+    try:
+        deadline = time.monotonic() + timeout
+        while not set(names) <= consumer.topics() and time.monotonic() < deadline:
+            consumer.poll(timeout_ms=200)
+        assert set(names) <= consumer.topics(), f"topics not visible: {set(names) - consumer.topics()}"
+        for name in names:  # and every partition has a leader
+            while not consumer.partitions_for_topic(name) and time.monotonic() < deadline:
+                consumer.poll(timeout_ms=200)
+    finally:
+        consumer.close()
+
+
 def test_cpu_hog_on_rank_2_is_named_by_the_detector(settings: Settings, tmp_path: Path) -> None:
     topics = Topics(settings.topic_prefix)
     env = {**os.environ, **_env(settings)}
     settings.home.mkdir(parents=True, exist_ok=True)
+    _wait_topics_visible(settings, (topics.steps, topics.jobs, topics.domain_steps, topics.group_steps))
     worker = start_worker("detect", env, settings.home)
     try:
-        cfg = WorkloadConfig(job="hog-job", world=4, steps=50, fault="hog", fault_rank=2, hogs=8,
+        cfg = WorkloadConfig(job="hog-job", world=4, steps=40, fault="hog", fault_rank=2, hogs=8,
                              follow_control=False, out_dir=str(tmp_path / "out"), env=_env(settings))
         run(cfg)
         incidents = _poll(settings, topics.incidents,
