@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: venv up down status demo demo-server test lint typecheck unit integration clean bench-detection bench-query chaos bench-throughput bench-parse
+.PHONY: venv up down status demo demo-server test lint typecheck unit integration clean bench-detection bench-query chaos bench-throughput bench-parse bench-overhead venv-train
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -13,6 +13,18 @@ $(STAMP): pyproject.toml
 	@rm -f $(VENV)/.installed-* && touch $@
 
 venv: $(STAMP)
+
+# Training frameworks for the rank hook's tests and bench (torch ~0.5 GB + CUDA libs, MindSpore CPU ~0.8 GB):
+# installed once per pinned version set, cached by pip.
+TRAIN_STAMP := $(VENV)/.train-$(shell grep -E '^(torch|mindspore|nvml) = ' pyproject.toml | cksum | cut -d' ' -f1)
+$(TRAIN_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e ".[dev,torch,mindspore]"
+	@rm -f $(VENV)/.train-* && touch $@
+
+venv-train: $(TRAIN_STAMP)
+
+bench-overhead: venv-train ## the DDP workload without hook, with hook, with torch.profiler -> bench/results/overhead.json
+	$(BIN)/python -m bench.overhead
 
 up: venv          ## start Kafka + ClickHouse on loopback (installs them when missing)
 	$(BIN)/python -m infra up
@@ -41,7 +53,7 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
-test: venv lint typecheck ## lint, types, unit and integration tests (starts the services it needs)
+test: venv venv-train lint typecheck ## lint, types, unit and integration tests (starts the services it needs)
 	$(BIN)/pytest
 
 chaos: venv       ## hostile input, killed workers, Kafka and ClickHouse outages -> bench/results/chaos.json

@@ -28,7 +28,18 @@ from typing import Literal
 
 from producers.exporter import Exporter, ExportError, OutRecord
 from producers.spool import Spool, claim_directory
-from schemas import MAX_EVENT_BYTES, DeviceSample, Event, JobEvent, KernelBatch, ProfileReady, StepEvent, Topics, encode
+from schemas import (
+    MAX_EVENT_BYTES,
+    DeviceSample,
+    Event,
+    JobEvent,
+    KernelBatch,
+    KernelSummary,
+    ProfileReady,
+    StepEvent,
+    Topics,
+    encode,
+)
 from schemas.topics import job_key, rank_key
 
 log = logging.getLogger(__name__)
@@ -105,6 +116,8 @@ def route(event: Event, topics: Topics) -> tuple[str, bytes | None] | None:
     """
     if isinstance(event, StepEvent):
         return topics.steps, rank_key(event.job, event.rank)
+    if isinstance(event, KernelSummary):
+        return topics.kernel_summaries, rank_key(event.job, event.rank)
     if isinstance(event, KernelBatch):
         return topics.kernels, rank_key(event.job, event.rank)
     if isinstance(event, DeviceSample):

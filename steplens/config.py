@@ -106,12 +106,28 @@ class Settings:
     clickhouse_user: str = ""         # empty: steplens_writer to land, steplens_reader to query
     clickhouse_password: str = ""     # empty: <secrets_dir>/clickhouse-<user>.password
     profile_roots: str = ""           # os.pathsep-separated directories profile uris may point into
+    profile_root: Path | None = None  # rank hook: where profiles asked for by control commands go; <home>/profiles
+    run_dir: Path | None = None       # node-local: the hook registers {device: (job, rank)} here; <home>/run
+    hook_spool: bool = True           # rank hook: spool to <home>/spool/<job>/rank<r> while Kafka is down
+    hook_peak_flops: float = 0.0      # rank hook: peak FLOP/s of one device, for MFU (0 = unknown)
     detection: DetectionConfig = field(default_factory=DetectionConfig)
     parse_workers: int = 1            # processes parsing profile dumps (the parse worker's pool)
 
     @property
     def embedded_path(self) -> Path:
         return self.chdb_path if self.chdb_path is not None else self.home / "chdb"
+
+    @property
+    def profile_dir(self) -> Path:
+        return self.profile_root if self.profile_root is not None else self.home / "profiles"
+
+    @property
+    def run_path(self) -> Path:
+        return self.run_dir if self.run_dir is not None else self.home / "run"
+
+    @property
+    def hook_spool_dir(self) -> Path:
+        return self.home / "spool"
 
     @property
     def uses_server(self) -> bool:
@@ -150,6 +166,10 @@ _ENV = {
     "STEPLENS_CLICKHOUSE_PASSWORD": ("", "clickhouse_password"),
     "STEPLENS_PROFILE_ROOTS": ("", "profile_roots"),
     "STEPLENS_PARSE_WORKERS": ("", "parse_workers"),
+    "STEPLENS_PROFILE_ROOT": ("", "profile_root"),
+    "STEPLENS_RUN_DIR": ("", "run_dir"),
+    "STEPLENS_HOOK_SPOOL": ("", "hook_spool"),
+    "STEPLENS_HOOK_PEAK_FLOPS": ("", "hook_peak_flops"),
 }
 
 

@@ -1,0 +1,82 @@
+"""Rank hook: per-step telemetry from real training processes (PyTorch, torch_npu, MindSpore).
+
+`start(job)` builds a hook that sends through a BackgroundEmitter to Kafka (settings from
+STEPLENS_* variables), follows the control topic, and registers this rank's device in the
+node's run directory for the device sampler. Framework glue lives in `producers.hook.torch`
+and `producers.hook.mindspore` (each imports its framework, so import them only when used).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from infra.clients import kafka_client_config
+from producers.emitter import BackgroundEmitter
+from producers.exporter import KafkaExporter
+from producers.hook.core import Emitter, HookStats, RankHook, RankInfo
+from producers.hook.profiling import ProfilerBackend, ProfileRequest
+from producers.sampler.ranks import register_device
+from schemas import Domain, Topics
+from steplens.config import Settings, load_settings
+
+
+def kafka_emitter_factory(settings: Settings, topics: Topics, *, spool_dir: Path | None = None,
+                          name: str = "steplens-hook") -> Callable[[], BackgroundEmitter]:
+    """Builds a Kafka-backed BackgroundEmitter (again in each forked child that emits)."""
+
+    def build() -> BackgroundEmitter:
+        cfg = kafka_client_config(settings, "producer")
+        bootstrap = cfg.pop("bootstrap_servers")
+        exporter = KafkaExporter(bootstrap, client_id=f"{name}-{os.getpid()}", extra_config=cfg)
+        return BackgroundEmitter(exporter, topics, spool_dir=spool_dir, name=name)
+
+    return build
+
+
+def start(
+    job: str,
+    *,
+    rank: int | None = None,
+    world: int | None = None,
+    device: int | None = None,
+    host: str | None = None,
+    domains: dict[str, Domain] | None = None,
+    settings: Settings | None = None,
+    profiler_factory: Callable[[ProfileRequest], ProfilerBackend] | None = None,
+    follow_control: bool = True,
+    register: bool = True,
+    emitter_factory: Callable[[], Emitter] | None = None,
+) -> RankHook:
+    """A ready hook for this process; identity from arguments, else RANK/WORLD_SIZE/LOCAL_RANK."""
+    settings = settings or load_settings()
+    topics = Topics(settings.topic_prefix)
+    r = int(os.environ.get("RANK", "0")) if rank is None else rank
+    w = int(os.environ.get("WORLD_SIZE", "1")) if world is None else world
+    info = RankInfo(job=job, rank=r, world=w, host=host or socket.gethostname(),
+                    device=int(os.environ.get("LOCAL_RANK", str(r))) if device is None else device,
+                    domains=domains or {"dp": Domain(group=0, size=w, index=r)})
+    spool = settings.hook_spool_dir / job / f"rank{r}" if settings.hook_spool else None
+    factory = emitter_factory or kafka_emitter_factory(settings, topics, spool_dir=spool)
+    hook = RankHook(info, factory, profiler_factory=profiler_factory,
+                    profile_root=settings.profile_dir, peak_flops=settings.hook_peak_flops or None)
+    hook.open()
+    if follow_control:
+        from producers.hook.control import ControlFollower
+
+        hook.add_follower(ControlFollower(hook, settings, topics).start())
+    if register:
+        register_device(settings.run_path, info.device, job, r)
+    return hook
+
+
+def with_rank(hook: RankHook, info: RankInfo) -> RankHook:
+    """Update the identity of a hook once torch.distributed is up (rank, world, domains)."""
+    hook.rank = replace(info)
+    return hook
+
+
+__all__ = ["HookStats", "RankHook", "RankInfo", "kafka_emitter_factory", "start", "with_rank"]

@@ -1,0 +1,424 @@
+"""PyTorch (and torch_npu) integration of the rank hook.
+
+Zero-code-change mode: `instrument(hook, model=..., optimizer=...)` registers an optimizer
+step post-hook (a step ends when `optimizer.step()` returns and the next one begins at once),
+forward pre/post hooks on the root module (forward phase), and wraps `torch.autograd.backward`
+and `torch.autograd.grad` (B4/B5). A DDP model gets a communication hook that times every
+gradient bucket's all-reduce (launch to completion, bytes) and counts as *exposed*
+communication the time between the last bucket's launch and the end of backward: that is
+the part of gradient synchronisation no compute hid, i.e. what a rank spends waiting for the
+slowest member of its data-parallel group.
+
+Domains come from torch.distributed: Megatron-style `parallel_state` when it is initialised,
+else declared groups (lists of ranks per domain), else DP = the whole world. A group's id is
+its lowest global rank, which is unique per domain type.
+
+Ascend: `torch_npu` is imported only when present; profiling then uses `torch_npu.profiler`
+and the dump is tagged `ascend_pt`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import os
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from producers.hook.core import RankHook, RankInfo
+from producers.hook.profiling import ProfileRequest, ProfileResult, dump_bytes
+from schemas import Domain, KernelRecord
+from schemas.kernel import CollectiveOp, KernelCategory
+from schemas.profile import ProfileFormat
+
+log = logging.getLogger(__name__)
+
+MAX_PROFILED_KERNELS_PER_STEP = 4000  # keeps one kernels batch well under the 1 MiB event limit
+MARKER = "steplens.step#"  # torch renames "ProfilerStep#<n>" ranges to "ProfilerStep*"
+
+
+def torch_npu_available() -> bool:
+    try:
+        importlib.import_module("torch_npu")
+    except Exception:
+        return False
+    return True
+
+
+# --- identity -------------------------------------------------------------------------------------
+def _group_domain(ranks: list[int], rank: int) -> Domain:
+    ordered = sorted(ranks)
+    return Domain(group=ordered[0], size=len(ordered), index=ordered.index(rank))
+
+
+def megatron_domains(rank: int) -> dict[str, Domain] | None:
+    """Domains from Megatron-style `parallel_state`, when importable and initialised."""
+    for name in ("megatron.core.parallel_state", "mindspeed.core.parallel_state"):
+        try:
+            ps: Any = importlib.import_module(name)
+        except Exception:
+            continue
+        try:
+            if not ps.model_parallel_is_initialized():
+                continue
+            groups = {
+                "dp": ps.get_data_parallel_group(),
+                "tp": ps.get_tensor_model_parallel_group(),
+                "pp": ps.get_pipeline_model_parallel_group(),
+            }
+            for dom, getter in (("cp", "get_context_parallel_group"), ("ep", "get_expert_model_parallel_group")):
+                if hasattr(ps, getter):
+                    with contextlib.suppress(Exception):
+                        groups[dom] = getattr(ps, getter)()
+            return {d: _group_domain(list(dist.get_process_group_ranks(g)), rank) for d, g in groups.items()
+                    if g is not None}
+        except Exception:
+            log.debug("reading %s failed", name, exc_info=True)
+    return None
+
+
+def resolve_domains(rank: int, world: int, declared: dict[str, Iterable[int]] | None = None) -> dict[str, Domain]:
+    """Megatron parallel state if present, else the declared groups (ranks of this rank's group
+    per domain), else one DP group of the whole world."""
+    found = megatron_domains(rank) if dist.is_available() and dist.is_initialized() else None
+    if found:
+        return found
+    if declared:
+        return {d: _group_domain(list(ranks), rank) for d, ranks in declared.items()}
+    return {"dp": Domain(group=0, size=world, index=rank)}
+
+
+def torch_rank_info(job: str, *, declared: dict[str, Iterable[int]] | None = None, host: str | None = None,
+                    device: int | None = None) -> RankInfo:
+    """Rank, world, host and device of this process (torch.distributed, else RANK/WORLD_SIZE)."""
+    if dist.is_available() and dist.is_initialized():
+        rank, world = dist.get_rank(), dist.get_world_size()
+    else:
+        rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    if device is None:
+        device = int(os.environ.get("LOCAL_RANK", str(rank)))
+    return RankInfo(job=job, rank=rank, world=world, host=host or socket.gethostname(), device=device,
+                    domains=resolve_domains(rank, world, declared))
+
+
+# --- instrumentation -------------------------------------------------------------------------------
+class TorchInstrumentation:
+    """The hooks installed into one training process; `remove()` undoes them."""
+
+    def __init__(self, hook: RankHook) -> None:
+        self.hook = hook
+        self._handles: list[Any] = []
+        self._patched: list[tuple[Any, str, Any]] = []
+        self._comm: deque[tuple[int, int, int]] = deque()  # (launch_pc, done_pc, bytes), from gloo/nccl threads
+        self._last_launch = 0
+        self._in_backward = False
+        self._auto = False
+        self._dp_size: int | None = None
+        self._lock = threading.Lock()
+        self.comm_enabled = False  # the DDP comm hook stays registered; it only times while enabled
+
+    # step boundaries -----------------------------------------------------------------------------
+    def attach_optimizer(self, optimizer: Any, *, auto_steps: bool = True) -> None:
+        """Optimizer phase; with auto_steps a step ends when optimizer.step() returns."""
+        hook = self.hook
+        self._auto = auto_steps
+
+        def pre(_opt: Any, _args: Any, _kwargs: Any) -> None:
+            hook.phase_begin("optimizer")
+
+        def post(_opt: Any, _args: Any, _kwargs: Any) -> None:
+            hook.phase_end("optimizer")
+            if self._auto:
+                hook.step_end()
+                hook.step_begin()
+
+        self._handles.append(optimizer.register_step_pre_hook(pre))
+        self._handles.append(optimizer.register_step_post_hook(post))
+
+    def attach_model(self, model: torch.nn.Module) -> None:
+        """Forward phase from pre/post hooks on the root module; DDP gets the comm hook."""
+        hook = self.hook
+
+        def fpre(_m: Any, _inp: Any) -> None:
+            if self._auto and hook._cur is None:
+                hook.step_begin()
+            hook.phase_begin("forward")
+
+        def fpost(_m: Any, _inp: Any, _out: Any) -> None:
+            hook.phase_end("forward")
+
+        self._handles.append(model.register_forward_pre_hook(fpre))
+        self._handles.append(model.register_forward_hook(fpost))
+        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            self.attach_ddp(model)
+
+    def attach_ddp(self, ddp: torch.nn.parallel.DistributedDataParallel,
+                   before_launch: Callable[[], None] | None = None) -> None:
+        """Register the timing comm hook (all-reduce per bucket, as DDP's default does)."""
+        self._dp_size = ddp.process_group.size() if ddp.process_group is not None else dist.get_world_size()
+        ddp.register_comm_hook(None, self.comm_hook(before_launch))
+
+    def comm_hook(self, before_launch: Callable[[], None] | None = None) -> Callable[[Any, Any], Any]:
+        """A DDP communication hook: averaged all-reduce of the bucket, timed from launch to completion."""
+        comm = self._comm
+
+        def hook_fn(state, bucket):  # type: ignore[no-untyped-def]  # DDP rejects non-GradBucket annotations
+            if before_launch is not None:
+                before_launch()
+            group = state if state is not None else dist.group.WORLD
+            buf = bucket.buffer()
+            nbytes = buf.numel() * buf.element_size()
+            launch = time.perf_counter_ns()
+            if self.comm_enabled:
+                self._last_launch = launch
+            world = dist.get_world_size(group)
+            fut = dist.all_reduce(buf.div_(world), group=group, async_op=True).get_future()
+
+            enabled = self.comm_enabled
+
+            def done(f: Any) -> Any:
+                if enabled:
+                    comm.append((launch, time.perf_counter_ns(), nbytes))
+                return f.value()[0]
+
+            return fut.then(done)
+
+        return hook_fn
+
+    def patch_autograd(self) -> None:
+        """Time torch.autograd.backward (B4, what loss.backward() calls) and torch.autograd.grad (B5)."""
+        ag: Any = torch.autograd
+        orig_backward = ag.backward
+        orig_grad = ag.grad
+        hook = self.hook
+
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            if self._in_backward:
+                return orig_backward(*args, **kwargs)
+            self._in_backward = True
+            self._last_launch = 0
+            t0 = time.perf_counter_ns()
+            try:
+                return orig_backward(*args, **kwargs)
+            finally:
+                t1 = time.perf_counter_ns()
+                self._in_backward = False
+                hook.add_phase_ms("backward", (t1 - t0) / 1e6)
+                self._drain_comm(t1)
+
+        def grad(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter_ns()
+            try:
+                return orig_grad(*args, **kwargs)
+            finally:
+                hook.add_phase_ms("grad", (time.perf_counter_ns() - t0) / 1e6)
+
+        self.comm_enabled = True
+        self._patched.append((ag, "backward", orig_backward))
+        self._patched.append((ag, "grad", orig_grad))
+        ag.backward = backward
+        ag.grad = grad
+
+    def _drain_comm(self, backward_end: int) -> None:
+        try:
+            if self._last_launch:
+                self.hook.add_phase_ms("comm_exposed", max(backward_end - self._last_launch, 0) / 1e6)
+            comm = self._comm
+            while comm:
+                launch, done, nbytes = comm.popleft()
+                self.hook.record_collective("allreduce", done - launch, nbytes=nbytes, domain="dp",
+                                            group_size=self._dp_size)
+        except Exception:
+            self.hook._errors += 1
+
+    def patch_collectives(self) -> None:
+        """Time explicit torch.distributed collectives (sync: call wall time, which is all exposed)."""
+        ops: dict[str, CollectiveOp] = {
+            "all_reduce": "allreduce", "all_gather": "allgather", "all_gather_into_tensor": "allgather",
+            "reduce_scatter": "reducescatter", "reduce_scatter_tensor": "reducescatter", "broadcast": "broadcast",
+            "all_to_all": "alltoall", "all_to_all_single": "alltoall", "barrier": "barrier",
+        }
+        for fname, op in ops.items():
+            orig = getattr(dist, fname, None)
+            if orig is None:
+                continue
+            self._patched.append((dist, fname, orig))
+            setattr(dist, fname, self._timed_collective(orig, op))
+
+    def _timed_collective(self, orig: Callable[..., Any], op: CollectiveOp) -> Callable[..., Any]:
+        hook = self.hook
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter_ns()
+            out = orig(*args, **kwargs)
+            if not kwargs.get("async_op", False):
+                dur = time.perf_counter_ns() - t0
+                nbytes = None
+                if args and isinstance(args[0], torch.Tensor):
+                    nbytes = args[0].numel() * args[0].element_size()
+                hook.record_collective(op, dur, nbytes=nbytes, domain="dp")
+                hook.add_phase_ms("comm_exposed", dur / 1e6)
+            return out
+
+        return wrapper
+
+    def remove(self) -> None:
+        self.comm_enabled = False
+        self._comm.clear()
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        for obj, name, orig in reversed(self._patched):
+            setattr(obj, name, orig)
+        self._patched.clear()
+
+
+def instrument(hook: RankHook, *, model: torch.nn.Module | None = None, optimizer: Any = None,
+               auto_steps: bool = True, autograd: bool = True, collectives: bool = False) -> TorchInstrumentation:
+    """Install the PyTorch hooks: the one call that needs no other change to a training script."""
+    inst = TorchInstrumentation(hook)
+    if optimizer is not None:
+        inst.attach_optimizer(optimizer, auto_steps=auto_steps)
+    if model is not None:
+        inst.attach_model(model)
+    if autograd:
+        inst.patch_autograd()
+    if collectives:
+        inst.patch_collectives()
+    return inst
+
+
+# --- detailed profiling on command ---------------------------------------------------------------------
+_COLLECTIVE_NAMES: tuple[tuple[str, CollectiveOp], ...] = (
+    ("allreduce", "allreduce"), ("all_reduce", "allreduce"), ("allgather", "allgather"),
+    ("all_gather", "allgather"), ("reduce_scatter", "reducescatter"), ("reducescatter", "reducescatter"),
+    ("broadcast", "broadcast"), ("alltoall", "alltoall"), ("all_to_all", "alltoall"), ("barrier", "barrier"),
+)
+
+
+def classify(name: str) -> tuple[KernelCategory, CollectiveOp | None, str | None]:
+    """Category, collective op and spec metric id of a profiled op name."""
+    low = name.lower()
+    for pat, op in _COLLECTIVE_NAMES:
+        if pat in low:
+            return "comm", op, None
+    if "copy" in low or "memcpy" in low or low in ("aten::to", "aten::_to_copy"):
+        return "memcpy", None, None
+    if "flash" in low or "scaled_dot_product" in low:
+        return "compute", None, "F1"
+    if "bmm" in low or "batchmatmul" in low or "baddbmm" in low:
+        return "compute", None, "F3"
+    if "mm" in low or "matmul" in low or "linear" in low:
+        return "compute", None, "F2"
+    if "synchron" in low:
+        return "sync", None, None
+    return "compute", None, None
+
+
+class TorchProfilerBackend:
+    """torch.profiler (Kineto) for the requested steps; torch_npu.profiler on Ascend.
+
+    Steps are delimited by `record_function("steplens.step#<n>")` ranges; every top-level op
+    (of any thread: the training thread's, the autograd engine's, gloo/nccl's collectives) that
+    starts inside a step's range becomes one of that step's kernel records.
+    """
+
+    def __init__(self, req: ProfileRequest) -> None:
+        self.req = req
+        self._npu = torch_npu_available()
+        self._prof: Any = None
+        self._marker: Any = None
+        self._wall: dict[int, int] = {}
+
+    @property
+    def format(self) -> ProfileFormat:
+        return "ascend_pt" if self._npu else "kineto"
+
+    def _open_marker(self, step: int) -> None:
+        self._marker = torch.profiler.record_function(f"{MARKER}{step}")
+        self._wall[step] = time.time_ns()
+        self._marker.__enter__()
+
+    def start(self, step: int) -> None:
+        self.req.out_dir.mkdir(parents=True, exist_ok=True)
+        if self._npu:
+            tnp: Any = importlib.import_module("torch_npu")
+            acts = [tnp.profiler.ProfilerActivity.CPU, tnp.profiler.ProfilerActivity.NPU]
+            self._prof = tnp.profiler.profile(
+                activities=acts, record_shapes=True,
+                on_trace_ready=tnp.profiler.tensorboard_trace_handler(str(self.req.out_dir)))
+        else:
+            acts = [torch.profiler.ProfilerActivity.CPU]
+            if torch.cuda.is_available():
+                acts.append(torch.profiler.ProfilerActivity.CUDA)
+            self._prof = torch.profiler.profile(activities=acts, record_shapes=True, with_flops=True)
+        self._prof.__enter__()
+        self._open_marker(step)
+
+    def step(self, step: int) -> None:
+        if self._marker is not None:
+            self._marker.__exit__(None, None, None)
+            self._marker = None
+        if step < self.req.step_last:
+            self._open_marker(step + 1)
+
+    def stop(self) -> ProfileResult:
+        if self._marker is not None:
+            self._marker.__exit__(None, None, None)
+            self._marker = None
+        self._prof.__exit__(None, None, None)
+        uri: Path = self.req.out_dir
+        if not self._npu:
+            uri = self.req.out_dir / "trace.json"
+            self._prof.export_chrome_trace(str(uri))
+        kernels, dropped = self._kernels()
+        return ProfileResult(format=self.format, uri=uri, nbytes=dump_bytes(uri), kernels=kernels, dropped=dropped)
+
+    def _kernels(self) -> tuple[dict[int, list[KernelRecord]], dict[int, int]]:
+        events = list(self._prof.events())
+        ranges: list[tuple[float, float, int]] = []
+        for ev in events:
+            if ev.name.startswith(MARKER):
+                ranges.append((ev.time_range.start, ev.time_range.end, int(ev.name[len(MARKER):])))
+        ranges.sort()
+        out: dict[int, list[KernelRecord]] = {s: [] for _, _, s in ranges}
+        dropped: dict[int, int] = dict.fromkeys(out, 0)
+        for ev in events:
+            parent = ev.cpu_parent
+            if ev.name.startswith(MARKER) or (parent is not None and not parent.name.startswith(MARKER)):
+                continue
+            t = ev.time_range.start
+            hit = next((r for r in ranges if r[0] <= t <= r[1]), None)
+            if hit is None:
+                continue
+            s0, _, step = hit
+            if len(out[step]) >= MAX_PROFILED_KERNELS_PER_STEP:
+                dropped[step] += 1
+                continue
+            cat, op, metric = classify(ev.name)
+            flops = getattr(ev, "flops", None) or None
+            out[step].append(KernelRecord(
+                name=ev.name, cat=cat, start_ns=self._wall[step] + int((t - s0) * 1000),
+                dur_ns=int(ev.time_range.elapsed_us() * 1000), metric=metric, op=op, flops=flops,
+                domain="dp" if cat == "comm" else None,
+            ))
+        return out, dropped
+
+
+def torch_profiler_factory(req: ProfileRequest) -> TorchProfilerBackend:
+    return TorchProfilerBackend(req)
+
+
+__all__ = [
+    "TorchInstrumentation", "TorchProfilerBackend", "classify", "instrument", "megatron_domains",
+    "resolve_domains", "torch_npu_available", "torch_profiler_factory", "torch_rank_info",
+]

@@ -1,0 +1,49 @@
+"""`python -m producers.sampler --interval 1`: one device sampler per node (docs/hook.md)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import socket
+import sys
+from types import FrameType
+
+from producers.hook import kafka_emitter_factory
+from producers.sampler.sampler import NodeSampler
+from producers.sampler.sources import open_source
+from schemas import Topics
+from steplens.config import load_settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m producers.sampler", description=__doc__)
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between samples (default 1)")
+    p.add_argument("--source", choices=("auto", "npu-smi", "nvml", "host"), default="auto")
+    p.add_argument("--host", default=socket.gethostname(), help="host name samples carry (default: hostname)")
+    p.add_argument("--run-dir", default=None, help="where hooks register devices (default: STEPLENS_RUN_DIR)")
+    p.add_argument("--ticks", type=int, default=None, help="stop after this many samples per device")
+    args = p.parse_args(argv)
+    settings = load_settings()
+    from pathlib import Path
+
+    run_dir = Path(args.run_dir) if args.run_dir else settings.run_path
+    emitter = kafka_emitter_factory(settings, Topics(settings.topic_prefix), name="steplens-sampler")()
+    source = open_source(args.source, args.interval)
+    sampler = NodeSampler(source, emitter, args.host, run_dir, args.interval)
+
+    def on_signal(_sig: int, _frame: FrameType | None) -> None:
+        sampler.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        sampler.run(args.ticks)
+    finally:
+        source.close()
+        emitter.close(10.0)
+    print(f"sampled {sampler.samples} device samples from {source.kind}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,283 @@
+"""A real training job: a tiny transformer LM trained with PyTorch DDP on CPU (gloo), N ranks on loopback.
+
+Instrumented with the rank hook and sending to the real Kafka, with injectable real slowdowns
+on one rank:
+- `hog`: competing busy-loop processes pinned to the rank's core (the rank is pinned alone to
+  the last core, the other ranks to the remaining cores, so only it competes with the hogs);
+- `gc`: a GC storm (cyclic garbage + full collections inside the step);
+- `slow_data`: a data loader that sleeps in `__getitem__`;
+- `sleep_allreduce`: a sleep in the DDP comm hook before every gradient all-reduce.
+
+Mode schedule (for the overhead bench): `--schedule none,hook,profiler` runs blocks of
+`--block` steps, each round of blocks in a rotated order (ABC, BCA, CAB, ...) inside the same
+process group, switching the hook's
+instrumentation and an always-on torch.profiler on and off at block boundaries.
+
+Run: `python -m producers.workloads.ddp_transformer --world 4 --steps 30 --job demo --fault hog --fault-rank 2`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import socket
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadConfig:
+    job: str
+    world: int = 4
+    steps: int = 30
+    batch: int = 8
+    seq: int = 32
+    vocab: int = 256
+    hidden: int = 64
+    heads: int = 4
+    layers: int = 2
+    ffn: int = 128
+    fault: str = ""            # hog | gc | slow_data | sleep_allreduce
+    fault_rank: int = 2
+    fault_from_step: int = 0
+    hogs: int = 8
+    sleep_ms: float = 30.0
+    step_sleep_ms: float = 0.0  # every rank: extra host time per step (stretches a run for outage/control tests)
+    schedule: tuple[str, ...] = ("hook",)  # modes per block: none | hook | profiler
+    block: int = 10
+    follow_control: bool = True
+    out_dir: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _hog(core: int | None) -> None:
+    if core is not None:
+        os.sched_setaffinity(0, {core})
+    x = 0
+    while True:
+        x = (x * 1103515245 + 12345) & 0xFFFFFFFF
+
+
+def _pin(rank: int, cfg: WorkloadConfig) -> int | None:
+    """With the hog fault: the fault rank alone on the last core, the others on the rest."""
+    if cfg.fault != "hog" or not hasattr(os, "sched_setaffinity"):
+        return None
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return None
+    core = cores[-1] if rank == cfg.fault_rank else None
+    os.sched_setaffinity(0, {core} if core is not None else set(cores[:-1]))
+    return cores[-1]
+
+
+def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
+    os.environ.update(cfg.env)
+    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(cfg.world), "LOCAL_RANK": str(rank)})
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    from producers.emitter import BackgroundEmitter
+    from producers.hook import start as start_hook
+    from producers.hook.flops import gpt_train_flops
+    from producers.hook.torch import TorchInstrumentation, torch_profiler_factory, torch_rank_info
+    from schemas import JobEvent
+
+    torch.set_num_threads(1)
+    hog_core = _pin(rank, cfg)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=cfg.world)
+    torch.manual_seed(0)
+
+    class TinyLM(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(cfg.vocab, cfg.hidden)
+            layer = nn.TransformerEncoderLayer(cfg.hidden, cfg.heads, cfg.ffn, dropout=0.0, batch_first=True)
+            self.enc = nn.TransformerEncoder(layer, cfg.layers, enable_nested_tensor=False)
+            self.head = nn.Linear(cfg.hidden, cfg.vocab)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out: torch.Tensor = self.head(self.enc(self.emb(x)))
+            return out
+
+    fault_here = bool(cfg.fault) and rank == cfg.fault_rank
+
+    class Tokens(torch.utils.data.Dataset[torch.Tensor]):
+        def __len__(self) -> int:
+            return 10**6
+
+        def __getitem__(self, i: int) -> torch.Tensor:
+            if fault_here and cfg.fault == "slow_data":
+                time.sleep(cfg.sleep_ms / 1000 / cfg.batch)
+            g = torch.Generator().manual_seed(i * cfg.world + rank)
+            return torch.randint(0, cfg.vocab, (cfg.seq + 1,), generator=g)
+
+    model = nn.parallel.DistributedDataParallel(TinyLM())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    loader = torch.utils.data.DataLoader(Tokens(), batch_size=cfg.batch, num_workers=0)
+    info = torch_rank_info(cfg.job)
+    uses_hook = "hook" in cfg.schedule
+    hook = start_hook(cfg.job, rank=info.rank, world=info.world, device=info.device, host=info.host,
+                      domains=info.domains, profiler_factory=torch_profiler_factory,
+                      follow_control=cfg.follow_control and uses_hook) if uses_hook else None
+    inst = TorchInstrumentation(hook) if hook is not None else None
+    sleep_s = cfg.sleep_ms / 1000
+
+    def before_launch() -> None:
+        if fault_here and cfg.fault == "sleep_allreduce" and step_idx >= cfg.fault_from_step:
+            time.sleep(sleep_s)
+
+    if inst is not None:
+        inst.attach_ddp(model, before_launch)
+    elif cfg.fault == "sleep_allreduce":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        def plain(state, bucket):  # type: ignore[no-untyped-def]  # DDP checks annotations
+            before_launch()
+            return default_hooks.allreduce_hook(dist.group.WORLD, bucket)  # type: ignore[arg-type]
+
+        model.register_comm_hook(None, plain)
+
+    hogs: list[Any] = []
+    if fault_here and cfg.fault == "hog":
+        import multiprocessing as mp
+
+        ctx = mp.get_context("fork")
+        for _ in range(cfg.hogs):
+            p = ctx.Process(target=_hog, args=(hog_core,), daemon=True)
+            p.start()
+            hogs.append(p)
+
+    flops = gpt_train_flops(layers=cfg.layers, batch=cfg.batch, seq=cfg.seq, hidden=cfg.hidden, heads=cfg.heads,
+                            vocab=cfg.vocab)
+    if hook is not None and rank == 0:
+        hook.emit(JobEvent(job=cfg.job, phase="start", world=cfg.world, ts_ns=time.time_ns(),
+                           parallel={"dp": cfg.world}, model="tiny-transformer"))
+    loss_fn = nn.CrossEntropyLoss()
+    times: list[tuple[str, float]] = []
+    mode_on = ""
+    prof: Any = None
+    step_idx = 0
+    it = iter(loader)
+    timed_it = hook.wrap_loader(it) if hook is not None else it
+    try:
+        for step_idx in range(cfg.steps):
+            blk = step_idx // cfg.block
+            n_modes = len(cfg.schedule)
+            mode = cfg.schedule[(blk + blk // n_modes) % n_modes]  # each round rotates the order
+            if mode != mode_on:
+                if prof is not None:
+                    prof.__exit__(None, None, None)
+                    prof = None
+                    gc.collect()  # the profiler's garbage must not land in the next block's steps
+                if inst is not None:
+                    inst.remove()
+                if mode == "hook" and inst is not None:
+                    inst.attach_optimizer(opt, auto_steps=False)
+                    inst.attach_model(model.module)
+                    inst.patch_autograd()
+                if mode == "profiler":
+                    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+                    prof.__enter__()
+                mode_on = mode
+            hooked = mode == "hook" and hook is not None
+            t0 = time.perf_counter()
+            if hooked:
+                assert hook is not None
+                hook.step_begin(step_idx)
+            batch = next(timed_it if hooked else it)
+            x, y = batch[:, :-1], batch[:, 1:]
+            if fault_here and cfg.fault == "gc" and step_idx >= cfg.fault_from_step:
+                junk: list[Any] = []
+                for _ in range(20000):
+                    a: list[Any] = []
+                    a.append(a)
+                    junk.append(a)
+                del junk
+                gc.collect()
+            if cfg.step_sleep_ms:
+                time.sleep(cfg.step_sleep_ms / 1000)
+            out = model(x)
+            loss = loss_fn(out.reshape(-1, cfg.vocab), y.reshape(-1))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            if hooked:
+                assert hook is not None
+                hook.step_end(samples=cfg.batch, tokens=cfg.batch * cfg.seq, batch_size=cfg.batch, flops=flops)
+            times.append((mode, (time.perf_counter() - t0) * 1000))
+        dist.barrier()
+    finally:
+        if prof is not None:
+            prof.__exit__(None, None, None)
+        for p in hogs:
+            p.terminate()
+    stats = None
+    dropped: dict[str, int] | None = None
+    if hook is not None:
+        if rank == 0:
+            hook.emit(JobEvent(job=cfg.job, phase="end", world=cfg.world, ts_ns=time.time_ns(),
+                               parallel={"dp": cfg.world}, last_step=cfg.steps - 1, model="tiny-transformer"))
+        if inst is not None:
+            inst.remove()
+        stats = hook.stats()
+        hook.flush(60.0)
+        em = hook.emitter
+        dropped = em.stats().dropped if isinstance(em, BackgroundEmitter) else None
+        hook.close(30.0)
+    if cfg.out_dir:
+        Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+        Path(cfg.out_dir, f"rank{rank}.json").write_bytes(orjson.dumps({
+            "rank": rank, "times": times,
+            "hook": asdict(stats) if stats is not None else None,
+            "us_per_event": stats.us_per_event if stats is not None else None,
+            "emitter_dropped": dropped,
+        }))
+    dist.destroy_process_group()
+
+
+def run(cfg: WorkloadConfig) -> None:
+    """Spawn `cfg.world` ranks and wait for them (raises if one fails)."""
+    from torch.multiprocessing.spawn import spawn
+
+    spawn(_rank_main, args=(cfg, _free_port()), nprocs=cfg.world, join=True)  # type: ignore[no-untyped-call]
+
+
+def load_results(out_dir: Path) -> list[dict[str, Any]]:
+    return [orjson.loads(p.read_bytes()) for p in sorted(out_dir.glob("rank*.json"))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m producers.workloads.ddp_transformer", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--job", required=True)
+    p.add_argument("--world", type=int, default=4)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--fault", default="", choices=("", "hog", "gc", "slow_data", "sleep_allreduce"))
+    p.add_argument("--fault-rank", type=int, default=2)
+    p.add_argument("--fault-from-step", type=int, default=0)
+    p.add_argument("--sleep-ms", type=float, default=30.0)
+    p.add_argument("--schedule", default="hook", help="comma-separated modes per block: none,hook,profiler")
+    p.add_argument("--block", type=int, default=10)
+    p.add_argument("--out-dir", default="")
+    a = p.parse_args(argv)
+    run(WorkloadConfig(job=a.job, world=a.world, steps=a.steps, fault=a.fault, fault_rank=a.fault_rank,
+                       fault_from_step=a.fault_from_step, sleep_ms=a.sleep_ms,
+                       schedule=tuple(a.schedule.split(",")), block=a.block, out_dir=a.out_dir))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""The framework-agnostic rank hook, driven by hand (pure unit tests: the in-memory exporter stands in for Kafka)."""
+
+from __future__ import annotations
+
+import gc
+import os
+from pathlib import Path
+
+from producers.emitter import BackgroundEmitter
+from producers.exporter import InMemoryExporter
+from producers.hook.core import OTHER_JOB, OTHER_RANK, PAST_STEPS, RankHook, RankInfo
+from producers.hook.profiling import ProfileRequest, ProfileResult
+from schemas import ControlCommand, Domain, KernelBatch, KernelRecord, KernelSummary, ProfileReady, StepEvent, decode
+
+RANK = RankInfo(job="job-u", rank=1, world=4, host="node-0", device=1, domains={"dp": Domain(group=0, size=4, index=1)})
+
+
+def _hook(exporter: InMemoryExporter, **kw: object) -> RankHook:
+    return RankHook(RANK, lambda: BackgroundEmitter(exporter), **kw)  # type: ignore[arg-type]
+
+
+def _events(hook: RankHook, exporter: InMemoryExporter) -> list[object]:
+    assert hook.flush(10)
+    return [decode(v) for v in exporter.values()]
+
+
+def test_step_phases_gc_data_and_kernel_summary() -> None:
+    exporter = InMemoryExporter()
+    hook = _hook(exporter)
+    batches = hook.wrap_loader([1, 2, 3])
+    for i, _batch in enumerate(batches):
+        with hook.step(samples=8, tokens=256):
+            with hook.phase("forward"):
+                pass
+            hook.add_phase_ms("backward", 2.5)
+            hook.record_collective("allreduce", 1_000_000, nbytes=4096, domain="dp", group_size=4, launch_us=5.0)
+            hook.record_collective("allreduce", 3_000_000, nbytes=4096, domain="dp", group_size=4, launch_us=7.0)
+            if i == 1:
+                junk: list[object] = []
+                junk.append(junk)
+                del junk
+                gc.collect()
+    events = _events(hook, exporter)
+    steps = [e for e in events if isinstance(e, StepEvent)]
+    summaries = [e for e in events if isinstance(e, KernelSummary)]
+    assert [s.step for s in steps] == [0, 1, 2] == [s.step for s in summaries]
+    s1 = steps[1]
+    assert s1.samples == 8 and s1.tokens == 256 and s1.end_ns >= s1.start_ns
+    assert s1.phases.backward_ms == 2.5 and s1.phases.forward_ms is not None and s1.phases.data_ms is not None
+    assert s1.gc_count is not None and s1.gc_count >= 1 and (s1.phases.gc_ms or 0) > 0
+    assert steps[0].phases.interstep_cpu_ms is None and steps[1].phases.interstep_cpu_ms is not None
+    (agg,) = summaries[0].entries
+    assert (agg.key, agg.op, agg.count, agg.total_ns, agg.max_ns, agg.bytes) == (
+        "allreduce/dp", "allreduce", 2, 4_000_000, 3_000_000, 8192)
+    assert agg.launch_mean_us == 7.0 and agg.launch_mad_us == 0.0  # first (cold) call excluded
+    assert summaries[1].entries[0].launch_mean_us == 6.0 and summaries[1].entries[0].launch_mad_us == 1.0
+    stats = hook.stats()
+    assert stats.steps == 3 and stats.events == 6 and stats.errors == 0 and stats.us_per_event > 0
+    assert hook.close(10)
+
+
+def test_a_broken_emitter_never_reaches_the_training_loop() -> None:
+    def broken() -> BackgroundEmitter:
+        raise RuntimeError("no emitter today")
+
+    hook = RankHook(RANK, broken)
+    for _ in range(3):
+        with hook.step():
+            hook.record_kernel("F2:8x8x8", "compute", 10, metric="F2", flops=1024.0)
+    hook.step_end()  # unbalanced end: ignored
+    hook.flush(10)
+    assert hook.stats().errors >= 3 and hook.stats().steps == 3
+    hook.close()
+
+
+def test_forked_child_builds_its_own_emitter() -> None:
+    built: list[int] = []
+    exporter = InMemoryExporter()
+
+    def factory() -> BackgroundEmitter:
+        built.append(os.getpid())
+        return BackgroundEmitter(exporter)
+
+    hook = RankHook(RANK, factory)
+    hook.open()
+    pid = os.fork()
+    if pid == 0:  # child: emits through a fresh emitter of its own, never the parent's
+        with hook.step():
+            pass
+        flushed = hook.flush(10)
+        ok = flushed and built[-1] == os.getpid() and hook.emitter is not None
+        os._exit(0 if ok and len(exporter.values()) == 1 else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert built == [os.getpid()]
+    with hook.step():
+        pass
+    assert len(_events(hook, exporter)) == 1  # the parent's emitter still works
+    hook.close()
+
+
+class _ListProfiler:
+    """A profiler backend that records one synthetic kernel per step (the torch one is tested for real)."""
+
+    def __init__(self, req: ProfileRequest) -> None:
+        self.req = req
+        self.steps: list[int] = []
+
+    def start(self, step: int) -> None:
+        self.req.out_dir.mkdir(parents=True)
+
+    def step(self, step: int) -> None:
+        self.steps.append(step)
+
+    def stop(self) -> ProfileResult:
+        dump = self.req.out_dir / "trace.json"
+        dump.write_text("{}")
+        kernels = {s: [KernelRecord(name="k", cat="compute", start_ns=1, dur_ns=5)] for s in self.steps}
+        return ProfileResult(format="kineto", uri=dump, nbytes=2, kernels=kernels)
+
+
+def test_control_commands_profile_exactly_the_requested_steps(tmp_path: Path) -> None:
+    exporter = InMemoryExporter()
+    hook = _hook(exporter, profiler_factory=_ListProfiler, profile_root=tmp_path)
+
+    def cmd(cid: str, ranks: list[int], first: int, count: int, job: str = "job-u") -> ControlCommand:
+        return ControlCommand(command_id=cid, job=job, action="profile_on", ranks=ranks, step_first=first,
+                              step_count=count, issued_ns=1)
+
+    for _ in range(3):
+        with hook.step():
+            pass
+    assert not hook.submit_command(cmd("c-other", [2], 5, 3))
+    assert not hook.submit_command(cmd("c-job", [1], 5, 3, job="job-v"))
+    assert not hook.submit_command(cmd("c-past", [1], 0, 2))
+    assert hook.submit_command(cmd("c-mine", [1], 5, 3))
+    for _ in range(10):
+        with hook.step():
+            pass
+    events = _events(hook, exporter)
+    batches = [e for e in events if isinstance(e, KernelBatch)]
+    (pointer,) = [e for e in events if isinstance(e, ProfileReady)]
+    assert [b.step for b in batches] == [5, 6, 7]
+    assert (pointer.step_first, pointer.step_last, pointer.command_id) == (5, 7, "c-mine")
+    assert Path(pointer.uri).exists()
+    profiled = [e.step for e in events if isinstance(e, StepEvent) and e.profiling]
+    assert profiled == [5, 6, 7]
+    stats = hook.stats()
+    assert stats.commands_accepted == 1 and stats.profiles == 1
+    assert stats.commands_ignored == {OTHER_RANK: 1, OTHER_JOB: 1, PAST_STEPS: 1}
+    hook.close()

@@ -1,0 +1,240 @@
+"""The real DDP workload (PyTorch, gloo, 4 ranks on loopback) instrumented with the hook, sending to the real Kafka.
+
+- a CPU hog on rank 2 -> the detect worker names rank 2 in a SLOW_RANK incident;
+- Kafka stopped mid-run and restarted -> every step event arrives exactly once, in order per rank,
+  and the training loop never blocked;
+- a control command for rank r, steps s..s+2 -> kernel records and a profile pointer for exactly
+  those steps, and the dump exists.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer
+
+from infra import InfraConfig, KafkaBroker
+from infra.clients import kafka_client_config
+from producers.workloads.ddp_transformer import WorkloadConfig, load_results, run
+from schemas import ControlCommand, Incident, KernelBatch, KernelSummary, ProfileReady, StepEvent, Topics, decode
+from schemas import encode as encode_event
+from steplens.config import Settings, load_settings
+from steplens.demo import start_worker, stop_worker
+from streams.topics_admin import ensure_topics
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka]
+
+
+@pytest.fixture
+def settings(kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> Iterator[Settings]:
+    s = replace(load_settings({}), home=tmp_path / "home", kafka_bootstrap=kafka_bootstrap,
+                topic_prefix=f"{unique_name}.", app_id=unique_name, topic_partitions=2)
+    ensure_topics(s, Topics(s.topic_prefix), s.topic_partitions)
+    yield s
+
+
+def _env(s: Settings) -> dict[str, str]:
+    return {"STEPLENS_HOME": str(s.home), "STEPLENS_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
+            "STEPLENS_TOPIC_PREFIX": s.topic_prefix, "STEPLENS_APP_ID": s.app_id,
+            "STEPLENS_TOPIC_PARTITIONS": str(s.topic_partitions)}
+
+
+def _read(s: Settings, topic: str, timeout_s: float = 30.0) -> list[Any]:
+    """Every record of `topic` up to its end offsets at the time of the call."""
+    from kafka import TopicPartition
+
+    consumer = KafkaConsumer(**kafka_client_config(s, "admin"), enable_auto_commit=False, group_id=None)
+    try:
+        parts: set[int] = set()
+        deadline = time.monotonic() + timeout_s
+        while not parts and time.monotonic() < deadline:  # metadata of a fresh broker may lag
+            parts = consumer.partitions_for_topic(topic) or set()
+            if not parts:
+                consumer.poll(timeout_ms=200)
+        assert parts, f"topic {topic} has no partitions"
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        end = consumer.end_offsets(tps)
+        out: list[Any] = []
+        deadline = time.monotonic() + timeout_s
+        while any(consumer.position(tp) < end[tp] for tp in tps) and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                out.extend(r for r in records if r.offset < end[TopicPartition(r.topic, r.partition)])
+        return out
+    finally:
+        consumer.close()
+
+
+def _poll(s: Settings, topic: str, done: Any, timeout: float) -> list[Any]:
+    """Events of `topic` once `done(events)` holds (re-read until the deadline)."""
+    deadline = time.monotonic() + timeout
+    events: list[Any] = []
+    while time.monotonic() < deadline:
+        events = [decode(m.value) for m in _read(s, topic)]
+        if done(events):
+            return events
+    return events
+
+
+def _wait_topics_visible(s: Settings, names: tuple[str, ...], timeout: float = 60.0) -> None:
+    """A worker that starts before fresh topics reach the broker's metadata gets no partitions at all."""
+    consumer = KafkaConsumer(**kafka_client_config(s, "admin"), group_id=None)
+    try:
+        deadline = time.monotonic() + timeout
+        while not set(names) <= consumer.topics() and time.monotonic() < deadline:
+            consumer.poll(timeout_ms=200)
+        assert set(names) <= consumer.topics(), f"topics not visible: {set(names) - consumer.topics()}"
+        for name in names:  # and every partition has a leader
+            while not consumer.partitions_for_topic(name) and time.monotonic() < deadline:
+                consumer.poll(timeout_ms=200)
+    finally:
+        consumer.close()
+
+
+def test_cpu_hog_on_rank_2_is_named_by_the_detector(settings: Settings, tmp_path: Path) -> None:
+    topics = Topics(settings.topic_prefix)
+    env = {**os.environ, **_env(settings)}
+    settings.home.mkdir(parents=True, exist_ok=True)
+    _wait_topics_visible(settings, (topics.steps, topics.jobs, topics.domain_steps, topics.group_steps))
+    worker = start_worker("detect", env, settings.home)
+    try:
+        cfg = WorkloadConfig(job="hog-job", world=4, steps=40, fault="hog", fault_rank=2, hogs=8,
+                             follow_control=False, out_dir=str(tmp_path / "out"), env=_env(settings))
+        run(cfg)
+        incidents = _poll(settings, topics.incidents,
+                          lambda ev: any(isinstance(i, Incident) and i.rule == "SLOW_RANK" for i in ev), 180)
+    finally:
+        assert stop_worker(worker) == 0
+    # the busy time the detector compares: rank 2 computes longest, the others wait in the all-reduce
+    steps = [e for e in (decode(m.value) for m in _read(settings, topics.steps)) if isinstance(e, StepEvent)]
+    assert len(steps) == 4 * cfg.steps
+    busy = {r: sorted(e.duration_ms - (e.phases.comm_exposed_ms or 0) for e in steps if e.rank == r)[cfg.steps // 2]
+            for r in range(4)}
+    assert max(busy, key=lambda r: busy[r]) == 2, busy
+    slow = [i for i in incidents if isinstance(i, Incident) and i.rule == "SLOW_RANK"]
+    assert slow, f"no SLOW_RANK incident; incidents: {[(i.rule, i.ranks) for i in incidents]}; median busy {busy}"
+    assert {r for i in slow for r in i.ranks} == {2}
+
+
+def test_kafka_outage_mid_run_loses_and_duplicates_nothing(settings: Settings, tmp_path: Path) -> None:
+    topics = Topics(settings.topic_prefix)
+    broker = KafkaBroker(InfraConfig.from_env())
+    steps = 100
+    cfg = WorkloadConfig(job="outage-job", world=4, steps=steps, follow_control=False, step_sleep_ms=100,
+                         out_dir=str(tmp_path / "out"), env=_env(settings))
+    errors: list[BaseException] = []
+
+    def train() -> None:
+        try:
+            run(cfg)
+        except BaseException as exc:  # surfaced by the assertion below
+            errors.append(exc)
+
+    trainer = threading.Thread(target=train)
+    trainer.start()
+    spool = settings.home / "spool" / cfg.job
+    try:
+        first = _poll(settings, topics.steps, lambda ev: sum(isinstance(e, StepEvent) for e in ev) >= 8, 120)
+        assert sum(isinstance(e, StepEvent) for e in first) >= 8
+        broker.stop()
+        # wait until every rank spooled while Kafka was away (the training loop kept going)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and trainer.is_alive():
+            spooled = [d for d in spool.glob("rank*") if any(p.is_file() and p.stat().st_size for p in d.rglob("*"))]
+            if len(spooled) == 4:
+                break
+            time.sleep(0.2)
+        outage_ranks = len([d for d in spool.glob("rank*") if any(p.is_file() for p in d.rglob("*"))])
+    finally:
+        broker.start()
+    trainer.join(600)
+    assert not errors, errors
+    assert outage_ranks == 4, "every rank spooled during the outage"
+    records = sorted(_read(settings, topics.steps), key=lambda m: (m.partition, m.offset))
+    by_rank: dict[int, list[int]] = {}
+    first_bytes: dict[tuple[int, int], bytes] = {}
+    duplicates = 0
+    for m in records:
+        e = decode(m.value)
+        if not isinstance(e, StepEvent):
+            continue
+        if (e.rank, e.step) in first_bytes:
+            # a re-send after an ack lost at the broker's shutdown (at-least-once export): the
+            # very same bytes, which landing's ReplacingMergeTree collapses; counted, never silent
+            assert first_bytes[(e.rank, e.step)] == m.value
+            duplicates += 1
+            continue
+        first_bytes[(e.rank, e.step)] = m.value
+        by_rank.setdefault(e.rank, []).append(e.step)
+    assert by_rank == {r: list(range(steps)) for r in range(4)}  # none lost, in order per rank
+    assert duplicates <= 4 * 4, f"{duplicates} re-sent step events"  # at most the batches in flight
+    results = load_results(Path(cfg.out_dir))
+    for r in results:
+        times = [ms for _, ms in r["times"]]
+        # the loop never waited for Kafka: an export timeout is 10 s, no step came near it
+        assert max(times) < 5000, times
+        assert not r["emitter_dropped"], r["emitter_dropped"]
+
+
+def test_control_command_profiles_exactly_the_requested_steps(settings: Settings, tmp_path: Path) -> None:
+    topics = Topics(settings.topic_prefix)
+    profile_root = tmp_path / "profiles"
+    env = {**_env(settings), "STEPLENS_PROFILE_ROOT": str(profile_root)}
+    cfg = WorkloadConfig(job="ctl-job", world=4, steps=45, step_sleep_ms=150, out_dir=str(tmp_path / "out"), env=env)
+    first, count, target = 30, 3, 1
+    errors: list[BaseException] = []
+
+    def train() -> None:
+        try:
+            run(cfg)
+        except BaseException as exc:
+            errors.append(exc)
+
+    trainer = threading.Thread(target=train)
+    trainer.start()
+    seen = _poll(settings, topics.steps, lambda ev: any(isinstance(e, StepEvent) for e in ev), 120)
+    assert seen, "the job started"
+    producer = KafkaProducer(**kafka_client_config(settings, "admin"), acks="all")
+    for cmd in (
+        ControlCommand(command_id="cmd-3", job=cfg.job, action="profile_on", ranks=[3], step_first=first + 5,
+                       step_count=2, issued_ns=time.time_ns()),
+        ControlCommand(command_id="cmd-past", job=cfg.job, action="profile_on", ranks=[target], step_first=0,
+                       step_count=1, issued_ns=time.time_ns()),
+        ControlCommand(command_id="cmd-1", job=cfg.job, action="profile_on", ranks=[target], step_first=first,
+                       step_count=count, issued_ns=time.time_ns()),
+    ):
+        producer.send(topics.control, value=encode_event(cmd))
+    producer.flush()
+    producer.close()
+    trainer.join(600)
+    assert not errors, errors
+    last_steps = max(e.step for e in seen if isinstance(e, StepEvent))
+    assert last_steps < first, "the command was sent before the requested steps"
+    batches = [e for e in (decode(m.value) for m in _read(settings, topics.kernels)) if isinstance(e, KernelBatch)]
+    wanted = sorted([(target, s) for s in range(first, first + count)] + [(3, first + 5), (3, first + 6)])
+    assert sorted((b.rank, b.step) for b in batches) == wanted
+    assert all(b.kernels for b in batches)
+    assert any(k.cat == "comm" and k.op == "allreduce" for b in batches for k in b.kernels)
+    pointers = [e for e in (decode(m.value) for m in _read(settings, topics.profiles)) if isinstance(e, ProfileReady)]
+    assert sorted((p.rank, p.step_first, p.step_last, p.command_id) for p in pointers) == [
+        (target, first, first + count - 1, "cmd-1"), (3, first + 5, first + 6, "cmd-3")]
+    for pointer in pointers:
+        assert pointer.format == "kineto" and Path(pointer.uri).is_file() and pointer.bytes
+        assert Path(pointer.uri).is_relative_to(profile_root)
+    steps = [e for e in (decode(m.value) for m in _read(settings, topics.steps)) if isinstance(e, StepEvent)]
+    assert sorted((e.rank, e.step) for e in steps if e.profiling) == wanted
+    summaries = [e for e in (decode(m.value) for m in _read(settings, topics.kernel_summaries))
+                 if isinstance(e, KernelSummary)]
+    assert {e.rank for e in summaries} == {0, 1, 2, 3}
+    assert all(e.entries[0].op == "allreduce" and e.entries[0].bytes for e in summaries)
+    rank_stats = next(r for r in load_results(Path(cfg.out_dir)) if r["rank"] == target)["hook"]
+    assert rank_stats["commands_accepted"] == 1 and rank_stats["profiles"] == 1
+    assert rank_stats["commands_ignored"] == {"other_rank": 1, "past_steps": 1}

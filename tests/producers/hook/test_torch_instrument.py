@@ -1,0 +1,66 @@
+"""Zero-code-change PyTorch instrumentation on a real (single-process) torch model.
+
+The in-memory exporter stands in for Kafka here (the DDP tests use the real broker).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from producers.emitter import BackgroundEmitter
+from producers.exporter import InMemoryExporter
+from producers.hook.core import RankHook, RankInfo
+from producers.hook.flops import llama_layer_forward_flops, llama_train_flops
+from producers.hook.torch import classify, instrument, resolve_domains
+from schemas import Domain, StepEvent, decode_as
+
+
+def test_one_instrument_call_gives_steps_and_phases() -> None:
+    exporter = InMemoryExporter()
+    hook = RankHook(RankInfo("job-t", 0, 1, "h", 0, {"dp": Domain(group=0, size=1, index=0)}),
+                    lambda: BackgroundEmitter(exporter))
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    inst = instrument(hook, model=model, optimizer=opt)
+    orig_backward = inst._patched[0][2]
+    loader = hook.wrap_loader([torch.randn(4, 8) for _ in range(5)])
+    for x in loader:  # the training loop itself is unchanged
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        xg = x.clone().requires_grad_()
+        torch.autograd.grad(model(xg).sum(), [xg])
+        opt.step()
+    inst.remove()
+    assert torch.autograd.backward is orig_backward  # remove() restores torch
+    assert hook.flush(10)
+    steps = [decode_as(StepEvent, v) for v in exporter.values()]
+    assert [s.step for s in steps] == [0, 1, 2, 3, 4]
+    for s in steps:
+        p = s.phases
+        assert p.forward_ms is not None and p.backward_ms is not None and p.optimizer_ms is not None
+        assert p.grad_ms is not None and p.comm_exposed_ms is None  # no DDP, no collective
+    assert all(s.phases.data_ms is not None for s in steps[1:])  # the first batch came before step 0 began
+    assert hook.stats().errors == 0
+    hook.close()
+
+
+def test_domains_declared_or_whole_world() -> None:
+    assert resolve_domains(5, 8) == {"dp": Domain(group=0, size=8, index=5)}
+    declared = resolve_domains(5, 8, {"tp": [4, 5, 6, 7], "dp": [1, 5]})
+    assert declared == {"tp": Domain(group=4, size=4, index=1), "dp": Domain(group=1, size=2, index=1)}
+
+
+def test_op_classification_and_flops_formula() -> None:
+    assert classify("gloo:all_reduce") == ("comm", "allreduce", None)
+    assert classify("aten::addmm") == ("compute", None, "F2")
+    assert classify("aten::bmm") == ("compute", None, "F3")
+    assert classify("aten::copy_")[0] == "memcpy"
+    # spec §1 with q = 1 (no GQA): 8·b·s·h² + 4·b·s²·h + 6·b·s·h·ĥ
+    b, s, h, f = 2, 16, 32, 64
+    assert llama_layer_forward_flops(batch=b, seq=s, hidden=h, ffn_hidden=f, heads=4) == (
+        8 * b * s * h * h + 4 * b * s * s * h + 6 * b * s * h * f)
+    one = llama_train_flops(layers=1, batch=b, seq=s, hidden=h, ffn_hidden=f, heads=4, vocab=100)
+    assert one == 3 * (8 * b * s * h * h + 4 * b * s * s * h + 6 * b * s * h * f + 2 * b * s * h * 100)
+    assert llama_train_flops(layers=1, batch=b, seq=s, hidden=h, ffn_hidden=f, heads=4, vocab=100,
+                             recompute=True) == one / 3 * 4
