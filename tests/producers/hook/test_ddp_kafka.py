@@ -33,15 +33,17 @@ pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
 
 @pytest.fixture
-def settings(kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> Iterator[Settings]:
-    s = replace(load_settings({}), home=tmp_path / "home", kafka_bootstrap=kafka_bootstrap,
+def settings(kafka_settings: Settings, unique_name: str, tmp_path: Path) -> Iterator[Settings]:
+    s = replace(load_settings({}), home=tmp_path / "home", kafka_bootstrap=kafka_settings.kafka_bootstrap,
+                secrets_dir=kafka_settings.secrets_path,
                 topic_prefix=f"{unique_name}.", app_id=unique_name, topic_partitions=2)
     ensure_topics(s, Topics(s.topic_prefix), s.topic_partitions)
     yield s
 
 
 def _env(s: Settings) -> dict[str, str]:
-    return {"STEPLENS_HOME": str(s.home), "STEPLENS_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
+    return {"STEPLENS_HOME": str(s.home), "STEPLENS_SECRETS_DIR": str(s.secrets_path),
+            "STEPLENS_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
             "STEPLENS_TOPIC_PREFIX": s.topic_prefix, "STEPLENS_APP_ID": s.app_id,
             "STEPLENS_TOPIC_PARTITIONS": str(s.topic_partitions)}
 

@@ -11,7 +11,7 @@ import pytest
 
 from producers.hook import start as start_hook
 from schemas import StepEvent, Topics, decode_as
-from steplens.config import load_settings
+from steplens.config import Settings, load_settings
 from streams.topics_admin import ensure_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
@@ -33,13 +33,14 @@ def _train(sink: bool, callback: object, steps: int) -> None:
     model.train(1, data, callbacks=[callback], dataset_sink_mode=sink)
 
 
-def test_mindspore_callback_emits_valid_step_events(kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+def test_mindspore_callback_emits_valid_step_events(kafka_settings: Settings, unique_name: str, tmp_path: Path) -> None:
     from kafka import KafkaConsumer
 
     from infra.clients import kafka_client_config
     from producers.hook.mindspore import StepLensCallback
 
-    settings = replace(load_settings({}), home=tmp_path, kafka_bootstrap=kafka_bootstrap,
+    settings = replace(load_settings({}), home=tmp_path, kafka_bootstrap=kafka_settings.kafka_bootstrap,
+                       secrets_dir=kafka_settings.secrets_path,
                        topic_prefix=f"{unique_name}.", topic_partitions=1)
     topics = Topics(settings.topic_prefix)
     ensure_topics(settings, topics, 1)
