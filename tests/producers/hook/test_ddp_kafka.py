@@ -105,7 +105,7 @@ def test_cpu_hog_on_rank_2_is_named_by_the_detector(settings: Settings, tmp_path
     topics = Topics(settings.topic_prefix)
     env = {**os.environ, **_env(settings)}
     settings.home.mkdir(parents=True, exist_ok=True)
-    _wait_topics_visible(settings, (topics.steps, topics.jobs, topics.domain_steps, topics.group_steps))
+    _wait_topics_visible(settings, (topics.steps, topics.kernel_summaries, topics.jobs, topics.detect_partials))
     worker = start_worker("detect", env, settings.home)
     try:
         cfg = WorkloadConfig(job="hog-job", world=4, steps=40, fault="hog", fault_rank=2, hogs=8,
