@@ -181,5 +181,13 @@ def decode_batch(raws: list[bytes], max_event_bytes: int) -> tuple[list[dict[str
             stats.by_type[str(kind)] = stats.by_type.get(str(kind), 0) + 1
         else:
             stats.bad += 1
-    # step chunks keep a key "job" even for device chunks without one ("" = not attributed)
-    return list(chunks.values()), stats
+    # step chunks keep a key "job" even for device chunks without one ("" = not attributed).
+    # A batch mixes topics, so a job's `end` may precede its last steps here: job starts go
+    # first and job ends last, so the engine sees every step of the batch before the end.
+    return sorted(chunks.values(), key=_chunk_order), stats
+
+
+def _chunk_order(chunk: dict[str, Any]) -> int:
+    if chunk.get("kind") != "job":
+        return 1
+    return 2 if chunk.get("phase") == "end" else 0

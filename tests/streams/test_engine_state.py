@@ -67,3 +67,17 @@ def test_large_chunks_split_in_order_under_the_limit() -> None:
     assert [row for p in parts for row in p["rows"]] == chunk["rows"]
     steps = {"kind": "steps", "job": "j", "world": 4, "rank": list(range(4)), "step": [0] * 4}
     assert [codec.loads(p) for p in codec.dumps_split(steps)] == [steps]
+
+
+def test_a_batch_delivers_its_steps_before_the_job_end_it_carries() -> None:
+    """Topics interleave freely in one batch: an `end` read before the last steps must not finish the job first."""
+    job = SimulatedJob("order-job", Topology(dp=4, tp=2, pp=1), steps=12, seed=2)
+    start, end = job.job_events()
+    steps = [encode(e) for batch in job.iter_steps() for e in batch]
+    chunks, _ = decode_batch([encode(start), encode(end), *steps], 1 << 20)
+    kinds = [(c["kind"], c.get("phase")) for c in chunks]
+    assert kinds[0] == ("job", "start") and kinds[-1] == ("job", "end")
+    fleet = FleetEngine(DetectionConfig())
+    for chunk in chunks:
+        fleet.on_chunk(codec.loads(codec.dumps(chunk)), T0)
+    assert fleet.jobs["order-job"].stats.late == 0

@@ -103,7 +103,10 @@ def _wait_topics_visible(s: Settings, names: tuple[str, ...], timeout: float = 6
 
 def test_cpu_hog_on_rank_2_is_named_by_the_detector(settings: Settings, tmp_path: Path) -> None:
     topics = Topics(settings.topic_prefix)
-    env = {**os.environ, **_env(settings)}
+    # 8 CPU hogs on 2 cores starve rank 2's reporting thread too: its events arrive many seconds
+    # late, so the detector's late-data window must wait for them (else it reads silence as a hang)
+    env = {**os.environ, **_env(settings), "STEPLENS_DETECTION_WINDOW_TIMEOUT_MIN_S": "60",
+           "STEPLENS_DETECTION_WINDOW_TIMEOUT_MAX_S": "120"}
     settings.home.mkdir(parents=True, exist_ok=True)
     _wait_topics_visible(settings, (topics.steps, topics.kernel_summaries, topics.jobs, topics.detect_partials))
     worker = start_worker("detect", env, settings.home)
