@@ -25,8 +25,10 @@ from typing import Any
 
 import orjson
 
+from streams.profiles.samples import real_samples_dir
+
 ROOT = Path(__file__).resolve().parents[1]
-REAL = Path(os.environ.get("STEPLENS_REAL_SAMPLES", "/work/shared/data/real"))
+REAL = real_samples_dir()
 RESULTS = ROOT / "bench" / "results" / "parse.json"
 MSPROF_BIN = os.environ.get("STEPLENS_MSPROF_ANALYZE", str(ROOT / ".steplens" / "bench-msprof" / "bin" /
                                                            "msprof-analyze"))

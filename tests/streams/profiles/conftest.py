@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-REAL = Path(os.environ.get("STEPLENS_REAL_SAMPLES", "/work/shared/data/real"))
+from streams.profiles.samples import real_samples_dir
+
+REAL = real_samples_dir()
 KINETO = REAL / "kineto-hta"
 ASCEND = REAL / "ascend-torch_npu"
 FIXTURES = Path(__file__).parent / "fixtures"
