@@ -93,7 +93,7 @@ class Rig:
                "STEPLENS_TOPIC_PREFIX": s.topic_prefix, "STEPLENS_APP_ID": s.app_id,
                "STEPLENS_TOPIC_PARTITIONS": str(s.topic_partitions),
                "STEPLENS_CLICKHOUSE_DATABASE": s.clickhouse_database, "STEPLENS_CLICKHOUSE_URL": s.clickhouse_url,
-               "STEPLENS_CHDB_PATH": str(s.embedded_path)}
+               "STEPLENS_CHDB_PATH": str(s.embedded_path), "STEPLENS_SECRETS_DIR": str(s.secrets_path)}
         env.pop("STEPLENS_CONFIG", None)
         return env
 
@@ -257,7 +257,9 @@ class Sent:
 
 
 def new_emitter(rig: Rig) -> BackgroundEmitter:
-    return BackgroundEmitter(KafkaExporter(rig.settings.kafka_bootstrap, export_timeout_s=5.0), rig.topics,
+    exporter = KafkaExporter(rig.settings.kafka_bootstrap, export_timeout_s=5.0,
+                             extra_config=kafka_client_config(rig.settings, "producer"))
+    return BackgroundEmitter(exporter, rig.topics,
                              name=f"chaos-{rig.name}", spool_dir=rig.settings.home / "spool",
                              retry_backoff_max_s=2.0)
 
@@ -546,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
     broker = KafkaBroker(cfg)
     broker.install()
     broker.start()
-    base = replace(base, kafka_bootstrap=broker.bootstrap)
+    base = replace(base, kafka_bootstrap=broker.bootstrap, secrets_dir=cfg.client_settings().secrets_path)
     started = datetime.now(UTC)
     run_dir = base.home / "chaos" / started.strftime("%Y%m%d-%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -574,8 +576,10 @@ def main(argv: list[str] | None = None) -> int:
         cases[name]["started"] = datetime.fromtimestamp(time.time() - (time.monotonic() - t0), UTC).isoformat()
         cases[name]["git"] = commit
         log(f"case {name}: {json.dumps(cases[name], default=str)}")
+    failed = sorted(name for name, c in cases.items() if "error" in c)
     result = {
         "cases": cases,
+        "failed_cases": failed,  # a case that could not run is not "nothing lost"
         "lost_total": sum(int(c.get("lost", 0) or 0) for c in cases.values()),
         "duplicates_total": sum(int(c.get("duplicates", 0) or 0) for c in cases.values()),
         "duplicate_incidents_total": sum(int(c.get("duplicate_incidents", 0) or 0) for c in cases.values()),
@@ -590,8 +594,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
     print(table(cases))
     print(f"lost_total {result['lost_total']}  duplicates_total {result['duplicates_total']}  "
-          f"-> {args.out}")
-    return 0
+          f"-> {args.out}" + (f"  FAILED CASES: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
