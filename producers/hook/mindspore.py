@@ -62,6 +62,9 @@ class StepLensCallback(Callback):  # type: ignore[misc]  # mindspore is untyped
 
     def _emit_sunk(self, k: int) -> None:
         t = time.perf_counter_ns()
+        # earlier steps still sit in the hook's builder thread: let them leave first so one rank's
+        # steps stay in order on the wire (bounded: a sink boundary, not every step, waits at most 50 ms)
+        self.hook._drain_builder(timeout=0.05)
         total = t - self._begin_pc
         r = self.hook.rank
         each = total // k
