@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
+from kafka import KafkaConsumer
+
+from infra.clients import kafka_client_config
 from schemas import Domain, Incident, Phases, StepEvent
+from steplens.config import Settings
 
 T0 = 1_700_000_000_000_000_000
 
@@ -72,3 +78,18 @@ def run_engine(job: object, cfg: object = None, *, paced_s: float = 0.0, drop: o
 def incidents(outputs: list[object], state: str | None = None) -> list[Incident]:
     """The incident events among engine outputs (optionally only one state)."""
     return [o for o in outputs if isinstance(o, Incident) and (state is None or o.state == state)]
+
+
+def wait_topics_visible(s: Settings, names: tuple[str, ...], timeout: float = 60.0) -> None:
+    """A worker that starts before fresh topics reach the broker's metadata gets no partitions at all."""
+    consumer = KafkaConsumer(**kafka_client_config(s, "admin"), group_id=None)
+    try:
+        deadline = time.monotonic() + timeout
+        while not set(names) <= consumer.topics() and time.monotonic() < deadline:
+            consumer.poll(timeout_ms=200)
+        assert set(names) <= consumer.topics(), f"topics not visible: {set(names) - consumer.topics()}"
+        for name in names:  # and every partition has a leader
+            while not consumer.partitions_for_topic(name) and time.monotonic() < deadline:
+                consumer.poll(timeout_ms=200)
+    finally:
+        consumer.close()

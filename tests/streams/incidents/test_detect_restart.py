@@ -27,6 +27,7 @@ from producers.simulator.topology import Topology
 from schemas import ControlCommand, Incident, Topics, decode_as
 from steplens.config import REPO_ROOT, Settings, load_settings
 from streams.topics_admin import ensure_topics
+from tests.streams.helpers import wait_topics_visible
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
@@ -74,6 +75,7 @@ def test_a_killed_and_restarted_detect_worker_keeps_one_incident_per_fault(
     def incidents() -> list[Incident]:
         return [decode_as(Incident, v) for v in _read(settings, topics.incidents)]
 
+    wait_topics_visible(settings, (topics.steps, topics.jobs, topics.detect_partials, topics.incidents))
     worker = _start(settings, log)
     try:
         _wait_for(lambda: "Ready" in log.read_text(errors="replace"), 120, "detect to start")
