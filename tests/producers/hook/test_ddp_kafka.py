@@ -28,6 +28,7 @@ from schemas import encode as encode_event
 from steplens.config import Settings, load_settings
 from steplens.demo import start_worker, stop_worker
 from streams.topics_admin import ensure_topics
+from tests.streams.helpers import wait_topics_visible
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
@@ -86,21 +87,6 @@ def _poll(s: Settings, topic: str, done: Any, timeout: float) -> list[Any]:
     return events
 
 
-def _wait_topics_visible(s: Settings, names: tuple[str, ...], timeout: float = 60.0) -> None:
-    """A worker that starts before fresh topics reach the broker's metadata gets no partitions at all."""
-    consumer = KafkaConsumer(**kafka_client_config(s, "admin"), group_id=None)
-    try:
-        deadline = time.monotonic() + timeout
-        while not set(names) <= consumer.topics() and time.monotonic() < deadline:
-            consumer.poll(timeout_ms=200)
-        assert set(names) <= consumer.topics(), f"topics not visible: {set(names) - consumer.topics()}"
-        for name in names:  # and every partition has a leader
-            while not consumer.partitions_for_topic(name) and time.monotonic() < deadline:
-                consumer.poll(timeout_ms=200)
-    finally:
-        consumer.close()
-
-
 def test_cpu_hog_on_rank_2_is_named_by_the_detector(settings: Settings, tmp_path: Path) -> None:
     topics = Topics(settings.topic_prefix)
     # 8 CPU hogs on 2 cores starve rank 2's reporting thread too: its events arrive many seconds
@@ -108,7 +94,7 @@ def test_cpu_hog_on_rank_2_is_named_by_the_detector(settings: Settings, tmp_path
     env = {**os.environ, **_env(settings), "STEPLENS_DETECTION_WINDOW_TIMEOUT_MIN_S": "60",
            "STEPLENS_DETECTION_WINDOW_TIMEOUT_MAX_S": "120"}
     settings.home.mkdir(parents=True, exist_ok=True)
-    _wait_topics_visible(settings, (topics.steps, topics.kernel_summaries, topics.jobs, topics.detect_partials))
+    wait_topics_visible(settings, (topics.steps, topics.kernel_summaries, topics.jobs, topics.detect_partials))
     worker = start_worker("detect", env, settings.home)
     try:
         # Known flake on 2 cores (see the issue notes): the hogs also starve the workers, so a run
