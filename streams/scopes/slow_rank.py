@@ -28,6 +28,8 @@ from streams.analysis.advisor import COMPUTE_PHASES, advise
 from streams.ingest.decode import DOMAINS, PHASES
 from streams.scopes.finding import Finding
 from streams.scopes.outliers import dixon_critical, group_stats
+from streams.scopes.sustained import WINDOW, StepObservation, SustainedState
+from streams.scopes.sustained import update as sustained_update
 from streams.windows.step_frames import Frame, Topology
 
 COMPARABLE = ("dp", "tp", "ep", "cp")
@@ -38,6 +40,7 @@ NOISE_STEPS = 50
 class SlowRankState:
     noise: float = 0.0  # typical relative deviation of busy time from its group's median
     history: list[float] = field(default_factory=list)  # per step: pooled median relative deviation
+    sustained: SustainedState = field(default_factory=SustainedState)
 
 
 def evaluate(frame: Frame, topo: Topology, state: SlowRankState, cfg: DetectionConfig
@@ -48,6 +51,7 @@ def evaluate(frame: Frame, topo: Topology, state: SlowRankState, cfg: DetectionC
     busy = frame.busy_ms[seen]
     flagged: dict[int, dict[str, float]] = {}
     noises: list[float] = []
+    observed = StepObservation.empty(frame.seen.size)
     for d_index, domain in enumerate(DOMAINS):
         if domain not in COMPARABLE:
             continue
@@ -73,6 +77,14 @@ def evaluate(frame: Frame, topo: Topology, state: SlowRankState, cfg: DetectionC
         q = np.where(rng > 0, (gs.maximum - gs.second) / np.where(rng > 0, rng, 1.0), 0.0)
         q_crit = dixon_critical(gs.counts)
         z_max = (gs.maximum - gs.median) / np.where(sigma > 0, sigma, np.inf)
+        member_group = np.repeat(np.arange(gs.groups.size), gs.counts)
+        sorted_vals = values[gs.order]
+        is_max = np.zeros(values.size, dtype=bool)
+        is_max[gs.starts + gs.counts - 1] = True
+        observed.add(d_index, ranks[gs.order][member_valid],
+                     (sorted_vals / np.repeat(np.where(gs.median > 0, gs.median, 1.0), gs.counts) - 1.0)[member_valid],
+                     is_max[member_valid], np.repeat(gs.median, gs.counts)[member_valid],
+                     np.repeat(wait, gs.counts)[member_valid])
         waited = valid & (wait >= cfg.slow_rank_wait_ratio)
         dixon = np.isfinite(q_crit) & (q > q_crit)
         # 3 sigma out of the job's noise, confirmed by Dixon's Q where it applies (n <= 30),
@@ -82,12 +94,8 @@ def evaluate(frame: Frame, topo: Topology, state: SlowRankState, cfg: DetectionC
         if not outlier_group.any():
             continue
         # members of waiting groups past the z threshold (the maximum always, when its group is an outlier)
-        member_group = np.repeat(np.arange(gs.groups.size), gs.counts)
-        sorted_vals = values[gs.order]
         z_member = (sorted_vals - np.repeat(gs.median, gs.counts)) / np.repeat(
             np.where(sigma > 0, sigma, np.inf), gs.counts)
-        is_max = np.zeros(values.size, dtype=bool)
-        is_max[gs.starts + gs.counts - 1] = True
         pick = outlier_group[member_group] & ((z_member >= cfg.slow_rank_z) | is_max)
         for pos in np.flatnonzero(pick).tolist():
             g = int(member_group[pos])
@@ -103,6 +111,15 @@ def evaluate(frame: Frame, topo: Topology, state: SlowRankState, cfg: DetectionC
         state.history.append(float(np.median(noises)))
         del state.history[:-NOISE_STEPS]
         state.noise = float(np.median(state.history))
+    stragglers, excess = sustained_update(state.sustained, observed, state.noise)
+    for rank, over in zip(stragglers.tolist(), excess.tolist(), strict=True):
+        if rank in flagged or not frame.seen[rank] or observed.domain[rank] < 0:
+            continue
+        domain = DOMAINS[int(observed.domain[rank])]
+        flagged[rank] = {f"wait_ratio_{domain}": round(float(observed.wait[rank]), 4),
+                         "sustained_median_excess": round(over, 4), "sustained_window": float(WINDOW),
+                         "busy_ms": round(float(frame.busy_ms[rank]), 3),
+                         "group_median_ms": round(float(observed.median[rank]), 3)}
     if not flagged or len(state.history) <= cfg.warmup_steps:
         return state, []
     return state, _findings(frame, topo, flagged, cfg)
@@ -156,13 +173,19 @@ def _findings(frame: Frame, topo: Topology, flagged: dict[int, dict[str, float]]
             advice = advise(phase)
             waits = [v for k, v in ev.items() if k.startswith("wait_ratio_")]
             domains = sorted(k.removeprefix("wait_ratio_") for k in ev if k.startswith("wait_ratio_"))
+            groups = f"{', '.join(d.upper() for d in domains)} group{'s' if len(domains) > 1 else ''}"
+            if "sustained_median_excess" in ev:
+                summary = (f"rank {rank} ({host_name}) is the one its {groups} wait for, step after step: the "
+                           f"slowest in most of the last {WINDOW} steps, busy {100 * ev['sustained_median_excess']:.0f}"
+                           f" % over the group median (median over those steps)")
+            else:
+                summary = (f"rank {rank} ({host_name}) is the one its {groups} wait for: busy {ev['busy_ms']:.0f} ms "
+                           f"vs group median {ev['group_median_ms']:.0f} ms, R_wait {max(waits):.2f}")
             out.append(Finding(
                 rule="SLOW_RANK", key=f"rank:{rank}", scope="rank", step=frame.step, ranks=[rank], host=host_name,
                 domain=domains[0], metric="busy_ms", observed=ev["busy_ms"], expected=ev["group_median_ms"],
                 threshold=ev["group_median_ms"] * (1 + cfg.slow_rank_wait_ratio), unit="ms",
-                summary=f"rank {rank} ({host_name}) is the one its {', '.join(d.upper() for d in domains)} "
-                        f"group{'s' if len(domains) > 1 else ''} wait for: busy {ev['busy_ms']:.0f} ms vs group "
-                        f"median {ev['group_median_ms']:.0f} ms, R_wait {max(waits):.2f}",
+                summary=summary,
                 evidence=dict(ev), severity="critical" if max(waits) > 0.3 else "warning",
                 cause_phase=phase, cause=advice.cause, suggestion=advice.suggestion,
                 open_after=cfg.slow_rank_min_steps, resolve_after=cfg.resolve_after_steps,
