@@ -95,7 +95,7 @@ def _names_slow_rank(incident: Incident) -> bool:
 
 def test_cpu_hog_on_rank_2_is_named_by_the_detector(settings: Settings, tmp_path: Path) -> None:
     topics = Topics(settings.topic_prefix)
-    # 8 CPU hogs on 2 cores starve rank 2's reporting thread too: its events arrive many seconds
+    # 16 CPU hogs on 2 cores starve rank 2's reporting thread too: its events arrive many seconds
     # late, so the detector's late-data window must wait for them (else it reads silence as a hang)
     env = {**os.environ, **_env(settings), "STEPLENS_DETECTION_WINDOW_TIMEOUT_MIN_S": "60",
            "STEPLENS_DETECTION_WINDOW_TIMEOUT_MAX_S": "120"}
@@ -106,7 +106,7 @@ def test_cpu_hog_on_rank_2_is_named_by_the_detector(settings: Settings, tmp_path
         # Known flake on 2 cores (see the issue notes): the hogs also starve the workers, so a run
         # can end before three consecutive steps were flagged. One more job, never more.
         for attempt in range(2):
-            cfg = WorkloadConfig(job=f"hog-job-{attempt}", world=4, steps=40, fault="hog", fault_rank=2, hogs=8,
+            cfg = WorkloadConfig(job=f"hog-job-{attempt}", world=4, steps=60, fault="hog", fault_rank=2, hogs=16,
                                  follow_control=False, out_dir=str(tmp_path / f"out{attempt}"), env=_env(settings))
             run(cfg)
             incidents = [i for i in _poll(settings, topics.incidents,
