@@ -157,14 +157,15 @@ def trial(base: Settings, ranks: int, steps: int) -> dict[str, Any]:
     name = f"tp{uuid.uuid4().hex[:8]}"
     home = base.home / "bench" / name
     home.mkdir(parents=True, exist_ok=True)
-    settings = replace(base, home=home, topic_prefix=f"{name}.", app_id=name, chdb_path=home / "chdb")
+    settings = replace(base, home=home, secrets_dir=base.secrets_path, topic_prefix=f"{name}.", app_id=name,
+                       chdb_path=home / "chdb")
     topics = Topics(settings.topic_prefix)
     internal = DetectTopics(settings.topic_prefix)
     ensure_topics(settings, topics, settings.topic_partitions)
     env = {**os.environ, "STEPLENS_HOME": str(home), "STEPLENS_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
            "STEPLENS_TOPIC_PREFIX": settings.topic_prefix, "STEPLENS_APP_ID": name,
            "STEPLENS_TOPIC_PARTITIONS": str(settings.topic_partitions), "STEPLENS_CHDB_PATH": str(home / "chdb"),
-           "STEPLENS_CLICKHOUSE_URL": ""}
+           "STEPLENS_CLICKHOUSE_URL": "", "STEPLENS_SECRETS_DIR": str(base.secrets_path)}
     job = Job(f"bench-{ranks}", ranks)
     producer = KafkaProducer(**kafka_client_config(settings, "producer"), acks=1, linger_ms=5,
                              batch_size=1 << 20, max_request_size=4 << 20)
