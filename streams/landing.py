@@ -129,7 +129,9 @@ class LandingProcessor:
         self._max = max_event_bytes
         self._types = landing_types(topics)
         self._fast: dict[str, tuple[FastMapping, str]] = {
-            topic: (FAST_ROWS[cls.TYPE], cls.TYPE) for topic, cls in self._types.items() if fast and cls.TYPE in FAST_ROWS
+            topic: (FAST_ROWS[cls.TYPE], cls.TYPE)
+            for topic, cls in self._types.items()
+            if fast and cls.TYPE in FAST_ROWS
         }
         self.counts: dict[str, int] = {}
 

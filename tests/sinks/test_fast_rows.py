@@ -74,7 +74,7 @@ def _paths(doc: dict[str, Any]) -> list[tuple[Any, ...]]:
 
 @st.composite
 def nested_mutation(draw: st.DrawFn) -> dict[str, Any]:
-    doc = copy.deepcopy(draw(st.sampled_from(VALID)))
+    doc: dict[str, Any] = copy.deepcopy(draw(st.sampled_from(VALID)))
     path = draw(st.sampled_from(_paths(doc)))
     parent: Any = doc
     for part in path[:-1]:
@@ -83,11 +83,12 @@ def nested_mutation(draw: st.DrawFn) -> dict[str, Any]:
     action = draw(st.sampled_from(["value", "range", "drop", "extra", "null", "float", "bool", "edge", "edge"]))
     if action == "edge":  # next to a bound the contract or a column draws
         here = parent[last]
-        near = [0, -1, 1, 100, 2**15 - 1, 2**15, 2**16 - 1, 2**16, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**63 - 1]
+        near: list[float] = [0, -1, 1, 100, 2**15 - 1, 2**15,
+                             2**16 - 1, 2**16, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**63 - 1]
         if isinstance(here, (int, float)) and not isinstance(here, bool):
             near += [here - 1, here + 1, here + 0.5, -here]
         near += [v for v in (doc.get("world"), parent.get("size") if isinstance(parent, dict) else None) if v]
-        parent[last] = draw(st.sampled_from(near + [-0.0, 100.0001, 1e-300, -1e-9]))
+        parent[last] = draw(st.sampled_from([*near, -0.0, 100.0001, 1e-300, -1e-9]))
     elif action == "drop":
         del parent[last]
     elif action == "extra":
