@@ -3,8 +3,8 @@
 API used (chdb 4.4 / chdb-core 26.9): ``chdb.session.Session(path)`` opens a stateful
 session on `path` (created when missing; tables and data persist across sessions);
 ``Session.query(sql, fmt)`` runs one statement; ``Session.send_insert("INSERT INTO t (cols)",
-"JSONEachRow")`` returns a streaming inserter whose ``append(bytes)`` / ``finish()`` load data
-without it ever being part of the SQL text. Inserted rows are orjson lines, so quotes,
+"JSONCompactEachRow")`` returns a streaming inserter whose ``append(bytes)`` / ``finish()`` load
+data without it ever being part of the SQL text. Inserted rows are orjson arrays, so quotes,
 newlines, NUL bytes and unicode in strings and arrays round-trip unchanged. Results are
 read as ``JSONCompact`` with 64-bit integers unquoted and converted back to Python values
 from the column types the engine reports (Date -> datetime.date, Nullable -> None, ...).
@@ -149,11 +149,10 @@ class EmbeddedBackend(BackendBase):
         if not rows:
             return
         check_rows(self.name, table, columns, rows)
-        names = list(columns)
         try:
-            payload = b"\n".join(
-                orjson.dumps(dict(zip(names, row, strict=True))) for row in rows
-            )
+            # JSONCompactEachRow (one JSON array per row, values in `columns` order): ~1 µs a row
+            # to encode against ~8 µs for JSONEachRow's per-row dict, and no slower for chdb to parse.
+            payload = b"\n".join(map(orjson.dumps, rows))
         except TypeError as exc:
             detail = f"cannot encode a row as JSON ({exc}); values must be str, int, float, None, list or date"
             if "bytes" in str(exc):
@@ -171,7 +170,7 @@ class EmbeddedBackend(BackendBase):
                 raise SinkError(self.name, "insert", "the backend is closed", table=table)
             try:
                 # Leaving the block without finish() cancels the insert (no implicit commit).
-                with self._session.send_insert(sql, "JSONEachRow") as inserter:
+                with self._session.send_insert(sql, "JSONCompactEachRow") as inserter:
                     inserter.append(payload)
                     result = inserter.finish()
             except RuntimeError as exc:

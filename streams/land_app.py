@@ -1,27 +1,24 @@
-"""The `land` Faust app: every event to ClickHouse, bad input to the dead-letter topic.
+"""The `land` worker: every event to ClickHouse, bad input to the dead-letter topic.
 
-Delivery guarantee (checked against faust-streaming 0.15.3's source, `faust/transport/consumer.py`):
+The work happens in `streams.land_loop.LandLoop`, a kafka-python consumer thread (group
+`<app_id>-land`): poll a batch, turn each message into rows or a dead letter
+(`LandingProcessor`, which never raises), send the dead letters (acks=all), insert the rows
+(one insert per table, retried until ClickHouse takes them), confirm the dead letters, and
+only then commit the batch's offsets. The Faust app around it (with no Kafka clients of
+its own) gives the worker the same lifecycle as the others: start-up, "Ready", SIGTERM
+handling and the crash watchdog.
 
-- Each topic has one agent (concurrency=1) that reads with `noack_take`, so Faust acks
-  nothing by itself. `Consumer.ack` records an offset as acked; the commit loop
-  (`broker_commit_interval`) commits, per partition, only the *consecutive* run of acked
-  offsets (`Consumer._new_offset`). Faust's guard against an un-acked head is weak: it is
-  skipped while the committed offset is 0 or unknown, and it lets one un-acked offset
-  right after the committed one through. So commits are safe only if acks never run ahead
-  of an un-acked message: this loop therefore acks a take's messages, in order, only after
-  every one of them is in ClickHouse (rows) or in the dead-letter topic and table (dead
-  letters), and acks nothing else.
+Delivery guarantee:
 - A message that cannot be processed is never a reason to stop: `LandingProcessor` turns
   it into a dead letter (tombstones, garbage, values out of range, unmapped types, bugs).
-- ClickHouse down: `ClickHouseLander.write` retries until the insert succeeds; the take is
-  not acked meanwhile (lag grows, nothing is lost).
-- Anything else escaping the loop (a bug, a dead-letter send that failed) exits the whole
-  worker process (`os._exit`, status `CRASH_EXIT_CODE`) instead of letting Faust restart
-  the agent in-process: a restarted agent would continue *after* the messages it had taken,
-  and later acks could then commit past them. After the exit nothing more is acked, so the
-  restarted worker re-reads from the committed offset: at-least-once. Re-landed rows of
-  steps, incidents and jobs collapse under FINAL (ReplacingMergeTree); dead_letters is a
-  plain log and may then hold a message twice (same topic, partition and offset).
+- ClickHouse down: `ClickHouseLander.write` retries until the insert succeeds; nothing is
+  committed meanwhile (lag grows, nothing is lost).
+- Anything else escaping a batch (a bug, a dead-letter send that failed) stops the loop
+  with nothing committed, and the watchdog exits the whole worker process (`os._exit`,
+  status `CRASH_EXIT_CODE`). The supervisor's restart re-reads from the committed offset:
+  at-least-once. Re-landed rows of steps, incidents and jobs collapse under FINAL
+  (ReplacingMergeTree); dead_letters is a plain log and may then hold a message twice
+  (same topic, partition and offset).
 """
 
 from __future__ import annotations
@@ -30,16 +27,17 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import faust
+from faust.app.base import BootStrategy
 
 from schemas import Topics
 from steplens.config import Settings
-from streams.app import base_app, now_ns, raw_topic
+from streams.app import base_app
+from streams.land_loop import LandLoop
 from streams.lander import ClickHouseLander
-from streams.landing import Landed, LandingProcessor
+from streams.landing import LandingProcessor
 
 log = logging.getLogger(__name__)
 
@@ -55,60 +53,37 @@ def crash_process(reason: BaseException) -> None:
     os._exit(CRASH_EXIT_CODE)
 
 
-async def run_batches(
-    stream: Any,
-    size: int,
-    within: float,
-    land_batch: Callable[[list[Any]], Awaitable[None]],
-    crash: Callable[[BaseException], None] = crash_process,
-) -> None:
-    """Take batches without acks; ack each batch, in order, only after `land_batch` stored it.
-
-    Any exception other than cancellation (the worker stopping) goes to `crash`, which exits
-    the process: the batch stays un-acked and is re-read after the restart.
-    """
-    try:
-        async for events in stream.noack_take(size, within=within):
-            await land_batch(events)
-            for event in events:
-                await stream.ack(event)
-    except asyncio.CancelledError:
-        raise  # the worker is stopping: un-acked input is re-read by the next one
-    except Exception as exc:
-        crash(exc)
-
-
 def create_land_app(settings: Settings) -> faust.App:
     app = base_app(settings, "land")
-    topics = Topics(settings.topic_prefix)
-    processor = LandingProcessor(topics, settings.max_event_bytes)
+    # No Faust consumer or producer: the loop has its own clients (group `<app_id>-land`).
+    app.boot_strategy = BootStrategy(app, enable_kafka=False)
+    processor = LandingProcessor(Topics(settings.topic_prefix), settings.max_event_bytes)
     lander = ClickHouseLander(settings)
-    deadletter_topic = raw_topic(app, topics.deadletter)
+    loop = LandLoop(settings, processor, lander)
 
-    async def land_batch(events: list[Any]) -> None:
-        landed = Landed()
-        now = now_ns()
-        for event in events:
-            msg = event.message
-            processor.process(msg.topic, msg.partition, msg.offset, msg.key, msg.value, now, landed)
-        deliveries = []
-        for letter in landed.dead:
-            log.warning("dead letter %r[%d]@%d: field %r %r", letter.topic, letter.partition,
-                        letter.offset, letter.field, letter.problem)
-            deliveries.append(await deadletter_topic.send(key=letter.key, value=letter.topic_value(),
-                                                        headers=letter.headers()))
-        await lander.write(landed.rows, landed.sources)
-        for delivery in deliveries:  # the dead-letter topic has them (acks=all) before they are acked
-            await delivery
+    async def start_loop() -> None:
+        loop.start()
 
-    async def land(stream: Any) -> None:
-        await run_batches(stream, settings.sink_batch_size, settings.sink_batch_seconds, land_batch)
+    def stop_and_close() -> None:
+        loop.stop()
+        if not loop.is_alive():  # chdb crashes the process at exit if its session is still open
+            lander.close()
 
-    for name in processor.topics:
-        app.agent(raw_topic(app, name), name=f"land-{name}", concurrency=1)(land)
+    async def stop_loop(*args: Any, **kwargs: Any) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, stop_and_close)
+
+    app.task(start_loop)
+    app.on_before_shutdown.connect(stop_loop)
+
+    async def watchdog() -> None:
+        if loop.failed is not None:
+            crash_process(loop.failed)
+
+    app.timer(interval=0.5)(watchdog)
 
     async def report_land() -> None:
-        log.info("land counts %s rows %s failures %d", processor.counts, lander.rows_written, lander.write_failures)
+        log.info("land counts %s rows %s failures %d batches %d", processor.counts, lander.rows_written,
+                 lander.write_failures, loop.batches)
 
     app.timer(interval=10.0)(report_land)
 

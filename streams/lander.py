@@ -75,7 +75,7 @@ class ClickHouseLander:
         writer.flush()
 
     async def write(self, batch: list[TableRow], sources: list[Source] | None = None) -> None:
-        """Write `batch`, retrying until it lands; one insert per table (and source partition) per call.
+        """Write `batch`, retrying until it lands; one insert per table per call.
 
         `sources` (parallel to `batch`, from `Landed.sources`) give every insert the
         deduplication token of its Kafka offsets, so a retry cannot duplicate rows. While

@@ -135,7 +135,8 @@ def run_fleet(args: argparse.Namespace) -> int:
     else:
         producer = KafkaProducer(**kafka_client_config(replace(settings, kafka_bootstrap=args.bootstrap or
                                                                settings.kafka_bootstrap), "producer"),
-                                 acks=1, linger_ms=20, max_request_size=2 * 1024 * 1024)
+                                 acks=1, linger_ms=20, max_request_size=2 * 1024 * 1024,
+                                 batch_size=1 << 20)  # 16 KB default batches: ~40 events per request
 
         def send(topic: str, key: bytes, value: bytes) -> None:
             nonlocal sent

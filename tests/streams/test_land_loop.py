@@ -1,77 +1,142 @@
-"""The landing loop's ack discipline and the lander's retry, with in-memory stand-ins (pure unit tests)."""
+"""The landing loop's commit discipline and the lander's retry, with in-memory stand-ins (pure unit tests)."""
 
 from __future__ import annotations
 
 import asyncio
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from typing import Any
+from dataclasses import replace
+from typing import Any, NamedTuple
 
-import pytest
-
+from schemas import Topics, encode
 from sinks.rows import row_for
 from sinks.writer import BatchingWriter
 from steplens.config import load_settings
-from streams.land_app import CRASH_EXIT_CODE, run_batches
+from streams.land_app import CRASH_EXIT_CODE
+from streams.land_loop import LandLoop
 from streams.lander import ClickHouseLander
+from streams.landing import LandingProcessor
 from tests.sinks.fakes import FakeBackend
 from tests.sinks.samples import incident, step
+from tests.streams.helpers import step_event
+
+TOPICS = Topics("p.")
 
 
-class FakeStream:
-    """What run_batches uses of a Faust stream: noack_take and ack."""
+class FakeRecord(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
 
-    def __init__(self, batches: list[list[int]]) -> None:
+
+class FakeConsumer:
+    """What LandLoop uses of a kafka-python consumer: poll and commit (commits record what was landed then)."""
+
+    def __init__(self, loop: LandLoop, batches: list[list[FakeRecord]], landed: list[int]) -> None:
+        self.loop = loop
         self.batches = batches
-        self.acked: list[int] = []
+        self.landed = landed
+        self.commits: list[list[int]] = []
 
-    async def noack_take(self, size: int, within: float) -> AsyncIterator[list[int]]:
-        for batch in self.batches:
-            yield batch
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> dict[Any, list[Any]]:
+        if not self.batches:
+            self.loop.stopping.set()
+            return {}
+        return {"tp": self.batches.pop(0)}
 
-    async def ack(self, event: int) -> None:
-        self.acked.append(event)
+    def commit(self) -> None:
+        self.commits.append(list(self.landed))
 
-
-def _no_crash(reason: BaseException) -> None:
-    pytest.fail(f"unexpected crash: {reason!r}")
-
-
-def test_batches_are_acked_in_order_only_after_they_are_stored() -> None:
-    stream = FakeStream([[1, 2, 3], [4, 5]])
-    stored: list[list[int]] = []
-
-    async def land(events: list[Any]) -> None:
-        assert stream.acked == [e for batch in stored for e in batch]  # nothing of this batch acked yet
-        stored.append(list(events))
-
-    asyncio.run(run_batches(stream, 10, 1.0, land, crash=_no_crash))
-    assert stream.acked == [1, 2, 3, 4, 5]
+    def close(self) -> None:
+        pass
 
 
-def test_a_failed_batch_is_never_acked_and_crashes_the_process() -> None:
-    stream = FakeStream([[1, 2], [3, 4], [5]])
-    crashes: list[BaseException] = []
+class FakeSender:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes | None]] = []
 
-    async def land(events: list[Any]) -> None:
-        if 3 in events:
+    def send(self, topic: str, value: bytes, key: bytes | None, headers: list[tuple[str, bytes]]) -> Any:
+        self.sent.append((topic, key))
+        return _Done()
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class _Done:
+    def get(self, timeout: float) -> None:
+        return None
+
+
+class RecordingLander:
+    """Stands in for ClickHouseLander: remembers the offsets of the rows it was given, or fails."""
+
+    def __init__(self, fail_on: int | None = None) -> None:
+        self.offsets: list[int] = []
+        self.fail_on = fail_on
+
+    async def write(self, batch: list[Any], sources: list[Any] | None = None) -> None:
+        assert sources is not None
+        if self.fail_on is not None and any(o == self.fail_on for _, _, o in sources):
             raise RuntimeError("a bug")
-
-    asyncio.run(run_batches(stream, 10, 1.0, land, crash=crashes.append))
-    assert stream.acked == [1, 2]  # the failed batch and everything after it stay un-acked
-    assert [str(c) for c in crashes] == ["a bug"]
+        self.offsets.extend(o for _, _, o in sources)
 
 
-def test_cancellation_is_not_a_crash() -> None:
-    stream = FakeStream([[1]])
+def _run_loop(batches: list[list[FakeRecord]], lander: RecordingLander) -> tuple[LandLoop, FakeConsumer, FakeSender]:
+    settings = replace(load_settings({}), sink_batch_size=2, sink_batch_seconds=60.0)
+    processor = LandingProcessor(TOPICS, settings.max_event_bytes)
+    sender = FakeSender()
+    holder: dict[str, FakeConsumer] = {}
+    loop = LandLoop(settings, processor, lander,  # type: ignore[arg-type]
+                    clients=lambda: (holder["c"], sender))
+    holder["c"] = FakeConsumer(loop, batches, lander.offsets)
+    loop.run()  # in this thread: returns when the fake consumer runs dry
+    return loop, holder["c"], sender
 
-    async def land(events: list[Any]) -> None:
-        raise asyncio.CancelledError
 
-    with pytest.raises(asyncio.CancelledError):
-        asyncio.run(run_batches(stream, 10, 1.0, land, crash=_no_crash))
-    assert stream.acked == []
+def _rec(offset: int, value: bytes | None = None) -> FakeRecord:
+    good = encode(step_event(1, offset, 400.0))
+    return FakeRecord(TOPICS.steps, 0, offset, b"k", value if value is not None else good)
+
+
+def test_offsets_are_committed_only_after_their_batch_is_landed() -> None:
+    lander = RecordingLander()
+    loop, consumer, sender = _run_loop([[_rec(0), _rec(1)], [_rec(2), _rec(3, b"garbage")]], lander)
+    assert loop.failed is None
+    assert consumer.commits == [[0, 1], [0, 1, 2, 3]]  # each commit came after its batch's rows
+    # the garbage is a dead letter, sent with its batch
+    assert sender.sent == [(Topics(loop.settings.topic_prefix).deadletter, b"k")]
+
+
+def test_a_failed_batch_is_never_committed_and_stops_the_loop() -> None:
+    lander = RecordingLander(fail_on=2)
+    loop, consumer, _ = _run_loop([[_rec(0), _rec(1)], [_rec(2), _rec(3)], [_rec(4), _rec(5)]], lander)
+    assert consumer.commits == [[0, 1]]  # the failed batch and everything after it stay uncommitted
+    assert isinstance(loop.failed, RuntimeError)
+
+
+def test_a_partial_batch_is_landed_once_it_is_old_enough() -> None:
+    now = [0.0]
+    settings = replace(load_settings({}), sink_batch_size=100, sink_batch_seconds=1.0)
+    lander = RecordingLander()
+    holder: dict[str, FakeConsumer] = {}
+    loop = LandLoop(settings, LandingProcessor(TOPICS, settings.max_event_bytes), lander,  # type: ignore[arg-type]
+                    clients=lambda: (holder["c"], FakeSender()), clock=lambda: now[0])
+    consumer = holder["c"] = FakeConsumer(loop, [[_rec(0)], []], lander.offsets)
+    polls = consumer.poll
+
+    def poll_and_tick(timeout_ms: int = 0, max_records: int | None = None) -> dict[Any, list[Any]]:
+        now[0] += 0.6
+        return polls(timeout_ms, max_records)
+
+    consumer.poll = poll_and_tick  # type: ignore[method-assign]
+    loop.run()
+    assert consumer.commits == [[0]]
 
 
 def test_the_lander_retries_until_the_rows_land_and_never_writes_a_row_twice() -> None:

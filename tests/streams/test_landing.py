@@ -102,7 +102,7 @@ def test_an_unexpected_exception_is_a_dead_letter_not_a_crash(monkeypatch: pytes
         raise KeyError("a bug in a row mapping")
 
     monkeypatch.setattr(rows, "row_for", broken)
-    processor = LandingProcessor(TOPICS, max_event_bytes=10_000)
+    processor = LandingProcessor(TOPICS, max_event_bytes=10_000, fast=False)
     out = Landed()
     processor.process(TOPICS.steps, 2, 9, b"k", encode(step_event(1, 3, 400.0)), 5, out)
     assert [d.field for d in out.dead] == ["<processing>"]
@@ -115,7 +115,7 @@ def test_a_type_without_a_table_is_dead_lettered_with_a_clear_reason(monkeypatch
         raise RowError("type", "'step' events have no ClickHouse table yet")
 
     monkeypatch.setattr(rows, "row_for", unmapped)
-    processor = LandingProcessor(TOPICS, max_event_bytes=10_000)
+    processor = LandingProcessor(TOPICS, max_event_bytes=10_000, fast=False)
     out = Landed()
     processor.process(TOPICS.steps, 0, 1, b"k", encode(step_event(1, 3, 400.0)), 5, out)
     assert out.dead[0].field == "type" and "no ClickHouse table" in out.dead[0].problem

@@ -1,0 +1,179 @@
+"""The landing consumer as a plain kafka-python thread: Faust's per-message cost off the hot path.
+
+Faust/aiokafka spend ~100 µs of CPU per message (stream events, ack tracking, one asyncio
+hop per message); every telemetry message of the fleet passes the landing worker, so it
+consumes with kafka-python (C CRC32C) in its own consumer group (`<app_id>-land`), like the
+detect worker's decode stage. Delivery, per batch:
+
+1. poll until `sink_batch_size` messages or `sink_batch_seconds` after the first one
+   (a batch is one insert per table: an insert has a fixed cost of 10-50 ms in chdb);
+2. `LandingProcessor` turns every message into rows or a dead letter (it never raises);
+3. dead letters are sent to the dead-letter topic (acks=all), the rows are inserted
+   (`ClickHouseLander.write` retries until they land: while ClickHouse is down nothing is
+   committed and lag grows), then the dead-letter sends are confirmed;
+4. only then are the batch's offsets committed (`commit()` of the consumed positions, which
+   are exactly this batch's ends). A rebalance in between makes the commit fail: the new
+   owner re-reads the batch (at-least-once; steps, incidents and jobs collapse under FINAL).
+
+Anything escaping a batch (a bug, a dead letter the broker refused) ends the thread with
+`failed` set and nothing committed; the app's watchdog then exits the process
+(`streams.land_app.crash_process`) and the restart re-reads from the committed offset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.errors import CommitFailedError
+
+from infra.clients import kafka_client_config
+from schemas import Topics
+from steplens.config import Settings
+from streams.app import now_ns
+from streams.lander import ClickHouseLander
+from streams.landing import Landed, LandingProcessor
+
+log = logging.getLogger(__name__)
+
+
+def land_group(settings: Settings) -> str:
+    return f"{settings.app_id}-land"
+
+
+class Record(Protocol):
+    """What the loop reads of a kafka-python ConsumerRecord."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+class Consumer(Protocol):
+    def poll(self, timeout_ms: int = ..., max_records: int | None = ...) -> dict[Any, list[Any]]: ...
+
+    def commit(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Sender(Protocol):
+    def send(self, topic: str, value: bytes, key: bytes | None, headers: list[tuple[str, bytes]]) -> Any: ...
+
+    def flush(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class LandLoop(threading.Thread):
+    """Consume, land, commit; see the module docstring for the guarantee."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        processor: LandingProcessor,
+        lander: ClickHouseLander,
+        clients: Callable[[], tuple[Consumer, Sender]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(name="steplens-land", daemon=True)
+        self.settings = settings
+        self.processor = processor
+        self.lander = lander
+        self.deadletter = Topics(settings.topic_prefix).deadletter
+        self._clients = clients or self._kafka_clients
+        self._clock = clock
+        self.stopping = threading.Event()
+        self.failed: BaseException | None = None
+        self.batches = 0
+        self.messages = 0
+        self.commit_failures = 0
+
+    def _kafka_clients(self) -> tuple[Consumer, Sender]:
+        base = kafka_client_config(self.settings, "land")
+        size = self.settings.sink_batch_size
+        consumer: Any = KafkaConsumer(
+            *self.processor.topics, **base, group_id=land_group(self.settings), enable_auto_commit=False,
+            auto_offset_reset="earliest", max_poll_records=size, fetch_max_bytes=64 << 20,
+            max_partition_fetch_bytes=16 << 20, fetch_min_bytes=1)
+        producer: Any = KafkaProducer(**base, acks="all", linger_ms=5, batch_size=1 << 20,
+                                      max_request_size=4_194_304)
+        return consumer, producer
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self.stopping.set()
+        if self.is_alive():
+            self.join(timeout)
+
+    def run(self) -> None:
+        try:
+            consumer, sender = self._clients()
+        except BaseException as exc:
+            self.failed = exc
+            log.exception("land loop could not start")
+            return
+        aio = asyncio.new_event_loop()  # drives ClickHouseLander.write (its inserts run on its sink thread)
+        try:
+            self._run(consumer, sender, aio)
+        except BaseException as exc:  # the app's watchdog sees it and exits the process
+            self.failed = exc
+            log.exception("land loop failed")
+        finally:
+            aio.close()
+            for close in (sender.close, consumer.close):
+                try:
+                    close()
+                except Exception as exc:  # closing is best effort: nothing is committed here
+                    log.warning("closing a Kafka client failed: %r", exc)
+
+    def _run(self, consumer: Consumer, sender: Sender, aio: asyncio.AbstractEventLoop) -> None:
+        size = self.settings.sink_batch_size
+        within = self.settings.sink_batch_seconds
+        batch: list[Record] = []
+        first_at = 0.0
+        while not self.stopping.is_set():
+            wait = within if not batch else max(0.0, within - (self._clock() - first_at))
+            polled = consumer.poll(timeout_ms=int(wait * 1000), max_records=size - len(batch))
+            if polled:
+                if not batch:
+                    first_at = self._clock()
+                for records in polled.values():
+                    batch.extend(records)
+            if batch and (len(batch) >= size or self._clock() - first_at >= within):
+                self.land(batch, sender, aio)
+                try:
+                    consumer.commit()
+                except CommitFailedError as exc:  # rebalanced meanwhile: the new owner re-reads the batch
+                    self.commit_failures += 1
+                    log.warning("commit after landing failed (rebalance), the batch will be re-read: %r", exc)
+                batch = []
+
+    def land(self, batch: Iterable[Record], sender: Sender, aio: asyncio.AbstractEventLoop) -> None:
+        """Rows and dead letters of `batch` stored: returns only once ClickHouse and the broker have them."""
+        landed = Landed()
+        now = now_ns()
+        process = self.processor.process
+        count = 0
+        for r in batch:
+            process(r.topic, r.partition, r.offset, r.key, r.value, now, landed)
+            count += 1
+        deliveries = []
+        for letter in landed.dead:
+            log.warning("dead letter %r[%d]@%d: field %r %r", letter.topic, letter.partition,
+                        letter.offset, letter.field, letter.problem)
+            deliveries.append(sender.send(self.deadletter, value=letter.topic_value(), key=letter.key,
+                                          headers=letter.headers()))
+        if deliveries:
+            sender.flush()
+        aio.run_until_complete(self.lander.write(landed.rows, landed.sources))
+        for delivery in deliveries:  # acks=all: on the dead-letter topic before the offsets are committed
+            delivery.get(timeout=300)
+        self.batches += 1
+        self.messages += count
