@@ -32,6 +32,7 @@ class DetectionConfig:
     profile_steps: int = 5           # steps of detailed profiling requested for a slow rank
     # engine (streams/engine.py) — windows, scopes; docs/detection.md explains each
     slow_step_mad_z: float = 6.0     # a slow step must also be this many robust sigmas above the baseline
+    slow_step_open_after: int = 2    # slow steps in a row before a slow-step incident (1 = eval/checkpoint steps alarm)
     shift_steps: int = 10            # a stable run of slow steps this long is a permanent shift: new baseline
     shift_spread: float = 0.05       # "stable": relative MAD of the run below this
     slow_host_fraction: float = 0.5  # share of a host's ranks flagged together that makes a host incident
@@ -58,6 +59,8 @@ class DetectionConfig:
     r2_h: float = 5.0                # R2 alarm threshold
     r2_history: int = 30             # R2 steady-state samples for mu0, sigma0
     r2_warmup: int = 60              # R2: samples skipped first (a starting job heats up)
+    r2_confirm: int = 3              # R2: alarms of one device within its last r2_confirm_window samples ...
+    r2_confirm_window: int = 6       # ... before it counts (1 = every CUSUM alarm counts, the bare rule)
     r2_sigma_min_temp_c: float = 1.0   # R2 absolute sigma floors (smooth metrics)
     r2_sigma_min_power_w: float = 10.0
     r2_sigma_min_mem_pct: float = 1.0

@@ -16,6 +16,7 @@ from schemas import ControlCommand, Incident
 from steplens.config import DetectionConfig
 from streams.combine.chunks import StepColumns
 from streams.incidents.book import IncidentBook
+from streams.incidents.join import OpenTrack, join
 from streams.scopes import hung, pp_stage, slow_rank, slow_step
 from streams.scopes.finding import Finding
 from streams.signals import SignalState, device_findings, frame_findings
@@ -23,29 +24,6 @@ from streams.windows.step_frames import Frame, StepFrames, WindowParams
 
 Output = Incident | ControlCommand
 LAGGING_NS = 1_000_000_000  # the decode stage is this far behind its input: a backlog, hold timeouts
-
-
-def explain_gc(findings: list[Finding], world: int) -> list[Finding]:
-    """A slow step caused by GC is one problem with the ranks whose GC explains it.
-
-    Few ranks with a T8 (R1) GC finding: the slow step joins their incident (a leaking
-    process). Many ranks slow from GC at once (a GC storm): their slow-rank findings join the
-    job's slow step instead of raising an incident per rank.
-    """
-    slow = next((f for f in findings if f.rule == "SLOW_STEP"), None)
-    if slow is None or slow.cause_phase != "gc_ms":
-        return findings
-    gc_ranks = [f for f in findings if f.rule == "R1" and f.metric == "T8" and f.scope == "rank"]
-    if gc_ranks and len(gc_ranks) <= max(1, world // 8):
-        slow.key, slow.scope = gc_ranks[0].key, "rank"
-        slow.ranks, slow.host = list(gc_ranks[0].ranks), gc_ranks[0].host
-        return [f for f in findings if f is not slow] + [slow]  # the rank's rule stays the primary one
-    for f in findings:
-        gc_rank = f.rule == "R1" and f.metric == "T8"
-        if (gc_rank or f.rule in ("SLOW_RANK", "R5")) and f.scope in ("rank", "link") \
-                and f.cause_phase in ("gc_ms", None):
-            f.key, f.scope, f.ranks, f.host = "job", "job", [], None
-    return findings
 
 
 @dataclass(slots=True)
@@ -141,12 +119,16 @@ class JobEngine:
         findings.extend(hung.evaluate(frame, self.frames.topo, self.frames.newest_of, self.cfg))
         self._timed("HUNG", t)
         findings.extend(frame_findings(frame, self.frames.topo, self.signals, self.cfg, self.stats.rule_seconds))
-        findings = explain_gc(findings, int(frame.seen.sum()))
         for f in self.signals.pending:
             f.step = frame.step
         findings.extend(self.signals.pending)
         self.signals.pending.clear()
+        findings = join(findings, int(frame.seen.sum()), self._tracks(), frame.step)
         return list(self.book.observe(frame.step, findings, now_ns))
+
+    def _tracks(self) -> list[OpenTrack]:
+        return [OpenTrack(t.finding.key, t.finding.scope, t.finding.cause_phase, t.first, t.opened)
+                for t in self.book.tracks.values() if t.finding.family == "perf"]
 
     def _device(self, chunk: dict[str, Any], now_ns: int) -> list[Output]:
         # device findings join the next released step's findings (one book cadence: steps)

@@ -34,7 +34,7 @@ from streams.rules import r07_minority_kernel_gap as r7
 from streams.rules import r08_launch_latency as r8
 from streams.rules import r09_copy_rate as r9
 from streams.rules import r10_interstep_cpu as r10
-from streams.rules.base import Alarms, FloatArray
+from streams.rules.base import Alarms, FloatArray, IntArray
 from streams.scopes.finding import Finding
 from streams.windows.step_frames import PHASE_INDEX, Frame, Topology
 
@@ -150,9 +150,37 @@ def device_findings(chunk: dict[str, Any], state: SignalState, cfg: DetectionCon
                                       r2.Params(k=cfg.r2_k, h=cfg.r2_h, history=cfg.r2_history,
                                                 warmup=cfg.r2_warmup, sigma_min=floor))
             state.rules[key] = st2
-            out.extend(_device_finding("R2", metric, alarms, names, state, cfg))
+            out.extend(_device_finding("R2", metric, _confirmed(alarms, x, state, key, cfg), names, state, cfg))
     _timed(timings, "R1/R2", t0)
     return out
+
+
+def _confirmed(a: Alarms, x: FloatArray, state: SignalState, key: str, cfg: DetectionConfig) -> Alarms:
+    """R2 alarms of devices that alarmed `r2_confirm` times within their last `r2_confirm_window` samples.
+
+    CUSUM resets after an alarm; a real drift alarms again within a few samples, one odd sample
+    (an evaluation or checkpoint step's load dip) does not. Per series the spec's h gives an
+    in-control run length of a few hundred samples; over a fleet of devices that is an alarm a
+    minute, so a device needs repeated alarms before it counts (k-of-n confirmation).
+    """
+    if cfg.r2_confirm <= 1:
+        return a
+    hist = _grow(state.rules.get(f"{key}:hits"), x.size, "bits")
+    if hist is None:
+        hist = _Hits(bits=np.zeros(x.size, dtype=np.int64))
+        state.rules[f"{key}:hits"] = hist
+    window_mask = (1 << cfg.r2_confirm_window) - 1
+    sampled = np.isfinite(x)
+    hist.bits = np.where(sampled, (hist.bits << 1) & window_mask, hist.bits)
+    hist.bits[a.index] |= 1
+    counts = np.array([bin(int(b)).count("1") for b in hist.bits[a.index]], dtype=np.int64)
+    keep = counts >= cfg.r2_confirm
+    return Alarms(index=a.index[keep], value=a.value[keep], baseline=a.baseline[keep], threshold=a.threshold[keep])
+
+
+@dataclass(slots=True)
+class _Hits:
+    bits: IntArray
 
 
 def _device_finding(rule: str, metric: str, a: Alarms, names: list[str], state: SignalState,

@@ -8,6 +8,10 @@ quiet. Slow steps do not enter the baseline. When a run of slow steps lasts
 good (a new dataset, a changed config): the run stays ONE incident, resolved with
 `shift=1` in its evidence, and the run's values become the new baseline (Greyhound watches
 iteration time for such change points; this is the cheap, deterministic version).
+An incident opens after `slow_step_open_after` slow steps (one clean step between them allowed,
+a flapping fault): one long step on its own
+(an evaluation or checkpoint step, announced or not, a one-off GC) is part of healthy
+training, not a slow step, and never enters the baseline either.
 """
 
 from __future__ import annotations
@@ -74,7 +78,7 @@ def evaluate(frame: Frame, state: SlowStepState, cfg: DetectionConfig) -> tuple[
         severity="critical" if ratio > 1.5 else "warning", metric="step_ms",
         observed=step_ms, expected=baseline, threshold=threshold, unit="ms", evidence=evidence,
         cause_phase=cause, cause=advice.cause, suggestion=advice.suggestion,
-        open_after=1, resolve_after=cfg.resolve_after_steps,
+        open_after=cfg.slow_step_open_after, resolve_after=cfg.resolve_after_steps, candidate_gap=1,
     )
     if shifted:
         finding.evidence["resolve_now"] = 1.0

@@ -1,0 +1,80 @@
+"""Which incident a finding joins: one incident per problem, not one per rule or per symptom.
+
+The book merges findings with the same (family, key). This module rewrites keys before the
+book sees them, so that findings describing the same fault share one:
+
+- a device finding of one rank (R1/R2 on its temperature, power, memory) is that rank's finding;
+- a slow step (job scope) explained by a few culprit ranks or a host flagged in the same step,
+  or by a rank/host incident already open, joins that incident: in synchronous training the
+  culprit makes the whole job slow, it is one problem;
+- GC: a slow step caused by GC on a few ranks joins their (leak) incident; GC on many ranks at
+  once (a storm), or while the job's GC incident is open, folds the ranks' findings into the
+  job's incident instead of one incident per rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from streams.scopes.finding import Finding
+
+CULPRIT_RULES = ("SLOW_HOST", "SLOW_RANK")
+JOIN_SLACK_STEPS = 2  # a culprit that began this many steps before the slow steps still explains them
+
+
+@dataclass(frozen=True, slots=True)
+class OpenTrack:
+    """An open perf incident as join needs it (from the book)."""
+
+    key: str
+    scope: str
+    cause_phase: str | None
+    first: int  # the step it began at
+    opened: bool = True
+
+
+def _gc_rank(f: Finding) -> bool:
+    gc = f.rule == "R1" and f.metric == "T8"
+    return (gc or f.rule in ("SLOW_RANK", "R5")) and f.scope in ("rank", "link") and f.cause_phase in ("gc_ms", None)
+
+
+def join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: int) -> list[Finding]:
+    """`tracks`: the book's perf tracks, open or candidate; `step`: the step being evaluated."""
+    open_tracks = [t for t in tracks if t.opened]
+    first = {t.key: t.first for t in tracks}
+    for f in findings:
+        if f.scope == "device" and len(f.ranks) == 1 and f.family == "perf":
+            f.key, f.scope = f"rank:{f.ranks[0]}", "rank"
+    few = max(1, world // 8)
+    slow = next((f for f in findings if f.rule == "SLOW_STEP" and f.scope == "job"), None)
+    gc_ranks = [f for f in findings if f.rule == "R1" and f.metric == "T8" and f.scope == "rank"]
+    storm_open = any(t.key == "job" and t.cause_phase == "gc_ms" for t in open_tracks)
+    if (slow is not None and slow.cause_phase == "gc_ms" and len(gc_ranks) > few) or (
+            storm_open and len(gc_ranks) > 1):
+        for f in findings:
+            if _gc_rank(f):
+                f.key, f.scope, f.ranks, f.host = "job", "job", [], None
+        return findings
+    if slow is None:
+        return findings
+    if slow.cause_phase == "gc_ms" and gc_ranks and len(gc_ranks) <= few:
+        _attach(slow, gc_ranks[0])
+        return [f for f in findings if f is not slow] + [slow]  # the rank's rule stays the primary one
+    # a culprit explains the slow steps only if it began with them (a rank slow all along is in the baseline)
+    since = first.get("job", step) - JOIN_SLACK_STEPS
+    culprits = [f for rule in CULPRIT_RULES for f in findings
+                if f.rule == rule and f.scope in ("rank", "host") and first.get(f.key, step) >= since]
+    keys = {f.key for f in culprits}
+    if culprits and len(keys) <= few:
+        _attach(slow, culprits[0])
+        return [f for f in findings if f is not slow] + [slow]
+    joinable = sorted((t for t in open_tracks if t.scope in ("host", "rank") and t.first >= since),
+                      key=lambda t: t.scope != "host")
+    if joinable and len(joinable) <= few:
+        slow.key, slow.scope = joinable[0].key, joinable[0].scope  # type: ignore[assignment]
+    return findings
+
+
+def _attach(slow: Finding, culprit: Finding) -> None:
+    slow.key, slow.scope = culprit.key, culprit.scope
+    slow.ranks, slow.host = list(culprit.ranks), culprit.host
