@@ -40,6 +40,7 @@ class DetectionConfig:
     window_timeout_factor: float = 3.0   # a frame waits at most this many recent step times ...
     window_timeout_min_s: float = 5.0    # ... but at least this long ...
     window_timeout_max_s: float = 60.0   # ... and at most this long (then missing ranks may be hung)
+    hang_stall_factor: float = 2.0      # devices sampling this many window timeouts past the last step: a hang
     window_max_open_steps: int = 64      # open frames per job before the oldest is closed
     batch_max: int = 10_000          # raw messages per take() of the decode stage
     batch_within_s: float = 0.2      # max wait for a batch to fill

@@ -12,12 +12,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from schemas import ControlCommand, Incident
 from steplens.config import DetectionConfig
 from streams.combine.chunks import StepColumns
 from streams.incidents.book import IncidentBook
 from streams.incidents.join import OpenTrack, join
-from streams.scopes import hung, pp_stage, slow_rank, slow_step
+from streams.scopes import hung, pp_stage, slow_rank, slow_step, stall
 from streams.scopes.finding import Finding
 from streams.signals import SignalState, device_findings, frame_findings
 from streams.windows.step_frames import Frame, StepFrames, WindowParams
@@ -44,6 +46,7 @@ class JobEngine:
     slow_rank: slow_rank.SlowRankState = field(default_factory=slow_rank.SlowRankState)
     stages: pp_stage.StageState = field(default_factory=pp_stage.StageState)
     signals: SignalState = field(default_factory=SignalState)
+    stall: stall.StallState = field(default_factory=stall.StallState)
     last_step: int | None = None
     ended: bool = False
     finished: bool = False
@@ -69,7 +72,9 @@ class JobEngine:
         if isinstance(behind, int) and isinstance(lag, int):
             self.frames.input_lagging = behind > LAGGING_NS or lag > self.cfg.batch_max or bool(chunk.get("starved"))
         if kind == "steps":
-            self.frames.add_steps(StepColumns(chunk), now_ns)
+            cols = StepColumns(chunk)
+            self.frames.add_steps(cols, now_ns)
+            self.stall.on_steps(cols.end_ns)
         elif kind == "kernels":
             self.frames.add_kernels(chunk["rows"], now_ns)
         elif kind == "device":
@@ -92,6 +97,13 @@ class JobEngine:
             out.extend(self._evaluate(frame, now_ns))
         done = self.last_step is not None and self.frames.next_step is not None and (
             self.frames.next_step > self.last_step and not self.frames.frames)
+        if not self.frames.frames and self.frames.next_step is not None and (done or not self.ended):
+            # a stall is judged on all steps released (at the end: every step the job completed)
+            lagging = self.frames.input_lagging and not done
+            found = stall.evaluate(self.stall, self.frames.topo, self.frames.next_step, self.frames.timeout_ns(),
+                                   self.cfg.hang_stall_factor, lagging, now_ns, done)
+            if found:
+                out.extend(self.book.observe(self.frames.next_step, found, now_ns))
         if self.ended and (done or force):
             out.extend(self.book.finish(now_ns))
             self.finished = True
@@ -132,6 +144,8 @@ class JobEngine:
 
     def _device(self, chunk: dict[str, Any], now_ns: int) -> list[Output]:
         # device findings join the next released step's findings (one book cadence: steps)
+        self.stall.on_device(np.asarray(chunk["rank"], dtype=np.int64), np.asarray(chunk["ts_ns"], dtype=np.int64),
+                             np.asarray(chunk["aicore_pct"], dtype=np.float64))
         self.signals.pending.extend(device_findings(chunk, self.signals, self.cfg, self.stats.rule_seconds))
         del self.signals.pending[:-1000]
         return []

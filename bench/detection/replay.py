@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         for m in result["messages"]:
             last[m["incident_id"]] = m
         for m in last.values():
-            print(m["job"].split("-", 2)[-1], m["rule"], m.get("rules"), m.get("scope"), m.get("ranks")[:8],
+            print(m["job"].split("-", 2)[-1], m["rule"], m.get("rules"), m.get("scope"), (m.get("ranks") or [])[:8],
                   m.get("host"), m.get("link"), m.get("step_first"), m.get("step_last"), m["summary"][:110])
     del result["messages"]
     result["duration_s"] = round(time.monotonic() - t0, 1)

@@ -1,0 +1,52 @@
+"""One incident per fault: how findings are re-keyed before the book (streams/incidents/join.py)."""
+
+from __future__ import annotations
+
+from streams.incidents.book import IncidentBook
+from streams.incidents.join import OpenTrack, join
+from streams.scopes.finding import Finding
+
+
+def _slow_step(step: int, cause: str | None = "backward_ms") -> Finding:
+    return Finding(rule="SLOW_STEP", key="job", scope="job", step=step, summary="slow", cause_phase=cause,
+                   open_after=2, candidate_gap=1, resolve_after=5)
+
+
+def _rank(rule: str, rank: int, step: int, **kw: object) -> Finding:
+    return Finding(rule=rule, key=f"rank:{rank}", scope="rank", step=step, summary=rule, ranks=[rank],
+                   host="node-0", open_after=3, resolve_after=5, **kw)  # type: ignore[arg-type]
+
+
+def test_device_finding_is_its_ranks() -> None:
+    f = Finding(rule="R1", key="device:node-0/3", scope="device", step=1, summary="hot", ranks=[3])
+    assert [(x.key, x.scope) for x in join([f], 64, [], 1)] == [("rank:3", "rank")]
+
+
+def test_slow_step_joins_a_culprit_that_began_with_it() -> None:
+    found = join([_slow_step(30), _rank("SLOW_RANK", 7, 30)], 64, [], 30)
+    assert {f.key for f in found} == {"rank:7"}
+    assert found[0].rule == "SLOW_RANK", "the culprit's rule stays the primary one"
+
+
+def test_slow_step_stays_apart_from_a_rank_slow_all_along() -> None:
+    tracks = [OpenTrack("rank:7", "rank", None, first=3)]
+    found = join([_slow_step(30), _rank("SLOW_RANK", 7, 30)], 64, tracks, 30)
+    assert {f.key for f in found} == {"job", "rank:7"}
+
+
+def test_gc_storm_folds_rank_findings_into_the_job() -> None:
+    gc = [_rank("R1", r, 40, metric="T8") for r in range(16)]
+    found = join([_slow_step(40, "gc_ms"), *gc], 64, [], 40)
+    assert {f.key for f in found} == {"job"}
+    later = join([_rank("R1", 1, 41, metric="T8"), _rank("R1", 2, 41, metric="T8")], 64,
+                 [OpenTrack("job", "job", "gc_ms", first=40)], 41)
+    assert {f.key for f in later} == {"job"}, "while the storm's incident is open"
+
+
+def test_isolated_long_step_opens_nothing_but_two_in_three_do() -> None:
+    book = IncidentBook(job="j")
+    out = []
+    for step in range(10, 20):  # eval step 12, then a fault flapping on at 15, 17
+        out += book.observe(step, [_slow_step(step)] if step in (12, 15, 17) else [], 0)
+    opened = [o for o in out if getattr(o, "state", None) == "open"]
+    assert [(o.step_first, o.step_last) for o in opened] == [(15, 17)]  # type: ignore[attr-defined]
