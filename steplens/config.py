@@ -36,6 +36,8 @@ class DetectionConfig:
     shift_steps: int = 10            # a stable run of slow steps this long is a permanent shift: new baseline
     shift_spread: float = 0.05       # "stable": relative MAD of the run below this
     slow_host_fraction: float = 0.5  # share of a host's ranks flagged together that makes a host incident
+    slow_link_ratio: float = 1.5     # a group's transfer time this many times its own baseline: slowed (link < 67 %)
+    slow_link_open_after: int = 2    # flagged steps before a slow-link incident
     slow_stage_ratio: float = 0.10   # a PP stage this much above its own baseline (and above the others)
     window_timeout_factor: float = 3.0   # a frame waits at most this many recent step times ...
     window_timeout_min_s: float = 5.0    # ... but at least this long ...

@@ -18,8 +18,9 @@ from schemas import ControlCommand, Incident
 from steplens.config import DetectionConfig
 from streams.combine.chunks import StepColumns
 from streams.incidents.book import IncidentBook
+from streams.ingest.decode import DOMAINS
 from streams.incidents.join import OpenTrack, join
-from streams.scopes import hung, pp_stage, slow_rank, slow_step, stall
+from streams.scopes import hung, pp_stage, slow_link, slow_rank, slow_step, stall
 from streams.scopes.finding import Finding
 from streams.signals import SignalState, device_findings, frame_findings
 from streams.windows.step_frames import Frame, StepFrames, WindowParams
@@ -47,6 +48,7 @@ class JobEngine:
     stages: pp_stage.StageState = field(default_factory=pp_stage.StageState)
     signals: SignalState = field(default_factory=SignalState)
     stall: stall.StallState = field(default_factory=stall.StallState)
+    links: slow_link.LinkState = field(default_factory=slow_link.LinkState)
     last_step: int | None = None
     ended: bool = False
     finished: bool = False
@@ -128,6 +130,10 @@ class JobEngine:
         findings.extend(found)
         self._timed("SLOW_STAGE", t)
         t = time.perf_counter()
+        self.links, found = slow_link.evaluate(frame, self.frames.topo, self.links, self.cfg)
+        findings.extend(found)
+        self._timed("SLOW_LINK", t)
+        t = time.perf_counter()
         findings.extend(hung.evaluate(frame, self.frames.topo, self.frames.newest_of, self.cfg))
         self._timed("HUNG", t)
         findings.extend(frame_findings(frame, self.frames.topo, self.signals, self.cfg, self.stats.rule_seconds))
@@ -135,12 +141,18 @@ class JobEngine:
             f.step = frame.step
         findings.extend(self.signals.pending)
         self.signals.pending.clear()
-        findings = join(findings, int(frame.seen.sum()), self._tracks(), frame.step)
+        findings = join(findings, int(frame.seen.sum()), self._tracks(), frame.step, self._members)
         return list(self.book.observe(frame.step, findings, now_ns))
 
     def _tracks(self) -> list[OpenTrack]:
-        return [OpenTrack(t.finding.key, t.finding.scope, t.finding.cause_phase, t.first, t.opened)
-                for t in self.book.tracks.values() if t.finding.family == "perf"]
+        return [OpenTrack(t.finding.key, t.finding.scope, t.finding.cause_phase, t.first, t.opened,
+                          tuple(t.finding.ranks)) for t in self.book.tracks.values() if t.finding.family == "perf"]
+
+    def _members(self, domain: str, group: int) -> set[int]:
+        topo = self.frames.topo
+        if domain not in DOMAINS:
+            return set()
+        return set(np.flatnonzero(topo.groups[DOMAINS.index(domain)] == group).tolist())
 
     def _device(self, chunk: dict[str, Any], now_ns: int) -> list[Output]:
         # device findings join the next released step's findings (one book cadence: steps)

@@ -285,7 +285,7 @@ def _kernels(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionCon
     for rank, entries, _other in frame.kernels:
         if rank >= world:
             continue
-        for key, cat, count, total_ns, flops, nbytes, domain, l_mean, l_mad, direction in entries:
+        for key, cat, count, total_ns, flops, nbytes, domain, l_mean, l_mad, direction in (e[:10] for e in entries):
             if not isinstance(total_ns, int) or total_ns <= 0:
                 continue
             if isinstance(flops, (int, float)) and flops > 0:

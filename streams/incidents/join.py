@@ -14,9 +14,12 @@ book sees them, so that findings describing the same fault share one:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from streams.scopes.finding import Finding
+
+Members = Callable[[str, int], set[int]]  # (domain, group) -> its ranks
 
 CULPRIT_RULES = ("SLOW_HOST", "SLOW_RANK")
 JOIN_SLACK_STEPS = 2  # a culprit that began this many steps before the slow steps still explains them
@@ -31,6 +34,7 @@ class OpenTrack:
     cause_phase: str | None
     first: int  # the step it began at
     opened: bool = True
+    ranks: tuple[int, ...] = ()
 
 
 def _gc_rank(f: Finding) -> bool:
@@ -38,10 +42,13 @@ def _gc_rank(f: Finding) -> bool:
     return (gc or f.rule in ("SLOW_RANK", "R5")) and f.scope in ("rank", "link") and f.cause_phase in ("gc_ms", None)
 
 
-def join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: int) -> list[Finding]:
+def join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: int,
+         members: Members | None = None) -> list[Finding]:
     """`tracks`: the book's perf tracks, open or candidate; `step`: the step being evaluated."""
     open_tracks = [t for t in tracks if t.opened]
     first = {t.key: t.first for t in tracks}
+    if members is not None:
+        _join_links(findings, tracks, members)
     for f in findings:
         if f.scope == "device" and len(f.ranks) == 1 and f.family == "perf":
             f.key, f.scope = f"rank:{f.ranks[0]}", "rank"
@@ -73,6 +80,22 @@ def join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: int
     if joinable and len(joinable) <= few:
         slow.key, slow.scope = joinable[0].key, joinable[0].scope  # type: ignore[assignment]
     return findings
+
+
+def _join_links(findings: list[Finding], tracks: list[OpenTrack], members: Members) -> None:
+    """R5/R6 on a group that a slow link's host takes part in are symptoms of that link."""
+    links = [(f.key, set(f.ranks)) for f in findings if f.rule == "SLOW_LINK"]
+    links += [(t.key, set(t.ranks)) for t in tracks if t.scope == "link" and t.key.endswith("/rdma")]
+    if not links:
+        return
+    for f in findings:
+        if f.rule not in ("R5", "R6") or f.domain is None or f.group is None:
+            continue
+        group = members(f.domain, f.group)
+        for key, ranks in links:
+            if group & ranks:
+                f.key, f.scope = key, "link"  # type: ignore[assignment]
+                break
 
 
 def _attach(slow: Finding, culprit: Finding) -> None:

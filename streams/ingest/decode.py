@@ -112,7 +112,8 @@ def _add_kernel_summary(chunks: dict[str, dict[str, Any]], doc: dict[str, Any]) 
         if not isinstance(e, dict) or not isinstance(e.get("key"), str) or not isinstance(e.get("total_ns"), int):
             return False
         trimmed.append([e["key"], e.get("cat"), e.get("count", 0), e["total_ns"], e.get("flops"), e.get("bytes"),
-                        e.get("domain"), e.get("launch_mean_us"), e.get("launch_mad_us"), e.get("direction")])
+                        e.get("domain"), e.get("launch_mean_us"), e.get("launch_mad_us"), e.get("direction"),
+                        e.get("max_ns")])
     chunk["rows"].append([rank, step, trimmed, doc.get("other_ns", 0)])
     return True
 
