@@ -18,8 +18,8 @@ from schemas import ControlCommand, Incident
 from steplens.config import DetectionConfig
 from streams.combine.chunks import StepColumns
 from streams.incidents.book import IncidentBook
-from streams.ingest.decode import DOMAINS
 from streams.incidents.join import OpenTrack, join
+from streams.ingest.decode import DOMAINS
 from streams.scopes import hung, pp_stage, slow_link, slow_rank, slow_step, stall
 from streams.scopes.finding import Finding
 from streams.signals import SignalState, device_findings, frame_findings

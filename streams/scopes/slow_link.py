@@ -8,8 +8,9 @@ transfer time against its own history:
 
 1. per (collective, group) of a domain that spans hosts, the transfer time of one call is the
    SHORTEST among its members of their longest call (`max_ns`; the mean call without it): the
-   late arriver barely waits, so its kernel time is the transfer alone; a group is slowed when that is `slow_link_ratio` x its own baseline
-   (median of its last `baseline_steps` unflagged steps, after `warmup_steps`);
+   late arriver barely waits, so its kernel time is the transfer alone; a group is slowed when
+   that is `slow_link_ratio` x its own baseline (median of its last `baseline_steps` unflagged
+   steps, after `warmup_steps`);
 2. the link is the host all of whose inter-host groups are slowed: its peers on other hosts
    share only some of those groups. One SLOW_LINK finding per such host (`<host>/rdma`);
    when too many hosts qualify (one domain spans hosts only, every host looks the same) the
