@@ -141,7 +141,8 @@ class JobEngine:
             f.step = frame.step
         findings.extend(self.signals.pending)
         self.signals.pending.clear()
-        findings = join(findings, int(frame.seen.sum()), self._tracks(), frame.step, self._members)
+        findings = join(findings, int(frame.seen.sum()), self._tracks(), frame.step, self._members,
+                        len(self.slow_step.history))
         return list(self.book.observe(frame.step, findings, now_ns))
 
     def _tracks(self) -> list[OpenTrack]:

@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--large-ranks", type=int, default=1024)
     p.add_argument("--steps", type=int, default=120)
     p.add_argument("--healthy-runs", type=int, default=0)
-    p.add_argument("--large-healthy-runs", type=int, default=0)
+    p.add_argument("--large-healthy-runs", type=int, default=None)
     p.add_argument("--show", action="store_true", help="print every incident (latest state)")
     args = p.parse_args(argv)
     if args.quick:

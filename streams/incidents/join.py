@@ -4,6 +4,8 @@ The book merges findings with the same (family, key). This module rewrites keys 
 book sees them, so that findings describing the same fault share one:
 
 - a device finding of one rank (R1/R2 on its temperature, power, memory) is that rank's finding;
+- R5/R6 on a group that a slow link's host, a slow rank or a slow host is part of are symptoms
+  of that link, rank or host;
 - a slow step (job scope) explained by a few culprit ranks or a host flagged in the same step,
   or by a rank/host incident already open, joins that incident: in synchronous training the
   culprit makes the whole job slow, it is one problem;
@@ -22,7 +24,7 @@ from streams.scopes.finding import Finding
 Members = Callable[[str, int], set[int]]  # (domain, group) -> its ranks
 
 CULPRIT_RULES = ("SLOW_HOST", "SLOW_RANK")
-JOIN_SLACK_STEPS = 2  # a culprit that began this many steps before the slow steps still explains them
+JOIN_SLACK_STEPS = 2  # a culprit that began at least this many steps before the slow steps still explains them
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,12 +45,14 @@ def _gc_rank(f: Finding) -> bool:
 
 
 def join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: int,
-         members: Members | None = None) -> list[Finding]:
-    """`tracks`: the book's perf tracks, open or candidate; `step`: the step being evaluated."""
+         members: Members | None = None, baseline_len: int = 2 * JOIN_SLACK_STEPS) -> list[Finding]:
+    """`tracks`: the book's perf tracks, open or candidate; `step`: the step being evaluated;
+    `baseline_len`: steps in the slow-step baseline (a culprit older than half of it is in it)."""
     open_tracks = [t for t in tracks if t.opened]
     first = {t.key: t.first for t in tracks}
     if members is not None:
         _join_links(findings, tracks, members)
+        _join_groups(findings, tracks, members)
     for f in findings:
         if f.scope == "device" and len(f.ranks) == 1 and f.family == "perf":
             f.key, f.scope = f"rank:{f.ranks[0]}", "rank"
@@ -68,7 +72,7 @@ def join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: int
         _attach(slow, gc_ranks[0])
         return [f for f in findings if f is not slow] + [slow]  # the rank's rule stays the primary one
     # a culprit explains the slow steps only if it began with them (a rank slow all along is in the baseline)
-    since = first.get("job", step) - JOIN_SLACK_STEPS
+    since = first.get("job", step) - max(JOIN_SLACK_STEPS, baseline_len // 2)
     culprits = [f for rule in CULPRIT_RULES for f in findings
                 if f.rule == rule and f.scope in ("rank", "host") and first.get(f.key, step) >= since]
     keys = {f.key for f in culprits}
@@ -95,6 +99,23 @@ def _join_links(findings: list[Finding], tracks: list[OpenTrack], members: Membe
         for key, ranks in links:
             if group & ranks:
                 f.key, f.scope = key, "link"  # type: ignore[assignment]
+                break
+
+
+def _join_groups(findings: list[Finding], tracks: list[OpenTrack], members: Members) -> None:
+    """R5/R6 on the group of a slow rank or host (flagged now or tracked) are its symptoms."""
+    culprits = [(f.key, set(f.ranks)) for rule in CULPRIT_RULES for f in findings if f.rule == rule]
+    culprits += [(t.key, set(t.ranks)) for t in tracks if t.scope in ("rank", "host") and t.ranks]
+    if not culprits:
+        return
+    for f in findings:
+        if f.rule not in ("R5", "R6") or f.domain is None or f.group is None or f.key.endswith("/rdma"):
+            continue
+        group = members(f.domain, f.group)
+        for key, ranks in culprits:
+            if group & ranks:
+                f.key = key
+                f.scope = "host" if key.startswith("host:") else "rank"
                 break
 
 
