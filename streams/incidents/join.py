@@ -89,7 +89,7 @@ def join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: int
 def _join_links(findings: list[Finding], tracks: list[OpenTrack], members: Members) -> None:
     """R5/R6 on a group that a slow link's host takes part in are symptoms of that link."""
     links = [(f.key, set(f.ranks)) for f in findings if f.rule == "SLOW_LINK"]
-    links += [(t.key, set(t.ranks)) for t in tracks if t.scope == "link" and t.key.endswith("/rdma")]
+    links += [(t.key, set(t.ranks)) for t in tracks if t.opened and t.scope == "link" and t.key.endswith("/rdma")]
     if not links:
         return
     for f in findings:
@@ -98,14 +98,15 @@ def _join_links(findings: list[Finding], tracks: list[OpenTrack], members: Membe
         group = members(f.domain, f.group)
         for key, ranks in links:
             if group & ranks:
-                f.key, f.scope = key, "link"  # type: ignore[assignment]
+                f.key, f.scope, f.ranks = key, "link", sorted(ranks)  # type: ignore[assignment]
                 break
 
 
 def _join_groups(findings: list[Finding], tracks: list[OpenTrack], members: Members) -> None:
     """R5/R6 on the group of a slow rank or host (flagged now or tracked) are its symptoms."""
+    # only culprits flagged now or already open: a symptom never lifts a noise candidate to an incident
     culprits = [(f.key, set(f.ranks)) for rule in CULPRIT_RULES for f in findings if f.rule == rule]
-    culprits += [(t.key, set(t.ranks)) for t in tracks if t.scope in ("rank", "host") and t.ranks]
+    culprits += [(t.key, set(t.ranks)) for t in tracks if t.opened and t.scope in ("rank", "host") and t.ranks]
     if not culprits:
         return
     for f in findings:
@@ -114,7 +115,7 @@ def _join_groups(findings: list[Finding], tracks: list[OpenTrack], members: Memb
         group = members(f.domain, f.group)
         for key, ranks in culprits:
             if group & ranks:
-                f.key = key
+                f.key, f.ranks = key, sorted(group & ranks)
                 f.scope = "host" if key.startswith("host:") else "rank"
                 break
 
