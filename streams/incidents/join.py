@@ -98,7 +98,7 @@ def _join_links(findings: list[Finding], tracks: list[OpenTrack], members: Membe
         group = members(f.domain, f.group)
         for key, ranks in links:
             if group & ranks:
-                f.key, f.scope, f.ranks = key, "link", sorted(ranks)  # type: ignore[assignment]
+                f.key, f.scope, f.ranks = key, "link", sorted(ranks)
                 break
 
 

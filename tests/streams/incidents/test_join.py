@@ -50,3 +50,28 @@ def test_isolated_long_step_opens_nothing_but_two_in_three_do() -> None:
         out += book.observe(step, [_slow_step(step)] if step in (12, 15, 17) else [], 0)
     opened = [o for o in out if getattr(o, "state", None) == "open"]
     assert [(o.step_first, o.step_last) for o in opened] == [(15, 17)]  # type: ignore[attr-defined]
+
+
+def _r5(rank: int, domain: str, group: int) -> Finding:
+    return Finding(rule="R5", key=f"link:{domain}/{group}/{rank}", scope="link", step=30, summary="r5",
+                   ranks=[rank], domain=domain, group=group, open_after=3)
+
+
+def _members(domain: str, group: int) -> set[int]:
+    return {group, group + 4}  # pp pairs (r, r+4)
+
+
+def test_r5_on_a_slow_links_groups_joins_the_link() -> None:
+    link = Finding(rule="SLOW_LINK", key="link:node-2/rdma", scope="link", step=30, summary="link",
+                   ranks=[4, 5], link="node-2/rdma")
+    found = join([link, _r5(0, "pp", 0), _r5(2, "pp", 2)], 8, [], 30, _members)
+    assert [(f.rule, f.key) for f in found] == [("SLOW_LINK", "link:node-2/rdma"), ("R5", "link:node-2/rdma"),
+                                                ("R5", "link:pp/2/2")], "group 2 = ranks 2, 6: not the link's"
+
+
+def test_symptoms_join_open_culprits_never_candidates() -> None:
+    candidate = [OpenTrack("rank:4", "rank", None, first=28, opened=False, ranks=(4,))]
+    assert join([_r5(0, "pp", 0)], 8, candidate, 30, _members)[0].key == "link:pp/0/0"
+    opened = [OpenTrack("rank:4", "rank", None, first=28, opened=True, ranks=(4,))]
+    f = join([_r5(0, "pp", 0)], 8, opened, 30, _members)[0]
+    assert (f.key, f.scope, f.ranks) == ("rank:4", "rank", [4])
