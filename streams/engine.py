@@ -22,7 +22,7 @@ from streams.incidents.join import OpenTrack, join
 from streams.ingest.decode import DOMAINS
 from streams.scopes import hung, pp_stage, slow_link, slow_rank, slow_step, stall
 from streams.scopes.finding import Finding
-from streams.signals import SignalState, device_findings, frame_findings
+from streams.signals import SignalState, device_findings, device_ticks, frame_findings
 from streams.windows.step_frames import Frame, StepFrames, WindowParams
 
 Output = Incident | ControlCommand
@@ -159,7 +159,8 @@ class JobEngine:
         # device findings join the next released step's findings (one book cadence: steps)
         self.stall.on_device(np.asarray(chunk["rank"], dtype=np.int64), np.asarray(chunk["ts_ns"], dtype=np.int64),
                              np.asarray(chunk["aicore_pct"], dtype=np.float64))
-        self.signals.pending.extend(device_findings(chunk, self.signals, self.cfg, self.stats.rule_seconds))
+        for tick in device_ticks(chunk, self.signals):
+            self.signals.pending.extend(device_findings(tick, self.signals, self.cfg, self.stats.rule_seconds))
         del self.signals.pending[:-1000]
         return []
 

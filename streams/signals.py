@@ -69,6 +69,28 @@ class SignalState:
     devices: dict[str, int] = field(default_factory=dict)   # "host/device" -> series index
     device_rank: dict[int, int] = field(default_factory=dict)
     pending: list[Finding] = field(default_factory=list)
+    ticks: dict[int, dict[str, list[Any]]] = field(default_factory=dict)  # device samples per tick, held
+
+
+TICK_NS = 1_000_000_000  # device samples are bucketed per second of their own timestamps
+HOLD_TICKS = 2           # a tick is evaluated once samples this many ticks newer arrived
+
+
+def device_ticks(chunk: dict[str, Any], state: SignalState, flush: bool = False) -> list[dict[str, Any]]:
+    """Device samples regrouped per tick, released once the job's samples moved on.
+
+    A decode batch can end in the middle of a tick, and R2 removes the common mode (the job's
+    median device at the same tick): evaluated on half a tick, a job-wide load change (an
+    evaluation or checkpoint step) leaves a spurious drift on the devices of that half.
+    """
+    cols = [k for k, v in chunk.items() if isinstance(v, list)]
+    for i, ts in enumerate(chunk["ts_ns"]):
+        tick = state.ticks.setdefault(int(ts) // TICK_NS, {k: [] for k in cols})
+        for k in cols:
+            tick.setdefault(k, []).append(chunk[k][i])
+    newest = max(state.ticks, default=0)
+    ready = sorted(t for t in state.ticks if flush or t <= newest - HOLD_TICKS)
+    return [{"kind": "device", "job": chunk.get("job", ""), **state.ticks.pop(t)} for t in ready]
 
 
 def _advice(rule: str) -> tuple[str, str]:

@@ -4,6 +4,7 @@ The book merges findings with the same (family, key). This module rewrites keys 
 book sees them, so that findings describing the same fault share one:
 
 - a device finding of one rank (R1/R2 on its temperature, power, memory) is that rank's finding;
+  on several devices of one host the host's, on a quarter of the devices or more the job's;
 - R5/R6 on a group that a slow link's host, a slow rank or a slow host is part of are symptoms
   of that link, rank or host;
 - a slow step (job scope) explained by a few culprit ranks or a host flagged in the same step,
@@ -53,15 +54,32 @@ def join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: int
     if members is not None:
         _join_links(findings, tracks, members)
         _join_groups(findings, tracks, members)
-    for f in findings:
-        if f.scope == "device" and len(f.ranks) == 1 and f.family == "perf":
-            f.key, f.scope = f"rank:{f.ranks[0]}", "rank"
+    devices = [f for f in findings if f.scope == "device" and f.family == "perf"]
+    by_metric: dict[tuple[str, str | None], list[Finding]] = {}
+    for f in devices:
+        by_metric.setdefault((f.rule, f.metric), []).append(f)
+    for same in by_metric.values():
+        if len(same) >= max(2, world // 4):  # many devices at once: a job-wide condition, one incident
+            for f in same:
+                f.key, f.scope, f.ranks, f.host, f.device = "job", "job", [], None, None
+            continue
+        per_host: dict[str | None, list[Finding]] = {}
+        for f in same:
+            per_host.setdefault(f.host, []).append(f)
+        for host, fs in per_host.items():
+            if host is not None and len({f.device for f in fs}) >= 2:  # several devices of one host: the host's
+                ranks = sorted({r for f in fs for r in f.ranks})
+                for f in fs:
+                    f.key, f.scope, f.ranks, f.device = f"host:{host}", "host", ranks, None
+                continue
+            for f in fs:
+                if len(f.ranks) == 1:
+                    f.key, f.scope = f"rank:{f.ranks[0]}", "rank"
     few = max(1, world // 8)
     slow = next((f for f in findings if f.rule == "SLOW_STEP" and f.scope == "job"), None)
     gc_ranks = [f for f in findings if f.rule == "R1" and f.metric == "T8" and f.scope == "rank"]
     storm_open = any(t.key == "job" and t.cause_phase == "gc_ms" for t in open_tracks)
-    if (slow is not None and slow.cause_phase == "gc_ms" and len(gc_ranks) > few) or (
-            storm_open and len(gc_ranks) > 1):
+    if len(gc_ranks) > few or (storm_open and len(gc_ranks) > 1):
         for f in findings:
             if _gc_rank(f):
                 f.key, f.scope, f.ranks, f.host = "job", "job", [], None
