@@ -37,3 +37,19 @@ def test_unsampled_device_keeps_its_history() -> None:
         _confirmed(_alarms([]), gap, state, "k", cfg)  # device 1 not sampled: its window does not move
     _confirmed(_alarms([1]), x, state, "k", cfg)
     assert _confirmed(_alarms([1]), x, state, "k", cfg).index.tolist() == [1]
+
+
+def _tick_chunk(ts: list[int], devices: list[int]) -> dict[str, object]:
+    n = len(ts)
+    return {"kind": "device", "job": "j", "host": ["node-0"] * n, "device": devices, "rank": devices, "ts_ns": ts,
+            "temp_c": [50.0] * n}
+
+
+def test_device_samples_are_released_per_complete_tick() -> None:
+    from streams.signals import TICK_NS, device_ticks
+    state = SignalState()
+    assert device_ticks(_tick_chunk([0, 0], [0, 1]), state) == []
+    assert device_ticks(_tick_chunk([0, TICK_NS], [2, 0]), state) == [], "tick 0 may still be completing"
+    out = device_ticks(_tick_chunk([2 * TICK_NS], [0]), state)
+    assert [c["device"] for c in out] == [[0, 1, 2]], "tick 0 whole, once samples two ticks newer arrived"
+    assert [c["device"] for c in device_ticks(_tick_chunk([], []), state, flush=True)] == [[0], [0]]

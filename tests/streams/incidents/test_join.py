@@ -75,3 +75,17 @@ def test_symptoms_join_open_culprits_never_candidates() -> None:
     opened = [OpenTrack("rank:4", "rank", None, first=28, opened=True, ranks=(4,))]
     f = join([_r5(0, "pp", 0)], 8, opened, 30, _members)[0]
     assert (f.key, f.scope, f.ranks) == ("rank:4", "rank", [4])
+
+
+def _device(rule: str, rank: int, host: str, device: int) -> Finding:
+    return Finding(rule=rule, key=f"device:{host}/{device}", scope="device", step=5, summary="hot", ranks=[rank],
+                   host=host, device=device, metric="T2")
+
+
+def test_devices_of_one_host_are_the_hosts_and_of_the_whole_job_the_jobs() -> None:
+    two = join([_device("R2", 8, "node-1", 0), _device("R2", 9, "node-1", 1)], 64, [], 5)
+    assert {(f.key, f.scope) for f in two} == {("host:node-1", "host")}
+    same_device_twice = join([_device("R2", 8, "node-1", 0), _device("R2", 8, "node-1", 0)], 64, [], 5)
+    assert {f.key for f in same_device_twice} == {"rank:8"}, "two ticks of one device are not a host"
+    many = join([_device("R1", r, f"node-{r // 8}", r % 8) for r in range(16)], 64, [], 5)
+    assert {(f.key, f.scope) for f in many} == {("job", "job")}
