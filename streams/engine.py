@@ -53,6 +53,7 @@ class JobEngine:
     ended: bool = False
     finished: bool = False
     end_seen_ns: int = 0
+    end_ts_ns: int = 0  # the job's own clock at its end event
     offsets: dict[int, int] = field(default_factory=dict)  # internal-topic partition -> last offset applied
     stats: EngineStats = field(default_factory=EngineStats)
 
@@ -85,6 +86,7 @@ class JobEngine:
             if chunk["phase"] == "end":
                 self.ended = True
                 self.end_seen_ns = now_ns
+                self.end_ts_ns = int(chunk.get("ts_ns") or 0)
                 self.last_step = chunk.get("last_step")
             return self.tick(now_ns)
         return self.tick(now_ns)
@@ -106,10 +108,22 @@ class JobEngine:
                                    self.cfg.hang_stall_factor, lagging, now_ns, done)
             if found:
                 out.extend(self.book.observe(self.frames.next_step, found, now_ns))
+        if self.ended and done and not force and self._stall_samples_in_flight():
+            return out  # the job ended stalled: wait (a window timeout at most) for its device samples
         if self.ended and (done or force):
             out.extend(self.book.finish(now_ns))
             self.finished = True
         return out
+
+    def _stall_samples_in_flight(self) -> bool:
+        """The end event says the job's clock ran well past its last completed step (a stall), but
+        the device samples of that stretch, on their own topic, have not all arrived yet."""
+        st = self.stall
+        if st.reported_for == st.last_end_ns or st.last_end_ns == 0 or not self.end_ts_ns:
+            return False
+        threshold = self.cfg.hang_stall_factor * self.frames.timeout_ns()
+        newest = int(st.newest_dev_ns.max(initial=0))
+        return self.end_ts_ns - st.last_end_ns >= threshold and newest < self.end_ts_ns - threshold // 2
 
     def _timed(self, name: str, start: float) -> None:
         self.stats.rule_seconds[name] = self.stats.rule_seconds.get(name, 0.0) + time.perf_counter() - start

@@ -59,7 +59,7 @@ def join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: int
     for f in devices:
         by_metric.setdefault((f.rule, f.metric), []).append(f)
     for same in by_metric.values():
-        if len(same) >= max(2, world // 4):  # many devices at once: a job-wide condition, one incident
+        if len({(f.host, f.device) for f in same}) >= max(2, world // 4):  # many devices: job-wide, one incident
             for f in same:
                 f.key, f.scope, f.ranks, f.host, f.device = "job", "job", [], None, None
             continue

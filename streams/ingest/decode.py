@@ -147,7 +147,9 @@ def _add_job(chunks: dict[str, dict[str, Any]], doc: dict[str, Any]) -> bool:
     if not (isinstance(job, str) and job and phase in ("start", "end") and isinstance(world, int) and world >= 1):
         return False
     last = doc.get("last_step")
+    ts = doc.get("ts_ns")
     chunks[f"job:{job}:{phase}"] = {"kind": "job", "job": job, "phase": phase, "world": world,
+                                    "ts_ns": ts if isinstance(ts, int) else 0,
                                     "last_step": last if isinstance(last, int) else None,
                                     "parallel": doc.get("parallel") or {}}
     return True
