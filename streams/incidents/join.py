@@ -140,4 +140,6 @@ def _join_groups(findings: list[Finding], tracks: list[OpenTrack], members: Memb
 
 def _attach(slow: Finding, culprit: Finding) -> None:
     slow.key, slow.scope = culprit.key, culprit.scope
+    slow.open_after = max(slow.open_after, culprit.open_after)  # joining never lowers the culprit's persistence
+    slow.candidate_gap = culprit.candidate_gap
     slow.ranks, slow.host = list(culprit.ranks), culprit.host

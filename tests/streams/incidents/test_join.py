@@ -89,3 +89,11 @@ def test_devices_of_one_host_are_the_hosts_and_of_the_whole_job_the_jobs() -> No
     assert {f.key for f in same_device_twice} == {"rank:8"}, "two ticks of one device are not a host"
     many = join([_device("R1", r, f"node-{r // 8}", r % 8) for r in range(16)], 64, [], 5)
     assert {(f.key, f.scope) for f in many} == {("job", "job")}
+
+
+def test_a_joining_slow_step_keeps_the_culprits_persistence() -> None:
+    book = IncidentBook(job="j")
+    out = []
+    for step in (30, 31):  # a two-step blip on one rank: SLOW_RANK needs 3 steps, joining must not make it 2
+        out += book.observe(step, join([_slow_step(step), _rank("SLOW_RANK", 7, step)], 64, [], step), 0)
+    assert [o for o in out if getattr(o, "state", None) == "open"] == []
