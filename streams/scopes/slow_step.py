@@ -11,8 +11,9 @@ iteration time for such change points; this is the cheap, deterministic version)
 caused by GC pauses is never a shift: a GC storm is a fault, not a new normal.
 An incident opens after `slow_step_open_after` slow steps (one clean step between them allowed,
 a flapping fault): one long step on its own
-(an evaluation or checkpoint step, announced or not, a one-off GC) is part of healthy
-training, not a slow step, and never enters the baseline either.
+(an evaluation step shows in forward, a checkpoint in inter-step CPU) is part of healthy
+training, not a slow step, and never enters the baseline either. A long step whose growth is
+GC pauses is a finding at once (GC is never a planned step kind).
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ def evaluate(frame: Frame, state: SlowStepState, cfg: DetectionConfig) -> tuple[
         severity="critical" if ratio > 1.5 else "warning", metric="step_ms",
         observed=step_ms, expected=baseline, threshold=threshold, unit="ms", evidence=evidence,
         cause_phase=cause, cause=advice.cause, suggestion=advice.suggestion,
-        open_after=cfg.slow_step_open_after, resolve_after=cfg.resolve_after_steps, candidate_gap=1,
+        open_after=1 if cause == "gc_ms" else cfg.slow_step_open_after, resolve_after=cfg.resolve_after_steps,
+        candidate_gap=1,
     )
     if shifted:
         finding.evidence["resolve_now"] = 1.0
