@@ -32,13 +32,17 @@ class DetectionConfig:
     profile_steps: int = 5           # steps of detailed profiling requested for a slow rank
     # engine (streams/engine.py) — windows, scopes; docs/detection.md explains each
     slow_step_mad_z: float = 6.0     # a slow step must also be this many robust sigmas above the baseline
+    slow_step_open_after: int = 2    # slow steps in a row before a slow-step incident (1 = eval/checkpoint steps alarm)
     shift_steps: int = 10            # a stable run of slow steps this long is a permanent shift: new baseline
     shift_spread: float = 0.05       # "stable": relative MAD of the run below this
     slow_host_fraction: float = 0.5  # share of a host's ranks flagged together that makes a host incident
+    slow_link_ratio: float = 1.5     # a group's transfer time this many times its own baseline: slowed (link < 67 %)
+    slow_link_open_after: int = 2    # flagged steps before a slow-link incident
     slow_stage_ratio: float = 0.10   # a PP stage this much above its own baseline (and above the others)
     window_timeout_factor: float = 3.0   # a frame waits at most this many recent step times ...
     window_timeout_min_s: float = 5.0    # ... but at least this long ...
     window_timeout_max_s: float = 60.0   # ... and at most this long (then missing ranks may be hung)
+    hang_stall_factor: float = 2.0      # devices sampling this many window timeouts past the last step: a hang
     window_max_open_steps: int = 64      # open frames per job before the oldest is closed
     batch_max: int = 10_000          # raw messages per take() of the decode stage
     batch_within_s: float = 0.2      # max wait for a batch to fill
@@ -58,6 +62,8 @@ class DetectionConfig:
     r2_h: float = 5.0                # R2 alarm threshold
     r2_history: int = 30             # R2 steady-state samples for mu0, sigma0
     r2_warmup: int = 60              # R2: samples skipped first (a starting job heats up)
+    r2_confirm: int = 3              # R2: alarms of one device within its last r2_confirm_window samples ...
+    r2_confirm_window: int = 6       # ... before it counts (1 = every CUSUM alarm counts, the bare rule)
     r2_sigma_min_temp_c: float = 1.0   # R2 absolute sigma floors (smooth metrics)
     r2_sigma_min_power_w: float = 10.0
     r2_sigma_min_mem_pct: float = 1.0

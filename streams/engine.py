@@ -12,40 +12,21 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from schemas import ControlCommand, Incident
 from steplens.config import DetectionConfig
 from streams.combine.chunks import StepColumns
 from streams.incidents.book import IncidentBook
-from streams.scopes import hung, pp_stage, slow_rank, slow_step
+from streams.incidents.join import OpenTrack, join
+from streams.ingest.decode import DOMAINS
+from streams.scopes import hung, pp_stage, slow_link, slow_rank, slow_step, stall
 from streams.scopes.finding import Finding
-from streams.signals import SignalState, device_findings, frame_findings
+from streams.signals import SignalState, device_findings, device_ticks, frame_findings
 from streams.windows.step_frames import Frame, StepFrames, WindowParams
 
 Output = Incident | ControlCommand
 LAGGING_NS = 1_000_000_000  # the decode stage is this far behind its input: a backlog, hold timeouts
-
-
-def explain_gc(findings: list[Finding], world: int) -> list[Finding]:
-    """A slow step caused by GC is one problem with the ranks whose GC explains it.
-
-    Few ranks with a T8 (R1) GC finding: the slow step joins their incident (a leaking
-    process). Many ranks slow from GC at once (a GC storm): their slow-rank findings join the
-    job's slow step instead of raising an incident per rank.
-    """
-    slow = next((f for f in findings if f.rule == "SLOW_STEP"), None)
-    if slow is None or slow.cause_phase != "gc_ms":
-        return findings
-    gc_ranks = [f for f in findings if f.rule == "R1" and f.metric == "T8" and f.scope == "rank"]
-    if gc_ranks and len(gc_ranks) <= max(1, world // 8):
-        slow.key, slow.scope = gc_ranks[0].key, "rank"
-        slow.ranks, slow.host = list(gc_ranks[0].ranks), gc_ranks[0].host
-        return [f for f in findings if f is not slow] + [slow]  # the rank's rule stays the primary one
-    for f in findings:
-        gc_rank = f.rule == "R1" and f.metric == "T8"
-        if (gc_rank or f.rule in ("SLOW_RANK", "R5")) and f.scope in ("rank", "link") \
-                and f.cause_phase in ("gc_ms", None):
-            f.key, f.scope, f.ranks, f.host = "job", "job", [], None
-    return findings
 
 
 @dataclass(slots=True)
@@ -66,10 +47,13 @@ class JobEngine:
     slow_rank: slow_rank.SlowRankState = field(default_factory=slow_rank.SlowRankState)
     stages: pp_stage.StageState = field(default_factory=pp_stage.StageState)
     signals: SignalState = field(default_factory=SignalState)
+    stall: stall.StallState = field(default_factory=stall.StallState)
+    links: slow_link.LinkState = field(default_factory=slow_link.LinkState)
     last_step: int | None = None
     ended: bool = False
     finished: bool = False
     end_seen_ns: int = 0
+    end_ts_ns: int = 0  # the job's own clock at its end event
     offsets: dict[int, int] = field(default_factory=dict)  # internal-topic partition -> last offset applied
     stats: EngineStats = field(default_factory=EngineStats)
 
@@ -91,7 +75,9 @@ class JobEngine:
         if isinstance(behind, int) and isinstance(lag, int):
             self.frames.input_lagging = behind > LAGGING_NS or lag > self.cfg.batch_max or bool(chunk.get("starved"))
         if kind == "steps":
-            self.frames.add_steps(StepColumns(chunk), now_ns)
+            cols = StepColumns(chunk)
+            self.frames.add_steps(cols, now_ns)
+            self.stall.on_steps(cols.end_ns)
         elif kind == "kernels":
             self.frames.add_kernels(chunk["rows"], now_ns)
         elif kind == "device":
@@ -100,6 +86,7 @@ class JobEngine:
             if chunk["phase"] == "end":
                 self.ended = True
                 self.end_seen_ns = now_ns
+                self.end_ts_ns = int(chunk.get("ts_ns") or 0)
                 self.last_step = chunk.get("last_step")
             return self.tick(now_ns)
         return self.tick(now_ns)
@@ -114,10 +101,29 @@ class JobEngine:
             out.extend(self._evaluate(frame, now_ns))
         done = self.last_step is not None and self.frames.next_step is not None and (
             self.frames.next_step > self.last_step and not self.frames.frames)
+        if not self.frames.frames and self.frames.next_step is not None and (done or not self.ended):
+            # a stall is judged on all steps released (at the end: every step the job completed)
+            lagging = self.frames.input_lagging and not done
+            found = stall.evaluate(self.stall, self.frames.topo, self.frames.next_step, self.frames.timeout_ns(),
+                                   self.cfg.hang_stall_factor, lagging, now_ns, done)
+            if found:
+                out.extend(self.book.observe(self.frames.next_step, found, now_ns))
+        if self.ended and done and not force and self._stall_samples_in_flight():
+            return out  # the job ended stalled: wait (a window timeout at most) for its device samples
         if self.ended and (done or force):
             out.extend(self.book.finish(now_ns))
             self.finished = True
         return out
+
+    def _stall_samples_in_flight(self) -> bool:
+        """The end event says the job's clock ran well past its last completed step (a stall), but
+        the device samples of that stretch, on their own topic, have not all arrived yet."""
+        st = self.stall
+        if st.reported_for == st.last_end_ns or st.last_end_ns == 0 or not self.end_ts_ns:
+            return False
+        threshold = self.cfg.hang_stall_factor * self.frames.timeout_ns()
+        newest = int(st.newest_dev_ns.max(initial=0))
+        return self.end_ts_ns - st.last_end_ns >= threshold and newest < self.end_ts_ns - threshold // 2
 
     def _timed(self, name: str, start: float) -> None:
         self.stats.rule_seconds[name] = self.stats.rule_seconds.get(name, 0.0) + time.perf_counter() - start
@@ -138,19 +144,37 @@ class JobEngine:
         findings.extend(found)
         self._timed("SLOW_STAGE", t)
         t = time.perf_counter()
+        self.links, found = slow_link.evaluate(frame, self.frames.topo, self.links, self.cfg)
+        findings.extend(found)
+        self._timed("SLOW_LINK", t)
+        t = time.perf_counter()
         findings.extend(hung.evaluate(frame, self.frames.topo, self.frames.newest_of, self.cfg))
         self._timed("HUNG", t)
         findings.extend(frame_findings(frame, self.frames.topo, self.signals, self.cfg, self.stats.rule_seconds))
-        findings = explain_gc(findings, int(frame.seen.sum()))
         for f in self.signals.pending:
             f.step = frame.step
         findings.extend(self.signals.pending)
         self.signals.pending.clear()
+        findings = join(findings, int(frame.seen.sum()), self._tracks(), frame.step, self._members,
+                        len(self.slow_step.history))
         return list(self.book.observe(frame.step, findings, now_ns))
+
+    def _tracks(self) -> list[OpenTrack]:
+        return [OpenTrack(t.finding.key, t.finding.scope, t.finding.cause_phase, t.first, t.opened,
+                          tuple(t.finding.ranks)) for t in self.book.tracks.values() if t.finding.family == "perf"]
+
+    def _members(self, domain: str, group: int) -> set[int]:
+        topo = self.frames.topo
+        if domain not in DOMAINS:
+            return set()
+        return set(np.flatnonzero(topo.groups[DOMAINS.index(domain)] == group).tolist())
 
     def _device(self, chunk: dict[str, Any], now_ns: int) -> list[Output]:
         # device findings join the next released step's findings (one book cadence: steps)
-        self.signals.pending.extend(device_findings(chunk, self.signals, self.cfg, self.stats.rule_seconds))
+        self.stall.on_device(np.asarray(chunk["rank"], dtype=np.int64), np.asarray(chunk["ts_ns"], dtype=np.int64),
+                             np.asarray(chunk["aicore_pct"], dtype=np.float64))
+        for tick in device_ticks(chunk, self.signals):
+            self.signals.pending.extend(device_findings(tick, self.signals, self.cfg, self.stats.rule_seconds))
         del self.signals.pending[:-1000]
         return []
 

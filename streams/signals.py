@@ -34,7 +34,7 @@ from streams.rules import r07_minority_kernel_gap as r7
 from streams.rules import r08_launch_latency as r8
 from streams.rules import r09_copy_rate as r9
 from streams.rules import r10_interstep_cpu as r10
-from streams.rules.base import Alarms, FloatArray
+from streams.rules.base import Alarms, FloatArray, IntArray
 from streams.scopes.finding import Finding
 from streams.windows.step_frames import PHASE_INDEX, Frame, Topology
 
@@ -69,6 +69,28 @@ class SignalState:
     devices: dict[str, int] = field(default_factory=dict)   # "host/device" -> series index
     device_rank: dict[int, int] = field(default_factory=dict)
     pending: list[Finding] = field(default_factory=list)
+    ticks: dict[int, dict[str, list[Any]]] = field(default_factory=dict)  # device samples per tick, held
+
+
+TICK_NS = 1_000_000_000  # device samples are bucketed per second of their own timestamps
+HOLD_TICKS = 2           # a tick is evaluated once samples this many ticks newer arrived
+
+
+def device_ticks(chunk: dict[str, Any], state: SignalState, flush: bool = False) -> list[dict[str, Any]]:
+    """Device samples regrouped per tick, released once the job's samples moved on.
+
+    A decode batch can end in the middle of a tick, and R2 removes the common mode (the job's
+    median device at the same tick): evaluated on half a tick, a job-wide load change (an
+    evaluation or checkpoint step) leaves a spurious drift on the devices of that half.
+    """
+    cols = [k for k, v in chunk.items() if isinstance(v, list)]
+    for i, ts in enumerate(chunk["ts_ns"]):
+        tick = state.ticks.setdefault(int(ts) // TICK_NS, {k: [] for k in cols})
+        for k in cols:
+            tick.setdefault(k, []).append(chunk[k][i])
+    newest = max(state.ticks, default=0)
+    ready = sorted(t for t in state.ticks if flush or t <= newest - HOLD_TICKS)
+    return [{"kind": "device", "job": chunk.get("job", ""), **state.ticks.pop(t)} for t in ready]
 
 
 def _advice(rule: str) -> tuple[str, str]:
@@ -150,9 +172,37 @@ def device_findings(chunk: dict[str, Any], state: SignalState, cfg: DetectionCon
                                       r2.Params(k=cfg.r2_k, h=cfg.r2_h, history=cfg.r2_history,
                                                 warmup=cfg.r2_warmup, sigma_min=floor))
             state.rules[key] = st2
-            out.extend(_device_finding("R2", metric, alarms, names, state, cfg))
+            out.extend(_device_finding("R2", metric, _confirmed(alarms, x, state, key, cfg), names, state, cfg))
     _timed(timings, "R1/R2", t0)
     return out
+
+
+def _confirmed(a: Alarms, x: FloatArray, state: SignalState, key: str, cfg: DetectionConfig) -> Alarms:
+    """R2 alarms of devices that alarmed `r2_confirm` times within their last `r2_confirm_window` samples.
+
+    CUSUM resets after an alarm; a real drift alarms again within a few samples, one odd sample
+    (an evaluation or checkpoint step's load dip) does not. Per series the spec's h gives an
+    in-control run length of a few hundred samples; over a fleet of devices that is an alarm a
+    minute, so a device needs repeated alarms before it counts (k-of-n confirmation).
+    """
+    if cfg.r2_confirm <= 1:
+        return a
+    hist = _grow(state.rules.get(f"{key}:hits"), x.size, "bits")
+    if hist is None:
+        hist = _Hits(bits=np.zeros(x.size, dtype=np.int64))
+        state.rules[f"{key}:hits"] = hist
+    window_mask = (1 << cfg.r2_confirm_window) - 1
+    sampled = np.isfinite(x)
+    hist.bits = np.where(sampled, (hist.bits << 1) & window_mask, hist.bits)
+    hist.bits[a.index] |= 1
+    counts = np.array([bin(int(b)).count("1") for b in hist.bits[a.index]], dtype=np.int64)
+    keep = counts >= cfg.r2_confirm
+    return Alarms(index=a.index[keep], value=a.value[keep], baseline=a.baseline[keep], threshold=a.threshold[keep])
+
+
+@dataclass(slots=True)
+class _Hits:
+    bits: IntArray
 
 
 def _device_finding(rule: str, metric: str, a: Alarms, names: list[str], state: SignalState,
@@ -257,7 +307,7 @@ def _kernels(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionCon
     for rank, entries, _other in frame.kernels:
         if rank >= world:
             continue
-        for key, cat, count, total_ns, flops, nbytes, domain, l_mean, l_mad, direction in entries:
+        for key, cat, count, total_ns, flops, nbytes, domain, l_mean, l_mad, direction in (e[:10] for e in entries):
             if not isinstance(total_ns, int) or total_ns <= 0:
                 continue
             if isinstance(flops, (int, float)) and flops > 0:

@@ -82,6 +82,10 @@ def plan_runs(args: argparse.Namespace, stamp: str) -> list[tuple[str, SimRun]]:
     add(LARGE_FAMILY, args.large_ranks, 0, f"{LARGE_FAMILY}@{args.large_ranks}")  # one seed: 1,024 ranks cost
     for seed in range(args.healthy_runs or (2 if args.quick else 3 * len(seeds))):
         add("healthy", args.ranks, seed, "healthy")
+    # the zero-false-alarm claim needs >= 2,000,000 healthy rank-steps, >= 1,024-rank runs included
+    large = args.large_healthy_runs if args.large_healthy_runs is not None else (0 if args.quick else 17)
+    for seed in range(large):
+        add("healthy", args.large_ranks, 100 + seed, f"healthy@{args.large_ranks}")
     return runs
 
 
@@ -156,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--large-ranks", type=int, default=1024)
     p.add_argument("--steps", type=int, default=120)
     p.add_argument("--healthy-runs", type=int, default=0, help="default: 3 × seeds (2 with --quick)")
+    p.add_argument("--large-healthy-runs", type=int, default=None,
+                   help="healthy runs at --large-ranks (default 17: with 120 steps, 2.09 M healthy rank-steps; "
+                        "0 with --quick)")
     p.add_argument("--paced-steps", type=int, default=60)
     p.add_argument("--no-paced", action="store_true")
     p.add_argument("--stall-s", type=float, default=300.0, help="fail when the workers' lag stops shrinking")
@@ -265,7 +272,7 @@ def score_records(records: list[dict[str, Any]], messages: list[dict[str, Any]])
         sc = SCENARIOS[label.split("@")[0]]
         scenarios[label] = {**summarise(runs_scores), **meta[label], "expected_rules": list(sc.rules),
                             "layer": sc.layer}
-    healthy = scores.get("healthy", [])
+    healthy = [r for label, rs in scores.items() if label.split("@")[0] == "healthy" for r in rs]
     return {"scenarios": scenarios, "false_alarms_per_100k_rank_steps": false_alarms_per_100k(healthy),
             "healthy_rank_steps": sum(r.rank_steps for r in healthy), "incidents_alerts_topic": len(incidents)}
 

@@ -4,7 +4,8 @@
   scope joins the incident (`rules`), its step range grows, its peak evidence is kept.
 - An incident opens after `open_after` CONSECUTIVE flagged steps (persistence against noise:
   noise that passes a 3-sigma test once in a thousand steps passes it three steps running
-  once in a billion) and resolves after `resolve_after` clean steps, or when its job ends.
+  once in a billion; a finding may allow `candidate_gap` clean steps between flagged ones) and
+  resolves after `resolve_after` clean steps, or when its job ends.
 - A host incident absorbs its ranks' incidents: open rank incidents of that host are
   resolved as absorbed, and the host's ranks raise no new rank incidents while it is open.
 - Opening a rank or host incident sends one `profile_on` for the culprit ranks
@@ -102,7 +103,8 @@ class IncidentBook:
             track = self.tracks[tid]
             track.clean += 1
             if not track.opened:
-                del self.tracks[tid]  # persistence means consecutive flagged steps: a clean one drops the candidate
+                if track.clean > track.finding.candidate_gap:
+                    del self.tracks[tid]  # persistence: flagged steps in a row (`candidate_gap` clean ones allowed)
             elif track.clean >= track.finding.resolve_after:
                 if track.opened:
                     out.append(self._event(track, "resolved", now_ns))

@@ -112,7 +112,8 @@ def _add_kernel_summary(chunks: dict[str, dict[str, Any]], doc: dict[str, Any]) 
         if not isinstance(e, dict) or not isinstance(e.get("key"), str) or not isinstance(e.get("total_ns"), int):
             return False
         trimmed.append([e["key"], e.get("cat"), e.get("count", 0), e["total_ns"], e.get("flops"), e.get("bytes"),
-                        e.get("domain"), e.get("launch_mean_us"), e.get("launch_mad_us"), e.get("direction")])
+                        e.get("domain"), e.get("launch_mean_us"), e.get("launch_mad_us"), e.get("direction"),
+                        e.get("max_ns")])
     chunk["rows"].append([rank, step, trimmed, doc.get("other_ns", 0)])
     return True
 
@@ -146,7 +147,9 @@ def _add_job(chunks: dict[str, dict[str, Any]], doc: dict[str, Any]) -> bool:
     if not (isinstance(job, str) and job and phase in ("start", "end") and isinstance(world, int) and world >= 1):
         return False
     last = doc.get("last_step")
+    ts = doc.get("ts_ns")
     chunks[f"job:{job}:{phase}"] = {"kind": "job", "job": job, "phase": phase, "world": world,
+                                    "ts_ns": ts if isinstance(ts, int) else 0,
                                     "last_step": last if isinstance(last, int) else None,
                                     "parallel": doc.get("parallel") or {}}
     return True

@@ -15,6 +15,7 @@ class Finding:
     "device:node-1/3"); findings with the same key and family merge into one incident.
     family: "perf" (slow) or "hang": a hung rank is not the same problem as a slow one.
     open_after: flagged steps needed before an incident opens (persistence against noise).
+    candidate_gap: clean steps a not-yet-open candidate survives between flagged ones (a flapping fault).
     """
 
     rule: str
@@ -42,3 +43,4 @@ class Finding:
     suggestion: str | None = None
     open_after: int = 1
     resolve_after: int = 1
+    candidate_gap: int = 0

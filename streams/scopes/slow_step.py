@@ -7,7 +7,13 @@ quiet. Slow steps do not enter the baseline. When a run of slow steps lasts
 `shift_steps` and is itself stable (spread below `shift_spread`), the job has shifted for
 good (a new dataset, a changed config): the run stays ONE incident, resolved with
 `shift=1` in its evidence, and the run's values become the new baseline (Greyhound watches
-iteration time for such change points; this is the cheap, deterministic version).
+iteration time for such change points; this is the cheap, deterministic version). A run
+caused by GC pauses is never a shift: a GC storm is a fault, not a new normal.
+An incident opens after `slow_step_open_after` slow steps (one clean step between them allowed,
+a flapping fault): one long step on its own
+(an evaluation step shows in forward, a checkpoint in inter-step CPU) is part of healthy
+training, not a slow step, and never enters the baseline either. A long step whose growth is
+GC pauses is a finding at once (GC is never a planned step kind).
 """
 
 from __future__ import annotations
@@ -60,7 +66,7 @@ def evaluate(frame: Frame, state: SlowStepState, cfg: DetectionConfig) -> tuple[
     advice = advise(cause)
     ratio = step_ms / baseline
     evidence = {f"excess_{k}": round(v, 3) for k, v in excess.items() if v > 0}
-    shifted = _is_shift(state, cfg)
+    shifted = cause != "gc_ms" and _is_shift(state, cfg)  # GC pauses are never a healthy new normal
     if shifted:
         evidence["shift"] = 1.0
         state.shifts += 1
@@ -74,7 +80,8 @@ def evaluate(frame: Frame, state: SlowStepState, cfg: DetectionConfig) -> tuple[
         severity="critical" if ratio > 1.5 else "warning", metric="step_ms",
         observed=step_ms, expected=baseline, threshold=threshold, unit="ms", evidence=evidence,
         cause_phase=cause, cause=advice.cause, suggestion=advice.suggestion,
-        open_after=1, resolve_after=cfg.resolve_after_steps,
+        open_after=1 if cause == "gc_ms" else cfg.slow_step_open_after, resolve_after=cfg.resolve_after_steps,
+        candidate_gap=1,
     )
     if shifted:
         finding.evidence["resolve_now"] = 1.0

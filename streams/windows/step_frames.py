@@ -3,7 +3,7 @@
 A frame is keyed by step index and holds a column per field over all ranks (NaN where a
 rank has not reported). Closing policy, in this order:
 
-- complete: every rank reported;
+- complete: every rank reported (and every rank that sends kernel summaries sent this step's);
 - settled: every missing rank has already reported a LATER step (its report for this step
   was lost or arrived out of contract; a rank's reports come in order, so it never will);
 - timeout: no frame waits longer than an adaptive timeout, `timeout_factor` x the median of
@@ -137,6 +137,7 @@ class StepFrames:
     frames: dict[int, Frame] = field(default_factory=dict)
     next_step: int | None = None
     newest_of: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # per rank newest step
+    kernel_newest_of: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # ... newest summary
     recent_ms: list[float] = field(default_factory=list)
     stats: WindowStats = field(default_factory=WindowStats)
     last_input_ns: int = 0
@@ -174,6 +175,11 @@ class StepFrames:
         for rank, step, entries, other_ns in rows:
             if not isinstance(rank, int) or not isinstance(step, int) or not isinstance(entries, list):
                 continue
+            if 0 <= rank < self.topo.world:  # this rank sends summaries: its frames wait for them
+                if self.kernel_newest_of.size < self.topo.world:
+                    self.kernel_newest_of = np.concatenate([self.kernel_newest_of, np.full(
+                        self.topo.world - self.kernel_newest_of.size, -1, dtype=np.int64)])
+                self.kernel_newest_of[rank] = max(int(self.kernel_newest_of[rank]), step)
             if (self.next_step is not None and step < self.next_step) or rank >= max(self.topo.world, 1):
                 self.stats.late += 1
                 continue
@@ -207,7 +213,7 @@ class StepFrames:
         return int(min(max(seconds, p.timeout_min_s), p.timeout_max_s) * 1e9)
 
     def _closable(self, frame: Frame, now_ns: int, force: bool) -> str:
-        if frame.seen.size and frame.seen.all():
+        if frame.seen.size and frame.seen.all() and self._kernels_in(frame):
             return "complete"
         missing = np.flatnonzero(~frame.seen)
         if missing.size and frame.seen.any() and (self.newest_of[missing] > frame.step).all():
@@ -222,6 +228,16 @@ class StepFrames:
         if len(self.frames) > self.params.max_open_steps * (4 if self.input_lagging else 1):
             return "capacity"  # while the input lags, frames wait longer for the reports still queued
         return ""
+
+    def _kernels_in(self, frame: Frame) -> bool:
+        """Every rank that sends kernel summaries has sent this step's, or already a later one.
+
+        Summaries travel on their own topic; a frame complete in steps waits for them (R4–R9 and
+        the slow-link scope read them), up to the same timeout as missing steps.
+        """
+        k = self.kernel_newest_of[:frame.seen.size]
+        waiting = (k >= 0) & (k <= frame.step) & np.isnan(frame.kernel_ns[:k.size])
+        return not bool(waiting.any())
 
     def release(self, now_ns: int, force: bool = False) -> list[Frame]:
         """Frames ready to evaluate, in step order (`force`: everything, e.g. at job end)."""

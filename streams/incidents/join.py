@@ -1,0 +1,145 @@
+"""Which incident a finding joins: one incident per problem, not one per rule or per symptom.
+
+The book merges findings with the same (family, key). This module rewrites keys before the
+book sees them, so that findings describing the same fault share one:
+
+- a device finding of one rank (R1/R2 on its temperature, power, memory) is that rank's finding;
+  on several devices of one host the host's, on a quarter of the devices or more the job's;
+- R5/R6 on a group that a slow link's host, a slow rank or a slow host is part of are symptoms
+  of that link, rank or host;
+- a slow step (job scope) explained by a few culprit ranks or a host flagged in the same step,
+  or by a rank/host incident already open, joins that incident: in synchronous training the
+  culprit makes the whole job slow, it is one problem;
+- GC: a slow step caused by GC on a few ranks joins their (leak) incident; GC on many ranks at
+  once (a storm), or while the job's GC incident is open, folds the ranks' findings into the
+  job's incident instead of one incident per rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from streams.scopes.finding import Finding
+
+Members = Callable[[str, int], set[int]]  # (domain, group) -> its ranks
+
+CULPRIT_RULES = ("SLOW_HOST", "SLOW_RANK")
+JOIN_SLACK_STEPS = 2  # a culprit that began at least this many steps before the slow steps still explains them
+
+
+@dataclass(frozen=True, slots=True)
+class OpenTrack:
+    """An open perf incident as join needs it (from the book)."""
+
+    key: str
+    scope: str
+    cause_phase: str | None
+    first: int  # the step it began at
+    opened: bool = True
+    ranks: tuple[int, ...] = ()
+
+
+def _gc_rank(f: Finding) -> bool:
+    gc = f.rule == "R1" and f.metric == "T8"
+    return (gc or f.rule in ("SLOW_RANK", "R5")) and f.scope in ("rank", "link") and f.cause_phase in ("gc_ms", None)
+
+
+def join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: int,
+         members: Members | None = None, baseline_len: int = 2 * JOIN_SLACK_STEPS) -> list[Finding]:
+    """`tracks`: the book's perf tracks, open or candidate; `step`: the step being evaluated;
+    `baseline_len`: steps in the slow-step baseline (a culprit older than half of it is in it)."""
+    open_tracks = [t for t in tracks if t.opened]
+    first = {t.key: t.first for t in tracks}
+    if members is not None:
+        _join_links(findings, tracks, members)
+        _join_groups(findings, tracks, members)
+    devices = [f for f in findings if f.scope == "device" and f.family == "perf"]
+    by_metric: dict[tuple[str, str | None], list[Finding]] = {}
+    for f in devices:
+        by_metric.setdefault((f.rule, f.metric), []).append(f)
+    for same in by_metric.values():
+        if len({(f.host, f.device) for f in same}) >= max(2, world // 4):  # many devices: job-wide, one incident
+            for f in same:
+                f.key, f.scope, f.ranks, f.host, f.device = "job", "job", [], None, None
+            continue
+        per_host: dict[str | None, list[Finding]] = {}
+        for f in same:
+            per_host.setdefault(f.host, []).append(f)
+        for host, fs in per_host.items():
+            if host is not None and len({f.device for f in fs}) >= 2:  # several devices of one host: the host's
+                ranks = sorted({r for f in fs for r in f.ranks})
+                for f in fs:
+                    f.key, f.scope, f.ranks, f.device = f"host:{host}", "host", ranks, None
+                continue
+            for f in fs:
+                if len(f.ranks) == 1:
+                    f.key, f.scope = f"rank:{f.ranks[0]}", "rank"
+    few = max(1, world // 8)
+    slow = next((f for f in findings if f.rule == "SLOW_STEP" and f.scope == "job"), None)
+    gc_ranks = [f for f in findings if f.rule == "R1" and f.metric == "T8" and f.scope == "rank"]
+    storm_open = any(t.key == "job" and t.cause_phase == "gc_ms" for t in open_tracks)
+    if len(gc_ranks) > few or (storm_open and len(gc_ranks) > 1):
+        for f in findings:
+            if _gc_rank(f):
+                f.key, f.scope, f.ranks, f.host = "job", "job", [], None
+        return findings
+    if slow is None:
+        return findings
+    if slow.cause_phase == "gc_ms" and gc_ranks and len(gc_ranks) <= few:
+        _attach(slow, gc_ranks[0])
+        return [f for f in findings if f is not slow] + [slow]  # the rank's rule stays the primary one
+    # a culprit explains the slow steps only if it began with them (a rank slow all along is in the baseline)
+    since = first.get("job", step) - max(JOIN_SLACK_STEPS, baseline_len // 2)
+    culprits = [f for rule in CULPRIT_RULES for f in findings
+                if f.rule == rule and f.scope in ("rank", "host") and first.get(f.key, step) >= since]
+    keys = {f.key for f in culprits}
+    if culprits and len(keys) <= few:
+        _attach(slow, culprits[0])
+        return [f for f in findings if f is not slow] + [slow]
+    joinable = sorted((t for t in open_tracks if t.scope in ("host", "rank") and t.first >= since),
+                      key=lambda t: t.scope != "host")
+    if joinable and len(joinable) <= few:
+        slow.key, slow.scope = joinable[0].key, joinable[0].scope  # type: ignore[assignment]
+    return findings
+
+
+def _join_links(findings: list[Finding], tracks: list[OpenTrack], members: Members) -> None:
+    """R5/R6 on a group that a slow link's host takes part in are symptoms of that link."""
+    links = [(f.key, set(f.ranks)) for f in findings if f.rule == "SLOW_LINK"]
+    links += [(t.key, set(t.ranks)) for t in tracks if t.opened and t.scope == "link" and t.key.endswith("/rdma")]
+    if not links:
+        return
+    for f in findings:
+        if f.rule not in ("R5", "R6") or f.domain is None or f.group is None:
+            continue
+        group = members(f.domain, f.group)
+        for key, ranks in links:
+            if group & ranks:
+                f.key, f.scope, f.ranks = key, "link", sorted(ranks)
+                break
+
+
+def _join_groups(findings: list[Finding], tracks: list[OpenTrack], members: Members) -> None:
+    """R5/R6 on the group of a slow rank or host (flagged now or tracked) are its symptoms."""
+    # only culprits flagged now or already open: a symptom never lifts a noise candidate to an incident
+    culprits = [(f.key, set(f.ranks)) for rule in CULPRIT_RULES for f in findings if f.rule == rule]
+    culprits += [(t.key, set(t.ranks)) for t in tracks if t.opened and t.scope in ("rank", "host") and t.ranks]
+    if not culprits:
+        return
+    for f in findings:
+        if f.rule not in ("R5", "R6") or f.domain is None or f.group is None or f.key.endswith("/rdma"):
+            continue
+        group = members(f.domain, f.group)
+        for key, ranks in culprits:
+            if group & ranks:
+                f.key, f.ranks = key, sorted(group & ranks)
+                f.scope = "host" if key.startswith("host:") else "rank"
+                break
+
+
+def _attach(slow: Finding, culprit: Finding) -> None:
+    slow.key, slow.scope = culprit.key, culprit.scope
+    slow.open_after = max(slow.open_after, culprit.open_after)  # joining never lowers the culprit's persistence
+    slow.candidate_gap = culprit.candidate_gap
+    slow.ranks, slow.host = list(culprit.ranks), culprit.host

@@ -1,0 +1,99 @@
+"""One incident per fault: how findings are re-keyed before the book (streams/incidents/join.py)."""
+
+from __future__ import annotations
+
+from streams.incidents.book import IncidentBook
+from streams.incidents.join import OpenTrack, join
+from streams.scopes.finding import Finding
+
+
+def _slow_step(step: int, cause: str | None = "backward_ms") -> Finding:
+    return Finding(rule="SLOW_STEP", key="job", scope="job", step=step, summary="slow", cause_phase=cause,
+                   open_after=2, candidate_gap=1, resolve_after=5)
+
+
+def _rank(rule: str, rank: int, step: int, **kw: object) -> Finding:
+    return Finding(rule=rule, key=f"rank:{rank}", scope="rank", step=step, summary=rule, ranks=[rank],
+                   host="node-0", open_after=3, resolve_after=5, **kw)  # type: ignore[arg-type]
+
+
+def test_device_finding_is_its_ranks() -> None:
+    f = Finding(rule="R1", key="device:node-0/3", scope="device", step=1, summary="hot", ranks=[3])
+    assert [(x.key, x.scope) for x in join([f], 64, [], 1)] == [("rank:3", "rank")]
+
+
+def test_slow_step_joins_a_culprit_that_began_with_it() -> None:
+    found = join([_slow_step(30), _rank("SLOW_RANK", 7, 30)], 64, [], 30)
+    assert {f.key for f in found} == {"rank:7"}
+    assert found[0].rule == "SLOW_RANK", "the culprit's rule stays the primary one"
+
+
+def test_slow_step_stays_apart_from_a_rank_slow_all_along() -> None:
+    tracks = [OpenTrack("rank:7", "rank", None, first=3)]
+    found = join([_slow_step(30), _rank("SLOW_RANK", 7, 30)], 64, tracks, 30)
+    assert {f.key for f in found} == {"job", "rank:7"}
+
+
+def test_gc_storm_folds_rank_findings_into_the_job() -> None:
+    gc = [_rank("R1", r, 40, metric="T8") for r in range(16)]
+    found = join([_slow_step(40, "gc_ms"), *gc], 64, [], 40)
+    assert {f.key for f in found} == {"job"}
+    later = join([_rank("R1", 1, 41, metric="T8"), _rank("R1", 2, 41, metric="T8")], 64,
+                 [OpenTrack("job", "job", "gc_ms", first=40)], 41)
+    assert {f.key for f in later} == {"job"}, "while the storm's incident is open"
+
+
+def test_isolated_long_step_opens_nothing_but_two_in_three_do() -> None:
+    book = IncidentBook(job="j")
+    out = []
+    for step in range(10, 20):  # eval step 12, then a fault flapping on at 15, 17
+        out += book.observe(step, [_slow_step(step)] if step in (12, 15, 17) else [], 0)
+    opened = [o for o in out if getattr(o, "state", None) == "open"]
+    assert [(o.step_first, o.step_last) for o in opened] == [(15, 17)]  # type: ignore[attr-defined]
+
+
+def _r5(rank: int, domain: str, group: int) -> Finding:
+    return Finding(rule="R5", key=f"link:{domain}/{group}/{rank}", scope="link", step=30, summary="r5",
+                   ranks=[rank], domain=domain, group=group, open_after=3)
+
+
+def _members(domain: str, group: int) -> set[int]:
+    return {group, group + 4}  # pp pairs (r, r+4)
+
+
+def test_r5_on_a_slow_links_groups_joins_the_link() -> None:
+    link = Finding(rule="SLOW_LINK", key="link:node-2/rdma", scope="link", step=30, summary="link",
+                   ranks=[4, 5], link="node-2/rdma")
+    found = join([link, _r5(0, "pp", 0), _r5(2, "pp", 2)], 8, [], 30, _members)
+    assert [(f.rule, f.key) for f in found] == [("SLOW_LINK", "link:node-2/rdma"), ("R5", "link:node-2/rdma"),
+                                                ("R5", "link:pp/2/2")], "group 2 = ranks 2, 6: not the link's"
+
+
+def test_symptoms_join_open_culprits_never_candidates() -> None:
+    candidate = [OpenTrack("rank:4", "rank", None, first=28, opened=False, ranks=(4,))]
+    assert join([_r5(0, "pp", 0)], 8, candidate, 30, _members)[0].key == "link:pp/0/0"
+    opened = [OpenTrack("rank:4", "rank", None, first=28, opened=True, ranks=(4,))]
+    f = join([_r5(0, "pp", 0)], 8, opened, 30, _members)[0]
+    assert (f.key, f.scope, f.ranks) == ("rank:4", "rank", [4])
+
+
+def _device(rule: str, rank: int, host: str, device: int) -> Finding:
+    return Finding(rule=rule, key=f"device:{host}/{device}", scope="device", step=5, summary="hot", ranks=[rank],
+                   host=host, device=device, metric="T2")
+
+
+def test_devices_of_one_host_are_the_hosts_and_of_the_whole_job_the_jobs() -> None:
+    two = join([_device("R2", 8, "node-1", 0), _device("R2", 9, "node-1", 1)], 64, [], 5)
+    assert {(f.key, f.scope) for f in two} == {("host:node-1", "host")}
+    same_device_twice = join([_device("R2", 8, "node-1", 0), _device("R2", 8, "node-1", 0)], 64, [], 5)
+    assert {f.key for f in same_device_twice} == {"rank:8"}, "two ticks of one device are not a host"
+    many = join([_device("R1", r, f"node-{r // 8}", r % 8) for r in range(16)], 64, [], 5)
+    assert {(f.key, f.scope) for f in many} == {("job", "job")}
+
+
+def test_a_joining_slow_step_keeps_the_culprits_persistence() -> None:
+    book = IncidentBook(job="j")
+    out = []
+    for step in (30, 31):  # a two-step blip on one rank: SLOW_RANK needs 3 steps, joining must not make it 2
+        out += book.observe(step, join([_slow_step(step), _rank("SLOW_RANK", 7, step)], 64, [], step), 0)
+    assert [o for o in out if getattr(o, "state", None) == "open"] == []

@@ -1,0 +1,58 @@
+"""A frame complete in steps waits for the kernel summaries of ranks that send them."""
+
+from __future__ import annotations
+
+from schemas import encode
+from streams.combine.chunks import StepColumns
+from streams.ingest.decode import decode_batch
+from streams.windows.step_frames import StepFrames, WindowParams
+from tests.streams.helpers import step_event
+
+S = 1_000_000_000
+
+
+def _steps(frames: StepFrames, step: int, now: int) -> None:
+    chunks, _ = decode_batch([encode(step_event(r, step, 100.0, world=4, dp_size=4)) for r in range(4)], 1 << 20)
+    frames.add_steps(StepColumns(chunks[0]), now)
+
+
+def _kernels(frames: StepFrames, step: int, ranks: range, now: int) -> None:
+    rows: list[list[object]] = [[r, step, [["mm", "compute", 1, 1000, None, None, None, None, None, None]], 0]
+                                for r in ranks]
+    frames.add_kernels(rows, now)
+
+
+def test_frame_waits_for_summaries_once_ranks_send_them() -> None:
+    frames = StepFrames(params=WindowParams(timeout_min_s=5.0))
+    _steps(frames, 0, 0)
+    assert [f.step for f in frames.release(0)] == [0], "no rank sends summaries yet: steps complete it"
+    _kernels(frames, 0, range(4), 0)  # late for step 0, but now the job is known to send them
+    _steps(frames, 1, 0)
+    assert frames.release(0) == []
+    _kernels(frames, 1, range(3), 0)
+    assert frames.release(0) == [], "rank 3's summary still missing"
+    _kernels(frames, 1, range(3, 4), 0)
+    released = frames.release(0)
+    assert [f.step for f in released] == [1] and len(released[0].kernels) == 4
+
+
+def test_a_rank_already_past_the_step_does_not_hold_it() -> None:
+    frames = StepFrames(params=WindowParams(timeout_min_s=5.0))
+    _steps(frames, 0, 0)
+    _kernels(frames, 0, range(4), 0)
+    _steps(frames, 1, 0)
+    _kernels(frames, 1, range(4), 0)
+    assert [f.step for f in frames.release(0)] == [0, 1]
+    _steps(frames, 2, 0)
+    _kernels(frames, 3, range(4), 0)  # step 2's summaries were lost; step 3's came
+    assert [f.step for f in frames.release(0)] == [2]
+
+
+def test_missing_summaries_time_out() -> None:
+    frames = StepFrames(params=WindowParams(timeout_min_s=5.0))
+    _steps(frames, 0, 0)
+    _kernels(frames, 0, range(4), 0)
+    assert [f.step for f in frames.release(0)] == [0]
+    _steps(frames, 1, 0)
+    assert frames.release(1 * S) == []
+    assert [(f.step, f.closed_by) for f in frames.release(6 * S)] == [(1, "timeout")]
