@@ -84,7 +84,9 @@ def plan_runs(args: argparse.Namespace, stamp: str) -> list[tuple[str, SimRun]]:
     for seed in range(args.healthy_runs or (2 if args.quick else 3 * len(seeds))):
         add("healthy", args.ranks, seed, "healthy")
     # the zero-false-alarm claim needs >= 2,000,000 healthy rank-steps, >= 1,024-rank runs included
-    large = args.large_healthy_runs if args.large_healthy_runs is not None else (0 if args.quick else FULL_LARGE_HEALTHY)
+    large = args.large_healthy_runs
+    if large is None:
+        large = 0 if args.quick else FULL_LARGE_HEALTHY
     for seed in range(large):
         add("healthy", args.large_ranks, 100 + seed, f"healthy@{args.large_ranks}")
     return runs
