@@ -146,7 +146,7 @@ class JobEngine:
             f.step = frame.step
         findings.extend(self.signals.pending)
         self.signals.pending.clear()
-        return list(self.book.observe(frame.step, findings, now_ns))
+        return list(self.book.observe(frame.step, findings, now_ns, frame.seen))
 
     def _device(self, chunk: dict[str, Any], now_ns: int) -> list[Output]:
         # device findings join the next released step's findings (one book cadence: steps)

@@ -23,6 +23,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from infra.clients import kafka_client_config
 from schemas import Topics, job_key
 from steplens.config import Settings
+from streams.app import WorkerTimeouts
 from streams.combine import chunks as chunk_codec
 from streams.ingest.decode import decode_batch
 from streams.metrics import DetectMetrics
@@ -67,7 +68,7 @@ class DecodeLoop(threading.Thread):
         consumer: Any = KafkaConsumer(
             *input_topics(self.topics), **base, group_id=decode_group(self.settings), enable_auto_commit=False,
             auto_offset_reset="earliest", max_poll_records=cfg.batch_max, fetch_max_bytes=64 << 20,
-            max_partition_fetch_bytes=16 << 20)
+            max_partition_fetch_bytes=16 << 20, **WorkerTimeouts().kafka_python_consumer())
         producer: Any = KafkaProducer(**base, acks="all", linger_ms=5, batch_size=1 << 20,
                                       max_request_size=16 << 20)
         timeout_ms = int(cfg.batch_within_s * 1000)

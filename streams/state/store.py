@@ -24,28 +24,42 @@ from typing import Any
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from infra.clients import kafka_client_config
+from schemas import encode as encode_event
+from schemas import job_key
 from steplens.config import Settings
 from streams.engine import JobEngine
+from streams.state.outbox import HEADER, Outbox, Output, Position
+
+Snapshot = tuple[JobEngine, Outbox]
 
 log = logging.getLogger(__name__)
 
-FORMAT = b"SLS1"
+FORMAT = b"SLS2"  # SLS2: (engine, outbox)
 MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
 
 
-def encode(engine: JobEngine) -> bytes:
-    return FORMAT + zlib.compress(pickle.dumps(engine, protocol=pickle.HIGHEST_PROTOCOL), 1)
+def encode(engine: JobEngine, outbox: Outbox | None = None) -> bytes:
+    state = (engine, outbox if outbox is not None else Outbox(engine.job))
+    return FORMAT + zlib.compress(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL), 1)
 
 
-def decode(raw: bytes) -> JobEngine | None:
+def decode_snapshot(raw: bytes | None) -> Snapshot | None:
     if not raw or not raw.startswith(FORMAT):
         return None
     try:
-        engine = pickle.loads(zlib.decompress(raw[len(FORMAT):]))
+        state = pickle.loads(zlib.decompress(raw[len(FORMAT):]))
     except Exception:
         log.warning("ignoring an unreadable snapshot")
         return None
-    return engine if isinstance(engine, JobEngine) else None
+    if (not isinstance(state, tuple) or len(state) != 2 or not isinstance(state[0], JobEngine)
+            or not isinstance(state[1], Outbox)):
+        return None
+    return state[0], state[1]
+
+
+def decode(raw: bytes | None) -> JobEngine | None:
+    snap = decode_snapshot(raw)
+    return snap[0] if snap is not None else None
 
 
 class SnapshotStore:
@@ -74,11 +88,69 @@ class SnapshotStore:
         self.written += len(snapshots)
         self.bytes_written += sum(len(v) for v in snapshots.values())
 
+    def send_outputs(self, topics: dict[type, str], outputs: list[tuple[bytes, Output]]) -> dict[Position, int]:
+        """Send outputs in order (acks=all, flushed), each with its outbox id header.
+
+        Returns, per (topic, partition) written, the offset after the last record: no later
+        output can land before it.
+        """
+        if not outputs:
+            return {}
+        producer = self._producer_()
+        futures = [producer.send(topics[type(item)], key=job_key(item.job), value=encode_event(item),
+                                 headers=[(HEADER, oid)]) for oid, item in outputs]
+        producer.flush()
+        after: dict[Position, int] = {}
+        for future in futures:
+            meta = future.get(timeout=60)
+            pos = (meta.topic, meta.partition)
+            after[pos] = max(after.get(pos, 0), meta.offset + 1)
+        return after
+
+    def end_offsets(self, topics: list[str]) -> dict[Position, int]:
+        consumer = self._consumer()
+        try:
+            parts = [TopicPartition(t, p) for t in topics for p in sorted(consumer.partitions_for_topic(t) or ())]
+            return {(tp.topic, tp.partition): off for tp, off in consumer.end_offsets(parts).items()}
+        finally:
+            consumer.close()
+
+    def delivered(self, topics: list[str], start: dict[Position, int]) -> set[bytes]:
+        """Outbox ids found on `topics` from `start` (partitions not in it: from their beginning) to the end."""
+        consumer = self._consumer()
+        found: set[bytes] = set()
+        try:
+            parts = [TopicPartition(t, p) for t in topics for p in sorted(consumer.partitions_for_topic(t) or ())]
+            if not parts:
+                return found
+            consumer.assign(parts)
+            end = consumer.end_offsets(parts)
+            for tp in parts:
+                offset = start.get((tp.topic, tp.partition))
+                if offset is None:
+                    consumer.seek_to_beginning(tp)
+                else:
+                    consumer.seek(tp, min(offset, end[tp]))
+            while any(consumer.position(tp) < end[tp] for tp in parts):
+                for records in consumer.poll(timeout_ms=1000).values():
+                    for rec in records:
+                        found.update(v for k, v in (rec.headers or ()) if k == HEADER)
+            return found
+        finally:
+            consumer.close()
+
+    def _consumer(self) -> Any:
+        return KafkaConsumer(**kafka_client_config(self._settings, "detect"), enable_auto_commit=False,
+                             group_id=None, max_partition_fetch_bytes=MAX_SNAPSHOT_BYTES,
+                             fetch_max_bytes=MAX_SNAPSHOT_BYTES)
+
     def load_all(self) -> dict[str, JobEngine]:
-        """The newest snapshot of every job on the topic (read to its end)."""
-        consumer = KafkaConsumer(**kafka_client_config(self._settings, "detect"), enable_auto_commit=False,
-                                 group_id=None, max_partition_fetch_bytes=MAX_SNAPSHOT_BYTES,
-                                 fetch_max_bytes=MAX_SNAPSHOT_BYTES)
+        """The newest engine state of every job on the topic."""
+        return {job: snap[0] for job, snap in self.load().items()}
+
+    def load(self) -> dict[str, Snapshot]:
+        """The newest snapshot (engine, outbox) of every job on the topic (read to its end)."""
+        consumer = self._consumer()
         try:
             parts = [TopicPartition(self.topic, p) for p in (consumer.partitions_for_topic(self.topic) or set())]
             if not parts:
@@ -92,11 +164,11 @@ class SnapshotStore:
                     for rec in records:
                         if rec.key is not None:
                             latest[rec.key.decode()] = rec.value
-            out: dict[str, JobEngine] = {}
+            out: dict[str, Snapshot] = {}
             for job, raw in latest.items():
-                engine = decode(raw)
-                if engine is not None:
-                    out[job] = engine
+                snap = decode_snapshot(raw)
+                if snap is not None:
+                    out[job] = snap
             return out
         finally:
             consumer.close()
