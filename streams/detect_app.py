@@ -81,6 +81,7 @@ class DetectWorker:
                 if live is not None and self._newer(live, engine):
                     continue
                 engine.cfg = self.cfg
+                engine.frames.input_lagging = True  # its reports since the snapshot are still queued: no timeouts
                 self.fleet.jobs[job] = engine
                 self.outboxes[job] = outbox
                 restored.append(outbox)
