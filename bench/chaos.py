@@ -616,6 +616,7 @@ def main(argv: list[str] | None = None) -> int:
         cases[name]["duration_s"] = round(time.monotonic() - t0, 1)
         cases[name]["started"] = datetime.fromtimestamp(time.time() - (time.monotonic() - t0), UTC).isoformat()
         cases[name]["git"] = commit
+        cases[name]["loadavg_1m"] = round(os.getloadavg()[0], 1)  # 2 cores shared: a load of 30 slows every restart
         log(f"case {name}: {json.dumps(cases[name], default=str)}")
     failed = sorted(name for name, c in cases.items() if "error" in c)
     result = {

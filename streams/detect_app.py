@@ -178,7 +178,8 @@ class DetectWorker:
         boxes = [self.outboxes[job] for job in jobs if job in self.outboxes and self.outboxes[job].pending]
         if boxes:
             outputs = [entry for box in boxes for entry in box.take()]
-            after = await loop.run_in_executor(None, self.store.send_outputs, self.out_topics, outputs)
+            after = await loop.run_in_executor(None, self.store.send_outputs, self.out_topics, outputs,
+                                               scan_start(boxes))
             for pos, offset in after.items():
                 self.out_pos[pos] = max(self.out_pos.get(pos, 0), offset)
             for box in boxes:

@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer
+from kafka.errors import CommitFailedError, KafkaError
 
 from infra.clients import kafka_client_config
 from schemas import Topics, job_key
@@ -54,6 +55,38 @@ class DecodeLoop(threading.Thread):
         self.stopping.set()
         if self.is_alive():
             self.join(timeout)
+
+    def _deliver(self, producer: Any, records: list[tuple[bytes, bytes]]) -> bool:
+        """Every chunk on the broker before the input is committed, however long the broker is away.
+
+        A broker restart must only delay detection: expired sends are sent again (a chunk
+        that did reach the broker is then there twice; the engine replaces a rank's repeated
+        report, at-least-once). False: the worker stops first.
+        """
+        todo = records
+        delay = 0.5
+        while todo:
+            futures: list[tuple[tuple[bytes, bytes], Any]] = []
+            for record in todo:
+                try:
+                    futures.append((record, producer.send(self.partials, key=record[0], value=record[1])))
+                except KafkaError as exc:  # no metadata within max_block_ms
+                    log.warning("decode send waits for the broker: %r", exc)
+                    break
+            producer.flush()
+            failed = []
+            for record, future in futures:
+                try:
+                    future.get(timeout=60)
+                except KafkaError as exc:
+                    log.warning("decode send waits for the broker: %r", exc)
+                    failed.append(record)
+            todo = failed + todo[len(futures):]
+            if todo:
+                if self.stopping.wait(delay):
+                    return False
+                delay = min(delay * 2, 5.0)
+        return True
 
     def run(self) -> None:
         try:
@@ -96,7 +129,7 @@ class DecodeLoop(threading.Thread):
                 self.metrics.batch.labels("decode").observe(len(raws))
                 chunks, stats = decode_batch(raws, self.settings.max_event_bytes)
                 self.metrics.bad.inc(stats.bad)
-                futures = []
+                out: list[tuple[bytes, bytes]] = []
                 for chunk in chunks:
                     job = chunk.get("job") or ""
                     if not job:
@@ -104,13 +137,14 @@ class DecodeLoop(threading.Thread):
                     chunk["behind_ns"] = behind_ns
                     chunk["lag"] = lag
                     chunk["starved"] = starved
-                    for value in chunk_codec.dumps_split(chunk):
-                        futures.append(producer.send(self.partials, key=job_key(job), value=value))
-                        self.metrics.events_out.labels(self.partials).inc()
-                producer.flush()
-                for future in futures:
-                    future.get(timeout=60)  # a chunk the broker refused stops the worker: never commit past it
-                consumer.commit()
+                    out.extend((job_key(job), value) for value in chunk_codec.dumps_split(chunk))
+                if not self._deliver(producer, out):
+                    return  # stopping before the chunks were on the broker: commit nothing, they are re-read
+                self.metrics.events_out.labels(self.partials).inc(len(out))
+                try:
+                    consumer.commit()
+                except CommitFailedError as exc:  # the group moved on (a long outage): re-read, at-least-once
+                    log.warning("decode commit failed, the batch will be re-read: %r", exc)
         finally:
             producer.close()
             consumer.close()

@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import logging
 import pickle
+import time
 import zlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaError, KafkaTimeoutError
 
 from infra.clients import kafka_client_config
 from schemas import encode as encode_event
@@ -62,6 +65,20 @@ def decode(raw: bytes | None) -> JobEngine | None:
     return snap[0] if snap is not None else None
 
 
+def _read_to(consumer: Any, parts: list[TopicPartition], end: dict[TopicPartition, int],
+             stall_s: float = 60.0) -> Iterator[Any]:
+    """Records of `parts` up to `end`; raises if nothing arrives for `stall_s` (the broker is away)."""
+    last = time.monotonic()
+    while any(consumer.position(tp) < end[tp] for tp in parts):
+        polled = consumer.poll(timeout_ms=1000)
+        if polled:
+            last = time.monotonic()
+        elif time.monotonic() - last > stall_s:
+            raise KafkaTimeoutError(f"reading {parts[0].topic} made no progress for {stall_s:.0f} s")
+        for records in polled.values():
+            yield from records
+
+
 class SnapshotStore:
     """Writes snapshots synchronously (flush before the caller acks) and reads them all back."""
 
@@ -79,30 +96,79 @@ class SnapshotStore:
                                            compression_type=None)
         return self._producer
 
-    def write(self, snapshots: dict[str, bytes]) -> None:
+    def _deliver(self, records: list[tuple[str, bytes, bytes, list[tuple[str, bytes]]]],
+                 recheck: Callable[[list[int]], list[int]] | None = None) -> list[Any]:
+        """Send records in order and wait until the broker has every one, however long it is away.
+
+        A broker restart must only delay detection: an expired batch (delivery timeout) or a
+        send that found no metadata is sent again, the ones already on the broker are not
+        (outputs must not repeat: `recheck` filters the failed ones that did reach the broker,
+        their acknowledgement lost, before they are sent again). Returns each record's metadata,
+        in order (None for one `recheck` found on the broker).
+        """
         producer = self._producer_()
-        futures = [producer.send(self.topic, key=job.encode(), value=value) for job, value in snapshots.items()]
-        producer.flush()
-        for future in futures:
-            future.get(timeout=30)
+        metas: list[Any] = [None] * len(records)
+        todo = list(range(len(records)))
+        delay = 0.5
+        while todo:
+            futures: list[tuple[int, Any]] = []
+            for i in todo:
+                topic, key, value, headers = records[i]
+                try:
+                    futures.append((i, producer.send(topic, key=key, value=value, headers=headers)))
+                except KafkaError as exc:  # no metadata within max_block_ms: the broker is away
+                    log.warning("state/output send waits for the broker: %r", exc)
+                    break
+            producer.flush()
+            failed: list[int] = []
+            for i, future in futures:
+                try:
+                    metas[i] = future.get(timeout=60)
+                except KafkaError as exc:
+                    log.warning("state/output send waits for the broker: %r", exc)
+                    failed.append(i)
+            sent = {i for i, _ in futures}
+            if failed and recheck is not None:
+                failed = recheck(failed)
+            todo = failed + [i for i in todo if i not in sent]
+            if todo:
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        return metas
+
+    def write(self, snapshots: dict[str, bytes]) -> None:
+        self._deliver([(self.topic, job.encode(), value, []) for job, value in snapshots.items()])
         self.written += len(snapshots)
         self.bytes_written += sum(len(v) for v in snapshots.values())
 
-    def send_outputs(self, topics: dict[type, str], outputs: list[tuple[bytes, Output]]) -> dict[Position, int]:
+    def send_outputs(self, topics: dict[type, str], outputs: list[tuple[bytes, Output]],
+                     scan_from: dict[Position, int] | None = None) -> dict[Position, int]:
         """Send outputs in order (acks=all, flushed), each with its outbox id header.
 
-        Returns, per (topic, partition) written, the offset after the last record: no later
-        output can land before it.
+        `scan_from`: where these outputs could land at the earliest (a failed send is looked
+        for from there before it is repeated). Returns, per (topic, partition) written, the
+        offset after the last record: no later output can land before it.
         """
         if not outputs:
             return {}
-        producer = self._producer_()
-        futures = [producer.send(topics[type(item)], key=job_key(item.job), value=encode_event(item),
-                                 headers=[(HEADER, oid)]) for oid, item in outputs]
-        producer.flush()
+        names = sorted(set(topics.values()))
+
+        def not_on_broker(failed: list[int]) -> list[int]:
+            while True:
+                try:
+                    found = self.delivered(names, scan_from or {})
+                    break
+                except KafkaError as exc:
+                    log.warning("output read-back waits for the broker: %r", exc)
+                    time.sleep(2.0)
+            return [i for i in failed if outputs[i][0] not in found]
+
+        metas = self._deliver([(topics[type(item)], job_key(item.job), encode_event(item), [(HEADER, oid)])
+                               for oid, item in outputs], recheck=not_on_broker)
         after: dict[Position, int] = {}
-        for future in futures:
-            meta = future.get(timeout=60)
+        for meta in metas:
+            if meta is None:
+                continue
             pos = (meta.topic, meta.partition)
             after[pos] = max(after.get(pos, 0), meta.offset + 1)
         return after
@@ -131,10 +197,8 @@ class SnapshotStore:
                     consumer.seek_to_beginning(tp)
                 else:
                     consumer.seek(tp, min(offset, end[tp]))
-            while any(consumer.position(tp) < end[tp] for tp in parts):
-                for records in consumer.poll(timeout_ms=1000).values():
-                    for rec in records:
-                        found.update(v for k, v in (rec.headers or ()) if k == HEADER)
+            for rec in _read_to(consumer, parts, end):
+                found.update(v for k, v in (rec.headers or ()) if k == HEADER)
             return found
         finally:
             consumer.close()
@@ -159,11 +223,9 @@ class SnapshotStore:
             consumer.seek_to_beginning(*parts)
             end = consumer.end_offsets(parts)
             latest: dict[str, bytes] = {}
-            while any(consumer.position(p) < end[p] for p in parts):
-                for records in consumer.poll(timeout_ms=1000).values():
-                    for rec in records:
-                        if rec.key is not None:
-                            latest[rec.key.decode()] = rec.value
+            for rec in _read_to(consumer, parts, end):
+                if rec.key is not None:
+                    latest[rec.key.decode()] = rec.value
             out: dict[str, Snapshot] = {}
             for job, raw in latest.items():
                 snap = decode_snapshot(raw)
