@@ -583,6 +583,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", default="malformed,kill_land,kill_detect,kafka_restart,clickhouse_down")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--update", action="store_true", help="replace only these cases in an existing --out file")
+    parser.add_argument("--down-s", type=float, default=None,
+                        help="outage length for kafka_restart and clickhouse_down (default 62 s, 20 s with --quick)")
     args = parser.parse_args(argv)
     base = load_settings()
     cfg = InfraConfig.from_env()
@@ -594,7 +596,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = base.home / "chaos" / started.strftime("%Y%m%d-%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=True)
     harness = Harness(base, cfg, run_dir, args.quick)
-    down_s = 20.0 if args.quick else 62.0
+    down_s = args.down_s if args.down_s is not None else 20.0 if args.quick else 62.0
     runners: dict[str, Callable[[], dict[str, Any]]] = {
         "malformed": harness.case_malformed,
         "kill_land": lambda: harness.case_kill("land"),
