@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 FORMAT = b"SLS2"  # SLS2: (engine, outbox)
 MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
+FLUSH_TIMEOUT_S = 150.0  # > the producers' 120 s delivery timeout: a flush never blocks for good
 
 
 def encode(engine: JobEngine, outbox: Outbox | None = None) -> bytes:
@@ -104,13 +105,21 @@ class SnapshotStore:
         send that found no metadata is sent again, the ones already on the broker are not
         (outputs must not repeat: `recheck` filters the failed ones that did reach the broker,
         their acknowledgement lost, before they are sent again). Returns each record's metadata,
-        in order (None for one `recheck` found on the broker).
+        in order (None for one `recheck` found on the broker). After a failure the producer is
+        replaced: an idempotent producer whose batches expired can stay wedged once the broker
+        is back (measured: a 176 s outage left detect waiting forever).
         """
-        producer = self._producer_()
         metas: list[Any] = [None] * len(records)
         todo = list(range(len(records)))
         delay = 0.5
         while todo:
+            try:
+                producer = self._producer_()
+            except KafkaError as exc:  # no broker to bootstrap from yet
+                log.warning("state/output producer waits for the broker: %r", exc)
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
             futures: list[tuple[int, Any]] = []
             for i in todo:
                 topic, key, value, headers = records[i]
@@ -119,15 +128,20 @@ class SnapshotStore:
                 except KafkaError as exc:  # no metadata within max_block_ms: the broker is away
                     log.warning("state/output send waits for the broker: %r", exc)
                     break
-            producer.flush()
+            try:
+                producer.flush(timeout=FLUSH_TIMEOUT_S)
+            except KafkaError as exc:
+                log.warning("state/output flush waits for the broker: %r", exc)
             failed: list[int] = []
             for i, future in futures:
                 try:
-                    metas[i] = future.get(timeout=60)
+                    metas[i] = future.get(timeout=1)
                 except KafkaError as exc:
                     log.warning("state/output send waits for the broker: %r", exc)
                     failed.append(i)
             sent = {i for i, _ in futures}
+            if failed or len(futures) < len(todo):
+                self.close()  # a fresh producer (new producer id) for the retry
             if failed and recheck is not None:
                 failed = recheck(failed)
             todo = failed + [i for i in todo if i not in sent]
@@ -237,5 +251,8 @@ class SnapshotStore:
 
     def close(self) -> None:
         if self._producer is not None:
-            self._producer.close()
+            try:
+                self._producer.close(timeout=5)
+            except Exception as exc:  # closing a producer cut off from its broker: drop it anyway
+                log.warning("closing the state producer: %r", exc)
             self._producer = None
