@@ -15,8 +15,11 @@ numbers are its own. Counting (per case, after the workers stopped):
   FINAL (replays before ClickHouse merged them; expected after a crash, harmless under FINAL);
 - dead_lettered: distinct (topic, partition, offset) in dead_letters; dead_letters_expected: malformed
   messages sent to the topics the land worker reads;
-- duplicate_incidents: per injected fault, incidents beyond the first (distinct incident ids for
-  the same rule and rank); incidents_left_open: incidents not resolved once the job ended;
+- duplicate_incidents: judged on the alerts topic, as a consumer of it sees them (not on
+  ClickHouse, whose FINAL would hide repeats): per injected fault, slow-rank incidents beyond
+  the first (another incident id for the same rank: `duplicate_incident_ids`), plus every
+  `open` beyond the first for one incident id (`duplicate_opens`: a consumer pages twice);
+  incidents_left_open: incidents whose last event on the topic is not `resolved`;
 - recovery_s: after a worker kill, seconds from the kill until the restarted worker committed
   everything that was in its topics just after the kill (worst of the kills); after an outage,
   seconds from the service being back until the affected workers committed everything that was
@@ -56,10 +59,11 @@ from producers.exporter import KafkaExporter
 from producers.simulator.cluster import SimulatedJob
 from producers.simulator.faults import SlowRank
 from producers.simulator.topology import Topology
-from schemas import ControlCommand, Topics, decode_as
+from schemas import ControlCommand, Incident, Topics, decode_as
 from sinks import open_backend
 from sinks.migrations.runner import migrate
 from steplens.config import REPO_ROOT, Settings, load_settings
+from streams.state.outbox import HEADER as OUTBOX_HEADER
 from streams.topics_admin import ensure_topics
 
 RESULTS = REPO_ROOT / "bench" / "results" / "chaos.json"
@@ -303,17 +307,23 @@ def count(rig: Rig, sent: Sent, slow_ranks: set[int], job: str) -> dict[str, Any
         landed_jobs = {(j, p) for j, p in backend.query(f"SELECT job, phase FROM {db}.jobs")}
         dead_rows, dead_distinct = backend.query(
             f"SELECT count(), uniqExact(topic, `partition`, `offset`) FROM {db}.dead_letters")[0]
-        incidents = backend.query(f"SELECT incident_id, rule, ranks, state FROM {db}.incidents FINAL")
     finally:
         backend.close()
+    incidents, foreign = read_alerts(rig, job)
     lost_steps = len(sent.steps - landed_steps)
     lost_jobs = len(sent.jobs - landed_jobs)
     per_fault: dict[int, set[str]] = {r: set() for r in slow_ranks}
-    for incident_id, rule, ranks, _ in incidents:
-        if rule == "SLOW_RANK":
-            for r in ranks:
-                per_fault.setdefault(int(r), set()).add(incident_id)
-    duplicate_incidents = sum(max(len(ids) - 1, 0) for r, ids in per_fault.items() if r in slow_ranks)
+    opens: dict[str, int] = {}
+    last: dict[str, str] = {}
+    for alert in incidents:  # one job: one partition, topic order is publication order
+        if "SLOW_RANK" in (alert.rules or [alert.rule]):
+            for r in alert.ranks:
+                per_fault.setdefault(int(r), set()).add(alert.incident_id)
+        if alert.state == "open":
+            opens[alert.incident_id] = opens.get(alert.incident_id, 0) + 1
+        last[alert.incident_id] = alert.state
+    duplicate_ids = sum(max(len(ids) - 1, 0) for r, ids in per_fault.items() if r in slow_ranks)
+    duplicate_opens = sum(n - 1 for n in opens.values() if n > 1)
     commands = read_commands(rig, job)
     profile_on = {r: sum(1 for c in commands if c.action == "profile_on" and r in c.ranks) for r in slow_ranks}
     expected_dead = sum(n for kind, n in sent.malformed.items() if kind in LAND_TOPICS)
@@ -329,12 +339,43 @@ def count(rig: Rig, sent: Sent, slow_ranks: set[int], job: str) -> dict[str, Any
         "malformed_sent": sum(sent.malformed.values()),
         "producer_dropped": sent.dropped,
         "producer_pending": sent.emitter_pending,
-        "duplicate_incidents": duplicate_incidents,
+        "duplicate_incidents": duplicate_ids + duplicate_opens,
+        "duplicate_incident_ids": duplicate_ids,
+        "duplicate_opens": duplicate_opens,
         "slow_rank_found": sorted(r for r, ids in per_fault.items() if ids and r in slow_ranks),
-        "incidents": len(incidents),
-        "incidents_left_open": sum(1 for *_, state in incidents if state != "resolved"),
+        "incidents": len(last),
+        "incident_events": len(incidents),
+        "foreign_alerts": foreign,
+        "incidents_left_open": sum(1 for state in last.values() if state != "resolved"),
         "duplicate_profile_on": sum(max(n - 1, 0) for n in profile_on.values()),
     }
+
+
+def read_alerts(rig: Rig, job: str) -> tuple[list[Incident], int]:
+    """The incident events detect published for `job` on the alerts topic, in publication order.
+
+    Detect's events carry its outbox header; the malformed case also writes forged incidents
+    for the job (they decode): those are counted apart, as `foreign_alerts`.
+    """
+    consumer = KafkaConsumer(rig.topics.incidents, **kafka_client_config(rig.settings, "admin"),
+                             auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=3000)
+    out: list[Incident] = []
+    foreign = 0
+    try:
+        for msg in consumer:
+            try:
+                alert = decode_as(Incident, msg.value)
+            except Exception:
+                continue  # the malformed case writes garbage here on purpose
+            if alert.job != job:
+                continue
+            if any(k == OUTBOX_HEADER for k, _ in (msg.headers or ())):
+                out.append(alert)
+            else:
+                foreign += 1
+    finally:
+        consumer.close()
+    return out, foreign
 
 
 def read_commands(rig: Rig, job: str) -> list[ControlCommand]:
@@ -542,6 +583,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", default="malformed,kill_land,kill_detect,kafka_restart,clickhouse_down")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--update", action="store_true", help="replace only these cases in an existing --out file")
+    parser.add_argument("--down-s", type=float, default=None,
+                        help="outage length for kafka_restart and clickhouse_down (default 62 s, 20 s with --quick)")
     args = parser.parse_args(argv)
     base = load_settings()
     cfg = InfraConfig.from_env()
@@ -553,7 +596,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = base.home / "chaos" / started.strftime("%Y%m%d-%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=True)
     harness = Harness(base, cfg, run_dir, args.quick)
-    down_s = 20.0 if args.quick else 62.0
+    down_s = args.down_s if args.down_s is not None else 20.0 if args.quick else 62.0
     runners: dict[str, Callable[[], dict[str, Any]]] = {
         "malformed": harness.case_malformed,
         "kill_land": lambda: harness.case_kill("land"),
@@ -575,6 +618,7 @@ def main(argv: list[str] | None = None) -> int:
         cases[name]["duration_s"] = round(time.monotonic() - t0, 1)
         cases[name]["started"] = datetime.fromtimestamp(time.time() - (time.monotonic() - t0), UTC).isoformat()
         cases[name]["git"] = commit
+        cases[name]["loadavg_1m"] = round(os.getloadavg()[0], 1)  # 2 cores shared: a load of 30 slows every restart
         log(f"case {name}: {json.dumps(cases[name], default=str)}")
     failed = sorted(name for name, c in cases.items() if "error" in c)
     result = {

@@ -51,6 +51,19 @@ class WorkerTimeouts:
                  "max_poll_interval": "broker_max_poll_interval", "producer_request": "producer_request_timeout"}
         return {names[k]: v for k, v in asdict(self).items()}
 
+    def kafka_python_consumer(self) -> dict[str, Any]:
+        """The same group timeouts for a plain kafka-python consumer (the detect decode loop).
+
+        kafka-python 3.x defaults to a 45 s session: a SIGKILLed decode loop then holds its
+        partitions for 45 s, and a JoinGroup blocked that long outlives the 30 s request
+        timeout and starts over (measured: 40–80 s of stalled detection per kill). Its
+        rebalance timeout is `max_poll_interval_ms`.
+        """
+        return {"session_timeout_ms": int(self.session * 1000),
+                "heartbeat_interval_ms": int(self.heartbeat * 1000),
+                "max_poll_interval_ms": int(self.max_poll_interval * 1000),
+                "request_timeout_ms": int(max(self.request, self.session + self.rebalance) * 1000)}
+
 
 def base_app(settings: Settings, role: Role, timeouts: WorkerTimeouts | None = None) -> faust.App:
     private_dir(settings.home)

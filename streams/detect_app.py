@@ -6,9 +6,9 @@ Two stages, one shuffle:
    kernel-summaries, device and jobs (keyed per rank upstream), decodes them straight to
    column chunks and sends ONE chunk per (job, kind) to the internal partials topic, keyed by job.
 2. `detect` owns jobs (partitions of the partials topic): merges chunks into step frames,
-   runs scopes and rules, keeps incident books (streams/engine.py), sends incidents and
-   control commands, and snapshots each changed job (streams/state/) BEFORE acknowledging
-   the chunks it applied.
+   runs scopes and rules, keeps incident books (streams/engine.py), snapshots each changed
+   job with its outbox of incidents and commands (streams/state/), THEN sends the outbox,
+   THEN acknowledges the chunks it applied.
 The landing worker dead-letters bad input; here it is only counted and skipped.
 """
 
@@ -21,13 +21,14 @@ from typing import Any
 
 import faust
 
-from schemas import ControlCommand, Incident, Topics, bounded, encode, job_key
+from schemas import ControlCommand, Incident, Topics, bounded
 from steplens.config import Settings
 from streams.app import base_app, now_ns, raw_topic
 from streams.combine import chunks as chunk_codec
 from streams.engine import FleetEngine, JobEngine, Output
 from streams.ingest.loop import DecodeLoop
 from streams.metrics import DetectMetrics, kafka_has_c_crc32c
+from streams.state.outbox import Outbox, Position, scan_start
 from streams.state.store import SnapshotStore
 from streams.state.store import encode as encode_snapshot
 from streams.topics_admin import DetectTopics
@@ -36,7 +37,12 @@ log = logging.getLogger(__name__)
 
 
 class DetectWorker:
-    """The I/O around the pure engine: pending acks per job, snapshots, output topics."""
+    """The I/O around the pure engine: pending acks per job, snapshots with outboxes, output topics.
+
+    Per batch: apply chunks → outputs into the jobs' outboxes → snapshot (state, input
+    offsets, outbox; flushed) → send the outboxes → acknowledge the input. See
+    streams/state/outbox.py for why this order sends every output once under SIGKILL.
+    """
 
     def __init__(self, app: faust.App, settings: Settings) -> None:
         self.settings = settings
@@ -47,8 +53,9 @@ class DetectWorker:
         self.store = SnapshotStore(settings, self.internal.state)
         self.metrics = DetectMetrics()
         self.partials = raw_topic(app, self.internal.partials)
-        self.incidents = raw_topic(app, self.topics.incidents)
-        self.control = raw_topic(app, self.topics.control)
+        self.out_topics: dict[type, str] = {Incident: self.topics.incidents, ControlCommand: self.topics.control}
+        self.outboxes: dict[str, Outbox] = {}
+        self.out_pos: dict[Position, int] = {}  # output topic positions no later send can precede
         self.pending: dict[str, list[Any]] = {}   # job -> events applied, not yet acked
         self.dirty: set[str] = set()
         self.lock = asyncio.Lock()
@@ -56,31 +63,52 @@ class DetectWorker:
         self.restored = False
         self.stream: Any = None
 
-    def restore(self) -> None:
-        """Newest snapshot of every job; jobs this worker is already running keep their live state."""
-        for job, engine in self.store.load_all().items():
-            live = self.fleet.jobs.get(job)
-            if live is not None and self._newer(live, engine):
-                continue
-            engine.cfg = self.cfg
-            self.fleet.jobs[job] = engine
-        self.restored = True
+    async def restore(self) -> None:
+        """Newest snapshot of every job; jobs this worker is already running keep their live state.
+
+        Outboxes restored with pending outputs are checked against the output topics: what
+        is already there is dropped, the rest goes out with the next snapshot.
+        """
+        loop = asyncio.get_running_loop()
+        names = list(self.out_topics.values())
+        snaps = await loop.run_in_executor(None, self.store.load)
+        async with self.lock:
+            if not self.out_pos:
+                self.out_pos = await loop.run_in_executor(None, self.store.end_offsets, names)
+            restored: list[Outbox] = []
+            for job, (engine, outbox) in snaps.items():
+                live = self.fleet.jobs.get(job)
+                if live is not None and self._newer(live, engine):
+                    continue
+                engine.cfg = self.cfg
+                engine.frames.input_lagging = True  # its reports since the snapshot are still queued: no timeouts
+                self.fleet.jobs[job] = engine
+                self.outboxes[job] = outbox
+                restored.append(outbox)
+            unsure = [box for box in restored if box.pending]
+            if unsure:
+                delivered = await loop.run_in_executor(None, self.store.delivered, names, scan_start(unsure))
+                for box in unsure:
+                    dropped = box.drop_delivered(delivered)
+                    log.info("job %r: %d restored outputs were already sent, %d to send", box.job, dropped,
+                             len(box.pending))
+                    self.dirty.add(box.job)
+            self.restored = True
         log.info("restored %d job states", len(self.fleet.jobs))
 
     @staticmethod
     def _newer(live: JobEngine, snap: JobEngine) -> bool:
         return all(live.offsets.get(p, -1) >= o for p, o in snap.offsets.items())
 
-    async def send(self, outputs: list[Output]) -> None:
+    def _queue(self, outputs: list[Output]) -> None:
+        """Outputs into their job's outbox (sent after the next snapshot)."""
         for item in outputs:
             item = bounded(item)  # the one cap on event text copied into our own events
-            if isinstance(item, Incident):
-                log.warning("incident %s %r: %r", item.state, item.incident_id, item.summary)
-                await self.incidents.send(key=job_key(item.job), value=encode(item))
-                self.metrics.events_out.labels(self.topics.incidents).inc()
-            elif isinstance(item, ControlCommand):
-                await self.control.send(key=job_key(item.job), value=encode(item))
-                self.metrics.events_out.labels(self.topics.control).inc()
+            box = self.outboxes.get(item.job)
+            if box is None:
+                box = self.outboxes[item.job] = Outbox(item.job)
+            box.add([item], self.out_pos)
+            self.dirty.add(item.job)
 
     async def on_chunks(self, events: list[Any]) -> None:
         async with self.lock:
@@ -114,21 +142,18 @@ class DetectWorker:
                 engine.offsets[msg.partition] = msg.offset
                 self.pending.setdefault(job, []).append(event)
                 self.dirty.add(job)
-            await self.send(outputs)
-            await self._maybe_snapshot(force=False)
+            self._queue(outputs)
+            await self._maybe_snapshot(force=bool(outputs))
 
     async def on_tick(self) -> None:
         async with self.lock:
             now = now_ns()
-            outputs = self.fleet.tick(now)
-            for job, engine in self.fleet.jobs.items():
-                if outputs and any(getattr(o, "job", None) == job for o in outputs):
-                    self.dirty.add(job)
-                del engine
-            await self.send(outputs)
+            self._queue(self.fleet.tick(now))
             await self._maybe_snapshot(force=True)
-            for job in [j for j, e in self.fleet.jobs.items() if e.finished and j not in self.pending]:
-                del self.fleet.jobs[job]  # its final snapshot (finished=True) is on the state topic
+            for job in [j for j, e in self.fleet.jobs.items() if e.finished and j not in self.pending
+                        and j not in self.dirty and not (j in self.outboxes and self.outboxes[j].pending)]:
+                del self.fleet.jobs[job]  # its final snapshot (finished=True, outbox empty) is on the state topic
+                self.outboxes.pop(job, None)
             m = self.metrics
             m.open_windows.set(self.fleet.open_windows())
             m.open_incidents.set(self.fleet.open_incidents())
@@ -142,12 +167,28 @@ class DetectWorker:
             return
         if not force and time.monotonic() - self.last_snapshot < self.cfg.snapshot_interval_s:
             return
+        loop = asyncio.get_running_loop()
         self.last_snapshot = time.monotonic()
         jobs = sorted(self.dirty)
-        snaps = {job: encode_snapshot(self.fleet.jobs[job]) for job in jobs if job in self.fleet.jobs}
-        await asyncio.get_running_loop().run_in_executor(None, self.store.write, snaps)
+        snaps = {job: encode_snapshot(self.fleet.jobs[job], self.outboxes.get(job))
+                 for job in jobs if job in self.fleet.jobs}
+        await loop.run_in_executor(None, self.store.write, snaps)
         self.metrics.snapshots.inc(len(snaps))
         self.dirty.clear()
+        boxes = [self.outboxes[job] for job in jobs if job in self.outboxes and self.outboxes[job].pending]
+        if boxes:
+            outputs = [entry for box in boxes for entry in box.take()]
+            after = await loop.run_in_executor(None, self.store.send_outputs, self.out_topics, outputs,
+                                               scan_start(boxes))
+            for pos, offset in after.items():
+                self.out_pos[pos] = max(self.out_pos.get(pos, 0), offset)
+            for box in boxes:
+                box.sent()
+                self.dirty.add(box.job)  # the next snapshot records the outbox empty (restores scan nothing)
+            for _, item in outputs:
+                if isinstance(item, Incident):
+                    log.warning("incident %s %r: %r", item.state, item.incident_id, item.summary)
+                self.metrics.events_out.labels(self.out_topics[type(item)]).inc()
         for job in jobs:
             for event in self.pending.pop(job, []):
                 await self.stream.ack(event)
@@ -176,7 +217,7 @@ def create_detect_app(settings: Settings) -> faust.App:
         """Chunks of the jobs this worker owns -> engine -> incidents, control, snapshots."""
         worker.stream = stream
         if not worker.restored:
-            await asyncio.get_running_loop().run_in_executor(None, worker.restore)
+            await worker.restore()
         async for events in stream.noack_take(1000, within=0.05):
             worker.metrics.batch.labels("detect").observe(len(events))
             await worker.on_chunks(events)
@@ -191,7 +232,7 @@ def create_detect_app(settings: Settings) -> faust.App:
 
     async def on_assigned(*args: Any, **kwargs: Any) -> None:
         worker.restored = False
-        await asyncio.get_running_loop().run_in_executor(None, worker.restore)
+        await worker.restore()
 
     app.on_partitions_assigned.connect(on_assigned)
     worker.metrics.serve(cfg.metrics_port)

@@ -157,7 +157,7 @@ class JobEngine:
         self.signals.pending.clear()
         findings = join(findings, int(frame.seen.sum()), self._tracks(), frame.step, self._members,
                         len(self.slow_step.history))
-        return list(self.book.observe(frame.step, findings, now_ns))
+        return list(self.book.observe(frame.step, findings, now_ns, frame.seen))
 
     def _tracks(self) -> list[OpenTrack]:
         return [OpenTrack(t.finding.key, t.finding.scope, t.finding.cause_phase, t.first, t.opened,

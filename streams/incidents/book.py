@@ -8,6 +8,11 @@
   resolves after `resolve_after` clean steps, or when its job ends.
 - A host incident absorbs its ranks' incidents: open rank incidents of that host are
   resolved as absorbed, and the host's ranks raise no new rank incidents while it is open.
+- A step that did not observe an incident's ranks (a frame released incomplete while a
+  backlog of one input partition runs ahead of another, or a rank's report lost) is no
+  evidence either way: it neither flags nor cleans the incident. Counting it as clean
+  resolved an open incident during a catch-up and opened a second one for the same fault
+  right after (measured in `make chaos`).
 - Opening a rank or host incident sends one `profile_on` for the culprit ranks
   (coarse-to-fine); ids are deterministic, so a replay after a restart re-sends the SAME
   ids, never a second incident or command.
@@ -16,6 +21,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
 
 from schemas import ControlCommand, Incident
 from streams.scopes.finding import Finding
@@ -30,6 +38,13 @@ def _cap(text: str | None) -> str | None:
     if text is None or len(text) <= MAX_TEXT:
         return text
     return text[: MAX_TEXT - 1] + "…"
+
+
+def _observed(track: Track, seen: npt.NDArray[np.bool_] | None) -> bool:
+    ranks = track.finding.ranks
+    if seen is None or not ranks:
+        return True
+    return all(0 <= r < seen.size and bool(seen[r]) for r in ranks)
 
 
 @dataclass(slots=True)
@@ -56,8 +71,12 @@ class IncidentBook:
     commands_sent: list[str] = field(default_factory=list)
     opened_total: int = 0
 
-    def observe(self, step: int, findings: list[Finding], now_ns: int) -> list[Output]:
-        """All findings of one released step (every scope and rule), then the step's bookkeeping."""
+    def observe(self, step: int, findings: list[Finding], now_ns: int,
+                seen: npt.NDArray[np.bool_] | None = None) -> list[Output]:
+        """All findings of one released step (every scope and rule), then the step's bookkeeping.
+
+        `seen`: which ranks reported this step (None: all of them).
+        """
         out: list[Output] = []
         hosts = {f.host for f in findings if f.scope == "host" and f.host}
         hosts |= {t.finding.host for t in self.tracks.values()
@@ -101,6 +120,8 @@ class IncidentBook:
                     out.append(self._event(track, "update", now_ns))
         for tid in [t for t in self.tracks if t not in touched]:
             track = self.tracks[tid]
+            if not _observed(track, seen):
+                continue  # no report from its ranks this step: neither flagged nor clean
             track.clean += 1
             if not track.opened:
                 if track.clean > track.finding.candidate_gap:

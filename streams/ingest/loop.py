@@ -19,16 +19,20 @@ import time
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer
+from kafka.errors import KafkaError
 
 from infra.clients import kafka_client_config
 from schemas import Topics, job_key
 from steplens.config import Settings
+from streams.app import WorkerTimeouts
 from streams.combine import chunks as chunk_codec
 from streams.ingest.decode import decode_batch
 from streams.metrics import DetectMetrics
 from streams.topics_admin import DetectTopics
 
 log = logging.getLogger(__name__)
+FLUSH_TIMEOUT_S = 150.0  # > the producer's 120 s delivery timeout: a flush never blocks for good
+COMMIT_TIMEOUT_MS = 30_000  # a commit that cannot finish (group gone) is given up: the batch is re-read
 
 
 def decode_group(settings: Settings) -> str:
@@ -48,11 +52,71 @@ class DecodeLoop(threading.Thread):
         self.partials = DetectTopics(settings.topic_prefix).partials
         self.stopping = threading.Event()
         self.failed: BaseException | None = None
+        self._out: Any = None  # the chunk producer, replaced after a failed delivery
 
     def stop(self, timeout: float = 30.0) -> None:
         self.stopping.set()
         if self.is_alive():
             self.join(timeout)
+
+    def _producer(self) -> Any:
+        if self._out is None:
+            self._out = KafkaProducer(**kafka_client_config(self.settings, "detect"), acks="all", linger_ms=5,
+                                      batch_size=1 << 20, max_request_size=16 << 20)
+        return self._out
+
+    def _drop_producer(self) -> None:
+        if self._out is not None:
+            try:
+                self._out.close(timeout=5)
+            except Exception as exc:  # closing a producer cut off from its broker: drop it anyway
+                log.warning("closing the decode producer: %r", exc)
+            self._out = None
+
+    def _deliver(self, records: list[tuple[bytes, bytes]]) -> bool:
+        """Every chunk on the broker before the input is committed, however long the broker is away.
+
+        A broker restart must only delay detection: expired sends are sent again (a chunk
+        that did reach the broker is then there twice; the engine replaces a rank's repeated
+        report, at-least-once), by a fresh producer (an idempotent producer whose batches
+        expired can stay wedged after the broker is back). False: the worker stops first.
+        """
+        todo = records
+        delay = 0.5
+        while todo:
+            try:
+                producer = self._producer()
+            except KafkaError as exc:  # no broker to bootstrap from yet
+                log.warning("decode producer waits for the broker: %r", exc)
+                if self.stopping.wait(delay):
+                    return False
+                delay = min(delay * 2, 5.0)
+                continue
+            futures: list[tuple[tuple[bytes, bytes], Any]] = []
+            for record in todo:
+                try:
+                    futures.append((record, producer.send(self.partials, key=record[0], value=record[1])))
+                except KafkaError as exc:  # no metadata within max_block_ms
+                    log.warning("decode send waits for the broker: %r", exc)
+                    break
+            try:
+                producer.flush(timeout=FLUSH_TIMEOUT_S)
+            except KafkaError as exc:
+                log.warning("decode flush waits for the broker: %r", exc)
+            failed = []
+            for record, future in futures:
+                try:
+                    future.get(timeout=1)
+                except KafkaError as exc:
+                    log.warning("decode send waits for the broker: %r", exc)
+                    failed.append(record)
+            todo = failed + todo[len(futures):]
+            if todo:
+                self._drop_producer()
+                if self.stopping.wait(delay):
+                    return False
+                delay = min(delay * 2, 5.0)
+        return True
 
     def run(self) -> None:
         try:
@@ -67,9 +131,7 @@ class DecodeLoop(threading.Thread):
         consumer: Any = KafkaConsumer(
             *input_topics(self.topics), **base, group_id=decode_group(self.settings), enable_auto_commit=False,
             auto_offset_reset="earliest", max_poll_records=cfg.batch_max, fetch_max_bytes=64 << 20,
-            max_partition_fetch_bytes=16 << 20)
-        producer: Any = KafkaProducer(**base, acks="all", linger_ms=5, batch_size=1 << 20,
-                                      max_request_size=16 << 20)
+            max_partition_fetch_bytes=16 << 20, **WorkerTimeouts().kafka_python_consumer())
         timeout_ms = int(cfg.batch_within_s * 1000)
         try:
             while not self.stopping.is_set():
@@ -95,7 +157,7 @@ class DecodeLoop(threading.Thread):
                 self.metrics.batch.labels("decode").observe(len(raws))
                 chunks, stats = decode_batch(raws, self.settings.max_event_bytes)
                 self.metrics.bad.inc(stats.bad)
-                futures = []
+                out: list[tuple[bytes, bytes]] = []
                 for chunk in chunks:
                     job = chunk.get("job") or ""
                     if not job:
@@ -103,13 +165,14 @@ class DecodeLoop(threading.Thread):
                     chunk["behind_ns"] = behind_ns
                     chunk["lag"] = lag
                     chunk["starved"] = starved
-                    for value in chunk_codec.dumps_split(chunk):
-                        futures.append(producer.send(self.partials, key=job_key(job), value=value))
-                        self.metrics.events_out.labels(self.partials).inc()
-                producer.flush()
-                for future in futures:
-                    future.get(timeout=60)  # a chunk the broker refused stops the worker: never commit past it
-                consumer.commit()
+                    out.extend((job_key(job), value) for value in chunk_codec.dumps_split(chunk))
+                if not self._deliver(out):
+                    return  # stopping before the chunks were on the broker: commit nothing, they are re-read
+                self.metrics.events_out.labels(self.partials).inc(len(out))
+                try:
+                    consumer.commit(timeout_ms=COMMIT_TIMEOUT_MS)
+                except KafkaError as exc:  # the group moved on (a long outage), or no broker: re-read, at-least-once
+                    log.warning("decode commit failed, the batch will be re-read: %r", exc)
         finally:
-            producer.close()
+            self._drop_producer()
             consumer.close()

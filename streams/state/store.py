@@ -18,34 +18,66 @@ from __future__ import annotations
 
 import logging
 import pickle
+import time
 import zlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaError, KafkaTimeoutError
 
 from infra.clients import kafka_client_config
+from schemas import encode as encode_event
+from schemas import job_key
 from steplens.config import Settings
 from streams.engine import JobEngine
+from streams.state.outbox import HEADER, Outbox, Output, Position
+
+Snapshot = tuple[JobEngine, Outbox]
 
 log = logging.getLogger(__name__)
 
-FORMAT = b"SLS1"
+FORMAT = b"SLS2"  # SLS2: (engine, outbox)
 MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
+FLUSH_TIMEOUT_S = 150.0  # > the producers' 120 s delivery timeout: a flush never blocks for good
 
 
-def encode(engine: JobEngine) -> bytes:
-    return FORMAT + zlib.compress(pickle.dumps(engine, protocol=pickle.HIGHEST_PROTOCOL), 1)
+def encode(engine: JobEngine, outbox: Outbox | None = None) -> bytes:
+    state = (engine, outbox if outbox is not None else Outbox(engine.job))
+    return FORMAT + zlib.compress(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL), 1)
 
 
-def decode(raw: bytes) -> JobEngine | None:
+def decode_snapshot(raw: bytes | None) -> Snapshot | None:
     if not raw or not raw.startswith(FORMAT):
         return None
     try:
-        engine = pickle.loads(zlib.decompress(raw[len(FORMAT):]))
+        state = pickle.loads(zlib.decompress(raw[len(FORMAT):]))
     except Exception:
         log.warning("ignoring an unreadable snapshot")
         return None
-    return engine if isinstance(engine, JobEngine) else None
+    if (not isinstance(state, tuple) or len(state) != 2 or not isinstance(state[0], JobEngine)
+            or not isinstance(state[1], Outbox)):
+        return None
+    return state[0], state[1]
+
+
+def decode(raw: bytes | None) -> JobEngine | None:
+    snap = decode_snapshot(raw)
+    return snap[0] if snap is not None else None
+
+
+def _read_to(consumer: Any, parts: list[TopicPartition], end: dict[TopicPartition, int],
+             stall_s: float = 60.0) -> Iterator[Any]:
+    """Records of `parts` up to `end`; raises if nothing arrives for `stall_s` (the broker is away)."""
+    last = time.monotonic()
+    while any(consumer.position(tp) < end[tp] for tp in parts):
+        polled = consumer.poll(timeout_ms=1000)
+        if polled:
+            last = time.monotonic()
+        elif time.monotonic() - last > stall_s:
+            raise KafkaTimeoutError(f"reading {parts[0].topic} made no progress for {stall_s:.0f} s")
+        for records in polled.values():
+            yield from records
 
 
 class SnapshotStore:
@@ -65,20 +97,138 @@ class SnapshotStore:
                                            compression_type=None)
         return self._producer
 
+    def _deliver(self, records: list[tuple[str, bytes, bytes, list[tuple[str, bytes]]]],
+                 recheck: Callable[[list[int]], list[int]] | None = None) -> list[Any]:
+        """Send records in order and wait until the broker has every one, however long it is away.
+
+        A broker restart must only delay detection: an expired batch (delivery timeout) or a
+        send that found no metadata is sent again, the ones already on the broker are not
+        (outputs must not repeat: `recheck` filters the failed ones that did reach the broker,
+        their acknowledgement lost, before they are sent again). Returns each record's metadata,
+        in order (None for one `recheck` found on the broker). After a failure the producer is
+        replaced: an idempotent producer whose batches expired can stay wedged once the broker
+        is back (measured: a 176 s outage left detect waiting forever).
+        """
+        metas: list[Any] = [None] * len(records)
+        todo = list(range(len(records)))
+        delay = 0.5
+        while todo:
+            try:
+                producer = self._producer_()
+            except KafkaError as exc:  # no broker to bootstrap from yet
+                log.warning("state/output producer waits for the broker: %r", exc)
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            futures: list[tuple[int, Any]] = []
+            for i in todo:
+                topic, key, value, headers = records[i]
+                try:
+                    futures.append((i, producer.send(topic, key=key, value=value, headers=headers)))
+                except KafkaError as exc:  # no metadata within max_block_ms: the broker is away
+                    log.warning("state/output send waits for the broker: %r", exc)
+                    break
+            try:
+                producer.flush(timeout=FLUSH_TIMEOUT_S)
+            except KafkaError as exc:
+                log.warning("state/output flush waits for the broker: %r", exc)
+            failed: list[int] = []
+            for i, future in futures:
+                try:
+                    metas[i] = future.get(timeout=1)
+                except KafkaError as exc:
+                    log.warning("state/output send waits for the broker: %r", exc)
+                    failed.append(i)
+            sent = {i for i, _ in futures}
+            if failed or len(futures) < len(todo):
+                self.close()  # a fresh producer (new producer id) for the retry
+            if failed and recheck is not None:
+                failed = recheck(failed)
+            todo = failed + [i for i in todo if i not in sent]
+            if todo:
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        return metas
+
     def write(self, snapshots: dict[str, bytes]) -> None:
-        producer = self._producer_()
-        futures = [producer.send(self.topic, key=job.encode(), value=value) for job, value in snapshots.items()]
-        producer.flush()
-        for future in futures:
-            future.get(timeout=30)
+        self._deliver([(self.topic, job.encode(), value, []) for job, value in snapshots.items()])
         self.written += len(snapshots)
         self.bytes_written += sum(len(v) for v in snapshots.values())
 
+    def send_outputs(self, topics: dict[type, str], outputs: list[tuple[bytes, Output]],
+                     scan_from: dict[Position, int] | None = None) -> dict[Position, int]:
+        """Send outputs in order (acks=all, flushed), each with its outbox id header.
+
+        `scan_from`: where these outputs could land at the earliest (a failed send is looked
+        for from there before it is repeated). Returns, per (topic, partition) written, the
+        offset after the last record: no later output can land before it.
+        """
+        if not outputs:
+            return {}
+        names = sorted(set(topics.values()))
+
+        def not_on_broker(failed: list[int]) -> list[int]:
+            while True:
+                try:
+                    found = self.delivered(names, scan_from or {})
+                    break
+                except KafkaError as exc:
+                    log.warning("output read-back waits for the broker: %r", exc)
+                    time.sleep(2.0)
+            return [i for i in failed if outputs[i][0] not in found]
+
+        metas = self._deliver([(topics[type(item)], job_key(item.job), encode_event(item), [(HEADER, oid)])
+                               for oid, item in outputs], recheck=not_on_broker)
+        after: dict[Position, int] = {}
+        for meta in metas:
+            if meta is None:
+                continue
+            pos = (meta.topic, meta.partition)
+            after[pos] = max(after.get(pos, 0), meta.offset + 1)
+        return after
+
+    def end_offsets(self, topics: list[str]) -> dict[Position, int]:
+        consumer = self._consumer()
+        try:
+            parts = [TopicPartition(t, p) for t in topics for p in sorted(consumer.partitions_for_topic(t) or ())]
+            return {(tp.topic, tp.partition): off for tp, off in consumer.end_offsets(parts).items()}
+        finally:
+            consumer.close()
+
+    def delivered(self, topics: list[str], start: dict[Position, int]) -> set[bytes]:
+        """Outbox ids found on `topics` from `start` (partitions not in it: from their beginning) to the end."""
+        consumer = self._consumer()
+        found: set[bytes] = set()
+        try:
+            parts = [TopicPartition(t, p) for t in topics for p in sorted(consumer.partitions_for_topic(t) or ())]
+            if not parts:
+                return found
+            consumer.assign(parts)
+            end = consumer.end_offsets(parts)
+            for tp in parts:
+                offset = start.get((tp.topic, tp.partition))
+                if offset is None:
+                    consumer.seek_to_beginning(tp)
+                else:
+                    consumer.seek(tp, min(offset, end[tp]))
+            for rec in _read_to(consumer, parts, end):
+                found.update(v for k, v in (rec.headers or ()) if k == HEADER)
+            return found
+        finally:
+            consumer.close()
+
+    def _consumer(self) -> Any:
+        return KafkaConsumer(**kafka_client_config(self._settings, "detect"), enable_auto_commit=False,
+                             group_id=None, max_partition_fetch_bytes=MAX_SNAPSHOT_BYTES,
+                             fetch_max_bytes=MAX_SNAPSHOT_BYTES)
+
     def load_all(self) -> dict[str, JobEngine]:
-        """The newest snapshot of every job on the topic (read to its end)."""
-        consumer = KafkaConsumer(**kafka_client_config(self._settings, "detect"), enable_auto_commit=False,
-                                 group_id=None, max_partition_fetch_bytes=MAX_SNAPSHOT_BYTES,
-                                 fetch_max_bytes=MAX_SNAPSHOT_BYTES)
+        """The newest engine state of every job on the topic."""
+        return {job: snap[0] for job, snap in self.load().items()}
+
+    def load(self) -> dict[str, Snapshot]:
+        """The newest snapshot (engine, outbox) of every job on the topic (read to its end)."""
+        consumer = self._consumer()
         try:
             parts = [TopicPartition(self.topic, p) for p in (consumer.partitions_for_topic(self.topic) or set())]
             if not parts:
@@ -87,21 +237,22 @@ class SnapshotStore:
             consumer.seek_to_beginning(*parts)
             end = consumer.end_offsets(parts)
             latest: dict[str, bytes] = {}
-            while any(consumer.position(p) < end[p] for p in parts):
-                for records in consumer.poll(timeout_ms=1000).values():
-                    for rec in records:
-                        if rec.key is not None:
-                            latest[rec.key.decode()] = rec.value
-            out: dict[str, JobEngine] = {}
+            for rec in _read_to(consumer, parts, end):
+                if rec.key is not None:
+                    latest[rec.key.decode()] = rec.value
+            out: dict[str, Snapshot] = {}
             for job, raw in latest.items():
-                engine = decode(raw)
-                if engine is not None:
-                    out[job] = engine
+                snap = decode_snapshot(raw)
+                if snap is not None:
+                    out[job] = snap
             return out
         finally:
             consumer.close()
 
     def close(self) -> None:
         if self._producer is not None:
-            self._producer.close()
+            try:
+                self._producer.close(timeout=5)
+            except Exception as exc:  # closing a producer cut off from its broker: drop it anyway
+                log.warning("closing the state producer: %r", exc)
             self._producer = None

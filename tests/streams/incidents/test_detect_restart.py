@@ -111,7 +111,11 @@ def test_a_killed_and_restarted_detect_worker_keeps_one_incident_per_fault(
             os.killpg(worker.pid, signal.SIGTERM)
             worker.wait(60)
 
-    latest = _latest(incidents())
+    found = incidents()
+    for state in ("open", "resolved"):  # a consumer pages once per incident
+        ids = [i.incident_id for i in found if i.state == state]
+        assert sorted(ids) == sorted({i.incident_id for i in found}), f"one {state} per incident: {ids}"
+    latest = _latest(found)
     slow_rank = [i for i in latest.values() if i.rule == "SLOW_RANK"]
     assert {r for i in slow_rank for r in i.ranks} == truth.slow_ranks() == {5}
     assert len(slow_rank) == 1, f"duplicate incidents for one fault: {sorted(latest)}"
