@@ -125,15 +125,35 @@ class DecodeLoop(threading.Thread):
             self.failed = exc
             log.exception("decode loop failed")
 
+    def _await_topics(self, consumer: Any) -> bool:
+        """Subscribe only once every input topic has partitions in the metadata: a group member
+        that joins before a fresh topic reaches the metadata is assigned nothing, and the
+        rebalance that follows when it appears could leave the loop idle (seen in tests)."""
+        waiting = list(input_topics(self.topics))
+        since = time.monotonic()
+        while waiting:
+            waiting = [t for t in waiting if not consumer.partitions_for_topic(t)]
+            if not waiting:
+                return True
+            if time.monotonic() - since > 10:
+                log.warning("decode waits for input topics in the broker's metadata: %s", ", ".join(waiting))
+                since = time.monotonic()
+            if self.stopping.wait(0.5):
+                return False
+        return True
+
     def _run(self) -> None:
         cfg = self.settings.detection
         base = kafka_client_config(self.settings, "detect")
         consumer: Any = KafkaConsumer(
-            *input_topics(self.topics), **base, group_id=decode_group(self.settings), enable_auto_commit=False,
+            **base, group_id=decode_group(self.settings), enable_auto_commit=False,
             auto_offset_reset="earliest", max_poll_records=cfg.batch_max, fetch_max_bytes=64 << 20,
             max_partition_fetch_bytes=16 << 20, **WorkerTimeouts().kafka_python_consumer())
         timeout_ms = int(cfg.batch_within_s * 1000)
         try:
+            if not self._await_topics(consumer):
+                return
+            consumer.subscribe(list(input_topics(self.topics)))
             while not self.stopping.is_set():
                 polled = consumer.poll(timeout_ms=timeout_ms, max_records=cfg.batch_max)
                 if not polled:
