@@ -75,7 +75,7 @@ def measure(*, pairs: int = 10_000, warmup_pairs: int = 200, width: int = 32, co
     if "optimizer" in parts:
         inst.attach_optimizer(opt_on, auto_steps=False)
     if "forward" in parts:
-        inst.attach_model(m_on.module)
+        inst.attach_model(m_on.module, forward_hooks=False)
     if "autograd" in parts:
         inst.patch_autograd()
     gc_cb = gc.callbacks[-1]  # the hook's GC callback, present only during hooked steps
@@ -146,6 +146,7 @@ def measure(*, pairs: int = 10_000, warmup_pairs: int = 200, width: int = 32, co
         "errors": stats.errors,
         "pairs": pairs,
         "parts": list(parts),
+        "forward_phase": "from batch ready to backward start (attach_model(forward_hooks=False))",
         "model": f"DDP(gloo, world 1) Linear({width},{width})-ReLU-Linear, AdamW, batch 8, CPU",
         "method": "hooked and plain steps alternate (ABBA) on two identical DDP replicas; per pair of adjacent "
                   "steps the difference of training-thread CPU time (time.thread_time_ns); median over pairs "

@@ -268,6 +268,18 @@ class RankHook:
             self._errors += 1
         self._account(t)
 
+    def forward_until(self, t: int) -> None:
+        """Close the forward phase at perf_counter_ns `t` (backward starts): it began when the step's
+        batch was ready, or at step begin; nothing if a forward phase was already measured."""
+        try:
+            cur = self._cur
+            if cur is not None and "forward" not in cur.open_phases:
+                start = max(cur.t0, self._data_end_pc)
+                if t > start and not any(name == "forward" for name, _ in cur.phases):
+                    cur.phases.append(("forward", (t - start) / 1e6))
+        except Exception:
+            self._errors += 1
+
     def phase(self, name: str) -> _PhaseContext:
         """`with hook.phase("forward"):` adds the block's wall time to that phase of the current step."""
         return _PhaseContext(self, name)
@@ -341,6 +353,7 @@ class RankHook:
             self._pending_data_ms += ms
 
     _pending_data_ms: float = 0.0
+    _data_end_pc: int = 0  # perf_counter_ns when the last batch was ready
 
     # --- control ----------------------------------------------------------------------------
     def submit_command(self, cmd: ControlCommand) -> bool:
@@ -706,7 +719,9 @@ class _TimedIterator(Iterator[T]):
             return next(self._it)
         finally:
             try:
-                self._hook._data_ms((time.perf_counter_ns() - t) / 1e6)
+                hook = self._hook
+                end = hook._data_end_pc = time.perf_counter_ns()
+                hook._data_ms((end - t) / 1e6)
             except Exception:
                 self._hook._errors += 1
 

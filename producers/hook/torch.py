@@ -125,6 +125,7 @@ class TorchInstrumentation:
         self._dp_size: int | None = None
         self._lock = threading.Lock()
         self.comm_enabled = False  # the DDP comm hook stays registered; it only times while enabled
+        self._forward_from_backward = False
 
     # step boundaries -----------------------------------------------------------------------------
     def attach_optimizer(self, optimizer: Any, *, auto_steps: bool = True) -> None:
@@ -144,9 +145,21 @@ class TorchInstrumentation:
         self._handles.append(optimizer.register_step_pre_hook(pre))
         self._handles.append(optimizer.register_step_post_hook(post))
 
-    def attach_model(self, model: torch.nn.Module) -> None:
-        """Forward phase from pre/post hooks on the root module; DDP gets the comm hook."""
+    def attach_model(self, model: torch.nn.Module, *, forward_hooks: bool = True) -> None:
+        """Forward phase from pre/post hooks on the root module; DDP gets the comm hook.
+
+        forward_hooks=False registers no module hook (a hooked module leaves torch's fast call
+        path, which was ~15 µs per step of training-thread CPU in bench/hook_cost.py): the forward
+        phase is then the time from the step's batch being ready (or the step's begin) to the start
+        of backward, loss included, taken in the patched autograd entry point (patch_autograd).
+        Needs explicit step boundaries (with auto steps the first step would not begin).
+        """
         hook = self.hook
+        if not forward_hooks:
+            self._forward_from_backward = True
+            if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+                self.attach_ddp(model)
+            return
 
         def fpre(_m: Any, _inp: Any) -> None:
             if self._auto and hook._cur is None:
@@ -213,6 +226,8 @@ class TorchInstrumentation:
             self._in_backward = True
             self._last_launch = 0
             t0 = time.perf_counter_ns()
+            if self._forward_from_backward:
+                hook.forward_until(t0)
             try:
                 return orig_backward(*args, **kwargs)
             finally:
@@ -279,6 +294,7 @@ class TorchInstrumentation:
 
     def remove(self) -> None:
         self.comm_enabled = False
+        self._forward_from_backward = False
         self._comm.clear()
         for h in self._handles:
             h.remove()
@@ -289,13 +305,18 @@ class TorchInstrumentation:
 
 
 def instrument(hook: RankHook, *, model: torch.nn.Module | None = None, optimizer: Any = None,
-               auto_steps: bool = True, autograd: bool = True, collectives: bool = False) -> TorchInstrumentation:
-    """Install the PyTorch hooks: the one call that needs no other change to a training script."""
+               auto_steps: bool = True, autograd: bool = True, collectives: bool = False,
+               forward_hooks: bool = True) -> TorchInstrumentation:
+    """Install the PyTorch hooks: the one call that needs no other change to a training script.
+
+    With explicit steps (auto_steps=False, `with hook.step():`) pass forward_hooks=False for the
+    cheapest training thread (see TorchInstrumentation.attach_model).
+    """
     inst = TorchInstrumentation(hook)
     if optimizer is not None:
         inst.attach_optimizer(optimizer, auto_steps=auto_steps)
     if model is not None:
-        inst.attach_model(model)
+        inst.attach_model(model, forward_hooks=forward_hooks or auto_steps or not autograd)
     if autograd:
         inst.patch_autograd()
     if collectives:

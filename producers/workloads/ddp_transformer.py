@@ -197,7 +197,7 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
                     inst.remove()
                 if mode == "hook" and inst is not None:
                     inst.attach_optimizer(opt, auto_steps=False)
-                    inst.attach_model(model.module)
+                    inst.attach_model(model.module, forward_hooks=False)
                     inst.patch_autograd()
                 if mode == "profiler":
                     prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
