@@ -156,9 +156,9 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--world", type=int, default=4)
     p.add_argument("--block", type=int, default=4, help="steps per block (the first of each is discarded)")
-    p.add_argument("--rounds", type=int, default=120,
+    p.add_argument("--rounds", type=int, default=100,
                    help="rounds of (none, hook, profiler) blocks, the first is warm-up")
-    p.add_argument("--cost-pairs", type=int, default=4000, help="hooked/plain step pairs in the CPU-cost bench")
+    p.add_argument("--cost-pairs", type=int, default=3000, help="hooked/plain step pairs in the CPU-cost bench")
     p.add_argument("--out", type=Path, default=OUT)
     a = p.parse_args(argv)
 
@@ -197,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         t1 = time.monotonic()
         cost = hook_cost(a.cost_pairs, None, cost_core)
         comm = hook_cost(a.cost_pairs // 2, "comm", cost_core)
+        rest = hook_cost(a.cost_pairs // 2, "steps,optimizer,forward,autograd,loader,gc", cost_core)
         cost_wall = time.monotonic() - t1
 
     stats = analyse(mean_over_ranks([[(m, ms) for m, ms in r["times"]] for r in results]), a.block)
@@ -229,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
         "us_per_event_method": "training-thread CPU time the hook adds per step / events per step; " + cost["method"],
         "training_thread_us_per_step": thread,
         "comm_hook_us_per_step": comm["thread_us_per_step"],
+        "all_but_comm_hook_us_per_step": rest["thread_us_per_step"],
+        "breakdown_method": "the same bench with only the timing DDP comm hook on hooked steps, then with "
+                            "everything but it (halves need not add up exactly: separate runs)",
         "helper_threads_cpu_us_per_step": cost["helper_threads_cpu_us_per_step"],
         "events_per_step": cost["events_per_step"],
         "cost_bench": {k: cost[k] for k in ("pairs", "model", "unhooked_step_thread_us", "wall_us_per_step",
@@ -267,7 +271,9 @@ def main(argv: list[str] | None = None) -> int:
         e = stats[f"{m}_ratio"]
         print(f"{m:<10} {stats['median_step_ms'][m]:>15.2f} {e.value:>14.4f} [{e.lo:.4f}, {e.hi:.4f}]")
     print(f"training thread: {thread['value']} us/step [{thread['lo']}, {thread['hi']}] "
-          f"(comm hook {comm['thread_us_per_step']['value']}), us_per_event {doc['us_per_event']}; "
+          f""
+          f"(comm hook alone {comm['thread_us_per_step']['value']}, "
+          f"all but it {rest['thread_us_per_step']['value']}), us_per_event {doc['us_per_event']}; "
           f"cost-based ratio {cost_r.value:.5f} [{cost_r.lo:.5f}, {cost_r.hi:.5f}]")
     print(f"{verdict}; load average {doc['load_average']}; dropped {dropped}")
     print(f"wrote {a.out}")

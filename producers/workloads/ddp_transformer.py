@@ -11,7 +11,9 @@ on one rank:
 Mode schedule (for the overhead bench): `--schedule none,hook,profiler` runs blocks of
 `--block` steps, each round of blocks in a rotated order (ABC, BCA, CAB, ...) inside the same
 process group, switching the hook's
-instrumentation and an always-on torch.profiler on and off at block boundaries.
+instrumentation and an always-on torch.profiler on and off at block boundaries. Blocks other
+than `hook` train an identical replica with DDP's built-in all-reduce (DDP keeps a comm hook for
+its lifetime), so `none` runs none of the hook's code; `pin=True` pins rank r to core r mod cores.
 
 Run: `python -m producers.workloads.ddp_transformer --world 4 --steps 30 --job demo --fault hog --fault-rank 2`.
 """
@@ -244,8 +246,8 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
                                parallel={"dp": cfg.world}, last_step=cfg.steps - 1, model="tiny-transformer"))
         if inst is not None:
             inst.remove()
+        hook.flush(60.0)  # the builder counts events as it emits them: read the stats after the flush
         stats = hook.stats()
-        hook.flush(60.0)
         em = hook.emitter
         dropped = em.stats().dropped if isinstance(em, BackgroundEmitter) else None
         hook.close(30.0)
