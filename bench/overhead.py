@@ -182,8 +182,8 @@ def main(argv: list[str] | None = None) -> int:
             settings = replace(settings, kafka_bootstrap=broker.bootstrap, topic_prefix=prefix)
             ensure_topics(settings, Topics(prefix), settings.topic_partitions)
             with tempfile.TemporaryDirectory() as tmp:
-                env = {"STEPLENS_KAFKA_BOOTSTRAP": broker.bootstrap, "STEPLENS_TOPIC_PREFIX": prefix,
-                       "STEPLENS_HOME": str(Path(tmp) / "home")}
+                # STEPLENS_HOME stays: the ranks need its Kafka credentials to send at all
+                env = {"STEPLENS_KAFKA_BOOTSTRAP": broker.bootstrap, "STEPLENS_TOPIC_PREFIX": prefix}
                 cfg = WorkloadConfig(job=f"bench-overhead-{int(time.time())}", world=a.world,
                                      steps=a.block * len(MODES) * a.rounds, schedule=MODES, block=a.block,
                                      follow_control=False, out_dir=str(Path(tmp) / "out"), env=env, pin=True)
@@ -256,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
         "pinned": "rank r on core r mod cores; cost bench on the last core",
         "load_average": load.summary(),
         "events_dropped": dropped,
+        "events_sent": sum(r["hook"]["events"] for r in results if r["hook"]),
+        "hook_errors": sum(r["hook"]["errors"] for r in results if r["hook"]),
         "device": "cpu (gloo, loopback; no accelerator lent to this task)",
         "workload": "tiny transformer LM (2 layers, d=64, seq 32, batch 8), PyTorch DDP, torch "
                     + __import__("torch").__version__,
