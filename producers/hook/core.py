@@ -38,6 +38,12 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+# The builder thread polls for finished steps at this interval instead of being woken per step:
+# waking a thread costs the training thread a futex call and often a context switch + GIL hand-off.
+BUILD_INTERVAL_S = 0.05
+MAX_RAW_RECORDS_PER_STEP = 100_000  # kernel/collective records kept per step before counting drops
+_COLL, _KERNEL, _OTHER = 0, 1, 2  # kinds of raw kernel records
+
 PHASES = ("data", "forward", "backward", "grad", "optimizer", "comm_exposed", "gc")
 
 # Reasons a control command is not acted on (keys of HookStats.commands_ignored).
@@ -92,15 +98,23 @@ class HookStats:
         return self.overhead_ns / 1e3 / self.events if self.events else 0.0
 
 
-@dataclass(slots=True)
 class _StepState:
-    step: int
-    start_ns: int
-    t0: int  # perf_counter_ns at begin
-    phases: dict[str, float] = field(default_factory=dict)
-    open_phases: dict[str, int] = field(default_factory=dict)
-    gc_count: int = 0
-    interstep_ms: float | None = None
+    """The open step, as little as the training thread must write: raw times and appended records.
+
+    Phase durations are appended as (name, ms) and kernel/collective records as raw tuples; the
+    builder thread sums and aggregates them (dicts, dataclasses and maths cost the training thread).
+    """
+
+    __slots__ = ("interstep_ns", "kernels", "open_phases", "phases", "start_ns", "step", "t0")
+
+    def __init__(self, step: int, start_ns: int, t0: int, interstep_ns: int | None) -> None:
+        self.step = step
+        self.start_ns = start_ns
+        self.t0 = t0  # perf_counter_ns at begin
+        self.interstep_ns = interstep_ns
+        self.phases: list[tuple[str, float]] = []
+        self.open_phases: dict[str, int] = {}
+        self.kernels: list[tuple[Any, ...]] = []
 
 
 @dataclass(slots=True)
@@ -116,7 +130,6 @@ class _DoneStep:
     gc_ms: float | None
     gc_count: int | None
     profiling: bool
-    kernels: AggSnapshot | None
     rank: RankInfo
 
 
@@ -128,7 +141,8 @@ class RankHook:
 
     `emitter_factory` builds the emitter lazily (first emit) and again in a forked child.
     `profiler_factory` builds the detailed profiler a control command switches on (None: the
-    hook ignores profiling commands, counted as `no_profiler`).
+    hook ignores profiling commands, counted as `no_profiler`). `build_interval_s`: how often the
+    builder thread turns finished steps into events (the training thread never wakes it).
     """
 
     def __init__(
@@ -141,6 +155,7 @@ class RankHook:
         peak_flops: float | None = None,
         track_gc: bool = True,
         close_timeout_s: float = 10.0,
+        build_interval_s: float = BUILD_INTERVAL_S,
     ) -> None:
         self.rank = rank
         self._emitter_factory = emitter_factory
@@ -154,7 +169,10 @@ class RankHook:
         self._next_step = 0
         self._cur: _StepState | None = None
         self._last_end_pc: int | None = None
-        self._agg = KernelAggregator()
+        self._agg = KernelAggregator()  # builder thread only
+        self._kraw: list[tuple[Any, ...]] = []  # the open step's raw kernel records (training thread)
+        self._kraw_dropped = 0
+        self._build_interval = build_interval_s
         self._gc_t0 = 0
         self._gc_ms = 0.0
         self._gc_n = 0
@@ -245,10 +263,22 @@ class RankHook:
             if cur is not None:
                 t0 = cur.open_phases.pop(name, None)
                 if t0 is not None:
-                    cur.phases[name] = cur.phases.get(name, 0.0) + (t - t0) / 1e6
+                    cur.phases.append((name, (t - t0) / 1e6))
         except Exception:
             self._errors += 1
         self._account(t)
+
+    def forward_until(self, t: int) -> None:
+        """Close the forward phase at perf_counter_ns `t` (backward starts): it began when the step's
+        batch was ready, or at step begin; nothing if a forward phase was already measured."""
+        try:
+            cur = self._cur
+            if cur is not None and "forward" not in cur.open_phases:
+                start = max(cur.t0, self._data_end_pc)
+                if t > start and not any(name == "forward" for name, _ in cur.phases):
+                    cur.phases.append(("forward", (t - start) / 1e6))
+        except Exception:
+            self._errors += 1
 
     def phase(self, name: str) -> _PhaseContext:
         """`with hook.phase("forward"):` adds the block's wall time to that phase of the current step."""
@@ -259,7 +289,7 @@ class RankHook:
         try:
             cur = self._cur
             if cur is not None and ms >= 0:
-                cur.phases[name] = cur.phases.get(name, 0.0) + ms
+                cur.phases.append((name, ms))
         except Exception:
             self._errors += 1
 
@@ -274,12 +304,15 @@ class RankHook:
         group_size: int | None = None,
         launch_us: float | None = None,
     ) -> None:
-        """One collective of the current step (from a work object, a comm hook or a profiler)."""
-        try:
-            self._agg.add(f"{op}/{domain or '-'}", "comm", dur_ns, op=op, domain=domain, group_size=group_size,
-                          nbytes=nbytes, launch_us=launch_us)
-        except Exception:
-            self._errors += 1
+        """One collective of the current step (from a work object, a comm hook or a profiler).
+
+        Only appended here; the builder thread aggregates it into the step's kernel summary.
+        """
+        kraw = self._kraw
+        if len(kraw) < MAX_RAW_RECORDS_PER_STEP:
+            kraw.append((_COLL, op, dur_ns, nbytes, domain, group_size, launch_us))
+        else:
+            self._kraw_dropped += 1
 
     def record_kernel(
         self,
@@ -296,14 +329,12 @@ class RankHook:
         monitored: bool = True,
     ) -> None:
         """One kernel of the current step; unmonitored kinds only count towards `other` (R7)."""
-        try:
-            if monitored:
-                self._agg.add(key, cat, dur_ns, metric=metric, shape=shape, flops=flops, nbytes=nbytes,
-                              direction=direction, launch_us=launch_us)
-            else:
-                self._agg.add_other(dur_ns)
-        except Exception:
-            self._errors += 1
+        kraw = self._kraw
+        if len(kraw) < MAX_RAW_RECORDS_PER_STEP:
+            kraw.append((_KERNEL, key, cat, dur_ns, metric, shape, flops, nbytes, direction, launch_us, monitored)
+                        if monitored else (_OTHER, dur_ns))
+        else:
+            self._kraw_dropped += 1
 
     # --- data loading ----------------------------------------------------------------------
     def wrap_loader(self, iterable: Iterable[T]) -> Iterator[T]:
@@ -317,11 +348,12 @@ class RankHook:
     def _data_ms(self, ms: float) -> None:
         cur = self._cur
         if cur is not None:
-            cur.phases["data"] = cur.phases.get("data", 0.0) + ms
+            cur.phases.append(("data", ms))
         else:
             self._pending_data_ms += ms
 
     _pending_data_ms: float = 0.0
+    _data_end_pc: int = 0  # perf_counter_ns when the last batch was ready
 
     # --- control ----------------------------------------------------------------------------
     def submit_command(self, cmd: ControlCommand) -> bool:
@@ -449,15 +481,15 @@ class RankHook:
 
     def _step_begin(self, step: int | None, t: int) -> None:
         idx = self._next_step if step is None else step
-        interstep = None if self._last_end_pc is None else (t - self._last_end_pc) / 1e6
-        self._cur = _StepState(step=idx, start_ns=time.time_ns(), t0=t, interstep_ms=interstep)
+        last = self._last_end_pc
+        cur = self._cur = _StepState(idx, time.time_ns(), t, None if last is None else t - last)
+        self._kraw = cur.kernels
         if self._pending_data_ms:
-            self._cur.phases["data"] = self._pending_data_ms
+            cur.phases.append(("data", self._pending_data_ms))
             self._pending_data_ms = 0.0
         self._gc_ms = 0.0
         self._gc_n = 0
-        self._agg.reset()
-        if self._active is None and self._requests:
+        if self._requests and self._active is None:
             self._maybe_start_profile(idx)
 
     def _step_end(self, samples: int | None, tokens: int | None, batch_size: int | None,
@@ -466,10 +498,11 @@ class RankHook:
         if cur is None:
             return
         self._cur = None
-        done = _DoneStep(cur, cur.start_ns + (t - cur.t0), samples, tokens, batch_size, flops,
-                         self._gc_ms if self._track_gc else None, self._gc_n if self._track_gc else None,
-                         self._active is not None, self._agg.take(), self.rank)
-        self._defer(done)
+        self._kraw = []  # records between steps land here and are dropped at the next begin
+        tracked = self._track_gc
+        self._defer(_DoneStep(cur, cur.start_ns + (t - cur.t0), samples, tokens, batch_size, flops,
+                              self._gc_ms if tracked else None, self._gc_n if tracked else None,
+                              self._active is not None, self.rank))
         self._steps += 1
         self._next_step = cur.step + 1
         active = self._active
@@ -481,21 +514,20 @@ class RankHook:
         self._last_end_pc = time.perf_counter_ns()
 
     # --- event building, off the training thread -----------------------------------------------
-    def _defer(self, done: _DoneStep) -> None:
-        """Queue a finished step; the builder thread turns it into events and emits them.
+    def _defer(self, done: _DoneStep | Callable[[], None]) -> None:
+        """Queue a finished step (or a job for the builder); the builder thread turns it into events.
 
         Building and encoding the events is most of the hook's cost; doing it on a helper thread
-        lets it overlap with the training thread's GIL-free compute (torch ops, collectives).
+        lets it overlap with the training thread's GIL-free compute (torch ops, collectives). The
+        append is all the training thread pays: no wake-up (the builder polls), no getpid (a fork
+        handler resets the builder in a child).
         """
         if self._closed:
             return
-        if self._builder is None or self._builder_pid != os.getpid():
+        if self._builder is None:
             self._start_builder()
-        was_empty = not self._done
         self._queued += 1
         self._done.append(done)
-        if was_empty:
-            self._wake.set()
 
     def _start_builder(self) -> None:
         self._builder_pid = os.getpid()
@@ -509,7 +541,7 @@ class RankHook:
     def _build_loop(self) -> None:
         done, wake, idle = self._done, self._wake, self._idle
         while True:
-            wake.wait()
+            wake.wait(self._build_interval)
             wake.clear()
             while done:
                 item = done.popleft()
@@ -518,29 +550,59 @@ class RankHook:
                         idle.notify_all()
                     return
                 try:
-                    self._build(item)
+                    if isinstance(item, _DoneStep):
+                        self._build(item)
+                    else:
+                        item()
                 except Exception:
                     self._errors += 1
                 self._built += 1
             with idle:
                 idle.notify_all()
 
+    def _aggregate(self, records: list[tuple[Any, ...]]) -> AggSnapshot | None:
+        agg = self._agg
+        agg.reset()
+        for rec in records:
+            kind = rec[0]
+            if kind == _COLL:
+                _, op, dur, nbytes, domain, group_size, launch_us = rec
+                agg.add(f"{op}/{domain or '-'}", "comm", dur, op=op, domain=domain, group_size=group_size,
+                        nbytes=nbytes, launch_us=launch_us)
+            elif kind == _KERNEL:
+                _, key, cat, dur, metric, shape, flops, nbytes, direction, launch_us, _m = rec
+                agg.add(key, cat, dur, metric=metric, shape=shape, flops=flops, nbytes=nbytes, direction=direction,
+                        launch_us=launch_us)
+            else:
+                agg.add_other(rec[1])
+        dropped, self._kraw_dropped = self._kraw_dropped, 0
+        agg.dropped += dropped
+        return agg.take()
+
     def _build(self, d: _DoneStep) -> None:
-        cur, ph, r = d.state, d.state.phases, d.rank
+        cur, r = d.state, d.rank
+        ph: dict[str, float] = {}
+        for name, ms in cur.phases:
+            ph[name] = ph.get(name, 0.0) + ms
+        try:
+            kernels = self._aggregate(cur.kernels)
+        except Exception:  # a bad record costs the summary, never the step event
+            self._errors += 1
+            kernels = None
         self.emit(StepEvent(
             job=r.job, rank=r.rank, world=r.world, host=r.host, device=r.device, domains=r.domains,
             step=cur.step, start_ns=cur.start_ns, end_ns=d.end_ns,
             phases=Phases(
                 data_ms=ph.get("data"), forward_ms=ph.get("forward"), backward_ms=ph.get("backward"),
                 grad_ms=ph.get("grad"), optimizer_ms=ph.get("optimizer"), comm_exposed_ms=ph.get("comm_exposed"),
-                interstep_cpu_ms=cur.interstep_ms, gc_ms=d.gc_ms,
+                interstep_cpu_ms=None if cur.interstep_ns is None else cur.interstep_ns / 1e6, gc_ms=d.gc_ms,
             ),
             gc_count=d.gc_count, batch_size=d.batch_size, samples=d.samples, tokens=d.tokens, flops=d.flops,
             peak_flops=self.peak_flops, profiling=d.profiling,
         ))
-        if d.kernels is not None:
+        if kernels is not None:
             self.emit(KernelSummary(job=r.job, rank=r.rank, world=r.world, host=r.host, device=r.device,
-                                    domains=r.domains, step=cur.step, **d.kernels.summary_fields()))
+                                    domains=r.domains, step=cur.step, **kernels.summary_fields()))
 
     def _drain_builder(self, timeout: float | None) -> bool:
         """Wait until every finished step was handed to the emitter."""
@@ -574,6 +636,11 @@ class RankHook:
         self._active = None
         result: ProfileResult = prof.stop()
         r = self.rank
+        self._profiles += 1
+        # emitted by the builder, after the profiled steps' own events (per-rank order on the wire)
+        self._defer(lambda: self._emit_profile(req, result, r))
+
+    def _emit_profile(self, req: ProfileRequest, result: ProfileResult, r: RankInfo) -> None:
         for step in range(req.step_first, req.step_last + 1):
             kernels = result.kernels.get(step, [])
             self.emit(KernelBatch(job=r.job, rank=r.rank, world=r.world, host=r.host, device=r.device,
@@ -581,7 +648,6 @@ class RankHook:
         self.emit(ProfileReady(job=r.job, rank=r.rank, host=r.host, format=result.format, uri=str(result.uri),
                                step_first=req.step_first, step_last=req.step_last, ts_ns=time.time_ns(),
                                bytes=result.nbytes, command_id=req.command_id))
-        self._profiles += 1
 
     def _install_gc(self) -> None:
         ref = weakref.ref(self)
@@ -653,7 +719,9 @@ class _TimedIterator(Iterator[T]):
             return next(self._it)
         finally:
             try:
-                self._hook._data_ms((time.perf_counter_ns() - t) / 1e6)
+                hook = self._hook
+                end = hook._data_end_pc = time.perf_counter_ns()
+                hook._data_ms((end - t) / 1e6)
             except Exception:
                 self._hook._errors += 1
 

@@ -125,6 +125,7 @@ class TorchInstrumentation:
         self._dp_size: int | None = None
         self._lock = threading.Lock()
         self.comm_enabled = False  # the DDP comm hook stays registered; it only times while enabled
+        self._forward_from_backward = False
 
     # step boundaries -----------------------------------------------------------------------------
     def attach_optimizer(self, optimizer: Any, *, auto_steps: bool = True) -> None:
@@ -144,9 +145,21 @@ class TorchInstrumentation:
         self._handles.append(optimizer.register_step_pre_hook(pre))
         self._handles.append(optimizer.register_step_post_hook(post))
 
-    def attach_model(self, model: torch.nn.Module) -> None:
-        """Forward phase from pre/post hooks on the root module; DDP gets the comm hook."""
+    def attach_model(self, model: torch.nn.Module, *, forward_hooks: bool = True) -> None:
+        """Forward phase from pre/post hooks on the root module; DDP gets the comm hook.
+
+        forward_hooks=False registers no module hook (a hooked module leaves torch's fast call
+        path, which was ~15 µs per step of training-thread CPU in bench/hook_cost.py): the forward
+        phase is then the time from the step's batch being ready (or the step's begin) to the start
+        of backward, loss included, taken in the patched autograd entry point (patch_autograd).
+        Needs explicit step boundaries (with auto steps the first step would not begin).
+        """
         hook = self.hook
+        if not forward_hooks:
+            self._forward_from_backward = True
+            if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+                self.attach_ddp(model)
+            return
 
         def fpre(_m: Any, _inp: Any) -> None:
             if self._auto and hook._cur is None:
@@ -170,24 +183,30 @@ class TorchInstrumentation:
     def comm_hook(self, before_launch: Callable[[], None] | None = None) -> Callable[[Any, Any], Any]:
         """A DDP communication hook: averaged all-reduce of the bucket, timed from launch to completion."""
         comm = self._comm
+        # the process group object and its size, looked up once: calling the group's own allreduce
+        # skips dist.all_reduce's Python checks (a third of a Python comm hook's cost per bucket)
+        groups: dict[Any, tuple[Any, int]] = {}
+
+        def plain_done(f: Any) -> Any:
+            return f.value()[0]
 
         def hook_fn(state, bucket):  # type: ignore[no-untyped-def]  # DDP rejects non-GradBucket annotations
             if before_launch is not None:
                 before_launch()
-            group = state if state is not None else dist.group.WORLD
+            found = groups.get(state)
+            if found is None:
+                pg = state if state is not None else dist.group.WORLD
+                found = groups[state] = (pg, dist.get_world_size(pg))
+            pg, world = found
             buf = bucket.buffer()
+            if not self.comm_enabled:
+                return pg.allreduce([buf.div_(world)]).get_future().then(plain_done)
             nbytes = buf.numel() * buf.element_size()
-            launch = time.perf_counter_ns()
-            if self.comm_enabled:
-                self._last_launch = launch
-            world = dist.get_world_size(group)
-            fut = dist.all_reduce(buf.div_(world), group=group, async_op=True).get_future()
+            launch = self._last_launch = time.perf_counter_ns()
+            fut = pg.allreduce([buf.div_(world)]).get_future()
 
-            enabled = self.comm_enabled
-
-            def done(f: Any) -> Any:
-                if enabled:
-                    comm.append((launch, time.perf_counter_ns(), nbytes))
+            def done(f: Any) -> Any:  # on the gloo/nccl thread: only a deque append
+                comm.append((launch, time.perf_counter_ns(), nbytes))
                 return f.value()[0]
 
             return fut.then(done)
@@ -207,6 +226,8 @@ class TorchInstrumentation:
             self._in_backward = True
             self._last_launch = 0
             t0 = time.perf_counter_ns()
+            if self._forward_from_backward:
+                hook.forward_until(t0)
             try:
                 return orig_backward(*args, **kwargs)
             finally:
@@ -230,13 +251,13 @@ class TorchInstrumentation:
 
     def _drain_comm(self, backward_end: int) -> None:
         try:
+            hook = self.hook
             if self._last_launch:
-                self.hook.add_phase_ms("comm_exposed", max(backward_end - self._last_launch, 0) / 1e6)
-            comm = self._comm
+                hook.add_phase_ms("comm_exposed", max(backward_end - self._last_launch, 0) / 1e6)
+            comm, size = self._comm, self._dp_size
             while comm:
                 launch, done, nbytes = comm.popleft()
-                self.hook.record_collective("allreduce", done - launch, nbytes=nbytes, domain="dp",
-                                            group_size=self._dp_size)
+                hook.record_collective("allreduce", done - launch, nbytes=nbytes, domain="dp", group_size=size)
         except Exception:
             self.hook._errors += 1
 
@@ -273,6 +294,7 @@ class TorchInstrumentation:
 
     def remove(self) -> None:
         self.comm_enabled = False
+        self._forward_from_backward = False
         self._comm.clear()
         for h in self._handles:
             h.remove()
@@ -283,13 +305,18 @@ class TorchInstrumentation:
 
 
 def instrument(hook: RankHook, *, model: torch.nn.Module | None = None, optimizer: Any = None,
-               auto_steps: bool = True, autograd: bool = True, collectives: bool = False) -> TorchInstrumentation:
-    """Install the PyTorch hooks: the one call that needs no other change to a training script."""
+               auto_steps: bool = True, autograd: bool = True, collectives: bool = False,
+               forward_hooks: bool = True) -> TorchInstrumentation:
+    """Install the PyTorch hooks: the one call that needs no other change to a training script.
+
+    With explicit steps (auto_steps=False, `with hook.step():`) pass forward_hooks=False for the
+    cheapest training thread (see TorchInstrumentation.attach_model).
+    """
     inst = TorchInstrumentation(hook)
     if optimizer is not None:
         inst.attach_optimizer(optimizer, auto_steps=auto_steps)
     if model is not None:
-        inst.attach_model(model)
+        inst.attach_model(model, forward_hooks=forward_hooks or auto_steps or not autograd)
     if autograd:
         inst.patch_autograd()
     if collectives:

@@ -11,7 +11,9 @@ on one rank:
 Mode schedule (for the overhead bench): `--schedule none,hook,profiler` runs blocks of
 `--block` steps, each round of blocks in a rotated order (ABC, BCA, CAB, ...) inside the same
 process group, switching the hook's
-instrumentation and an always-on torch.profiler on and off at block boundaries.
+instrumentation and an always-on torch.profiler on and off at block boundaries. Blocks other
+than `hook` train an identical replica with DDP's built-in all-reduce (DDP keeps a comm hook for
+its lifetime), so `none` runs none of the hook's code; `pin=True` pins rank r to core r mod cores.
 
 Run: `python -m producers.workloads.ddp_transformer --world 4 --steps 30 --job demo --fault hog --fault-rank 2`.
 """
@@ -52,6 +54,7 @@ class WorkloadConfig:
     schedule: tuple[str, ...] = ("hook",)  # modes per block: none | hook | profiler
     block: int = 10
     follow_control: bool = True
+    pin: bool = False  # pin rank r to core r mod cores (the overhead bench; the hog fault pins its own way)
     out_dir: str = ""
     env: dict[str, str] = field(default_factory=dict)
 
@@ -97,6 +100,9 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
 
     torch.set_num_threads(1)
     hog_core = _pin(rank, cfg)
+    if hog_core is None and cfg.pin and hasattr(os, "sched_setaffinity"):
+        cores = sorted(os.sched_getaffinity(0))  # spread ranks over the cores, one core each: no migrations
+        os.sched_setaffinity(0, {cores[rank % len(cores)]})
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=cfg.world)
     torch.manual_seed(0)
 
@@ -126,6 +132,13 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
 
     model = nn.parallel.DistributedDataParallel(TinyLM())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    # DDP takes one comm hook for its lifetime: modes other than `hook` train an identical replica
+    # that keeps DDP's built-in C++ all-reduce, so `none` is a job without any of the hook's code
+    plain_model, plain_opt = model, opt
+    if any(m != "hook" for m in cfg.schedule) and "hook" in cfg.schedule:
+        torch.manual_seed(0)
+        plain_model = nn.parallel.DistributedDataParallel(TinyLM())
+        plain_opt = torch.optim.AdamW(plain_model.parameters(), lr=1e-3)
     loader = torch.utils.data.DataLoader(Tokens(), batch_size=cfg.batch, num_workers=0)
     info = torch_rank_info(cfg.job)
     uses_hook = "hook" in cfg.schedule
@@ -141,14 +154,14 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
 
     if inst is not None:
         inst.attach_ddp(model, before_launch)
-    elif cfg.fault == "sleep_allreduce":
+    if cfg.fault == "sleep_allreduce" and (inst is None or plain_model is not model):
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
         def plain(state, bucket):  # type: ignore[no-untyped-def]  # DDP checks annotations
             before_launch()
             return default_hooks.allreduce_hook(dist.group.WORLD, bucket)  # type: ignore[arg-type]
 
-        model.register_comm_hook(None, plain)
+        plain_model.register_comm_hook(None, plain)
 
     hogs: list[Any] = []
     if fault_here and cfg.fault == "hog":
@@ -186,13 +199,14 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
                     inst.remove()
                 if mode == "hook" and inst is not None:
                     inst.attach_optimizer(opt, auto_steps=False)
-                    inst.attach_model(model.module)
+                    inst.attach_model(model.module, forward_hooks=False)
                     inst.patch_autograd()
                 if mode == "profiler":
                     prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
                     prof.__enter__()
                 mode_on = mode
             hooked = mode == "hook" and hook is not None
+            m_step, o_step = (model, opt) if hooked else (plain_model, plain_opt)
             t0 = time.perf_counter()
             if hooked:
                 assert hook is not None
@@ -209,11 +223,11 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
                 gc.collect()
             if cfg.step_sleep_ms:
                 time.sleep(cfg.step_sleep_ms / 1000)
-            out = model(x)
+            out = m_step(x)
             loss = loss_fn(out.reshape(-1, cfg.vocab), y.reshape(-1))
-            opt.zero_grad(set_to_none=True)
+            o_step.zero_grad(set_to_none=True)
             loss.backward()
-            opt.step()
+            o_step.step()
             if hooked:
                 assert hook is not None
                 hook.step_end(samples=cfg.batch, tokens=cfg.batch * cfg.seq, batch_size=cfg.batch, flops=flops)
@@ -232,8 +246,8 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
                                parallel={"dp": cfg.world}, last_step=cfg.steps - 1, model="tiny-transformer"))
         if inst is not None:
             inst.remove()
+        hook.flush(60.0)  # the builder counts events as it emits them: read the stats after the flush
         stats = hook.stats()
-        hook.flush(60.0)
         em = hook.emitter
         dropped = em.stats().dropped if isinstance(em, BackgroundEmitter) else None
         hook.close(30.0)

@@ -45,6 +45,33 @@ def test_one_instrument_call_gives_steps_and_phases() -> None:
     hook.close()
 
 
+def test_forward_phase_without_module_hooks_runs_from_batch_to_backward() -> None:
+    exporter = InMemoryExporter()
+    hook = RankHook(RankInfo("job-f", 0, 1, "h", 0, {"dp": Domain(group=0, size=1, index=0)}),
+                    lambda: BackgroundEmitter(exporter))
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    inst = instrument(hook, model=model, optimizer=opt, auto_steps=False, forward_hooks=False)
+    assert not model._forward_hooks and not model._forward_pre_hooks  # torch's fast call path stays
+    loader = hook.wrap_loader([torch.randn(4, 8) for _ in range(3)])
+    for x in loader:
+        with hook.step():
+            loss = model(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    inst.remove()
+    assert hook.flush(10)
+    steps = [decode_as(StepEvent, v) for v in exporter.values()]
+    assert [s.step for s in steps] == [0, 1, 2]
+    for s in steps:
+        p = s.phases
+        assert p.forward_ms is not None and p.forward_ms > 0 and p.backward_ms is not None
+        assert p.forward_ms + p.backward_ms <= (s.end_ns - s.start_ns) / 1e6
+    assert hook.stats().errors == 0
+    hook.close()
+
+
 def test_domains_declared_or_whole_world() -> None:
     assert resolve_domains(5, 8) == {"dp": Domain(group=0, size=8, index=5)}
     declared = resolve_domains(5, 8, {"tp": [4, 5, 6, 7], "dp": [1, 5]})
