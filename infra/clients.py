@@ -19,6 +19,7 @@ external cluster); ``kafka_security = "plaintext"`` talks to an unsecured broker
 
 from __future__ import annotations
 
+import logging
 import ssl
 from pathlib import Path
 from typing import Any, Literal
@@ -123,3 +124,12 @@ def clickhouse_credentials(settings: Settings, access: Access) -> tuple[str, str
     user = CLICKHOUSE_WRITER if access == "write" else CLICKHOUSE_READER
     password = read_secret(clickhouse_password_file(settings.secrets_path, user))
     return None if password is None else (user, password)
+
+
+def close_quietly(client: Any, what: str, timeout_s: float = 5.0) -> None:
+    """Close a Kafka client that may be cut off from its broker: it is dropped either way
+    (a producer whose batches expired can stay wedged; the caller builds a fresh one)."""
+    try:
+        client.close(timeout=timeout_s)
+    except Exception as exc:
+        logging.getLogger(__name__).warning("closing the %s: %r", what, exc)

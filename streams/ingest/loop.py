@@ -21,7 +21,7 @@ from typing import Any
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError
 
-from infra.clients import kafka_client_config
+from infra.clients import close_quietly, kafka_client_config
 from schemas import Topics, job_key
 from steplens.config import Settings
 from streams.app import WorkerTimeouts
@@ -67,10 +67,7 @@ class DecodeLoop(threading.Thread):
 
     def _drop_producer(self) -> None:
         if self._out is not None:
-            try:
-                self._out.close(timeout=5)
-            except Exception as exc:  # closing a producer cut off from its broker: drop it anyway
-                log.warning("closing the decode producer: %r", exc)
+            close_quietly(self._out, "decode producer")
             self._out = None
 
     def _deliver(self, records: list[tuple[bytes, bytes]]) -> bool:

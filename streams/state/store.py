@@ -26,7 +26,7 @@ from typing import Any
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError, KafkaTimeoutError
 
-from infra.clients import kafka_client_config
+from infra.clients import close_quietly, kafka_client_config
 from schemas import encode as encode_event
 from schemas import job_key
 from steplens.config import Settings
@@ -251,8 +251,5 @@ class SnapshotStore:
 
     def close(self) -> None:
         if self._producer is not None:
-            try:
-                self._producer.close(timeout=5)
-            except Exception as exc:  # closing a producer cut off from its broker: drop it anyway
-                log.warning("closing the state producer: %r", exc)
+            close_quietly(self._producer, "state producer")
             self._producer = None
