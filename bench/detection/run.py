@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--large-healthy-runs", type=int, default=None,
                    help=f"healthy runs at --large-ranks (default {FULL_LARGE_HEALTHY}, so the full run fits 45 min "
                         "on 2 cores; 17 gives the 2.09 M healthy rank-steps of issue #6's zero-false-alarm claim, "
-                        "about 80 min here; 0 with --quick)")
+                        "about 45 min here; 0 with --quick)")
     p.add_argument("--paced-steps", type=int, default=60)
     p.add_argument("--no-paced", action="store_true")
     p.add_argument("--stall-s", type=float, default=300.0, help="fail when the workers' lag stops shrinking")
