@@ -22,6 +22,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError
 
 from infra.clients import close_quietly, kafka_client_config
+from infra.delivery import deliver_all
 from schemas import Topics, job_key
 from steplens.config import Settings
 from streams.app import WorkerTimeouts
@@ -31,7 +32,6 @@ from streams.metrics import DetectMetrics
 from streams.topics_admin import DetectTopics
 
 log = logging.getLogger(__name__)
-FLUSH_TIMEOUT_S = 150.0  # > the producer's 120 s delivery timeout: a flush never blocks for good
 COMMIT_TIMEOUT_MS = 30_000  # a commit that cannot finish (group gone) is given up: the batch is re-read
 
 
@@ -78,42 +78,9 @@ class DecodeLoop(threading.Thread):
         report, at-least-once), by a fresh producer (an idempotent producer whose batches
         expired can stay wedged after the broker is back). False: the worker stops first.
         """
-        todo = records
-        delay = 0.5
-        while todo:
-            try:
-                producer = self._producer()
-            except KafkaError as exc:  # no broker to bootstrap from yet
-                log.warning("decode producer waits for the broker: %r", exc)
-                if self.stopping.wait(delay):
-                    return False
-                delay = min(delay * 2, 5.0)
-                continue
-            futures: list[tuple[tuple[bytes, bytes], Any]] = []
-            for record in todo:
-                try:
-                    futures.append((record, producer.send(self.partials, key=record[0], value=record[1])))
-                except KafkaError as exc:  # no metadata within max_block_ms
-                    log.warning("decode send waits for the broker: %r", exc)
-                    break
-            try:
-                producer.flush(timeout=FLUSH_TIMEOUT_S)
-            except KafkaError as exc:
-                log.warning("decode flush waits for the broker: %r", exc)
-            failed = []
-            for record, future in futures:
-                try:
-                    future.get(timeout=1)
-                except KafkaError as exc:
-                    log.warning("decode send waits for the broker: %r", exc)
-                    failed.append(record)
-            todo = failed + todo[len(futures):]
-            if todo:
-                self._drop_producer()
-                if self.stopping.wait(delay):
-                    return False
-                delay = min(delay * 2, 5.0)
-        return True
+        sent = deliver_all([(self.partials, key, value, None) for key, value in records], self._producer,
+                           self._drop_producer, self.stopping.wait, "decode")
+        return sent is not None
 
     def run(self) -> None:
         try:

@@ -27,6 +27,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError, KafkaTimeoutError
 
 from infra.clients import close_quietly, kafka_client_config
+from infra.delivery import Record, deliver_all
 from schemas import encode as encode_event
 from schemas import job_key
 from steplens.config import Settings
@@ -39,7 +40,12 @@ log = logging.getLogger(__name__)
 
 FORMAT = b"SLS2"  # SLS2: (engine, outbox)
 MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
-FLUSH_TIMEOUT_S = 150.0  # > the producers' 120 s delivery timeout: a flush never blocks for good
+
+
+def _sleep(seconds: float) -> bool:
+    """The state store waits for the broker for as long as it takes (it never gives up)."""
+    time.sleep(seconds)
+    return False
 
 
 def encode(engine: JobEngine, outbox: Outbox | None = None) -> bytes:
@@ -97,57 +103,11 @@ class SnapshotStore:
                                            compression_type=None)
         return self._producer
 
-    def _deliver(self, records: list[tuple[str, bytes, bytes, list[tuple[str, bytes]]]],
-                 recheck: Callable[[list[int]], list[int]] | None = None) -> list[Any]:
-        """Send records in order and wait until the broker has every one, however long it is away.
-
-        A broker restart must only delay detection: an expired batch (delivery timeout) or a
-        send that found no metadata is sent again, the ones already on the broker are not
-        (outputs must not repeat: `recheck` filters the failed ones that did reach the broker,
-        their acknowledgement lost, before they are sent again). Returns each record's metadata,
-        in order (None for one `recheck` found on the broker). After a failure the producer is
-        replaced: an idempotent producer whose batches expired can stay wedged once the broker
-        is back (measured: a 176 s outage left detect waiting forever).
-        """
-        metas: list[Any] = [None] * len(records)
-        todo = list(range(len(records)))
-        delay = 0.5
-        while todo:
-            try:
-                producer = self._producer_()
-            except KafkaError as exc:  # no broker to bootstrap from yet
-                log.warning("state/output producer waits for the broker: %r", exc)
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
-                continue
-            futures: list[tuple[int, Any]] = []
-            for i in todo:
-                topic, key, value, headers = records[i]
-                try:
-                    futures.append((i, producer.send(topic, key=key, value=value, headers=headers)))
-                except KafkaError as exc:  # no metadata within max_block_ms: the broker is away
-                    log.warning("state/output send waits for the broker: %r", exc)
-                    break
-            try:
-                producer.flush(timeout=FLUSH_TIMEOUT_S)
-            except KafkaError as exc:
-                log.warning("state/output flush waits for the broker: %r", exc)
-            failed: list[int] = []
-            for i, future in futures:
-                try:
-                    metas[i] = future.get(timeout=1)
-                except KafkaError as exc:
-                    log.warning("state/output send waits for the broker: %r", exc)
-                    failed.append(i)
-            sent = {i for i, _ in futures}
-            if failed or len(futures) < len(todo):
-                self.close()  # a fresh producer (new producer id) for the retry
-            if failed and recheck is not None:
-                failed = recheck(failed)
-            todo = failed + [i for i in todo if i not in sent]
-            if todo:
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
+    def _deliver(self, records: list[Record], recheck: Callable[[list[int]], list[int]] | None = None) -> list[Any]:
+        """Send records in order and wait until the broker has every one (infra/delivery.py);
+        outputs must not repeat, so `recheck` filters failed sends that did reach the broker."""
+        metas = deliver_all(records, self._producer_, self.close, _sleep, "state/output", recheck)
+        assert metas is not None  # _sleep never gives up
         return metas
 
     def write(self, snapshots: dict[str, bytes]) -> None:
