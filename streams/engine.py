@@ -151,10 +151,7 @@ class JobEngine:
         findings.extend(hung.evaluate(frame, self.frames.topo, self.frames.newest_of, self.cfg))
         self._timed("HUNG", t)
         findings.extend(frame_findings(frame, self.frames.topo, self.signals, self.cfg, self.stats.rule_seconds))
-        for f in self.signals.pending:
-            f.step = frame.step
-        findings.extend(self.signals.pending)
-        self.signals.pending.clear()
+        findings.extend(self._device_findings_until(frame))
         findings = join(findings, int(frame.seen.sum()), self._tracks(), frame.step, self._members,
                         len(self.slow_step.history))
         return list(self.book.observe(frame.step, findings, now_ns, frame.seen))
@@ -173,10 +170,38 @@ class JobEngine:
         # device findings join the next released step's findings (one book cadence: steps)
         self.stall.on_device(np.asarray(chunk["rank"], dtype=np.int64), np.asarray(chunk["ts_ns"], dtype=np.int64),
                              np.asarray(chunk["aicore_pct"], dtype=np.float64))
+        sig = self.signals
         for tick in device_ticks(chunk, self.signals):
-            self.signals.pending.extend(device_findings(tick, self.signals, self.cfg, self.stats.rule_seconds))
-        del self.signals.pending[:-1000]
+            found = device_findings(tick, sig, self.cfg, self.stats.rule_seconds)
+            sig.pending.extend(found)
+            sig.pending_ts.extend([max(tick["ts_ns"], default=0)] * len(found))
+        del sig.pending[:-1000], sig.pending_ts[:-1000]
         return []
+
+    def _device_findings_until(self, frame: Frame) -> list[Finding]:
+        """Device findings whose samples were taken by the end of this step, stamped with it.
+
+        Device samples travel on their own topic and may run ahead of the steps (a backlog on
+        the step topic, a worker catching up): a finding from a sample taken after this step
+        ended waits for the frame of its own time, so a fault is never dated before its onset.
+        Samples that arrive behind the steps join the step being evaluated (the earliest still open).
+        """
+        sig = self.signals
+        if len(sig.pending_ts) != len(sig.pending):  # a snapshot from before pending_ts existed
+            sig.pending_ts = [0] * len(sig.pending)
+        end = int(frame.end_ns[frame.seen].max(initial=0))
+        take: list[Finding] = []
+        keep: list[Finding] = []
+        keep_ts: list[int] = []
+        for f, ts in zip(sig.pending, sig.pending_ts, strict=True):
+            if end == 0 or ts <= end:
+                f.step = frame.step
+                take.append(f)
+            else:
+                keep.append(f)
+                keep_ts.append(ts)
+        sig.pending, sig.pending_ts = keep, keep_ts
+        return take
 
 
 @dataclass(slots=True)

@@ -69,6 +69,7 @@ class SignalState:
     devices: dict[str, int] = field(default_factory=dict)   # "host/device" -> series index
     device_rank: dict[int, int] = field(default_factory=dict)
     pending: list[Finding] = field(default_factory=list)
+    pending_ts: list[int] = field(default_factory=list)  # sample time (ns) of each pending finding
     ticks: dict[int, dict[str, list[Any]]] = field(default_factory=dict)  # device samples per tick, held
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections import deque
 from typing import Any
 
 import orjson
@@ -29,7 +30,11 @@ TICK_NS = 50_000_000  # simulated wall time per decoded batch
 
 
 def replay(args: argparse.Namespace, cfg: DetectionConfig | None = None, batch: int = 4096) -> dict[str, Any]:
-    """Run the bench plan through the engine in process; returns detection.json's figures."""
+    """Run the bench plan through the engine in process; returns detection.json's figures.
+
+    `args.device_lead` (batches, default 0) holds step and kernel-summary messages back that many
+    decode batches behind the device samples: the topic skew a backlogged Kafka pipeline shows.
+    """
     runs = plan_runs(args, time.strftime("%H%M%S"))
     fleet = FleetEngine(cfg or DetectionConfig())
     messages: list[dict[str, Any]] = []
@@ -47,12 +52,27 @@ def replay(args: argparse.Namespace, cfg: DetectionConfig | None = None, batch: 
         out.extend(fleet.tick(clock[0]))
         messages.extend(orjson.loads(encode(bounded(o))) for o in out if isinstance(o, Incident))
 
+    lead = int(getattr(args, "device_lead", 0) or 0)
+    device_topic = Topics("").device
+    held: deque[list[bytes]] = deque([[]])
+    sent = [0]
+
     def send(topic: str, key: bytes, value: bytes) -> None:
-        buffer.append(value)
-        if len(buffer) >= batch:
+        if lead and topic != device_topic:
+            held[-1].append(value)
+        else:
+            buffer.append(value)
+        sent[0] += 1
+        if sent[0] % batch == 0:
+            if lead:
+                held.append([])
+                while len(held) > lead:
+                    buffer.extend(held.popleft())
             flush()
 
     stream_runs([r for _, r in runs], Topics(""), send)
+    while held:
+        buffer.extend(held.popleft())
     flush()
     for _ in range(400):
         clock[0] += 500_000_000
@@ -74,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--healthy-runs", type=int, default=0)
     p.add_argument("--large-healthy-runs", type=int, default=None)
     p.add_argument("--show", action="store_true", help="print every incident (latest state)")
+    p.add_argument("--device-lead", type=int, default=0, metavar="BATCHES",
+                   help="step and kernel-summary messages reach the engine this many decode batches after the "
+                        "device samples sent with them (topic skew under a backlog)")
     args = p.parse_args(argv)
     if args.quick:
         args.steps = min(args.steps, 60)
