@@ -63,8 +63,11 @@ class DetectWorker:
         self.restored = False
         self.stream: Any = None
 
-    async def restore(self) -> None:
+    async def restore(self, owned: set[int] | None = None) -> None:
         """Newest snapshot of every job; jobs this worker is already running keep their live state.
+
+        `owned`: the partials partitions assigned to this worker, when known; snapshots of jobs
+        that live on other partitions are left to their owners.
 
         Outboxes restored with pending outputs are checked against the output topics: what
         is already there is dropped, the rest goes out with the next snapshot.
@@ -77,6 +80,8 @@ class DetectWorker:
                 self.out_pos = await loop.run_in_executor(None, self.store.end_offsets, names)
             restored: list[Outbox] = []
             for job, (engine, outbox) in snaps.items():
+                if owned is not None and engine.offsets and not set(engine.offsets) & owned:
+                    continue
                 live = self.fleet.jobs.get(job)
                 if live is not None and self._newer(live, engine):
                     continue
@@ -95,6 +100,25 @@ class DetectWorker:
                     self.dirty.add(box.job)
             self.restored = True
         log.info("restored %d job states", len(self.fleet.jobs))
+
+    async def on_revoked(self, partitions: set[int]) -> None:
+        """Jobs whose partials partitions went to another worker: last snapshot, then let go.
+
+        A copy kept here would get no more input and keep ticking: its windows would time out
+        into false hangs, and incidents the new owner also emits would go out twice. The forced
+        snapshot hands the new owner this worker's latest state and sends its outboxes first.
+        """
+        if not partitions:
+            return
+        async with self.lock:
+            await self._maybe_snapshot(force=True)
+            for job, engine in list(self.fleet.jobs.items()):
+                if engine.offsets and set(engine.offsets) <= partitions:
+                    del self.fleet.jobs[job]
+                    self.outboxes.pop(job, None)
+                    self.pending.pop(job, None)
+                    self.dirty.discard(job)
+                    log.info("job %r moved to another worker: state handed over", job)
 
     @staticmethod
     def _newer(live: JobEngine, snap: JobEngine) -> bool:
@@ -230,11 +254,19 @@ def create_detect_app(settings: Settings) -> faust.App:
 
     app.timer(interval=0.5)(tick)
 
-    async def on_assigned(*args: Any, **kwargs: Any) -> None:
+    def _partials(tps: Any) -> set[int]:
+        return {tp.partition for tp in tps if tp.topic == worker.internal.partials}
+
+    async def on_assigned(*args: Any, **kwargs: Any) -> None:  # (sender, assigned TPs)
         worker.restored = False
-        await worker.restore()
+        await worker.restore(_partials(args[1]) if len(args) > 1 else None)
 
     app.on_partitions_assigned.connect(on_assigned)
+
+    async def on_revoked(*args: Any, **kwargs: Any) -> None:  # (sender, revoked TPs)
+        await worker.on_revoked(_partials(args[1]) if len(args) > 1 else set())
+
+    app.on_partitions_revoked.connect(on_revoked)
     worker.metrics.serve(cfg.metrics_port)
 
     async def report() -> None:
