@@ -10,6 +10,7 @@ no fault is a false alarm.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -244,3 +245,36 @@ def summarise(runs: list[RunScore]) -> dict[str, Any]:
 def false_alarms_per_100k(healthy: list[RunScore]) -> float:
     rank_steps = sum(r.rank_steps for r in healthy)
     return 1e5 * sum(r.false_alarms for r in healthy) / rank_steps if rank_steps else 0.0
+
+
+JOB_DAY_RANK_STEPS = 10_240 * 86_400  # a 10,240-rank job at 1 step/s for a day (issue #6: ~885 M rank-steps)
+
+
+def poisson_upper_95(k: int) -> float:
+    """One-sided 95 % upper bound on a Poisson mean after observing k events (k = 0: about 3, the rule of three)."""
+    def cdf(mu: float) -> float:
+        term = total = math.exp(-mu)
+        for i in range(1, k + 1):
+            term *= mu / i
+            total += term
+        return total
+    lo, hi = float(k), float(k) + 10.0 + 10.0 * math.sqrt(k + 1)
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) > 0.05 else (lo, mid)
+    return hi
+
+
+def false_alarms_per_job_day(healthy: list[RunScore]) -> dict[str, float | None]:
+    """False alarms scaled to one 10,240-rank job-day: observed, and the 95 % upper bound the sample allows.
+
+    Zero false alarms in n rank-steps still allows up to 3/n per rank-step: the bound says how
+    many healthy rank-steps a claim of "about one false alarm a day" needs.
+    """
+    rank_steps = sum(r.rank_steps for r in healthy)
+    if not rank_steps:
+        return {"observed": None, "upper_95": None}
+    k = sum(r.false_alarms for r in healthy)
+    return {"observed": JOB_DAY_RANK_STEPS * k / rank_steps,
+            "upper_95": JOB_DAY_RANK_STEPS * poisson_upper_95(k) / rank_steps}
+

@@ -36,7 +36,15 @@ from sinks import open_backend
 from steplens.config import REPO_ROOT, Settings, load_settings
 from steplens.demo import start_worker, stop_worker
 from steplens.lag import end_offsets, group_lag
-from steplens.scoring import RunScore, RunTruth, false_alarms_per_100k, latest_incidents, score_run, summarise
+from steplens.scoring import (
+    RunScore,
+    RunTruth,
+    false_alarms_per_100k,
+    false_alarms_per_job_day,
+    latest_incidents,
+    score_run,
+    summarise,
+)
 from streams.topics_admin import DetectTopics, ensure_topics
 
 QUICK = ("slow_rank", "slow_host", "gc_leak", "link_degradation", "hung_rank", "step_time_shift",
@@ -278,6 +286,7 @@ def score_records(records: list[dict[str, Any]], messages: list[dict[str, Any]])
                             "layer": sc.layer}
     healthy = [r for label, rs in scores.items() if label.split("@")[0] == "healthy" for r in rs]
     return {"scenarios": scenarios, "false_alarms_per_100k_rank_steps": false_alarms_per_100k(healthy),
+            "false_alarms_per_job_day": false_alarms_per_job_day(healthy),
             "healthy_rank_steps": sum(r.rank_steps for r in healthy), "incidents_alerts_topic": len(incidents)}
 
 
@@ -317,6 +326,10 @@ def render_table(result: dict[str, Any]) -> str:
                  f"({result['healthy_rank_steps']} healthy rank-steps); incidents: alerts topic "
                  f"{result['incidents_alerts_topic']}, ClickHouse {result.get('incidents_clickhouse', '–')}; "
                  f"{result.get('duration_s', 0):.0f}s")
+    day = result.get("false_alarms_per_job_day") or {}
+    if day.get("upper_95") is not None:
+        lines.append(f"false alarms per 10,240-rank job-day: {day['observed']:.0f} observed, at most "
+                     f"{day['upper_95']:.0f} (95 % upper bound from this many healthy rank-steps)")
     return "\n".join(lines)
 
 

@@ -42,8 +42,18 @@ def test_score_records_has_every_results_key(tmp_path: Path) -> None:
     assert result["scenarios"]["healthy"]["recall"] is None and result["scenarios"]["healthy"]["false_alarms"] == 1
     assert result["healthy_rank_steps"] == 64 * 60
     assert result["false_alarms_per_100k_rank_steps"] == 1e5 / (64 * 60)
+    day = result["false_alarms_per_job_day"]
+    assert day["observed"] == 10_240 * 86_400 / (64 * 60)
+    assert 4.7 * day["observed"] < day["upper_95"] < 4.8 * day["observed"], "one event: Poisson bound 4.74"
     (tmp_path / "runs.json").write_bytes(orjson.dumps(recs))
     (tmp_path / "alerts.jsonl").write_bytes(b"".join(orjson.dumps(m) + b"\n" for m in messages))
     out = tmp_path / "detection.json"
     assert rescore(tmp_path, out) == 0
     assert orjson.loads(out.read_bytes())["scenarios"]["slow_host"]["recall"] == 1.0
+
+
+def test_poisson_bound_is_the_rule_of_three_at_zero_and_grows_with_k() -> None:
+    from steplens.scoring import poisson_upper_95
+    assert abs(poisson_upper_95(0) - 2.996) < 0.01
+    assert abs(poisson_upper_95(5) - 10.51) < 0.01  # chi-square tables: 0.5 x chi2(0.95, 12)
+
