@@ -35,7 +35,6 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import random
 import signal
 import subprocess
@@ -52,6 +51,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient
 
 from bench.chaos_inputs import stream
+from bench.provenance import git_commit, machine
 from infra import ClickHouseServer, InfraConfig, KafkaBroker
 from infra.clients import kafka_client_config
 from producers.emitter import BackgroundEmitter
@@ -540,31 +540,6 @@ class Harness:
         recovery = recovery_after(rig, offsets, ("land",), t_up)
         producer.join(timeout=600)
         return self.finish(rig, offsets, sent, job, {"recovery_s": recovery, "down_s": round(t_up - t_down, 1)})
-
-
-def machine() -> dict[str, Any]:
-    model = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-        mem_kb = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
-                      if line.startswith("MemTotal"))
-    except (OSError, StopIteration, ValueError):
-        mem_kb = 0
-    return {"cores": os.cpu_count(), "memory_gb": round(mem_kb / 1024 / 1024, 1), "cpu_model": model,
-            "loadavg_at_end": [round(x, 2) for x in os.getloadavg()]}  # a shared box inflates recovery_s
-
-
-def git_commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", ".", ":!bench/results"], cwd=REPO_ROOT,
-                               capture_output=True, text=True)
-        return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def table(cases: dict[str, dict[str, Any]]) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from bench.provenance import git_commit, machine
 from streams.profiles.samples import real_samples_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,28 +37,6 @@ MSPROF_BIN = os.environ.get("STEPLENS_MSPROF_ANALYZE", str(ROOT / ".steplens" / 
 def _child(args: list[str]) -> dict[str, Any]:
     out = subprocess.run([sys.executable, *args], check=True, capture_output=True, text=True, cwd=ROOT)
     return dict(orjson.loads(out.stdout.strip().splitlines()[-1]))
-
-
-def _machine() -> dict[str, Any]:
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-        mem_kb = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
-                      if line.startswith("MemTotal"))
-    except (OSError, StopIteration):
-        mem_kb = 0
-    return {"cores": os.cpu_count(), "memory_gb": round(mem_kb / 1024 / 1024, 1), "cpu_model": cpu}
-
-
-def _git() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def _max_rel_diff(ours: dict[str, dict[str, float]], theirs: dict[str, dict[str, float]]) -> float:
@@ -175,9 +153,9 @@ def main() -> None:
                                       else {})} for r in rows},
         "per_input": rows,
         "msprof_analyze_cluster": msprof,
-        "machine": _machine(),
+        "machine": machine(),
         "started": started,
-        "git": _git(),
+        "git": git_commit(),
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))

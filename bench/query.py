@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
-import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -26,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from bench.provenance import git_commit, machine
 from schemas import Domain, Phases, StepEvent
 from sinks.backend import Backend
 from sinks.embedded import EmbeddedBackend
@@ -43,24 +41,6 @@ JOB = "bench-llm-10k"
 T0 = (int(time.time()) // 86_400 - 2) * 86_400 * 10**9  # two days ago: inside every TTL
 SLOW_RANK, SLOW_EVERY = 7777, 997
 DASHBOARD_P95_S, ADHOC_P95_S = 0.2, 2.0
-
-
-def machine() -> dict[str, Any]:
-    model = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-        mem_kb = int(Path("/proc/meminfo").read_text().split()[1])
-    except OSError:
-        mem_kb = 0
-    return {"cores": os.cpu_count(), "memory_gb": round(mem_kb / 2**20, 1), "cpu_model": model}
-
-
-def git_commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False)
-    return done.stdout.strip()
 
 
 def generate_steps(backend: Backend, ranks: int, steps: int, chunk_rows: int, log: Callable[[str], None]) -> int:

@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 import threading
 import time
 import uuid
@@ -29,6 +27,7 @@ import numpy as np
 import orjson
 from kafka import KafkaConsumer, KafkaProducer
 
+from bench.provenance import git_commit, machine
 from infra import InfraConfig, KafkaBroker
 from infra.clients import kafka_client_config
 from producers.simulator.topology import Topology
@@ -49,18 +48,6 @@ TICKS = os.sysconf("SC_CLK_TCK")
 def cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS
-
-
-def machine() -> dict[str, Any]:
-    model = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                  if ln.startswith("model name")), platform.processor())
-    mem_kb = int(next(ln.split()[1] for ln in Path("/proc/meminfo").read_text().splitlines()
-                      if ln.startswith("MemTotal")))
-    return {"cores": os.cpu_count(), "memory_gb": round(mem_kb / 1e6, 1), "cpu_model": model}
-
-
-def git_commit() -> str:
-    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip()
 
 
 class Job:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -26,6 +25,7 @@ import orjson
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
+from bench.provenance import git_commit, machine
 from infra import InfraConfig, KafkaBroker
 from infra.clients import kafka_client_config
 from producers.simulator.catalogue import SCENARIOS, build_faults, write_ground_truth
@@ -52,25 +52,6 @@ QUICK = ("slow_rank", "slow_host", "gc_leak", "link_degradation", "hung_rank", "
 LARGE_FAMILY = "slow_host"
 PACED = ("slow_rank",)
 FULL_LARGE_HEALTHY = 1  # 1,024-rank healthy runs in the full bench: fits 45 min on 2 cores (17 for >= 2 M rank-steps)
-
-
-def machine() -> dict[str, Any]:
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-        mem_kb = int(Path("/proc/meminfo").read_text().split()[1])
-    except OSError:
-        mem_kb = 0
-    return {"cores": os.cpu_count(), "memory_gb": round(mem_kb / 1024**2, 1),
-            "cpu_model": model or platform.processor()}
-
-
-def git_commit() -> str:
-    out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=False)
-    return out.stdout.strip()
 
 
 def plan_runs(args: argparse.Namespace, stamp: str) -> list[tuple[str, SimRun]]:
