@@ -14,11 +14,14 @@ import argparse
 import sys
 import time
 from collections import deque
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import orjson
 
-from bench.detection.run import plan_runs, render_table, run_record, score_records
+from bench.detection.run import plan_runs, render_table, run_record, score_records, write_result
+from bench.provenance import git_commit, machine
 from producers.simulator.stream import stream_runs
 from schemas import Incident, Topics, bounded, encode
 from steplens.config import DetectionConfig
@@ -97,10 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device-lead", type=int, default=0, metavar="BATCHES",
                    help="step and kernel-summary messages reach the engine this many decode batches after the "
                         "device samples sent with them (topic skew under a backlog)")
+    p.add_argument("--out", type=Path, help="also write the figures to this JSON file (mode: in-process replay)")
     args = p.parse_args(argv)
     if args.quick:
         args.steps = min(args.steps, 60)
     t0 = time.monotonic()
+    started = datetime.now(UTC).isoformat(timespec="seconds")
     result = replay(args)
     if args.show:
         last: dict[str, dict[str, Any]] = {}
@@ -111,7 +116,13 @@ def main(argv: list[str] | None = None) -> int:
                   m.get("host"), m.get("link"), m.get("step_first"), m.get("step_last"), m["summary"][:110])
     del result["messages"]
     result["duration_s"] = round(time.monotonic() - t0, 1)
-    print(render_table(result))
+    if args.out:
+        result.update({"mode": "in-process replay (bench/detection/replay.py): no Kafka, no workers",
+                       "machine": machine(), "started": started, "git": git_commit(), "quick": bool(args.quick),
+                       "device_lead_batches": args.device_lead, "argv": sys.argv[1:] if argv is None else argv})
+        write_result(args.out, result)
+    else:
+        print(render_table(result))
     return 0
 
 
