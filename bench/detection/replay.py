@@ -96,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=120)
     p.add_argument("--healthy-runs", type=int, default=0)
     p.add_argument("--large-healthy-runs", type=int, default=None)
+    p.add_argument("--jittery-runs", type=int, default=None)
     p.add_argument("--show", action="store_true", help="print every incident (latest state)")
     p.add_argument("--device-lead", type=int, default=0, metavar="BATCHES",
                    help="step and kernel-summary messages reach the engine this many decode batches after the "

@@ -91,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     fleet.add_argument("--list-scenarios", action="store_true", help="print the catalogue and exit")
     fleet.add_argument("--ranks", type=int, default=64, help="world size; the layout follows (TP in a host, PP, DP)")
     fleet.add_argument("--paced", action="store_true", help="real time: each step is sent when it ends")
-    fleet.add_argument("--jitter", type=float, default=Noise().jitter, help="per-phase healthy jitter (≤ 0.08)")
+    fleet.add_argument("--jitter", type=float, default=None,
+                       help=f"per-phase healthy jitter (≤ 0.08; default: the scenario's, else {Noise().jitter})")
     fleet.add_argument("--streams", default="step,kernel_summary,device", help="event types to send")
     for name in ("layers", "hidden", "heads", "kv-heads", "ffn", "seq", "micro-batch", "vocab", "microbatches"):
         fleet.add_argument(f"--{name}", type=int, help=f"model: {name} (default: the scenario's Llama-style model)")
@@ -117,7 +118,7 @@ def run_fleet(args: argparse.Namespace) -> int:
     topo = sc.topology(args.ranks)
     faults = build_faults(sc, topo, args.steps, args.seed)
     job = FleetJob(args.job, topo, args.steps, faults, args.seed, model=model_for(args, sc.model(topo)),
-                   noise=Noise(jitter=args.jitter))
+                   noise=Noise(jitter=args.jitter) if args.jitter is not None else sc.noise())
     if args.ground_truth:
         write_ground_truth(args.ground_truth, faults, args.job, args.seed, args.steps)
     include = tuple(k for k in args.streams.split(",") if k)

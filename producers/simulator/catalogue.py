@@ -23,7 +23,7 @@ from producers.simulator.model import ModelConfig, bus_factor
 from producers.simulator.topology import Topology
 
 if TYPE_CHECKING:
-    from producers.simulator.fleet import Effects, FleetJob
+    from producers.simulator.fleet import Effects, FleetJob, Noise
 
 ScopeType = Literal["rank", "host", "group", "link", "stage", "job"]
 
@@ -350,6 +350,12 @@ class Scenario:
     rules: tuple[str, ...]
     build: BuildFaults
     moe: bool = False
+    jitter: float | None = None  # per-phase healthy jitter when not the default (a noisy but healthy job)
+
+    def noise(self) -> Noise | None:
+        from producers.simulator.fleet import Noise
+
+        return None if self.jitter is None else Noise(jitter=self.jitter)
 
     def topology(self, ranks: int) -> Topology:
         return layout(ranks, moe=self.moe)
@@ -557,6 +563,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              ("SLOW_STEP",), _job_fault("slow_compute", ("SLOW_STEP",), "permanent step-time shift",
                                         {"compute_factor": 1.25}, permanent=True)),
     Scenario("healthy", "healthy", "no fault: jitter, warm-up, checkpoints, eval, hiccups, GC", (), _healthy),
+    Scenario("healthy_jittery", "healthy", "no fault, 8 % per-phase jitter (the noisiest healthy job the bench "
+             "vouches for)", (), _healthy, jitter=0.08),
 )}
 
 
@@ -571,7 +579,7 @@ def scenario_job(name: str, ranks: int = 64, steps: int = 120, seed: int = 0, jo
     sc = SCENARIOS[name]
     topo = sc.topology(ranks)
     return FleetJob(job_id or f"{name}-{ranks}-s{seed}", topo, steps, build_faults(sc, topo, steps, seed), seed,
-                    model=sc.model(topo))
+                    model=sc.model(topo), noise=sc.noise())
 
 
 def write_ground_truth(path: Path, faults: list[FaultSpec], job: str, seed: int, total_steps: int) -> Path:
