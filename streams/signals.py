@@ -233,8 +233,11 @@ def frame_findings(frame: Frame, topo: Topology, state: SignalState, cfg: Detect
 
 
 def _rank_findings(rule: str, a: Alarms, topo: Topology, frame: Frame, cfg: DetectionConfig, what: str,
-                   metric: str) -> list[Finding]:
-    """Per-rank alarms; when at least half the world alarms it is one job-scope finding."""
+                   metric: str, by_host: bool = True) -> list[Finding]:
+    """Per-rank alarms; when at least half the world alarms it is one job-scope finding, and when
+    at least `slow_host_fraction` of a host's ranks (>= 2) alarm together it is one host-scope
+    finding (a host-wide cause such as a CPU hog or a bad PCIe switch is one problem, and it
+    joins the host's incident instead of one incident per rank)."""
     if len(a) == 0:
         return []
     world = max(int(frame.seen.sum()), 1)
@@ -242,9 +245,29 @@ def _rank_findings(rule: str, a: Alarms, topo: Topology, frame: Frame, cfg: Dete
         i = int(np.argmax(a.value))
         return [_finding(rule, "job", "job", frame.step, f"{what} on {len(a)} of {world} ranks (up to "
                          f"{a.value[i]:.3g})", a, i, cfg, metric=metric, open_after=cfg.rule_open_after)]
+    ranks = a.index.tolist()
+    host_ix = [int(topo.host_of[r]) if r < topo.host_of.size else -1 for r in ranks]
+    per_host: dict[int, list[int]] = {}
+    for i, h in enumerate(host_ix):
+        if h >= 0 and by_host:
+            per_host.setdefault(h, []).append(i)
     out = []
-    for i, rank in enumerate(a.index.tolist()):
-        h = int(topo.host_of[rank]) if rank < topo.host_of.size else -1
+    whole: set[int] = set()
+    for h, rows in per_host.items():
+        size = int(np.count_nonzero(topo.host_of[:frame.seen.size] == h))
+        if len(rows) < 2 or len(rows) < cfg.slow_host_fraction * size:
+            continue
+        whole.update(rows)
+        i = max(rows, key=lambda j: float(a.value[j]))
+        host = topo.hosts[h]
+        out.append(_finding(rule, f"host:{host}", "host", frame.step, f"host {host}: {what} on {len(rows)} of its "
+                            f"{size} ranks (up to {a.value[i]:.3g}, threshold {a.threshold[i]:.3g})", a, i, cfg,
+                            metric=metric, ranks=sorted(ranks[j] for j in rows), host=host,
+                            open_after=cfg.rule_open_after))
+    for i, rank in enumerate(ranks):
+        if i in whole:
+            continue
+        h = host_ix[i]
         host = topo.hosts[h] if h >= 0 else None
         out.append(_finding(rule, f"rank:{rank}", "rank", frame.step, f"rank {rank} ({host}): {what} "
                             f"{a.value[i]:.3g} (threshold {a.threshold[i]:.3g})", a, i, cfg, metric=metric,
@@ -261,7 +284,7 @@ def _steps(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionConfi
     st1, a = r1.evaluate(gc, _grow(state.rules.get("r1:gc"), world, "run"),
                          r1.Params(upper=cfg.r1_gc_max_ms, k=cfg.r1_gc_k))
     state.rules["r1:gc"] = st1
-    gc_findings = _rank_findings("R1", a, topo, frame, cfg, "GC pause (T8) ms", "T8")
+    gc_findings = _rank_findings("R1", a, topo, frame, cfg, "GC pause (T8) ms", "T8", by_host=False)
     for f in gc_findings:
         f.open_after = 1  # R1's own k is its persistence
         f.cause_phase = "gc_ms"
