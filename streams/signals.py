@@ -299,7 +299,8 @@ def _steps(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionConfi
     d1 = d1[np.isfinite(d1) & (data_ms > 0)]
     x = np.array([1e3 / step_ms if step_ms > 0 else np.nan, float(np.median(d1)) if d1.size else np.nan])
     st3, a = r3.evaluate(x, state.rules.get("r3"), r3.Params(warmup=cfg.r3_warmup, length=cfg.r3_length, k=cfg.r3_k,
-                                                           min_deviation=cfg.r3_min_deviation))
+                                                           min_deviation=cfg.r3_min_deviation,
+                                                           adapt_after=cfg.r3_adapt_after))
     state.rules["r3"] = st3
     for i, which in enumerate(a.index.tolist()):
         label = "step throughput (steps/s)" if which == 0 else "D1 DataLoader throughput (batch/s)"
@@ -427,7 +428,8 @@ def _kernels(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionCon
     for direction, rate in copy.items():
         sk = f"r9:{direction}"
         st9, a = r9.evaluate(rate, _grow(state.rules.get(sk), world, "pos"),
-                             r9.Params(low=cfg.r9_low_gbps, high=cfg.r9_high_gbps))
+                             r9.Params(low=cfg.r9_low_gbps, high=cfg.r9_high_gbps,
+                                       learned_low=cfg.r9_learned_low, learned_high=cfg.r9_learned_high))
         state.rules[sk] = st9
         out.extend(_rank_findings("R9", a, topo, frame, cfg, f"{direction} copy rate GB/s", f"copy_{direction}"))
     _timed(timings, "R9", t0)
