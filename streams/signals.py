@@ -351,7 +351,7 @@ def _kernels(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionCon
         st4, a = r4.evaluate(med, state.rules.get(sk), r4.Params(history=cfg.r4_history, iqr_k=cfg.r4_iqr_k,
                                                                 bench_samples=cfg.r4_bench_samples,
                                                                 p_bench=cfg.r4_p_bench,
-                                                                min_deviation=cfg.r4_min_deviation))
+                                                                min_deviation=cfg.r4_trend_min_deviation))
         state.rules[sk] = st4
         for i in range(len(a)):
             out.append(_finding("R4", "job", "job", frame.step, f"kernel {key}: efficiency {a.value[i]:.2f} of "
