@@ -297,16 +297,21 @@ def _steps(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionConfi
     data_ms = frame.phases[PHASE_INDEX["data_ms"]]
     d1 = frame.batch / (data_ms / 1e3)
     d1 = d1[np.isfinite(d1) & (data_ms > 0)]
-    x = np.array([1e3 / step_ms if step_ms > 0 else np.nan, float(np.median(d1)) if d1.size else np.nan])
-    st3, a = r3.evaluate(x, state.rules.get("r3"), r3.Params(warmup=cfg.r3_warmup, length=cfg.r3_length, k=cfg.r3_k,
-                                                           min_deviation=cfg.r3_min_deviation,
-                                                           adapt_after=cfg.r3_adapt_after))
-    state.rules["r3"] = st3
-    for i, which in enumerate(a.index.tolist()):
-        label = "step throughput (steps/s)" if which == 0 else "D1 DataLoader throughput (batch/s)"
-        out.append(_finding("R3", "job", "job", frame.step, f"{label} {a.value[i]:.3g} outside its window "
-                            f"(mean {a.baseline[i]:.3g})", a, i, cfg, metric="D1" if which else "step_throughput",
-                            open_after=cfg.rule_open_after))
+    series = (("step_throughput", "step throughput (steps/s)", 1e3 / step_ms if step_ms > 0 else np.nan, 0),
+              ("D1", "D1 DataLoader throughput (batch/s)", float(np.median(d1)) if d1.size else np.nan,
+               cfg.r3_adapt_after))
+    # step throughput keeps the spec's bare FIFO (every value enters): the slow-step scope owns step
+    # time (baseline, change points), R3 marks a change's onset; D1 holds alarming values out
+    for metric, label, value, adapt in series:
+        sk = f"r3:{metric}"
+        st3, a = r3.evaluate(np.array([value]), state.rules.get(sk), r3.Params(
+            warmup=cfg.r3_warmup, length=cfg.r3_length, k=cfg.r3_k, min_deviation=cfg.r3_min_deviation,
+            adapt_after=adapt))
+        state.rules[sk] = st3
+        for i in range(len(a)):
+            out.append(_finding("R3", "job", "job", frame.step, f"{label} {a.value[i]:.3g} outside its window "
+                                f"(mean {a.baseline[i]:.3g})", a, i, cfg, metric=metric,
+                                open_after=cfg.rule_open_after))
     _timed(timings, "R3", t0)
 
     t0 = time.perf_counter()
@@ -434,3 +439,24 @@ def _kernels(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionCon
         out.extend(_rank_findings("R9", a, topo, frame, cfg, f"{direction} copy rate GB/s", f"copy_{direction}"))
     _timed(timings, "R9", t0)
     return out
+
+
+FOLLOW_RULES = ("R3", "R4", "R7", "R8", "R9", "R10")
+
+
+def follow_slow_step(findings: list[Finding]) -> list[Finding]:
+    """Job-wide rule findings of a step whose slow step was joined to a culprit follow it there.
+
+    R3 on step throughput, a job-wide R4/R7/R8/R9/R10 in the same step describe the same slow
+    steps that the join (streams/incidents/join.py) attributed to a slow rank or host: one
+    problem, one incident carrying every rule id, not a second job-scope incident beside it.
+    Run after the join, which decides where the slow step goes.
+    """
+    slow = next((f for f in findings if f.rule == "SLOW_STEP" and f.key != "job" and f.family == "perf"), None)
+    if slow is None:
+        return findings
+    for f in findings:
+        if f.key == "job" and f.rule in FOLLOW_RULES and f.family == "perf":
+            f.key, f.scope, f.ranks, f.host = slow.key, slow.scope, list(slow.ranks), slow.host
+            f.open_after = max(f.open_after, slow.open_after)
+    return findings
