@@ -15,6 +15,7 @@ the slow-step incident, on "rank:r" the rank's incident, on "host:h" the host's.
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -460,3 +461,17 @@ def follow_slow_step(findings: list[Finding]) -> list[Finding]:
             f.key, f.scope, f.ranks, f.host = slow.key, slow.scope, list(slow.ranks), slow.host
             f.open_after = max(f.open_after, slow.open_after)
     return findings
+
+
+def name_slow_groups(findings: list[Finding]) -> list[Finding]:
+    """An R6 finding the join left on its group (not a symptom of a slow link, rank or host) is a
+    slow-group incident: it carries the SLOW_GROUP scope id beside R6. Run after the join."""
+    extra = []
+    for f in findings:
+        if f.rule == "R6" and f.scope == "group" and f.key.startswith("group:"):
+            g = copy.copy(f)
+            g.rule = "SLOW_GROUP"
+            g.ranks = list(f.ranks)
+            g.evidence = dict(f.evidence)
+            extra.append(g)
+    return findings + extra
