@@ -260,10 +260,10 @@ def _rank_findings(rule: str, a: Alarms, topo: Topology, frame: Frame, cfg: Dete
             continue
         whole.update(rows)
         i = max(rows, key=lambda j: float(a.value[j]))
-        host = topo.hosts[h]
-        out.append(_finding(rule, f"host:{host}", "host", frame.step, f"host {host}: {what} on {len(rows)} of its "
+        name = topo.hosts[h]
+        out.append(_finding(rule, f"host:{name}", "host", frame.step, f"host {name}: {what} on {len(rows)} of its "
                             f"{size} ranks (up to {a.value[i]:.3g}, threshold {a.threshold[i]:.3g})", a, i, cfg,
-                            metric=metric, ranks=sorted(ranks[j] for j in rows), host=host,
+                            metric=metric, ranks=sorted(ranks[j] for j in rows), host=name,
                             open_after=cfg.rule_open_after))
     for i, rank in enumerate(ranks):
         if i in whole:
