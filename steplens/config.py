@@ -52,7 +52,7 @@ class DetectionConfig:
     rule_open_after: int = 3         # flagged steps before a rule-only incident opens (R4–R10 per rank)
     r1_k: int = 3                    # R1: consecutive samples outside [L, U]
     r1_temp_max_c: float = 85.0
-    r1_mem_max_pct: float = 95.0
+    r1_mem_max_pct: float = 90.0     # spec §4: memory >= 90 % is the memory-mismanagement symptom
     r1_power_max_w: float = 0.0
     r1_aicore_min_pct: float = 0.0
     r1_membw_min_pct: float = 0.0
@@ -71,11 +71,13 @@ class DetectionConfig:
     r3_length: int = 50              # R3 L
     r3_k: float = 3.0                # R3 k
     r3_min_deviation: float = 0.05   # R3: a flagged value must also be >= 5 % off the window mean
+    r3_adapt_after: int = 50         # R3: alarms in a row after which they become the window (a lasting shift)
     r4_history: int = 100            # R4 N
     r4_iqr_k: float = 1.5
     r4_bench_samples: int = 20       # R4: samples to learn P_bench when not configured
     r4_p_bench: float = 0.0          # R4: configured P_bench in FLOP/s (0 = learn per kernel and shape)
     r4_min_deviation: float = 0.1    # R4: a flagged ratio must also be >= 10 % off the median (tight fences)
+    r4_trend_min_deviation: float = 0.05  # R4 on the job's median rank (much less noisy than one rank): >= 5 %
     r5_periods: int = 20             # R5 M
     r5_k: float = 3.0
     r5_min_deviation: float = 0.25   # R5: a slow link is also >= 25 % below its group (waits blur bandwidth)
@@ -85,6 +87,8 @@ class DetectionConfig:
     r8_min_cu: float = 0.7
     r9_low_gbps: float = 0.0         # R9 band (0 = learned from the series' own history)
     r9_high_gbps: float = 0.0
+    r9_learned_low: float = 0.7      # R9 learned band: this x the rank's median rate ... (H2D -40 % is a fault)
+    r9_learned_high: float = 2.0     # ... to this x it
     r10_severe: float = 0.5
     r10_k: float = 5.0
     r10_min_ratio: float = 0.1

@@ -22,7 +22,14 @@ from streams.incidents.join import OpenTrack, join
 from streams.ingest.decode import DOMAINS
 from streams.scopes import hung, pp_stage, slow_link, slow_rank, slow_step, stall
 from streams.scopes.finding import Finding
-from streams.signals import SignalState, device_findings, device_ticks, frame_findings
+from streams.signals import (
+    SignalState,
+    device_findings,
+    device_ticks,
+    follow_slow_step,
+    frame_findings,
+    name_slow_groups,
+)
 from streams.windows.step_frames import Frame, StepFrames, WindowParams
 
 Output = Incident | ControlCommand
@@ -154,6 +161,7 @@ class JobEngine:
         findings.extend(self._device_findings_until(frame))
         findings = join(findings, int(frame.seen.sum()), self._tracks(), frame.step, self._members,
                         len(self.slow_step.history))
+        findings = name_slow_groups(follow_slow_step(findings))
         return list(self.book.observe(frame.step, findings, now_ns, frame.seen))
 
     def _tracks(self) -> list[OpenTrack]:

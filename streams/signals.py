@@ -15,6 +15,7 @@ the slow-step incident, on "rank:r" the rank's incident, on "host:h" the host's.
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -234,8 +235,11 @@ def frame_findings(frame: Frame, topo: Topology, state: SignalState, cfg: Detect
 
 
 def _rank_findings(rule: str, a: Alarms, topo: Topology, frame: Frame, cfg: DetectionConfig, what: str,
-                   metric: str) -> list[Finding]:
-    """Per-rank alarms; when at least half the world alarms it is one job-scope finding."""
+                   metric: str, by_host: bool = True) -> list[Finding]:
+    """Per-rank alarms; when at least half the world alarms it is one job-scope finding, and when
+    at least `slow_host_fraction` of a host's ranks (>= 2) alarm together it is one host-scope
+    finding (a host-wide cause such as a CPU hog or a bad PCIe switch is one problem, and it
+    joins the host's incident instead of one incident per rank)."""
     if len(a) == 0:
         return []
     world = max(int(frame.seen.sum()), 1)
@@ -243,9 +247,29 @@ def _rank_findings(rule: str, a: Alarms, topo: Topology, frame: Frame, cfg: Dete
         i = int(np.argmax(a.value))
         return [_finding(rule, "job", "job", frame.step, f"{what} on {len(a)} of {world} ranks (up to "
                          f"{a.value[i]:.3g})", a, i, cfg, metric=metric, open_after=cfg.rule_open_after)]
+    ranks = a.index.tolist()
+    host_ix = [int(topo.host_of[r]) if r < topo.host_of.size else -1 for r in ranks]
+    per_host: dict[int, list[int]] = {}
+    for i, h in enumerate(host_ix):
+        if h >= 0 and by_host:
+            per_host.setdefault(h, []).append(i)
     out = []
-    for i, rank in enumerate(a.index.tolist()):
-        h = int(topo.host_of[rank]) if rank < topo.host_of.size else -1
+    whole: set[int] = set()
+    for h, rows in per_host.items():
+        size = int(np.count_nonzero(topo.host_of[:frame.seen.size] == h))
+        if len(rows) < 2 or len(rows) < cfg.slow_host_fraction * size:
+            continue
+        whole.update(rows)
+        i = max(rows, key=lambda j: float(a.value[j]))
+        name = topo.hosts[h]
+        out.append(_finding(rule, f"host:{name}", "host", frame.step, f"host {name}: {what} on {len(rows)} of its "
+                            f"{size} ranks (up to {a.value[i]:.3g}, threshold {a.threshold[i]:.3g})", a, i, cfg,
+                            metric=metric, ranks=sorted(ranks[j] for j in rows), host=name,
+                            open_after=cfg.rule_open_after))
+    for i, rank in enumerate(ranks):
+        if i in whole:
+            continue
+        h = host_ix[i]
         host = topo.hosts[h] if h >= 0 else None
         out.append(_finding(rule, f"rank:{rank}", "rank", frame.step, f"rank {rank} ({host}): {what} "
                             f"{a.value[i]:.3g} (threshold {a.threshold[i]:.3g})", a, i, cfg, metric=metric,
@@ -262,7 +286,7 @@ def _steps(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionConfi
     st1, a = r1.evaluate(gc, _grow(state.rules.get("r1:gc"), world, "run"),
                          r1.Params(upper=cfg.r1_gc_max_ms, k=cfg.r1_gc_k))
     state.rules["r1:gc"] = st1
-    gc_findings = _rank_findings("R1", a, topo, frame, cfg, "GC pause (T8) ms", "T8")
+    gc_findings = _rank_findings("R1", a, topo, frame, cfg, "GC pause (T8) ms", "T8", by_host=False)
     for f in gc_findings:
         f.open_after = 1  # R1's own k is its persistence
         f.cause_phase = "gc_ms"
@@ -275,15 +299,21 @@ def _steps(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionConfi
     data_ms = frame.phases[PHASE_INDEX["data_ms"]]
     d1 = frame.batch / (data_ms / 1e3)
     d1 = d1[np.isfinite(d1) & (data_ms > 0)]
-    x = np.array([1e3 / step_ms if step_ms > 0 else np.nan, float(np.median(d1)) if d1.size else np.nan])
-    st3, a = r3.evaluate(x, state.rules.get("r3"), r3.Params(warmup=cfg.r3_warmup, length=cfg.r3_length, k=cfg.r3_k,
-                                                           min_deviation=cfg.r3_min_deviation))
-    state.rules["r3"] = st3
-    for i, which in enumerate(a.index.tolist()):
-        label = "step throughput (steps/s)" if which == 0 else "D1 DataLoader throughput (batch/s)"
-        out.append(_finding("R3", "job", "job", frame.step, f"{label} {a.value[i]:.3g} outside its window "
-                            f"(mean {a.baseline[i]:.3g})", a, i, cfg, metric="D1" if which else "step_throughput",
-                            open_after=cfg.rule_open_after))
+    series = (("step_throughput", "step throughput (steps/s)", 1e3 / step_ms if step_ms > 0 else np.nan, 0),
+              ("D1", "D1 DataLoader throughput (batch/s)", float(np.median(d1)) if d1.size else np.nan,
+               cfg.r3_adapt_after))
+    # step throughput keeps the spec's bare FIFO (every value enters): the slow-step scope owns step
+    # time (baseline, change points), R3 marks a change's onset; D1 holds alarming values out
+    for metric, label, value, adapt in series:
+        sk = f"r3:{metric}"
+        st3, a = r3.evaluate(np.array([value]), state.rules.get(sk), r3.Params(
+            warmup=cfg.r3_warmup, length=cfg.r3_length, k=cfg.r3_k, min_deviation=cfg.r3_min_deviation,
+            adapt_after=adapt))
+        state.rules[sk] = st3
+        for i in range(len(a)):
+            out.append(_finding("R3", "job", "job", frame.step, f"{label} {a.value[i]:.3g} outside its window "
+                                f"(mean {a.baseline[i]:.3g})", a, i, cfg, metric=metric,
+                                open_after=cfg.rule_open_after))
     _timed(timings, "R3", t0)
 
     t0 = time.perf_counter()
@@ -328,7 +358,7 @@ def _kernels(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionCon
         st4, a = r4.evaluate(med, state.rules.get(sk), r4.Params(history=cfg.r4_history, iqr_k=cfg.r4_iqr_k,
                                                                 bench_samples=cfg.r4_bench_samples,
                                                                 p_bench=cfg.r4_p_bench,
-                                                                min_deviation=cfg.r4_min_deviation))
+                                                                min_deviation=cfg.r4_trend_min_deviation))
         state.rules[sk] = st4
         for i in range(len(a)):
             out.append(_finding("R4", "job", "job", frame.step, f"kernel {key}: efficiency {a.value[i]:.2f} of "
@@ -405,8 +435,44 @@ def _kernels(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionCon
     for direction, rate in copy.items():
         sk = f"r9:{direction}"
         st9, a = r9.evaluate(rate, _grow(state.rules.get(sk), world, "pos"),
-                             r9.Params(low=cfg.r9_low_gbps, high=cfg.r9_high_gbps))
+                             r9.Params(low=cfg.r9_low_gbps, high=cfg.r9_high_gbps,
+                                       learned_low=cfg.r9_learned_low, learned_high=cfg.r9_learned_high))
         state.rules[sk] = st9
         out.extend(_rank_findings("R9", a, topo, frame, cfg, f"{direction} copy rate GB/s", f"copy_{direction}"))
     _timed(timings, "R9", t0)
     return out
+
+
+FOLLOW_RULES = ("R3", "R4", "R7", "R8", "R9", "R10")
+
+
+def follow_slow_step(findings: list[Finding]) -> list[Finding]:
+    """Job-wide rule findings of a step whose slow step was joined to a culprit follow it there.
+
+    R3 on step throughput, a job-wide R4/R7/R8/R9/R10 in the same step describe the same slow
+    steps that the join (streams/incidents/join.py) attributed to a slow rank or host: one
+    problem, one incident carrying every rule id, not a second job-scope incident beside it.
+    Run after the join, which decides where the slow step goes.
+    """
+    slow = next((f for f in findings if f.rule == "SLOW_STEP" and f.key != "job" and f.family == "perf"), None)
+    if slow is None:
+        return findings
+    for f in findings:
+        if f.key == "job" and f.rule in FOLLOW_RULES and f.family == "perf":
+            f.key, f.scope, f.ranks, f.host = slow.key, slow.scope, list(slow.ranks), slow.host
+            f.open_after = max(f.open_after, slow.open_after)
+    return findings
+
+
+def name_slow_groups(findings: list[Finding]) -> list[Finding]:
+    """An R6 finding the join left on its group (not a symptom of a slow link, rank or host) is a
+    slow-group incident: it carries the SLOW_GROUP scope id beside R6. Run after the join."""
+    extra = []
+    for f in findings:
+        if f.rule == "R6" and f.scope == "group" and f.key.startswith("group:"):
+            g = copy.copy(f)
+            g.rule = "SLOW_GROUP"
+            g.ranks = list(f.ranks)
+            g.evidence = dict(f.evidence)
+            extra.append(g)
+    return findings + extra

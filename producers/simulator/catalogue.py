@@ -203,9 +203,13 @@ def _moe_imbalance(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.
 
 @kind("compile_defect")
 def _compile_defect(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
-    factor = _m(f, "launch_us", 120.0) / job.hardware.launch_us
-    fx.launch_mul[_r(f)] *= factor
-    fx.launch_mad_mul[_r(f)] *= factor
+    # spec §4 ties this fault to R8 (CU < 0.7): only the launches that hit a recompilation are slow,
+    # so latency turns bimodal: a share p at X, the rest at the nominal b, mean = target;
+    # the mean absolute deviation of that mix is 2p(1-p)(X - b) (scaling every launch alike would keep CU)
+    b, target, p = job.hardware.launch_us, _m(f, "launch_us", 120.0), _m(f, "recompile_share", 0.3)
+    slow = (target - (1.0 - p) * b) / p
+    fx.launch_mul[_r(f)] *= target / b
+    fx.launch_mad_mul[_r(f)] *= 2.0 * p * (1.0 - p) * (slow - b) / job.hardware.launch_mad_us
     _compute(fx, job, _r(f), 1.08)
 
 

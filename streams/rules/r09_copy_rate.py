@@ -19,7 +19,7 @@ from streams.rules.base import Alarms, FloatArray, IntArray, Ring, as_array
 class Params:
     low: float = 0.0
     high: float = 0.0
-    learned_low: float = 0.5
+    learned_low: float = 0.7
     learned_high: float = 2.0
     warmup: int = 10
     length: int = 50

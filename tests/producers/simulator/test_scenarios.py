@@ -154,6 +154,7 @@ def _moe_imbalance(p: Pair) -> None:
 def _compile_defect(p: Pair) -> None:
     mean = np.mean([p.bad[s].launch_mean_us for s in p.window])
     assert mean > 100.0  # launch latency > 100 µs
+    assert p.cu(p.bad) < 0.7 <= p.cu(p.good)  # R8: only the recompiled launches are slow, latency non-uniform
 
 
 def _bad_data_format(p: Pair) -> None:

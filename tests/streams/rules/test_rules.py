@@ -218,3 +218,35 @@ def test_r2_warmup_and_absolute_sigma_floor() -> None:
     assert tiny, "a smooth history has a tiny sigma: 0.3 degrees is a drift"
     _, floored = _feed(r2, smooth, r2.Params(history=30, sigma_floor=0.0, sigma_min=1.0))
     assert floored == []
+
+
+def test_r3_holds_alarms_out_so_a_lasting_fault_keeps_alarming() -> None:
+    healthy = [100.0 + (-1) ** i for i in range(20)]
+    series = [*healthy, *[60.0] * 10, *healthy[:5]]
+    _, bare = _feed(r3, series, r3.Params(warmup=0, length=10, adapt_after=0))
+    assert len([t for t, _ in bare if 20 <= t < 30]) < 5, "the bare FIFO absorbs the fault within a few values"
+    _, held = _feed(r3, series, r3.Params(warmup=0, length=10, adapt_after=50))
+    assert [t for t, _ in held] == list(range(20, 30)), "every faulty value alarms, the recovery does not"
+
+
+def test_r3_adapts_after_a_full_run_of_alarms_and_resets() -> None:
+    series = [100.0, 101.0, 99.0, 100.0, *[60.0, 61.0] * 6]
+    _, alarms = _feed(r3, series, r3.Params(warmup=0, length=10, adapt_after=4))
+    assert [t for t, _ in alarms] == [4, 5, 6, 7], "after 4 alarms in a row the new level is the window"
+    state, _ = _feed(r3, series, r3.Params(warmup=0, length=10, adapt_after=4))
+    assert int(state.run[0]) == 0 and np.nanmean(state.buf[0]) < 70
+
+
+def test_r3_hold_out_no_verdict_with_fewer_than_two_and_constant_quiet() -> None:
+    params = r3.Params(warmup=0, length=10, adapt_after=5)
+    _, alarms = _feed(r3, [100.0, 1.0], params)
+    assert alarms == []
+    _, constant = _feed(r3, [5.0] * 40, params)
+    assert constant == []
+    _, warm = _feed(r3, [1.0, 1000.0] + [5.0] * 10, r3.Params(warmup=2, length=5, adapt_after=5))
+    assert warm == []
+
+
+def test_r9_default_learned_band_flags_a_forty_percent_drop() -> None:
+    _, alarms = _feed(r9, [10.0] * 12 + [6.0, 9.5], r9.Params(warmup=10))
+    assert alarms == [(12, 0)], "H2D -40 % (spec §4 bad data format) is outside the learned band"
