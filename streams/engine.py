@@ -20,7 +20,7 @@ from streams.combine.chunks import StepColumns
 from streams.incidents.book import IncidentBook
 from streams.incidents.join import JoinState, OpenTrack, join
 from streams.ingest.decode import DOMAINS
-from streams.scopes import hung, pp_stage, slow_link, slow_rank, slow_step, stall
+from streams.scopes import group_split, hung, pp_stage, slow_link, slow_rank, slow_step, stall
 from streams.scopes.finding import Finding
 from streams.signals import SignalState, device_findings, device_ticks, frame_findings
 from streams.windows.step_frames import Frame, StepFrames, WindowParams
@@ -146,6 +146,9 @@ class JobEngine:
         self.stages, found = pp_stage.evaluate(frame, self.frames.topo, self.stages, self.cfg)
         findings.extend(found)
         self._timed("SLOW_STAGE", t)
+        t = time.perf_counter()
+        findings.extend(group_split.evaluate(frame, self.frames.topo, self.cfg))
+        self._timed("SLOW_GROUP", t)
         t = time.perf_counter()
         self.links, found = slow_link.evaluate(frame, self.frames.topo, self.links, self.cfg)
         findings.extend(found)

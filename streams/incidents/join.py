@@ -32,7 +32,7 @@ Members = Callable[[str, int], set[int]]  # (domain, group) -> its ranks
 
 CULPRIT_RULES = ("SLOW_HOST", "SLOW_RANK", "SLOW_STAGE")
 CULPRIT_SCOPES = ("rank", "host", "stage")
-SLOW_CULPRITS = (*CULPRIT_RULES, "R6", "SLOW_LINK")  # what explains slow steps: also a slow group or link
+SLOW_CULPRITS = (*CULPRIT_RULES, "R6", "SLOW_GROUP", "SLOW_LINK")  # what explains slow steps: a group, a link
 SLOW_CULPRIT_SCOPES = (*CULPRIT_SCOPES, "group", "link")
 JOIN_SLACK_STEPS = 2  # a culprit that began at least this many steps before the slow steps still explains them
 GC_STORM_WINDOW = 10  # steps over which GC pauses of different ranks count as one storm
@@ -70,7 +70,8 @@ def join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: int
     """`tracks`: the book's perf tracks, open or candidate; `step`: the step being evaluated;
     `baseline_len`: steps in the slow-step baseline (a culprit older than half of it is in it);
     `state`: the job's join memory (None: this step alone)."""
-    out = _join(findings, world, tracks, step, members, baseline_len, state)
+    out = sorted(_join(findings, world, tracks, step, members, baseline_len, state),
+                 key=lambda f: f.rule != "SLOW_GROUP")  # a split group is its incident's primary rule
     for f in out:
         if f.key != "job":  # a new step-time baseline ends the job's own incident, never the culprit's
             f.evidence.pop("resolve_now", None)
@@ -84,6 +85,7 @@ def _join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: in
     if members is not None:
         _join_links(findings, tracks, members)
         _join_groups(findings, tracks, members)
+    _join_split(findings, tracks)
     devices = [f for f in findings if f.scope == "device" and f.family == "perf"]
     by_metric: dict[tuple[str, str | None], list[Finding]] = {}
     for f in devices:
@@ -197,6 +199,24 @@ def _join_groups(findings: list[Finding], tracks: list[OpenTrack], members: Memb
             if group & ranks:
                 f.key, f.ranks = key, sorted(group & ranks)
                 f.scope = "host" if key.startswith("host:") else "rank"
+                break
+
+
+def _join_split(findings: list[Finding], tracks: list[OpenTrack]) -> None:
+    """Rank and link findings inside a split group (SLOW_GROUP flagged now, or open) are its members'
+    symptoms: the slow members of an imbalanced group are not separate problems."""
+    groups = [(f.key, frozenset(f.ranks)) for f in findings if f.rule == "SLOW_GROUP"]
+    groups += [(t.key, frozenset(t.ranks)) for t in tracks if t.opened and "SLOW_GROUP" in t.rules]
+    if not groups:
+        return
+    for f in findings:
+        if f.scope not in ("rank", "link", "device") or f.family != "perf" or not f.ranks:
+            continue
+        for key, ranks in groups:
+            if set(f.ranks) <= ranks:
+                domain, _, group = key.removeprefix("group:").partition("/")
+                f.key, f.scope, f.domain, f.group = key, "group", domain, int(group)
+                f.host, f.link, f.device = None, None, None
                 break
 
 
