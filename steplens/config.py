@@ -28,6 +28,7 @@ class DetectionConfig:
     slow_rank_z: float = 3.0         # the slowest rank's busy time must also be this many robust sigmas out
     slow_rank_min_steps: int = 3     # consecutive flagged steps before a slow-rank incident opens
     resolve_after_steps: int = 5     # clean steps before an open incident is resolved
+    incident_hold_down_steps: int = 10  # a resolved incident re-opens (same id) on a re-fire this soon after
     window_lateness_steps: int = 8   # a group's step window closes incomplete this many steps behind the newest
     profile_steps: int = 5           # steps of detailed profiling requested for a slow rank
     # engine (streams/engine.py) — windows, scopes; docs/detection.md explains each

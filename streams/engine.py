@@ -18,9 +18,9 @@ from schemas import ControlCommand, Incident
 from steplens.config import DetectionConfig
 from streams.combine.chunks import StepColumns
 from streams.incidents.book import IncidentBook
-from streams.incidents.join import OpenTrack, join
+from streams.incidents.join import JoinState, OpenTrack, join
 from streams.ingest.decode import DOMAINS
-from streams.scopes import hung, pp_stage, slow_link, slow_rank, slow_step, stall
+from streams.scopes import group_split, hung, pp_stage, slow_link, slow_rank, slow_step, stall
 from streams.scopes.finding import Finding
 from streams.signals import (
     SignalState,
@@ -56,6 +56,7 @@ class JobEngine:
     signals: SignalState = field(default_factory=SignalState)
     stall: stall.StallState = field(default_factory=stall.StallState)
     links: slow_link.LinkState = field(default_factory=slow_link.LinkState)
+    joins: JoinState = field(default_factory=JoinState)
     last_step: int | None = None
     ended: bool = False
     finished: bool = False
@@ -69,7 +70,9 @@ class JobEngine:
         params = WindowParams(timeout_factor=cfg.window_timeout_factor, timeout_min_s=cfg.window_timeout_min_s,
                               timeout_max_s=cfg.window_timeout_max_s, max_open_steps=cfg.window_max_open_steps)
         return cls(job=job, cfg=cfg, frames=StepFrames(params=params),
-                   book=IncidentBook(job=job, profile_steps=cfg.profile_steps))
+                   book=IncidentBook(job=job, profile_steps=cfg.profile_steps,
+                                     hold_down_steps=cfg.incident_hold_down_steps,
+                                     shift_hold_steps=cfg.baseline_steps))
 
     def on_chunk(self, chunk: dict[str, Any], now_ns: int) -> list[Output]:
         self.stats.chunks += 1
@@ -151,6 +154,9 @@ class JobEngine:
         findings.extend(found)
         self._timed("SLOW_STAGE", t)
         t = time.perf_counter()
+        findings.extend(group_split.evaluate(frame, self.frames.topo, self.cfg))
+        self._timed("SLOW_GROUP", t)
+        t = time.perf_counter()
         self.links, found = slow_link.evaluate(frame, self.frames.topo, self.links, self.cfg)
         findings.extend(found)
         self._timed("SLOW_LINK", t)
@@ -160,13 +166,14 @@ class JobEngine:
         findings.extend(frame_findings(frame, self.frames.topo, self.signals, self.cfg, self.stats.rule_seconds))
         findings.extend(self._device_findings_until(frame))
         findings = join(findings, int(frame.seen.sum()), self._tracks(), frame.step, self._members,
-                        len(self.slow_step.history))
+                        len(self.slow_step.history), self.joins)
         findings = name_slow_groups(follow_slow_step(findings))
         return list(self.book.observe(frame.step, findings, now_ns, frame.seen))
 
     def _tracks(self) -> list[OpenTrack]:
         return [OpenTrack(t.finding.key, t.finding.scope, t.finding.cause_phase, t.first, t.opened,
-                          tuple(t.finding.ranks)) for t in self.book.tracks.values() if t.finding.family == "perf"]
+                          tuple(t.finding.ranks), tuple(t.rules))
+                for t in self.book.tracks.values() if t.finding.family == "perf"]
 
     def _members(self, domain: str, group: int) -> set[int]:
         topo = self.frames.topo

@@ -13,6 +13,24 @@
   evidence either way: it neither flags nor cleans the incident. Counting it as clean
   resolved an open incident during a catch-up and opened a second one for the same fault
   right after (measured in `make chaos`).
+- Hold-down (hysteresis against fragmentation): a resolved incident is held for
+  `hold_down_steps` steps. A finding of the same problem (same family and key) in that time
+  re-opens the SAME incident (same id, an `update` carrying `evidence.reopened`) once it
+  passes the usual persistence, instead of opening a second one. Typical cases: a slow step
+  resolved as a new baseline after `shift_steps` while the kernel rules, whose history has
+  only just formed, begin to fire on the same job; a fault that comes and goes (unstable
+  power, timing conflicts) resolving between bursts. An incident resolved as a permanent
+  shift (`resolve_now`: the slow steps became the new baseline) is held for
+  `shift_hold_steps` (the baseline's length): until the new baseline has replaced the old
+  one, the job changing back (the change reverted, the fault ended) is the end of the same
+  episode, not a new problem. A host incident's absorbed ranks are not held (the host carries them).
+- A host incident opening continues an incident of one of its ranks (open, or resolved as
+  absorbed or recently, i.e. held) rather than adding one: a host fault often shows on its worst
+  rank first (a foreign process: Hermes' rank 3) before half the host's ranks are flagged.
+- Adoption: a culprit found a few steps after the job's slow steps opened their own job-wide
+  incident (a slow PP stage or DP group needs more steps to show than the step time) takes
+  that incident over when it opens (`Finding.adopts`): same id, an `update` with the
+  culprit's scope and every rule of both, instead of a second incident for one fault.
 - Opening a rank or host incident sends one `profile_on` for the culprit ranks
   (coarse-to-fine); ids are deterministic, so a replay after a restart re-sends the SAME
   ids, never a second incident or command.
@@ -61,13 +79,18 @@ class Track:
     incident_id: str = ""
     since_update: int = 0
     peak: float | None = None
+    resolved_at: int | None = None  # the step it was last resolved at (a held incident re-opening)
+    hold: int = 0                   # ... and for how many steps it stays held
 
 
 @dataclass(slots=True)
 class IncidentBook:
     job: str
     profile_steps: int = 5
+    hold_down_steps: int = 10
+    shift_hold_steps: int = 50
     tracks: dict[str, Track] = field(default_factory=dict)
+    held: dict[str, Track] = field(default_factory=dict)  # resolved incidents that may still re-open
     commands_sent: list[str] = field(default_factory=list)
     opened_total: int = 0
 
@@ -78,6 +101,8 @@ class IncidentBook:
         `seen`: which ranks reported this step (None: all of them).
         """
         out: list[Output] = []
+        for tid in [t for t, tr in self.held.items() if step - (tr.resolved_at or 0) > tr.hold]:
+            del self.held[tid]
         hosts = {f.host for f in findings if f.scope == "host" and f.host}
         hosts |= {t.finding.host for t in self.tracks.values()
                   if t.opened and t.finding.scope == "host" and t.finding.host}
@@ -97,7 +122,8 @@ class IncidentBook:
             touched.add(tid)
             track = self.tracks.get(tid)
             if track is None:
-                track = self.tracks[tid] = Track(finding=f, first=step, last=step, rules=[f.rule], peak=f.observed)
+                track = self.tracks[tid] = self._revive(tid, f, step) or Track(
+                    finding=f, first=step, last=step, rules=[f.rule], peak=f.observed)
             else:
                 new_rule = f.rule not in track.rules
                 track.flagged += 1
@@ -107,14 +133,14 @@ class IncidentBook:
                 if new_rule and track.opened:
                     track.since_update = UPDATE_EVERY  # a rule joining is news: update now
             if f.scope == "host":
-                out.extend(self._absorb(f.host, now_ns))
+                out.extend(self._absorb(f.host, step, now_ns))
             if not track.opened and track.flagged >= f.open_after:
                 out.extend(self._open(tid, track, now_ns))
             elif track.opened:
                 track.since_update += 1
                 if f.evidence.get("resolve_now"):
-                    out.append(self._event(track, "resolved", now_ns))
-                    del self.tracks[tid]
+                    out.append(self._resolve(tid, track, step, now_ns, max(self.hold_down_steps,
+                                                                           self.shift_hold_steps)))
                 elif track.since_update >= UPDATE_EVERY:
                     track.since_update = 0
                     out.append(self._event(track, "update", now_ns))
@@ -126,20 +152,57 @@ class IncidentBook:
             if not track.opened:
                 if track.clean > track.finding.candidate_gap:
                     del self.tracks[tid]  # persistence: flagged steps in a row (`candidate_gap` clean ones allowed)
+                    if track.incident_id:
+                        self.held[tid] = track  # a re-fire that did not persist: still held (from its resolve)
             elif track.clean >= track.finding.resolve_after:
-                if track.opened:
-                    out.append(self._event(track, "resolved", now_ns))
-                del self.tracks[tid]
+                out.append(self._resolve(tid, track, step, now_ns, self.hold_down_steps))
         return out
 
     def finish(self, now_ns: int) -> list[Output]:
         """The job ended: every open incident is resolved, candidates are dropped."""
         out: list[Output] = [self._event(t, "resolved", now_ns) for t in self.tracks.values() if t.opened]
         self.tracks.clear()
+        self.held.clear()
         return out
 
     def open_incidents(self) -> int:
         return sum(1 for t in self.tracks.values() if t.opened)
+
+    def _resolve(self, tid: str, track: Track, step: int, now_ns: int, hold: int) -> Incident:
+        """Resolve an open incident and hold it for `hold` steps (it may re-open)."""
+        del self.tracks[tid]
+        track.resolved_at, track.hold = step, hold
+        if hold > 0 and self.hold_down_steps > 0:
+            self.held[tid] = track
+        return self._event(track, "resolved", now_ns)
+
+    def _revive(self, tid: str, f: Finding, step: int) -> Track | None:
+        """The held incident of this problem, back as a candidate (None: nothing held)."""
+        track = self.held.pop(tid, None)
+        if track is None:
+            return None
+        track.opened, track.flagged, track.clean, track.since_update, track.last = False, 1, 0, 0, step
+        self._merge(track, f)
+        return track
+
+    def _adopt(self, tid: str, track: Track, adopted: Track, now_ns: int) -> list[Output]:
+        """The culprit's candidate takes over an open incident: its id and steps, the culprit's scope."""
+        old = f"{adopted.finding.family}:{adopted.finding.key}"
+        if self.tracks.get(old) is adopted:
+            del self.tracks[old]
+        else:
+            self.held.pop(old, None)
+        rules = track.rules + [r for r in adopted.rules if r not in track.rules]
+        evidence = {**adopted.finding.evidence, **track.finding.evidence, "adopted": 1.0}
+        track.finding.evidence = evidence
+        track.finding.adopts = None
+        track.rules = rules
+        track.first = min(track.first, adopted.first)
+        track.incident_id = adopted.incident_id
+        track.opened = True
+        track.since_update = 0
+        self.tracks[tid] = track
+        return [self._event(track, "update", now_ns), *self._profile(track, f"{track.incident_id}@{tid}", now_ns)]
 
     def _merge(self, track: Track, f: Finding) -> None:
         if f.rule not in track.rules:
@@ -155,7 +218,7 @@ class IncidentBook:
             track.finding.ranks = ranks
         track.finding.evidence.update({k: v for k, v in f.evidence.items() if k not in track.finding.evidence})
 
-    def _absorb(self, host: str | None, now_ns: int) -> list[Output]:
+    def _absorb(self, host: str | None, step: int, now_ns: int) -> list[Output]:
         out: list[Output] = []
         for tid in [t for t, tr in self.tracks.items()
                     if tr.finding.scope == "rank" and tr.finding.host == host and tr.finding.family == "perf"]:
@@ -163,23 +226,47 @@ class IncidentBook:
             if track.opened:
                 track.finding.evidence["absorbed_by_host"] = 1.0
                 out.append(self._event(track, "resolved", now_ns))
+                track.resolved_at, track.hold = step, self.hold_down_steps
+                self.held[tid] = track  # the host's incident may take it over when it opens
         return out
+
+    def _host_adoptee(self, f: Finding) -> Track | None:
+        """A rank incident of this host, open or held, that the opening host incident continues:
+        the one the slow steps joined, else the earliest (the others stay resolved as absorbed)."""
+        ranks = [t for t in (*self.tracks.values(), *self.held.values())
+                 if t.finding.scope == "rank" and t.finding.host == f.host and t.finding.family == f.family
+                 and t.incident_id]
+        if f.scope != "host" or not ranks:
+            return None
+        return min(ranks, key=lambda t: ("SLOW_STEP" not in t.rules, t.first))
 
     def _open(self, tid: str, track: Track, now_ns: int) -> list[Output]:
         f = track.finding
+        adopted = self.tracks.get(f"{f.family}:{f.adopts}") if f.adopts else None
+        if adopted is None or not adopted.opened:
+            adopted = self._host_adoptee(f)
+        if adopted is not None and adopted is not track and not track.incident_id:
+            return self._adopt(tid, track, adopted, now_ns)
         track.opened = True
+        if track.incident_id:  # a held incident re-opens: same id, an update, no second profile command
+            track.finding.evidence["reopened"] = float(track.finding.evidence.get("reopened", 0.0)) + 1.0
+            return [self._event(track, "update", now_ns)]
         track.incident_id = f"{f.rule}:{self.job}:{f.key}:s{track.first}"
         self.opened_total += 1
-        out: list[Output] = [self._event(track, "open", now_ns)]
-        command_id = f"profile:{track.incident_id}"
-        if f.scope in PROFILE_SCOPES and f.ranks and command_id not in self.commands_sent:
-            self.commands_sent.append(command_id)
-            del self.commands_sent[:-1000]
-            out.append(ControlCommand(
-                command_id=command_id, job=self.job, action="profile_on", ranks=sorted(f.ranks),
-                step_first=track.last + 1, step_count=self.profile_steps, issued_ns=now_ns,
-                reason=_cap(f"{f.rule}: {f.summary}") or "", incident_id=track.incident_id))
-        return out
+        return [self._event(track, "open", now_ns), *self._profile(track, track.incident_id, now_ns)]
+
+    def _profile(self, track: Track, name: str, now_ns: int) -> list[Output]:
+        """One `profile_on` for a rank or host incident's culprit ranks (deterministic id: sent once)."""
+        f = track.finding
+        command_id = f"profile:{name}"
+        if f.scope not in PROFILE_SCOPES or not f.ranks or command_id in self.commands_sent:
+            return []
+        self.commands_sent.append(command_id)
+        del self.commands_sent[:-1000]
+        return [ControlCommand(
+            command_id=command_id, job=self.job, action="profile_on", ranks=sorted(f.ranks),
+            step_first=track.last + 1, step_count=self.profile_steps, issued_ns=now_ns,
+            reason=_cap(f"{f.rule}: {f.summary}") or "", incident_id=track.incident_id)]
 
     def _event(self, track: Track, state: str, now_ns: int) -> Incident:
         f = track.finding

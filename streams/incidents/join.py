@@ -10,22 +10,40 @@ book sees them, so that findings describing the same fault share one:
 - a slow step (job scope) explained by a few culprit ranks or a host flagged in the same step,
   or by a rank/host incident already open, joins that incident: in synchronous training the
   culprit makes the whole job slow, it is one problem;
-- GC: a slow step caused by GC on a few ranks joins their (leak) incident; GC on many ranks at
-  once (a storm), or while the job's GC incident is open, folds the ranks' findings into the
-  job's incident instead of one incident per rank.
+- a slow PP stage (SLOW_STAGE) is a culprit like a slow rank or host: the slow steps it
+  causes join it;
+- once the job's slow steps have joined a culprit's incident (it carries SLOW_STEP), every
+  other job-wide perf finding (R3, R4, R7, R10, job-wide R1/R2 …) while it is open is a
+  symptom of that culprit and joins it too: one incident, every rule id;
+- GC: a slow step caused by GC on one rank joins its (leak) incident; GC on two or more
+  different ranks within `GC_STORM_WINDOW` steps (unsynchronised pauses: a storm), or while
+  the job's GC incident is open, folds the ranks' findings into the job's incident instead
+  of one incident per rank. The window needs `JoinState` (the engine keeps it per job).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from streams.scopes.finding import Finding
 
 Members = Callable[[str, int], set[int]]  # (domain, group) -> its ranks
 
-CULPRIT_RULES = ("SLOW_HOST", "SLOW_RANK")
+CULPRIT_RULES = ("SLOW_HOST", "SLOW_RANK", "SLOW_STAGE")
+CULPRIT_SCOPES = ("rank", "host", "stage")
+SLOW_CULPRITS = (*CULPRIT_RULES, "R6", "SLOW_GROUP", "SLOW_LINK")  # what explains slow steps: a group, a link
+SLOW_CULPRIT_SCOPES = (*CULPRIT_SCOPES, "group", "link")
 JOIN_SLACK_STEPS = 2  # a culprit that began at least this many steps before the slow steps still explains them
+GC_STORM_WINDOW = 10  # steps over which GC pauses of different ranks count as one storm
+GC_STORM_RANKS = 2    # distinct ranks pausing within the window: a storm, the job's problem (a leak is one rank)
+
+
+@dataclass(slots=True)
+class JoinState:
+    """What join remembers between steps of one job: the last step each rank paused for GC."""
+
+    gc_last: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +56,7 @@ class OpenTrack:
     first: int  # the step it began at
     opened: bool = True
     ranks: tuple[int, ...] = ()
+    rules: tuple[str, ...] = ()
 
 
 def _gc_rank(f: Finding) -> bool:
@@ -46,14 +65,27 @@ def _gc_rank(f: Finding) -> bool:
 
 
 def join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: int,
-         members: Members | None = None, baseline_len: int = 2 * JOIN_SLACK_STEPS) -> list[Finding]:
+         members: Members | None = None, baseline_len: int = 2 * JOIN_SLACK_STEPS,
+         state: JoinState | None = None) -> list[Finding]:
     """`tracks`: the book's perf tracks, open or candidate; `step`: the step being evaluated;
-    `baseline_len`: steps in the slow-step baseline (a culprit older than half of it is in it)."""
+    `baseline_len`: steps in the slow-step baseline (a culprit older than half of it is in it);
+    `state`: the job's join memory (None: this step alone)."""
+    out = sorted(_join(findings, world, tracks, step, members, baseline_len, state),
+                 key=lambda f: f.rule != "SLOW_GROUP")  # a split group is its incident's primary rule
+    for f in out:
+        if f.key != "job":  # a new step-time baseline ends the job's own incident, never the culprit's
+            f.evidence.pop("resolve_now", None)
+    return out
+
+
+def _join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: int, members: Members | None,
+          baseline_len: int, state: JoinState | None) -> list[Finding]:
     open_tracks = [t for t in tracks if t.opened]
     first = {t.key: t.first for t in tracks}
     if members is not None:
         _join_links(findings, tracks, members)
         _join_groups(findings, tracks, members)
+    _join_split(findings, tracks)
     devices = [f for f in findings if f.scope == "device" and f.family == "perf"]
     by_metric: dict[tuple[str, str | None], list[Finding]] = {}
     for f in devices:
@@ -79,29 +111,61 @@ def join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: int
     slow = next((f for f in findings if f.rule == "SLOW_STEP" and f.scope == "job"), None)
     gc_ranks = [f for f in findings if f.rule == "R1" and f.metric == "T8" and f.scope == "rank"]
     storm_open = any(t.key == "job" and t.cause_phase == "gc_ms" for t in open_tracks)
-    if len(gc_ranks) > few or (storm_open and len(gc_ranks) > 1):
-        for f in findings:
-            if _gc_rank(f):
+    pausing = {r for f in gc_ranks for r in f.ranks}
+    if state is not None:
+        for r in pausing:
+            state.gc_last[r] = step
+        for r in [r for r, s in state.gc_last.items() if step - s >= GC_STORM_WINDOW]:
+            del state.gc_last[r]
+        pausing |= set(state.gc_last)
+    if gc_ranks and (len(pausing) >= GC_STORM_RANKS or len(gc_ranks) > few or storm_open):
+        keys = {f.key for f in findings if _gc_rank(f)}
+        for f in findings:  # the pausing ranks' findings and the symptoms joined to them
+            if _gc_rank(f) or (f.key in keys and f.family == "perf"):
                 f.key, f.scope, f.ranks, f.host = "job", "job", [], None
         return findings
-    if slow is None:
+    explained = _join_explained(findings, open_tracks)
+    if slow is None or explained:
         return findings
     if slow.cause_phase == "gc_ms" and gc_ranks and len(gc_ranks) <= few:
         _attach(slow, gc_ranks[0])
         return [f for f in findings if f is not slow] + [slow]  # the rank's rule stays the primary one
     # a culprit explains the slow steps only if it began with them (a rank slow all along is in the baseline)
     since = first.get("job", step) - max(JOIN_SLACK_STEPS, baseline_len // 2)
-    culprits = [f for rule in CULPRIT_RULES for f in findings
-                if f.rule == rule and f.scope in ("rank", "host") and first.get(f.key, step) >= since]
+    culprits = [f for rule in SLOW_CULPRITS for f in findings
+                if f.rule == rule and f.scope in SLOW_CULPRIT_SCOPES and first.get(f.key, step) >= since]
     keys = {f.key for f in culprits}
     if culprits and len(keys) <= few:
+        key = culprits[0].key
+        for f in findings:  # the other job-wide findings of this step are the culprit's symptoms too
+            if f.key == "job" and f.family == "perf" and f is not slow:
+                _attach(f, culprits[0])
         _attach(slow, culprits[0])
+        job = next((t for t in open_tracks if t.key == "job" and "SLOW_STEP" in t.rules), None)
+        if job is not None and key not in {t.key for t in open_tracks}:
+            for f in findings:  # the job's slow-step incident came first: the culprit takes it over
+                if f.key == key:
+                    f.adopts = "job"
         return [f for f in findings if f is not slow] + [slow]
-    joinable = sorted((t for t in open_tracks if t.scope in ("host", "rank") and t.first >= since),
+    joinable = sorted((t for t in open_tracks if t.scope in SLOW_CULPRIT_SCOPES and t.first >= since),
                       key=lambda t: t.scope != "host")
     if joinable and len(joinable) <= few:
         slow.key, slow.scope = joinable[0].key, joinable[0].scope  # type: ignore[assignment]
     return findings
+
+
+def _join_explained(findings: list[Finding], open_tracks: list[OpenTrack]) -> bool:
+    """Job-wide perf findings join the open culprit incident that the job's slow steps joined.
+
+    True when there is one (the slow step, if any, joined it too)."""
+    culprit = next((t for t in open_tracks if t.scope in SLOW_CULPRIT_SCOPES and "SLOW_STEP" in t.rules), None)
+    if culprit is None:
+        return False
+    for f in findings:
+        if f.key == "job" and f.family == "perf":
+            f.key, f.scope, f.ranks = culprit.key, culprit.scope, list(culprit.ranks)  # type: ignore[assignment]
+            f.host = None
+    return True
 
 
 def _join_links(findings: list[Finding], tracks: list[OpenTrack], members: Members) -> None:
@@ -138,8 +202,27 @@ def _join_groups(findings: list[Finding], tracks: list[OpenTrack], members: Memb
                 break
 
 
+def _join_split(findings: list[Finding], tracks: list[OpenTrack]) -> None:
+    """Rank and link findings inside a split group (SLOW_GROUP flagged now, or open) are its members'
+    symptoms: the slow members of an imbalanced group are not separate problems."""
+    groups = [(f.key, frozenset(f.ranks)) for f in findings if f.rule == "SLOW_GROUP"]
+    groups += [(t.key, frozenset(t.ranks)) for t in tracks if t.opened and "SLOW_GROUP" in t.rules]
+    if not groups:
+        return
+    for f in findings:
+        if f.scope not in ("rank", "link", "device") or f.family != "perf" or not f.ranks:
+            continue
+        for key, ranks in groups:
+            if set(f.ranks) <= ranks:
+                domain, _, group = key.removeprefix("group:").partition("/")
+                f.key, f.scope, f.domain, f.group = key, "group", domain, int(group)
+                f.host, f.link, f.device = None, None, None
+                break
+
+
 def _attach(slow: Finding, culprit: Finding) -> None:
     slow.key, slow.scope = culprit.key, culprit.scope
+    slow.domain, slow.group, slow.link, slow.stage = culprit.domain, culprit.group, culprit.link, culprit.stage
     slow.open_after = max(slow.open_after, culprit.open_after)  # joining never lowers the culprit's persistence
     slow.candidate_gap = culprit.candidate_gap
     slow.ranks, slow.host = list(culprit.ranks), culprit.host

@@ -16,6 +16,8 @@ class Finding:
     family: "perf" (slow) or "hang": a hung rank is not the same problem as a slow one.
     open_after: flagged steps needed before an incident opens (persistence against noise).
     candidate_gap: clean steps a not-yet-open candidate survives between flagged ones (a flapping fault).
+    adopts: the key of an open incident this finding's incident takes over when it opens (a job-wide
+    slow-step incident that this culprit now explains: the same incident, localised).
     """
 
     rule: str
@@ -44,3 +46,4 @@ class Finding:
     open_after: int = 1
     resolve_after: int = 1
     candidate_gap: int = 0
+    adopts: str | None = None

@@ -97,3 +97,52 @@ def test_a_joining_slow_step_keeps_the_culprits_persistence() -> None:
     for step in (30, 31):  # a two-step blip on one rank: SLOW_RANK needs 3 steps, joining must not make it 2
         out += book.observe(step, join([_slow_step(step), _rank("SLOW_RANK", 7, step)], 64, [], step), 0)
     assert [o for o in out if getattr(o, "state", None) == "open"] == []
+
+
+def test_gc_on_two_ranks_within_the_window_is_a_storm_not_two_incidents() -> None:
+    from streams.incidents.join import JoinState
+
+    state = JoinState()
+    first = join([_rank("R1", 4, 60, metric="T8", cause_phase="gc_ms")], 64, [], 60, state=state)
+    assert [f.key for f in first] == ["rank:4"], "one rank pausing: its own (leak) incident"
+    second = join([_rank("R1", 12, 62, metric="T8", cause_phase="gc_ms"),
+                   _rank("SLOW_RANK", 12, 62, cause_phase="gc_ms")], 64, [], 62, state=state)
+    assert {f.key for f in second} == {"job"}, "a second rank pausing within the window: the job's storm"
+    later = join([_rank("R1", 30, 80, metric="T8", cause_phase="gc_ms")], 64, [], 80, state=state)
+    assert [f.key for f in later] == ["rank:30"], "the earlier pauses left the window"
+
+
+def test_slow_step_joins_a_slow_stage() -> None:
+    stage = Finding(rule="SLOW_STAGE", key="stage:1", scope="stage", step=60, summary="stage", stage=1,
+                    ranks=[32, 33], open_after=3)
+    found = join([_slow_step(60), stage], 64, [], 60)
+    assert {(f.key, f.scope) for f in found} == {("stage:1", "stage")}
+
+
+def test_job_symptoms_join_the_culprit_that_explains_the_slow_steps() -> None:
+    culprit = [OpenTrack("stage:1", "stage", None, first=60, ranks=(32, 33), rules=("SLOW_STAGE", "SLOW_STEP"))]
+    r4 = Finding(rule="R4", key="job", scope="job", step=70, summary="kernel", open_after=3)
+    found = join([r4], 64, culprit, 70)
+    assert [(f.key, f.scope, f.ranks) for f in found] == [("stage:1", "stage", [32, 33])]
+    unexplained = [OpenTrack("stage:1", "stage", None, first=60, ranks=(32, 33), rules=("SLOW_STAGE",))]
+    r4 = Finding(rule="R4", key="job", scope="job", step=70, summary="kernel", open_after=3)
+    assert join([r4], 64, unexplained, 70)[0].key == "job", "a culprit the slow steps never joined explains nothing"
+
+
+def test_a_slow_group_found_after_the_slow_steps_takes_their_incident_over() -> None:
+    from schemas import Incident
+
+    book = IncidentBook(job="j")
+    out: list[Incident] = []
+    for step in range(60, 70):
+        found = [_slow_step(step)]
+        if step >= 62:  # the group's bandwidth rule needs a few steps more than the step time
+            found.append(Finding(rule="R6", key="group:dp/2", scope="group", step=step, summary="slow group",
+                                 ranks=[2, 6], domain="dp", group=2, open_after=3))
+        tracks = [OpenTrack(t.finding.key, t.finding.scope, t.finding.cause_phase, t.first, t.opened,
+                            tuple(t.finding.ranks), tuple(t.rules)) for t in book.tracks.values()]
+        out += [o for o in book.observe(step, join(found, 64, tracks, step), 0) if isinstance(o, Incident)]
+    assert len({o.incident_id for o in out}) == 1, [(o.incident_id, o.state) for o in out]
+    last = out[-1]
+    assert (last.scope, last.domain, last.group) == ("group", "dp", 2)
+    assert {"SLOW_STEP", "R6"} <= set(last.rules) and last.step_first == 60

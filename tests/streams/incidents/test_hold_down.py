@@ -1,0 +1,98 @@
+"""Hold-down: a problem that re-fires soon after its incident resolved re-opens that incident."""
+
+from __future__ import annotations
+
+from schemas import Incident
+from streams.incidents.book import IncidentBook
+from streams.scopes.finding import Finding
+
+
+def _job(rule: str, step: int, open_after: int = 2, **kw: object) -> Finding:
+    return Finding(rule=rule, key="job", scope="job", step=step, summary=rule, open_after=open_after,
+                   resolve_after=3, **kw)  # type: ignore[arg-type]
+
+
+def _run(book: IncidentBook, plan: dict[int, list[Finding]], steps: range) -> list[Incident]:
+    out: list[Incident] = []
+    for step in steps:
+        out += [o for o in book.observe(step, plan.get(step, []), step) if isinstance(o, Incident)]
+    return out
+
+
+def test_refire_within_hold_down_reopens_the_same_incident() -> None:
+    book = IncidentBook(job="j", hold_down_steps=10)
+    plan = {s: [_job("SLOW_STEP", s)] for s in range(10, 14)}            # resolves at 16 (3 clean steps)
+    plan |= {s: [_job("R4", s)] for s in range(20, 25)}                  # 4 steps after the resolve
+    out = _run(book, plan, range(10, 40))
+    assert len({o.incident_id for o in out}) == 1
+    assert [o.state for o in out] == ["open", "resolved", "update", "resolved"]
+    last = out[-1]
+    assert (last.step_first, last.step_last) == (10, 24)
+    assert set(last.rules) == {"SLOW_STEP", "R4"}
+    assert out[2].evidence["reopened"] == 1.0
+
+
+def test_refire_after_hold_down_is_a_new_incident() -> None:
+    book = IncidentBook(job="j", hold_down_steps=3)
+    plan = {s: [_job("SLOW_STEP", s)] for s in range(10, 14)}
+    plan |= {s: [_job("SLOW_STEP", s)] for s in range(30, 34)}
+    out = _run(book, plan, range(10, 45))
+    assert len({o.incident_id for o in out}) == 2
+    assert [o.state for o in out] == ["open", "resolved", "open", "resolved"]
+
+
+def test_a_held_incident_reopens_only_after_the_usual_persistence() -> None:
+    book = IncidentBook(job="j", hold_down_steps=10)
+    plan = {s: [_job("SLOW_STEP", s)] for s in range(10, 14)}
+    plan[18] = [_job("SLOW_STEP", 18)]  # one flagged step: noise, not enough to re-open
+    plan |= {s: [_job("SLOW_STEP", s)] for s in (22, 23)}  # still within 10 steps of the resolve at 16
+    out = _run(book, plan, range(10, 40))
+    assert [o.state for o in out] == ["open", "resolved", "update", "resolved"]
+    assert out[2].step_last == 23, "re-opened at the second consecutive flagged step"
+
+
+def test_resolve_now_is_held_too() -> None:
+    book = IncidentBook(job="j", hold_down_steps=10)
+    plan = {s: [_job("SLOW_STEP", s)] for s in range(10, 13)}
+    plan[13] = [_job("SLOW_STEP", 13, evidence={"resolve_now": 1.0})]  # a shift: new baseline
+    plan |= {s: [_job("R7", s, open_after=3)] for s in range(14, 20)}
+    out = _run(book, plan, range(10, 30))
+    assert len({o.incident_id for o in out}) == 1
+    assert out[-1].state == "resolved" and set(out[-1].rules) == {"SLOW_STEP", "R7"}
+
+
+def test_hold_down_zero_keeps_every_resolve_final() -> None:
+    book = IncidentBook(job="j", hold_down_steps=0)
+    plan = {s: [_job("SLOW_STEP", s)] for s in (*range(10, 14), *range(18, 22))}
+    assert len({o.incident_id for o in _run(book, plan, range(10, 30))}) == 2
+
+
+def test_job_end_drops_what_is_held() -> None:
+    book = IncidentBook(job="j", hold_down_steps=10)
+    _run(book, {s: [_job("SLOW_STEP", s)] for s in range(10, 14)}, range(10, 20))
+    assert book.held
+    book.finish(0)
+    assert not book.held and not book.tracks
+
+
+def _on_node0(rule: str, key: str, scope: str, ranks: list[int], step: int) -> Finding:
+    return Finding(rule=rule, key=key, scope=scope, step=step, summary=rule, ranks=ranks, host="node-0",
+                   open_after=3, resolve_after=3)  # type: ignore[arg-type]
+
+
+def test_a_host_incident_continues_its_worst_ranks_incident() -> None:
+    from schemas import ControlCommand
+
+    book = IncidentBook(job="j", hold_down_steps=10)
+    plan = {s: [_on_node0("SLOW_RANK", "rank:3", "rank", [3], s)] for s in range(60, 66)}  # resolved at 68
+    plan |= {s: [_on_node0("SLOW_HOST", "host:node-0", "host", list(range(8)), s)] for s in range(71, 80)}
+    out = []
+    for step in range(60, 90):
+        out += book.observe(step, plan.get(step, []), step)
+    incidents = [o for o in out if isinstance(o, Incident)]
+    assert len({o.incident_id for o in incidents}) == 1
+    last = incidents[-1]
+    assert (last.scope, last.host, last.step_first, last.state) == ("host", "node-0", 60, "resolved")
+    assert set(last.rules) == {"SLOW_RANK", "SLOW_HOST"}
+    commands = [o for o in out if isinstance(o, ControlCommand)]
+    assert [c.ranks for c in commands] == [[3], list(range(8))], "the host's ranks are profiled too"
