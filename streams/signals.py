@@ -332,6 +332,7 @@ def _kernels(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionCon
     world = frame.seen.size
     # per key, per rank columns from the row-shaped summaries
     compute: dict[str, FloatArray] = {}
+    compute_flops: dict[str, FloatArray] = {}
     comm: dict[str, tuple[FloatArray, str]] = {}
     copy: dict[str, FloatArray] = {}
     launch: dict[str, tuple[FloatArray, FloatArray, FloatArray]] = {}
@@ -343,6 +344,7 @@ def _kernels(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionCon
                 continue
             if isinstance(flops, (int, float)) and flops > 0:
                 compute.setdefault(str(key), np.full(world, np.nan))[rank] = flops / total_ns * 1e9
+                compute_flops.setdefault(str(key), np.zeros(world))[rank] = flops
             if cat == "comm" and isinstance(nbytes, int) and isinstance(domain, str):
                 comm.setdefault(str(key), (np.full(world, np.nan), domain))[0][rank] = nbytes / total_ns
             if cat == "memcpy" and isinstance(nbytes, int):
@@ -352,6 +354,7 @@ def _kernels(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionCon
                                                     np.zeros(world)))
                 cols[0][rank], cols[1][rank], cols[2][rank] = l_mean, l_mad, float(count)  # type: ignore[arg-type]
     t0 = time.perf_counter()
+    weighted, weight = np.zeros(world), np.zeros(world)
     for key, p in compute.items():
         sk = f"r4:{key}"
         med = np.array([float(np.nanmedian(p))])
@@ -365,11 +368,21 @@ def _kernels(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionCon
                                 "benchmark, outside its IQR fences", a, i, cfg, metric=key,
                                 open_after=cfg.rule_open_after))
         ratio = p / med[0]
-        cross = r4.cross_section(ratio, cfg.r4_iqr_k, min_deviation=cfg.r4_min_deviation)
+        ok = np.isfinite(ratio)
+        w = compute_flops[key]
+        weighted[ok] += ratio[ok] * w[ok]
+        weight[ok] += w[ok]
+    if compute:
+        # ranks against each other on ALL their compute kernels at once (FLOP-weighted mean of each
+        # kernel's FLOP/s ratio to the job's median): a degraded or throttled chip is slow on most of
+        # them, while per-kernel jitter averages out; one cross-section per kernel flagged some rank's
+        # noisiest kernel every few steps (8 % jitter, dozens of kernels: false alarms)
+        rank_ratio = np.where(weight > 0, weighted / np.where(weight > 0, weight, 1.0), np.nan)
+        cross = r4.cross_section(rank_ratio, cfg.r4_iqr_k, min_deviation=cfg.r4_min_deviation)
         low = cross.value < cross.baseline
         slow = Alarms(cross.index[low], cross.value[low], cross.baseline[low], cross.threshold[low])
-        out.extend(_rank_findings("R4", slow, topo, frame, cfg, f"kernel {key} FLOP/s ratio to the job's median",
-                                  key))
+        out.extend(_rank_findings("R4", slow, topo, frame, cfg, "compute kernels' FLOP/s ratio to the job's median "
+                                  "(FLOP-weighted)", "compute"))
     _timed(timings, "R4", t0)
 
     t0 = time.perf_counter()
