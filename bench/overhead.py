@@ -43,6 +43,12 @@ from bench.stats import Estimate, cost_ratio, median_ci, paired_ratio_ci, ratio_
 from producers.workloads.ddp_transformer import WorkloadConfig, load_results, run
 
 MODES = ("none", "hook", "profiler")
+# Ablations run side by side with MODES (same rounds, same interleaving): where the hook's wall time goes.
+ABLATIONS = {
+    "hook_pycomm": "the hook with the opt-in Python DDP comm hook timing every bucket's all-reduce",
+    "pycomm": "that Python comm hook alone (pass-through all-reduce), no other hook code",
+    "hook_nosend": "the hook, its events built and encoded but not sent to Kafka",
+}
 OUT = Path(__file__).resolve().parent / "results" / "overhead.json"
 
 
@@ -121,18 +127,29 @@ def mean_over_ranks(per_rank: list[list[tuple[str, float]]]) -> list[tuple[str, 
     return [(per_rank[0][i][0], float(np.mean([t[i][1] for t in per_rank]))) for i in range(n)]
 
 
-def analyse(times: list[tuple[str, float]], block: int) -> dict[str, Any]:
-    rounds = rounds_of(times, block)
+def analyse(times: list[tuple[str, float]], block: int, modes: tuple[str, ...] = MODES) -> dict[str, Any]:
+    rounds = rounds_of(times, block, modes)
     if not rounds:
         raise ValueError("no complete round of blocks: run more rounds")
-    col = {m: [r[m] for r in rounds] for m in MODES}
-    out: dict[str, Any] = {"rounds": len(rounds), "steps_per_mode": {m: sum(len(b) for b in col[m]) for m in MODES}}
-    out["median_step_ms"] = {m: statistics.median([x for b in col[m] for x in b]) for m in MODES}
+    col = {m: [r[m] for r in rounds] for m in modes}
+    out: dict[str, Any] = {"rounds": len(rounds), "steps_per_mode": {m: sum(len(b) for b in col[m]) for m in modes}}
+    out["median_step_ms"] = {m: statistics.median([x for b in col[m] for x in b]) for m in modes}
     out["none_step_ms"] = median_ci([statistics.median(b) for b in col["none"]], seed=7)
-    for m in ("hook", "profiler"):
+    for m in modes[1:]:
         out[f"{m}_ratio"] = ratio_of_medians_ci(col[m], col["none"], seed=11)
         out[f"{m}_ratio_paired"] = paired_ratio_ci(col[m], col["none"], seed=13)
     return out
+
+
+def print_modes(stats: dict[str, Any], modes: tuple[str, ...]) -> None:
+    print(f"{'mode':<12} {'median step ms':>15} {'ratio vs none (95 % CI, rounds resampled)':>44} {'paired':>26}")
+    for m in modes:
+        if m == "none":
+            print(f"{m:<12} {stats['median_step_ms'][m]:>15.2f}")
+            continue
+        e, q = stats[f"{m}_ratio"], stats[f"{m}_ratio_paired"]
+        print(f"{m:<12} {stats['median_step_ms'][m]:>15.2f} {e.value:>14.4f} [{e.lo:.4f}, {e.hi:.4f}]"
+              f"{'':>12}{q.value:.4f} [{q.lo:.4f}, {q.hi:.4f}]")
 
 
 def hook_cost(pairs: int, parts: str | None, core: int | None) -> dict[str, Any]:
@@ -158,9 +175,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--block", type=int, default=4, help="steps per block (the first of each is discarded)")
     p.add_argument("--rounds", type=int, default=100,
                    help="rounds of (none, hook, profiler) blocks, the first is warm-up")
-    p.add_argument("--cost-pairs", type=int, default=3000, help="hooked/plain step pairs in the CPU-cost bench")
+    p.add_argument("--cost-pairs", type=int, default=3000,
+                   help="hooked/plain step pairs in the CPU-cost bench (0: skip it)")
+    p.add_argument("--modes", default=",".join(MODES + tuple(ABLATIONS)),
+                   help="modes interleaved in the wall-clock bench; none, hook and profiler are required")
+    p.add_argument("--comm-timing", default="reducer", choices=("reducer", "python", "off"),
+                   help="how the `hook` mode times DDP's all-reduce (producers/hook/torch.py)")
     p.add_argument("--out", type=Path, default=OUT)
     a = p.parse_args(argv)
+    modes = ("none", *(m for m in a.modes.split(",") if m and m != "none"))
+    if not set(MODES) <= set(modes) or not set(modes) <= set(MODES) | set(ABLATIONS):
+        p.error(f"--modes: need {MODES}, may add {tuple(ABLATIONS)}")
 
     from dataclasses import replace
 
@@ -185,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
                 # STEPLENS_HOME stays: the ranks need its Kafka credentials to send at all
                 env = {"STEPLENS_KAFKA_BOOTSTRAP": broker.bootstrap, "STEPLENS_TOPIC_PREFIX": prefix}
                 cfg = WorkloadConfig(job=f"bench-overhead-{int(time.time())}", world=a.world,
-                                     steps=a.block * len(MODES) * a.rounds, schedule=MODES, block=a.block,
+                                     steps=a.block * len(modes) * a.rounds, schedule=modes, block=a.block,
+                                     comm_timing=a.comm_timing,
                                      follow_control=False, out_dir=str(Path(tmp) / "out"), env=env, pin=True)
                 t0 = time.monotonic()
                 run(cfg)
@@ -194,13 +220,17 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             if started:
                 broker.stop()
+        stats = analyse(mean_over_ranks([[(m, ms) for m, ms in r["times"]] for r in results]), a.block, modes)
+        print_modes(stats, modes)
+        if a.cost_pairs <= 0:
+            print("cost bench skipped (--cost-pairs 0): nothing written")
+            return 0
         t1 = time.monotonic()
         cost = hook_cost(a.cost_pairs, None, cost_core)
         comm = hook_cost(a.cost_pairs // 2, "comm", cost_core)
         rest = hook_cost(a.cost_pairs // 2, "steps,optimizer,forward,autograd,loader,gc", cost_core)
         cost_wall = time.monotonic() - t1
 
-    stats = analyse(mean_over_ranks([[(m, ms) for m, ms in r["times"]] for r in results]), a.block)
     dropped = sum(sum((r["emitter_dropped"] or {}).values()) for r in results)
     in_job = [r["us_per_event"] for r in results if r["us_per_event"] is not None]
     thread = cost["thread_us_per_step"]
@@ -269,13 +299,6 @@ def main(argv: list[str] | None = None) -> int:
     }
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
-    print(f"{'mode':<10} {'median step ms':>15} {'ratio vs none (95 % CI, rounds resampled)':>44}")
-    for m in MODES:
-        if m == "none":
-            print(f"{m:<10} {stats['median_step_ms'][m]:>15.2f}")
-            continue
-        e = stats[f"{m}_ratio"]
-        print(f"{m:<10} {stats['median_step_ms'][m]:>15.2f} {e.value:>14.4f} [{e.lo:.4f}, {e.hi:.4f}]")
     print(f"training thread: {thread['value']} us/step [{thread['lo']}, {thread['hi']}] "
           f""
           f"(comm hook alone {comm['thread_us_per_step']['value']}, "
