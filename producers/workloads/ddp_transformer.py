@@ -93,10 +93,10 @@ class _SendSwitch:
         self.inner: Any = None
 
     def factory(self, settings: Any) -> Any:
-        from producers.hook import kafka_emitter_factory
+        from producers.hook import HOOK_FLUSH_INTERVAL_S, kafka_emitter_factory
         from schemas import Topics
 
-        build = kafka_emitter_factory(settings, Topics(settings.topic_prefix))
+        build = kafka_emitter_factory(settings, Topics(settings.topic_prefix), flush_interval_s=HOOK_FLUSH_INTERVAL_S)
 
         def make() -> _SendSwitch:
             self.inner = build()
@@ -122,6 +122,24 @@ class _SendSwitch:
     def close(self, timeout: float | None = 10.0) -> bool:
         ok: bool = self.inner.close(timeout)
         return ok
+
+
+def threads_cpu_s() -> dict[str, float]:
+    """CPU seconds of this process's Python threads by name (digits dropped), from /proc (schedstat,
+    ns): where a rank's CPU goes besides its training thread (the hook's builder, the emitter, the
+    Kafka client)."""
+    import re
+    import threading
+
+    out: dict[str, float] = {}
+    for t in threading.enumerate():
+        try:
+            ns = int(Path(f"/proc/self/task/{t.native_id}/schedstat").read_text().split()[0])
+        except (OSError, IndexError, ValueError):
+            continue
+        name = re.sub(r"[-_]?\d+", "", t.name) or "thread"
+        out[name] = out.get(name, 0.0) + ns / 1e9
+    return out
 
 
 def _free_port() -> int:
@@ -252,9 +270,13 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
     prof: Any = None
     step_idx = 0
     it = iter(loader)
+    warm_steps = min(cfg.block * len(cfg.schedule), cfg.steps - 1)  # the bench discards round 0
+    cpu0: dict[str, float] = {}
     timed_it = hook.wrap_loader(it) if hook is not None else it
     try:
         for step_idx in range(cfg.steps):
+            if step_idx == warm_steps:
+                cpu0 = {"process_s": time.process_time(), **threads_cpu_s()}
             mode = mode_of(step_idx, cfg)
             if mode != mode_on:
                 if prof is not None:
@@ -306,6 +328,8 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
             prof.__exit__(None, None, None)
         for p in hogs:
             p.terminate()
+    cpu1 = {"process_s": time.process_time(), **threads_cpu_s()}
+    cpu = {k: round(v - cpu0.get(k, 0.0), 3) for k, v in cpu1.items()}  # after the first round of blocks
     stats = None
     dropped: dict[str, int] | None = None
     if hook is not None:
@@ -325,7 +349,8 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
             "rank": rank, "times": times,
             "hook": asdict(stats) if stats is not None else None,
             "us_per_event": stats.us_per_event if stats is not None else None,
-            "emitter_dropped": dropped, "events_held": sends.held,
+            "emitter_dropped": dropped, "events_held": sends.held, "cpu_s": cpu,
+            "cpu_steps": cfg.steps - warm_steps,
         }))
     dist.destroy_process_group()
 
