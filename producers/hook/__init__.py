@@ -25,10 +25,11 @@ from steplens.config import Settings, load_settings
 
 # How long a rank's events may wait before they are sent (a batch of 512 goes at once). Each send is
 # one Kafka produce request whose client-side CPU (kafka-python's network and export threads, ~1.5 ms
-# on bench-overhead's box) does not depend much on its size: at 0.2 s a 50-steps/s rank spent 0.3 ms
-# of helper CPU per step, at 1 s 0.13 ms. On a node whose cores the ranks saturate that CPU is taken
-# from training; the price is up to 1 s more latency before detection sees a step.
-HOOK_FLUSH_INTERVAL_S = 1.0
+# on bench-overhead's box) does not depend much on its size: sending 2 events per step at 50 steps/s
+# cost 0.31 ms of helper CPU per step every 0.2 s, 0.13 ms every 1 s. On a node whose cores the ranks
+# saturate that CPU is taken from training; the price is latency before detection sees a step (and
+# bigger batches re-sent after an outage: delivery is at-least-once). 0.5 s: half-way.
+HOOK_FLUSH_INTERVAL_S = 0.5
 
 
 def kafka_emitter_factory(settings: Settings, topics: Topics, *, spool_dir: Path | None = None,
