@@ -182,8 +182,8 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--world", type=int, default=4)
     p.add_argument("--block", type=int, default=4, help="steps per block (the first of each is discarded)")
-    p.add_argument("--rounds", type=int, default=100,
-                   help="rounds of (none, hook, profiler) blocks, the first is warm-up")
+    p.add_argument("--rounds", type=int, default=150,
+                   help="rounds of one block per mode, the first is warm-up")
     p.add_argument("--cost-pairs", type=int, default=3000,
                    help="hooked/plain step pairs in the CPU-cost bench (0: skip it)")
     p.add_argument("--modes", default=",".join(MODES + tuple(ABLATIONS)),
