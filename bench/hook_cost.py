@@ -7,7 +7,7 @@ alike). Per block it reads the training thread's CPU clock (`time.thread_time_ns
 process's CPU clock (all threads: the hook's builder and the emitter's threads too) and the wall
 clock. The cost is the median over block pairs of (attached - detached) per step, with a
 bootstrap interval: it includes everything the hook adds to the training thread (step calls,
-forward/optimizer/autograd wrappers, the DDP comm hook, GC callbacks, the data-iterator wrapper,
+forward/optimizer/autograd wrappers, the DDP all-reduce timing, GC callbacks, the data-iterator wrapper,
 the hand-over to the builder thread), torch's own slower paths for hooked modules included.
 
 Run: `python -m bench.hook_cost` (prints JSON); bench/overhead.py runs it in a subprocess.
@@ -30,10 +30,12 @@ PARTS = ("steps", "comm", "optimizer", "forward", "autograd", "loader", "gc")
 
 
 def measure(*, pairs: int = 10_000, warmup_pairs: int = 200, width: int = 32, core: int | None = None,
-            parts: tuple[str, ...] = PARTS) -> dict[str, Any]:
+            parts: tuple[str, ...] = PARTS, comm_timing: str = "reducer") -> dict[str, Any]:
     """Alternate hooked and plain steps (ABBA) and return per-step costs (µs) with 95 % intervals.
 
-    `parts` leaves pieces of the instrumentation out (for a per-piece breakdown).
+    `parts` leaves pieces of the instrumentation out (for a per-piece breakdown); `comm_timing`
+    is how the `comm` part times DDP's all-reduce (its `reducer` default reads in the patched
+    autograd, so measure it as all parts minus all but `comm`).
     """
     if core is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {core})
@@ -71,7 +73,7 @@ def measure(*, pairs: int = 10_000, warmup_pairs: int = 200, width: int = 32, co
     orig_backward = torch.autograd.backward  # plain steps bypass the patched autograd entry point
     inst = TorchInstrumentation(hook)
     if "comm" in parts:
-        inst.attach_ddp(m_on)
+        inst.attach_ddp(m_on, timing=comm_timing)
     if "optimizer" in parts:
         inst.attach_optimizer(opt_on, auto_steps=False)
     if "forward" in parts:
@@ -146,13 +148,15 @@ def measure(*, pairs: int = 10_000, warmup_pairs: int = 200, width: int = 32, co
         "errors": stats.errors,
         "pairs": pairs,
         "parts": list(parts),
+        "comm_timing": comm_timing,
         "forward_phase": "from batch ready to backward start (attach_model(forward_hooks=False))",
         "model": f"DDP(gloo, world 1) Linear({width},{width})-ReLU-Linear, AdamW, batch 8, CPU",
         "method": "hooked and plain steps alternate (ABBA) on two identical DDP replicas; per pair of adjacent "
                   "steps the difference of training-thread CPU time (time.thread_time_ns); median over pairs "
                   "with a 95 % bootstrap interval; one process pinned to one core. Hooked steps carry every "
-                  "hook: step calls, forward/optimizer hooks, patched autograd, the timing DDP comm hook (plain: "
-                  "DDP's built-in all-reduce), the wrapped batch iterator, the GC callback",
+                  "hook: step calls, forward/optimizer hooks, patched autograd, the DDP all-reduce timing (reducer "
+                  "timestamps read after backward, or the opt-in Python comm hook; plain: DDP's built-in all-reduce "
+                  "and no timing), the wrapped batch iterator, the GC callback",
     }
 
 
@@ -166,9 +170,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pairs", type=int, default=10_000)
     p.add_argument("--core", type=int, default=None, help="pin to this CPU core")
     p.add_argument("--parts", default=",".join(PARTS), help="instrumentation pieces on hooked steps")
+    p.add_argument("--comm-timing", default="reducer", choices=("reducer", "python", "off"))
     a = p.parse_args(argv)
     parts = tuple(x for x in a.parts.split(",") if x)
-    sys.stdout.buffer.write(orjson.dumps(measure(pairs=a.pairs, core=a.core, parts=parts)) + b"\n")
+    doc = measure(pairs=a.pairs, core=a.core, parts=parts, comm_timing=a.comm_timing)
+    sys.stdout.buffer.write(orjson.dumps(doc) + b"\n")
     return 0
 
 

@@ -5,14 +5,15 @@ Two measurements, because wall-clock step times on this shared box are far noisi
 
 1. Wall clock, real job. The DDP transformer workload (producers/workloads/ddp_transformer.py,
    4 ranks pinned one per core, gloo on loopback, sending to the real Kafka) runs the three modes
-   -- no hook, hook, torch.profiler always on -- interleaved in many short blocks inside the same
-   process group, each round in a rotated order (ABC, BCA, CAB, ...), so drift and background
-   load hit every mode alike. The first round and the first step of every block (mode switch)
-   are discarded; a step's time is the mean over ranks. `none` and `profiler` train an identical
-   replica with DDP's built-in all-reduce (DDP takes one comm hook for its lifetime), so `none`
-   runs none of the hook's code. hook_ratio = median step with hook / median without, with a
-   95 % bootstrap interval that resamples whole rounds (bench/stats.py); also the median of
-   per-round paired ratios.
+   -- no hook, hook, torch.profiler always on -- and the ablations (ABLATIONS: the hook with the
+   opt-in Python DDP comm hook, that comm hook alone, the hook without sending) interleaved in
+   many short blocks inside the same process group, each round in a rotated order (ABC, BCA,
+   CAB, ...), so drift and background load hit every mode alike. The first round and the first
+   step of every block (mode switch) are discarded; a step's time is the mean over ranks. Modes
+   without the Python comm hook train a replica with DDP's built-in all-reduce (DDP takes one comm
+   hook for its lifetime), so `none` runs none of the hook's code. <mode>_ratio = median step in
+   that mode / median without hook, with a 95 % bootstrap interval that resamples whole rounds
+   (bench/stats.py); also the median of per-round paired ratios.
 2. Training-thread CPU cost (bench/hook_cost.py): hooked and plain steps of a small DDP model
    alternate step by step in one pinned process; the median paired difference of the training
    thread's CPU time is the hook's cost per step (`us_per_event` = that / events per step).
@@ -40,9 +41,15 @@ import numpy as np
 import orjson
 
 from bench.stats import Estimate, cost_ratio, median_ci, paired_ratio_ci, ratio_of_medians_ci
-from producers.workloads.ddp_transformer import WorkloadConfig, load_results, run
+from producers.workloads.ddp_transformer import HOOKED, WorkloadConfig, load_results, run
 
 MODES = ("none", "hook", "profiler")
+# Ablations run side by side with MODES (same rounds, same interleaving): where the hook's wall time goes.
+ABLATIONS = {
+    "hook_pycomm": "the hook with the opt-in Python DDP comm hook timing every bucket's all-reduce",
+    "pycomm": "that Python comm hook alone (pass-through all-reduce), no other hook code",
+    "hook_nosend": "the hook, its events built and encoded but not sent to Kafka",
+}
 OUT = Path(__file__).resolve().parent / "results" / "overhead.json"
 
 
@@ -121,23 +128,42 @@ def mean_over_ranks(per_rank: list[list[tuple[str, float]]]) -> list[tuple[str, 
     return [(per_rank[0][i][0], float(np.mean([t[i][1] for t in per_rank]))) for i in range(n)]
 
 
-def analyse(times: list[tuple[str, float]], block: int) -> dict[str, Any]:
-    rounds = rounds_of(times, block)
+def analyse(times: list[tuple[str, float]], block: int, modes: tuple[str, ...] = MODES) -> dict[str, Any]:
+    rounds = rounds_of(times, block, modes)
     if not rounds:
         raise ValueError("no complete round of blocks: run more rounds")
-    col = {m: [r[m] for r in rounds] for m in MODES}
-    out: dict[str, Any] = {"rounds": len(rounds), "steps_per_mode": {m: sum(len(b) for b in col[m]) for m in MODES}}
-    out["median_step_ms"] = {m: statistics.median([x for b in col[m] for x in b]) for m in MODES}
+    col = {m: [r[m] for r in rounds] for m in modes}
+    out: dict[str, Any] = {"rounds": len(rounds), "steps_per_mode": {m: sum(len(b) for b in col[m]) for m in modes}}
+    out["median_step_ms"] = {m: statistics.median([x for b in col[m] for x in b]) for m in modes}
     out["none_step_ms"] = median_ci([statistics.median(b) for b in col["none"]], seed=7)
-    for m in ("hook", "profiler"):
+    for m in modes[1:]:
         out[f"{m}_ratio"] = ratio_of_medians_ci(col[m], col["none"], seed=11)
         out[f"{m}_ratio_paired"] = paired_ratio_ci(col[m], col["none"], seed=13)
     return out
 
 
-def hook_cost(pairs: int, parts: str | None, core: int | None) -> dict[str, Any]:
+def print_modes(stats: dict[str, Any], modes: tuple[str, ...]) -> None:
+    print(f"{'mode':<12} {'median step ms':>15} {'ratio vs none (95 % CI, rounds resampled)':>44} {'paired':>26}")
+    for m in modes:
+        if m == "none":
+            print(f"{m:<12} {stats['median_step_ms'][m]:>15.2f}")
+            continue
+        e, q = stats[f"{m}_ratio"], stats[f"{m}_ratio_paired"]
+        print(f"{m:<12} {stats['median_step_ms'][m]:>15.2f} {e.value:>14.4f} [{e.lo:.4f}, {e.hi:.4f}]"
+              f"{'':>12}{q.value:.4f} [{q.lo:.4f}, {q.hi:.4f}]")
+
+
+def cpu_per_step(results: list[dict[str, Any]]) -> dict[str, float]:
+    """Mean over ranks of each thread's CPU (by name) per step after the warm-up round, ms."""
+    names = {n for r in results for n in (r.get("cpu_s") or {})}
+    return {n: round(statistics.fmean((r.get("cpu_s") or {}).get(n, 0.0) * 1000 / max(r.get("cpu_steps") or 1, 1)
+                                      for r in results), 3)
+            for n in sorted(names)}
+
+
+def hook_cost(pairs: int, parts: str | None, core: int | None, comm_timing: str = "reducer") -> dict[str, Any]:
     """bench/hook_cost.py in a fresh pinned process (its own process group, nothing else loaded)."""
-    cmd = [sys.executable, "-m", "bench.hook_cost", "--pairs", str(pairs)]
+    cmd = [sys.executable, "-m", "bench.hook_cost", "--pairs", str(pairs), "--comm-timing", comm_timing]
     if core is not None:
         cmd += ["--core", str(core)]
     if parts is not None:
@@ -156,11 +182,19 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--world", type=int, default=4)
     p.add_argument("--block", type=int, default=4, help="steps per block (the first of each is discarded)")
-    p.add_argument("--rounds", type=int, default=100,
-                   help="rounds of (none, hook, profiler) blocks, the first is warm-up")
-    p.add_argument("--cost-pairs", type=int, default=3000, help="hooked/plain step pairs in the CPU-cost bench")
+    p.add_argument("--rounds", type=int, default=150,
+                   help="rounds of one block per mode, the first is warm-up")
+    p.add_argument("--cost-pairs", type=int, default=3000,
+                   help="hooked/plain step pairs in the CPU-cost bench (0: skip it)")
+    p.add_argument("--modes", default=",".join(MODES + tuple(ABLATIONS)),
+                   help="modes interleaved in the wall-clock bench; none, hook and profiler are required")
+    p.add_argument("--comm-timing", default="reducer", choices=("reducer", "python", "off"),
+                   help="how the `hook` mode times DDP's all-reduce (producers/hook/torch.py)")
     p.add_argument("--out", type=Path, default=OUT)
     a = p.parse_args(argv)
+    modes = ("none", *(m for m in a.modes.split(",") if m and m != "none"))
+    if not set(MODES) <= set(modes) or not set(modes) <= set(MODES) | set(ABLATIONS):
+        p.error(f"--modes: need {MODES}, may add {tuple(ABLATIONS)}")
 
     from dataclasses import replace
 
@@ -185,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
                 # STEPLENS_HOME stays: the ranks need its Kafka credentials to send at all
                 env = {"STEPLENS_KAFKA_BOOTSTRAP": broker.bootstrap, "STEPLENS_TOPIC_PREFIX": prefix}
                 cfg = WorkloadConfig(job=f"bench-overhead-{int(time.time())}", world=a.world,
-                                     steps=a.block * len(MODES) * a.rounds, schedule=MODES, block=a.block,
+                                     steps=a.block * len(modes) * a.rounds, schedule=modes, block=a.block,
+                                     comm_timing=a.comm_timing,
                                      follow_control=False, out_dir=str(Path(tmp) / "out"), env=env, pin=True)
                 t0 = time.monotonic()
                 run(cfg)
@@ -194,13 +229,25 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             if started:
                 broker.stop()
+        stats = analyse(mean_over_ranks([[(m, ms) for m, ms in r["times"]] for r in results]), a.block, modes)
+        print_modes(stats, modes)
+        cpu = cpu_per_step(results)
+        warm = a.block * len(modes)
+        hooked = sum(1 for m, _ in results[0]["times"][warm:] if m in HOOKED)
+        steps_after = max(len(results[0]["times"]) - warm, 1)
+        hook_threads = round(sum(v for k, v in cpu.items() if k.startswith("steplens")) * steps_after
+                             / max(hooked, 1), 3)
+        print(f"CPU per step and rank after round 0, ms (steps of all modes): {cpu}; the hook's threads "
+              f"(builder, emitter, Kafka client) per step run with hook code: {hook_threads} ms")
+        if a.cost_pairs <= 0:
+            print("cost bench skipped (--cost-pairs 0): nothing written")
+            return 0
         t1 = time.monotonic()
-        cost = hook_cost(a.cost_pairs, None, cost_core)
-        comm = hook_cost(a.cost_pairs // 2, "comm", cost_core)
+        cost = hook_cost(a.cost_pairs, None, cost_core, a.comm_timing)
         rest = hook_cost(a.cost_pairs // 2, "steps,optimizer,forward,autograd,loader,gc", cost_core)
+        py = cost if a.comm_timing == "python" else hook_cost(a.cost_pairs // 2, None, cost_core, "python")
         cost_wall = time.monotonic() - t1
 
-    stats = analyse(mean_over_ranks([[(m, ms) for m, ms in r["times"]] for r in results]), a.block)
     dropped = sum(sum((r["emitter_dropped"] or {}).values()) for r in results)
     in_job = [r["us_per_event"] for r in results if r["us_per_event"] is not None]
     thread = cost["thread_us_per_step"]
@@ -233,10 +280,19 @@ def main(argv: list[str] | None = None) -> int:
         "us_per_event": cost["us_per_event"],
         "us_per_event_method": "training-thread CPU time the hook adds per step / events per step; " + cost["method"],
         "training_thread_us_per_step": thread,
-        "comm_hook_us_per_step": comm["thread_us_per_step"],
-        "all_but_comm_hook_us_per_step": rest["thread_us_per_step"],
-        "breakdown_method": "the same bench with only the timing DDP comm hook on hooked steps, then with "
-                            "everything but it (halves need not add up exactly: separate runs)",
+        "comm_timing": a.comm_timing,
+        "comm_timing_us_per_step": {
+            "reducer": round(cost["thread_us_per_step"]["value"] - rest["thread_us_per_step"]["value"], 2)
+            if a.comm_timing == "reducer" else None,
+            "python": round(py["thread_us_per_step"]["value"] - rest["thread_us_per_step"]["value"], 2)},
+        "all_but_comm_timing_us_per_step": rest["thread_us_per_step"],
+        "all_with_python_comm_hook_us_per_step": py["thread_us_per_step"],
+        "breakdown_method": "the same bench with every hook but the DDP all-reduce timing; a timing's cost = "
+                            "all hooks with it minus all but it (medians of separate runs: no interval)",
+        "ablations": {m: {"what": ABLATIONS[m], "ratio_ci95": _est(stats[f"{m}_ratio"], 4),
+                          "ratio_paired": _est(stats[f"{m}_ratio_paired"], 4),
+                          "median_step_ms": round(stats["median_step_ms"][m], 3)}
+                      for m in modes if m in ABLATIONS},
         "helper_threads_cpu_us_per_step": cost["helper_threads_cpu_us_per_step"],
         "events_per_step": cost["events_per_step"],
         "cost_bench": {k: cost[k] for k in ("pairs", "model", "unhooked_step_thread_us", "wall_us_per_step",
@@ -255,6 +311,11 @@ def main(argv: list[str] | None = None) -> int:
         "world": a.world,
         "pinned": "rank r on core r mod cores; cost bench on the last core",
         "load_average": load.summary(),
+        "rank_cpu_ms_per_step": cpu,
+        "hook_threads_cpu_ms_per_hooked_step": hook_threads,
+        "rank_cpu_method": "per rank, CPU seconds of each Python thread (by name, from /proc) and of the whole "
+                           "process (process_s, gloo's threads too) over the run / all steps of every mode; mean "
+                           "over ranks",
         "events_dropped": dropped,
         "events_sent": sum(r["hook"]["events"] for r in results if r["hook"]),
         "hook_errors": sum(r["hook"]["errors"] for r in results if r["hook"]),
@@ -269,17 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
-    print(f"{'mode':<10} {'median step ms':>15} {'ratio vs none (95 % CI, rounds resampled)':>44}")
-    for m in MODES:
-        if m == "none":
-            print(f"{m:<10} {stats['median_step_ms'][m]:>15.2f}")
-            continue
-        e = stats[f"{m}_ratio"]
-        print(f"{m:<10} {stats['median_step_ms'][m]:>15.2f} {e.value:>14.4f} [{e.lo:.4f}, {e.hi:.4f}]")
     print(f"training thread: {thread['value']} us/step [{thread['lo']}, {thread['hi']}] "
-          f""
-          f"(comm hook alone {comm['thread_us_per_step']['value']}, "
-          f"all but it {rest['thread_us_per_step']['value']}), us_per_event {doc['us_per_event']}; "
+          f"(all-reduce timing {doc['comm_timing_us_per_step']}, all but it {rest['thread_us_per_step']['value']}), "
+          f"us_per_event {doc['us_per_event']}; "
           f"cost-based ratio {cost_r.value:.5f} [{cost_r.lo:.5f}, {cost_r.hi:.5f}]")
     print(f"{verdict}; load average {doc['load_average']}; dropped {dropped}")
     print(f"wrote {a.out}")

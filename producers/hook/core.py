@@ -40,7 +40,7 @@ T = TypeVar("T")
 
 # The builder thread polls for finished steps at this interval instead of being woken per step:
 # waking a thread costs the training thread a futex call and often a context switch + GIL hand-off.
-BUILD_INTERVAL_S = 0.05
+BUILD_INTERVAL_S = 0.2
 MAX_RAW_RECORDS_PER_STEP = 100_000  # kernel/collective records kept per step before counting drops
 _COLL, _KERNEL, _OTHER = 0, 1, 2  # kinds of raw kernel records
 

@@ -3,11 +3,20 @@
 Zero-code-change mode: `instrument(hook, model=..., optimizer=...)` registers an optimizer
 step post-hook (a step ends when `optimizer.step()` returns and the next one begins at once),
 forward pre/post hooks on the root module (forward phase), and wraps `torch.autograd.backward`
-and `torch.autograd.grad` (B4/B5). A DDP model gets a communication hook that times every
-gradient bucket's all-reduce (launch to completion, bytes) and counts as *exposed*
-communication the time between the last bucket's launch and the end of backward: that is
+and `torch.autograd.grad` (B4/B5). A DDP model's gradient all-reduce is timed from DDP's own
+reducer by default (`comm_timing="reducer"`): the C++ reducer timestamps, every iteration, when
+its first bucket's all-reduce was launched, when the last gradient was ready and when the last
+all-reduce completed; the patched backward reads them once backward returns. *Exposed*
+communication is the time from the last gradient being ready to the end of the all-reduces:
 the part of gradient synchronisation no compute hid, i.e. what a rank spends waiting for the
-slowest member of its data-parallel group.
+slowest member of its data-parallel group. Nothing of ours runs during backward, so DDP keeps
+its built-in C++ all-reduce and backward never waits for the GIL.
+
+`comm_timing="python"` (opt-in) registers a Python DDP comm hook instead that times every
+bucket's all-reduce (launch to completion, bytes). It costs about as little training-thread CPU,
+but each bucket then needs the GIL three times during backward (the hook, its completion
+callback on the gloo/nccl thread, DDP's result parsing); with busy helper threads and ranks
+sharing cores those hand-offs made bench-overhead's job 1.29x slower instead of 1.05x (BENCHMARKS.md).
 
 Domains come from torch.distributed: Megatron-style `parallel_state` when it is initialised,
 else declared groups (lists of ranks per domain), else DP = the whole world. A group's id is
@@ -111,6 +120,49 @@ def torch_rank_info(job: str, *, declared: dict[str, Iterable[int]] | None = Non
 
 
 # --- instrumentation -------------------------------------------------------------------------------
+COMM_TIMINGS = ("reducer", "python", "off")  # how a DDP model's gradient all-reduce is timed
+DDP_DEFAULT_LOGGING_SAMPLE_RATE = 100  # torch's kDDPRuntimeLoggingSampleRate, restored at remove()
+
+
+class _ReducerTiming:
+    """DDP's reducer timestamps of the iteration that just ran backward (system-clock ns).
+
+    With a logging sample rate of 1 the C++ reducer records, every iteration, when its first
+    bucket's all-reduce was launched (comm start), when the last gradient was ready (compute
+    end) and when the last all-reduce completed (comm end, taken inside backward's final
+    callback). DDP copies them into its logging data at the next forward; `read` does that copy
+    now (set_runtime_stats_and_log): tens of µs of training-thread CPU (more with more parameter
+    tensors: DDP also copies its per-bucket strings), but no GIL hand-off during backward.
+    """
+
+    __slots__ = ("ddp", "logger", "nbytes", "size")
+
+    def __init__(self, ddp: torch.nn.parallel.DistributedDataParallel) -> None:
+        self.ddp = ddp
+        logger: Any = ddp.logger
+        self.logger = logger
+        ddp._set_ddp_runtime_logging_sample_rate(1)  # type: ignore[no-untyped-call]
+        ints = logger._get_ddp_logging_data().ints_map
+        self.nbytes: int | None = ints.get("total_parameter_size_bytes")
+        self.size = ddp.process_group.size() if ddp.process_group is not None else dist.get_world_size()
+
+    def read(self, since: int) -> tuple[int, int] | None:
+        """(all-reduce ns from first launch to last completion, exposed ns), or None when the
+        reducer recorded nothing after `since` (no_sync(), a backward not through this model)."""
+        lg = self.logger
+        lg.set_runtime_stats_and_log()
+        ints = lg._get_ddp_logging_data().ints_map
+        end = ints.get("backward_comm_time_end")
+        start = ints.get("backward_comm_time_start")
+        ready = ints.get("backward_compute_time_end")
+        if end is None or start is None or ready is None or start < since:
+            return None
+        return max(end - start, 0), max(end - ready, 0)
+
+    def close(self) -> None:
+        self.ddp._set_ddp_runtime_logging_sample_rate(DDP_DEFAULT_LOGGING_SAMPLE_RATE)  # type: ignore[no-untyped-call]
+
+
 class TorchInstrumentation:
     """The hooks installed into one training process; `remove()` undoes them."""
 
@@ -126,6 +178,7 @@ class TorchInstrumentation:
         self._lock = threading.Lock()
         self.comm_enabled = False  # the DDP comm hook stays registered; it only times while enabled
         self._forward_from_backward = False
+        self._reducers: list[_ReducerTiming] = []
 
     # step boundaries -----------------------------------------------------------------------------
     def attach_optimizer(self, optimizer: Any, *, auto_steps: bool = True) -> None:
@@ -145,7 +198,8 @@ class TorchInstrumentation:
         self._handles.append(optimizer.register_step_pre_hook(pre))
         self._handles.append(optimizer.register_step_post_hook(post))
 
-    def attach_model(self, model: torch.nn.Module, *, forward_hooks: bool = True) -> None:
+    def attach_model(self, model: torch.nn.Module, *, forward_hooks: bool = True,
+                     comm_timing: str = "reducer") -> None:
         """Forward phase from pre/post hooks on the root module; DDP gets the comm hook.
 
         forward_hooks=False registers no module hook (a hooked module leaves torch's fast call
@@ -158,7 +212,7 @@ class TorchInstrumentation:
         if not forward_hooks:
             self._forward_from_backward = True
             if isinstance(model, torch.nn.parallel.DistributedDataParallel):
-                self.attach_ddp(model)
+                self.attach_ddp(model, timing=comm_timing)
             return
 
         def fpre(_m: Any, _inp: Any) -> None:
@@ -172,13 +226,21 @@ class TorchInstrumentation:
         self._handles.append(model.register_forward_pre_hook(fpre))
         self._handles.append(model.register_forward_hook(fpost))
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):
-            self.attach_ddp(model)
+            self.attach_ddp(model, timing=comm_timing)
 
     def attach_ddp(self, ddp: torch.nn.parallel.DistributedDataParallel,
-                   before_launch: Callable[[], None] | None = None) -> None:
-        """Register the timing comm hook (all-reduce per bucket, as DDP's default does)."""
+                   before_launch: Callable[[], None] | None = None, *, timing: str = "reducer") -> None:
+        """Time DDP's gradient all-reduce (COMM_TIMINGS): `reducer` reads DDP's own per-iteration
+        timestamps after backward (needs patch_autograd; undone by remove()); `python` registers the
+        timing comm hook, once for the DDP model's lifetime (all-reduce per bucket, as DDP's default
+        does; `before_launch` runs before each); `off` times nothing."""
+        if timing not in COMM_TIMINGS:
+            raise ValueError(f"comm timing {timing!r}: expected one of {COMM_TIMINGS}")
         self._dp_size = ddp.process_group.size() if ddp.process_group is not None else dist.get_world_size()
-        ddp.register_comm_hook(None, self.comm_hook(before_launch))
+        if timing == "python":
+            ddp.register_comm_hook(None, self.comm_hook(before_launch))
+        elif timing == "reducer":
+            self._reducers.append(_ReducerTiming(ddp))
 
     def comm_hook(self, before_launch: Callable[[], None] | None = None) -> Callable[[Any, Any], Any]:
         """A DDP communication hook: averaged all-reduce of the bucket, timed from launch to completion."""
@@ -226,6 +288,7 @@ class TorchInstrumentation:
             self._in_backward = True
             self._last_launch = 0
             t0 = time.perf_counter_ns()
+            since = time.time_ns() if self._reducers else 0  # the reducer stamps system-clock ns
             if self._forward_from_backward:
                 hook.forward_until(t0)
             try:
@@ -235,6 +298,8 @@ class TorchInstrumentation:
                 self._in_backward = False
                 hook.add_phase_ms("backward", (t1 - t0) / 1e6)
                 self._drain_comm(t1)
+                for r in self._reducers:
+                    self._read_reducer(r, since)
 
         def grad(*args: Any, **kwargs: Any) -> Any:
             t0 = time.perf_counter_ns()
@@ -258,6 +323,17 @@ class TorchInstrumentation:
             while comm:
                 launch, done, nbytes = comm.popleft()
                 hook.record_collective("allreduce", done - launch, nbytes=nbytes, domain="dp", group_size=size)
+        except Exception:
+            self.hook._errors += 1
+
+    def _read_reducer(self, r: _ReducerTiming, since: int) -> None:
+        try:
+            got = r.read(since)
+            if got is not None:
+                comm_ns, exposed_ns = got
+                hook = self.hook
+                hook.add_phase_ms("comm_exposed", exposed_ns / 1e6)
+                hook.record_collective("allreduce", comm_ns, nbytes=r.nbytes, domain="dp", group_size=r.size)
         except Exception:
             self.hook._errors += 1
 
@@ -296,6 +372,9 @@ class TorchInstrumentation:
         self.comm_enabled = False
         self._forward_from_backward = False
         self._comm.clear()
+        for r in self._reducers:
+            r.close()
+        self._reducers.clear()
         for h in self._handles:
             h.remove()
         self._handles.clear()
@@ -306,17 +385,18 @@ class TorchInstrumentation:
 
 def instrument(hook: RankHook, *, model: torch.nn.Module | None = None, optimizer: Any = None,
                auto_steps: bool = True, autograd: bool = True, collectives: bool = False,
-               forward_hooks: bool = True) -> TorchInstrumentation:
+               forward_hooks: bool = True, comm_timing: str = "reducer") -> TorchInstrumentation:
     """Install the PyTorch hooks: the one call that needs no other change to a training script.
 
     With explicit steps (auto_steps=False, `with hook.step():`) pass forward_hooks=False for the
-    cheapest training thread (see TorchInstrumentation.attach_model).
+    cheapest training thread (see TorchInstrumentation.attach_model). `comm_timing` (COMM_TIMINGS)
+    picks how a DDP model's all-reduce is timed; `reducer`, the default, needs autograd=True.
     """
     inst = TorchInstrumentation(hook)
     if optimizer is not None:
         inst.attach_optimizer(optimizer, auto_steps=auto_steps)
     if model is not None:
-        inst.attach_model(model, forward_hooks=forward_hooks or auto_steps or not autograd)
+        inst.attach_model(model, forward_hooks=forward_hooks or auto_steps or not autograd, comm_timing=comm_timing)
     if autograd:
         inst.patch_autograd()
     if collectives:
@@ -446,6 +526,6 @@ def torch_profiler_factory(req: ProfileRequest) -> TorchProfilerBackend:
 
 
 __all__ = [
-    "TorchInstrumentation", "TorchProfilerBackend", "classify", "instrument", "megatron_domains",
+    "COMM_TIMINGS", "TorchInstrumentation", "TorchProfilerBackend", "classify", "instrument", "megatron_domains",
     "resolve_domains", "torch_npu_available", "torch_profiler_factory", "torch_rank_info",
 ]

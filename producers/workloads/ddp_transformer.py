@@ -10,10 +10,15 @@ on one rank:
 
 Mode schedule (for the overhead bench): `--schedule none,hook,profiler` runs blocks of
 `--block` steps, each round of blocks in a rotated order (ABC, BCA, CAB, ...) inside the same
-process group, switching the hook's
-instrumentation and an always-on torch.profiler on and off at block boundaries. Blocks other
-than `hook` train an identical replica with DDP's built-in all-reduce (DDP keeps a comm hook for
-its lifetime), so `none` runs none of the hook's code; `pin=True` pins rank r to core r mod cores.
+process group, switching the hook's instrumentation and an always-on torch.profiler on and off
+at block boundaries. Modes (MODES):
+- `none`: no hook code at all; `profiler`: torch.profiler always on, no hook;
+- `hook`: the hook as configured (its comm-timing choice included), sending to Kafka;
+- ablations, to find where the hook's wall time goes: `hook_pycomm` the hook with the opt-in
+  Python DDP comm hook, `pycomm` that Python comm hook alone (no other hook code), `hook_nosend`
+  the hook with its events built and encoded but not sent.
+Modes without the Python comm hook train an identical replica with DDP's built-in C++
+all-reduce (DDP keeps a comm hook for its lifetime); `pin=True` pins rank r to core r mod cores.
 
 Run: `python -m producers.workloads.ddp_transformer --world 4 --steps 30 --job demo --fault hog --fault-rank 2`.
 """
@@ -51,12 +56,90 @@ class WorkloadConfig:
     hogs: int = 8
     sleep_ms: float = 30.0
     step_sleep_ms: float = 0.0  # every rank: extra host time per step (stretches a run for outage/control tests)
-    schedule: tuple[str, ...] = ("hook",)  # modes per block: none | hook | profiler
+    schedule: tuple[str, ...] = ("hook",)  # modes per block (MODES)
+    comm_timing: str = "reducer"  # how `hook` times DDP's all-reduce (producers.hook.torch.COMM_TIMINGS)
     block: int = 10
     follow_control: bool = True
     pin: bool = False  # pin rank r to core r mod cores (the overhead bench; the hog fault pins its own way)
     out_dir: str = ""
     env: dict[str, str] = field(default_factory=dict)
+
+
+MODES = ("none", "hook", "profiler", "hook_pycomm", "pycomm", "hook_nosend")
+HOOKED = frozenset({"hook", "hook_pycomm", "hook_nosend"})  # modes that run the rank hook's instrumentation
+
+
+def mode_of(step: int, cfg: WorkloadConfig) -> str:
+    """The mode of a step: blocks of cfg.block steps, each round of blocks in a rotated order."""
+    blk = step // cfg.block
+    n = len(cfg.schedule)
+    return cfg.schedule[(blk + blk // n) % n]
+
+
+def _replica(mode: str, cfg: WorkloadConfig) -> str:
+    """Which DDP replica a mode trains: `py` carries the Python timing comm hook, `plain` DDP's C++ all-reduce."""
+    if mode in ("hook_pycomm", "pycomm") or (mode in ("hook", "hook_nosend") and cfg.comm_timing == "python"):
+        return "py"
+    return "plain"
+
+
+class _SendSwitch:
+    """The `hook_nosend` ablation: events of steps in such blocks are encoded (the builder's full work)
+    but not handed to Kafka; every other event goes to the real Kafka emitter."""
+
+    def __init__(self, cfg: WorkloadConfig) -> None:
+        self.cfg = cfg
+        self.held = 0
+        self.inner: Any = None
+
+    def factory(self, settings: Any) -> Any:
+        from producers.hook import HOOK_FLUSH_INTERVAL_S, kafka_emitter_factory
+        from schemas import Topics
+
+        build = kafka_emitter_factory(settings, Topics(settings.topic_prefix), flush_interval_s=HOOK_FLUSH_INTERVAL_S)
+
+        def make() -> _SendSwitch:
+            self.inner = build()
+            return self
+
+        return make
+
+    def emit(self, event: Any) -> bool:
+        from schemas import encode
+
+        step = getattr(event, "step", None)
+        if step is not None and mode_of(step, self.cfg) == "hook_nosend":
+            encode(event)
+            self.held += 1
+            return True
+        ok: bool = self.inner.emit(event)
+        return ok
+
+    def flush(self, timeout: float | None = None) -> bool:
+        ok: bool = self.inner.flush(timeout)
+        return ok
+
+    def close(self, timeout: float | None = 10.0) -> bool:
+        ok: bool = self.inner.close(timeout)
+        return ok
+
+
+def threads_cpu_s() -> dict[str, float]:
+    """CPU seconds of this process's Python threads by name (digits dropped), from /proc (schedstat,
+    ns): where a rank's CPU goes besides its training thread (the hook's builder, the emitter, the
+    Kafka client)."""
+    import re
+    import threading
+
+    out: dict[str, float] = {}
+    for t in threading.enumerate():
+        try:
+            ns = int(Path(f"/proc/self/task/{t.native_id}/schedstat").read_text().split()[0])
+        except (OSError, IndexError, ValueError):
+            continue
+        name = re.sub(r"[-_]?\d+", "", t.name) or "thread"
+        out[name] = out.get(name, 0.0) + ns / 1e9
+    return out
 
 
 def _free_port() -> int:
@@ -97,6 +180,7 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
     from producers.hook.flops import gpt_train_flops
     from producers.hook.torch import TorchInstrumentation, torch_profiler_factory, torch_rank_info
     from schemas import JobEvent
+    from steplens.config import load_settings
 
     torch.set_num_threads(1)
     hog_core = _pin(rank, cfg)
@@ -130,21 +214,23 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
             g = torch.Generator().manual_seed(i * cfg.world + rank)
             return torch.randint(0, cfg.vocab, (cfg.seq + 1,), generator=g)
 
-    model = nn.parallel.DistributedDataParallel(TinyLM())
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    # DDP takes one comm hook for its lifetime: modes other than `hook` train an identical replica
-    # that keeps DDP's built-in C++ all-reduce, so `none` is a job without any of the hook's code
-    plain_model, plain_opt = model, opt
-    if any(m != "hook" for m in cfg.schedule) and "hook" in cfg.schedule:
+    # DDP takes one comm hook for its lifetime: the Python timing comm hook lives on its own replica
+    # (`py`), every other mode trains an identical replica (`plain`) with DDP's built-in C++
+    # all-reduce, so `none` is a job without any of the hook's code
+    replicas: dict[str, tuple[Any, Any]] = {}
+    for kind in sorted({_replica(m, cfg) for m in cfg.schedule}):
         torch.manual_seed(0)
-        plain_model = nn.parallel.DistributedDataParallel(TinyLM())
-        plain_opt = torch.optim.AdamW(plain_model.parameters(), lr=1e-3)
+        m = nn.parallel.DistributedDataParallel(TinyLM())
+        replicas[kind] = (m, torch.optim.AdamW(m.parameters(), lr=1e-3))
     loader = torch.utils.data.DataLoader(Tokens(), batch_size=cfg.batch, num_workers=0)
     info = torch_rank_info(cfg.job)
-    uses_hook = "hook" in cfg.schedule
+    uses_hook = any(m in HOOKED or m == "pycomm" for m in cfg.schedule)
+    sends = _SendSwitch(cfg)
     hook = start_hook(cfg.job, rank=info.rank, world=info.world, device=info.device, host=info.host,
                       domains=info.domains, profiler_factory=torch_profiler_factory,
-                      follow_control=cfg.follow_control and uses_hook) if uses_hook else None
+                      follow_control=cfg.follow_control and uses_hook,
+                      emitter_factory=sends.factory(load_settings()) if "hook_nosend" in cfg.schedule else None,
+                      ) if uses_hook else None
     inst = TorchInstrumentation(hook) if hook is not None else None
     sleep_s = cfg.sleep_ms / 1000
 
@@ -152,16 +238,16 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
         if fault_here and cfg.fault == "sleep_allreduce" and step_idx >= cfg.fault_from_step:
             time.sleep(sleep_s)
 
-    if inst is not None:
-        inst.attach_ddp(model, before_launch)
-    if cfg.fault == "sleep_allreduce" and (inst is None or plain_model is not model):
+    if inst is not None and "py" in replicas:
+        inst.attach_ddp(replicas["py"][0], before_launch, timing="python")
+    if cfg.fault == "sleep_allreduce" and "plain" in replicas:
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
         def plain(state, bucket):  # type: ignore[no-untyped-def]  # DDP checks annotations
             before_launch()
             return default_hooks.allreduce_hook(dist.group.WORLD, bucket)  # type: ignore[arg-type]
 
-        plain_model.register_comm_hook(None, plain)
+        replicas["plain"][0].register_comm_hook(None, plain)
 
     hogs: list[Any] = []
     if fault_here and cfg.fault == "hog":
@@ -184,12 +270,14 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
     prof: Any = None
     step_idx = 0
     it = iter(loader)
+    warm_steps = min(cfg.block * len(cfg.schedule), cfg.steps - 1)  # the bench discards round 0
+    cpu0: dict[str, float] = {}
     timed_it = hook.wrap_loader(it) if hook is not None else it
     try:
         for step_idx in range(cfg.steps):
-            blk = step_idx // cfg.block
-            n_modes = len(cfg.schedule)
-            mode = cfg.schedule[(blk + blk // n_modes) % n_modes]  # each round rotates the order
+            if step_idx == warm_steps:
+                cpu0 = {"process_s": time.process_time(), **threads_cpu_s()}
+            mode = mode_of(step_idx, cfg)
             if mode != mode_on:
                 if prof is not None:
                     prof.__exit__(None, None, None)
@@ -197,16 +285,18 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
                     gc.collect()  # the profiler's garbage must not land in the next block's steps
                 if inst is not None:
                     inst.remove()
-                if mode == "hook" and inst is not None:
-                    inst.attach_optimizer(opt, auto_steps=False)
-                    inst.attach_model(model.module, forward_hooks=False)
+                m_step, o_step = replicas[_replica(mode, cfg)]
+                if mode in HOOKED and inst is not None:
+                    inst.attach_optimizer(o_step, auto_steps=False)
+                    inst.attach_model(m_step.module, forward_hooks=False)
+                    if mode != "hook_pycomm" and cfg.comm_timing != "python":
+                        inst.attach_ddp(m_step, timing=cfg.comm_timing)
                     inst.patch_autograd()
                 if mode == "profiler":
                     prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
                     prof.__enter__()
                 mode_on = mode
-            hooked = mode == "hook" and hook is not None
-            m_step, o_step = (model, opt) if hooked else (plain_model, plain_opt)
+            hooked = mode in HOOKED and hook is not None
             t0 = time.perf_counter()
             if hooked:
                 assert hook is not None
@@ -238,6 +328,8 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
             prof.__exit__(None, None, None)
         for p in hogs:
             p.terminate()
+    cpu1 = {"process_s": time.process_time(), **threads_cpu_s()}
+    cpu = {k: round(v - cpu0.get(k, 0.0), 3) for k, v in cpu1.items()}  # after the first round of blocks
     stats = None
     dropped: dict[str, int] | None = None
     if hook is not None:
@@ -248,7 +340,7 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
             inst.remove()
         hook.flush(60.0)  # the builder counts events as it emits them: read the stats after the flush
         stats = hook.stats()
-        em = hook.emitter
+        em = sends.inner if hook.emitter is sends else hook.emitter
         dropped = em.stats().dropped if isinstance(em, BackgroundEmitter) else None
         hook.close(30.0)
     if cfg.out_dir:
@@ -257,7 +349,8 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
             "rank": rank, "times": times,
             "hook": asdict(stats) if stats is not None else None,
             "us_per_event": stats.us_per_event if stats is not None else None,
-            "emitter_dropped": dropped,
+            "emitter_dropped": dropped, "events_held": sends.held, "cpu_s": cpu,
+            "cpu_steps": cfg.steps - warm_steps,
         }))
     dist.destroy_process_group()
 
@@ -283,13 +376,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fault-rank", type=int, default=2)
     p.add_argument("--fault-from-step", type=int, default=0)
     p.add_argument("--sleep-ms", type=float, default=30.0)
-    p.add_argument("--schedule", default="hook", help="comma-separated modes per block: none,hook,profiler")
+    p.add_argument("--schedule", default="hook", help=f"comma-separated modes per block, of {','.join(MODES)}")
+    p.add_argument("--comm-timing", default="reducer", choices=("reducer", "python", "off"),
+                   help="how `hook` times DDP's gradient all-reduce (producers/hook/torch.py)")
     p.add_argument("--block", type=int, default=10)
     p.add_argument("--out-dir", default="")
     a = p.parse_args(argv)
     run(WorkloadConfig(job=a.job, world=a.world, steps=a.steps, fault=a.fault, fault_rank=a.fault_rank,
                        fault_from_step=a.fault_from_step, sleep_ms=a.sleep_ms,
-                       schedule=tuple(a.schedule.split(",")), block=a.block, out_dir=a.out_dir))
+                       schedule=tuple(a.schedule.split(",")), block=a.block, out_dir=a.out_dir,
+                       comm_timing=a.comm_timing))
     return 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.overhead import rounds_of
+from bench.overhead import analyse, rounds_of
 from bench.stats import Estimate, cost_ratio, median_ci, paired_ratio_ci, ratio_of_medians_ci
 
 
@@ -83,3 +83,21 @@ def test_rounds_drop_warm_up_mode_switch_steps_and_incomplete_rounds() -> None:
     rounds = rounds_of(times, 3, modes)
     assert len(rounds) == 2  # round 0 is warm-up, the incomplete one is dropped
     assert rounds[0] == {m: [10.0, 11.0] for m in modes} and rounds[1] == {m: [20.0, 21.0] for m in modes}
+
+
+def test_ablation_modes_get_their_own_ratio_from_the_same_rounds() -> None:
+    from producers.workloads.ddp_transformer import WorkloadConfig, mode_of
+
+    modes = ("none", "hook", "profiler", "hook_pycomm")
+    slow = {"none": 1.0, "hook": 1.0, "profiler": 1.5, "hook_pycomm": 1.2}  # true ratios, by construction
+    cfg = WorkloadConfig(job="j", schedule=modes, block=3, steps=3 * len(modes) * 30)
+    rng = np.random.default_rng(3)
+    times = [(mode_of(i, cfg), 20.0 * slow[mode_of(i, cfg)] * rng.uniform(0.98, 1.02)) for i in range(cfg.steps)]
+    # every round runs each mode once, in a rotated order
+    assert [mode_of(i * 3, cfg) for i in range(8)] == ["none", "hook", "profiler", "hook_pycomm",
+                                                      "hook", "profiler", "hook_pycomm", "none"]
+    stats = analyse(times, 3, modes)
+    assert stats["rounds"] == 29 and set(stats["steps_per_mode"]) == set(modes)
+    for m in modes[1:]:
+        e = stats[f"{m}_ratio"]
+        assert e.lo <= slow[m] <= e.hi and e.hi - e.lo < 0.03

@@ -5,6 +5,9 @@ The in-memory exporter stands in for Kafka here (the DDP tests use the real brok
 
 from __future__ import annotations
 
+import contextlib
+from typing import Any
+
 import torch
 
 from producers.emitter import BackgroundEmitter
@@ -12,7 +15,7 @@ from producers.exporter import InMemoryExporter
 from producers.hook.core import RankHook, RankInfo
 from producers.hook.flops import llama_layer_forward_flops, llama_train_flops
 from producers.hook.torch import classify, instrument, resolve_domains
-from schemas import Domain, StepEvent, decode_as
+from schemas import Domain, KernelSummary, StepEvent, decode, decode_as
 
 
 def test_one_instrument_call_gives_steps_and_phases() -> None:
@@ -91,3 +94,60 @@ def test_op_classification_and_flops_formula() -> None:
     assert one == 3 * (8 * b * s * h * h + 4 * b * s * s * h + 6 * b * s * h * f + 2 * b * s * h * 100)
     assert llama_train_flops(layers=1, batch=b, seq=s, hidden=h, ffn_hidden=f, heads=4, vocab=100,
                              recompute=True) == one / 3 * 4
+
+
+def _ddp_steps(comm_timing: str, steps: int = 4, no_sync_step: int | None = None) -> tuple[list[Any], int]:
+    """A real one-rank gloo DDP model trained with the hook; its decoded events and gradient bytes."""
+    import torch.distributed as dist
+
+    exporter = InMemoryExporter()
+    hook = RankHook(RankInfo("job-ddp", 0, 1, "h", 0, {"dp": Domain(group=0, size=1, index=0)}),
+                    lambda: BackgroundEmitter(exporter, spool_dir=None))
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # type: ignore[attr-defined]
+    try:
+        model = torch.nn.parallel.DistributedDataParallel(
+            torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)))
+        grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        inst = instrument(hook, model=model, optimizer=opt, auto_steps=False, forward_hooks=False,
+                          comm_timing=comm_timing)
+        for i in range(steps):
+            with hook.step(), (model.no_sync() if i == no_sync_step else contextlib.nullcontext()):
+                loss = model(torch.randn(4, 8)).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        inst.remove()
+        assert hook.flush(30)
+        assert hook.stats().errors == 0
+    finally:
+        hook.close()
+        dist.destroy_process_group()
+    return [decode(v) for v in exporter.values()], grad_bytes
+
+
+def test_ddp_allreduce_timed_from_the_reducer_without_a_comm_hook() -> None:
+    events, grad_bytes = _ddp_steps("reducer", steps=5, no_sync_step=2)
+    steps = {e.step: e for e in events if isinstance(e, StepEvent)}
+    summaries = {e.step: e for e in events if isinstance(e, KernelSummary)}
+    assert sorted(steps) == [0, 1, 2, 3, 4]
+    for i, s in steps.items():
+        comm = [a for a in summaries[i].entries if a.op == "allreduce"] if i in summaries else []
+        if i == 2:  # no_sync(): no all-reduce ran, nothing stale is reported
+            assert s.phases.comm_exposed_ms is None and not comm
+            continue
+        assert s.phases.comm_exposed_ms is not None and s.phases.backward_ms is not None
+        assert 0 <= s.phases.comm_exposed_ms <= s.phases.backward_ms
+        (agg,) = comm  # one record per step: first bucket's launch to last bucket's completion
+        assert agg.count == 1 and agg.bytes == grad_bytes and agg.group_size == 1
+        assert 0 < agg.total_ns <= s.phases.backward_ms * 1e6
+
+
+def test_ddp_allreduce_timed_per_bucket_by_the_opt_in_python_comm_hook() -> None:
+    events, grad_bytes = _ddp_steps("python", steps=3)
+    steps = [e for e in events if isinstance(e, StepEvent)]
+    summaries = [e for e in events if isinstance(e, KernelSummary)]
+    assert len(steps) == 3 and all(s.phases.comm_exposed_ms is not None for s in steps)
+    for k in summaries:
+        (agg,) = [a for a in k.entries if a.op == "allreduce"]
+        assert agg.count >= 1 and agg.bytes == grad_bytes
