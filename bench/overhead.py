@@ -24,9 +24,7 @@ Two measurements, because wall-clock step times on this shared box are far noisi
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -40,6 +38,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from bench.provenance import git_commit, machine
 from bench.stats import Estimate, cost_ratio, median_ci, paired_ratio_ci, ratio_of_medians_ci
 from producers.workloads.ddp_transformer import HOOKED, WorkloadConfig, load_results, run
 
@@ -51,28 +50,6 @@ ABLATIONS = {
     "hook_nosend": "the hook, its events built and encoded but not sent to Kafka",
 }
 OUT = Path(__file__).resolve().parent / "results" / "overhead.json"
-
-
-def machine() -> dict[str, Any]:
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = 0
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        mem = int(Path("/proc/meminfo").read_text().split()[1]) * 1024
-    return {"cores": os.cpu_count(), "memory_gb": round(mem / 2**30, 1), "cpu": cpu}
-
-
-def git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    except Exception:
-        return "unknown"
 
 
 TARGET = 1.001
