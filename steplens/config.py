@@ -95,6 +95,9 @@ class DetectionConfig:
     r10_min_ratio: float = 0.1
 
 
+HOOK_FLUSH_INTERVAL_S = 0.5  # default of Settings.hook_flush_interval_s (why 0.5 s: producers/hook/__init__.py)
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     home: Path = REPO_ROOT / ".steplens"
@@ -121,6 +124,7 @@ class Settings:
     run_dir: Path | None = None       # node-local: the hook registers {device: (job, rank)} here; <home>/run
     hook_spool: bool = True           # rank hook: spool to <home>/spool/<job>/rank<r> while Kafka is down
     hook_peak_flops: float = 0.0      # rank hook: peak FLOP/s of one device, for MFU (0 = unknown)
+    hook_flush_interval_s: float = HOOK_FLUSH_INTERVAL_S  # rank hook: longest wait before one send
     detection: DetectionConfig = field(default_factory=DetectionConfig)
     parse_workers: int = 1            # processes parsing profile dumps (the parse worker's pool)
 
@@ -181,6 +185,7 @@ _ENV = {
     "STEPLENS_RUN_DIR": ("", "run_dir"),
     "STEPLENS_HOOK_SPOOL": ("", "hook_spool"),
     "STEPLENS_HOOK_PEAK_FLOPS": ("", "hook_peak_flops"),
+    "STEPLENS_HOOK_FLUSH_INTERVAL_S": ("", "hook_flush_interval_s"),
 }
 
 

@@ -21,22 +21,22 @@ from producers.hook.core import Emitter, HookStats, RankHook, RankInfo
 from producers.hook.profiling import ProfilerBackend, ProfileRequest
 from producers.sampler.ranks import register_device
 from schemas import Domain, Topics
-from steplens.config import Settings, load_settings
+from steplens.config import HOOK_FLUSH_INTERVAL_S, Settings, load_settings
 
 # How long a rank's events may wait before they are sent (a batch of 512 goes at once). Each send is
 # one Kafka produce request whose client-side CPU (kafka-python's network and export threads, ~1.5 ms
 # on bench-overhead's box) does not depend much on its size: sending 2 events per step at 50 steps/s
 # cost 0.31 ms of helper CPU per step every 0.2 s, 0.13 ms every 1 s. On a node whose cores the ranks
 # saturate that CPU is taken from training; the price is latency before detection sees a step (and
-# bigger batches re-sent after an outage: delivery is at-least-once). 0.5 s: half-way.
-HOOK_FLUSH_INTERVAL_S = 0.5
+# bigger batches re-sent after an outage: delivery is at-least-once). 0.5 s: half-way. Setting:
+# STEPLENS_HOOK_FLUSH_INTERVAL_S (Settings.hook_flush_interval_s, default HOOK_FLUSH_INTERVAL_S).
 
 
 def kafka_emitter_factory(settings: Settings, topics: Topics, *, spool_dir: Path | None = None,
                           name: str = "steplens-hook",
                           flush_interval_s: float = 0.2) -> Callable[[], BackgroundEmitter]:
     """Builds a Kafka-backed BackgroundEmitter (again in each forked child that emits); start() sends
-    a rank's events every HOOK_FLUSH_INTERVAL_S."""
+    a rank's events every `Settings.hook_flush_interval_s`."""
 
     def build() -> BackgroundEmitter:
         cfg = kafka_client_config(settings, "producer")
@@ -71,7 +71,7 @@ def start(
                     domains=domains or {"dp": Domain(group=0, size=w, index=r)})
     spool = settings.hook_spool_dir / job / f"rank{r}" if settings.hook_spool else None
     factory = emitter_factory or kafka_emitter_factory(settings, topics, spool_dir=spool,
-                                                       flush_interval_s=HOOK_FLUSH_INTERVAL_S)
+                                                       flush_interval_s=settings.hook_flush_interval_s)
     hook = RankHook(info, factory, profiler_factory=profiler_factory,
                     profile_root=settings.profile_dir, peak_flops=settings.hook_peak_flops or None)
     hook.open()

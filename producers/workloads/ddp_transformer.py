@@ -93,10 +93,11 @@ class _SendSwitch:
         self.inner: Any = None
 
     def factory(self, settings: Any) -> Any:
-        from producers.hook import HOOK_FLUSH_INTERVAL_S, kafka_emitter_factory
+        from producers.hook import kafka_emitter_factory
         from schemas import Topics
 
-        build = kafka_emitter_factory(settings, Topics(settings.topic_prefix), flush_interval_s=HOOK_FLUSH_INTERVAL_S)
+        build = kafka_emitter_factory(settings, Topics(settings.topic_prefix),
+                                      flush_interval_s=settings.hook_flush_interval_s)
 
         def make() -> _SendSwitch:
             self.inner = build()
