@@ -171,8 +171,7 @@ def device_findings(chunk: dict[str, Any], state: SignalState, cfg: DetectionCon
             floor = float(getattr(cfg, f"r2_sigma_min_{metric}", 0.0))
             st2, alarms = r2.evaluate(x, _grow(state.rules.get(key), n, "n"),
                                       r2.Params(k=cfg.r2_k, h=cfg.r2_h, history=cfg.r2_history,
-                                                warmup=int(getattr(cfg, f"r2_warmup_{metric}", cfg.r2_warmup)),
-                                                sigma_min=floor))
+                                                warmup=cfg.r2_warmup, sigma_min=floor))
             state.rules[key] = st2
             out.extend(_device_finding("R2", metric, _confirmed(alarms, x, state, key, cfg), names, state, cfg))
     _timed(timings, "R1/R2", t0)
