@@ -85,3 +85,4 @@ def test_slow_group_named_only_when_r6_stays_on_its_group() -> None:
     named = [f for f in out if f.rule == "SLOW_GROUP"]
     assert [(f.key, f.scope, f.group, f.ranks) for f in named] == [("group:dp/2", "group", 2, [2, 6])]
     assert named[0].ranks is not group.ranks
+
