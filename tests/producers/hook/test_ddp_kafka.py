@@ -128,7 +128,7 @@ def test_cpu_hog_on_rank_2_is_named_by_the_detector(settings: Settings, tmp_path
     slow = [i for i in incidents if _names_slow_rank(i)]
     assert slow, f"no SLOW_RANK/SLOW_HOST incident; incidents: {[(i.rules, i.ranks) for i in incidents]}; " \
                  f"median busy {busy}"
-    assert {r for i in slow for r in i.ranks} == {2}
+    assert {r for i in slow for r in i.ranks} == {2}, [(i.rule, i.rules, i.scope, i.ranks, i.summary) for i in slow]
 
 
 def test_kafka_outage_mid_run_loses_and_duplicates_nothing(settings: Settings, tmp_path: Path) -> None:
