@@ -124,14 +124,14 @@ def _join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: in
             if _gc_rank(f) or (f.key in keys and f.family == "perf"):
                 f.key, f.scope, f.ranks, f.host = "job", "job", [], None
         return findings
-    explained = _join_explained(findings, open_tracks)
+    since = first.get("job", step) - max(JOIN_SLACK_STEPS, baseline_len // 2)
+    explained = _join_explained(findings, open_tracks, slow is not None, since)
     if slow is None or explained:
         return findings
     if slow.cause_phase == "gc_ms" and gc_ranks and len(gc_ranks) <= few:
         _attach(slow, gc_ranks[0])
         return [f for f in findings if f is not slow] + [slow]  # the rank's rule stays the primary one
     # a culprit explains the slow steps only if it began with them (a rank slow all along is in the baseline)
-    since = first.get("job", step) - max(JOIN_SLACK_STEPS, baseline_len // 2)
     culprits = [f for rule in SLOW_CULPRITS for f in findings
                 if f.rule == rule and f.scope in SLOW_CULPRIT_SCOPES and first.get(f.key, step) >= since]
     keys = {f.key for f in culprits}
@@ -154,12 +154,15 @@ def _join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: in
     return findings
 
 
-def _join_explained(findings: list[Finding], open_tracks: list[OpenTrack]) -> bool:
+def _join_explained(findings: list[Finding], open_tracks: list[OpenTrack], slow_now: bool, since: int) -> bool:
     """Job-wide perf findings join the open culprit incident that the job's slow steps joined.
 
-    True when there is one (the slow step, if any, joined it too)."""
+    True when there is one (the slow step, if any, joined it too). A slow step now that the
+    culprit cannot explain (it began before `since`: in the baseline already, e.g. a GC pause
+    of every rank long after a slow rank's onset) is a problem of its own, and so are the
+    job-wide findings of its step."""
     culprit = next((t for t in open_tracks if t.scope in SLOW_CULPRIT_SCOPES and "SLOW_STEP" in t.rules), None)
-    if culprit is None:
+    if culprit is None or (slow_now and culprit.first < since):
         return False
     for f in findings:
         if f.key == "job" and f.family == "perf":
