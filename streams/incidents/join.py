@@ -4,7 +4,8 @@ The book merges findings with the same (family, key). This module rewrites keys 
 book sees them, so that findings describing the same fault share one:
 
 - a device finding of one rank (R1/R2 on its temperature, power, memory) is that rank's finding;
-  on several devices of one host the host's, on a quarter of the devices or more the job's;
+  on several devices of one host the host's, on a quarter of the devices or more, or on devices
+  of `DEVICE_JOB_HOSTS` hosts or more in one step, the job's;
 - R5/R6 on a group that a slow link's host, a slow rank or a slow host is part of are symptoms
   of that link, rank or host;
 - a slow step (job scope) explained by a few culprit ranks or a host flagged in the same step,
@@ -36,6 +37,7 @@ SLOW_CULPRITS = (*CULPRIT_RULES, "R6", "SLOW_GROUP", "SLOW_LINK")  # what explai
 SLOW_CULPRIT_SCOPES = (*CULPRIT_SCOPES, "group", "link")
 ADOPTING_RULES = ("R6", "SLOW_GROUP", "SLOW_LINK")  # culprits that take over a job incident opened first
 JOIN_SLACK_STEPS = 2  # a culprit that began at least this many steps before the slow steps still explains them
+DEVICE_JOB_HOSTS = 3  # one rule and metric on devices of this many hosts in one step: the job's finding
 GC_STORM_WINDOW = 10  # steps over which GC pauses of different ranks count as one storm
 GC_STORM_RANKS = 2    # distinct ranks pausing within the window: a storm, the job's problem (a leak is one rank)
 
@@ -92,7 +94,9 @@ def _join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: in
     for f in devices:
         by_metric.setdefault((f.rule, f.metric), []).append(f)
     for same in by_metric.values():
-        if len({(f.host, f.device) for f in same}) >= max(2, world // 4):  # many devices: job-wide, one incident
+        spread = len({f.host for f in same})  # devices of many hosts at once: a job-wide cause (a PP stage's
+        # load shifting every device's power and temperature), not one faulty device per host
+        if len({(f.host, f.device) for f in same}) >= max(2, world // 4) or spread >= DEVICE_JOB_HOSTS:
             for f in same:
                 f.key, f.scope, f.ranks, f.host, f.device = "job", "job", [], None, None
             continue

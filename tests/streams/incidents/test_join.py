@@ -154,3 +154,10 @@ def test_a_later_slow_step_the_old_culprit_cannot_explain_stays_the_jobs() -> No
     r3 = Finding(rule="R3", key="job", scope="job", step=30, summary="throughput", open_after=3)
     found = join([_slow_step(30, "gc_ms"), r3], 64, culprit, 30, baseline_len=20)
     assert {f.key for f in found} == {"job"}, "rank 3 is in the baseline by now: a GC pause of all ranks is apart"
+
+
+def test_devices_of_several_hosts_at_once_are_the_jobs() -> None:
+    spread = join([_device("R2", 8 * h + 1, f"node-{h}", 1) for h in range(3)], 64, [], 5)
+    assert {(f.key, f.scope) for f in spread} == {("job", "job")}, "one device on each of 3 hosts: a common cause"
+    two = join([_device("R2", 1, "node-0", 1), _device("R2", 9, "node-1", 1)], 64, [], 5)
+    assert {f.key for f in two} == {"rank:1", "rank:9"}
