@@ -211,11 +211,13 @@ class IncidentBook:
             if r not in track.finding.ranks:
                 track.finding.ranks.append(r)
         same_rule = f.rule == track.finding.rule
+        adopts = None if track.opened else track.finding.adopts or f.adopts  # sticky until it opens
         if same_rule and f.observed is not None and (track.peak is None or f.observed > track.peak):
             track.peak = f.observed
             ranks = track.finding.ranks
             track.finding = f
             track.finding.ranks = ranks
+        track.finding.adopts = adopts
         track.finding.evidence.update({k: v for k, v in f.evidence.items() if k not in track.finding.evidence})
 
     def _absorb(self, host: str | None, step: int, now_ns: int) -> list[Output]:
@@ -226,8 +228,10 @@ class IncidentBook:
             if track.opened:
                 track.finding.evidence["absorbed_by_host"] = 1.0
                 out.append(self._event(track, "resolved", now_ns))
-                track.resolved_at, track.hold = step, self.hold_down_steps
-                self.held[tid] = track  # the host's incident may take it over when it opens
+                track.resolved_at = step
+            if track.incident_id:  # open, or a held one re-firing: the host's incident may take it over
+                track.hold = self.hold_down_steps
+                self.held[tid] = track
         return out
 
     def _host_adoptee(self, f: Finding) -> Track | None:

@@ -4,7 +4,8 @@ The book merges findings with the same (family, key). This module rewrites keys 
 book sees them, so that findings describing the same fault share one:
 
 - a device finding of one rank (R1/R2 on its temperature, power, memory) is that rank's finding;
-  on several devices of one host the host's, on a quarter of the devices or more the job's;
+  on several devices of one host the host's, on a quarter of the devices or more, or on devices
+  of `DEVICE_JOB_HOSTS` hosts or more in one step, the job's;
 - R5/R6 on a group that a slow link's host, a slow rank or a slow host is part of are symptoms
   of that link, rank or host;
 - a slow step (job scope) explained by a few culprit ranks or a host flagged in the same step,
@@ -34,7 +35,9 @@ CULPRIT_RULES = ("SLOW_HOST", "SLOW_RANK", "SLOW_STAGE")
 CULPRIT_SCOPES = ("rank", "host", "stage")
 SLOW_CULPRITS = (*CULPRIT_RULES, "R6", "SLOW_GROUP", "SLOW_LINK")  # what explains slow steps: a group, a link
 SLOW_CULPRIT_SCOPES = (*CULPRIT_SCOPES, "group", "link")
+ADOPTING_RULES = ("R6", "SLOW_GROUP", "SLOW_LINK")  # culprits that take over a job incident opened first
 JOIN_SLACK_STEPS = 2  # a culprit that began at least this many steps before the slow steps still explains them
+DEVICE_JOB_HOSTS = 3  # one rule and metric on devices of this many hosts in one step: the job's finding
 GC_STORM_WINDOW = 10  # steps over which GC pauses of different ranks count as one storm
 GC_STORM_RANKS = 2    # distinct ranks pausing within the window: a storm, the job's problem (a leak is one rank)
 
@@ -91,7 +94,9 @@ def _join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: in
     for f in devices:
         by_metric.setdefault((f.rule, f.metric), []).append(f)
     for same in by_metric.values():
-        if len({(f.host, f.device) for f in same}) >= max(2, world // 4):  # many devices: job-wide, one incident
+        spread = len({f.host for f in same})  # devices of many hosts at once: a job-wide cause (a PP stage's
+        # load shifting every device's power and temperature), not one faulty device per host
+        if len({(f.host, f.device) for f in same}) >= max(2, world // 4) or spread >= DEVICE_JOB_HOSTS:
             for f in same:
                 f.key, f.scope, f.ranks, f.host, f.device = "job", "job", [], None, None
             continue
@@ -124,28 +129,27 @@ def _join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: in
             if _gc_rank(f) or (f.key in keys and f.family == "perf"):
                 f.key, f.scope, f.ranks, f.host = "job", "job", [], None
         return findings
-    explained = _join_explained(findings, open_tracks)
+    since = first.get("job", step) - max(JOIN_SLACK_STEPS, baseline_len // 2)
+    _mark_adoption(findings, open_tracks, first, since)
+    explained = _join_explained(findings, open_tracks, slow is not None, since)
     if slow is None or explained:
         return findings
     if slow.cause_phase == "gc_ms" and gc_ranks and len(gc_ranks) <= few:
         _attach(slow, gc_ranks[0])
         return [f for f in findings if f is not slow] + [slow]  # the rank's rule stays the primary one
     # a culprit explains the slow steps only if it began with them (a rank slow all along is in the baseline)
-    since = first.get("job", step) - max(JOIN_SLACK_STEPS, baseline_len // 2)
-    culprits = [f for rule in SLOW_CULPRITS for f in findings
-                if f.rule == rule and f.scope in SLOW_CULPRIT_SCOPES and first.get(f.key, step) >= since]
+    # same step: only culprits a job-wide slowdown cannot fake (a group's bandwidth or a link can dip
+    # with every step that is slow for another reason: those join once open, or adopt, below)
+    culprits = [f for rule in CULPRIT_RULES for f in findings
+                if f.rule == rule and f.scope in CULPRIT_SCOPES and first.get(f.key, step) >= since]
+    # a slow link (every inter-host group of one host slowed) flagged in an earlier step too
+    culprits += [f for f in findings if f.rule == "SLOW_LINK" and since <= first.get(f.key, step) < step]
     keys = {f.key for f in culprits}
     if culprits and len(keys) <= few:
-        key = culprits[0].key
         for f in findings:  # the other job-wide findings of this step are the culprit's symptoms too
             if f.key == "job" and f.family == "perf" and f is not slow:
                 _attach(f, culprits[0])
         _attach(slow, culprits[0])
-        job = next((t for t in open_tracks if t.key == "job" and "SLOW_STEP" in t.rules), None)
-        if job is not None and key not in {t.key for t in open_tracks}:
-            for f in findings:  # the job's slow-step incident came first: the culprit takes it over
-                if f.key == key:
-                    f.adopts = "job"
         return [f for f in findings if f is not slow] + [slow]
     joinable = sorted((t for t in open_tracks if t.scope in SLOW_CULPRIT_SCOPES and t.first >= since),
                       key=lambda t: t.scope != "host")
@@ -154,12 +158,29 @@ def _join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: in
     return findings
 
 
-def _join_explained(findings: list[Finding], open_tracks: list[OpenTrack]) -> bool:
+def _mark_adoption(findings: list[Finding], open_tracks: list[OpenTrack], first: dict[str, int], since: int) -> None:
+    """A slow group or link flagged while the job's own slow-step incident is open (and that began
+    with it) takes that incident over if it persists to open (`Finding.adopts`, the book): a
+    group's bandwidth rule needs a few steps more than the step time to show the same fault."""
+    job = next((t for t in open_tracks if t.key == "job" and "SLOW_STEP" in t.rules), None)
+    if job is None or job.first < since:
+        return
+    opened = {t.key for t in open_tracks}
+    for f in findings:
+        began = first.get(f.key, f.step)
+        if f.rule in ADOPTING_RULES and f.key not in opened and began >= job.first - JOIN_SLACK_STEPS:
+            f.adopts = "job"
+
+
+def _join_explained(findings: list[Finding], open_tracks: list[OpenTrack], slow_now: bool, since: int) -> bool:
     """Job-wide perf findings join the open culprit incident that the job's slow steps joined.
 
-    True when there is one (the slow step, if any, joined it too)."""
+    True when there is one (the slow step, if any, joined it too). A slow step now that the
+    culprit cannot explain (it began before `since`: in the baseline already, e.g. a GC pause
+    of every rank long after a slow rank's onset) is a problem of its own, and so are the
+    job-wide findings of its step."""
     culprit = next((t for t in open_tracks if t.scope in SLOW_CULPRIT_SCOPES and "SLOW_STEP" in t.rules), None)
-    if culprit is None:
+    if culprit is None or (slow_now and culprit.first < since):
         return False
     for f in findings:
         if f.key == "job" and f.family == "perf":

@@ -9,9 +9,12 @@ Per comparable domain (DP, TP, EP, CP), per group, each member's busy time less 
 (random GC pauses make members diverge too, but that is a GC problem) is compared with
 the median busy time of the ranks in its own PP stage (stages differ by design): the group is
 split when a member is at least `HOT` above that median, another at least `COLD` below it,
-and the gap between them is at least `SPREAD`. A group that contains a smaller split group is
-not reported (the smallest group holding the divergence is the one at fault). Persistence
-(`slow_rank_min_steps` flagged steps) is the book's, as for slow ranks.
+and the gap between them is at least `SPREAD` — each also at least `HOT_Z`/`COLD_Z`/`SPREAD_Z`
+robust sigmas of the job's rank-to-rank spread this step (1.4826 x MAD of those ratios), so
+a jittery job (8 % per-rank noise) needs a divergence far beyond its noise. A group that
+contains a smaller split group is not reported (the smallest group holding the divergence is
+the one at fault). Persistence (`slow_rank_min_steps` flagged steps) is the book's, as for
+slow ranks.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ COMPARABLE = ("dp", "tp", "ep", "cp")
 HOT = 0.10     # a member this much above its stage's median busy time ...
 COLD = 0.05    # ... and another this much below it ...
 SPREAD = 0.20  # ... at least this far apart (healthy jitter within one group stays well under it)
+HOT_Z, COLD_Z, SPREAD_Z = 4.0, 3.0, 7.0  # the same in robust sigmas of the job's spread (a jittery job)
 
 
 def evaluate(frame: Frame, topo: Topology, cfg: DetectionConfig) -> list[Finding]:
@@ -43,6 +47,11 @@ def evaluate(frame: Frame, topo: Topology, cfg: DetectionConfig) -> list[Finding
             med = float(np.median(busy[members]))
             if med > 0:
                 rel[members] = busy[members] / med - 1.0
+    finite = rel[np.isfinite(rel)]
+    if finite.size < 4:
+        return []
+    sigma = 1.4826 * float(np.median(np.abs(finite - np.median(finite))))
+    hot_at, cold_at, spread_at = max(HOT, HOT_Z * sigma), max(COLD, COLD_Z * sigma), max(SPREAD, SPREAD_Z * sigma)
     split: list[tuple[str, int, frozenset[int], float, float]] = []
     for d_index, domain in enumerate(DOMAINS):
         if domain not in COMPARABLE:
@@ -54,17 +63,17 @@ def evaluate(frame: Frame, topo: Topology, cfg: DetectionConfig) -> list[Finding
             if ranks.size < 2 or not np.isfinite(values).all():
                 continue  # a member has not reported: no verdict on this group this step
             hi, lo = float(values.max()), float(values.min())
-            if hi >= HOT and lo <= -COLD and hi - lo >= SPREAD:
+            if hi >= hot_at and lo <= -cold_at and hi - lo >= spread_at:
                 split.append((domain, int(g), frozenset(ranks.tolist()), hi, lo))
     out: list[Finding] = []
     for domain, g, group, hi, lo in split:
         if any(other < group for _, _, other, _, _ in split):
             continue  # a smaller split group inside this one is the one at fault
-        hot = sorted(r for r in group if rel[r] >= HOT)
+        hot = sorted(r for r in group if rel[r] >= hot_at)
         out.append(Finding(
             rule="SLOW_GROUP", key=f"group:{domain}/{g}", scope="group", step=frame.step, domain=domain, group=g,
             ranks=sorted(group), metric="busy_ms", observed=round(1.0 + hi, 4), expected=1.0,
-            threshold=1.0 + HOT, unit="x stage median",
+            threshold=round(1.0 + hot_at, 4), unit="x stage median",
             summary=f"{domain.upper()} group {g} split: ranks {hot} busy up to {1 + hi:.2f}x their stage's "
                     f"median while others idle at {1 + lo:.2f}x",
             evidence={"hot_ratio": round(1.0 + hi, 4), "cold_ratio": round(1.0 + lo, 4), "hot_ranks": len(hot)},

@@ -96,3 +96,17 @@ def test_a_host_incident_continues_its_worst_ranks_incident() -> None:
     assert set(last.rules) == {"SLOW_RANK", "SLOW_HOST"}
     commands = [o for o in out if isinstance(o, ControlCommand)]
     assert [c.ranks for c in commands] == [[3], list(range(8))], "the host's ranks are profiled too"
+
+
+def test_a_re_firing_rank_absorbed_by_a_host_candidate_is_still_taken_over() -> None:
+    book = IncidentBook(job="j", hold_down_steps=10)
+    plan = {s: [_on_node0("SLOW_RANK", "rank:3", "rank", [3], s)] for s in range(60, 66)}
+    plan[66] = [_on_node0("SLOW_HOST", "host:node-0", "host", list(range(8)), 66)]  # absorbs rank 3, dies
+    plan[67] = [_on_node0("SLOW_RANK", "rank:3", "rank", [3], 67)]                  # rank 3 re-fires: revived
+    plan |= {s: [_on_node0("SLOW_HOST", "host:node-0", "host", list(range(8)), s)] for s in range(69, 75)}
+    out = []
+    for step in range(60, 90):
+        out += book.observe(step, plan.get(step, []), step)
+    incidents = [o for o in out if isinstance(o, Incident)]
+    assert len({o.incident_id for o in incidents}) == 1
+    assert incidents[-1].scope == "host"

@@ -141,8 +141,23 @@ def test_a_slow_group_found_after_the_slow_steps_takes_their_incident_over() -> 
                                  ranks=[2, 6], domain="dp", group=2, open_after=3))
         tracks = [OpenTrack(t.finding.key, t.finding.scope, t.finding.cause_phase, t.first, t.opened,
                             tuple(t.finding.ranks), tuple(t.rules)) for t in book.tracks.values()]
-        out += [o for o in book.observe(step, join(found, 64, tracks, step), 0) if isinstance(o, Incident)]
+        out += [o for o in book.observe(step, join(found, 64, tracks, step, baseline_len=50), 0)
+                if isinstance(o, Incident)]
     assert len({o.incident_id for o in out}) == 1, [(o.incident_id, o.state) for o in out]
     last = out[-1]
     assert (last.scope, last.domain, last.group) == ("group", "dp", 2)
     assert {"SLOW_STEP", "R6"} <= set(last.rules) and last.step_first == 60
+
+
+def test_a_later_slow_step_the_old_culprit_cannot_explain_stays_the_jobs() -> None:
+    culprit = [OpenTrack("rank:3", "rank", "backward_ms", first=10, ranks=(3,), rules=("SLOW_RANK", "SLOW_STEP"))]
+    r3 = Finding(rule="R3", key="job", scope="job", step=30, summary="throughput", open_after=3)
+    found = join([_slow_step(30, "gc_ms"), r3], 64, culprit, 30, baseline_len=20)
+    assert {f.key for f in found} == {"job"}, "rank 3 is in the baseline by now: a GC pause of all ranks is apart"
+
+
+def test_devices_of_several_hosts_at_once_are_the_jobs() -> None:
+    spread = join([_device("R2", 8 * h + 1, f"node-{h}", 1) for h in range(3)], 64, [], 5)
+    assert {(f.key, f.scope) for f in spread} == {("job", "job")}, "one device on each of 3 hosts: a common cause"
+    two = join([_device("R2", 1, "node-0", 1), _device("R2", 9, "node-1", 1)], 64, [], 5)
+    assert {f.key for f in two} == {"rank:1", "rank:9"}
