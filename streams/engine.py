@@ -182,15 +182,15 @@ class JobEngine:
         return set(np.flatnonzero(topo.groups[DOMAINS.index(domain)] == group).tolist())
 
     def _device(self, chunk: dict[str, Any], now_ns: int) -> list[Output]:
-        # device findings join the next released step's findings (one book cadence: steps)
+        # device findings wait for the step of their samples' time (one book cadence: steps)
         self.stall.on_device(np.asarray(chunk["rank"], dtype=np.int64), np.asarray(chunk["ts_ns"], dtype=np.int64),
                              np.asarray(chunk["aicore_pct"], dtype=np.float64))
-        sig = self.signals
+        pending = self.signals.pending
         for tick in device_ticks(chunk, self.signals):
-            found = device_findings(tick, sig, self.cfg, self.stats.rule_seconds)
-            sig.pending.extend(found)
-            sig.pending_ts.extend([max(tick["ts_ns"], default=0)] * len(found))
-        del sig.pending[:-1000], sig.pending_ts[:-1000]
+            taken_ns = max(tick["ts_ns"], default=0)
+            pending.extend((taken_ns, f) for f in device_findings(tick, self.signals, self.cfg,
+                                                                  self.stats.rule_seconds))
+        del pending[:-1000]
         return []
 
     def _device_findings_until(self, frame: Frame) -> list[Finding]:
@@ -201,21 +201,16 @@ class JobEngine:
         ended waits for the frame of its own time, so a fault is never dated before its onset.
         Samples that arrive behind the steps join the step being evaluated (the earliest still open).
         """
-        sig = self.signals
-        if len(sig.pending_ts) != len(sig.pending):  # a snapshot from before pending_ts existed
-            sig.pending_ts = [0] * len(sig.pending)
         end = int(frame.end_ns[frame.seen].max(initial=0))
         take: list[Finding] = []
-        keep: list[Finding] = []
-        keep_ts: list[int] = []
-        for f, ts in zip(sig.pending, sig.pending_ts, strict=True):
-            if end == 0 or ts <= end:
+        keep: list[tuple[int, Finding]] = []
+        for taken_ns, f in self.signals.pending:
+            if end == 0 or taken_ns <= end:
                 f.step = frame.step
                 take.append(f)
             else:
-                keep.append(f)
-                keep_ts.append(ts)
-        sig.pending, sig.pending_ts = keep, keep_ts
+                keep.append((taken_ns, f))
+        self.signals.pending = keep
         return take
 
 

@@ -69,8 +69,7 @@ class SignalState:
     rules: dict[str, Any] = field(default_factory=dict)
     devices: dict[str, int] = field(default_factory=dict)   # "host/device" -> series index
     device_rank: dict[int, int] = field(default_factory=dict)
-    pending: list[Finding] = field(default_factory=list)
-    pending_ts: list[int] = field(default_factory=list)  # sample time (ns) of each pending finding
+    pending: list[tuple[int, Finding]] = field(default_factory=list)  # (sample time ns, device finding)
     ticks: dict[int, dict[str, list[Any]]] = field(default_factory=dict)  # device samples per tick, held
 
 

@@ -22,9 +22,8 @@ def _frame(step: int, end_s: float, world: int = 4) -> Frame:
 
 def _pending(engine: JobEngine, sample_s: list[float]) -> None:
     for i, t in enumerate(sample_s):
-        engine.signals.pending.append(Finding(rule="R2", key=f"device:node-0/{i}", scope="rank", step=-1,
-                                              summary=f"sample at {t}s"))
-        engine.signals.pending_ts.append(int(t * S))
+        engine.signals.pending.append((int(t * S), Finding(rule="R2", key=f"device:node-0/{i}", scope="rank",
+                                                           step=-1, summary=f"sample at {t}s")))
 
 
 def test_a_sample_taken_after_the_step_waits_for_the_step_of_its_own_time() -> None:
@@ -35,8 +34,7 @@ def test_a_sample_taken_after_the_step_waits_for_the_step_of_its_own_time() -> N
     assert engine._device_findings_until(_frame(31, end_s=31.0)) == [], "nothing of step 31's time"
     later = engine._device_findings_until(_frame(61, end_s=62.0))
     assert [(f.summary, f.step) for f in later] == [("sample at 61.2s", 61)]
-    assert [f.summary for f in engine.signals.pending] == ["sample at 75.0s"]
-    assert len(engine.signals.pending_ts) == 1
+    assert [(ts, f.summary) for ts, f in engine.signals.pending] == [(75 * S, "sample at 75.0s")]
 
 
 def test_a_late_sample_joins_the_step_being_evaluated() -> None:
