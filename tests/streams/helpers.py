@@ -4,13 +4,25 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 from kafka import KafkaConsumer
 
 from infra.clients import kafka_client_config
 from schemas import Domain, Incident, Phases, StepEvent
 from steplens.config import Settings
+from streams.windows.step_frames import Topology
 
 T0 = 1_700_000_000_000_000_000
+
+
+def hosts_topology(world: int = 16, per_host: int = 8) -> Topology:
+    """A job's topology with only ranks and hosts filled in (rank r on node-{r // per_host})."""
+    topo = Topology()
+    topo.grow(world)
+    topo.hosts = [f"node-{h}" for h in range(world // per_host)]
+    topo.host_index = {h: i for i, h in enumerate(topo.hosts)}
+    topo.host_of = np.arange(world, dtype=np.int64) // per_host
+    return topo
 
 
 def step_event(rank: int, step: int, busy: float, comm: float = 40.0, world: int = 8, dp_size: int = 8,

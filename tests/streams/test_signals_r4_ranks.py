@@ -7,17 +7,13 @@ import numpy as np
 from steplens.config import DetectionConfig
 from streams.signals import SignalState, _kernels
 from streams.windows.step_frames import Frame, Topology
+from tests.streams.helpers import hosts_topology
 
 WORLD, KERNELS, FLOPS, NS = 32, 24, 4_000_000_000, 1_000_000
 
 
 def _topo() -> Topology:
-    t = Topology()
-    t.grow(WORLD)
-    t.hosts = [f"node-{h}" for h in range(WORLD // 8)]
-    t.host_index = {h: i for i, h in enumerate(t.hosts)}
-    t.host_of = np.arange(WORLD, dtype=np.int64) // 8
-    return t
+    return hosts_topology(WORLD, 8)
 
 
 def _frame(step: int, rng: np.random.Generator, jitter: float, slow: dict[int, float]) -> Frame:

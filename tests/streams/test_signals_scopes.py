@@ -8,16 +8,8 @@ from steplens.config import DetectionConfig
 from streams.rules.base import Alarms
 from streams.scopes.finding import Finding
 from streams.signals import _rank_findings, follow_slow_step, name_slow_groups
-from streams.windows.step_frames import Frame, Topology
-
-
-def _topo(world: int = 16, per_host: int = 8) -> Topology:
-    t = Topology()
-    t.grow(world)
-    t.hosts = [f"node-{h}" for h in range(world // per_host)]
-    t.host_index = {h: i for i, h in enumerate(t.hosts)}
-    t.host_of = np.arange(world, dtype=np.int64) // per_host
-    return t
+from streams.windows.step_frames import Frame
+from tests.streams.helpers import hosts_topology
 
 
 def _frame(world: int = 16) -> Frame:
@@ -34,7 +26,8 @@ def _alarms(ranks: list[int], world: int = 16) -> Alarms:
 
 
 def _run(ranks: list[int]) -> list[Finding]:
-    return _rank_findings("R10", _alarms(ranks), _topo(), _frame(), DetectionConfig(), "inter-step CPU share", "x")
+    return _rank_findings("R10", _alarms(ranks), hosts_topology(), _frame(), DetectionConfig(),
+                          "inter-step CPU share", "x")
 
 
 def test_half_a_host_alarming_is_one_host_finding() -> None:
@@ -53,7 +46,7 @@ def test_half_the_world_is_one_job_finding_and_none_is_nothing() -> None:
 
 
 def test_gc_stays_per_rank() -> None:
-    out = _rank_findings("R1", _alarms([8, 9, 10, 11]), _topo(), _frame(), DetectionConfig(), "GC", "T8",
+    out = _rank_findings("R1", _alarms([8, 9, 10, 11]), hosts_topology(), _frame(), DetectionConfig(), "GC", "T8",
                          by_host=False)
     assert sorted(f.key for f in out) == ["rank:10", "rank:11", "rank:8", "rank:9"]
 

@@ -5,19 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from streams.scopes.stall import StallState, evaluate
-from streams.windows.step_frames import Topology
+from tests.streams.helpers import hosts_topology
 
 S = 1_000_000_000
 TIMEOUT = 5 * S
-
-
-def _topo(world: int = 16, per_host: int = 8) -> Topology:
-    topo = Topology()
-    topo.grow(world)
-    topo.hosts = [f"node-{h}" for h in range(world // per_host)]
-    topo.host_index = {h: i for i, h in enumerate(topo.hosts)}
-    topo.host_of = np.arange(world, dtype=np.int64) // per_host
-    return topo
 
 
 def _state(world: int, seconds: int, busy: dict[int, float], silent: tuple[int, ...] = ()) -> StallState:
@@ -33,33 +24,33 @@ def _state(world: int, seconds: int, busy: dict[int, float], silent: tuple[int, 
 
 def test_idle_rank_among_spinning_peers_is_hung() -> None:
     st = _state(16, 12, {5: 0.0})
-    found = evaluate(st, _topo(), 30, TIMEOUT, 2.0, False, 0, final=True)
+    found = evaluate(st, hosts_topology(), 30, TIMEOUT, 2.0, False, 0, final=True)
     assert [(f.rule, f.ranks) for f in found] == [("HUNG_RANK", [5])]
-    assert evaluate(st, _topo(), 30, TIMEOUT, 2.0, False, 0, final=True) == [], "reported once per stall"
+    assert evaluate(st, hosts_topology(), 30, TIMEOUT, 2.0, False, 0, final=True) == [], "reported once per stall"
 
 
 def test_silent_host_is_one_host_finding() -> None:
     st = _state(16, 12, {}, silent=tuple(range(8, 16)))
-    found = evaluate(st, _topo(), 30, TIMEOUT, 2.0, False, 0, final=True)
+    found = evaluate(st, hosts_topology(), 30, TIMEOUT, 2.0, False, 0, final=True)
     assert [(f.rule, f.host, len(f.ranks)) for f in found] == [("HUNG_HOST", "node-1", 8)]
 
 
 def test_short_pause_or_whole_job_idle_is_not_a_hang() -> None:
-    assert evaluate(_state(16, 8, {5: 0.0}), _topo(), 30, TIMEOUT, 2.0, False, 0, final=True) == []
+    assert evaluate(_state(16, 8, {5: 0.0}), hosts_topology(), 30, TIMEOUT, 2.0, False, 0, final=True) == []
     idle = {r: 0.0 for r in range(16)}
-    assert evaluate(_state(16, 12, idle), _topo(), 30, TIMEOUT, 2.0, False, 0, final=True) == []
+    assert evaluate(_state(16, 12, idle), hosts_topology(), 30, TIMEOUT, 2.0, False, 0, final=True) == []
 
 
 def test_live_stall_must_hold_a_timeout_with_input_current() -> None:
     st = _state(16, 12, {5: 0.0})
-    assert evaluate(st, _topo(), 30, TIMEOUT, 2.0, True, 0, final=False) == [], "a backlog is not a hang"
-    assert evaluate(st, _topo(), 30, TIMEOUT, 2.0, False, 1 * S, final=False) == []
-    assert evaluate(st, _topo(), 30, TIMEOUT, 2.0, False, 3 * S, final=False) == []
-    found = evaluate(st, _topo(), 30, TIMEOUT, 2.0, False, 7 * S, final=False)
+    assert evaluate(st, hosts_topology(), 30, TIMEOUT, 2.0, True, 0, final=False) == [], "a backlog is not a hang"
+    assert evaluate(st, hosts_topology(), 30, TIMEOUT, 2.0, False, 1 * S, final=False) == []
+    assert evaluate(st, hosts_topology(), 30, TIMEOUT, 2.0, False, 3 * S, final=False) == []
+    found = evaluate(st, hosts_topology(), 30, TIMEOUT, 2.0, False, 7 * S, final=False)
     assert [f.rule for f in found] == ["HUNG_RANK"]
 
 
 def test_steps_resuming_reset_the_stall() -> None:
     st = _state(16, 12, {5: 0.0})
     st.on_steps(np.array([113 * S], dtype=np.int64))
-    assert evaluate(st, _topo(), 31, TIMEOUT, 2.0, False, 0, final=True) == []
+    assert evaluate(st, hosts_topology(), 31, TIMEOUT, 2.0, False, 0, final=True) == []
