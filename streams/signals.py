@@ -71,27 +71,61 @@ class SignalState:
     device_rank: dict[int, int] = field(default_factory=dict)
     pending: list[tuple[int, Finding]] = field(default_factory=list)  # (sample time ns, device finding)
     ticks: dict[int, dict[str, list[Any]]] = field(default_factory=dict)  # device samples per tick, held
+    device_tick: dict[str, int] = field(default_factory=dict)  # "host/device" -> newest tick it reported
+    released_tick: int = -1  # ticks up to this one were evaluated: later samples of them are late
+    late_samples: int = 0
 
 
 TICK_NS = 1_000_000_000  # device samples are bucketed per second of their own timestamps
-HOLD_TICKS = 2           # a tick is evaluated once samples this many ticks newer arrived
+HOLD_TICKS = 2           # a tick is evaluated once samples this many ticks newer arrived ...
+WAIT_TICKS = 30          # ... and every device reporting lately is in it, or at the latest this many ticks on
 
 
 def device_ticks(chunk: dict[str, Any], state: SignalState, flush: bool = False) -> list[dict[str, Any]]:
-    """Device samples regrouped per tick, released once the job's samples moved on.
+    """Device samples regrouped per tick, released once the tick is whole.
 
-    A decode batch can end in the middle of a tick, and R2 removes the common mode (the job's
-    median device at the same tick): evaluated on half a tick, a job-wide load change (an
-    evaluation or checkpoint step) leaves a spurious drift on the devices of that half.
+    R2 removes the common mode (the job's median device at the same tick): evaluated on part
+    of a tick, a job-wide load change (an evaluation or checkpoint step) leaves a spurious
+    drift on the devices of that part. A tick arrives split in two ways: a decode batch ends
+    in the middle of it, and the device topic's partitions (keyed per device) run apart under
+    a backlog, each carrying its share of the devices seconds ahead of or behind the others
+    (the Kafka-only R2 false alarms of `slow_pp_stage`, `replay --device-skew`). So a tick
+    waits until samples `HOLD_TICKS` newer arrived AND every device that reported within the
+    last `WAIT_TICKS` ticks has reported this tick or a later one (its partition got past it;
+    a device sampled less often than every tick does not hold it); a device gone silent (a
+    dead host) holds the job's ticks `WAIT_TICKS` at most. A sample of a tick already evaluated
+    is late: it is left out of the rules (alone it would be a partial tick), counted in
+    `late_samples`.
     """
     cols = [k for k, v in chunk.items() if isinstance(v, list)]
+    hosts, devices = chunk.get("host", []), chunk.get("device", [])
     for i, ts in enumerate(chunk["ts_ns"]):
-        tick = state.ticks.setdefault(int(ts) // TICK_NS, {k: [] for k in cols})
+        t = int(ts) // TICK_NS
+        if t <= state.released_tick:
+            state.late_samples += 1
+            continue
+        tick = state.ticks.setdefault(t, {k: [] for k in cols})
         for k in cols:
             tick.setdefault(k, []).append(chunk[k][i])
-    newest = max(state.ticks, default=0)
-    ready = sorted(t for t in state.ticks if flush or t <= newest - HOLD_TICKS)
-    return [{"kind": "device", "job": chunk.get("job", ""), **state.ticks.pop(t)} for t in ready]
+        name = f"{hosts[i]}/{devices[i]}" if i < len(hosts) and i < len(devices) else str(i)
+        if state.device_tick.get(name, -1) < t:
+            state.device_tick[name] = t
+    newest = max(state.ticks, default=max(state.released_tick, 0))
+    for d in [d for d, t in state.device_tick.items() if t <= newest - WAIT_TICKS]:
+        del state.device_tick[d]  # silent for WAIT_TICKS: no longer waited for
+    frontier = min(state.device_tick.values(), default=newest)  # every device reporting lately got this far
+    ready: list[int] = []
+    for t in sorted(state.ticks):
+        whole = t <= newest - HOLD_TICKS and t <= frontier
+        if not (flush or whole or t <= newest - WAIT_TICKS):
+            break  # ticks are evaluated in order: a later whole tick waits for an earlier incomplete one
+        ready.append(t)
+    if ready:
+        state.released_tick = max(state.released_tick, ready[-1])
+    out = []
+    for t in ready:
+        out.append({"kind": "device", "job": chunk.get("job", ""), **state.ticks.pop(t)})
+    return out
 
 
 def _advice(rule: str) -> tuple[str, str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import zlib
 from collections import deque
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,6 +31,7 @@ from streams.engine import FleetEngine
 from streams.ingest.decode import decode_batch
 
 TICK_NS = 50_000_000  # simulated wall time per decoded batch
+SKEW_PARTITIONS = 4   # the device topic's partitions (keyed per device) for --device-skew
 
 
 def replay(args: argparse.Namespace, cfg: DetectionConfig | None = None, batch: int = 4096) -> dict[str, Any]:
@@ -37,6 +39,8 @@ def replay(args: argparse.Namespace, cfg: DetectionConfig | None = None, batch: 
 
     `args.device_lead` (batches, default 0) holds step and kernel-summary messages back that many
     decode batches behind the device samples: the topic skew a backlogged Kafka pipeline shows.
+    `args.device_skew` (batches) holds the device samples of one of the device topic's partitions
+    (keyed per device) that many batches behind the others: one tick's samples arrive split.
     """
     runs = plan_runs(args, time.strftime("%H%M%S"))
     fleet = FleetEngine(cfg or DetectionConfig())
@@ -56,26 +60,32 @@ def replay(args: argparse.Namespace, cfg: DetectionConfig | None = None, batch: 
         messages.extend(orjson.loads(encode(bounded(o))) for o in out if isinstance(o, Incident))
 
     lead = int(getattr(args, "device_lead", 0) or 0)
+    skew = int(getattr(args, "device_skew", 0) or 0)
     device_topic = Topics("").device
     held: deque[list[bytes]] = deque([[]])
+    lagging: deque[list[bytes]] = deque([[]])  # device samples of the lagging partition
     sent = [0]
 
     def send(topic: str, key: bytes, value: bytes) -> None:
         if lead and topic != device_topic:
             held[-1].append(value)
+        elif skew and topic == device_topic and zlib.crc32(key) % SKEW_PARTITIONS == 0:
+            lagging[-1].append(value)
         else:
             buffer.append(value)
         sent[0] += 1
         if sent[0] % batch == 0:
-            if lead:
-                held.append([])
-                while len(held) > lead:
-                    buffer.extend(held.popleft())
+            for queue, behind in ((held, lead), (lagging, skew)):
+                if behind:
+                    queue.append([])
+                    while len(queue) > behind:
+                        buffer.extend(queue.popleft())
             flush()
 
     stream_runs([r for _, r in runs], Topics(""), send)
-    while held:
-        buffer.extend(held.popleft())
+    for queue in (held, lagging):
+        while queue:
+            buffer.extend(queue.popleft())
     flush()
     for _ in range(400):
         clock[0] += 500_000_000
@@ -101,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device-lead", type=int, default=0, metavar="BATCHES",
                    help="step and kernel-summary messages reach the engine this many decode batches after the "
                         "device samples sent with them (topic skew under a backlog)")
+    p.add_argument("--device-skew", type=int, default=0, metavar="BATCHES",
+                   help="the device samples of one device-topic partition (of 4, keyed per device) reach the engine "
+                        "this many decode batches after the others (partition skew under a backlog)")
     p.add_argument("--out", type=Path, help="also write the figures to this JSON file (mode: in-process replay)")
     args = p.parse_args(argv)
     if args.quick:
@@ -120,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         result.update({"mode": "in-process replay (bench/detection/replay.py): no Kafka, no workers",
                        "machine": machine(), "started": started, "git": git_commit(), "quick": bool(args.quick),
-                       "device_lead_batches": args.device_lead, "argv": sys.argv[1:] if argv is None else argv})
+                       "device_lead_batches": args.device_lead,
+                       "device_skew_batches": args.device_skew, "argv": sys.argv[1:] if argv is None else argv})
         write_result(args.out, result)
     else:
         print(render_table(result))

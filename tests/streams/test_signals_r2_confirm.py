@@ -53,3 +53,31 @@ def test_device_samples_are_released_per_complete_tick() -> None:
     out = device_ticks(_tick_chunk([2 * TICK_NS], [0]), state)
     assert [c["device"] for c in out] == [[0, 1, 2]], "tick 0 whole, once samples two ticks newer arrived"
     assert [c["device"] for c in device_ticks(_tick_chunk([], []), state, flush=True)] == [[0], [0]]
+
+
+def test_a_lagging_partition_holds_the_tick_until_its_devices_report_it() -> None:
+    """The device topic's partitions run apart under a backlog: devices 0 and 1 are seconds ahead
+    of device 2. A tick is evaluated whole (R2's common mode is the median device), never split."""
+    from streams.signals import TICK_NS, device_ticks
+    state = SignalState()
+    device_ticks(_tick_chunk([0, 0, 0], [0, 1, 2]), state)
+    ahead = [t * TICK_NS for t in range(1, 6) for _ in (0, 1)]
+    out = device_ticks(_tick_chunk(ahead, [0, 1] * 5), state)
+    assert [c["device"] for c in out] == [[0, 1, 2]], "tick 0 is whole; ticks 1-5 wait for device 2"
+    out = device_ticks(_tick_chunk([TICK_NS, 2 * TICK_NS, 3 * TICK_NS], [2, 2, 2]), state)
+    assert [sorted(c["device"]) for c in out] == [[0, 1, 2]] * 3, "device 2 caught up: ticks 1-3 whole"
+    before = state.late_samples
+    assert device_ticks(_tick_chunk([2 * TICK_NS], [1]), state) == [], "a sample of an evaluated tick is late"
+    assert state.late_samples == before + 1
+
+
+def test_a_silent_device_holds_the_ticks_a_bounded_time() -> None:
+    from streams.signals import TICK_NS, WAIT_TICKS, device_ticks
+    state = SignalState()
+    device_ticks(_tick_chunk([0, 0], [0, 1]), state)  # device 1 then goes silent (a dead host)
+    first_release: dict[int, int] = {}
+    for now in range(1, WAIT_TICKS + 3):
+        for c in device_ticks(_tick_chunk([now * TICK_NS], [0]), state):
+            first_release.setdefault(int(c["ts_ns"][0]) // TICK_NS, now)
+    assert first_release[0] == 2, "tick 0 is whole: released two ticks on"
+    assert first_release[1] == WAIT_TICKS, "tick 1 waits for device 1 until it was silent WAIT_TICKS ticks"
