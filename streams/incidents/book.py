@@ -103,13 +103,16 @@ class IncidentBook:
         out: list[Output] = []
         for tid in [t for t, tr in self.held.items() if step - (tr.resolved_at or 0) > tr.hold]:
             del self.held[tid]
-        hosts = {f.host for f in findings if f.scope == "host" and f.host}
-        hosts |= {t.finding.host for t in self.tracks.values()
-                  if t.opened and t.finding.scope == "host" and t.finding.host}
+        open_hosts = [t for t in self.tracks.values()  # a host candidate absorbs nothing until it opens
+                      if t.opened and t.finding.scope == "host" and t.finding.host]
+        host_of = {r: t.finding.host for t in open_hosts for r in t.finding.ranks}  # a rank finding may not
+        hosts = {t.finding.host for t in open_hosts}                                  # name its host
         touched: set[str] = set()
         for f in sorted(findings, key=lambda f: f.scope != "host"):
-            if f.scope == "rank" and f.host in hosts and f.family == "perf":
-                continue  # absorbed by its host's incident
+            if f.scope == "rank" and f.family == "perf":
+                host = f.host if f.host in hosts else host_of.get(f.ranks[0]) if f.ranks else None
+                if host is not None:  # absorbed by its host's incident: its evidence keeps that one open
+                    f.key, f.scope, f.host = f"host:{host}", "host", host
             tid = f"{f.family}:{f.key}"
             if tid in touched:
                 track = self.tracks.get(tid)  # None: resolved a moment ago (a shift), nothing to join
@@ -132,10 +135,16 @@ class IncidentBook:
                 self._merge(track, f)
                 if new_rule and track.opened:
                     track.since_update = UPDATE_EVERY  # a rule joining is news: update now
-            if f.scope == "host":
-                out.extend(self._absorb(f.host, step, now_ns))
             if not track.opened and track.flagged >= f.open_after:
+                sibling = self._rank_sibling(track)
+                if sibling is not None:  # a second rank of a host with a rank incident: the host's problem
+                    tid = self._as_host(tid, track)
+                    touched.add(tid)
                 out.extend(self._open(tid, track, now_ns))
+                if track.finding.scope == "host":
+                    out.extend(self._absorb(track.finding.host, step, now_ns))
+                    hosts.add(track.finding.host)
+                    host_of.update((r, track.finding.host) for r in track.finding.ranks)
             elif track.opened:
                 track.since_update += 1
                 if f.evidence.get("resolve_now"):
@@ -233,6 +242,34 @@ class IncidentBook:
                 track.hold = self.hold_down_steps
                 self.held[tid] = track
         return out
+
+    def _rank_sibling(self, track: Track) -> Track | None:
+        """Another rank's incident (open, or held) on the host of this rank candidate about to open."""
+        f = track.finding
+        if f.scope != "rank" or f.host is None:
+            return None
+        return next((t for t in (*self.tracks.values(), *self.held.values())
+                     if t is not track and t.incident_id and t.finding.scope == "rank" and t.finding.host == f.host
+                     and t.finding.family == f.family and not set(t.finding.ranks) & set(f.ranks)), None)
+
+    def _as_host(self, tid: str, track: Track) -> str:
+        """A rank candidate re-keyed as its host's: ranks of one host slowing one after the other (a foreign
+        process on the node: its worst rank first, then another) are one host problem, not one incident per
+        rank; opening, it continues the first rank's incident (`_host_adoptee`) and absorbs the others."""
+        f = track.finding
+        host_tid = f"{f.family}:host:{f.host}"
+        self.tracks.pop(tid, None)
+        candidate = self.tracks.pop(host_tid, None)  # the host's own finding, not yet persistent
+        ranks = sorted({r for t in (*self.tracks.values(), *self.held.values()) if t.finding.scope == "rank"
+                        and t.finding.host == f.host for r in t.finding.ranks} | set(f.ranks))
+        f.key, f.scope, f.ranks = f"host:{f.host}", "host", ranks
+        f.summary = f"host {f.host}: ranks {', '.join(map(str, ranks))} slow one after the other; {f.summary}"
+        f.evidence["ranks_slowed"] = float(len(ranks))
+        if candidate is not None:
+            track.rules += [r for r in candidate.rules if r not in track.rules]
+            track.first = min(track.first, candidate.first)
+        self.tracks[host_tid] = track
+        return host_tid
 
     def _host_adoptee(self, f: Finding) -> Track | None:
         """A rank incident of this host, open or held, that the opening host incident continues:
