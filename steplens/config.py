@@ -70,7 +70,7 @@ class DetectionConfig:
     r2_sigma_min_mem_pct: float = 1.0
     r3_warmup: int = 50              # R3 W
     r3_length: int = 50              # R3 L
-    r3_k: float = 3.0                # R3 k
+    r3_k: float = 2.0                # R3 k (spec: 2–3; 3 missed a 25 % drop behind one eval step in the first window)
     r3_min_deviation: float = 0.05   # R3: a flagged value must also be >= 5 % off the window mean
     r3_adapt_after: int = 50         # R3: alarms in a row after which they become the window (a lasting shift)
     r4_history: int = 100            # R4 N

@@ -96,6 +96,23 @@ def test_r3_constant_input_is_quiet_and_warmup_values_are_skipped() -> None:
     assert alarms == []
 
 
+def test_r3_default_k_sees_a_drop_behind_one_outlier_in_a_short_first_window() -> None:
+    """The config's k (DetectionConfig.r3_k): the first window after warm-up is short, and one slow
+    (evaluation) step in it inflates the sample std; a 14 % throughput drop right after must still alarm."""
+    from steplens.config import DetectionConfig
+
+    k = DetectionConfig().r3_k
+    assert 2.0 <= k <= 3.0, "spec §2: k = 2-3"
+    window = [0.68, 0.81, 0.80, 0.82, 0.81, 0.80, 0.81, 0.82, 0.80, 0.81]  # an eval step first
+    params = r3.Params(warmup=0, length=50, k=k)
+    _, alarms = _feed(r3, [*window, 0.69], params)
+    assert alarms == [(10, 0)]
+    _, strict = _feed(r3, [*window, 0.69], r3.Params(warmup=0, length=50, k=3.0))
+    assert strict == [], "at k = 3 the outlier hides the drop (why the default is 2)"
+    _, quiet = _feed(r3, [*window, 0.79, 0.83, 0.80], params)
+    assert quiet == [], "ordinary values stay quiet"
+
+
 # R4 -------------------------------------------------------------------------------------
 def test_r4_learns_bench_and_flags_outside_iqr_fences() -> None:
     params = r4.Params(history=100, bench_samples=5, min_history=8)
