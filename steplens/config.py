@@ -27,6 +27,12 @@ class DetectionConfig:
     slow_rank_wait_ratio: float = 0.05  # R_wait = 1 - mean(busy)/max(busy) over a group
     slow_rank_z: float = 3.0         # the slowest rank's busy time must also be this many robust sigmas out
     slow_rank_min_steps: int = 3     # consecutive flagged steps before a slow-rank incident opens
+    # graded confirmation (streams/scopes/confirm.py): a deviation far past every threshold confirms sooner
+    slow_rank_strong_min_steps: int = 2  # flagged steps for a strong one (>= slow_rank_min_steps: grading off)
+    slow_rank_strong_z: float = 10.0     # strong: robust z at least this ...
+    slow_rank_strong_excess: float = 0.15  # ... and busy this far over the group median ...
+    slow_rank_strong_q_margin: float = 0.25  # ... and Dixon's Q this share of the way from its critical value to 1
+    slow_rank_strong_compute_share: float = 0.8  # ... and this share of its excess in device compute
     resolve_after_steps: int = 5     # clean steps before an open incident is resolved
     incident_hold_down_steps: int = 10  # a resolved incident re-opens (same id) on a re-fire this soon after
     window_lateness_steps: int = 8   # a group's step window closes incomplete this many steps behind the newest
