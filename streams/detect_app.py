@@ -242,7 +242,7 @@ def create_detect_app(settings: Settings) -> faust.App:
         worker.stream = stream
         if not worker.restored:
             await worker.restore()
-        async for events in stream.noack_take(1000, within=0.05):
+        async for events in stream.noack_take(1000, within=cfg.detect_within_s):
             worker.metrics.batch.labels("detect").observe(len(events))
             await worker.on_chunks(events)
 
