@@ -27,6 +27,12 @@ class DetectionConfig:
     slow_rank_wait_ratio: float = 0.05  # R_wait = 1 - mean(busy)/max(busy) over a group
     slow_rank_z: float = 3.0         # the slowest rank's busy time must also be this many robust sigmas out
     slow_rank_min_steps: int = 3     # consecutive flagged steps before a slow-rank incident opens
+    # graded confirmation (streams/scopes/confirm.py): a deviation far past every threshold confirms sooner
+    slow_rank_strong_min_steps: int = 2  # flagged steps for a strong one (>= slow_rank_min_steps: grading off)
+    slow_rank_strong_z: float = 10.0     # strong: robust z at least this ...
+    slow_rank_strong_excess: float = 0.15  # ... and busy this far over the group median ...
+    slow_rank_strong_q_margin: float = 0.25  # ... and Dixon's Q this share of the way from its critical value to 1
+    slow_rank_strong_compute_share: float = 0.8  # ... and this share of its excess in device compute
     resolve_after_steps: int = 5     # clean steps before an open incident is resolved
     incident_hold_down_steps: int = 10  # a resolved incident re-opens (same id) on a re-fire this soon after
     window_lateness_steps: int = 8   # a group's step window closes incomplete this many steps behind the newest
@@ -46,7 +52,8 @@ class DetectionConfig:
     hang_stall_factor: float = 2.0      # devices sampling this many window timeouts past the last step: a hang
     window_max_open_steps: int = 64      # open frames per job before the oldest is closed
     batch_max: int = 10_000          # raw messages per take() of the decode stage
-    batch_within_s: float = 0.2      # max wait for a batch to fill
+    batch_within_s: float = 0.2      # decode poll timeout (kafka-python returns at once when records are there)
+    detect_within_s: float = 0.02    # detect take(): a chunk waits at most this for its batch (delay, not work)
     snapshot_interval_s: float = 1.0  # state snapshot period per changed job (streams/state/)
     metrics_port: int = 0            # Prometheus self-metrics port of the detect worker; 0 = off
     # rules R1–R10 (spec §2), defaults as the spec gives them; 0 = bound off

@@ -172,8 +172,11 @@ class DetectWorker:
     async def on_tick(self) -> None:
         async with self.lock:
             now = now_ns()
-            self._queue(self.fleet.tick(now))
-            await self._maybe_snapshot(force=True)
+            outputs = self.fleet.tick(now)
+            self._queue(outputs)
+            # outputs go out now; otherwise snapshots keep to snapshot_interval_s: each one holds the
+            # lock for ~25 ms of encoding per changed job, and a chunk completing a frame waits behind it
+            await self._maybe_snapshot(force=bool(outputs))
             for job in [j for j, e in self.fleet.jobs.items() if e.finished and j not in self.pending
                         and j not in self.dirty and not (j in self.outboxes and self.outboxes[j].pending)]:
                 del self.fleet.jobs[job]  # its final snapshot (finished=True, outbox empty) is on the state topic
@@ -242,7 +245,7 @@ def create_detect_app(settings: Settings) -> faust.App:
         worker.stream = stream
         if not worker.restored:
             await worker.restore()
-        async for events in stream.noack_take(1000, within=0.05):
+        async for events in stream.noack_take(1000, within=cfg.detect_within_s):
             worker.metrics.batch.labels("detect").observe(len(events))
             await worker.on_chunks(events)
 

@@ -30,7 +30,9 @@ from infra import InfraConfig, KafkaBroker
 from infra.clients import kafka_client_config
 from producers.simulator.catalogue import SCENARIOS, build_faults, write_ground_truth
 from producers.simulator.fleet import FleetJob
+from producers.simulator.model import ModelConfig
 from producers.simulator.stream import SimRun, stream_runs
+from producers.simulator.topology import Topology
 from schemas import Topics
 from sinks import open_backend
 from steplens.config import REPO_ROOT, Settings, load_settings
@@ -50,7 +52,8 @@ from streams.topics_admin import DetectTopics, ensure_topics
 QUICK = ("slow_rank", "slow_host", "gc_leak", "link_degradation", "hung_rank", "step_time_shift",
          "hermes_gc_moe", "cooling_loss")
 LARGE_FAMILY = "slow_host"
-PACED = ("slow_rank",)
+PACED = {"slow_rank": 3, "slow_host": 1}  # scenario -> seeds streamed in real time together (delay in seconds)
+PACED_STEP_S = 1.0  # the paced runs' healthy step time (issue #6: delay targets at 1 step/s)
 FULL_LARGE_HEALTHY = 1  # 1,024-rank healthy runs in the full bench: fits 45 min on 2 cores (17 for >= 2 M rank-steps)
 
 
@@ -83,6 +86,40 @@ def plan_runs(args: argparse.Namespace, stamp: str) -> list[tuple[str, SimRun]]:
     for seed in range(large):
         add("healthy", args.large_ranks, 100 + seed, f"healthy@{args.large_ranks}")
     return runs
+
+
+def plan_paced(args: argparse.Namespace, stamp: str) -> list[tuple[str, SimRun]]:
+    """The runs streamed in real time (1 step/s) for delay in seconds: several faults, one minute.
+
+    They run side by side, so 4 runs cost the wall time of one (`--paced-steps` steps) and
+    give p50/p99 over 4 delays instead of one number; `--paced-seeds` overrides the seeds per scenario.
+    """
+    runs: list[tuple[str, SimRun]] = []
+    for name, seeds in PACED.items():
+        if args.scenario and name not in args.scenario:
+            continue
+        sc = SCENARIOS[name]
+        topo = sc.topology(args.ranks)
+        model = paced_model(sc.model(topo), topo)
+        for seed in range(args.paced_seeds if args.paced_seeds is not None else seeds):
+            faults = build_faults(sc, topo, args.paced_steps, seed)
+            job = FleetJob(f"bench-{stamp}-{name}-paced-{args.ranks}-s{seed}", topo, args.paced_steps, faults, seed,
+                           model=model)
+            runs.append((f"{name}@paced", SimRun(job)))
+    return runs
+
+
+def paced_model(model: ModelConfig, topo: Topology, step_s: float = PACED_STEP_S) -> ModelConfig:
+    """The scenario's model with its sequence shortened (steps of 128 tokens) until a healthy step takes <= `step_s`.
+
+    Issue #6 states the delay target at 1 step/s; the default 7B model at 64 ranks takes
+    1.19 s per healthy step (1.4 s with a straggler), so delay in seconds measured on it
+    carried 20 % more time per confirming step than the target assumes.
+    """
+    seq = model.seq
+    while seq > 128 and FleetJob("paced", topo, 1, (), 0, model=replace(model, seq=seq)).nominal_ms > 1000 * step_s:
+        seq -= 128
+    return replace(model, seq=seq)
 
 
 def wait_caught_up(settings: Settings, workers: list[subprocess.Popen[bytes]], stall_s: float) -> None:
@@ -163,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jittery-runs", type=int, default=None,
                    help="healthy runs at 8 %% per-phase jitter (scenario healthy_jittery; default: one per seed)")
     p.add_argument("--paced-steps", type=int, default=60)
+    p.add_argument("--paced-seeds", type=int, default=None,
+                   help=f"seeds per paced scenario (default {', '.join(f'{k}: {v}' for k, v in PACED.items())})")
     p.add_argument("--no-paced", action="store_true")
     p.add_argument("--stall-s", type=float, default=300.0, help="fail when the workers' lag stops shrinking")
     p.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "detection.json")
@@ -189,13 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = plan_runs(args, stamp)
     paced_runs: list[tuple[str, SimRun]] = []
     if not args.no_paced:
-        for name in PACED:
-            sc = SCENARIOS[name]
-            topo = sc.topology(args.ranks)
-            faults = build_faults(sc, topo, args.paced_steps, 0)
-            job = FleetJob(f"bench-{stamp}-{name}-paced-{args.ranks}-s0", topo, args.paced_steps, faults, 0,
-                           model=sc.model(topo))
-            paced_runs.append((f"{name}@paced", SimRun(job)))
+        paced_runs = plan_paced(args, stamp)
     gt_dir = REPO_ROOT / "reports" / f"bench-detection-{stamp}"
     for _, run in runs + paced_runs:
         write_ground_truth(gt_dir / f"{run.job.job_id}.jsonl", list(run.faults), run.job.job_id, run.job.seed,

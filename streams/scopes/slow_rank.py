@@ -26,6 +26,8 @@ import numpy as np
 from steplens.config import DetectionConfig
 from streams.analysis.advisor import COMPUTE_PHASES, advise
 from streams.ingest.decode import DOMAINS, PHASES
+from streams.scopes.confirm import Deviation, compute_share, host_open_after
+from streams.scopes.confirm import open_after as graded_open_after
 from streams.scopes.finding import Finding
 from streams.scopes.outliers import dixon_critical, group_stats
 from streams.scopes.sustained import WINDOW, StepObservation, SustainedState
@@ -34,6 +36,7 @@ from streams.windows.step_frames import Frame, Topology
 
 COMPARABLE = ("dp", "tp", "ep", "cp")
 NOISE_STEPS = 50
+DEVICE_COMPUTE = (*COMPUTE_PHASES, "optimizer_ms")  # phases without a healthy heavy tail (confirm.py)
 
 
 @dataclass(slots=True)
@@ -50,6 +53,7 @@ def evaluate(frame: Frame, topo: Topology, state: SlowRankState, cfg: DetectionC
         return state, []
     busy = frame.busy_ms[seen]
     flagged: dict[int, dict[str, float]] = {}
+    grading: dict[int, list[tuple[float, float, float, float]]] = {}  # rank -> (z, excess, Q, Q crit) per domain
     noises: list[float] = []
     observed = StepObservation.empty(frame.seen.size)
     for d_index, domain in enumerate(DOMAINS):
@@ -107,6 +111,8 @@ def evaluate(frame: Frame, topo: Topology, state: SlowRankState, cfg: DetectionC
             ev["busy_ms"] = round(float(sorted_vals[pos]), 3)
             ev["group_median_ms"] = max(ev.get("group_median_ms", 0.0), round(float(gs.median[g]), 3))
             ev[f"group_{domain}"] = float(gs.groups[g])
+            grading.setdefault(rank, []).append((float(z_member[pos]), float(sorted_vals[pos] / gs.median[g] - 1.0),
+                                                 float(q[g]) if is_max[pos] else 0.0, float(q_crit[g])))
     if noises:
         state.history.append(float(np.median(noises)))
         del state.history[:-NOISE_STEPS]
@@ -122,7 +128,23 @@ def evaluate(frame: Frame, topo: Topology, state: SlowRankState, cfg: DetectionC
                          "group_median_ms": round(float(observed.median[rank]), 3)}
     if not flagged or len(state.history) <= cfg.warmup_steps:
         return state, []
-    return state, _findings(frame, topo, flagged, cfg)
+    return state, _findings(frame, topo, flagged, _deviations(frame, flagged, grading), cfg)
+
+
+def _deviations(frame: Frame, flagged: dict[int, dict[str, float]],
+                grading: dict[int, list[tuple[float, float, float, float]]]) -> dict[int, list[Deviation]]:
+    """Each flagged rank's evidence for graded confirmation (streams/scopes/confirm.py)."""
+    peers = frame.phases[:, frame.seen]
+    usable = [i for i, name in enumerate(PHASES) if name != "comm_exposed_ms" and np.isfinite(peers[i]).any()]
+    medians = {i: float(np.nanmedian(peers[i])) for i in usable}
+    out: dict[int, list[Deviation]] = {}
+    for rank in flagged:
+        mine = {PHASES[i]: float(frame.phases[i, rank]) - medians[i] for i in usable
+                if np.isfinite(frame.phases[i, rank])}
+        share = compute_share(mine, DEVICE_COMPUTE)
+        out[rank] = [Deviation(z=z, excess=ex, dixon_q=q, dixon_crit=crit, compute_share=share)
+                     for z, ex, q, crit in grading.get(rank, [])]
+    return out
 
 
 def _excess_phase(frame: Frame, ranks: list[int]) -> str | None:
@@ -141,8 +163,9 @@ def _excess_phase(frame: Frame, ranks: list[int]) -> str | None:
     return "forward_ms" if best in COMPUTE_PHASES else best
 
 
-def _findings(frame: Frame, topo: Topology, flagged: dict[int, dict[str, float]], cfg: DetectionConfig
-              ) -> list[Finding]:
+def _findings(frame: Frame, topo: Topology, flagged: dict[int, dict[str, float]],
+              devs: dict[int, list[Deviation]], cfg: DetectionConfig) -> list[Finding]:
+    """`devs`: each rank's evidence for graded confirmation (how many flagged steps it needs to open)."""
     out: list[Finding] = []
     by_host: dict[int, list[int]] = {}
     for rank in flagged:
@@ -164,7 +187,7 @@ def _findings(frame: Frame, topo: Topology, flagged: dict[int, dict[str, float]]
                         f"wait for, busy {busy:.0f} ms vs group median {median:.0f} ms",
                 evidence={"ranks_flagged": float(len(ranks)), "ranks_on_host": float(members.size)},
                 severity="critical", cause_phase=phase, cause=advice.cause, suggestion=advice.suggestion,
-                open_after=cfg.slow_rank_min_steps, resolve_after=cfg.resolve_after_steps,
+                open_after=host_open_after([devs[r] for r in ranks], cfg), resolve_after=cfg.resolve_after_steps,
             ))
             continue
         for rank in ranks:
@@ -188,6 +211,6 @@ def _findings(frame: Frame, topo: Topology, flagged: dict[int, dict[str, float]]
                 summary=summary,
                 evidence=dict(ev), severity="critical" if max(waits) > 0.3 else "warning",
                 cause_phase=phase, cause=advice.cause, suggestion=advice.suggestion,
-                open_after=cfg.slow_rank_min_steps, resolve_after=cfg.resolve_after_steps,
+                open_after=graded_open_after(devs[rank], cfg), resolve_after=cfg.resolve_after_steps,
             ))
     return out
