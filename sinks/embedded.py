@@ -152,7 +152,8 @@ def _converter(ch_type: str) -> Convert | None:
 class EmbeddedBackend(BackendBase):
     """`Backend` on a chdb database directory (see the module docstring for sharing rules)."""
 
-    def __init__(self, path: Path | str, database: str = "steplens") -> None:
+    def __init__(self, path: Path | str, database: str = "steplens", *, columnar: bool = True) -> None:
+        """`columnar=False` inserts every block as JSON (the reference the Arrow path is tested against)."""
         from chdb import session as chdb_session  # heavy import: only when the embedded backend is used
 
         self.path = Path(path).expanduser().resolve()
@@ -161,6 +162,8 @@ class EmbeddedBackend(BackendBase):
         self._lock = threading.Lock()
         self._version: tuple[int, int, int] | None = None
         self._layouts: dict[tuple[str, tuple[str, ...]], _ArrowLayout | None] = {}
+        self._columnar = columnar
+        self.inserts_by_format: dict[str, int] = {}  # blocks inserted per input format
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             open_session: Callable[[str], Any] = chdb_session.Session  # chdb ships no type hints
@@ -241,7 +244,7 @@ class EmbeddedBackend(BackendBase):
                 f" SETTINGS insert_deduplication_token = {token},"
                 " deduplicate_blocks_in_dependent_materialized_views = 1"
             )
-        layout = self._layout(table, columns)
+        layout = self._layout(table, columns) if self._columnar else None
         arrow = layout.encode(rows) if layout is not None else None
         if arrow is not None:
             try:
@@ -281,6 +284,7 @@ class EmbeddedBackend(BackendBase):
         written = int(result.rows_written)
         if written < count and dedup_token is None:
             raise SinkError(self.name, "insert", f"wrote {written} of {count} rows", table=table)
+        self.inserts_by_format[fmt] = self.inserts_by_format.get(fmt, 0) + 1
 
     def close(self) -> None:
         with self._lock:
