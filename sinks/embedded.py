@@ -3,8 +3,13 @@
 API used (chdb 4.4 / chdb-core 26.9): ``chdb.session.Session(path)`` opens a stateful
 session on `path` (created when missing; tables and data persist across sessions);
 ``Session.query(sql, fmt)`` runs one statement; ``Session.send_insert("INSERT INTO t (cols)",
-"JSONCompactEachRow")`` returns a streaming inserter whose ``append(bytes)`` / ``finish()`` load
-data without it ever being part of the SQL text. Inserted rows are orjson arrays, so quotes,
+fmt)`` returns a streaming inserter whose ``append(bytes)`` / ``finish()`` load data without it
+ever being part of the SQL text. Inserts go columnar, as one Arrow IPC stream
+(``ArrowStream``) typed from the table's own column types: chdb reads Arrow columns at 1-3 µs
+a row against 4-8 µs for JSON (kernel summaries: 10.6 -> 5.4 µs a row, Python encoding
+included). A batch Arrow cannot represent exactly (a value outside its column's type, a null
+in a non-Nullable column, a column type without an Arrow mapping) takes the JSON path:
+orjson arrays (``JSONCompactEachRow``), as before, with the same errors. Either way quotes,
 newlines, NUL bytes and unicode in strings and arrays round-trip unchanged. Results are
 read as ``JSONCompact`` with 64-bit integers unquoted and converted back to Python values
 from the column types the engine reports (Date -> datetime.date, Nullable -> None, ...).
@@ -35,6 +40,7 @@ import datetime as dt
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +64,67 @@ _WRAPPER = re.compile(r"^(Nullable|LowCardinality|Array)\((.*)\)$")
 
 
 Convert = Callable[[Any], Any]
+
+_RAW = frozenset((bytes, bytearray, memoryview))
+_ARROW_SCALARS = ("String", "UInt8", "UInt16", "UInt32", "UInt64", "Int8", "Int16", "Int32", "Int64",
+                  "Float32", "Float64", "Date")
+
+
+def _arrow_type(ch_type: str) -> tuple[Any, bool] | None:
+    """(pyarrow type, nullable) for a ClickHouse column type, or None when it has no exact mapping here."""
+    import pyarrow as pa  # chdb's own dependency; only needed by the embedded backend
+
+    match = _WRAPPER.match(ch_type)
+    if match is not None:
+        wrapper, inner_type = match.groups()
+        inner = _arrow_type(inner_type)
+        if inner is None:
+            return None
+        if wrapper == "Array":
+            return pa.list_(inner[0]), False
+        if wrapper == "Nullable":
+            return inner[0], True
+        return inner  # LowCardinality: the engine builds the dictionary
+    if ch_type not in _ARROW_SCALARS:
+        return None
+    scalar = {"String": pa.string(), "Float32": pa.float32(), "Float64": pa.float64(), "Date": pa.date32()}
+    return scalar.get(ch_type) or getattr(pa, ch_type.lower())(), False
+
+
+class _ArrowLayout:
+    """The Arrow schema of one (table, columns) insert, from the table's column types."""
+
+    def __init__(self, schema: Any, nullable: list[bool]) -> None:
+        import pyarrow as pa
+
+        self.schema = schema
+        self.nullable = nullable
+        # "" for a non-text column, "str" for text, "list" for an array of text: checked for raw bytes
+        self.text = ["str" if f.type == pa.string() else "list" if f.type == pa.list_(pa.string()) else ""
+                     for f in schema]
+
+    def encode(self, rows: Sequence[Sequence[Any]]) -> bytes | None:
+        """`rows` as one ArrowStream message, or None when Arrow cannot hold them exactly (use JSON)."""
+        import pyarrow as pa
+        import pyarrow.ipc as ipc
+
+        columns = list(zip(*rows, strict=True))
+        for values, text in zip(columns, self.text, strict=True):
+            if text and _RAW.intersection(map(type, chain.from_iterable(v for v in values if type(v) is list)
+                                              if text == "list" else values)):
+                return None  # Arrow would take bytes as text: JSON refuses them, with its reason
+        try:
+            arrays = [pa.array(values, type=f.type) for values, f in zip(columns, self.schema, strict=True)]
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            return None
+        for array, nullable in zip(arrays, self.nullable, strict=True):
+            if array.null_count and not nullable:
+                return None  # JSON decides (null as the column default, as ClickHouse does there)
+        sink = pa.BufferOutputStream()
+        with ipc.new_stream(sink, self.schema) as writer:
+            writer.write_batch(pa.record_batch(arrays, schema=self.schema))
+        payload: bytes = sink.getvalue().to_pybytes()
+        return payload
 
 
 def _converter(ch_type: str) -> Convert | None:
@@ -85,7 +152,8 @@ def _converter(ch_type: str) -> Convert | None:
 class EmbeddedBackend(BackendBase):
     """`Backend` on a chdb database directory (see the module docstring for sharing rules)."""
 
-    def __init__(self, path: Path | str, database: str = "steplens") -> None:
+    def __init__(self, path: Path | str, database: str = "steplens", *, columnar: bool = True) -> None:
+        """`columnar=False` inserts every block as JSON (the reference the Arrow path is tested against)."""
         from chdb import session as chdb_session  # heavy import: only when the embedded backend is used
 
         self.path = Path(path).expanduser().resolve()
@@ -93,6 +161,9 @@ class EmbeddedBackend(BackendBase):
         self.name = f"embedded {self.path}"
         self._lock = threading.Lock()
         self._version: tuple[int, int, int] | None = None
+        self._layouts: dict[tuple[str, tuple[str, ...]], _ArrowLayout | None] = {}
+        self._columnar = columnar
+        self.inserts_by_format: dict[str, int] = {}  # blocks inserted per input format
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             open_session: Callable[[str], Any] = chdb_session.Session  # chdb ships no type hints
@@ -143,21 +214,29 @@ class EmbeddedBackend(BackendBase):
             )
         return rows
 
+    def _layout(self, table: str, columns: Sequence[str]) -> _ArrowLayout | None:
+        """The Arrow layout for inserting `columns` of `table` (cached; None: JSON only)."""
+        key = (table, tuple(columns))
+        if key not in self._layouts:
+            import pyarrow as pa
+
+            types = dict(self.query(
+                "SELECT name, type FROM system.columns WHERE database = %(db)s AND table = %(t)s",
+                {"db": self.database, "t": table}))
+            mapped = [_arrow_type(str(types[c])) if c in types else None for c in columns]
+            layout = None
+            if all(m is not None for m in mapped):
+                fields = [pa.field(c, m[0], nullable=True) for c, m in zip(columns, mapped, strict=True) if m]
+                layout = _ArrowLayout(pa.schema(fields), [m[1] for m in mapped if m])
+            self._layouts[key] = layout
+        return self._layouts[key]
+
     def insert(
         self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], *, dedup_token: str | None = None
     ) -> None:
         if not rows:
             return
         check_rows(self.name, table, columns, rows)
-        try:
-            # JSONCompactEachRow (one JSON array per row, values in `columns` order): ~1 µs a row
-            # to encode against ~8 µs for JSONEachRow's per-row dict, and no slower for chdb to parse.
-            payload = b"\n".join(map(orjson.dumps, rows))
-        except TypeError as exc:
-            detail = f"cannot encode a row as JSON ({exc}); values must be str, int, float, None, list or date"
-            if "bytes" in str(exc):
-                detail += " (base64-encode raw bytes, as dead letters do)"
-            raise SinkError(self.name, "insert", detail, table=table) from exc
         sql = f"INSERT INTO {qualified(self.database, table)} ({column_list(columns)})"
         if dedup_token is not None:
             token = escape_params({"t": dedup_token}, None)["t"]
@@ -165,12 +244,37 @@ class EmbeddedBackend(BackendBase):
                 f" SETTINGS insert_deduplication_token = {token},"
                 " deduplicate_blocks_in_dependent_materialized_views = 1"
             )
+        layout = self._layout(table, columns) if self._columnar else None
+        arrow = layout.encode(rows) if layout is not None else None
+        if arrow is not None:
+            try:
+                self._send(sql, "ArrowStream", arrow, table, len(rows), dedup_token)
+                return
+            except SinkError:
+                # e.g. the table changed under the cached layout: look it up again next time. With a
+                # token the JSON attempt below cannot double the block (a part that landed is dropped
+                # as a duplicate); without one the caller's retry decides.
+                self._layouts.pop((table, tuple(columns)), None)
+                if dedup_token is None or self._session is None:
+                    raise
+        try:
+            # JSONCompactEachRow (one JSON array per row, values in `columns` order): ~1 µs a row
+            # to encode against ~8 µs for JSONEachRow's per-row dict.
+            payload = b"\n".join(map(orjson.dumps, rows))
+        except TypeError as exc:
+            detail = f"cannot encode a row as JSON ({exc}); values must be str, int, float, None, list or date"
+            if "bytes" in str(exc):
+                detail += " (base64-encode raw bytes, as dead letters do)"
+            raise SinkError(self.name, "insert", detail, table=table) from exc
+        self._send(sql, "JSONCompactEachRow", payload, table, len(rows), dedup_token)
+
+    def _send(self, sql: str, fmt: str, payload: bytes, table: str, count: int, dedup_token: str | None) -> None:
         with self._lock:
             if self._session is None:
                 raise SinkError(self.name, "insert", "the backend is closed", table=table)
             try:
                 # Leaving the block without finish() cancels the insert (no implicit commit).
-                with self._session.send_insert(sql, "JSONCompactEachRow") as inserter:
+                with self._session.send_insert(sql, fmt) as inserter:
                     inserter.append(payload)
                     result = inserter.finish()
             except RuntimeError as exc:
@@ -178,8 +282,9 @@ class EmbeddedBackend(BackendBase):
         # rows_written also counts what materialized views wrote (rollups), and a block dropped
         # as a duplicate of an earlier token is a success: only a short count is an error.
         written = int(result.rows_written)
-        if written < len(rows) and dedup_token is None:
-            raise SinkError(self.name, "insert", f"wrote {written} of {len(rows)} rows", table=table)
+        if written < count and dedup_token is None:
+            raise SinkError(self.name, "insert", f"wrote {written} of {count} rows", table=table)
+        self.inserts_by_format[fmt] = self.inserts_by_format.get(fmt, 0) + 1
 
     def close(self) -> None:
         with self._lock:
