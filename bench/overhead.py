@@ -19,6 +19,11 @@ Two measurements, because wall-clock step times on this shared box are far noisi
    thread's CPU time is the hook's cost per step (`us_per_event` = that / events per step).
    hook_cost_ratio = 1 + that cost / median step without hook: a *cost-based* ratio, not a
    wall-clock measurement.
+3. Helper-thread CPU, real job: each rank's CPU seconds per thread (from /proc) over the run; the
+   hook's threads (builder, emitter, export, kafka-python's network thread) per hooked step.
+   hook_total_cost_ratio = 1 + (training-thread cost + that helper CPU) / median step without
+   hook: what the hook costs when every core is busy with training (as on this 2-core box, where
+   4 ranks share the cores), so that helper CPU is taken from training. Also cost-based.
 """
 
 from __future__ import annotations
@@ -230,10 +235,14 @@ def main(argv: list[str] | None = None) -> int:
     thread = cost["thread_us_per_step"]
     thread_est = Estimate(thread["value"], thread["lo"], thread["hi"])
     cost_r = cost_ratio(thread_est, stats["none_step_ms"])
+    helper_us = hook_threads * 1000
+    total_est = Estimate(thread_est.value + helper_us, thread_est.lo + helper_us, thread_est.hi + helper_us)
+    total_r = cost_ratio(total_est, stats["none_step_ms"])
     hook_r: Estimate = stats["hook_ratio"]
     # the interval decides: entirely above the target = missed, entirely at or below = met, else unresolved
     resolved = hook_r.lo > TARGET or hook_r.hi <= TARGET
-    cost_txt = f"the cost-based ratio is {cost_r.value:.5f} [{cost_r.lo:.5f}, {cost_r.hi:.5f}]"
+    cost_txt = (f"the cost-based ratio is {cost_r.value:.5f} [{cost_r.lo:.5f}, {cost_r.hi:.5f}] (training thread), "
+                f"{total_r.value:.5f} with the helper threads' CPU")
     if hook_r.lo > TARGET:
         verdict = (f"target missed by wall clock: hook_ratio {hook_r.value:.4f}, 95 % interval [{hook_r.lo:.4f}, "
                    f"{hook_r.hi:.4f}] lies above {TARGET}; {cost_txt}")
@@ -277,6 +286,11 @@ def main(argv: list[str] | None = None) -> int:
         "hook_cost_ratio": _est(cost_r, 6),
         "hook_cost_ratio_method": "COST-BASED, not measured wall clock: 1 + training_thread_us_per_step / median "
                                   "step without hook (interval from both intervals' ends)",
+        "hook_total_cost_ratio": _est(total_r, 6),
+        "hook_total_cost_ratio_method": "COST-BASED, incl. helper threads: 1 + (training_thread_us_per_step + "
+                                        "hook_threads_cpu_ms_per_hooked_step, from the real job with Kafka) / "
+                                        "median step without hook; the interval carries only the training "
+                                        "thread's and the step's (the helper CPU is one total per run)",
         "us_per_event_in_job": round(statistics.median(in_job), 2) if in_job else None,
         "us_per_event_in_job_method": "perf_counter time inside the core hook's entry points per event, in the "
                                       "workload (includes preemption by the other ranks and GIL waits)",
@@ -311,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
           f"(all-reduce timing {doc['comm_timing_us_per_step']}, all but it {rest['thread_us_per_step']['value']}), "
           f"us_per_event {doc['us_per_event']}; "
           f"cost-based ratio {cost_r.value:.5f} [{cost_r.lo:.5f}, {cost_r.hi:.5f}]")
+    print(f"cost-based ratio incl. the hook's helper threads ({hook_threads} ms CPU per hooked step in the job): "
+          f"{total_r.value:.5f} [{total_r.lo:.5f}, {total_r.hi:.5f}]")
     print(f"{verdict}; load average {doc['load_average']}; dropped {dropped}")
     print(f"wrote {a.out}")
     return 0

@@ -225,29 +225,68 @@ class BackgroundEmitter:
     def _emit(self, event: Event) -> bool:
         if self._pid != os.getpid():
             return self._count_drop(FORKED)
+        rec = self._record(event)
+        if rec is None:
+            return False
+        with self._lock:
+            ok = self._enqueue_locked(rec)
+            if ok and (len(self._queue) == 1 or len(self._queue) == self._batch_size):
+                self._cv.notify_all()
+        return ok
+
+    def emit_batch(self, events: Sequence[Event], *, send_now: bool = False) -> int:
+        """Queue several events under one lock and at most one worker wake-up; how many were accepted.
+
+        `send_now`: the queue is due at once instead of after flush_interval_s (a producer that
+        already batched on its own cadence, like the rank hook's builder, then costs the worker one
+        wake-up per batch). Never blocks on I/O, never raises.
+        """
+        try:
+            if self._pid != os.getpid():
+                for _ in events:
+                    self._count_drop(FORKED)
+                return 0
+            recs = [r for r in map(self._record, events) if r is not None]
+            accepted = 0
+            with self._lock:
+                for rec in recs:
+                    accepted += self._enqueue_locked(rec)
+                if accepted:
+                    if send_now:
+                        self._oldest_at = float("-inf")
+                    self._cv.notify_all()
+            return accepted
+        except Exception:
+            self._count_drop(INTERNAL_ERROR)
+            return 0
+
+    def _record(self, event: Event) -> OutRecord | None:
+        """The encoded, routed record of `event`, or None (the reason counted as a drop)."""
         try:
             value = encode(event)
         except Exception:
-            return self._count_drop(ENCODE_ERROR)
+            self._count_drop(ENCODE_ERROR)
+            return None
         if len(value) > self._max_event_bytes:
-            return self._count_drop(TOO_LARGE)
+            self._count_drop(TOO_LARGE)
+            return None
         dest = route(event, self._topics)
         if dest is None:
-            return self._count_drop(UNROUTABLE)
-        rec = OutRecord(dest[0], dest[1], value)
-        with self._lock:
-            self._emitted += 1
-            if self._closing:
-                self._dropped[CLOSED] += 1
-                return False
-            if len(self._queue) >= self._max_queue:
-                self._dropped[QUEUE_FULL] += 1
-                return False
-            if not self._queue:
-                self._oldest_at = time.monotonic()  # a record waits at most flush_interval_s
-            self._queue.append(rec)
-            if len(self._queue) == 1 or len(self._queue) == self._batch_size:
-                self._cv.notify_all()
+            self._count_drop(UNROUTABLE)
+            return None
+        return OutRecord(dest[0], dest[1], value)
+
+    def _enqueue_locked(self, rec: OutRecord) -> bool:
+        self._emitted += 1
+        if self._closing:
+            self._dropped[CLOSED] += 1
+            return False
+        if len(self._queue) >= self._max_queue:
+            self._dropped[QUEUE_FULL] += 1
+            return False
+        if not self._queue:
+            self._oldest_at = time.monotonic()  # a record waits at most flush_interval_s
+        self._queue.append(rec)
         return True
 
     def _count_drop(self, reason: str) -> bool:

@@ -169,6 +169,9 @@ class KafkaExporter:
             "max_block_ms": timeout_ms,
             "bootstrap_timeout_ms": int(connect_timeout_s * 1000),
             "reconnect_backoff_max_ms": 1000,
+            # kafka-python's client metrics (sensors updated per record and per request on the
+            # network thread) are never read here: off, they cost a rank's helper threads nothing
+            "metrics_enabled": False,
         }
         if extra_config:
             self._config.update(extra_config)

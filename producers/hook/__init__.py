@@ -23,7 +23,9 @@ from producers.sampler.ranks import register_device
 from schemas import Domain, Topics
 from steplens.config import HOOK_FLUSH_INTERVAL_S, Settings, load_settings
 
-# How long a rank's events may wait before they are sent (a batch of 512 goes at once). Each send is
+# How long a rank's events may wait before they are sent (a batch of 512 goes at once): the hook's
+# builder thread wakes at this interval and hands the round's events to the emitter, sent at once
+# (one wake-up of each helper thread per interval, whatever the step rate). Each send is
 # one Kafka produce request whose client-side CPU (kafka-python's network and export threads, ~1.5 ms
 # on bench-overhead's box) does not depend much on its size: sending 2 events per step at 50 steps/s
 # cost 0.31 ms of helper CPU per step every 0.2 s, 0.13 ms every 1 s. On a node whose cores the ranks
@@ -73,7 +75,8 @@ def start(
     factory = emitter_factory or kafka_emitter_factory(settings, topics, spool_dir=spool,
                                                        flush_interval_s=settings.hook_flush_interval_s)
     hook = RankHook(info, factory, profiler_factory=profiler_factory,
-                    profile_root=settings.profile_dir, peak_flops=settings.hook_peak_flops or None)
+                    profile_root=settings.profile_dir, peak_flops=settings.hook_peak_flops or None,
+                    build_interval_s=settings.hook_flush_interval_s)
     hook.open()
     if follow_control:
         from producers.hook.control import ControlFollower

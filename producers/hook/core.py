@@ -40,6 +40,8 @@ T = TypeVar("T")
 
 # The builder thread polls for finished steps at this interval instead of being woken per step:
 # waking a thread costs the training thread a futex call and often a context switch + GIL hand-off.
+# Each round's events go to the emitter at once and are sent then, so this is also the send
+# cadence; `producers.hook.start()` sets it to Settings.hook_flush_interval_s.
 BUILD_INTERVAL_S = 0.2
 MAX_RAW_RECORDS_PER_STEP = 100_000  # kernel/collective records kept per step before counting drops
 _COLL, _KERNEL, _OTHER = 0, 1, 2  # kinds of raw kernel records
@@ -543,22 +545,50 @@ class RankHook:
         while True:
             wake.wait(self._build_interval)
             wake.clear()
+            out: list[Event] = []
+            n = 0
+            stop = False
             while done:
                 item = done.popleft()
                 if item is _STOP:
-                    with idle:
-                        idle.notify_all()
-                    return
+                    stop = True
+                    break
                 try:
                     if isinstance(item, _DoneStep):
-                        self._build(item)
+                        self._build(item, out)
                     else:
                         item()
                 except Exception:
                     self._errors += 1
-                self._built += 1
-            with idle:
-                idle.notify_all()
+                n += 1
+            self._emit_round(out)
+            if n or stop:  # an idle round wakes nobody
+                self._built += n
+                with idle:
+                    idle.notify_all()
+            if stop:
+                return
+
+    def _emit_round(self, events: list[Event]) -> None:
+        """Hand one builder round's events to the emitter together, due at once: the builder's
+        interval is the send cadence, and the emitter's worker wakes once per round."""
+        if not events:
+            return
+        try:
+            if self._closed:
+                return
+            em = self._emitter
+            if em is None or self._pid != os.getpid():
+                em = self._new_emitter()
+            batch = getattr(em, "emit_batch", None)
+            if batch is not None:
+                batch(events, send_now=True)
+            else:
+                for ev in events:
+                    em.emit(ev)
+            self._events += len(events)
+        except Exception:  # counted per event, as a failed emit() is
+            self._errors += len(events)
 
     def _aggregate(self, records: list[tuple[Any, ...]]) -> AggSnapshot | None:
         agg = self._agg
@@ -579,7 +609,7 @@ class RankHook:
         agg.dropped += dropped
         return agg.take()
 
-    def _build(self, d: _DoneStep) -> None:
+    def _build(self, d: _DoneStep, out: list[Event]) -> None:
         cur, r = d.state, d.rank
         ph: dict[str, float] = {}
         for name, ms in cur.phases:
@@ -589,7 +619,7 @@ class RankHook:
         except Exception:  # a bad record costs the summary, never the step event
             self._errors += 1
             kernels = None
-        self.emit(StepEvent(
+        out.append(StepEvent(
             job=r.job, rank=r.rank, world=r.world, host=r.host, device=r.device, domains=r.domains,
             step=cur.step, start_ns=cur.start_ns, end_ns=d.end_ns,
             phases=Phases(
@@ -601,7 +631,7 @@ class RankHook:
             peak_flops=self.peak_flops, profiling=d.profiling,
         ))
         if kernels is not None:
-            self.emit(KernelSummary(job=r.job, rank=r.rank, world=r.world, host=r.host, device=r.device,
+            out.append(KernelSummary(job=r.job, rank=r.rank, world=r.world, host=r.host, device=r.device,
                                     domains=r.domains, step=cur.step, **kernels.summary_fields()))
 
     def _drain_builder(self, timeout: float | None) -> bool:

@@ -4,9 +4,10 @@ Zero-code-change mode: `instrument(hook, model=..., optimizer=...)` registers an
 step post-hook (a step ends when `optimizer.step()` returns and the next one begins at once),
 forward pre/post hooks on the root module (forward phase), and wraps `torch.autograd.backward`
 and `torch.autograd.grad` (B4/B5). A DDP model's gradient all-reduce is timed from DDP's own
-reducer by default (`comm_timing="reducer"`): the C++ reducer timestamps, every iteration, when
-its first bucket's all-reduce was launched, when the last gradient was ready and when the last
-all-reduce completed; the patched backward reads them once backward returns. *Exposed*
+reducer by default (`comm_timing="reducer"`): the C++ reducer stamps, every iteration, when each
+gradient was ready (relative to the end of DDP's forward, which a wrapper around `ddp.forward`
+times), and backward returns once the last all-reduce completed; the patched backward reads the
+stamps (one list copy) once backward returns (_ReducerTiming). *Exposed*
 communication is the time from the last gradient being ready to the end of the all-reduces:
 the part of gradient synchronisation no compute hid, i.e. what a rank spends waiting for the
 slowest member of its data-parallel group. Nothing of ours runs during backward, so DDP keeps
@@ -31,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+import operator
 import os
 import socket
 import threading
@@ -121,46 +123,92 @@ def torch_rank_info(job: str, *, declared: dict[str, Iterable[int]] | None = Non
 
 # --- instrumentation -------------------------------------------------------------------------------
 COMM_TIMINGS = ("reducer", "python", "off")  # how a DDP model's gradient all-reduce is timed
-DDP_DEFAULT_LOGGING_SAMPLE_RATE = 100  # torch's kDDPRuntimeLoggingSampleRate, restored at remove()
+BUCKET_MAP_READS = 4  # backward passes whose DDP logging data is read to learn the rebuilt first bucket
 
 
 class _ReducerTiming:
-    """DDP's reducer timestamps of the iteration that just ran backward (system-clock ns).
+    """Exposed and total all-reduce time of the iteration that just ran backward, from DDP's reducer.
 
-    With a logging sample rate of 1 the C++ reducer records, every iteration, when its first
-    bucket's all-reduce was launched (comm start), when the last gradient was ready (compute
-    end) and when the last all-reduce completed (comm end, taken inside backward's final
-    callback). DDP copies them into its logging data at the next forward; `read` does that copy
-    now (set_runtime_stats_and_log): tens of µs of training-thread CPU (more with more parameter
-    tensors: DDP also copies its per-bucket strings), but no GIL hand-off during backward.
+    DDP's C++ reducer stamps, every iteration and whatever its logging sample rate, when each
+    parameter's gradient became ready, relative to the end of DDP's forward (`prepare_for_backward`):
+    `reducer.get_backward_stats()`, one list copy (~3 µs). A wrapper around `ddp.forward` takes
+    perf_counter_ns when that forward returns (the stamps' origin, to a few µs), and backward
+    returns only after DDP's final callback waited for every bucket's all-reduce. So, in one clock:
+    compute end = origin + last gradient ready, comm end = backward's return, exposed = the gap;
+    the all-reduce span starts when DDP's first bucket was complete (its parameters' latest stamp).
+    The first bucket is read once from DDP's logging data after it rebuilt its buckets (the first
+    BUCKET_MAP_READS backward passes; a model that never rebuilds is taken as one bucket).
+    Earlier versions read DDP's full logging data every step at sample rate 1: ~45 µs of
+    training-thread CPU per step; this is ~5 µs.
     """
 
-    __slots__ = ("ddp", "logger", "nbytes", "size")
+    __slots__ = ("ddp", "first_bucket", "nbytes", "origin", "reads", "size")
 
     def __init__(self, ddp: torch.nn.parallel.DistributedDataParallel) -> None:
         self.ddp = ddp
-        logger: Any = ddp.logger
-        self.logger = logger
-        ddp._set_ddp_runtime_logging_sample_rate(1)  # type: ignore[no-untyped-call]
-        ints = logger._get_ddp_logging_data().ints_map
-        self.nbytes: int | None = ints.get("total_parameter_size_bytes")
+        self.nbytes: int | None = sum(p.numel() * p.element_size() for p in ddp.parameters() if p.requires_grad)
         self.size = ddp.process_group.size() if ddp.process_group is not None else dist.get_world_size()
+        self.origin = 0  # perf_counter_ns at the end of a forward that armed gradient sync; 0: none pending
+        self.first_bucket: Callable[[list[int]], int] | None = None
+        self.reads = 0
+        orig: Callable[..., Any] = ddp.forward
+        is_grad = torch.is_grad_enabled
+        pc = time.perf_counter_ns
 
-    def read(self, since: int) -> tuple[int, int] | None:
-        """(all-reduce ns from first launch to last completion, exposed ns), or None when the
-        reducer recorded nothing after `since` (no_sync(), a backward not through this model)."""
-        lg = self.logger
-        lg.set_runtime_stats_and_log()
-        ints = lg._get_ddp_logging_data().ints_map
-        end = ints.get("backward_comm_time_end")
-        start = ints.get("backward_comm_time_start")
-        ready = ints.get("backward_compute_time_end")
-        if end is None or start is None or ready is None or start < since:
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            out = orig(*args, **kwargs)
+            # DDP called prepare_for_backward (the stamps' origin) only when it will sync gradients
+            self.origin = pc() if is_grad() and ddp.require_backward_grad_sync else 0
+            return out
+
+        ddp.forward = forward  # type: ignore[method-assign]  # instance attribute: torch's fast call path stays
+
+    def read(self, backward_end: int) -> tuple[int, int] | None:
+        """(all-reduce ns from first bucket ready to last completion, exposed ns), or None when no
+        forward armed gradient sync since the last read (no_sync(), a backward not through this model)."""
+        origin = self.origin
+        if not origin:
             return None
-        return max(end - start, 0), max(end - ready, 0)
+        self.origin = 0
+        stats: list[int] = self.ddp.reducer.get_backward_stats()
+        if not stats:
+            return None
+        end = backward_end - origin
+        last = max(stats)
+        first = self._first_bucket_ready(stats)
+        return max(end - min(first, last), 0), max(end - last, 0)
+
+    def _first_bucket_ready(self, stats: list[int]) -> int:
+        getter = self.first_bucket
+        if getter is None:
+            self.reads += 1
+            getter = self._learn_first_bucket()
+            if getter is None:
+                return max(stats)
+        return getter(stats)
+
+    def _learn_first_bucket(self) -> Callable[[list[int]], int] | None:
+        data: Any = self.ddp.logger._get_ddp_logging_data()  # type: ignore[union-attr]
+        rebuilt = data.ints_map.get("has_rebuilt_buckets") == 1
+        if not rebuilt and self.reads < BUCKET_MAP_READS:
+            return None
+        text = data.strs_map.get("rebuilt_per_bucket_param_indices", "") if rebuilt else ""
+        first = [int(i) for i in text.split(",")[0].split()] if text else []
+        if not first:  # one bucket (or unknown): the span starts at the last gradient
+            self.first_bucket = max
+            return max
+        pick = operator.itemgetter(*first)
+
+        def first_ready(s: list[int]) -> int:
+            got = pick(s)
+            return max(got) if len(first) > 1 else int(got)
+
+        self.first_bucket = first_ready
+        return first_ready
 
     def close(self) -> None:
-        self.ddp._set_ddp_runtime_logging_sample_rate(DDP_DEFAULT_LOGGING_SAMPLE_RATE)  # type: ignore[no-untyped-call]
+        if self.ddp.__dict__.get("forward") is not None:
+            del self.ddp.forward
 
 
 class TorchInstrumentation:
@@ -288,7 +336,6 @@ class TorchInstrumentation:
             self._in_backward = True
             self._last_launch = 0
             t0 = time.perf_counter_ns()
-            since = time.time_ns() if self._reducers else 0  # the reducer stamps system-clock ns
             if self._forward_from_backward:
                 hook.forward_until(t0)
             try:
@@ -299,7 +346,7 @@ class TorchInstrumentation:
                 hook.add_phase_ms("backward", (t1 - t0) / 1e6)
                 self._drain_comm(t1)
                 for r in self._reducers:
-                    self._read_reducer(r, since)
+                    self._read_reducer(r, t1)
 
         def grad(*args: Any, **kwargs: Any) -> Any:
             t0 = time.perf_counter_ns()
@@ -326,9 +373,9 @@ class TorchInstrumentation:
         except Exception:
             self.hook._errors += 1
 
-    def _read_reducer(self, r: _ReducerTiming, since: int) -> None:
+    def _read_reducer(self, r: _ReducerTiming, backward_end: int) -> None:
         try:
-            got = r.read(since)
+            got = r.read(backward_end)
             if got is not None:
                 comm_ns, exposed_ns = got
                 hook = self.hook

@@ -106,6 +106,18 @@ class _SendSwitch:
         return make
 
     def emit(self, event: Any) -> bool:
+        if self._hold(event):
+            return True
+        ok: bool = self.inner.emit(event)
+        return ok
+
+    def emit_batch(self, events: Any, *, send_now: bool = False) -> int:
+        """The builder's round (BackgroundEmitter.emit_batch), less the held events of hook_nosend steps."""
+        sent = [e for e in events if not self._hold(e)]
+        n: int = self.inner.emit_batch(sent, send_now=send_now) if sent else 0
+        return n + len(events) - len(sent)
+
+    def _hold(self, event: Any) -> bool:
         from schemas import encode
 
         step = getattr(event, "step", None)
@@ -113,8 +125,7 @@ class _SendSwitch:
             encode(event)
             self.held += 1
             return True
-        ok: bool = self.inner.emit(event)
-        return ok
+        return False
 
     def flush(self, timeout: float | None = None) -> bool:
         ok: bool = self.inner.flush(timeout)

@@ -362,3 +362,17 @@ def test_default_spool_is_private_under_steplens_home_and_not_shared(
     first.emit(step_event(0))
     assert first.wait_until(lambda s: s.spooled == 1 and settled(s), WAIT)
     assert first.stats().dropped == {}
+
+
+def test_emit_batch_sends_a_round_at_once_in_order_and_counts_drops(emitters: list[BackgroundEmitter]) -> None:
+    """The rank hook's builder hands each round over with emit_batch(send_now=True): the round is
+    exported without waiting for flush_interval_s (an hour here), in order; bad events are counted."""
+    exporter = InMemoryExporter()
+    em = make(emitters, exporter, batch_size=512, flush_interval_s=3600.0)
+    control = ControlCommand(command_id="c", job="j", action="profile_on", ranks=[], step_first=0, step_count=1,
+                             issued_ns=START_NS)
+    round_ = [*step_events(3), control, step_event(3)]
+    assert em.emit_batch(round_, send_now=True) == 4
+    assert em.wait_until(lambda s: s.exported == 4, WAIT), em.stats()  # long before the hour
+    assert [decode(v) for v in exporter.values()] == [*step_events(3), step_event(3)]
+    assert em.stats().dropped == {UNROUTABLE: 1}
