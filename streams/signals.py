@@ -268,14 +268,19 @@ def frame_findings(frame: Frame, topo: Topology, state: SignalState, cfg: Detect
 
 
 def _rank_findings(rule: str, a: Alarms, topo: Topology, frame: Frame, cfg: DetectionConfig, what: str,
-                   metric: str, by_host: bool = True) -> list[Finding]:
+                   metric: str, by_host: bool = True, present: int | None = None) -> list[Finding]:
     """Per-rank alarms; when at least half the world alarms it is one job-scope finding, and when
     at least `slow_host_fraction` of a host's ranks (>= 2) alarm together it is one host-scope
     finding (a host-wide cause such as a CPU hog or a bad PCIe switch is one problem, and it
-    joins the host's incident instead of one incident per rank)."""
+    joins the host's incident instead of one incident per rank).
+
+    `present`: ranks that had data for this rule in the frame (default: every rank seen). A frame
+    released on its timeout under a backlog has the kernel summaries of only some ranks: a job-wide
+    R8 on those is still job-wide, not one host finding per host that happened to arrive (the
+    per-host R8 incidents beside compile_defect's job incident on the Kafka path)."""
     if len(a) == 0:
         return []
-    world = max(int(frame.seen.sum()), 1)
+    world = max(int(frame.seen.sum()) if present is None else present, 1)
     if len(a) >= 2 and len(a) >= world / 2:
         i = int(np.argmax(a.value))
         return [_finding(rule, "job", "job", frame.step, f"{what} on {len(a)} of {world} ranks (up to "
@@ -415,7 +420,7 @@ def _kernels(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionCon
         low = cross.value < cross.baseline
         slow = Alarms(cross.index[low], cross.value[low], cross.baseline[low], cross.threshold[low])
         out.extend(_rank_findings("R4", slow, topo, frame, cfg, "compute kernels' FLOP/s ratio to the job's median "
-                                  "(FLOP-weighted)", "compute"))
+                                  "(FLOP-weighted)", "compute", present=int(np.isfinite(rank_ratio).sum())))
     _timed(timings, "R4", t0)
 
     t0 = time.perf_counter()
@@ -474,7 +479,8 @@ def _kernels(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionCon
     t0 = time.perf_counter()
     for key, (mean, mad, count) in launch.items():
         a = r8.evaluate(mean, mad, count, r8.Params(min_cu=cfg.r8_min_cu))
-        out.extend(_rank_findings("R8", a, topo, frame, cfg, f"launch-latency uniformity CU of {key}", "T15"))
+        out.extend(_rank_findings("R8", a, topo, frame, cfg, f"launch-latency uniformity CU of {key}", "T15",
+                                  present=int(np.count_nonzero(np.isfinite(mean) & np.isfinite(mad) & (count >= 2)))))
     _timed(timings, "R8", t0)
 
     t0 = time.perf_counter()
@@ -484,7 +490,8 @@ def _kernels(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionCon
                              r9.Params(low=cfg.r9_low_gbps, high=cfg.r9_high_gbps,
                                        learned_low=cfg.r9_learned_low, learned_high=cfg.r9_learned_high))
         state.rules[sk] = st9
-        out.extend(_rank_findings("R9", a, topo, frame, cfg, f"{direction} copy rate GB/s", f"copy_{direction}"))
+        out.extend(_rank_findings("R9", a, topo, frame, cfg, f"{direction} copy rate GB/s", f"copy_{direction}",
+                                  present=int(np.isfinite(rate).sum())))
     _timed(timings, "R9", t0)
     return out
 
