@@ -128,18 +128,25 @@ def evaluate(frame: Frame, topo: Topology, state: SlowRankState, cfg: DetectionC
                          "group_median_ms": round(float(observed.median[rank]), 3)}
     if not flagged or len(state.history) <= cfg.warmup_steps:
         return state, []
-    return state, _findings(frame, topo, flagged, _deviations(frame, flagged, grading), cfg)
+    medians = _phase_medians(frame)
+    return state, _findings(frame, topo, flagged, medians, _deviations(frame, flagged, grading, medians), cfg)
+
+
+def _phase_medians(frame: Frame) -> dict[int, float]:
+    """The job's median per phase (by index into PHASES) over the ranks seen, for the phases any rank
+    reported; exposed communication is left out: a late arriver's peers wait, it does not."""
+    peers = frame.phases[:, frame.seen]
+    return {i: float(np.nanmedian(peers[i])) for i, name in enumerate(PHASES)
+            if name != "comm_exposed_ms" and np.isfinite(peers[i]).any()}
 
 
 def _deviations(frame: Frame, flagged: dict[int, dict[str, float]],
-                grading: dict[int, list[tuple[float, float, float, float]]]) -> dict[int, list[Deviation]]:
+                grading: dict[int, list[tuple[float, float, float, float]]],
+                medians: dict[int, float]) -> dict[int, list[Deviation]]:
     """Each flagged rank's evidence for graded confirmation (streams/scopes/confirm.py)."""
-    peers = frame.phases[:, frame.seen]
-    usable = [i for i, name in enumerate(PHASES) if name != "comm_exposed_ms" and np.isfinite(peers[i]).any()]
-    medians = {i: float(np.nanmedian(peers[i])) for i in usable}
     out: dict[int, list[Deviation]] = {}
     for rank in flagged:
-        mine = {PHASES[i]: float(frame.phases[i, rank]) - medians[i] for i in usable
+        mine = {PHASES[i]: float(frame.phases[i, rank]) - m for i, m in medians.items()
                 if np.isfinite(frame.phases[i, rank])}
         share = compute_share(mine, DEVICE_COMPUTE)
         out[rank] = [Deviation(z=z, excess=ex, dixon_q=q, dixon_crit=crit, compute_share=share)
@@ -147,23 +154,20 @@ def _deviations(frame: Frame, flagged: dict[int, dict[str, float]],
     return out
 
 
-def _excess_phase(frame: Frame, ranks: list[int]) -> str | None:
-    """The phase in which the flagged ranks exceed the job's median most."""
+def _excess_phase(frame: Frame, ranks: list[int], medians: dict[int, float]) -> str | None:
+    """The phase in which the flagged ranks exceed the job's median (`_phase_medians`) most."""
     excess: dict[str, float] = {}
-    for i, name in enumerate(PHASES):
-        row = frame.phases[i]
-        mine = row[ranks]
-        peers = row[frame.seen]
-        if name == "comm_exposed_ms" or not np.isfinite(mine).any() or not np.isfinite(peers).any():
-            continue
-        excess[name] = float(np.nanmean(mine) - np.nanmedian(peers))
+    for i, median in medians.items():
+        mine = frame.phases[i, ranks]
+        if np.isfinite(mine).any():
+            excess[PHASES[i]] = float(np.nanmean(mine)) - median
     if not excess or max(excess.values()) <= 0:
         return None
     best = max(excess, key=lambda k: excess[k])
     return "forward_ms" if best in COMPUTE_PHASES else best
 
 
-def _findings(frame: Frame, topo: Topology, flagged: dict[int, dict[str, float]],
+def _findings(frame: Frame, topo: Topology, flagged: dict[int, dict[str, float]], medians: dict[int, float],
               devs: dict[int, list[Deviation]], cfg: DetectionConfig) -> list[Finding]:
     """`devs`: each rank's evidence for graded confirmation (how many flagged steps it needs to open)."""
     out: list[Finding] = []
@@ -175,7 +179,7 @@ def _findings(frame: Frame, topo: Topology, flagged: dict[int, dict[str, float]]
         host_name = topo.hosts[host] if host >= 0 else None
         if len(ranks) >= 2 and members.size and len(ranks) >= cfg.slow_host_fraction * members.size:
             ranks.sort()
-            phase = _excess_phase(frame, ranks)
+            phase = _excess_phase(frame, ranks, medians)
             advice = advise(phase)
             busy = float(np.mean([flagged[r]["busy_ms"] for r in ranks]))
             median = float(np.mean([flagged[r]["group_median_ms"] for r in ranks]))
@@ -192,7 +196,7 @@ def _findings(frame: Frame, topo: Topology, flagged: dict[int, dict[str, float]]
             continue
         for rank in ranks:
             ev = flagged[rank]
-            phase = _excess_phase(frame, [rank])
+            phase = _excess_phase(frame, [rank], medians)
             advice = advise(phase)
             waits = [v for k, v in ev.items() if k.startswith("wait_ratio_")]
             domains = sorted(k.removeprefix("wait_ratio_") for k in ev if k.startswith("wait_ratio_"))
