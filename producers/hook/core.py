@@ -393,20 +393,22 @@ class RankHook:
         try:
             if self._closed:
                 return False
-            em = self._emitter
-            if em is None or self._pid != os.getpid():
-                em = self._new_emitter()
-            ok = em.emit(event)
+            ok = self._live_emitter().emit(event)
             self._events += 1
             return ok
         except Exception:
             self._errors += 1
             return False
 
+    def _live_emitter(self) -> Emitter:
+        """This process's emitter: built on first use, rebuilt in a forked child (may raise)."""
+        em = self._emitter
+        return em if em is not None and self._pid == os.getpid() else self._new_emitter()
+
     def open(self) -> Emitter | None:
         """Build the emitter now (outside the training loop) instead of on the first emit."""
         try:
-            return self._emitter if self._emitter is not None and self._pid == os.getpid() else self._new_emitter()
+            return self._live_emitter()
         except Exception:
             self._errors += 1
             return None
@@ -577,9 +579,7 @@ class RankHook:
         try:
             if self._closed:
                 return
-            em = self._emitter
-            if em is None or self._pid != os.getpid():
-                em = self._new_emitter()
+            em = self._live_emitter()
             batch = getattr(em, "emit_batch", None)
             if batch is not None:
                 batch(events, send_now=True)
