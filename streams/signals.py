@@ -371,6 +371,7 @@ def _kernels(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionCon
     # per key, per rank columns from the row-shaped summaries
     compute: dict[str, FloatArray] = {}
     compute_flops: dict[str, FloatArray] = {}
+    compute_calls: dict[str, FloatArray] = {}
     comm: dict[str, tuple[FloatArray, str]] = {}
     copy: dict[str, FloatArray] = {}
     launch: dict[str, tuple[FloatArray, FloatArray, FloatArray]] = {}
@@ -382,6 +383,7 @@ def _kernels(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionCon
                 continue
             if isinstance(flops, (int, float)) and flops > 0:
                 compute.setdefault(str(key), np.full(world, np.nan))[rank] = flops / total_ns * 1e9
+                compute_calls.setdefault(str(key), np.full(world, np.nan))[rank] = float(count)  # type: ignore[arg-type]
                 compute_flops.setdefault(str(key), np.zeros(world))[rank] = flops
             if cat == "comm" and isinstance(nbytes, int) and isinstance(domain, str):
                 comm.setdefault(str(key), (np.full(world, np.nan), domain))[0][rank] = nbytes / total_ns
@@ -394,6 +396,10 @@ def _kernels(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionCon
     t0 = time.perf_counter()
     weighted, weight = np.zeros(world), np.zeros(world)
     for key, p in compute.items():
+        # P = FLOPs of the calls the model makes / device time of the calls launched (repeated work halves it)
+        calls = compute_calls[key]
+        state.rules[f"r4c:{key}"], model = r4.model_calls(calls, state.rules.get(f"r4c:{key}"), cfg.r4_bench_samples)
+        p = np.where(calls >= 1, p * model / np.where(calls >= 1, calls, 1.0), p)
         sk = f"r4:{key}"
         med = np.array([float(np.nanmedian(p))])
         st4, a = r4.evaluate(med, state.rules.get(sk), r4.Params(history=cfg.r4_history, iqr_k=cfg.r4_iqr_k,

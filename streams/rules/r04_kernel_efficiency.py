@@ -5,6 +5,14 @@ the series' first `bench_samples` samples. Over the last N ratios (N = 100): Q1,
 IQR = Q3 − Q1; anomaly when R < Q1 − 1.5·IQR or R > Q3 + 1.5·IQR. Fewer than `min_history`
 ratios: no verdict. `cross_section` applies the same fences across the ranks of one step,
 which names the rank whose kernel is slow (a degraded chip) without per-rank history.
+
+P of a kernel in a step is the work the model needs from it over the device time it took:
+FLOPs per call (spec §1's shape formula) x the calls per step the model makes, over the total
+device time of the step's calls. `model_calls` learns those calls per step per series (the
+median of its first `samples` counts: a static-shape training step launches a kernel of one
+shape the same number of times every step). Repeated work (backward x2, FA-grad run twice:
+spec §4 "redundant gradient compute", a row for R4) doubles T for the same model FLOPs, so P
+halves; FLOPs counted per launched call would double with T and hide it.
 """
 
 from __future__ import annotations
@@ -33,6 +41,32 @@ class State:
     bench: FloatArray
     pos: IntArray
     buf: FloatArray
+
+
+@dataclass(slots=True)
+class Calls:
+    """Per series: counts seen while learning, and the learned calls per step (NaN: learning)."""
+
+    n: IntArray
+    buf: FloatArray
+    ref: FloatArray
+
+
+def model_calls(count: FloatArray, state: Calls | None, samples: int) -> tuple[Calls, FloatArray]:
+    """The calls per step the model makes, per series: learned as the median of the first `samples`
+    counts (>= 1) of each series, then frozen. While a series learns, its current count is returned."""
+    count = as_array(count)
+    n = count.size
+    if state is None or state.ref.size != n:
+        state = Calls(n=np.zeros(n, dtype=np.int64), buf=Ring.new(n, max(samples, 1)), ref=np.full(n, np.nan))
+    present = np.isfinite(count) & (count >= 1)
+    learning = present & ~np.isfinite(state.ref)
+    Ring.push(state.buf, state.n, count, learning)
+    done = learning & (state.n >= max(samples, 1))
+    if done.any():
+        state.ref[done] = np.nanmedian(state.buf[done], axis=1)
+    out: FloatArray = np.where(np.isfinite(state.ref), state.ref, count)
+    return state, out
 
 
 def fences(values: FloatArray, k: float) -> tuple[FloatArray, FloatArray, FloatArray]:

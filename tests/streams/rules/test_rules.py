@@ -127,6 +127,32 @@ def test_r4_configured_bench_and_constant_input() -> None:
     assert alarms == []
 
 
+def test_r4_model_calls_learn_then_freeze_so_repeated_work_halves_p() -> None:
+    state = None
+    seen = []
+    for count in ([4.0, 2.0, np.nan], [4.0, 2.0, 6.0], [5.0, 2.0, 6.0], [8.0, 4.0, 6.0], [8.0, 4.0, 0.0]):
+        state, calls = r4.model_calls(np.array(count), state, samples=3)
+        seen.append(calls.tolist())
+    assert seen[0][:2] == [4.0, 2.0] and np.isnan(seen[0][2]), "learning: the current count, a missing one stays out"
+    assert seen[2][:2] == [4.0, 2.0], "learned from the median of the first 3 counts"
+    assert seen[3][:2] == [4.0, 2.0], "frozen: doubled calls do not move it"
+    assert seen[1][2] == 6.0 and np.isnan(seen[0][2]), "n < samples: no reference yet, the current count"
+    assert seen[4][2] == 6.0 and state is not None and state.ref[2] == 6.0, "a missing first count is not a sample"
+    # P = FLOPs per call x model calls / T: doubled calls of the same per-call speed halve P, and R4 flags it
+    params = r4.Params(bench_samples=5, min_history=8, min_deviation=0.1)
+    calls_state, r4_state, alarms = None, None, []
+    for t in range(35):
+        count = np.array([2.0 if t >= 30 else 1.0])
+        calls_state, model = r4.model_calls(count, calls_state, samples=5)
+        flops, total_ns = 1e12 * count, 10e6 * count * (1.0 + 0.01 * (t % 3))
+        r4_state, a = r4.evaluate(flops / count * model / total_ns * 1e9, r4_state, params)
+        alarms.extend(t for _ in a.index)
+    assert alarms == list(range(30, 35))
+    _, constant = r4.model_calls(np.full(3, 7.0), r4.Calls(np.zeros(3, dtype=np.int64), np.full((3, 1), np.nan),
+                                                           np.full(3, np.nan)), samples=1)
+    assert constant.tolist() == [7.0, 7.0, 7.0], "constant input: the reference is the count itself"
+
+
 def test_r4_cross_section_names_the_slow_rank() -> None:
     ratio = np.array([1.0, 0.99, 1.01, 1.0, 0.4, 1.02, 0.98, 1.0])
     assert r4.cross_section(ratio).index.tolist() == [4]
