@@ -8,6 +8,8 @@ book sees them, so that findings describing the same fault share one:
   of `DEVICE_JOB_HOSTS` hosts or more in one step, the job's;
 - R5/R6 on a group that a slow link's host, a slow rank or a slow host is part of are symptoms
   of that link, rank or host;
+- R5 candidates on the members of a group that R6 flags now are the onset of the same fault:
+  the group's incident carries R5 (`_join_pending_links`);
 - a slow step (job scope) explained by a few culprit ranks or a host flagged in the same step,
   or by a rank/host incident already open, joins that incident: in synchronous training the
   culprit makes the whole job slow, it is one problem;
@@ -24,6 +26,7 @@ book sees them, so that findings describing the same fault share one:
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -89,6 +92,7 @@ def _join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: in
         _join_links(findings, tracks, members)
         _join_groups(findings, tracks, members)
     _join_split(findings, tracks)
+    findings = _join_pending_links(findings, tracks)
     devices = [f for f in findings if f.scope == "device" and f.family == "perf"]
     by_metric: dict[tuple[str, str | None], list[Finding]] = {}
     for f in devices:
@@ -239,6 +243,35 @@ def _join_split(findings: list[Finding], tracks: list[OpenTrack]) -> None:
                 f.key, f.scope, f.domain, f.group = key, "group", domain, int(group)
                 f.host, f.link, f.device = None, None, None
                 break
+
+
+def _join_pending_links(findings: list[Finding], tracks: list[OpenTrack]) -> list[Finding]:
+    """R5 then R6 on one (domain, group) is one fault: the group's finding carries R5 too.
+
+    A group slowing as a whole first moves each member off the group's own history (R5 fires on
+    them while that history is still healthy; a group with a candidate is not R6-eligible); a
+    step or two later the history has caught up, R5 goes quiet and R6 flags the group against
+    the others. The members' R5 candidates never persist to open and are dropped, so without
+    this the group's incident lacks R5. Only candidates (not open incidents) of R5 on links of
+    the very group R6 flags now are taken: an R5 incident of its own stays one."""
+    pending = [t for t in tracks if not t.opened and t.scope == "link" and "R5" in t.rules]
+    if not pending:
+        return findings
+    extra = []
+    for f in findings:
+        if f.rule != "R6" or f.scope != "group" or not f.key.startswith("group:") or f.family != "perf":
+            continue
+        prefix = "link:" + f.key.removeprefix("group:") + "/"
+        links = sorted(t.key for t in pending if t.key.startswith(prefix))
+        if not links:
+            continue
+        r5 = copy.copy(f)
+        r5.rule = "R5"
+        r5.ranks = list(f.ranks)
+        r5.evidence = {**f.evidence, "r5_candidates": float(len(links))}
+        r5.summary = f"R5 flagged {len(links)} member link(s) of this group at the onset ({', '.join(links[:4])})"[:300]
+        extra.append(r5)
+    return findings + extra
 
 
 def _attach(slow: Finding, culprit: Finding) -> None:

@@ -161,3 +161,35 @@ def test_devices_of_several_hosts_at_once_are_the_jobs() -> None:
     assert {(f.key, f.scope) for f in spread} == {("job", "job")}, "one device on each of 3 hosts: a common cause"
     two = join([_device("R2", 1, "node-0", 1), _device("R2", 9, "node-1", 1)], 64, [], 5)
     assert {f.key for f in two} == {"rank:1", "rank:9"}
+
+
+def _r6(domain: str, group: int, ranks: list[int], step: int) -> Finding:
+    return Finding(rule="R6", key=f"group:{domain}/{group}", scope="group", step=step, summary="r6", ranks=ranks,
+                   domain=domain, group=group, open_after=3, resolve_after=5)
+
+
+def test_r5_candidates_at_the_onset_join_the_group_r6_flags_after() -> None:
+    """A group slowing as a whole: R5 on its members first (their own history is healthy), then R6 once
+    that history caught up. The group's incident carries R5; other groups' and open R5 tracks are untouched."""
+    book = IncidentBook(job="j")
+    members = [2, 6, 10, 14]
+    for step in (60, 61):
+        book.observe(step, [_r5(r, "dp", 2) for r in members] + [_r5(5, "dp", 1)], 0)
+    tracks = [OpenTrack(t.finding.key, t.finding.scope, None, t.first, t.opened, tuple(t.finding.ranks),
+                        tuple(t.rules)) for t in book.tracks.values()]
+    assert len(tracks) == 5 and not any(t.opened for t in tracks)
+    out = []
+    for step in (62, 63, 64):
+        found = join([_r6("dp", 2, members, step)], 64, tracks if step == 62 else [], step)
+        assert {f.key for f in found} == {"group:dp/2"}
+        out += book.observe(step, found, 0)
+        tracks = []
+    opened = [o for o in out if getattr(o, "state", None) == "open"]
+    assert len(opened) == 1 and opened[0].rule == "R6"  # type: ignore[attr-defined]
+    assert set(opened[0].rules) == {"R6", "R5"}  # type: ignore[attr-defined]
+    # without R5 candidates on the group's links (another group's, or none), R6 stays alone
+    lone = join([_r6("dp", 3, [3, 7], 62)], 64, [OpenTrack("link:dp/2/2", "link", None, 60, False, (2,), ("R5",))], 62)
+    assert [f.rule for f in lone] == ["R6"]
+    # an R5 incident already open is a problem of its own, not a candidate to take
+    held = join([_r6("dp", 2, members, 62)], 64, [OpenTrack("link:dp/2/2", "link", None, 60, True, (2,), ("R5",))], 62)
+    assert [f.rule for f in held] == ["R6"]
