@@ -86,6 +86,7 @@ class DetectionConfig:
     r4_p_bench: float = 0.0          # R4: configured P_bench in FLOP/s (0 = learn per kernel and shape)
     r4_min_deviation: float = 0.1    # R4: a flagged ratio must also be >= 10 % off the median (tight fences)
     r4_trend_min_deviation: float = 0.10  # R4 on a kernel's job median: >= 10 % (5 %: 2 FAs at 8 % jitter)
+    r4_compute_min_deviation: float = 0.06  # R4 on the job's compute (FLOP-weighted over kernels): >= 6 % (4 sigma)
     r5_periods: int = 20             # R5 M
     r5_k: float = 3.0
     r5_min_deviation: float = 0.25   # R5: a slow link is also >= 25 % below its group (waits blur bandwidth)

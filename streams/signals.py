@@ -395,6 +395,8 @@ def _kernels(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionCon
                 cols[0][rank], cols[1][rank], cols[2][rank] = l_mean, l_mad, float(count)  # type: ignore[arg-type]
     t0 = time.perf_counter()
     weighted, weight = np.zeros(world), np.zeros(world)
+    job_ratio: list[float] = []
+    job_flops: list[float] = []
     for key, p in compute.items():
         # P = FLOPs of the calls the model makes / device time of the calls launched (repeated work halves it)
         calls = compute_calls[key]
@@ -411,11 +413,29 @@ def _kernels(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionCon
             out.append(_finding("R4", "job", "job", frame.step, f"kernel {key}: efficiency {a.value[i]:.2f} of "
                                 "benchmark, outside its IQR fences", a, i, cfg, metric=key,
                                 open_after=cfg.rule_open_after))
+        if np.isfinite(st4.bench[0]) and np.isfinite(med[0]):
+            job_ratio.append(float(med[0] / st4.bench[0]))
+            job_flops.append(float(compute_flops[key].sum()))
         ratio = p / med[0]
         ok = np.isfinite(ratio)
         w = compute_flops[key]
         weighted[ok] += ratio[ok] * w[ok]
         weight[ok] += w[ok]
+    if job_ratio and sum(job_flops) > 0:
+        # the job's compute as one R4 series: each kernel's ratio to its benchmark, FLOP-weighted. Each kernel's
+        # median carries its own rank noise (a kernel of one PP stage: a median over few ranks), so its series
+        # needs r4_trend_min_deviation (10 %); over every kernel that noise averages out and what is left is the
+        # job-wide step jitter (1.5 %): a job-wide slowdown of a few percent (spec §4 kernel compile defect,
+        # "R4, R8") stands 4 sigma out at r4_compute_min_deviation (6 %)
+        w = np.asarray(job_flops)
+        agg = np.array([float(np.dot(w, np.asarray(job_ratio)) / w.sum())])
+        stc, a = r4.evaluate(agg, state.rules.get("r4:compute"), r4.Params(
+            history=cfg.r4_history, iqr_k=cfg.r4_iqr_k, p_bench=1.0, min_deviation=cfg.r4_compute_min_deviation))
+        state.rules["r4:compute"] = stc
+        for i in range(len(a)):
+            out.append(_finding("R4", "job", "job", frame.step, f"compute kernels ({len(job_ratio)}, FLOP-weighted): "
+                                f"efficiency {a.value[i]:.2f} of benchmark, outside its IQR fences", a, i, cfg,
+                                metric="compute", open_after=cfg.rule_open_after))
     if compute:
         # ranks against each other on ALL their compute kernels at once (FLOP-weighted mean of each
         # kernel's FLOP/s ratio to the job's median): a degraded or throttled chip is slow on most of
