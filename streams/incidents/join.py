@@ -240,6 +240,8 @@ def _join_split(findings: list[Finding], tracks: list[OpenTrack]) -> None:
         for key, ranks in groups:
             if set(f.ranks) <= ranks:
                 domain, _, group = key.removeprefix("group:").partition("/")
+                if f.rule in ("R5", "R6") and (f.domain, f.group) != (domain, int(group)):
+                    f.observed = None  # another group's bandwidth: a symptom, never the incident's headline figure
                 f.key, f.scope, f.domain, f.group = key, "group", domain, int(group)
                 f.host, f.link, f.device = None, None, None
                 break

@@ -193,3 +193,16 @@ def test_r5_candidates_at_the_onset_join_the_group_r6_flags_after() -> None:
     # an R5 incident already open is a problem of its own, not a candidate to take
     held = join([_r6("dp", 2, members, 62)], 64, [OpenTrack("link:dp/2/2", "link", None, 60, True, (2,), ("R5",))], 62)
     assert [f.rule for f in held] == ["R6"]
+
+
+def test_another_groups_bandwidth_joining_a_split_group_is_no_headline() -> None:
+    split = Finding(rule="SLOW_GROUP", key="group:dp/4", scope="group", step=70, summary="split", ranks=[32, 36],
+                    domain="dp", group=4)
+    tp = Finding(rule="R6", key="rank:32", scope="rank", step=70, summary="slow group TP 9", ranks=[32], domain="tp",
+                 group=9, observed=78.6)
+    own = Finding(rule="R5", key="link:dp/4/36", scope="link", step=70, summary="r5", ranks=[36], domain="dp", group=4,
+                  observed=1.8)
+    found = {f.summary: f for f in join([split, tp, own], 64, [], 70)}
+    assert {f.key for f in found.values()} == {"group:dp/4"}
+    assert found["slow group TP 9"].observed is None, "a TP group's figure is not the DP group's evidence"
+    assert found["r5"].observed == 1.8
