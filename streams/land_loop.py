@@ -5,7 +5,7 @@ hop per message); every telemetry message of the fleet passes the landing worker
 consumes with kafka-python (C CRC32C) in its own consumer group (`<app_id>-land`), like the
 detect worker's decode stage. Delivery, per batch:
 
-1. poll until `sink_batch_size` messages or `sink_batch_seconds` after the first one
+1. poll until `sink_batch_size` records (a packed record holds many events) or `sink_batch_seconds` after the first one
    (a batch is one insert per table: an insert has a fixed cost of 10-50 ms in chdb);
 2. `LandingProcessor` turns every message into rows or a dead letter (it never raises);
 3. dead letters are sent to the dead-letter topic (acks=all), the rows are inserted
