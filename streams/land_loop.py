@@ -36,6 +36,7 @@ from infra.clients import kafka_client_config
 from schemas import Topics
 from steplens.config import Settings
 from streams.app import now_ns
+from streams.ingest.gc_tuning import tune_gc
 from streams.lander import ClickHouseLander
 from streams.landing import Landed, LandingProcessor
 
@@ -113,6 +114,7 @@ class LandLoop(threading.Thread):
             self.join(timeout)
 
     def run(self) -> None:
+        tune_gc(self.settings.worker_gc_threshold)
         try:
             consumer, sender = self._clients()
         except BaseException as exc:
