@@ -176,7 +176,7 @@ def wait_caught_up(settings: Settings, group: str, names: list[str], timeout: fl
     return False
 
 
-def trial(base: Settings, ranks: int, steps: int, packed: bool = True) -> dict[str, Any]:
+def trial(base: Settings, ranks: int, steps: int, packed: bool = True, broker_pid: int | None = None) -> dict[str, Any]:
     name = f"tp{uuid.uuid4().hex[:8]}"
     home = base.home / "bench" / name
     home.mkdir(parents=True, exist_ok=True)
@@ -215,6 +215,7 @@ def trial(base: Settings, ranks: int, steps: int, packed: bool = True) -> dict[s
             raise RuntimeError(f"input topics differ in partition count: {counts}")
         partition = Partitions(list(producer.partitions_for(topics.steps)))
         cpu0 = {role: cpu_s(p.pid) for role, p in workers.items()}
+        broker0 = cpu_s(broker_pid) if broker_pid else 0.0
         records = 0
         me0 = time.process_time()
         t0 = time.time()
@@ -241,6 +242,7 @@ def trial(base: Settings, ranks: int, steps: int, packed: bool = True) -> dict[s
         landed_caught = wait_caught_up(settings, f"{name}-land", [topics.steps, topics.jobs], 120)
         time.sleep(2.0)
         cpu = {role: cpu_s(p.pid) - cpu0[role] for role, p in workers.items()}
+        broker_cpu = cpu_s(broker_pid) - broker0 if broker_pid else None
     finally:
         for p in workers.values():
             stop_worker(p)
@@ -272,7 +274,9 @@ def trial(base: Settings, ranks: int, steps: int, packed: bool = True) -> dict[s
         "missed_detections": missed,
         "cpu_us_per_event": {"producer": round(producer_cpu / events * 1e6, 2),
                              "detect": round(cpu["detect"] / events * 1e6, 2),
-                             "land": round(cpu["land"] / (events + 2) * 1e6, 2)},  # every message landed
+                             "land": round(cpu["land"] / (events + 2) * 1e6, 2),  # every message landed
+                             # the whole broker process (JVM, TLS) over the same window, lag queries included
+                             **({"broker": round(broker_cpu / events * 1e6, 2)} if broker_cpu is not None else {})},
         "ceiling_events_per_s": round(ceil, 1),
     }
     result["passed"] = bool(caught and landed_caught and lost == 0 and not missed and p99 <= 5.0 and behind < 1.0)
@@ -309,7 +313,7 @@ def main(argv: list[str] | None = None) -> None:
         for ranks in [int(r) for r in sizes.split(",") if r]:
             form = "packed" if packed else "unpacked"
             print(f"• {ranks} ranks x {args.steps} steps at 1 step/s, {form} ...", flush=True)
-            res = trial(base, ranks, args.steps, packed)
+            res = trial(base, ranks, args.steps, packed, broker.pid())
             res["load_average"] = list(os.getloadavg())
             trials.append(res)
             print(f"  events/s {res['events_per_s']} ({res['records']} records), p99 {res['p99_latency_s']} s, "
@@ -321,7 +325,7 @@ def main(argv: list[str] | None = None) -> None:
     trials = [t for t in trials if t["packed"]]
     best = max((t for t in trials if t["passed"]), key=lambda t: t["ranks"], default=None)
     ref = best or trials[-1]
-    # what 10,240 ranks (3 messages per rank per second) would need, in cores, at the measured costs
+    # what 10,240 ranks (3 events per rank per second) would need, in cores, at the measured costs
     target_rate = 3 * 10_240
     cores = {stage: round(us * target_rate / 1e6, 2) for stage, us in ref["cpu_us_per_event"].items()}
     out = {
@@ -332,7 +336,9 @@ def main(argv: list[str] | None = None) -> None:
         "ratio_to_ceiling": round(ref["events_per_s"] / ref["ceiling_events_per_s"], 4)
         if ref["ceiling_events_per_s"] else None,
         "kafka_c_crc32c": kafka_has_c_crc32c(), "steps_per_trial": args.steps, "packed": True, "trials": trials,
-        "cores_needed_10240_ranks": {**cores, "total_without_broker": round(sum(cores.values()), 2)},
+        "cores_needed_10240_ranks": {**cores, "total_without_broker": round(sum(v for k, v in cores.items()
+                                                                               if k != "broker"), 2),
+                                     "total": round(sum(cores.values()), 2)},
         "load_average_at_end": list(os.getloadavg()),
         **unpacked_summary(trials_unpacked),
         "machine": machine(), "started": started, "git": git_commit(),
