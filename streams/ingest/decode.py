@@ -160,6 +160,7 @@ def _add_job(chunks: dict[str, dict[str, Any]], doc: dict[str, Any]) -> bool:
 
 
 _HANDLERS = {"step": _add_step, "kernel_summary": _add_kernel_summary, "device": _add_device, "job": _add_job}
+_PACKED_HANDLERS = {kind: handler for kind, handler in _HANDLERS.items() if kind != "job"}
 
 
 def decode_batch(raws: list[bytes], max_event_bytes: int) -> tuple[list[dict[str, Any]], DecodeStats]:
@@ -185,8 +186,10 @@ def decode_batch(raws: list[bytes], max_event_bytes: int) -> tuple[list[dict[str
                 stats.bad += 1
                 continue
             docs: list[Any] = doc
+            handlers = _PACKED_HANDLERS  # `jobs` records are one object each (landing dead-letters an array)
         else:
             docs = [doc]
+            handlers = _HANDLERS
         stats.events += len(docs)
         for doc in docs:
             if type(doc) is not dict or not _major_ok(doc):
@@ -196,7 +199,7 @@ def decode_batch(raws: list[bytes], max_event_bytes: int) -> tuple[list[dict[str
             if type(kind) is not str:
                 stats.bad += 1
                 continue
-            handler = _HANDLERS.get(kind)
+            handler = handlers.get(kind)
             if handler is not None and handler(chunks, doc):
                 by_type[kind] = by_type.get(kind, 0) + 1
             else:

@@ -199,3 +199,7 @@ def test_detect_decode_reads_arrays_into_the_same_columns_and_skips_only_bad_ele
     packed, stats = decode_batch([_packed(*raws[:4]), _packed(*raws[4:], bad), b"[]", b"7"], 100_000)
     assert packed == plain and plain_stats.events == 8
     assert (stats.events, stats.bad, stats.by_type) == (11, 3, {"step": 8})
+    job = encode(JobEvent(job="job-a", phase="start", world=8, ts_ns=1))
+    chunks, stats = decode_batch([_packed(job)], 100_000)  # jobs are one object per record, as landing insists
+    assert chunks == [] and stats.bad == 1
+    assert decode_batch([job], 100_000)[1].by_type == {"job": 1}
