@@ -8,6 +8,12 @@ latency = alert received - the step's last event sent. A size passes when the pr
 kept pace, nothing was lost (every step evaluated with every rank; every step row landed)
 and p99 latency <= 5 s. The same run measures a plain kafka-python consumer + orjson
 reading the same topics (the ceiling) and CPU-us per event of each stage.
+
+Packed (default, contract 1.2): the producer models a node agent and sends one host's
+events of one topic and one step as one record (a JSON array keyed `job/host`; device
+samples keyed `host`). `--unpacked-ranks` also runs sizes with one record per event (the
+1.1 form: what a rank hook without packing sends) for a side-by-side figure. Every count
+(events/s, µs per event, the ceiling) is in EVENTS, whatever the records hold.
 """
 
 from __future__ import annotations
@@ -65,8 +71,9 @@ class Job:
                      "domains": {k: {"group": d.group, "size": d.size, "index": d.index}
                                  for k, d in self.topo.domains(r).items()}} for r in range(self.world)]
         self.rng = np.random.default_rng(0)
+        self.host_keys = [f"{job}/{self.topo.host(r)}".encode() for r in range(self.world)]
 
-    def step(self, s: int, gc_ms: float) -> list[tuple[str, bytes, bytes]]:
+    def step(self, s: int, gc_ms: float, packed: bool = True) -> list[tuple[str, bytes, bytes]]:
         n = self.world
         noise = self.rng.lognormal(0, 0.015, size=(4, n))
         fwd, bwd = 120 * noise[0], 240 * noise[1]
@@ -77,7 +84,7 @@ class Job:
         wait = ((slowest - busy) + 40).tolist()
         fwd_l, bwd_l = fwd.tolist(), bwd.tolist()
         n2, n3 = noise[2].tolist(), noise[3].tolist()
-        out = []
+        out: list[tuple[str, bytes, bytes]] = []
         ts = time.time_ns()
         for r in range(n):
             ident = self.ids[r]
@@ -99,7 +106,16 @@ class Job:
                 "type": "device", "v": "1.1", "host": ident["host"], "device": ident["device"], "ts_ns": ts,
                 "job": self.job, "rank": r, "power_w": 350.0 + n2[r], "temp_c": 60.0 + n3[r],
                 "aicore_pct": 80.0, "mem_pct": 70.0, "membw_pct": 60.0})))
-        return out
+        return self.pack(out) if packed else out
+
+    def pack(self, out: list[tuple[str, bytes, bytes]]) -> list[tuple[str, bytes, bytes]]:
+        """One record per host per topic: a JSON array of the host's events in emission order."""
+        groups: dict[tuple[str, bytes], list[bytes]] = {}
+        for kind, key, value in out:
+            head, _, tail = key.rpartition(b"/")
+            pack_key = head if kind == "device" else self.host_keys[int(tail)]
+            groups.setdefault((kind, pack_key), []).append(value)
+        return [(kind, key, b"[" + b",".join(values) + b"]") for (kind, key), values in groups.items()]
 
 
 class Partitions:
@@ -133,14 +149,14 @@ def alerts_listener(settings: Settings, topic: str, seen: dict[int, float], stop
 
 
 def ceiling(settings: Settings, topics: list[str], total: int) -> float:
-    """A plain kafka-python consumer + orjson over the same topics: events/s."""
+    """A plain kafka-python consumer + orjson over the same topics: events/s (an array's elements each count)."""
     consumer = KafkaConsumer(*topics, **kafka_client_config(settings, "admin"), auto_offset_reset="earliest",
                              enable_auto_commit=False, consumer_timeout_ms=5000, max_poll_records=5000)
     n = 0
     t = time.perf_counter()
     for msg in consumer:
-        orjson.loads(msg.value)
-        n += 1
+        doc = orjson.loads(msg.value)
+        n += len(doc) if type(doc) is list else 1
         if n >= total:
             break
     elapsed = time.perf_counter() - t
@@ -160,7 +176,7 @@ def wait_caught_up(settings: Settings, group: str, names: list[str], timeout: fl
     return False
 
 
-def trial(base: Settings, ranks: int, steps: int) -> dict[str, Any]:
+def trial(base: Settings, ranks: int, steps: int, packed: bool = True, broker_pid: int | None = None) -> dict[str, Any]:
     name = f"tp{uuid.uuid4().hex[:8]}"
     home = base.home / "bench" / name
     home.mkdir(parents=True, exist_ok=True)
@@ -199,6 +215,8 @@ def trial(base: Settings, ranks: int, steps: int) -> dict[str, Any]:
             raise RuntimeError(f"input topics differ in partition count: {counts}")
         partition = Partitions(list(producer.partitions_for(topics.steps)))
         cpu0 = {role: cpu_s(p.pid) for role, p in workers.items()}
+        broker0 = cpu_s(broker_pid) if broker_pid else 0.0
+        records = 0
         me0 = time.process_time()
         t0 = time.time()
         for s in range(steps):
@@ -208,8 +226,9 @@ def trial(base: Settings, ranks: int, steps: int) -> dict[str, Any]:
                 time.sleep(target - now)
             behind = max(behind, time.time() - target)
             gc = 300.0 if s >= 15 and s % 10 == 5 else 0.0
-            for kind, key, value in job.step(s, gc):
+            for kind, key, value in job.step(s, gc, packed):
                 producer.send(topic_of[kind], key=key, value=value, partition=partition(key))
+                records += 1
             producer.flush()
             sent_at[s] = time.time()
         end_doc = {**start_doc, "phase": "end", "last_step": steps - 1, "ts_ns": T0_NS + steps * 10**9}
@@ -223,6 +242,7 @@ def trial(base: Settings, ranks: int, steps: int) -> dict[str, Any]:
         landed_caught = wait_caught_up(settings, f"{name}-land", [topics.steps, topics.jobs], 120)
         time.sleep(2.0)
         cpu = {role: cpu_s(p.pid) - cpu0[role] for role, p in workers.items()}
+        broker_cpu = cpu_s(broker_pid) - broker0 if broker_pid else None
     finally:
         for p in workers.values():
             stop_worker(p)
@@ -246,18 +266,31 @@ def trial(base: Settings, ranks: int, steps: int) -> dict[str, Any]:
     ceil = ceiling(settings, [topics.steps, topics.kernel_summaries, topics.device], events)
     p99 = float(np.percentile(latencies, 99)) if latencies else float("inf")
     result = {
-        "ranks": job.world, "steps": steps, "events": events, "events_per_s": round(events / max(wall, 1e-9), 1),
+        "ranks": job.world, "steps": steps, "packed": packed, "events": events, "records": records,
+        "events_per_s": round(events / max(wall, 1e-9), 1),
         "producer_behind_s": round(behind, 3), "caught_up": caught and landed_caught, "lost": lost,
         "rows_landed": rows, "frames_evaluated": evaluated, "frames_incomplete": incomplete,
         "p99_latency_s": round(p99, 3), "p50_latency_s": round(float(np.median(latencies)), 3) if latencies else None,
         "missed_detections": missed,
         "cpu_us_per_event": {"producer": round(producer_cpu / events * 1e6, 2),
                              "detect": round(cpu["detect"] / events * 1e6, 2),
-                             "land": round(cpu["land"] / (events + 2) * 1e6, 2)},  # every message landed
+                             "land": round(cpu["land"] / (events + 2) * 1e6, 2),  # every message landed
+                             # the whole broker process (JVM, TLS) over the same window, lag queries included
+                             **({"broker": round(broker_cpu / events * 1e6, 2)} if broker_cpu is not None else {})},
         "ceiling_events_per_s": round(ceil, 1),
     }
     result["passed"] = bool(caught and landed_caught and lost == 0 and not missed and p99 <= 5.0 and behind < 1.0)
     return result
+
+
+def unpacked_summary(trials: list[dict[str, Any]]) -> dict[str, Any]:
+    """The unpacked (one record per event) figures, beside the packed ones; empty when none ran."""
+    if not trials:
+        return {}
+    best = max((t for t in trials if t["passed"]), key=lambda t: t["ranks"], default=None)
+    ref = best or trials[-1]
+    return {"max_ranks_unpacked": best["ranks"] if best else 0,
+            "cpu_us_per_event_unpacked": ref["cpu_us_per_event"], "trials_unpacked": trials}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -265,6 +298,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ranks", default="256,512,1024,2048,3072,4096,6144,8192,10240",
                         help="job sizes to try, ascending (stops at the first that fails)")
     parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--unpacked-ranks", default="",
+                        help="also try these sizes with one record per event (contract 1.1 form), ascending")
     args = parser.parse_args(argv)
     started = datetime.now(UTC).isoformat()
     base = load_settings()
@@ -274,19 +309,23 @@ def main(argv: list[str] | None = None) -> None:
     broker.start()
     base = replace(base, kafka_bootstrap=broker.bootstrap)
     trials = []
-    for ranks in [int(r) for r in args.ranks.split(",")]:
-        print(f"• {ranks} ranks x {args.steps} steps at 1 step/s ...", flush=True)
-        res = trial(base, ranks, args.steps)
-        res["load_average"] = list(os.getloadavg())
-        trials.append(res)
-        print(f"  events/s {res['events_per_s']}, p99 {res['p99_latency_s']} s, lost {res['lost']}, cpu-us/event "
-              f"{res['cpu_us_per_event']}, ceiling {res['ceiling_events_per_s']}/s, passed {res['passed']}",
-              flush=True)
-        if not res["passed"]:
-            break
+    for packed, sizes in ((True, args.ranks), (False, args.unpacked_ranks)):
+        for ranks in [int(r) for r in sizes.split(",") if r]:
+            form = "packed" if packed else "unpacked"
+            print(f"• {ranks} ranks x {args.steps} steps at 1 step/s, {form} ...", flush=True)
+            res = trial(base, ranks, args.steps, packed, broker.pid())
+            res["load_average"] = list(os.getloadavg())
+            trials.append(res)
+            print(f"  events/s {res['events_per_s']} ({res['records']} records), p99 {res['p99_latency_s']} s, "
+                  f"lost {res['lost']}, cpu-us/event {res['cpu_us_per_event']}, "
+                  f"ceiling {res['ceiling_events_per_s']}/s, passed {res['passed']}", flush=True)
+            if not res["passed"]:
+                break
+    trials_unpacked = [t for t in trials if not t["packed"]]
+    trials = [t for t in trials if t["packed"]]
     best = max((t for t in trials if t["passed"]), key=lambda t: t["ranks"], default=None)
     ref = best or trials[-1]
-    # what 10,240 ranks (3 messages per rank per second) would need, in cores, at the measured costs
+    # what 10,240 ranks (3 events per rank per second) would need, in cores, at the measured costs
     target_rate = 3 * 10_240
     cores = {stage: round(us * target_rate / 1e6, 2) for stage, us in ref["cpu_us_per_event"].items()}
     out = {
@@ -296,17 +335,22 @@ def main(argv: list[str] | None = None) -> None:
         "ceiling_events_per_s": ref["ceiling_events_per_s"],
         "ratio_to_ceiling": round(ref["events_per_s"] / ref["ceiling_events_per_s"], 4)
         if ref["ceiling_events_per_s"] else None,
-        "kafka_c_crc32c": kafka_has_c_crc32c(), "steps_per_trial": args.steps, "trials": trials,
-        "cores_needed_10240_ranks": {**cores, "total_without_broker": round(sum(cores.values()), 2)},
+        "kafka_c_crc32c": kafka_has_c_crc32c(), "steps_per_trial": args.steps, "packed": True, "trials": trials,
+        "cores_needed_10240_ranks": {**cores, "total_without_broker": round(sum(v for k, v in cores.items()
+                                                                               if k != "broker"), 2),
+                                     "total": round(sum(cores.values()), 2)},
         "load_average_at_end": list(os.getloadavg()),
+        **unpacked_summary(trials_unpacked),
         "machine": machine(), "started": started, "git": git_commit(),
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(out, indent=2) + "\n")
-    print("\n| ranks | events/s | p99 s | lost | detect us/event | passed |\n|---|---|---|---|---|---|")
-    for t in trials:
-        print(f"| {t['ranks']} | {t['events_per_s']} | {t['p99_latency_s']} | {t['lost']} | "
-              f"{t['cpu_us_per_event']['detect']} | {t['passed']} |")
+    print("\n| form | ranks | events/s | records | p99 s | lost | us/event producer, detect, land | passed |\n"
+          "|---|---|---|---|---|---|---|---|")
+    for t in trials + trials_unpacked:
+        us = t["cpu_us_per_event"]
+        print(f"| {'packed' if t['packed'] else 'unpacked'} | {t['ranks']} | {t['events_per_s']} | {t['records']} | "
+              f"{t['p99_latency_s']} | {t['lost']} | {us['producer']}, {us['detect']}, {us['land']} | {t['passed']} |")
     print(f"max_ranks {out['max_ranks']} -> {RESULTS}")
 
 

@@ -1,4 +1,4 @@
-"""The steplens event contract (version 1.1): typed events, orjson codec, topic names."""
+"""The steplens event contract (version 1.2): typed events, orjson codec, topic names."""
 
 from schemas.codec import EVENT_TYPES, MAX_EVENT_BYTES, Event, bounded, decode, decode_as, encode
 from schemas.control import ControlCommand
@@ -9,15 +9,18 @@ from schemas.incident import Incident
 from schemas.job import JobEvent
 from schemas.kernel import KernelBatch, KernelRecord
 from schemas.kernel_summary import KernelAggregate, KernelSummary
+from schemas.packing import MAX_PACKED_EVENTS, PACKED_TOPIC_TYPES, decode_record_as, split_record
 from schemas.profile import ProfileReady
 from schemas.step import Phases, StepEvent
 from schemas.topics import Topics, group_key, job_key, rank_key
 from schemas.version import CONTRACT_VERSION
 
 __all__ = [
-    "CONTRACT_VERSION", "DOMAIN_TYPES", "EVENT_TYPES", "MAX_EVENT_BYTES",
+    "CONTRACT_VERSION", "DOMAIN_TYPES", "EVENT_TYPES", "MAX_EVENT_BYTES", "MAX_PACKED_EVENTS",
+    "PACKED_TOPIC_TYPES",
     "ContractError", "ControlCommand", "DeviceSample", "Domain", "Event", "Incident", "JobEvent",
     "KernelAggregate", "KernelBatch", "KernelRecord", "KernelSummary", "Phases", "ProfileReady", "RankIdentity",
     "StepEvent", "Topics",
-    "bounded", "decode", "decode_as", "encode", "group_key", "job_key", "rank_key",
+    "bounded", "decode", "decode_as", "decode_record_as", "encode", "group_key", "job_key", "rank_key",
+    "split_record",
 ]

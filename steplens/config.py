@@ -121,6 +121,9 @@ class Settings:
     # fixed cost (steps ~45 ms with its rollups), so a fleet's landing wants few, large batches
     sink_batch_size: int = 20000
     sink_batch_seconds: float = 2.0
+    # workers' gen-0 GC threshold (streams/ingest/gc_tuning.py): a batch parses ~100k JSON objects, and at
+    # CPython's default (700) collections run ~150 times a batch; 0 keeps the interpreter's default
+    worker_gc_threshold: int = 50_000
     # lock-down (docs/security.md): Kafka SASL/SCRAM over TLS and ClickHouse users by default
     kafka_security: str = "sasl_ssl"  # sasl_ssl | plaintext (an unsecured broker of your own)
     kafka_user: str = ""              # empty: the principal the client acts as (producer, detect, ...)
@@ -182,6 +185,7 @@ _ENV = {
     "STEPLENS_MAX_EVENT_BYTES": ("", "max_event_bytes"),
     "STEPLENS_SINK_BATCH_SIZE": ("", "sink_batch_size"),
     "STEPLENS_SINK_BATCH_SECONDS": ("", "sink_batch_seconds"),
+    "STEPLENS_WORKER_GC_THRESHOLD": ("", "worker_gc_threshold"),
     "STEPLENS_KAFKA_SECURITY": ("", "kafka_security"),
     "STEPLENS_KAFKA_USER": ("", "kafka_user"),
     "STEPLENS_KAFKA_PASSWORD": ("", "kafka_password"),

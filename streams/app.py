@@ -87,6 +87,9 @@ def base_app(settings: Settings, role: Role, timeouts: WorkerTimeouts | None = N
         producer_linger=0.005,             # batch sends (chunks, alerts, dead letters) for 5 ms
         producer_max_batch_size=1_048_576,
         stream_buffer_maxsize=32_768,      # lets take() fill batches of 10k messages
+        # per partition per fetch: the partials topic carries ~1 MB chunks (a 10,240-rank job's step is
+        # several of them), and Faust's 1 MiB default made that one chunk per fetch round trip
+        consumer_max_fetch_size=16 << 20,
         stream_wait_empty=False,
         **(timeouts or WorkerTimeouts()).faust_settings(),
         **faust_broker_config(settings, role),

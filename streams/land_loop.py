@@ -5,7 +5,7 @@ hop per message); every telemetry message of the fleet passes the landing worker
 consumes with kafka-python (C CRC32C) in its own consumer group (`<app_id>-land`), like the
 detect worker's decode stage. Delivery, per batch:
 
-1. poll until `sink_batch_size` messages or `sink_batch_seconds` after the first one
+1. poll until `sink_batch_size` records (a packed record holds many events) or `sink_batch_seconds` after the first one
    (a batch is one insert per table: an insert has a fixed cost of 10-50 ms in chdb);
 2. `LandingProcessor` turns every message into rows or a dead letter (it never raises);
 3. dead letters are sent to the dead-letter topic (acks=all), the rows are inserted
@@ -36,6 +36,7 @@ from infra.clients import kafka_client_config
 from schemas import Topics
 from steplens.config import Settings
 from streams.app import now_ns
+from streams.ingest.gc_tuning import tune_gc
 from streams.lander import ClickHouseLander
 from streams.landing import Landed, LandingProcessor
 
@@ -113,6 +114,7 @@ class LandLoop(threading.Thread):
             self.join(timeout)
 
     def run(self) -> None:
+        tune_gc(self.settings.worker_gc_threshold)
         try:
             consumer, sender = self._clients()
         except BaseException as exc:

@@ -1,7 +1,9 @@
 """Landing, the pure half: a Kafka message in, a ClickHouse row or a dead letter out.
 
-Each input topic carries one event type. `LandingProcessor.process` is total: whatever a
-message holds (garbage, a tombstone, a value out of range, an event type without a table
+Each input topic carries one event type; on the raw telemetry topics a record may pack an
+array of events (contract 1.2), each landed or dead-lettered on its own (`[index]` in its
+reason). `LandingProcessor.process` is total: whatever a message holds (garbage, a
+tombstone, a value out of range, an event type without a table
 yet, or a bug the checks did not foresee) it yields exactly one of
 
 - a row for the event's table (`rows.row_for`, the one mapping point), or
@@ -34,9 +36,11 @@ from schemas import (
     ProfileReady,
     StepEvent,
     Topics,
-    decode_as,
+    split_record,
 )
+from schemas.codec import decode_mapping
 from schemas.errors import MAX_REASON_CHARS, clip
+from schemas.packing import MAX_PACKED_EVENTS, PACKED_TOPIC_TYPES
 from sinks import rows
 from sinks.fast_rows import FAST_ROWS, FastMapping
 from sinks.rows import RowError, TableRow
@@ -117,11 +121,20 @@ def _as_bytes(value: object) -> bytes | None:
     return repr(value).encode("utf-8", "backslashreplace")
 
 
+def _element_bytes(element: Any) -> bytes:
+    """One element of a packed record as its own JSON (what its dead letter keeps)."""
+    try:
+        return orjson.dumps(element)
+    except Exception:  # cannot happen for parsed JSON; keep something rather than fail
+        return repr(element).encode("utf-8", "backslashreplace")
+
+
 class LandingProcessor:
     """Decode-and-map for the topics the landing worker consumes (no I/O, time passed in).
 
     `counts` has one entry per event type landed, plus ``dead``; after any sequence of
-    `process` calls, the sum of the counts equals the number of calls.
+    `process` calls, the sum of the counts equals the number of events (an array record's
+    elements each count) plus the records dead-lettered whole.
     """
 
     def __init__(self, topics: Topics, max_event_bytes: int, *, fast: bool = True) -> None:
@@ -143,19 +156,25 @@ class LandingProcessor:
     def process(
         self, topic: str, partition: int, offset: int, key: object, raw: object, now_ns: int, out: Landed
     ) -> None:
-        """Append exactly one dead letter, or the rows of one event, to `out` (with their sources)."""
-        source = (topic, partition, offset)
+        """Append the rows of every event of one record, or dead letters, to `out` (with their sources).
+
+        A record is one event (an object) or, on the raw telemetry topics, an array of them
+        (contract 1.2): each element lands or is dead-lettered on its own, its reason prefixed
+        with its index; a whole-record problem is one dead letter for the whole record.
+        """
         fast = self._fast.get(topic)
         if fast is not None and type(raw) is bytes and len(raw) <= self._max:
             try:
                 doc = orjson.loads(raw)
             except orjson.JSONDecodeError:
                 doc = None
-            mapped_fast = fast[0](doc, now_ns) if type(doc) is dict else None
-            if mapped_fast is not None:
-                out.rows.extend(mapped_fast)
-                out.sources.extend([source] * len(mapped_fast))
-                self.counts[fast[1]] = self.counts.get(fast[1], 0) + 1
+            if type(doc) is dict:
+                mapped_fast = fast[0](doc, now_ns)
+                if mapped_fast is not None:
+                    self._rows(mapped_fast, fast[1], (topic, partition, offset), out)
+                    return
+            elif type(doc) is list and 0 < len(doc) <= MAX_PACKED_EVENTS:
+                self._packed(topic, partition, offset, key, doc, fast, now_ns, out)
                 return
         key_bytes = _as_bytes(key)
         raw_bytes = _as_bytes(raw)
@@ -163,17 +182,62 @@ class LandingProcessor:
             cls = self._types.get(topic)
             if cls is None:
                 raise ContractError("<topic>", f"topic {topic[:100]!r} is not one the landing worker reads")
-            mapped = rows.rows_for(decode_as(cls, raw_bytes, self._max), now_ns)
-        except (ContractError, RowError) as exc:
+            elements, packed = split_record(raw_bytes, self._max)
+            if packed and cls.TYPE not in PACKED_TOPIC_TYPES:
+                raise ContractError("<payload>", f"{cls.TYPE!r} events are one JSON object per record, got an array")
+        except ContractError as exc:
             self._dead(topic, partition, offset, key_bytes, raw_bytes, exc.field, exc.problem, now_ns, out)
             return
         except Exception as exc:  # a bug must not cost the message: dead-letter it with the reason
             problem = clip(f"could not be processed ({type(exc).__name__}: {exc})", MAX_REASON_CHARS)
             self._dead(topic, partition, offset, key_bytes, raw_bytes, UNEXPECTED_FIELD, problem, now_ns, out)
             return
+        if not packed:
+            self._element(cls, elements[0], None, topic, partition, offset, key_bytes, raw_bytes, now_ns, out)
+            return
+        for index, doc in enumerate(elements):
+            self._element(cls, doc, index, topic, partition, offset, key_bytes, None, now_ns, out)
+
+    def _packed(self, topic: str, partition: int, offset: int, key: object, docs: list[Any],
+                fast: tuple[FastMapping, str], now_ns: int, out: Landed) -> None:
+        """An array record: the fast mapping per element, the full decoder for the elements it declines."""
+        source = (topic, partition, offset)
+        mapping, kind = fast
+        cls = self._types[topic]
+        for index, doc in enumerate(docs):
+            mapped = mapping(doc, now_ns) if type(doc) is dict else None
+            if mapped is not None:
+                self._rows(mapped, kind, source, out)
+            else:
+                self._element(cls, doc, index, topic, partition, offset, _as_bytes(key), None, now_ns, out)
+
+    def _element(self, cls: type[Any], doc: Any, index: int | None, topic: str, partition: int, offset: int,
+                 key: bytes | None, raw: bytes | None, now_ns: int, out: Landed) -> None:
+        """One event (element `index` of an array, or a whole record when None) through the full decoder.
+
+        Its rows land, or it is dead-lettered with its reason (prefixed ``[index]``); a dead
+        element keeps its own JSON as payload (`raw` None), a whole record its bytes.
+        """
+        prefix = "" if index is None else f"[{index}] "
+        try:
+            event = decode_mapping(doc)
+            if not isinstance(event, cls):
+                raise ContractError("type", f"this topic carries {cls.TYPE!r} events, got {type(event).TYPE!r}")
+            mapped = rows.rows_for(event, now_ns)
+        except (ContractError, RowError) as exc:
+            field_path, problem = exc.field, clip(prefix + exc.problem, MAX_REASON_CHARS)
+        except Exception as exc:  # a bug must not cost the event: dead-letter it with the reason
+            field_path = UNEXPECTED_FIELD
+            problem = clip(f"{prefix}could not be processed ({type(exc).__name__}: {exc})", MAX_REASON_CHARS)
+        else:
+            self._rows(mapped, cls.TYPE, (topic, partition, offset), out)
+            return
+        payload = raw if raw is not None else _element_bytes(doc)
+        self._dead(topic, partition, offset, key, payload, field_path, problem, now_ns, out)
+
+    def _rows(self, mapped: list[TableRow], kind: str, source: Source, out: Landed) -> None:
         out.rows.extend(mapped)
         out.sources.extend([source] * len(mapped))
-        kind = cls.TYPE
         self.counts[kind] = self.counts.get(kind, 0) + 1
 
     def _dead(

@@ -364,6 +364,14 @@ def _steps(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionConfi
     return out
 
 
+def _column(columns: dict[str, FloatArray], key: str, world: int, fill: float) -> FloatArray:
+    """`columns[key]`, created (`world` values of `fill`) the first time the key is seen."""
+    col = columns.get(key)
+    if col is None:
+        col = columns[key] = np.full(world, fill)
+    return col
+
+
 def _kernels(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionConfig,
              timings: dict[str, float]) -> list[Finding]:
     out: list[Finding] = []
@@ -381,17 +389,23 @@ def _kernels(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionCon
         for key, cat, count, total_ns, flops, nbytes, domain, l_mean, l_mad, direction in (e[:10] for e in entries):
             if not isinstance(total_ns, int) or total_ns <= 0:
                 continue
+            # columns are allocated once per key (not per entry: setdefault's default is built every call,
+            # which made this loop O(world²) per step)
             if isinstance(flops, (int, float)) and flops > 0:
-                compute.setdefault(str(key), np.full(world, np.nan))[rank] = flops / total_ns * 1e9
-                compute_calls.setdefault(str(key), np.full(world, np.nan))[rank] = float(count)  # type: ignore[arg-type]
-                compute_flops.setdefault(str(key), np.zeros(world))[rank] = flops
+                _column(compute, str(key), world, np.nan)[rank] = flops / total_ns * 1e9
+                _column(compute_calls, str(key), world, np.nan)[rank] = float(count)  # type: ignore[arg-type]
+                _column(compute_flops, str(key), world, 0.0)[rank] = flops
             if cat == "comm" and isinstance(nbytes, int) and isinstance(domain, str):
-                comm.setdefault(str(key), (np.full(world, np.nan), domain))[0][rank] = nbytes / total_ns
+                pair = comm.get(str(key))
+                if pair is None:
+                    pair = comm[str(key)] = (np.full(world, np.nan), domain)
+                pair[0][rank] = nbytes / total_ns
             if cat == "memcpy" and isinstance(nbytes, int):
-                copy.setdefault(str(direction or key), np.full(world, np.nan))[rank] = nbytes / total_ns
+                _column(copy, str(direction or key), world, np.nan)[rank] = nbytes / total_ns
             if isinstance(l_mean, (int, float)) and isinstance(l_mad, (int, float)):
-                cols = launch.setdefault(str(key), (np.full(world, np.nan), np.full(world, np.nan),
-                                                    np.zeros(world)))
+                cols = launch.get(str(key))
+                if cols is None:
+                    cols = launch[str(key)] = (np.full(world, np.nan), np.full(world, np.nan), np.zeros(world))
                 cols[0][rank], cols[1][rank], cols[2][rank] = l_mean, l_mad, float(count)  # type: ignore[arg-type]
     t0 = time.perf_counter()
     weighted, weight = np.zeros(world), np.zeros(world)

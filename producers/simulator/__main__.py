@@ -91,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     fleet.add_argument("--list-scenarios", action="store_true", help="print the catalogue and exit")
     fleet.add_argument("--ranks", type=int, default=64, help="world size; the layout follows (TP in a host, PP, DP)")
     fleet.add_argument("--paced", action="store_true", help="real time: each step is sent when it ends")
+    fleet.add_argument("--unpacked", action="store_true",
+                       help="one record per event (contract 1.1 form) instead of one array per host per topic per step")
     fleet.add_argument("--jitter", type=float, default=None,
                        help=f"per-phase healthy jitter (≤ 0.08; default: the scenario's, else {Noise().jitter})")
     fleet.add_argument("--streams", default="step,kernel_summary,device", help="event types to send")
@@ -125,7 +127,7 @@ def run_fleet(args: argparse.Namespace) -> int:
     for k in include:
         if k not in ("step", "kernel_summary", "device"):
             raise SystemExit(f"unknown stream {k!r}")
-    run = SimRun(job, include=include)
+    run = SimRun(job, include=include, packed=not args.unpacked)
     topics = Topics(args.topic_prefix if args.topic_prefix is not None else settings.topic_prefix)
     sent = 0
     if args.dry_run:
@@ -147,7 +149,7 @@ def run_fleet(args: argparse.Namespace) -> int:
         producer.flush()
         producer.close()
     print(json.dumps({"job": args.job, "scenario": sc.name, "world": topo.world, "steps": args.steps,
-                      "events": sent, "rank_steps": run.rank_steps, "faults": len(faults)}))
+                      "events": run.events, "records": sent, "rank_steps": run.rank_steps, "faults": len(faults)}))
     return 0
 
 

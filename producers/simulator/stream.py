@@ -3,6 +3,11 @@
 As fast as possible (scoring): every job's next step goes out in turn, timestamps on the
 simulated clock. Paced (latency): the job clock starts now and each step is sent when the
 wall clock reaches its end, so detection delay in seconds is measurable.
+
+Packed (the default, contract 1.2): the simulator models a node agent, so one host's events
+of one topic and one step go out as ONE record, a JSON array keyed `job/host` (device
+samples: keyed `host`); `packed=False` sends one record per event (keys `job/rank`,
+`host/device`, the 1.0/1.1 form) so both can be measured.
 """
 
 from __future__ import annotations
@@ -12,11 +17,35 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from producers.simulator.catalogue import FaultSpec
-from producers.simulator.events import FrameEncoder, Kind
+from producers.simulator.events import FrameEncoder, Kind, WireEvent
 from producers.simulator.fleet import FleetJob, StepFrame
-from schemas import JobEvent, Topics, encode, job_key
+from schemas import MAX_PACKED_EVENTS, JobEvent, Topics, encode, job_key
 
 Send = Callable[[str, bytes, bytes], None]
+
+# A packed record stays well under the broker's 1 MB message limit.
+MAX_PACKED_BYTES = 900_000
+
+
+def pack(events: list[WireEvent], key_of: Callable[[WireEvent], bytes]) -> Iterator[tuple[str, bytes, bytes]]:
+    """(kind, key, array value) per group of `events` sharing kind and pack key, in emission order.
+
+    The values are already JSON objects, so an array is their bytes joined: no re-encoding.
+    A group above MAX_PACKED_EVENTS events or MAX_PACKED_BYTES is cut into several records.
+    """
+    groups: dict[tuple[str, bytes], list[bytes]] = {}
+    for ev in events:
+        groups.setdefault((ev.kind, key_of(ev)), []).append(ev.value)
+    for (kind, key), values in groups.items():
+        part: list[bytes] = []
+        size = 2
+        for value in values:
+            if part and (len(part) >= MAX_PACKED_EVENTS or size + len(value) + 1 > MAX_PACKED_BYTES):
+                yield kind, key, b"[" + b",".join(part) + b"]"
+                part, size = [], 2
+            part.append(value)
+            size += len(value) + 1
+        yield kind, key, b"[" + b",".join(part) + b"]"
 
 
 @dataclass(slots=True)
@@ -25,12 +54,15 @@ class SimRun:
 
     job: FleetJob
     include: tuple[Kind, ...] = ("step", "kernel_summary", "device")
+    packed: bool = True
     onset_ns: dict[int, int] = field(default_factory=dict)
     rank_steps: int = 0
     events: int = 0
+    records: int = 0
     last_completed: int = -1
     _frames: Iterator[StepFrame] | None = None
     _encoder: FrameEncoder | None = None
+    _pack_keys: dict[bytes, bytes] = field(default_factory=dict)
 
     @property
     def faults(self) -> tuple[FaultSpec, ...]:
@@ -62,9 +94,29 @@ class SimRun:
     def send_frame(self, frame: StepFrame, topics: Topics, send: Send) -> None:
         assert self._encoder is not None
         topic = {"step": topics.steps, "kernel_summary": topics.kernel_summaries, "device": topics.device}
-        for ev in self._encoder.encode(frame):
-            send(topic[ev.kind], ev.key, ev.value)
-            self.events += 1
+        if not self.packed:
+            for ev in self._encoder.encode(frame):
+                send(topic[ev.kind], ev.key, ev.value)
+                self.events += 1
+                self.records += 1
+            return
+        events = list(self._encoder.encode(frame))
+        for kind, key, value in pack(events, self._pack_key):
+            send(topic[kind], key, value)
+            self.records += 1
+        self.events += len(events)
+
+    def _pack_key(self, ev: WireEvent) -> bytes:
+        """`job/host` for a rank's events (key `job/rank`), `host` for a device sample (key `host/device`)."""
+        out = self._pack_keys.get(ev.key)
+        if out is None:
+            head, _, tail = ev.key.rpartition(b"/")
+            if ev.kind == "device":
+                out = head
+            else:
+                out = f"{self.job.job_id}/node-{int(self.job.topology.host_ids[int(tail)])}".encode()
+            self._pack_keys[ev.key] = out
+        return out
 
 
 def stream_runs(runs: list[SimRun], topics: Topics, send: Send, *, paced: bool = False,

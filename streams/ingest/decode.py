@@ -3,7 +3,9 @@
 Full contract decoding costs ~50 µs an event; detection needs only a few fields, so this
 module reads them from the orjson dict and applies the contract's cheap checks (type, major
 version, identity ranges, non-negative times). Bad input is counted and skipped, never
-raised: the landing worker is the one that dead-letters it with its reason.
+raised: the landing worker is the one that dead-letters it with its reason. A record may
+pack an array of events (contract 1.2): its elements go to the same columns one by one, a
+bad element is skipped alone.
 
 A chunk is a plain dict of lists (one list per column) for one job, ready to be sent
 as one message on the internal partials topic keyed by job (see streams/combine/).
@@ -16,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+
+from schemas.packing import MAX_PACKED_EVENTS
 
 PHASES = ("data_ms", "forward_ms", "backward_ms", "grad_ms", "optimizer_ms", "comm_exposed_ms",
           "interstep_cpu_ms", "gc_ms")
@@ -156,34 +160,50 @@ def _add_job(chunks: dict[str, dict[str, Any]], doc: dict[str, Any]) -> bool:
 
 
 _HANDLERS = {"step": _add_step, "kernel_summary": _add_kernel_summary, "device": _add_device, "job": _add_job}
+_PACKED_HANDLERS = {kind: handler for kind, handler in _HANDLERS.items() if kind != "job"}
 
 
 def decode_batch(raws: list[bytes], max_event_bytes: int) -> tuple[list[dict[str, Any]], DecodeStats]:
     """Decode raw messages of any detect input topic into chunks (one per job and kind)."""
     stats = DecodeStats()
     chunks: dict[str, dict[str, Any]] = {}
+    by_type = stats.by_type
     for raw in raws:
-        stats.events += 1
         if raw is None or len(raw) > max_event_bytes:
+            stats.events += 1
             stats.bad += 1
             continue
         try:
             doc = orjson.loads(raw)
         except orjson.JSONDecodeError:
+            stats.events += 1
             stats.bad += 1
             continue
-        if not isinstance(doc, dict) or not _major_ok(doc):
-            stats.bad += 1
-            continue
-        kind = doc.get("type")
-        handler = _HANDLERS.get(kind) if isinstance(kind, str) else None
-        if handler is None:
-            stats.bad += 1
-            continue
-        if handler(chunks, doc):
-            stats.by_type[str(kind)] = stats.by_type.get(str(kind), 0) + 1
+        # contract 1.2: a record is one event or an array of 1..MAX_PACKED_EVENTS events
+        if type(doc) is list:
+            if not 0 < len(doc) <= MAX_PACKED_EVENTS:
+                stats.events += 1
+                stats.bad += 1
+                continue
+            docs: list[Any] = doc
+            handlers = _PACKED_HANDLERS  # `jobs` records are one object each (landing dead-letters an array)
         else:
-            stats.bad += 1
+            docs = [doc]
+            handlers = _HANDLERS
+        stats.events += len(docs)
+        for doc in docs:
+            if type(doc) is not dict or not _major_ok(doc):
+                stats.bad += 1
+                continue
+            kind = doc.get("type")
+            if type(kind) is not str:
+                stats.bad += 1
+                continue
+            handler = handlers.get(kind)
+            if handler is not None and handler(chunks, doc):
+                by_type[kind] = by_type.get(kind, 0) + 1
+            else:
+                stats.bad += 1
     # step chunks keep a key "job" even for device chunks without one ("" = not attributed).
     # A batch mixes topics, so a job's `end` may precede its last steps here: job starts go
     # first and job ends last, so the engine sees every step of the batch before the end.

@@ -28,6 +28,7 @@ from steplens.config import Settings
 from streams.app import WorkerTimeouts
 from streams.combine import chunks as chunk_codec
 from streams.ingest.decode import decode_batch
+from streams.ingest.gc_tuning import tune_gc
 from streams.metrics import DetectMetrics
 from streams.topics_admin import DetectTopics
 
@@ -83,6 +84,7 @@ class DecodeLoop(threading.Thread):
         return sent is not None
 
     def run(self) -> None:
+        tune_gc(self.settings.worker_gc_threshold)
         try:
             self._run()
         except BaseException as exc:  # the worker's watchdog sees it and exits non-zero

@@ -28,7 +28,8 @@ from tests.schemas.test_contract_fuzz import EXAMPLES, _dumps, json_value, malfo
 CLASSES: dict[str, type[Any]] = {"step": StepEvent, "kernel_summary": KernelSummary, "device": DeviceSample}
 INGESTED = 1_767_225_600_123_456_789
 JOB = Job("fast-rows", 64)
-BENCH_DOCS = [orjson.loads(value) for _, _, value in JOB.step(3, 0.0) + JOB.step(15, 300.0)][:96]
+BENCH_DOCS = [orjson.loads(value)
+              for _, _, value in JOB.step(3, 0.0, packed=False) + JOB.step(15, 300.0, packed=False)][:96]
 VALID = [d for d in EXAMPLES if d.get("type") in CLASSES] + BENCH_DOCS
 
 

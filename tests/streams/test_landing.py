@@ -1,10 +1,12 @@
 import base64
 
+import orjson
 import pytest
 
-from schemas import Topics, encode
+from schemas import JobEvent, Topics, encode
 from sinks import rows
 from sinks.rows import RowError
+from streams.ingest.decode import decode_batch
 from streams.landing import DEADLETTER_TOPIC_MAX_BYTES, Landed, LandingProcessor
 from tests.streams.helpers import step_event
 
@@ -138,3 +140,66 @@ def test_a_huge_dead_letter_is_cut_for_the_topic_but_kept_whole_in_the_table() -
     assert ("steplens-truncated", str(len(raw)).encode()) in letter.headers()
     (row,) = out.rows
     assert base64.b64decode(row.row[row.columns.index("payload_b64")]) == raw
+
+
+def _packed(*raws: bytes) -> bytes:
+    return b"[" + b",".join(raws) + b"]"
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_packed_record_lands_every_element_and_dead_letters_exactly_the_bad_one(fast: bool) -> None:
+    processor = LandingProcessor(TOPICS, max_event_bytes=100_000, fast=fast)
+    good = [encode(step_event(r, 3, 400.0)) for r in range(4)]
+    bad = encode(step_event(5, 3, 400.0)).replace(b'"rank":5', b'"rank":99')
+    out = Landed()
+    processor.process(TOPICS.steps, 2, 41, b"job-a/node-0", _packed(good[0], good[1], bad, good[2], good[3]), 9, out)
+    steps = [r for r in out.rows if r.table == "steps"]
+    assert sorted(r.row[r.columns.index("rank")] for r in steps) == [0, 1, 2, 3]
+    assert len(out.dead) == 1
+    letter = out.dead[0]
+    assert letter.problem.startswith("[2] ") and "world=8" in letter.problem and letter.field == "rank"
+    assert (letter.topic, letter.partition, letter.offset) == (TOPICS.steps, 2, 41)
+    assert orjson.loads(letter.raw) == orjson.loads(bad)  # the element itself, not the whole record
+    assert out.sources == [(TOPICS.steps, 2, 41)] * len(out.rows)
+    assert processor.counts == {"step": 4, "dead": 1}
+
+
+@pytest.mark.parametrize("raw", [b"[]", b"42", b'"x"', b"[{},", b"[" + b",".join([b"{}"] * 4097) + b"]"])
+def test_a_record_neither_object_nor_valid_array_is_one_dead_letter_whole(raw: bytes) -> None:
+    processor = LandingProcessor(TOPICS, max_event_bytes=100_000)
+    out = Landed()
+    processor.process(TOPICS.device, 0, 3, b"node-0", raw, 9, out)
+    assert len(out.dead) == 1 and out.dead[0].raw == raw and out.dead[0].field == "<payload>"
+    assert not out.dead[0].problem.startswith("[") and [r.table for r in out.rows] == ["dead_letters"]
+
+
+def test_arrays_on_one_object_topics_are_dead_lettered_whole() -> None:
+    processor = LandingProcessor(TOPICS, max_event_bytes=100_000)
+    out = Landed()
+    job = encode(JobEvent(job="j", phase="start", world=8, ts_ns=1))
+    processor.process(TOPICS.jobs, 0, 0, b"j", _packed(job, job), 9, out)
+    assert len(out.dead) == 1 and "one JSON object per record" in out.dead[0].problem
+
+
+def test_packed_and_unpacked_records_give_identical_rows() -> None:
+    raws = [encode(step_event(r, s, 400.0 + r)) for s in range(3) for r in range(8)]
+    plain, packed = Landed(), Landed()
+    one = LandingProcessor(TOPICS, max_event_bytes=100_000)
+    for offset, raw in enumerate(raws):
+        one.process(TOPICS.steps, 0, offset, b"k", raw, 9, plain)
+    many = LandingProcessor(TOPICS, max_event_bytes=100_000)
+    many.process(TOPICS.steps, 0, 0, b"k", _packed(*raws), 9, packed)
+    assert packed.rows == plain.rows and many.counts == one.counts == {"step": 24}
+
+
+def test_detect_decode_reads_arrays_into_the_same_columns_and_skips_only_bad_elements() -> None:
+    raws = [encode(step_event(r, 4, 400.0 + r)) for r in range(8)]
+    bad = raws[3].replace(b'"rank":3', b'"rank":99')
+    plain, plain_stats = decode_batch(raws, 100_000)
+    packed, stats = decode_batch([_packed(*raws[:4]), _packed(*raws[4:], bad), b"[]", b"7"], 100_000)
+    assert packed == plain and plain_stats.events == 8
+    assert (stats.events, stats.bad, stats.by_type) == (11, 3, {"step": 8})
+    job = encode(JobEvent(job="job-a", phase="start", world=8, ts_ns=1))
+    chunks, stats = decode_batch([_packed(job)], 100_000)  # jobs are one object per record, as landing insists
+    assert chunks == [] and stats.bad == 1
+    assert decode_batch([job], 100_000)[1].by_type == {"job": 1}

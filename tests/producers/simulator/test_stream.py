@@ -14,11 +14,22 @@ from producers.simulator.__main__ import main as simulator_main
 from producers.simulator.catalogue import SCENARIOS, build_faults, layout, read_ground_truth
 from producers.simulator.fleet import FleetJob
 from producers.simulator.stream import SimRun, stream_runs
-from schemas import DeviceSample, JobEvent, KernelSummary, StepEvent, Topics, decode
+from schemas import DeviceSample, Event, JobEvent, KernelSummary, StepEvent, Topics, decode, split_record
+from schemas.codec import decode_mapping
 from steplens.config import Settings
 from streams.topics_admin import ensure_topics
 
 TOPICS = Topics("t.")
+
+
+def events(value: bytes | None) -> list[Event]:
+    """Every event of one record (an object, or a packed array: contract 1.2), each decoded by the contract."""
+    elements, _ = split_record(value)
+    return [decode_mapping(e) for e in elements]
+
+
+def flat(sent: list[tuple[str, bytes, bytes]]) -> list[tuple[str, bytes, Event]]:
+    return [(t, k, e) for t, k, v in sent for e in events(v)]
 
 
 def job(name: str, scenario: str, steps: int = 30, seed: int = 1) -> FleetJob:
@@ -33,7 +44,7 @@ def test_runs_are_interleaved_with_job_lifecycle_and_onsets() -> None:
     jobs = [decode(v) for t, _, v in sent if t == TOPICS.jobs]
     assert [(e.job, e.phase) for e in jobs if isinstance(e, JobEvent)] == [
         ("a", "start"), ("b", "start"), ("a", "end"), ("b", "end")]
-    steps = [(k.split(b"/")[0], decode(v)) for t, k, v in sent if t == TOPICS.steps]
+    steps = [(k.split(b"/")[0], e) for t, k, e in flat(sent) if t == TOPICS.steps]
     assert len(steps) == 2 * 64 * 30
     order = [k for k, _ in steps]
     assert order[:64] == [b"a"] * 64 and order[64:128] == [b"b"] * 64  # step 0 of a, step 0 of b, ...
@@ -47,10 +58,10 @@ def test_a_hung_rank_stops_every_step_but_not_the_device_samples() -> None:
     run = SimRun(job("h", "hung_rank"))
     stream_runs([run], TOPICS, lambda t, k, v: sent.append((t, k, v)))
     onset = run.faults[0].start
-    steps = [decode(v) for t, _, v in sent if t == TOPICS.steps]
+    steps = [e for t, _, e in flat(sent) if t == TOPICS.steps]
     assert max(e.step for e in steps if isinstance(e, StepEvent)) == onset - 1
     hung = run.faults[0].ranks[0]
-    late = [e for t, _, v in sent if t == TOPICS.device and isinstance(e := decode(v), DeviceSample)
+    late = [e for t, _, e in flat(sent) if t == TOPICS.device and isinstance(e, DeviceSample)
             and e.ts_ns > run.onset_ns[0] + 2_000_000_000]
     assert late and {e.rank for e in late} == set(range(64))
     assert all((e.aicore_pct == 0.0) == (e.rank == hung) for e in late)
@@ -83,11 +94,35 @@ def test_fleet_cli_through_kafka(kafka_settings: Settings, unique_name: str, tmp
         assert time.monotonic() < deadline, counts
         for msgs in consumer.poll(timeout_ms=500).values():
             for m in msgs:
-                event = decode(m.value)
-                counts[type(event)] = counts.get(type(event), 0) + 1
+                for event in events(m.value):
+                    counts[type(event)] = counts.get(type(event), 0) + 1
     consumer.close()
     assert counts[StepEvent] == counts[KernelSummary] == 64 * 24
     assert counts[DeviceSample] >= 64 * 24 and counts[JobEvent] == 2
+
+
+def test_packed_records_group_a_hosts_events_and_hold_the_same_events_as_unpacked() -> None:
+    packed: list[tuple[str, bytes, bytes]] = []
+    plain: list[tuple[str, bytes, bytes]] = []
+    runs = [SimRun(job("p", "slow_host", steps=6)), SimRun(job("p", "slow_host", steps=6), packed=False)]
+    stream_runs([runs[0]], TOPICS, lambda t, k, v: packed.append((t, k, v)))
+    stream_runs([runs[1]], TOPICS, lambda t, k, v: plain.append((t, k, v)))
+    assert runs[0].events == runs[1].events == runs[1].records > runs[0].records
+    assert all(v.startswith(b"{") for _, _, v in plain)
+    raw = [(t, v) for t, _, v in packed if t != TOPICS.jobs]
+    assert raw and all(v.startswith(b"[") for _, v in raw)
+    topo = runs[0].job.topology
+    for _, k, e in flat(packed):  # a record's key names the host (device samples: the host) of every element
+        if isinstance(e, StepEvent | KernelSummary):
+            assert k == f"p/{e.host}".encode() and e.host == f"node-{int(topo.host_ids[e.rank])}"
+        elif isinstance(e, DeviceSample):
+            assert k == e.host.encode()
+    # the same events in the same per-rank order, only grouped into records
+    assert sorted(map(repr, (e for _, _, e in flat(packed)))) == sorted(map(repr, (e for _, _, e in flat(plain))))
+    per_rank = [(e.rank, e.step) for _, _, e in flat(packed) if isinstance(e, StepEvent)]
+    for rank in range(8):
+        mine = [s for r, s in per_rank if r == rank]
+        assert mine == sorted(mine) and len(mine) == 6
 
 
 def test_scenario_job_matches_the_catalogue() -> None:
