@@ -161,7 +161,7 @@ def measure(*, pairs: int = 10_000, warmup_pairs: int = 200, width: int = 32, co
 
 
 def helper_threads(settings: Any, *, pack: bool, steps: int = 400, step_ms: float = 42.5,
-                   warmup_steps: int = 40) -> dict[str, Any]:
+                   warmup_steps: int = 40, interval_s: float | None = None) -> dict[str, Any]:
     """The hook's helper-thread CPU per step with a real Kafka, packed or not (no model: the
     training loop only calls the hook, one step every `step_ms`, paced on the clock).
 
@@ -177,7 +177,7 @@ def helper_threads(settings: Any, *, pack: bool, steps: int = 400, step_ms: floa
     from producers.workloads.ddp_transformer import threads_cpu_s
     from schemas import Domain, Topics
 
-    s = replace(settings, emit_pack=pack)
+    s = replace(settings, emit_pack=pack, hook_flush_interval_s=interval_s or settings.hook_flush_interval_s)
     job = f"bench-helper-{'packed' if pack else 'unpacked'}-{os.getpid()}"
     hook = RankHook(RankInfo(job, 0, 1, "bench-host", 0, {"dp": Domain(group=0, size=1, index=0)}),
                     kafka_emitter_factory(s, Topics(s.topic_prefix), spool_dir=None,
@@ -239,13 +239,16 @@ def main(argv: list[str] | None = None) -> int:
                         "settings, packed or not (no model)")
     p.add_argument("--steps", type=int, default=400, help="--helpers: steps measured")
     p.add_argument("--step-ms", type=float, default=42.5, help="--helpers: step period")
+    p.add_argument("--interval", type=float, default=None,
+                   help="--helpers: send interval (default: STEPLENS_HOOK_FLUSH_INTERVAL_S)")
     a = p.parse_args(argv)
     if a.helpers is not None:
         if a.core is not None and hasattr(os, "sched_setaffinity"):
             os.sched_setaffinity(0, {a.core})
         from steplens.config import load_settings
 
-        doc = helper_threads(load_settings(), pack=a.helpers == "packed", steps=a.steps, step_ms=a.step_ms)
+        doc = helper_threads(load_settings(), pack=a.helpers == "packed", steps=a.steps, step_ms=a.step_ms,
+                             interval_s=a.interval)
         sys.stdout.buffer.write(orjson.dumps(doc) + b"\n")
         return 0
     parts = tuple(x for x in a.parts.split(",") if x)

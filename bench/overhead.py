@@ -158,10 +158,13 @@ def hook_cost(pairs: int, parts: str | None, core: int | None, comm_timing: str 
     return doc
 
 
-def helpers_cost(pack: bool, env: dict[str, str], step_ms: float, core: int | None) -> dict[str, Any]:
+def helpers_cost(pack: bool, env: dict[str, str], step_ms: float, core: int | None,
+                 interval_s: float | None = None) -> dict[str, Any]:
     """bench/hook_cost.py --helpers in a fresh process: the hook's helper-thread CPU per step, real Kafka."""
     cmd = [sys.executable, "-m", "bench.hook_cost", "--helpers", "packed" if pack else "unpacked",
            "--step-ms", f"{step_ms:.3f}"]
+    if interval_s is not None:
+        cmd += ["--interval", str(interval_s)]
     if core is not None:
         cmd += ["--core", str(core)]
     res = subprocess.run(cmd, capture_output=True, check=True, cwd=Path(__file__).resolve().parent.parent,
@@ -229,9 +232,10 @@ def main(argv: list[str] | None = None) -> int:
             side: dict[str, list[dict[str, Any]]] = {}
             if a.cost_pairs > 0:  # packed vs unpacked helper threads, same broker, paced at the job's step
                 step_ms = statistics.median(ms for r in results for m, ms in r["times"] if m == "none")
-                for packed in (True, False, True, False):
-                    d = helpers_cost(packed, env, step_ms, cost_core)
-                    side.setdefault("packed" if packed else "unpacked", []).append(d)
+                for packed, interval in ((True, None), (False, None), (True, 1.0)) * 2:
+                    d = helpers_cost(packed, env, step_ms, cost_core, interval)
+                    name = ("packed" if packed else "unpacked") + ("" if interval is None else "_send_every_1s")
+                    side.setdefault(name, []).append(d)
         finally:
             if started:
                 broker.stop()
@@ -335,11 +339,13 @@ def main(argv: list[str] | None = None) -> int:
                 "runs_us_per_step": [d["helper_threads_cpu_us_per_step"] for d in runs],
                 "per_thread_cpu_us_per_step": runs[0]["per_thread_cpu_us_per_step"],
                 "records_per_step": runs[0]["records_per_step"], "events_per_step": runs[0]["events_per_step"],
+                "send_interval_s": runs[0]["send_interval_s"],
                 "hook_total_cost_ratio": round(1 + (thread_est.value + statistics.median(
                     d["helper_threads_cpu_us_per_step"] for d in runs)) / (stats["none_step_ms"].value * 1000), 6)}
             for k, runs in side.items()},
         "helper_threads_packed_vs_unpacked_method": "bench/hook_cost.py --helpers: one process with a RankHook "
-            "sending to the same broker, packed and unpacked alternately (2 runs each, median), 400 steps paced at "
+            "sending to the same broker, packed, unpacked and packed sending every 1 s in turn (2 runs each, median), "
+            "400 steps paced at "
             "the job's median step without hook, each helper thread's CPU from /proc; hook_total_cost_ratio here = "
             "1 + (training_thread_us_per_step + that) / median step without hook",
         "rank_cpu_method": "per rank, CPU seconds of each Python thread (by name, from /proc) and of the whole "
