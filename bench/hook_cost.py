@@ -160,6 +160,69 @@ def measure(*, pairs: int = 10_000, warmup_pairs: int = 200, width: int = 32, co
     }
 
 
+def helper_threads(settings: Any, *, pack: bool, steps: int = 400, step_ms: float = 42.5,
+                   warmup_steps: int = 40, interval_s: float | None = None) -> dict[str, Any]:
+    """The hook's helper-thread CPU per step with a real Kafka, packed or not (no model: the
+    training loop only calls the hook, one step every `step_ms`, paced on the clock).
+
+    Each thread's CPU from /proc (schedstat) over `steps` steps after a warm-up and a flush; the
+    send cadence is Settings.hook_flush_interval_s as in a real rank. What the builder, the
+    emitter's worker and export threads and kafka-python's network thread cost per step.
+    """
+    import threading
+    from dataclasses import replace
+
+    from producers.hook import kafka_emitter_factory
+    from producers.hook.core import RankHook, RankInfo
+    from producers.workloads.ddp_transformer import threads_cpu_s
+    from schemas import Domain, Topics
+
+    s = replace(settings, emit_pack=pack, hook_flush_interval_s=interval_s or settings.hook_flush_interval_s)
+    job = f"bench-helper-{'packed' if pack else 'unpacked'}-{os.getpid()}"
+    hook = RankHook(RankInfo(job, 0, 1, "bench-host", 0, {"dp": Domain(group=0, size=1, index=0)}),
+                    kafka_emitter_factory(s, Topics(s.topic_prefix), spool_dir=None,
+                                          flush_interval_s=s.hook_flush_interval_s),
+                    build_interval_s=s.hook_flush_interval_s)
+    emitter: Any = hook.open()
+    pace = threading.Event()  # never set: a clock-paced wait, as a training step would take
+    period = step_ms / 1e3
+
+    def run_steps(n: int) -> None:
+        next_at = time.monotonic()
+        for _ in range(n):
+            hook.step_begin()
+            hook.add_phase_ms("forward", 10.0)
+            hook.add_phase_ms("backward", 20.0)
+            hook.record_collective("allreduce", 5_000_000, nbytes=1 << 20, domain="dp", group_size=4)
+            hook.step_end(samples=8, tokens=256, batch_size=8, flops=1e9)
+            next_at += period
+            pace.wait(max(next_at - time.monotonic(), 0.0))
+
+    run_steps(warmup_steps)
+    hook.flush(60.0)
+    before, sent0, ev0 = threads_cpu_s(), emitter.stats().records_sent, emitter.stats().exported
+    t0 = time.monotonic()
+    run_steps(steps)
+    hook.flush(60.0)
+    wall = time.monotonic() - t0
+    after, st = threads_cpu_s(), emitter.stats()
+    hook.close(30.0)
+    per_thread = {n: round((after.get(n, 0.0) - before.get(n, 0.0)) * 1e6 / steps, 2)
+                  for n in sorted(after) if n != "MainThread"}
+    return {
+        "pack": pack,
+        "helper_threads_cpu_us_per_step": round(sum(per_thread.values()), 2),
+        "per_thread_cpu_us_per_step": per_thread,
+        "records_per_step": round((st.records_sent - sent0) / steps, 3),
+        "events_per_step": round((st.exported - ev0) / steps, 3),
+        "dropped": st.dropped,
+        "steps": steps,
+        "step_ms": step_ms,
+        "send_interval_s": s.hook_flush_interval_s,
+        "wall_s": round(wall, 1),
+    }
+
+
 def _est(e: Estimate) -> dict[str, float]:
     return e.rounded(2)
 
@@ -171,7 +234,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--core", type=int, default=None, help="pin to this CPU core")
     p.add_argument("--parts", default=",".join(PARTS), help="instrumentation pieces on hooked steps")
     p.add_argument("--comm-timing", default="reducer", choices=("reducer", "python", "off"))
+    p.add_argument("--helpers", choices=("packed", "unpacked"), default=None,
+                   help="instead: the hook's helper-thread CPU per step against the real Kafka of the STEPLENS_* "
+                        "settings, packed or not (no model)")
+    p.add_argument("--steps", type=int, default=400, help="--helpers: steps measured")
+    p.add_argument("--step-ms", type=float, default=42.5, help="--helpers: step period")
+    p.add_argument("--interval", type=float, default=None,
+                   help="--helpers: send interval (default: STEPLENS_HOOK_FLUSH_INTERVAL_S)")
     a = p.parse_args(argv)
+    if a.helpers is not None:
+        if a.core is not None and hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, {a.core})
+        from steplens.config import load_settings
+
+        doc = helper_threads(load_settings(), pack=a.helpers == "packed", steps=a.steps, step_ms=a.step_ms,
+                             interval_s=a.interval)
+        sys.stdout.buffer.write(orjson.dumps(doc) + b"\n")
+        return 0
     parts = tuple(x for x in a.parts.split(",") if x)
     doc = measure(pairs=a.pairs, core=a.core, parts=parts, comm_timing=a.comm_timing)
     sys.stdout.buffer.write(orjson.dumps(doc) + b"\n")

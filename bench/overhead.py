@@ -24,6 +24,9 @@ Two measurements, because wall-clock step times on this shared box are far noisi
    hook_total_cost_ratio = 1 + (training-thread cost + that helper CPU) / median step without
    hook: what the hook costs when every core is busy with training (as on this 2-core box, where
    4 ranks share the cores), so that helper CPU is taken from training. Also cost-based.
+   The job runs with packed records (contract 1.2, STEPLENS_EMIT_PACK) unless `--no-pack`; beside
+   it, bench/hook_cost.py's `--helpers` run measures the same helper threads packed and unpacked
+   side by side against the same broker (no model, steps paced at the job's step time).
 """
 
 from __future__ import annotations
@@ -155,6 +158,21 @@ def hook_cost(pairs: int, parts: str | None, core: int | None, comm_timing: str 
     return doc
 
 
+def helpers_cost(pack: bool, env: dict[str, str], step_ms: float, core: int | None,
+                 interval_s: float | None = None) -> dict[str, Any]:
+    """bench/hook_cost.py --helpers in a fresh process: the hook's helper-thread CPU per step, real Kafka."""
+    cmd = [sys.executable, "-m", "bench.hook_cost", "--helpers", "packed" if pack else "unpacked",
+           "--step-ms", f"{step_ms:.3f}"]
+    if interval_s is not None:
+        cmd += ["--interval", str(interval_s)]
+    if core is not None:
+        cmd += ["--core", str(core)]
+    res = subprocess.run(cmd, capture_output=True, check=True, cwd=Path(__file__).resolve().parent.parent,
+                         env={**os.environ, **env})
+    doc: dict[str, Any] = orjson.loads(res.stdout.splitlines()[-1])
+    return doc
+
+
 def _est(e: Estimate, digits: int) -> dict[str, float]:
     return e.rounded(digits)
 
@@ -172,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="modes interleaved in the wall-clock bench; none, hook and profiler are required")
     p.add_argument("--comm-timing", default="reducer", choices=("reducer", "python", "off"),
                    help="how the `hook` mode times DDP's all-reduce (producers/hook/torch.py)")
+    p.add_argument("--pack", action=argparse.BooleanOptionalAction, default=True,
+                   help="the ranks send packed records (STEPLENS_EMIT_PACK, contract 1.2); default on")
     p.add_argument("--out", type=Path, default=OUT)
     a = p.parse_args(argv)
     modes = ("none", *(m for m in a.modes.split(",") if m and m != "none"))
@@ -199,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
             ensure_topics(settings, Topics(prefix), settings.topic_partitions)
             with tempfile.TemporaryDirectory() as tmp:
                 # STEPLENS_HOME stays: the ranks need its Kafka credentials to send at all
-                env = {"STEPLENS_KAFKA_BOOTSTRAP": broker.bootstrap, "STEPLENS_TOPIC_PREFIX": prefix}
+                env = {"STEPLENS_KAFKA_BOOTSTRAP": broker.bootstrap, "STEPLENS_TOPIC_PREFIX": prefix,
+                       "STEPLENS_EMIT_PACK": "1" if a.pack else "0"}
                 cfg = WorkloadConfig(job=f"bench-overhead-{int(time.time())}", world=a.world,
                                      steps=a.block * len(modes) * a.rounds, schedule=modes, block=a.block,
                                      comm_timing=a.comm_timing,
@@ -208,6 +229,13 @@ def main(argv: list[str] | None = None) -> int:
                 run(cfg)
                 wall = time.monotonic() - t0
                 results = load_results(Path(cfg.out_dir))
+            side: dict[str, list[dict[str, Any]]] = {}
+            if a.cost_pairs > 0:  # packed vs unpacked helper threads, same broker, paced at the job's step
+                step_ms = statistics.median(ms for r in results for m, ms in r["times"] if m == "none")
+                for packed, interval in ((True, None), (False, None), (True, 1.0)) * 2:
+                    d = helpers_cost(packed, env, step_ms, cost_core, interval)
+                    name = ("packed" if packed else "unpacked") + ("" if interval is None else "_send_every_1s")
+                    side.setdefault(name, []).append(d)
         finally:
             if started:
                 broker.stop()
@@ -304,6 +332,22 @@ def main(argv: list[str] | None = None) -> int:
         "load_average": load.summary(),
         "rank_cpu_ms_per_step": cpu,
         "hook_threads_cpu_ms_per_hooked_step": hook_threads,
+        "packed": a.pack,
+        "helper_threads_packed_vs_unpacked": {
+            k: {"helper_threads_cpu_us_per_step": round(statistics.median(
+                    d["helper_threads_cpu_us_per_step"] for d in runs), 2),
+                "runs_us_per_step": [d["helper_threads_cpu_us_per_step"] for d in runs],
+                "per_thread_cpu_us_per_step": runs[0]["per_thread_cpu_us_per_step"],
+                "records_per_step": runs[0]["records_per_step"], "events_per_step": runs[0]["events_per_step"],
+                "send_interval_s": runs[0]["send_interval_s"],
+                "hook_total_cost_ratio": round(1 + (thread_est.value + statistics.median(
+                    d["helper_threads_cpu_us_per_step"] for d in runs)) / (stats["none_step_ms"].value * 1000), 6)}
+            for k, runs in side.items()},
+        "helper_threads_packed_vs_unpacked_method": "bench/hook_cost.py --helpers: one process with a RankHook "
+            "sending to the same broker, packed, unpacked and packed sending every 1 s in turn (2 runs each, median), "
+            "400 steps paced at "
+            "the job's median step without hook, each helper thread's CPU from /proc; hook_total_cost_ratio here = "
+            "1 + (training_thread_us_per_step + that) / median step without hook",
         "rank_cpu_method": "per rank, CPU seconds of each Python thread (by name, from /proc) and of the whole "
                            "process (process_s, gloo's threads too) over the run / all steps of every mode; mean "
                            "over ranks",
@@ -327,6 +371,9 @@ def main(argv: list[str] | None = None) -> int:
           f"cost-based ratio {cost_r.value:.5f} [{cost_r.lo:.5f}, {cost_r.hi:.5f}]")
     print(f"cost-based ratio incl. the hook's helper threads ({hook_threads} ms CPU per hooked step in the job): "
           f"{total_r.value:.5f} [{total_r.lo:.5f}, {total_r.hi:.5f}]")
+    for k, v in doc["helper_threads_packed_vs_unpacked"].items():
+        print(f"helper threads {k}: {v['helper_threads_cpu_us_per_step']} us/step (runs {v['runs_us_per_step']}), "
+              f"{v['records_per_step']} records/step, cost-based total ratio {v['hook_total_cost_ratio']}")
     print(f"{verdict}; load average {doc['load_average']}; dropped {dropped}")
     print(f"wrote {a.out}")
     return 0

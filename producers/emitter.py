@@ -8,6 +8,10 @@ queue and hands batches to an `Exporter`. When the exporter fails (Kafka down) b
 bounded on-disk spool and the exporter is retried with backoff; once it works again the spool is
 replayed in order before any newer event, then deleted.
 
+With `pack=True` (contract 1.2, Settings.emit_pack) each export round's events of one (topic,
+key) go out as one JSON-array record (producers/packing.py): the queue, the spool, the counters
+and the drops stay per event, only what is handed to the exporter is packed.
+
 Shape borrowed from OpenTelemetry's batch processor (bounded queue, daemon worker woken by size
 or interval, exporter protocol), with counted drops, a spool, and no sleeps on shutdown.
 """
@@ -27,6 +31,7 @@ from pathlib import Path
 from typing import Literal
 
 from producers.exporter import Exporter, ExportError, OutRecord
+from producers.packing import MAX_PACKED_BYTES, MAX_PACKED_EVENTS, pack_records
 from producers.spool import Spool, claim_directory
 from schemas import (
     MAX_EVENT_BYTES,
@@ -81,10 +86,12 @@ def claim_default_spool(name: str, root: Path | None = None) -> tuple[Path, int]
 class EmitterStats:
     """Counters since the emitter started.
 
-    emitted: calls to emit. exported: records the exporter accepted (replayed ones included).
-    spooled: records written to the spool; replayed: spooled records exported later.
-    queued / spool_pending: records waiting now. At rest,
+    Every count is in events (one emit = one event), packed or not.
+    emitted: calls to emit. exported: events the exporter accepted (replayed ones included).
+    spooled: events written to the spool; replayed: spooled events exported later.
+    queued / spool_pending: events waiting now. At rest,
     emitted == exported + sum(dropped) + queued + spool_pending + in_flight.
+    records_sent: Kafka records the exporter accepted (fewer than events when packing).
     """
 
     emitted: int = 0
@@ -98,6 +105,7 @@ class EmitterStats:
     spool_bytes: int = 0
     export_failures: int = 0
     healthy: bool = True
+    records_sent: int = 0
 
     @property
     def dropped_total(self) -> int:
@@ -109,10 +117,11 @@ class EmitterStats:
         return self.queued + self.in_flight + self.spool_pending
 
 
-def route(event: Event, topics: Topics) -> tuple[str, bytes | None] | None:
+def route(event: Event, topics: Topics, *, pack: bool = False) -> tuple[str, bytes | None] | None:
     """Topic and key for an event, or None for types producers do not send.
 
     Per-rank events are keyed by rank so one rank's events stay ordered on one partition.
+    Device samples are keyed per device, or per host when packing (one record per node per tick).
     """
     if isinstance(event, StepEvent):
         return topics.steps, rank_key(event.job, event.rank)
@@ -121,7 +130,7 @@ def route(event: Event, topics: Topics) -> tuple[str, bytes | None] | None:
     if isinstance(event, KernelBatch):
         return topics.kernels, rank_key(event.job, event.rank)
     if isinstance(event, DeviceSample):
-        return topics.device, f"{event.host}/{event.device}".encode()
+        return topics.device, event.host.encode() if pack else f"{event.host}/{event.device}".encode()
     if isinstance(event, JobEvent):
         return topics.jobs, job_key(event.job)
     if isinstance(event, ProfileReady):
@@ -146,6 +155,9 @@ class BackgroundEmitter:
         retry_backoff_max_s: float = 30.0,
         max_event_bytes: int = MAX_EVENT_BYTES,
         name: str = "steplens-emitter",
+        pack: bool = False,
+        max_packed_events: int = MAX_PACKED_EVENTS,
+        max_packed_bytes: int = MAX_PACKED_BYTES,
     ) -> None:
         if max_queue < 1 or batch_size < 1:
             raise ValueError("max_queue and batch_size must be >= 1")
@@ -157,6 +169,10 @@ class BackgroundEmitter:
         self._backoff_min = retry_backoff_s
         self._backoff_max = retry_backoff_max_s
         self._max_event_bytes = max_event_bytes
+        self._pack = pack
+        self._max_packed = (max_packed_events, max_packed_bytes)
+        t = self._topics
+        self._packable = frozenset((t.steps, t.kernel_summaries, t.device, t.kernels))
         self._spool: Spool | None = None
         self._spool_lock: int | None = None
         if spool_dir == DEFAULT_SPOOL:
@@ -176,6 +192,7 @@ class BackgroundEmitter:
         self._spooled = 0
         self._replayed = 0
         self._failures = 0
+        self._records_sent = 0
         self._in_flight = 0
         self._dropped: Counter[str] = Counter()
         self._spool_pending = self._spool.pending if self._spool else 0
@@ -270,7 +287,7 @@ class BackgroundEmitter:
         if len(value) > self._max_event_bytes:
             self._count_drop(TOO_LARGE)
             return None
-        dest = route(event, self._topics)
+        dest = route(event, self._topics, pack=self._pack)
         if dest is None:
             self._count_drop(UNROUTABLE)
             return None
@@ -316,6 +333,7 @@ class BackgroundEmitter:
             spool_bytes=self._spool_bytes,
             export_failures=self._failures,
             healthy=self._healthy,
+            records_sent=self._records_sent,
         )
 
     def wait_until(self, predicate: Callable[[EmitterStats], bool], timeout: float | None) -> bool:
@@ -448,16 +466,45 @@ class BackgroundEmitter:
             with self._cv:
                 self._cv.notify_all()
 
-    def _export(self, records: Sequence[OutRecord]) -> None:
-        """Export on the export thread; meanwhile keep the queue from overflowing (spool it).
+    def _packed(self, records: Sequence[OutRecord]) -> tuple[Sequence[OutRecord], dict[int, tuple[OutRecord, ...]]]:
+        """What to hand the exporter for these events, and each packed record's events (by id)."""
+        if not self._pack:
+            return records, {}
+        packed = pack_records(records, self._packable, max_events=self._max_packed[0],
+                              max_bytes=self._max_packed[1])
+        return [p.record for p in packed], {id(p.record): p.members for p in packed}
 
-        Raises what the exporter raised.
+    @staticmethod
+    def _per_event(exc: BaseException, members: dict[int, tuple[OutRecord, ...]]) -> BaseException:
+        """An exporter's failure in terms of events: a failed packed record fails all its events."""
+        if not members or not isinstance(exc, ExportError) or exc.failed is None:
+            return exc
+        failed: list[OutRecord] = []
+        for rec in exc.failed:
+            events = members.get(id(rec))
+            if events is None:  # not one of ours (an exporter that copies): the whole batch failed
+                return ExportError(str(exc))
+            failed.extend(events)
+        return ExportError(str(exc), failed=failed)
+
+    def _export(self, records: Sequence[OutRecord]) -> None:
+        """Export (packed when on) on the export thread; meanwhile keep the queue from overflowing.
+
+        Raises what the exporter raised, its `failed` records given as events.
         """
-        future = self._export_pool.submit(records)
+        out, members = self._packed(records)
+        future = self._export_pool.submit(out)
         while True:
             done, _ = wait([future], timeout=OVERFLOW_POLL_S)
             if done:
-                future.result()
+                exc = future.exception()
+                if exc is not None:
+                    per_event = self._per_event(exc, members)
+                    if per_event is exc:
+                        raise exc
+                    raise per_event from exc
+                with self._cv:
+                    self._records_sent += len(out)
                 return
             if self._spool is not None:
                 with self._cv:
@@ -605,14 +652,16 @@ class BackgroundEmitter:
         if not spooling and healthy:
             while rest:
                 chunk = rest[: self._batch_size]
+                out, _ = self._packed(chunk)
                 try:
-                    self._exporter.export(chunk)
+                    self._exporter.export(out)
                 except Exception as exc:
                     self._on_failure(exc, delivered=0)
                     break
                 rest = rest[len(chunk):]
                 with self._cv:
                     self._exported += len(chunk)
+                    self._records_sent += len(out)
                     self._in_flight = len(rest)
         if not rest:
             with self._cv:

@@ -138,6 +138,9 @@ class Settings:
     hook_spool: bool = True           # rank hook: spool to <home>/spool/<job>/rank<r> while Kafka is down
     hook_peak_flops: float = 0.0      # rank hook: peak FLOP/s of one device, for MFU (0 = unknown)
     hook_flush_interval_s: float = HOOK_FLUSH_INTERVAL_S  # rank hook: longest wait before one send
+    # rank hook + node sampler: pack each send round's events per (topic, key) into one JSON-array
+    # record (contract 1.2, docs/hook.md). Off until every consumer reads 1.2 records.
+    emit_pack: bool = False
     detection: DetectionConfig = field(default_factory=DetectionConfig)
     parse_workers: int = 1            # processes parsing profile dumps (the parse worker's pool)
 
@@ -200,6 +203,7 @@ _ENV = {
     "STEPLENS_HOOK_SPOOL": ("", "hook_spool"),
     "STEPLENS_HOOK_PEAK_FLOPS": ("", "hook_peak_flops"),
     "STEPLENS_HOOK_FLUSH_INTERVAL_S": ("", "hook_flush_interval_s"),
+    "STEPLENS_EMIT_PACK": ("", "emit_pack"),
 }
 
 

@@ -38,13 +38,14 @@ def kafka_emitter_factory(settings: Settings, topics: Topics, *, spool_dir: Path
                           name: str = "steplens-hook",
                           flush_interval_s: float = 0.2) -> Callable[[], BackgroundEmitter]:
     """Builds a Kafka-backed BackgroundEmitter (again in each forked child that emits); start() sends
-    a rank's events every `Settings.hook_flush_interval_s`."""
+    a rank's events every `Settings.hook_flush_interval_s`, packed when `Settings.emit_pack`."""
 
     def build() -> BackgroundEmitter:
         cfg = kafka_client_config(settings, "producer")
         bootstrap = cfg.pop("bootstrap_servers")
         exporter = KafkaExporter(bootstrap, client_id=f"{name}-{os.getpid()}", extra_config=cfg)
-        return BackgroundEmitter(exporter, topics, spool_dir=spool_dir, name=name, flush_interval_s=flush_interval_s)
+        return BackgroundEmitter(exporter, topics, spool_dir=spool_dir, name=name, flush_interval_s=flush_interval_s,
+                                 pack=settings.emit_pack)
 
     return build
 

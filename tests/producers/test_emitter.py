@@ -37,6 +37,7 @@ from schemas import (
     rank_key,
 )
 from tests.producers._factories import START_NS, step_event, step_events
+from tests.producers._records import is_packed, steps_of
 
 WAIT = 10.0  # upper bound for waits on the worker; a passing test never reaches it
 
@@ -141,6 +142,7 @@ def test_routing_topics_and_keys() -> None:
     assert route(kb, topics) == ("p.kernels", rank_key("a", 2))
     dev = DeviceSample(host="node-3", device=6, ts_ns=START_NS)
     assert route(dev, topics) == ("p.device", b"node-3/6")
+    assert route(dev, topics, pack=True) == ("p.device", b"node-3")  # packed: one record per node and tick
     job = JobEvent(job="a", phase="start", world=4, ts_ns=START_NS)
     assert route(job, topics) == ("p.jobs", job_key("a"))
 
@@ -376,3 +378,70 @@ def test_emit_batch_sends_a_round_at_once_in_order_and_counts_drops(emitters: li
     assert em.wait_until(lambda s: s.exported == 4, WAIT), em.stats()  # long before the hour
     assert [decode(v) for v in exporter.values()] == [*step_events(3), step_event(3)]
     assert em.stats().dropped == {UNROUTABLE: 1}
+
+
+# --- packed records (contract 1.2): packed on the wire, counted, spooled and replayed per event -----------
+
+
+def test_packed_round_is_one_record_per_rank_and_topic_in_order(emitters: list[BackgroundEmitter]) -> None:
+    exporter = InMemoryExporter()
+    em = make(emitters, exporter, pack=True)
+    job = JobEvent(job="job-t", phase="start", world=4, ts_ns=START_NS)
+    events = [job, *step_events(40, world=4)]
+    assert em.emit_batch(events, send_now=True) == 41
+    assert em.flush(WAIT)
+    stats = em.stats()
+    assert stats.exported == stats.emitted == 41 and stats.records_sent == 5 == len(exporter.records)
+    assert exporter.records[0].value == encode(job)  # `jobs` stays one object per record
+    per_rank = {r.key: [(e.rank, e.step) for e in steps_of(r.value)] for r in exporter.records[1:]}
+    assert all(is_packed(r.value) for r in exporter.records[1:])
+    assert per_rank == {rank_key("job-t", r): [(r, s) for s in range(10)] for r in range(4)}
+
+
+def test_a_failed_packed_record_fails_exactly_its_events(tmp_path: Path, emitters: list[BackgroundEmitter]) -> None:
+    class FailsRankOne(InMemoryExporter):
+        """The first export loses rank 1's packed record; the others get through."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.first = True
+
+        def export(self, records: Sequence[OutRecord]) -> None:
+            if self.first:
+                self.first = False
+                bad = [r for r in records if r.key == rank_key("job-t", 1)]
+                super().export([r for r in records if r not in bad])
+                raise ExportError("rank 1's record timed out", failed=bad)
+            super().export(records)
+
+    exporter = FailsRankOne()
+    em = make(emitters, exporter, pack=True, spool_dir=tmp_path, retry_backoff_s=0.001)
+    events = step_events(40, world=4)
+    assert em.emit_batch(events, send_now=True) == 40
+    assert em.flush(WAIT)
+    stats = em.stats()
+    assert stats.exported == 40 and stats.spooled == stats.replayed == 10 and stats.dropped == {}
+    got = [e for r in exporter.records for e in steps_of(r.value)]
+    assert sorted((e.rank, e.step) for e in got) == sorted((e.rank, e.step) for e in events)  # each once
+    assert [e.step for e in steps_of(exporter.records[-1].value)] == list(range(10))  # replayed packed, in order
+
+
+def test_packed_drops_are_counted_per_event(tmp_path: Path, emitters: list[BackgroundEmitter]) -> None:
+    exporter = InMemoryExporter(failing=True)
+    size = len(encode(step_event(0))) + 64
+    em = make(emitters, exporter, pack=True, batch_size=10, flush_interval_s=0.01, spool_dir=tmp_path,
+              max_spool_bytes=size * 20)
+    events = step_events(100)
+    assert em.emit_batch(events) == 100
+    assert em.wait_until(lambda s: s.spooled + s.dropped.get(SPOOL_FULL, 0) == 100 and settled(s), WAIT)
+    stats = em.stats()
+    assert 0 < stats.spooled < 100 and stats.dropped == {SPOOL_FULL: 100 - stats.spooled}
+    exporter.failing = False
+    assert em.flush(WAIT)
+    final = em.stats()
+    assert final.emitted == final.exported + final.dropped_total == 100
+    got = [e for r in exporter.records for e in steps_of(r.value)]
+    kept = events[: stats.spooled]  # the spool keeps a prefix; per rank (key) the order is the emission order
+    assert sorted(got, key=lambda e: (e.step, e.rank)) == kept
+    assert all([e for e in got if e.rank == r] == [e for e in kept if e.rank == r] for r in range(8))
+    assert final.records_sent < final.exported

@@ -29,6 +29,7 @@ from schemas import encode as encode_event
 from steplens.config import Settings, load_settings
 from steplens.demo import start_worker, stop_worker
 from streams.topics_admin import ensure_topics
+from tests.producers._records import events_of, is_packed
 from tests.streams.helpers import wait_topics_visible
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
@@ -43,11 +44,13 @@ def settings(kafka_settings: Settings, unique_name: str, tmp_path: Path) -> Iter
     yield s
 
 
-def _env(s: Settings) -> dict[str, str]:
+def _env(s: Settings, *, pack: bool = False) -> dict[str, str]:
+    """The ranks' environment; `pack`: packed records (contract 1.2), read back by these tests only
+    (this branch's detect worker still reads one event per record)."""
     return {"STEPLENS_HOME": str(s.home), "STEPLENS_SECRETS_DIR": str(s.secrets_path),
             "STEPLENS_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
             "STEPLENS_TOPIC_PREFIX": s.topic_prefix, "STEPLENS_APP_ID": s.app_id,
-            "STEPLENS_TOPIC_PARTITIONS": str(s.topic_partitions)}
+            "STEPLENS_TOPIC_PARTITIONS": str(s.topic_partitions), "STEPLENS_EMIT_PACK": "1" if pack else "0"}
 
 
 def _read(s: Settings, topic: str, timeout_s: float = 30.0) -> list[Any]:
@@ -77,12 +80,17 @@ def _read(s: Settings, topic: str, timeout_s: float = 30.0) -> list[Any]:
         consumer.close()
 
 
+def _events(s: Settings, topic: str) -> list[Any]:
+    """Every event of `topic` (packed records expanded in array order), each validated."""
+    return [e for m in _read(s, topic) for e in events_of(m.value)]
+
+
 def _poll(s: Settings, topic: str, done: Any, timeout: float) -> list[Any]:
     """Events of `topic` once `done(events)` holds (re-read until the deadline)."""
     deadline = time.monotonic() + timeout
     events: list[Any] = []
     while time.monotonic() < deadline:
-        events = [decode(m.value) for m in _read(s, topic)]
+        events = _events(s, topic)
         if done(events):
             return events
     return events
@@ -143,7 +151,7 @@ def test_kafka_outage_mid_run_loses_and_duplicates_nothing(settings: Settings, t
     broker = KafkaBroker(InfraConfig.from_env())
     steps = 100
     cfg = WorkloadConfig(job="outage-job", world=4, steps=steps, follow_control=False, step_sleep_ms=100,
-                         out_dir=str(tmp_path / "out"), env=_env(settings))
+                         out_dir=str(tmp_path / "out"), env=_env(settings, pack=True))
     errors: list[BaseException] = []
 
     def train() -> None:
@@ -176,18 +184,21 @@ def test_kafka_outage_mid_run_loses_and_duplicates_nothing(settings: Settings, t
     by_rank: dict[int, list[int]] = {}
     first_bytes: dict[tuple[int, int], bytes] = {}
     duplicates = 0
-    for m in records:
-        e = decode(m.value)
-        if not isinstance(e, StepEvent):
-            continue
-        if (e.rank, e.step) in first_bytes:
-            # a re-send after an ack lost at the broker's shutdown (at-least-once export): the
-            # very same bytes, which landing's ReplacingMergeTree collapses; counted, never silent
-            assert first_bytes[(e.rank, e.step)] == m.value
-            duplicates += 1
-            continue
-        first_bytes[(e.rank, e.step)] = m.value
-        by_rank.setdefault(e.rank, []).append(e.step)
+    packed = 0
+    for m in records:  # packed records (the ranks run with STEPLENS_EMIT_PACK): expand in array order
+        packed += is_packed(m.value)
+        for e in events_of(m.value):
+            if not isinstance(e, StepEvent):
+                continue
+            if (e.rank, e.step) in first_bytes:
+                # a re-send after an ack lost at the broker's shutdown (at-least-once export): the
+                # very same event, which landing's ReplacingMergeTree collapses; counted, never silent
+                assert first_bytes[(e.rank, e.step)] == encode_event(e)
+                duplicates += 1
+                continue
+            first_bytes[(e.rank, e.step)] = encode_event(e)
+            by_rank.setdefault(e.rank, []).append(e.step)
+    assert packed and len(records) < 4 * steps  # several steps per record
     assert by_rank == {r: list(range(steps)) for r in range(4)}  # none lost, in order per rank
     # at most a few whole batches per rank are re-sent; a rank sends a batch every
     # HOOK_FLUSH_INTERVAL_S and a step takes at least step_sleep_ms
@@ -204,7 +215,7 @@ def test_kafka_outage_mid_run_loses_and_duplicates_nothing(settings: Settings, t
 def test_control_command_profiles_exactly_the_requested_steps(settings: Settings, tmp_path: Path) -> None:
     topics = Topics(settings.topic_prefix)
     profile_root = tmp_path / "profiles"
-    env = {**_env(settings), "STEPLENS_PROFILE_ROOT": str(profile_root)}
+    env = {**_env(settings, pack=True), "STEPLENS_PROFILE_ROOT": str(profile_root)}
     cfg = WorkloadConfig(job="ctl-job", world=4, steps=45, step_sleep_ms=150, out_dir=str(tmp_path / "out"), env=env)
     first, count, target = 30, 3, 1
     errors: list[BaseException] = []
@@ -235,21 +246,21 @@ def test_control_command_profiles_exactly_the_requested_steps(settings: Settings
     assert not errors, errors
     last_steps = max(e.step for e in seen if isinstance(e, StepEvent))
     assert last_steps < first, "the command was sent before the requested steps"
-    batches = [e for e in (decode(m.value) for m in _read(settings, topics.kernels)) if isinstance(e, KernelBatch)]
+    batches = [e for e in _events(settings, topics.kernels) if isinstance(e, KernelBatch)]
     wanted = sorted([(target, s) for s in range(first, first + count)] + [(3, first + 5), (3, first + 6)])
     assert sorted((b.rank, b.step) for b in batches) == wanted
     assert all(b.kernels for b in batches)
     assert any(k.cat == "comm" and k.op == "allreduce" for b in batches for k in b.kernels)
-    pointers = [e for e in (decode(m.value) for m in _read(settings, topics.profiles)) if isinstance(e, ProfileReady)]
+    pointers = [e for e in _events(settings, topics.profiles) if isinstance(e, ProfileReady)]
     assert sorted((p.rank, p.step_first, p.step_last, p.command_id) for p in pointers) == [
         (target, first, first + count - 1, "cmd-1"), (3, first + 5, first + 6, "cmd-3")]
     for pointer in pointers:
         assert pointer.format == "kineto" and Path(pointer.uri).is_file() and pointer.bytes
         assert Path(pointer.uri).is_relative_to(profile_root)
-    steps = [e for e in (decode(m.value) for m in _read(settings, topics.steps))
+    steps = [e for e in _events(settings, topics.steps)
              if isinstance(e, StepEvent) and e.job == cfg.job]
     assert sorted((e.rank, e.step) for e in steps if e.profiling) == wanted
-    summaries = [e for e in (decode(m.value) for m in _read(settings, topics.kernel_summaries))
+    summaries = [e for e in _events(settings, topics.kernel_summaries)
                  if isinstance(e, KernelSummary)]
     assert {e.rank for e in summaries} == {0, 1, 2, 3}
     assert all(e.entries[0].op == "allreduce" and e.entries[0].bytes for e in summaries)
