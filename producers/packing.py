@@ -15,10 +15,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from producers.exporter import OutRecord
+from schemas import MAX_PACKED_EVENTS
 
-# TODO(schemas): contract 1.2 puts MAX_PACKED_EVENTS in schemas (helper pack5); the integrator
-# replaces this copy with the schemas constant.
-MAX_PACKED_EVENTS = 4096
 # A packed value stays well under the broker's 1 MB message.max.bytes (key and record headers
 # ride on top); an event bigger than this alone goes out as a single object, as before.
 MAX_PACKED_BYTES = 1_000_000

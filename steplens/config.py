@@ -139,8 +139,8 @@ class Settings:
     hook_peak_flops: float = 0.0      # rank hook: peak FLOP/s of one device, for MFU (0 = unknown)
     hook_flush_interval_s: float = HOOK_FLUSH_INTERVAL_S  # rank hook: longest wait before one send
     # rank hook + node sampler: pack each send round's events per (topic, key) into one JSON-array
-    # record (contract 1.2, docs/hook.md). Off until every consumer reads 1.2 records.
-    emit_pack: bool = False
+    # record (contract 1.2, docs/hook.md); false sends one record per event, for 1.1-only readers.
+    emit_pack: bool = True
     detection: DetectionConfig = field(default_factory=DetectionConfig)
     parse_workers: int = 1            # processes parsing profile dumps (the parse worker's pool)
 

@@ -44,9 +44,8 @@ def settings(kafka_settings: Settings, unique_name: str, tmp_path: Path) -> Iter
     yield s
 
 
-def _env(s: Settings, *, pack: bool = False) -> dict[str, str]:
-    """The ranks' environment; `pack`: packed records (contract 1.2), read back by these tests only
-    (this branch's detect worker still reads one event per record)."""
+def _env(s: Settings, *, pack: bool = True) -> dict[str, str]:
+    """The ranks' environment; `pack`: packed records (contract 1.2, the default), as the workers read them."""
     return {"STEPLENS_HOME": str(s.home), "STEPLENS_SECRETS_DIR": str(s.secrets_path),
             "STEPLENS_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
             "STEPLENS_TOPIC_PREFIX": s.topic_prefix, "STEPLENS_APP_ID": s.app_id,
