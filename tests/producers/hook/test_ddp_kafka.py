@@ -24,7 +24,7 @@ from infra import InfraConfig, KafkaBroker
 from infra.clients import kafka_client_config
 from producers.hook import HOOK_FLUSH_INTERVAL_S
 from producers.workloads.ddp_transformer import WorkloadConfig, load_results, run
-from schemas import ControlCommand, Incident, KernelBatch, KernelSummary, ProfileReady, StepEvent, Topics, decode
+from schemas import ControlCommand, Incident, KernelBatch, KernelSummary, ProfileReady, StepEvent, Topics
 from schemas import encode as encode_event
 from steplens.config import Settings, load_settings
 from steplens.demo import start_worker, stop_worker
@@ -126,7 +126,7 @@ def test_cpu_hog_on_rank_2_is_named_by_the_detector(settings: Settings, tmp_path
     finally:
         assert stop_worker(worker) == 0
     # the busy time the detector compares: rank 2 computes longest, the others wait in the all-reduce
-    sent = [e for e in (decode(m.value) for m in _read(settings, topics.steps))
+    sent = [e for m in _read(settings, topics.steps) for e in events_of(m.value)
             if isinstance(e, StepEvent) and e.job == cfg.job]
     # delivery is at-least-once (an ack that times out on this loaded box is re-sent from the spool):
     # every rank-step arrives, and any second copy is the very same event (landing dedups by key)
