@@ -35,7 +35,7 @@ from streams.rules import r07_minority_kernel_gap as r7
 from streams.rules import r08_launch_latency as r8
 from streams.rules import r09_copy_rate as r9
 from streams.rules import r10_interstep_cpu as r10
-from streams.rules.base import Alarms, FloatArray, IntArray
+from streams.rules.base import Alarms, BoolArray, FloatArray, IntArray
 from streams.scopes.finding import Finding
 from streams.windows.step_frames import PHASE_INDEX, Frame, Topology
 
@@ -55,13 +55,14 @@ ADVICE: dict[str, tuple[str, str]] = {
     "R10": ("CPU work between steps", "move logging/checkpointing off the step boundary; remove sync ops"),
 }
 
-# R1 bounds per device metric: (config field of the bound, lower?)
-R1_DEVICE = (("temp_c", "r1_temp_max_c", False), ("mem_pct", "r1_mem_max_pct", False),
-             ("power_w", "r1_power_max_w", False), ("aicore_pct", "r1_aicore_min_pct", True),
-             ("membw_pct", "r1_membw_min_pct", True))
+# R1 bounds per device metric: (metric, config field of the bound, lower?, where a lower bound applies:
+# "job" while the job is busy, "device" while the device itself is busy)
+R1_DEVICE = (("temp_c", "r1_temp_max_c", False, None), ("mem_pct", "r1_mem_max_pct", False, None),
+             ("power_w", "r1_power_max_w", False, None), ("aicore_pct", "r1_aicore_min_pct", True, "job"),
+             ("membw_pct", "r1_membw_min_pct", True, "device"))
 R2_DEVICE = ("power_w", "temp_c", "mem_pct")
 METRIC_IDS = {"power_w": "T1", "temp_c": "T2", "aicore_pct": "T3", "aicpu_pct": "T4", "ctrlcpu_pct": "T5",
-              "mem_pct": "T6", "membw_pct": "T7"}
+              "mem_pct": "T6", "membw_pct": "T7", "freq_mhz": "clock"}
 
 
 @dataclass(slots=True)
@@ -183,15 +184,16 @@ def device_findings(chunk: dict[str, Any], state: SignalState, cfg: DetectionCon
     out: list[Finding] = []
     for rows in rounds:
         sel = np.asarray(rows, dtype=np.int64)
-        for metric, field_name, lower in R1_DEVICE:
-            bound = float(getattr(cfg, field_name))
-            if bound <= 0:
-                continue
+        aicore = np.full(n, np.nan)
+        aicore[idx[sel]] = values["aicore_pct"][sel]
+        active = _busy(aicore, cfg)
+        for metric, bound, lower, gate in _r1_bounds(values["freq_mhz"][sel], state, cfg):
             x = np.full(n, np.nan)
             x[idx[sel]] = values[metric][sel]
             params = r1.Params(lower=bound if lower else np.nan, upper=np.nan if lower else bound, k=cfg.r1_k)
             key = f"r1:{metric}"
-            st, alarms = r1.evaluate(x, _grow(state.rules.get(key), n, "run"), params)
+            st, alarms = r1.evaluate(x, _grow(state.rules.get(key), n, "run"), params,
+                                     active=active.get(gate, True))
             state.rules[key] = st
             out.extend(_device_finding("R1", metric, alarms, names, state, cfg))
         for metric in R2_DEVICE:
@@ -209,6 +211,36 @@ def device_findings(chunk: dict[str, Any], state: SignalState, cfg: DetectionCon
             state.rules[key] = st2
             out.extend(_device_finding("R2", metric, _confirmed(alarms, x, state, key, cfg), names, state, cfg))
     _timed(timings, "R1/R2", t0)
+    return out
+
+
+def _busy(aicore: FloatArray, cfg: DetectionConfig) -> dict[str | None, BoolArray | bool]:
+    """Where R1's lower bounds apply at this tick (a utilisation under its bound is only news on a
+    device meant to be busy). "job": the job's median AI Core is at least `r1_job_busy_min_pct`
+    (a checkpoint or an evaluation pause idles every device at once, 3 ticks at ~25 % in the
+    simulator: the job's schedule, not a starved device). "device": the device's own AI Core is
+    at least `r1_busy_min_pct` (memory bandwidth and clock follow the load: a device waiting for a
+    straggler, or idle, is neither memory-starved nor throttled; an idle GPU lowers its clock)."""
+    ok = aicore[np.isfinite(aicore)]
+    job = bool(ok.size) and float(np.median(ok)) >= cfg.r1_job_busy_min_pct
+    device = np.isfinite(aicore) & (np.nan_to_num(aicore) >= cfg.r1_busy_min_pct)
+    return {"job": job, "device": device}
+
+
+def _r1_bounds(freq: FloatArray, state: SignalState,
+               cfg: DetectionConfig) -> list[tuple[str, float, bool, str | None]]:
+    """(metric, bound, lower?, gate) of R1 on device samples: the configured T1–T7 bounds, and the
+    clock's down-clocking bound (spec §3: > 5 %) under the highest clock the job's devices reported
+    (their rated clock: the devices of one job are of one kind, so a chip down-clocked from its
+    first sample on still sits under its peers')."""
+    out = [(metric, float(getattr(cfg, name)), lower, gate) for metric, name, lower, gate in R1_DEVICE
+           if float(getattr(cfg, name)) > 0]
+    ok = freq[np.isfinite(freq) & (freq > 0)]
+    ref = max(float(state.rules.get("r1:freq_ref", 0.0)), float(ok.max()) if ok.size else 0.0)
+    if ref > 0:
+        state.rules["r1:freq_ref"] = ref
+        if cfg.r1_downclock_pct > 0:
+            out.append(("freq_mhz", ref * (1.0 - cfg.r1_downclock_pct / 100.0), True, "device"))
     return out
 
 
