@@ -76,7 +76,9 @@ class DetectionConfig:
     r2_k: float = 0.5                # R2 CUSUM reference offset
     r2_h: float = 5.0                # R2 alarm threshold
     r2_history: int = 30             # R2 steady-state samples for mu0, sigma0
-    r2_warmup: int = 60              # R2: samples skipped first (a starting job heats up)
+    r2_warmup: int = 60              # R2: samples skipped first (a starting job heats up: thermal lag) ...
+    r2_warmup_power_w: int = 20      # ... power and memory follow the load at once (no lag): the job's own
+    r2_warmup_mem_pct: int = 20      # warm-up steps (~11 s in the simulator) and a margin
     r2_confirm: int = 3              # R2: alarms of one device within its last r2_confirm_window samples ...
     r2_confirm_window: int = 6       # ... before it counts (1 = every CUSUM alarm counts, the bare rule)
     r2_sigma_min_temp_c: float = 1.0   # R2 absolute sigma floors (smooth metrics)

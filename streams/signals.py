@@ -5,7 +5,8 @@ the series each rule reads (spec §2's "data" column), keeps one state per serie
 alarms into Findings on the right scope. Keys decide merging: a rule firing on "job" joins
 the slow-step incident, on "rank:r" the rank's incident, on "host:h" the host's.
 
-- device samples: R1 (T1, T2, T3, T6, T7 bounds) and R2 (CUSUM on T1, T2, T6) per device,
+- device samples: R1 (T1, T2, T3, T6, T7 bounds and the clock's down-clocking; lower bounds only
+  where the job or device is meant to be busy) and R2 (CUSUM on T1, T2, T6) per device,
   R2 on the device's deviation from the job's median device at the same tick (common mode
   such as the thermal warm-up of a starting job is not a device drift);
 - steps: R1 on T8 (GC pause per rank), R3 on job step throughput and D1, R10 per rank;
@@ -154,7 +155,9 @@ def _grow(state: Any, size: int, attr: str) -> Any:
 
 # ---- device samples ---------------------------------------------------------------------
 def device_findings(chunk: dict[str, Any], state: SignalState, cfg: DetectionConfig,
-                    timings: dict[str, float]) -> list[Finding]:
+                    timings: dict[str, float], stage_of: IntArray | None = None) -> list[Finding]:
+    """R1/R2 on one tick of a job's device samples. `stage_of`: the PP stage of each rank (the
+    engine's topology, -1 or absent = unknown): R2's common mode is the device's stage."""
     t0 = time.perf_counter()
     hosts: list[str] = chunk["host"]
     devices: list[int] = chunk["device"]
@@ -196,21 +199,56 @@ def device_findings(chunk: dict[str, Any], state: SignalState, cfg: DetectionCon
                                      active=active.get(gate, True))
             state.rules[key] = st
             out.extend(_device_finding("R1", metric, alarms, names, state, cfg))
+        peers = _peer_classes(sel, ranks, hosts, stage_of)
         for metric in R2_DEVICE:
             x = np.full(n, np.nan)
-            x[idx[sel]] = values[metric][sel]
-            if np.isfinite(x).sum() >= 3:
-                # drift relative to the job's other devices at the same tick: a job-wide ramp
-                # (warm-up, load change, room temperature) is common mode, a failing device is not
-                x = x - float(np.nanmedian(x))
+            x[idx[sel]] = _minus_common_mode(values[metric][sel], peers)
             key = f"r2:{metric}"
             floor = float(getattr(cfg, f"r2_sigma_min_{metric}", 0.0))
             st2, alarms = r2.evaluate(x, _grow(state.rules.get(key), n, "n"),
                                       r2.Params(k=cfg.r2_k, h=cfg.r2_h, history=cfg.r2_history,
-                                                warmup=cfg.r2_warmup, sigma_min=floor))
+                                                warmup=int(getattr(cfg, f"r2_warmup_{metric}", cfg.r2_warmup)),
+                                                sigma_min=floor))
             state.rules[key] = st2
             out.extend(_device_finding("R2", metric, _confirmed(alarms, x, state, key, cfg), names, state, cfg))
     _timed(timings, "R1/R2", t0)
+    return out
+
+
+PEER_HOSTS = 3  # a stage's devices are a device's peers for R2 when they span this many hosts
+
+
+def _peer_classes(sel: IntArray, ranks: list[int], hosts: list[str], stage_of: IntArray | None) -> IntArray:
+    """Per sample of the round, its peer class for R2's common mode: its PP stage when the stage's
+    devices in this tick span `PEER_HOSTS` hosts or more, else -1 (the whole job)."""
+    rank = np.asarray(ranks, dtype=np.int64)[sel]
+    cls = np.full(sel.size, -1, dtype=np.int64)
+    if stage_of is None or not stage_of.size:
+        return cls
+    known = (rank >= 0) & (rank < stage_of.size)
+    cls[known] = stage_of[rank[known]]
+    host_ids = np.unique(np.asarray(hosts, dtype=object)[sel], return_inverse=True)[1].reshape(-1)
+    for k in np.unique(cls[cls >= 0]).tolist():
+        members = cls == k
+        if np.unique(host_ids[members]).size < PEER_HOSTS:
+            cls[members] = -1
+    return cls
+
+
+def _minus_common_mode(x: FloatArray, peers: IntArray) -> FloatArray:
+    """Each sample's deviation from the median of its peers at the same tick (>= 3 of them; else
+    the job's median). A job-wide ramp (warm-up, a load change, room temperature) is common mode,
+    a failing device is not; so is a PP stage's load shift (a slow stage: its devices draw more
+    power while the other stage's wait; with two stages the job's median sits between the two and
+    every device looked drifted). Natural stage imbalance (the LM head stage) leaves the comparison."""
+    out = x.copy()
+    ok = np.isfinite(x)
+    if ok.sum() >= 3:
+        out = x - float(np.median(x[ok]))
+    for k in np.unique(peers[peers >= 0]).tolist():
+        members = (peers == k) & ok
+        if members.sum() >= 3:
+            out[members] = x[members] - float(np.median(x[members]))
     return out
 
 

@@ -1,8 +1,11 @@
-"""R1 on device samples (streams/signals.py): lower bounds only on busy devices/jobs, the down-clock bound."""
+"""R1/R2 on device samples (streams/signals.py): R1 lower bounds only on busy devices/jobs, the
+down-clock bound; R2's warm-up per metric."""
 
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
 
 from steplens.config import DetectionConfig
 from streams.ingest.decode import DEVICE_METRICS
@@ -69,3 +72,68 @@ def test_every_device_down_clocked_from_the_start_alarms_once_a_rated_clock_was_
     assert _r1([_tick(t, freq_mhz=slow) for t in range(4)]) == [], "no reference: the job's own clock"
     found = _r1([_tick(0)] + [_tick(t, freq_mhz=slow) for t in range(1, 5)])
     assert {f.device for f in found} == set(range(N))
+
+
+def test_r2_warm_up_per_metric_power_ready_before_temperature() -> None:
+    """Power follows the load at once, temperature lags: a power shift after the power warm-up and
+    history is judged against a baseline learned before it, while temperature is still warming up."""
+    cfg = DetectionConfig(r2_warmup=60, r2_warmup_power_w=5, r2_history=10)
+    state = SignalState()
+    rng = np.random.default_rng(1)
+    found: list[Finding] = []
+    for t in range(40):
+        chunk = _tick(t)
+        for m in ("power_w", "temp_c"):
+            chunk[m] = list(np.asarray(chunk[m]) + rng.normal(0, 0.1, N))
+            if t >= 25:  # device 0: power and temperature both step up
+                chunk[m][0] += 40.0
+        found.extend(device_findings(chunk, state, cfg, {}))
+    r2 = [f for f in found if f.rule == "R2"]
+    assert {f.metric for f in r2} == {"T1"}, "power is judged after 5 + 10 samples, temperature still warms up"
+    assert {f.device for f in r2} == {0}
+    assert min(f.observed or 0.0 for f in r2) > 30.0, "the finding carries the deviation from the job's median"
+
+
+def _job_tick(t: int, power: np.ndarray) -> dict[str, Any]:
+    """Devices on hosts of 8 (rank r on node-r//8)."""
+    n = power.size
+    chunk: dict[str, Any] = {"kind": "device", "job": "j", "host": [f"node-{r // 8}" for r in range(n)],
+                             "device": [r % 8 for r in range(n)], "rank": list(range(n)),
+                             "ts_ns": [t * 1_000_000_000] * n}
+    for m in DEVICE_METRICS:
+        chunk[m] = [62.0 if m == "aicore_pct" else 1800.0 if m == "freq_mhz" else 50.0] * n
+    chunk["power_w"] = power.tolist()
+    return chunk
+
+
+W = 48
+BY_HOST_PARITY = np.array([(r // 8) % 2 for r in range(W)], dtype=np.int64)  # each stage spans 3 hosts
+
+
+def _r2_power(shift: dict[int, float], stage_of: np.ndarray | None) -> set[int]:
+    cfg = DetectionConfig(r2_warmup_power_w=0, r2_history=10)
+    state, rng = SignalState(), np.random.default_rng(3)
+    hit: set[int] = set()
+    for t in range(40):
+        power = 300.0 + rng.normal(0, 3.0, W)
+        if t >= 20:
+            for r, dw in shift.items():
+                power[r] += dw
+        hit |= {f.ranks[0] for f in device_findings(_job_tick(t, power), state, cfg, {}, stage_of)
+                if f.rule == "R2" and f.metric == "T1"}
+    return hit
+
+
+def test_r2_common_mode_is_the_devices_pp_stage() -> None:
+    """A slow stage: its devices draw 40 W more, the other stage's 40 W less (they wait). Against
+    the job's median (between the two) every device drifts; against its stage's, none does."""
+    stage_shift = {r: (40.0 if BY_HOST_PARITY[r] == 0 else -40.0) for r in range(W)}
+    assert _r2_power(stage_shift, BY_HOST_PARITY) == set()
+    assert len(_r2_power(stage_shift, None)) > W // 2, "the job's median alone: the bimodal job looks drifted"
+
+
+def test_r2_a_host_drifting_inside_its_stage_still_alarms() -> None:
+    host = {r: 45.0 for r in range(8)}  # node-0: 8 of its stage's 24 devices
+    assert _r2_power(host, BY_HOST_PARITY) == set(range(8))
+    two_hosts = np.array([r // 16 for r in range(W)], dtype=np.int64)  # a stage on 2 hosts: the job's median
+    assert _r2_power(host, two_hosts) == set(range(8))
