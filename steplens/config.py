@@ -62,14 +62,23 @@ class DetectionConfig:
     r1_temp_max_c: float = 85.0
     r1_mem_max_pct: float = 90.0     # spec §4: memory >= 90 % is the memory-mismanagement symptom
     r1_power_max_w: float = 0.0
-    r1_aicore_min_pct: float = 0.0
-    r1_membw_min_pct: float = 0.0
+    r1_aicore_min_pct: float = 30.0  # spec §4 unbalanced scheduling: some cores 100 %, others <= 30 %
+    r1_membw_min_pct: float = 25.0   # spec §4 memory bottleneck "< 40 %": under the healthy band (38 % at the
+    #                                  simulator's 62 % AI Core, >= 30 % on a busy device waiting for a straggler),
+    #                                  over the fault's (~23 %); a deployment setting: the device's healthy band
+    r1_busy_min_pct: float = 50.0    # a device is busy at AI Core >= this: its T7 and clock lower bounds apply
+    r1_job_busy_min_pct: float = 40.0  # the job is busy at median AI Core >= this: the T3 lower bound applies
+    #                                    (a checkpoint or eval pause idles every device: ~25 % in the simulator)
+    r1_downclock_pct: float = 5.0    # spec §3 "check down-clocking (> 5 %)": clock below the job's highest seen
+    #                                  clock by more than this is out of bounds (0 = off)
     r1_gc_max_ms: float = 500.0      # T8: GC pause per step
     r1_gc_k: int = 1
     r2_k: float = 0.5                # R2 CUSUM reference offset
     r2_h: float = 5.0                # R2 alarm threshold
     r2_history: int = 30             # R2 steady-state samples for mu0, sigma0
-    r2_warmup: int = 60              # R2: samples skipped first (a starting job heats up)
+    r2_warmup: int = 60              # R2: samples skipped first (a starting job heats up: thermal lag) ...
+    r2_warmup_power_w: int = 20      # ... power and memory follow the load at once (no lag): the job's own
+    r2_warmup_mem_pct: int = 20      # warm-up steps (~11 s in the simulator) and a margin
     r2_confirm: int = 3              # R2: alarms of one device within its last r2_confirm_window samples ...
     r2_confirm_window: int = 6       # ... before it counts (1 = every CUSUM alarm counts, the bare rule)
     r2_sigma_min_temp_c: float = 1.0   # R2 absolute sigma floors (smooth metrics)

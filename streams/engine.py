@@ -189,7 +189,7 @@ class JobEngine:
         for tick in device_ticks(chunk, self.signals):
             taken_ns = max(tick["ts_ns"], default=0)
             pending.extend((taken_ns, f) for f in device_findings(tick, self.signals, self.cfg,
-                                                                  self.stats.rule_seconds))
+                                                                  self.stats.rule_seconds, self.frames.topo.stage))
         del pending[:-1000]
         return []
 

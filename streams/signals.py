@@ -5,7 +5,8 @@ the series each rule reads (spec §2's "data" column), keeps one state per serie
 alarms into Findings on the right scope. Keys decide merging: a rule firing on "job" joins
 the slow-step incident, on "rank:r" the rank's incident, on "host:h" the host's.
 
-- device samples: R1 (T1, T2, T3, T6, T7 bounds) and R2 (CUSUM on T1, T2, T6) per device,
+- device samples: R1 (T1, T2, T3, T6, T7 bounds and the clock's down-clocking; lower bounds only
+  where the job or device is meant to be busy) and R2 (CUSUM on T1, T2, T6) per device,
   R2 on the device's deviation from the job's median device at the same tick (common mode
   such as the thermal warm-up of a starting job is not a device drift);
 - steps: R1 on T8 (GC pause per rank), R3 on job step throughput and D1, R10 per rank;
@@ -35,7 +36,7 @@ from streams.rules import r07_minority_kernel_gap as r7
 from streams.rules import r08_launch_latency as r8
 from streams.rules import r09_copy_rate as r9
 from streams.rules import r10_interstep_cpu as r10
-from streams.rules.base import Alarms, FloatArray, IntArray
+from streams.rules.base import Alarms, BoolArray, FloatArray, IntArray
 from streams.scopes.finding import Finding
 from streams.windows.step_frames import PHASE_INDEX, Frame, Topology
 
@@ -55,13 +56,14 @@ ADVICE: dict[str, tuple[str, str]] = {
     "R10": ("CPU work between steps", "move logging/checkpointing off the step boundary; remove sync ops"),
 }
 
-# R1 bounds per device metric: (config field of the bound, lower?)
-R1_DEVICE = (("temp_c", "r1_temp_max_c", False), ("mem_pct", "r1_mem_max_pct", False),
-             ("power_w", "r1_power_max_w", False), ("aicore_pct", "r1_aicore_min_pct", True),
-             ("membw_pct", "r1_membw_min_pct", True))
+# R1 bounds per device metric: (metric, config field of the bound, lower?, where a lower bound applies:
+# "job" while the job is busy, "device" while the device itself is busy)
+R1_DEVICE = (("temp_c", "r1_temp_max_c", False, None), ("mem_pct", "r1_mem_max_pct", False, None),
+             ("power_w", "r1_power_max_w", False, None), ("aicore_pct", "r1_aicore_min_pct", True, "job"),
+             ("membw_pct", "r1_membw_min_pct", True, "device"))
 R2_DEVICE = ("power_w", "temp_c", "mem_pct")
 METRIC_IDS = {"power_w": "T1", "temp_c": "T2", "aicore_pct": "T3", "aicpu_pct": "T4", "ctrlcpu_pct": "T5",
-              "mem_pct": "T6", "membw_pct": "T7"}
+              "mem_pct": "T6", "membw_pct": "T7", "freq_mhz": "clock"}
 
 
 @dataclass(slots=True)
@@ -153,7 +155,9 @@ def _grow(state: Any, size: int, attr: str) -> Any:
 
 # ---- device samples ---------------------------------------------------------------------
 def device_findings(chunk: dict[str, Any], state: SignalState, cfg: DetectionConfig,
-                    timings: dict[str, float]) -> list[Finding]:
+                    timings: dict[str, float], stage_of: IntArray | None = None) -> list[Finding]:
+    """R1/R2 on one tick of a job's device samples. `stage_of`: the PP stage of each rank (the
+    engine's topology, -1 or absent = unknown): R2's common mode is the device's stage."""
     t0 = time.perf_counter()
     hosts: list[str] = chunk["host"]
     devices: list[int] = chunk["device"]
@@ -183,32 +187,98 @@ def device_findings(chunk: dict[str, Any], state: SignalState, cfg: DetectionCon
     out: list[Finding] = []
     for rows in rounds:
         sel = np.asarray(rows, dtype=np.int64)
-        for metric, field_name, lower in R1_DEVICE:
-            bound = float(getattr(cfg, field_name))
-            if bound <= 0:
-                continue
+        aicore = np.full(n, np.nan)
+        aicore[idx[sel]] = values["aicore_pct"][sel]
+        active = _busy(aicore, cfg)
+        for metric, bound, lower, gate in _r1_bounds(values["freq_mhz"][sel], state, cfg):
             x = np.full(n, np.nan)
             x[idx[sel]] = values[metric][sel]
             params = r1.Params(lower=bound if lower else np.nan, upper=np.nan if lower else bound, k=cfg.r1_k)
             key = f"r1:{metric}"
-            st, alarms = r1.evaluate(x, _grow(state.rules.get(key), n, "run"), params)
+            st, alarms = r1.evaluate(x, _grow(state.rules.get(key), n, "run"), params,
+                                     active=active.get(gate, True))
             state.rules[key] = st
             out.extend(_device_finding("R1", metric, alarms, names, state, cfg))
+        peers = _peer_classes(sel, ranks, hosts, stage_of)
         for metric in R2_DEVICE:
             x = np.full(n, np.nan)
-            x[idx[sel]] = values[metric][sel]
-            if np.isfinite(x).sum() >= 3:
-                # drift relative to the job's other devices at the same tick: a job-wide ramp
-                # (warm-up, load change, room temperature) is common mode, a failing device is not
-                x = x - float(np.nanmedian(x))
+            x[idx[sel]] = _minus_common_mode(values[metric][sel], peers)
             key = f"r2:{metric}"
             floor = float(getattr(cfg, f"r2_sigma_min_{metric}", 0.0))
             st2, alarms = r2.evaluate(x, _grow(state.rules.get(key), n, "n"),
                                       r2.Params(k=cfg.r2_k, h=cfg.r2_h, history=cfg.r2_history,
-                                                warmup=cfg.r2_warmup, sigma_min=floor))
+                                                warmup=int(getattr(cfg, f"r2_warmup_{metric}", cfg.r2_warmup)),
+                                                sigma_min=floor))
             state.rules[key] = st2
             out.extend(_device_finding("R2", metric, _confirmed(alarms, x, state, key, cfg), names, state, cfg))
     _timed(timings, "R1/R2", t0)
+    return out
+
+
+PEER_HOSTS = 3  # a stage's devices are a device's peers for R2 when they span this many hosts
+
+
+def _peer_classes(sel: IntArray, ranks: list[int], hosts: list[str], stage_of: IntArray | None) -> IntArray:
+    """Per sample of the round, its peer class for R2's common mode: its PP stage when the stage's
+    devices in this tick span `PEER_HOSTS` hosts or more, else -1 (the whole job)."""
+    rank = np.asarray(ranks, dtype=np.int64)[sel]
+    cls = np.full(sel.size, -1, dtype=np.int64)
+    if stage_of is None or not stage_of.size:
+        return cls
+    known = (rank >= 0) & (rank < stage_of.size)
+    cls[known] = stage_of[rank[known]]
+    host_ids = np.unique(np.asarray(hosts, dtype=object)[sel], return_inverse=True)[1].reshape(-1)
+    for k in np.unique(cls[cls >= 0]).tolist():
+        members = cls == k
+        if np.unique(host_ids[members]).size < PEER_HOSTS:
+            cls[members] = -1
+    return cls
+
+
+def _minus_common_mode(x: FloatArray, peers: IntArray) -> FloatArray:
+    """Each sample's deviation from the median of its peers at the same tick (>= 3 of them; else
+    the job's median). A job-wide ramp (warm-up, a load change, room temperature) is common mode,
+    a failing device is not; so is a PP stage's load shift (a slow stage: its devices draw more
+    power while the other stage's wait; with two stages the job's median sits between the two and
+    every device looked drifted). Natural stage imbalance (the LM head stage) leaves the comparison."""
+    out = x.copy()
+    ok = np.isfinite(x)
+    if ok.sum() >= 3:
+        out = x - float(np.median(x[ok]))
+    for k in np.unique(peers[peers >= 0]).tolist():
+        members = (peers == k) & ok
+        if members.sum() >= 3:
+            out[members] = x[members] - float(np.median(x[members]))
+    return out
+
+
+def _busy(aicore: FloatArray, cfg: DetectionConfig) -> dict[str | None, BoolArray | bool]:
+    """Where R1's lower bounds apply at this tick (a utilisation under its bound is only news on a
+    device meant to be busy). "job": the job's median AI Core is at least `r1_job_busy_min_pct`
+    (a checkpoint or an evaluation pause idles every device at once, 3 ticks at ~25 % in the
+    simulator: the job's schedule, not a starved device). "device": the device's own AI Core is
+    at least `r1_busy_min_pct` (memory bandwidth and clock follow the load: a device waiting for a
+    straggler, or idle, is neither memory-starved nor throttled; an idle GPU lowers its clock)."""
+    ok = aicore[np.isfinite(aicore)]
+    job = bool(ok.size) and float(np.median(ok)) >= cfg.r1_job_busy_min_pct
+    device = np.isfinite(aicore) & (np.nan_to_num(aicore) >= cfg.r1_busy_min_pct)
+    return {"job": job, "device": device}
+
+
+def _r1_bounds(freq: FloatArray, state: SignalState,
+               cfg: DetectionConfig) -> list[tuple[str, float, bool, str | None]]:
+    """(metric, bound, lower?, gate) of R1 on device samples: the configured T1–T7 bounds, and the
+    clock's down-clocking bound (spec §3: > 5 %) under the highest clock the job's devices reported
+    (their rated clock: the devices of one job are of one kind, so a chip down-clocked from its
+    first sample on still sits under its peers')."""
+    out = [(metric, float(getattr(cfg, name)), lower, gate) for metric, name, lower, gate in R1_DEVICE
+           if float(getattr(cfg, name)) > 0]
+    ok = freq[np.isfinite(freq) & (freq > 0)]
+    ref = max(float(state.rules.get("r1:freq_ref", 0.0)), float(ok.max()) if ok.size else 0.0)
+    if ref > 0:
+        state.rules["r1:freq_ref"] = ref
+        if cfg.r1_downclock_pct > 0:
+            out.append(("freq_mhz", ref * (1.0 - cfg.r1_downclock_pct / 100.0), True, "device"))
     return out
 
 

@@ -127,6 +127,10 @@ def _chip_degradation(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: 
     _compute(fx, job, _r(f), _m(f, "matmul_factor", 1.5), ("F2", "B2", "F3", "B3"))
     _compute(fx, job, _r(f), _m(f, "matmul_factor", 1.5), ("F1", "B1", "F4"))
     fx.power_mul[_r(f)] *= 0.85
+    # spec §4 "peak FLOP/s < 70 % of benchmark": peak FLOP/s is units x clock x FLOP/cycle, and the
+    # always-on trace of a chip that lost its peak is its clock (npu-smi aicorefreq / NVML SM clock):
+    # spec §3 "check down-clocking (> 5 %)" for a compute-bound slowdown
+    fx.freq_mul[_r(f)] *= 1.0 / _m(f, "matmul_factor", 1.5)
 
 
 @kind("memory_bottleneck")

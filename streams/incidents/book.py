@@ -107,10 +107,19 @@ class IncidentBook:
                       if t.opened and t.finding.scope == "host" and t.finding.host]
         host_of = {r: t.finding.host for t in open_hosts for r in t.finding.ranks}  # a rank finding may not
         hosts = {t.finding.host for t in open_hosts}                                  # name its host
+        # a rank of a host whose incident is held (resolved within hold-down) re-opens the host's
+        # incident rather than one of its own: unstable power comes in bursts, and a burst's first
+        # finding is often one device's R1/R2 (open at once), a step before the host's slow steps
+        held_host_of = {r: t.finding.host for t in self.held.values() if t.finding.scope == "host"
+                        and t.finding.host and t.finding.family == "perf" and t.finding.host not in hosts
+                        for r in t.finding.ranks}
         touched: set[str] = set()
         for f in sorted(findings, key=lambda f: f.scope != "host"):
             if f.scope == "rank" and f.family == "perf":
                 host = f.host if f.host in hosts else host_of.get(f.ranks[0]) if f.ranks else None
+                held = held_host_of.get(f.ranks[0]) if host is None and f.ranks else None
+                if held is not None and all(held_host_of.get(r) == held for r in f.ranks):
+                    host = held
                 if host is not None:  # absorbed by its host's incident: its evidence keeps that one open
                     f.key, f.scope, f.host = f"host:{host}", "host", host
             tid = f"{f.family}:{f.key}"

@@ -230,8 +230,11 @@ def _join_groups(findings: list[Finding], tracks: list[OpenTrack], members: Memb
 def _join_split(findings: list[Finding], tracks: list[OpenTrack]) -> None:
     """Rank and link findings inside a split group (SLOW_GROUP flagged now, or open) are its members'
     symptoms: the slow members of an imbalanced group are not separate problems."""
-    groups = [(f.key, frozenset(f.ranks)) for f in findings if f.rule == "SLOW_GROUP"]
-    groups += [(t.key, frozenset(t.ranks)) for t in tracks if t.opened and "SLOW_GROUP" in t.rules]
+    # an open split group claims its members first: a group only flagged now (a candidate) given a
+    # member's device finding (R1/R2 open at once) would open beside it (moe_imbalance: a cold expert's
+    # R1 lifted a one-step TP-group candidate inside the open EP-group incident to a second incident)
+    groups = [(t.key, frozenset(t.ranks)) for t in tracks if t.opened and "SLOW_GROUP" in t.rules]
+    groups += [(f.key, frozenset(f.ranks)) for f in findings if f.rule == "SLOW_GROUP"]
     if not groups:
         return
     for f in findings:

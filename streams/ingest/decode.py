@@ -24,7 +24,8 @@ from schemas.packing import MAX_PACKED_EVENTS
 PHASES = ("data_ms", "forward_ms", "backward_ms", "grad_ms", "optimizer_ms", "comm_exposed_ms",
           "interstep_cpu_ms", "gc_ms")
 DOMAINS = ("dp", "tp", "pp", "ep", "cp")
-DEVICE_METRICS = ("power_w", "temp_c", "aicore_pct", "aicpu_pct", "ctrlcpu_pct", "mem_pct", "membw_pct")
+DEVICE_METRICS = ("power_w", "temp_c", "aicore_pct", "aicpu_pct", "ctrlcpu_pct", "mem_pct", "membw_pct",
+                  "freq_mhz")  # T1–T7 and the clock (R1 down-clocking, spec §3)
 NAN = math.nan
 
 

@@ -2,6 +2,11 @@
 
 A NaN bound means "no bound on that side". The alarm holds for every sample from the k-th
 consecutive one on; a sample back inside resets the run; a missing sample (NaN) keeps it.
+
+`active` (optional, per series) says where the LOWER bound applies: a lower bound on a
+utilisation (AI Core, memory bandwidth, clock) describes a device that should be busy and is
+not; while the job itself is idle (a checkpoint, an evaluation pause) every device is under
+it and nothing is wrong, so there a sample below L counts as inside (it resets the run).
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streams.rules.base import Alarms, FloatArray, IntArray, as_array
+from streams.rules.base import Alarms, BoolArray, FloatArray, IntArray, as_array
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,15 +30,18 @@ class State:
     run: IntArray
 
 
-def evaluate(x: FloatArray, state: State | None, params: Params) -> tuple[State, Alarms]:
+def evaluate(x: FloatArray, state: State | None, params: Params,
+             active: BoolArray | bool = True) -> tuple[State, Alarms]:
     x = as_array(x)
     if state is None or state.run.size != x.size:
         state = State(run=np.zeros(x.size, dtype=np.int64))
     present = np.isfinite(x)
-    outside = present & (((x < params.lower) if np.isfinite(params.lower) else False)
-                         | ((x > params.upper) if np.isfinite(params.upper) else False))
+    below = (x < params.lower) & np.broadcast_to(np.asarray(active, dtype=bool), x.shape) \
+        if np.isfinite(params.lower) else np.zeros(x.size, dtype=bool)
+    above = (x > params.upper) if np.isfinite(params.upper) else np.zeros(x.size, dtype=bool)
+    outside = present & (below | above)
     state.run = np.where(outside, state.run + 1, np.where(present, 0, state.run))
     alarm = outside & (state.run >= params.k)
-    bound = np.where((x > params.upper) if np.isfinite(params.upper) else False, params.upper, params.lower)
+    bound = np.where(above, params.upper, params.lower)
     mid = np.full(x.size, np.nan)
     return state, Alarms.where(alarm, x, mid, bound)

@@ -110,3 +110,23 @@ def test_a_re_firing_rank_absorbed_by_a_host_candidate_is_still_taken_over() -> 
     incidents = [o for o in out if isinstance(o, Incident)]
     assert len({o.incident_id for o in incidents}) == 1
     assert incidents[-1].scope == "host"
+
+
+def test_a_rank_of_a_held_host_incident_reopens_the_host_incident() -> None:
+    """Unstable power comes in bursts: the host incident resolves between them, and a burst's first
+    finding is one device's R2 (opens at once). It re-opens the host's incident, not one of its own."""
+    book = IncidentBook(job="j", hold_down_steps=10)
+    host = list(range(8))
+    plan = {s: [_on_node0("SLOW_HOST", "host:node-0", "host", host, s)] for s in range(65, 68)}
+    r2 = _on_node0("R2", "rank:7", "rank", [7], 73)
+    r2.open_after = 1
+    plan[73] = [r2]                                                                  # resolved at 72: held
+    plan |= {s: [_on_node0("SLOW_HOST", "host:node-0", "host", host, s)] for s in range(74, 76)}
+    plan[80] = [Finding(rule="R2", key="rank:12", scope="rank", step=80, summary="R2", ranks=[12], host="node-1",
+                        open_after=1, resolve_after=5)]                              # another host's: its own
+    incidents = _run(book, plan, range(65, 95))
+    assert len({o.incident_id for o in incidents if o.host == "node-0"}) == 1
+    reopened = next(o for o in incidents if o.state == "update")
+    assert (reopened.scope, reopened.evidence.get("reopened")) == ("host", 1.0)
+    assert "R2" in incidents[-2].rules or "R2" in incidents[-1].rules
+    assert len({o.incident_id for o in incidents}) == 2, "rank 12 of node-1 is not node-0's"

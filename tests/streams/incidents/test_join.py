@@ -206,3 +206,16 @@ def test_another_groups_bandwidth_joining_a_split_group_is_no_headline() -> None
     assert {f.key for f in found.values()} == {"group:dp/4"}
     assert found["slow group TP 9"].observed is None, "a TP group's figure is not the DP group's evidence"
     assert found["r5"].observed == 1.8
+
+
+def test_a_member_finding_joins_the_open_split_group_before_a_group_only_flagged_now() -> None:
+    """A cold expert's R1 (opens at once) inside an open EP-group incident must not lift a TP-group
+    candidate flagged in the same step to a second incident (moe_imbalance)."""
+    open_ep = OpenTrack("group:ep/4", "group", None, first=60, ranks=(9, 11, 13, 15), rules=("SLOW_GROUP", "R4"))
+    tp_now = Finding(rule="SLOW_GROUP", key="group:tp/7", scope="group", step=72, summary="split", ranks=[14, 15],
+                     domain="tp", group=7, open_after=3)
+    r1 = Finding(rule="R1", key="device:node-1/7", scope="device", step=72, summary="T3 low", ranks=[15],
+                 host="node-1", device=7, metric="T3", open_after=1)
+    found = join([tp_now, r1], 64, [open_ep], 72)
+    assert next(f for f in found if f.rule == "R1").key == "group:ep/4"
+    assert next(f for f in found if f.rule == "SLOW_GROUP").key == "group:tp/7", "the candidate itself stays"

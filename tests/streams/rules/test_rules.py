@@ -45,6 +45,33 @@ def test_r1_vectorised_over_series() -> None:
     assert state.run.tolist() == [1, 1, 0]
 
 
+def test_r1_lower_bound_only_where_active() -> None:
+    """An idle job (a checkpoint: every device under L) is no alarm; an inactive sample resets the run."""
+    series = [10, 10, 10, 10, 10]
+    _, idle = _feed(r1, series, r1.Params(lower=20, k=3), active=False)
+    assert idle == []
+    state = None
+    alarms = []
+    for t, (x, on) in enumerate(zip([10, 10, 10, 10, 10, 10], [True, True, False, True, True, True], strict=True)):
+        state, a = r1.evaluate(np.array([float(x)]), state, r1.Params(lower=20, k=3), active=on)
+        alarms.extend(t for _ in a.index)
+    assert alarms == [5], "the inactive sample at t=2 broke the run: k=3 again from t=3"
+
+
+def test_r1_active_mask_per_series_leaves_upper_bounds_alone() -> None:
+    x = np.array([10.0, 10.0, 95.0])
+    _, a = r1.evaluate(x, None, r1.Params(lower=20, upper=85, k=1), active=np.array([True, False, False]))
+    assert a.index.tolist() == [0, 2], "series 1 is idle (no lower bound); the upper bound always applies"
+    assert a.threshold.tolist() == [20.0, 85.0]
+
+
+def test_r1_one_sample_and_empty_input() -> None:
+    state, a = r1.evaluate(np.array([5.0]), None, r1.Params(lower=20, k=1), active=np.array([True]))
+    assert a.index.tolist() == [0] and state.run.tolist() == [1]
+    state, a = r1.evaluate(np.zeros(0), None, r1.Params(lower=20, k=1))
+    assert len(a) == 0 and state.run.size == 0
+
+
 # R2 -------------------------------------------------------------------------------------
 def test_r2_detects_slow_drift_and_resets_after_alarm() -> None:
     rng = np.random.default_rng(0)
