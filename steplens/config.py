@@ -52,7 +52,6 @@ class DetectionConfig:
     hang_stall_factor: float = 2.0      # devices sampling this many window timeouts past the last step: a hang
     window_max_open_steps: int = 64      # open frames per job before the oldest is closed
     batch_max: int = 10_000          # raw messages per take() of the decode stage
-    decode_align_ms: int = 2_000     # decode: pause partitions this far (record time) ahead of the least advanced one
     batch_within_s: float = 0.2      # decode poll timeout (kafka-python returns at once when records are there)
     detect_within_s: float = 0.02    # detect take(): a chunk waits at most this for its batch (delay, not work)
     snapshot_interval_s: float = 1.0  # state snapshot period per changed job (streams/state/)

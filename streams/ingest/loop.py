@@ -27,7 +27,6 @@ from schemas import Topics, job_key
 from steplens.config import Settings
 from streams.app import WorkerTimeouts
 from streams.combine import chunks as chunk_codec
-from streams.ingest.alignment import TopicAlignment
 from streams.ingest.decode import decode_batch
 from streams.ingest.gc_tuning import tune_gc
 from streams.metrics import DetectMetrics
@@ -117,7 +116,6 @@ class DecodeLoop(threading.Thread):
             auto_offset_reset="earliest", max_poll_records=cfg.batch_max, fetch_max_bytes=64 << 20,
             max_partition_fetch_bytes=16 << 20, **WorkerTimeouts().kafka_python_consumer())
         timeout_ms = int(cfg.batch_within_s * 1000)
-        align = TopicAlignment(cfg.decode_align_ms)
         try:
             if not self._await_topics(consumer):
                 return
@@ -132,21 +130,14 @@ class DecodeLoop(threading.Thread):
                     self.metrics.events_in.labels(tp.topic).inc(len(records))
                     raws.extend(r.value for r in records)
                     newest_ms.append(max(r.timestamp for r in records))
-                    align.consumed(tp, newest_ms[-1])
                 lag = 0
                 starved = False  # a partition with records waiting got none in this poll: behind on it
-                waiting: dict[Any, int] = {}
                 for tp in consumer.assignment():
                     high = consumer.highwater(tp)
                     if high is not None:
-                        behind = waiting[tp] = max(0, high - consumer.position(tp))
+                        behind = max(0, high - consumer.position(tp))
                         lag += behind
                         starved = starved or (behind > 0 and tp not in polled)
-                pause, resume = align.plan(waiting)
-                if pause:
-                    consumer.pause(*pause)
-                if resume:
-                    consumer.resume(*resume)
                 # how far behind the input this batch is: the slowest polled partition's newest record
                 behind_ns = max(0, time.time_ns() - min(newest_ms) * 1_000_000) if newest_ms else 0
                 self.metrics.batch.labels("decode").observe(len(raws))
