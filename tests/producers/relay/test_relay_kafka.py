@@ -128,3 +128,14 @@ def test_ddp_ranks_send_through_the_relay(settings: Settings, tmp_path: Path) ->
         err = relay.stop()
     m = re.search(r"(\d+) connections, (\d+) records in, (\d+) exported", err)
     assert m and int(m[1]) >= 2 and int(m[2]) > 0 and m[2] == m[3], err  # both ranks' records, all sent
+
+
+def test_sampler_runs_the_relay_and_sends_its_own_samples_through_it(settings: Settings) -> None:
+    env = {**os.environ, **_env(settings), "STEPLENS_RELAY_SOCKET": settings.relay_socket}
+    res = subprocess.run([sys.executable, "-m", "producers.sampler", "--relay", "--source", "host", "--ticks", "3",
+                          "--interval", "0.1", "--host", "relay-node"], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    samples = [e for m in _read(settings, Topics(settings.topic_prefix).device) for e in events_of(m.value)]
+    assert len(samples) >= 3 and all(getattr(e, "host", None) == "relay-node" for e in samples), samples
+    assert not Path(settings.relay_socket).exists()  # the relay removed its socket on exit
