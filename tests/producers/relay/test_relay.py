@@ -148,3 +148,16 @@ def test_a_second_relay_on_a_live_socket_is_refused_a_stale_one_replaced(sock_di
     again.stop()
     sink.close(10)
     assert not path.exists()
+
+
+def test_relay_socket_setting_and_path_limit(tmp_path: Path) -> None:
+    from steplens.config import load_settings
+
+    s = load_settings({"STEPLENS_HOME": str(tmp_path)})
+    assert (s.relay_socket, s.relay_path) == ("", tmp_path / "run" / "relay.sock")
+    s = load_settings({"STEPLENS_RELAY_SOCKET": "/run/x/r.sock", "STEPLENS_RELAY_FLUSH_INTERVAL_S": "0.5"})
+    assert (s.relay_path, s.relay_flush_interval_s) == (Path("/run/x/r.sock"), 0.5)
+    sink, _ = _sink()
+    with pytest.raises(ValueError):
+        Relay(Path("/tmp/" + "x" * 120), sink)
+    sink.close(10)
