@@ -160,17 +160,39 @@ def measure(*, pairs: int = 10_000, warmup_pairs: int = 200, width: int = 32, co
     }
 
 
+def _process_cpu_ns(pid: int) -> int:
+    """CPU ns of every thread of process `pid` so far (schedstat: ns, finer than /proc/<pid>/stat's ticks)."""
+    from pathlib import Path
+
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
 def helper_threads(settings: Any, *, pack: bool, steps: int = 400, step_ms: float = 42.5,
-                   warmup_steps: int = 40, interval_s: float | None = None) -> dict[str, Any]:
+                   warmup_steps: int = 40, interval_s: float | None = None, relay: bool = False,
+                   ranks: int = 1) -> dict[str, Any]:
     """The hook's helper-thread CPU per step with a real Kafka, packed or not (no model: the
     training loop only calls the hook, one step every `step_ms`, paced on the clock).
 
     Each thread's CPU from /proc (schedstat) over `steps` steps after a warm-up and a flush; the
     send cadence is Settings.hook_flush_interval_s as in a real rank. What the builder, the
     emitter's worker and export threads and kafka-python's network thread cost per step.
+
+    `relay`: the hooks send to a node relay (`python -m producers.relay`, its own process, as on a
+    node) instead of Kafka; `ranks` hooks in this process share it (each its own emitter and
+    connection). Reported per rank-step: the ranks' helper threads, and separately the relay
+    process's CPU (all its threads), which a node runs on its spare cores.
     """
+    import subprocess
+    import tempfile
     import threading
     from dataclasses import replace
+    from pathlib import Path
 
     from producers.hook import kafka_emitter_factory
     from producers.hook.core import RankHook, RankInfo
@@ -178,49 +200,95 @@ def helper_threads(settings: Any, *, pack: bool, steps: int = 400, step_ms: floa
     from schemas import Domain, Topics
 
     s = replace(settings, emit_pack=pack, hook_flush_interval_s=interval_s or settings.hook_flush_interval_s)
-    job = f"bench-helper-{'packed' if pack else 'unpacked'}-{os.getpid()}"
-    hook = RankHook(RankInfo(job, 0, 1, "bench-host", 0, {"dp": Domain(group=0, size=1, index=0)}),
-                    kafka_emitter_factory(s, Topics(s.topic_prefix), spool_dir=None,
-                                          flush_interval_s=s.hook_flush_interval_s),
-                    build_interval_s=s.hook_flush_interval_s)
-    emitter: Any = hook.open()
+    tmp = tempfile.TemporaryDirectory(prefix="slr")
+    relay_proc: subprocess.Popen[str] | None = None
+    if relay:
+        s = replace(s, relay_socket=str(Path(tmp.name) / "relay.sock"))
+        env = {**os.environ, "STEPLENS_RELAY_SOCKET": s.relay_socket, "STEPLENS_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
+               "STEPLENS_TOPIC_PREFIX": s.topic_prefix}
+        relay_proc = subprocess.Popen([sys.executable, "-m", "producers.relay"], env=env, stderr=subprocess.PIPE,
+                                      text=True, cwd=Path(__file__).resolve().parent.parent)
+        assert relay_proc.stderr is not None and "listening" in relay_proc.stderr.readline()
+    mode = "relay" if relay else "packed" if pack else "unpacked"
+    job = f"bench-helper-{mode}-{os.getpid()}"
+    hooks = [RankHook(RankInfo(job, r, ranks, "bench-host", r, {"dp": Domain(group=0, size=ranks, index=r)}),
+                      kafka_emitter_factory(s, Topics(s.topic_prefix), spool_dir=None,
+                                            flush_interval_s=s.hook_flush_interval_s),
+                      build_interval_s=s.hook_flush_interval_s)
+             for r in range(ranks)]
+    emitters: list[Any] = [h.open() for h in hooks]
     pace = threading.Event()  # never set: a clock-paced wait, as a training step would take
     period = step_ms / 1e3
 
     def run_steps(n: int) -> None:
         next_at = time.monotonic()
         for _ in range(n):
-            hook.step_begin()
-            hook.add_phase_ms("forward", 10.0)
-            hook.add_phase_ms("backward", 20.0)
-            hook.record_collective("allreduce", 5_000_000, nbytes=1 << 20, domain="dp", group_size=4)
-            hook.step_end(samples=8, tokens=256, batch_size=8, flops=1e9)
+            for hook in hooks:
+                hook.step_begin()
+                hook.add_phase_ms("forward", 10.0)
+                hook.add_phase_ms("backward", 20.0)
+                hook.record_collective("allreduce", 5_000_000, nbytes=1 << 20, domain="dp", group_size=4)
+                hook.step_end(samples=8, tokens=256, batch_size=8, flops=1e9)
             next_at += period
             pace.wait(max(next_at - time.monotonic(), 0.0))
 
-    run_steps(warmup_steps)
-    hook.flush(60.0)
-    before, sent0, ev0 = threads_cpu_s(), emitter.stats().records_sent, emitter.stats().exported
-    t0 = time.monotonic()
-    run_steps(steps)
-    hook.flush(60.0)
-    wall = time.monotonic() - t0
-    after, st = threads_cpu_s(), emitter.stats()
-    hook.close(30.0)
-    per_thread = {n: round((after.get(n, 0.0) - before.get(n, 0.0)) * 1e6 / steps, 2)
+    def sent() -> tuple[int, int]:
+        st = [e.stats() for e in emitters]
+        return sum(x.records_sent for x in st), sum(x.exported for x in st)
+
+    try:
+        run_steps(warmup_steps)
+        for h in hooks:
+            h.flush(60.0)
+        if relay_proc is not None:
+            # the relay builds its Kafka producer (TLS + SASL/SCRAM handshake, ~0.1 s of CPU) on its first
+            # export, after its flush interval: let that happen before the window, as warm-up does for a rank
+            pace.wait(s.relay_flush_interval_s + 2.0)
+        before, (sent0, ev0) = threads_cpu_s(), sent()
+        relay0 = _process_cpu_ns(relay_proc.pid) if relay_proc else 0
+        t0 = time.monotonic()
+        run_steps(steps)
+        for h in hooks:
+            h.flush(60.0)
+        wall = time.monotonic() - t0
+        after, (sent1, ev1) = threads_cpu_s(), sent()
+        # the relay acknowledges once its queue holds a record; its Kafka send follows within its flush
+        # interval (STEPLENS_RELAY_FLUSH_INTERVAL_S, 0.2 s) plus one export: let that complete in the window
+        pace.wait(0.5)
+        relay_ns = _process_cpu_ns(relay_proc.pid) - relay0 if relay_proc else 0
+        dropped: dict[str, int] = {}
+        for e in emitters:
+            for k, v in e.stats().dropped.items():
+                dropped[k] = dropped.get(k, 0) + v
+    finally:
+        for h in hooks:
+            h.close(30.0)
+        relay_err = ""
+        if relay_proc is not None:
+            relay_proc.terminate()
+            relay_err = relay_proc.communicate(timeout=60)[1].strip().splitlines()[-1]
+        tmp.cleanup()
+    rank_steps = steps * ranks
+    per_thread = {n: round((after.get(n, 0.0) - before.get(n, 0.0)) * 1e6 / rank_steps, 2)
                   for n in sorted(after) if n != "MainThread"}
-    return {
+    doc: dict[str, Any] = {
         "pack": pack,
+        "relay": relay,
+        "ranks": ranks,
         "helper_threads_cpu_us_per_step": round(sum(per_thread.values()), 2),
         "per_thread_cpu_us_per_step": per_thread,
-        "records_per_step": round((st.records_sent - sent0) / steps, 3),
-        "events_per_step": round((st.exported - ev0) / steps, 3),
-        "dropped": st.dropped,
+        "records_per_step": round((sent1 - sent0) / rank_steps, 3),
+        "events_per_step": round((ev1 - ev0) / rank_steps, 3),
+        "dropped": dropped,
         "steps": steps,
         "step_ms": step_ms,
         "send_interval_s": s.hook_flush_interval_s,
         "wall_s": round(wall, 1),
     }
+    if relay:
+        doc["relay_us_per_rank_step"] = round(relay_ns / 1e3 / rank_steps, 2)
+        doc["relay_summary"] = relay_err
+    return doc
 
 
 def _est(e: Estimate) -> dict[str, float]:
@@ -234,9 +302,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--core", type=int, default=None, help="pin to this CPU core")
     p.add_argument("--parts", default=",".join(PARTS), help="instrumentation pieces on hooked steps")
     p.add_argument("--comm-timing", default="reducer", choices=("reducer", "python", "off"))
-    p.add_argument("--helpers", choices=("packed", "unpacked"), default=None,
+    p.add_argument("--helpers", choices=("packed", "unpacked", "relay"), default=None,
                    help="instead: the hook's helper-thread CPU per step against the real Kafka of the STEPLENS_* "
-                        "settings, packed or not (no model)")
+                        "settings, packed or not, or packed through a node relay process (no model)")
+    p.add_argument("--ranks", type=int, default=1, help="--helpers: hooks in this process (sharing the relay)")
     p.add_argument("--steps", type=int, default=400, help="--helpers: steps measured")
     p.add_argument("--step-ms", type=float, default=42.5, help="--helpers: step period")
     p.add_argument("--interval", type=float, default=None,
@@ -247,8 +316,8 @@ def main(argv: list[str] | None = None) -> int:
             os.sched_setaffinity(0, {a.core})
         from steplens.config import load_settings
 
-        doc = helper_threads(load_settings(), pack=a.helpers == "packed", steps=a.steps, step_ms=a.step_ms,
-                             interval_s=a.interval)
+        doc = helper_threads(load_settings(), pack=a.helpers != "unpacked", steps=a.steps, step_ms=a.step_ms,
+                             interval_s=a.interval, relay=a.helpers == "relay", ranks=a.ranks)
         sys.stdout.buffer.write(orjson.dumps(doc) + b"\n")
         return 0
     parts = tuple(x for x in a.parts.split(",") if x)

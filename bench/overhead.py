@@ -159,9 +159,11 @@ def hook_cost(pairs: int, parts: str | None, core: int | None, comm_timing: str 
 
 
 def helpers_cost(pack: bool, env: dict[str, str], step_ms: float, core: int | None,
-                 interval_s: float | None = None) -> dict[str, Any]:
-    """bench/hook_cost.py --helpers in a fresh process: the hook's helper-thread CPU per step, real Kafka."""
-    cmd = [sys.executable, "-m", "bench.hook_cost", "--helpers", "packed" if pack else "unpacked",
+                 interval_s: float | None = None, *, relay: bool = False, ranks: int = 1) -> dict[str, Any]:
+    """bench/hook_cost.py --helpers in a fresh process: the hook's helper-thread CPU per step, real Kafka
+    (or, `relay`, through a node relay process shared by `ranks` hooks)."""
+    mode = "relay" if relay else "packed" if pack else "unpacked"
+    cmd = [sys.executable, "-m", "bench.hook_cost", "--helpers", mode, "--ranks", str(ranks),
            "--step-ms", f"{step_ms:.3f}"]
     if interval_s is not None:
         cmd += ["--interval", str(interval_s)]
@@ -171,6 +173,36 @@ def helpers_cost(pack: bool, env: dict[str, str], step_ms: float, core: int | No
                          env={**os.environ, **env})
     doc: dict[str, Any] = orjson.loads(res.stdout.splitlines()[-1])
     return doc
+
+
+def relay_summary(side: dict[str, list[dict[str, Any]]], thread_us: float, step_us: float,
+                  world: int) -> dict[str, Any]:
+    """Top-level relay figures: the ranks' helper CPU through the relay with `world` ranks sharing it, the
+    relay process's CPU per rank-step (reported apart: a node runs it on its spare cores), and cost-based
+    ratios without and with that relay CPU."""
+    relay = side.get(f"relay_{world}_ranks" if world > 1 else "relay")
+    direct = side.get("packed")
+    if not relay or not direct:
+        return {}
+    helper = statistics.median(d["helper_threads_cpu_us_per_step"] for d in relay)
+    relay_us = statistics.median(d["relay_us_per_rank_step"] for d in relay)
+    return {
+        "helper_threads_direct_us_per_step": round(statistics.median(
+            d["helper_threads_cpu_us_per_step"] for d in direct), 2),
+        "helper_threads_relay_us_per_step": round(helper, 2),
+        "relay_us_per_rank_step": round(relay_us, 2),
+        "relay_ranks": world,
+        "hook_total_cost_ratio_relay": round(1 + (thread_us + helper) / step_us, 6),
+        "hook_total_cost_ratio_relay_incl_relay": round(1 + (thread_us + helper + relay_us) / step_us, 6),
+        "relay_method": "bench/hook_cost.py --helpers relay --ranks N: N hooks (one process, each its own "
+                        "emitter and Unix-socket connection) send to `python -m producers.relay` (its own "
+                        "process, one Kafka client); helper_threads_relay_us_per_step = the hooks' helper "
+                        "threads per rank-step; relay_us_per_rank_step = the relay process's CPU (all its "
+                        "threads, /proc schedstat) per rank-step, after its producer is up; on a node it runs "
+                        "on the cores the ranks leave (the host's spare CPU), hence reported apart: "
+                        "hook_total_cost_ratio_relay = 1 + (training thread + rank helper threads) / step, "
+                        "_incl_relay adds the relay's share as if it ran on training cores",
+    }
 
 
 def _est(e: Estimate, digits: int) -> dict[str, float]:
@@ -232,9 +264,14 @@ def main(argv: list[str] | None = None) -> int:
             side: dict[str, list[dict[str, Any]]] = {}
             if a.cost_pairs > 0:  # packed vs unpacked helper threads, same broker, paced at the job's step
                 step_ms = statistics.median(ms for r in results for m, ms in r["times"] if m == "none")
-                for packed, interval in ((True, None), (False, None), (True, 1.0)) * 2:
-                    d = helpers_cost(packed, env, step_ms, cost_core, interval)
-                    name = ("packed" if packed else "unpacked") + ("" if interval is None else "_send_every_1s")
+                # relay: the ranks send to a node relay process (producers/relay) instead of each running
+                # a Kafka client; 1 rank, and the job's world of ranks sharing the relay as on a node
+                variants = ((True, None, 1, False), (False, None, 1, False), (True, 1.0, 1, False),
+                            (True, None, 1, True), (True, None, a.world, True))
+                for packed, interval, n_ranks, relay in variants * 2:
+                    d = helpers_cost(packed, env, step_ms, cost_core, interval, relay=relay, ranks=n_ranks)
+                    name = ("relay" if relay else "packed" if packed else "unpacked") \
+                        + ("" if interval is None else "_send_every_1s") + (f"_{n_ranks}_ranks" if n_ranks > 1 else "")
                     side.setdefault(name, []).append(d)
         finally:
             if started:
@@ -340,11 +377,18 @@ def main(argv: list[str] | None = None) -> int:
                 "per_thread_cpu_us_per_step": runs[0]["per_thread_cpu_us_per_step"],
                 "records_per_step": runs[0]["records_per_step"], "events_per_step": runs[0]["events_per_step"],
                 "send_interval_s": runs[0]["send_interval_s"],
+                "ranks": runs[0].get("ranks", 1),
+                **({"relay_us_per_rank_step": round(statistics.median(d["relay_us_per_rank_step"] for d in runs), 2),
+                    "relay_runs_us_per_rank_step": [d["relay_us_per_rank_step"] for d in runs]}
+                   if runs[0].get("relay") else {}),
                 "hook_total_cost_ratio": round(1 + (thread_est.value + statistics.median(
                     d["helper_threads_cpu_us_per_step"] for d in runs)) / (stats["none_step_ms"].value * 1000), 6)}
             for k, runs in side.items()},
+        **relay_summary(side, thread_est.value, stats["none_step_ms"].value * 1000, a.world),
         "helper_threads_packed_vs_unpacked_method": "bench/hook_cost.py --helpers: one process with a RankHook "
             "sending to the same broker, packed, unpacked and packed sending every 1 s in turn (2 runs each, median), "
+            "and packed through a node relay process (python -m producers.relay) with 1 rank and with the job's "
+            "world of ranks (hooks in one process, each its own emitter and connection) sharing it; per rank-step, "
             "400 steps paced at "
             "the job's median step without hook, each helper thread's CPU from /proc; hook_total_cost_ratio here = "
             "1 + (training_thread_us_per_step + that) / median step without hook",
@@ -374,6 +418,13 @@ def main(argv: list[str] | None = None) -> int:
     for k, v in doc["helper_threads_packed_vs_unpacked"].items():
         print(f"helper threads {k}: {v['helper_threads_cpu_us_per_step']} us/step (runs {v['runs_us_per_step']}), "
               f"{v['records_per_step']} records/step, cost-based total ratio {v['hook_total_cost_ratio']}")
+    if "hook_total_cost_ratio_relay" in doc:
+        print(f"through the node relay ({a.world} ranks): rank helper threads "
+              f"{doc['helper_threads_relay_us_per_step']} "
+              f"us/step (direct packed {doc['helper_threads_direct_us_per_step']}), relay process "
+              f"{doc['relay_us_per_rank_step']} us per rank-step on the node's spare cores; cost-based total ratio "
+              f"{doc['hook_total_cost_ratio_relay']} ({doc['hook_total_cost_ratio_relay_incl_relay']} if the relay's "
+              f"CPU were taken from training too)")
     print(f"{verdict}; load average {doc['load_average']}; dropped {dropped}")
     print(f"wrote {a.out}")
     return 0

@@ -277,6 +277,35 @@ class BackgroundEmitter:
             self._count_drop(INTERNAL_ERROR)
             return 0
 
+    def emit_records(self, records: Sequence[OutRecord], *, send_now: bool = False) -> int:
+        """Queue already encoded, routed records (a node relay forwarding ranks' records); how many.
+
+        Accepts the longest prefix that fits the queue and returns its length: the caller keeps the
+        rest and offers it again later, so order holds and refused records are not counted as drops
+        here (the sender still has them). Never blocks on I/O, never raises.
+        """
+        try:
+            if self._pid != os.getpid():
+                return 0
+            with self._lock:
+                if self._closing:
+                    return 0
+                n = max(min(len(records), self._max_queue - len(self._queue)), 0)
+                if n == 0:
+                    return 0
+                if not self._queue:
+                    self._oldest_at = time.monotonic()
+                self._queue.extend(records[:n])
+                self._emitted += n
+                if send_now:
+                    self._oldest_at = float("-inf")
+                if send_now or len(self._queue) == n or len(self._queue) >= self._batch_size:
+                    self._cv.notify_all()
+            return n
+        except Exception:
+            self._count_drop(INTERNAL_ERROR)
+            return 0
+
     def _record(self, event: Event) -> OutRecord | None:
         """The encoded, routed record of `event`, or None (the reason counted as a drop)."""
         try:

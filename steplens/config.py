@@ -150,6 +150,12 @@ class Settings:
     # rank hook + node sampler: pack each send round's events per (topic, key) into one JSON-array
     # record (contract 1.2, docs/hook.md); false sends one record per event, for 1.1-only readers.
     emit_pack: bool = True
+    # rank hook: hand records to the node's relay on this Unix socket (producers/relay, docs/hook.md#node-relay)
+    # instead of running a Kafka client in every rank; empty: each rank sends to Kafka itself. The relay
+    # (`python -m producers.relay` or `python -m producers.sampler --relay`) listens on it, default
+    # <home>/run/relay.sock when empty on its side.
+    relay_socket: str = ""
+    relay_flush_interval_s: float = 0.2  # relay: longest wait before the node's records go out in one send
     detection: DetectionConfig = field(default_factory=DetectionConfig)
     parse_workers: int = 1            # processes parsing profile dumps (the parse worker's pool)
 
@@ -164,6 +170,11 @@ class Settings:
     @property
     def run_path(self) -> Path:
         return self.run_dir if self.run_dir is not None else self.home / "run"
+
+    @property
+    def relay_path(self) -> Path:
+        """Where the node relay listens: relay_socket, else <run dir>/relay.sock."""
+        return Path(self.relay_socket).expanduser() if self.relay_socket else self.run_path / "relay.sock"
 
     @property
     def hook_spool_dir(self) -> Path:
@@ -213,6 +224,8 @@ _ENV = {
     "STEPLENS_HOOK_PEAK_FLOPS": ("", "hook_peak_flops"),
     "STEPLENS_HOOK_FLUSH_INTERVAL_S": ("", "hook_flush_interval_s"),
     "STEPLENS_EMIT_PACK": ("", "emit_pack"),
+    "STEPLENS_RELAY_SOCKET": ("", "relay_socket"),
+    "STEPLENS_RELAY_FLUSH_INTERVAL_S": ("", "relay_flush_interval_s"),
 }
 
 

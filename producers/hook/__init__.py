@@ -16,7 +16,7 @@ from pathlib import Path
 
 from infra.clients import kafka_client_config
 from producers.emitter import BackgroundEmitter
-from producers.exporter import KafkaExporter
+from producers.exporter import Exporter, KafkaExporter
 from producers.hook.core import Emitter, HookStats, RankHook, RankInfo
 from producers.hook.profiling import ProfilerBackend, ProfileRequest
 from producers.sampler.ranks import register_device
@@ -37,13 +37,20 @@ from steplens.config import HOOK_FLUSH_INTERVAL_S, Settings, load_settings
 def kafka_emitter_factory(settings: Settings, topics: Topics, *, spool_dir: Path | None = None,
                           name: str = "steplens-hook",
                           flush_interval_s: float = 0.2) -> Callable[[], BackgroundEmitter]:
-    """Builds a Kafka-backed BackgroundEmitter (again in each forked child that emits); start() sends
-    a rank's events every `Settings.hook_flush_interval_s`, packed when `Settings.emit_pack`."""
+    """Builds a BackgroundEmitter (again in each forked child that emits) sending to Kafka, or to the
+    node relay when `Settings.relay_socket` is set; start() sends a rank's events every
+    `Settings.hook_flush_interval_s`, packed when `Settings.emit_pack`."""
 
     def build() -> BackgroundEmitter:
-        cfg = kafka_client_config(settings, "producer")
-        bootstrap = cfg.pop("bootstrap_servers")
-        exporter = KafkaExporter(bootstrap, client_id=f"{name}-{os.getpid()}", extra_config=cfg)
+        exporter: Exporter
+        if settings.relay_socket:  # the node relay runs the Kafka client (producers/relay)
+            from producers.relay import RelayExporter
+
+            exporter = RelayExporter(settings.relay_path)
+        else:
+            cfg = kafka_client_config(settings, "producer")
+            bootstrap = cfg.pop("bootstrap_servers")
+            exporter = KafkaExporter(bootstrap, client_id=f"{name}-{os.getpid()}", extra_config=cfg)
         return BackgroundEmitter(exporter, topics, spool_dir=spool_dir, name=name, flush_interval_s=flush_interval_s,
                                  pack=settings.emit_pack)
 

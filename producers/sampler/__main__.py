@@ -6,9 +6,12 @@ import argparse
 import signal
 import socket
 import sys
+from dataclasses import replace
 from types import FrameType
 
+from producers.emitter import BackgroundEmitter
 from producers.hook import kafka_emitter_factory
+from producers.relay import Relay, relay_emitter
 from producers.sampler.sampler import NodeSampler
 from producers.sampler.sources import open_source
 from schemas import Topics
@@ -22,12 +25,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", default=socket.gethostname(), help="host name samples carry (default: hostname)")
     p.add_argument("--run-dir", default=None, help="where hooks register devices (default: STEPLENS_RUN_DIR)")
     p.add_argument("--ticks", type=int, default=None, help="stop after this many samples per device")
+    p.add_argument("--relay", action="store_true",
+                   help="also run the node relay (producers/relay) on STEPLENS_RELAY_SOCKET (default "
+                        "<run dir>/relay.sock): the node's ranks and this sampler then share one Kafka client")
     args = p.parse_args(argv)
     settings = load_settings()
     from pathlib import Path
 
     run_dir = Path(args.run_dir) if args.run_dir else settings.run_path
-    emitter = kafka_emitter_factory(settings, Topics(settings.topic_prefix), name="steplens-sampler")()
+    topics = Topics(settings.topic_prefix)
+    relay: Relay | None = None
+    relay_out: BackgroundEmitter | None = None
+    if args.relay:
+        relay_out = relay_emitter(settings, topics)
+        relay = Relay(settings.relay_path, relay_out).start()
+        settings = replace(settings, relay_socket=str(relay.path))  # the sampler's own samples go through it
+    emitter = kafka_emitter_factory(settings, topics, name="steplens-sampler")()
     source = open_source(args.source, args.interval)
     sampler = NodeSampler(source, emitter, args.host, run_dir, args.interval)
 
@@ -41,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         source.close()
         emitter.close(10.0)
+        if relay is not None and relay_out is not None:
+            relay.stop()
+            relay_out.close(10.0)
     print(f"sampled {sampler.samples} device samples from {source.kind}", file=sys.stderr)
     return 0
 

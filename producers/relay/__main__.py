@@ -1,0 +1,48 @@
+"""`python -m producers.relay`: the node relay, one per node (docs/hook.md#node-relay).
+
+Ranks started with STEPLENS_RELAY_SOCKET pointing at the same path send through it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+
+from producers.relay.server import Relay, relay_emitter
+from schemas import Topics
+from steplens.config import load_settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m producers.relay", description=__doc__)
+    p.add_argument("--socket", default=None, help="Unix socket path (default: STEPLENS_RELAY_SOCKET, else "
+                   "<STEPLENS_RUN_DIR>/relay.sock)")
+    args = p.parse_args(argv)
+    settings = load_settings()
+    path = Path(args.socket) if args.socket else settings.relay_path
+    emitter = relay_emitter(settings, Topics(settings.topic_prefix))
+    relay = Relay(path, emitter).start()
+    done = threading.Event()
+
+    def on_signal(_sig: int, _frame: FrameType | None) -> None:
+        done.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    print(f"relay listening on {path}", file=sys.stderr, flush=True)
+    while not done.wait(1.0):
+        pass
+    relay.stop()
+    emitter.close(10.0)
+    s, e = relay.stats(), emitter.stats()
+    print(f"relay: {s.connections} connections, {s.records} records in, {e.exported} exported, "
+          f"{s.refused} handed back, dropped {e.dropped}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""The node relay: accepts ranks' record frames on a Unix socket and queues them for ONE Kafka client.
+
+Each connection (one per rank process) has a thread that reads a frame, offers its records to the
+node's BackgroundEmitter (`emit_records`: bounded queue, spool while Kafka is down, counted drops)
+and answers how many it took; what the queue could not take stays with the rank, which spools and
+retries it. Records are forwarded with topic, key and value unchanged, in the order each connection
+sent them, so a rank's records keep their key (job/rank) and their order.
+
+Loss window: records the relay acknowledged sit in its in-memory queue until its Kafka client has
+them acked (or spooled when Kafka is down); if the relay process dies in that window (at most
+`relay_flush_interval_s` plus one export, up to max_queue records) they are lost. A frame the relay
+read but did not acknowledge is re-sent by the rank (a duplicate at worst, as with Kafka timeouts).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from producers.emitter import BackgroundEmitter
+from producers.exporter import KafkaExporter, OutRecord
+from producers.relay.framing import ACK, HEADER, MAX_ACCEPTED_FRAME_BYTES, FrameError, decode_body
+from schemas import Topics
+from steplens.config import Settings
+
+log = logging.getLogger(__name__)
+
+UNIX_PATH_MAX = 107  # sun_path is 108 bytes with its terminating NUL
+
+
+class RecordSink(Protocol):
+    """What the relay needs from BackgroundEmitter."""
+
+    def emit_records(self, records: list[OutRecord], *, send_now: bool = False) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RelayStats:
+    """connections: accepted so far; frames/records: received; forwarded: records the sink took;
+    refused: records handed back (sink full); protocol_errors: connections closed on a bad frame."""
+
+    connections: int = 0
+    frames: int = 0
+    records: int = 0
+    forwarded: int = 0
+    refused: int = 0
+    protocol_errors: int = 0
+
+
+def _recv_into_exact(sock: socket.socket, view: memoryview) -> bool:
+    """Fill `view`; False on a clean EOF before the first byte (the peer left between frames)."""
+    got = 0
+    while got < len(view):
+        n = sock.recv_into(view[got:])
+        if n == 0:
+            if got == 0:
+                return False
+            raise ConnectionError("peer closed mid-frame")
+        got += n
+    return True
+
+
+class Relay:
+    """Listens on `path`; one thread per connected rank; `stop()` closes everything."""
+
+    def __init__(self, path: Path, sink: RecordSink, *, max_frame_bytes: int = MAX_ACCEPTED_FRAME_BYTES) -> None:
+        if len(os.fsencode(path)) > UNIX_PATH_MAX:
+            raise ValueError(f"relay socket path longer than {UNIX_PATH_MAX} bytes: {path}")
+        self.path = path
+        self.sink = sink
+        self.max_frame_bytes = max_frame_bytes
+        self._lock = threading.Lock()
+        self._counts = {"connections": 0, "frames": 0, "records": 0, "forwarded": 0, "refused": 0,
+                        "protocol_errors": 0}
+        self._listener: socket.socket | None = None
+        self._conns: dict[int, socket.socket] = {}
+        self._threads: list[threading.Thread] = []
+        self._stopping = threading.Event()
+
+    def _count(self, **inc: int) -> None:
+        with self._lock:
+            for k, v in inc.items():
+                self._counts[k] += v
+
+    def stats(self) -> RelayStats:
+        with self._lock:
+            return RelayStats(**self._counts)
+
+    def start(self) -> Relay:
+        """Bind (replacing a stale socket file, refusing one a live relay holds) and start accepting."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.exists():
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.connect(str(self.path))
+            except OSError:
+                self.path.unlink()  # nobody listens: a crashed relay's leftover
+            else:
+                raise RuntimeError(f"another relay is listening on {self.path}")
+            finally:
+                probe.close()
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)  # the socket file is the owner's only (ranks run as the same user)
+        try:
+            listener.bind(str(self.path))
+        finally:
+            os.umask(old)
+        listener.listen(64)
+        self._listener = listener
+        t = threading.Thread(target=self._accept_loop, name="steplens-relay-accept", daemon=True)
+        self._threads.append(t)
+        t.start()
+        return self
+
+    def _accept_loop(self) -> None:
+        listener = self._listener
+        assert listener is not None
+        while not self._stopping.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                if self._stopping.is_set():
+                    return
+                log.warning("relay accept failed", exc_info=True)
+                continue
+            with self._lock:
+                self._counts["connections"] += 1
+                self._conns[conn.fileno()] = conn
+                t = threading.Thread(target=self._serve, args=(conn,), name="steplens-relay-conn", daemon=True)
+                self._threads = [x for x in self._threads if x.is_alive()]
+                self._threads.append(t)
+            t.start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        fd = conn.fileno()
+        header = bytearray(HEADER.size)
+        try:
+            while not self._stopping.is_set():
+                if not _recv_into_exact(conn, memoryview(header)):
+                    return
+                body_len, count = HEADER.unpack(header)
+                if body_len > self.max_frame_bytes:
+                    raise FrameError(f"frame of {body_len} bytes over the relay's limit")
+                body = bytearray(body_len)
+                if body_len and not _recv_into_exact(conn, memoryview(body)):
+                    raise ConnectionError("peer closed mid-frame")
+                records = decode_body(body, count)
+                accepted = self.sink.emit_records(records) if records else 0
+                self._count(frames=1, records=len(records), forwarded=accepted, refused=len(records) - accepted)
+                conn.sendall(ACK.pack(accepted))
+        except FrameError:
+            self._count(protocol_errors=1)
+            log.warning("relay closed a connection on a malformed frame", exc_info=True)
+        except OSError:
+            log.debug("relay connection ended", exc_info=True)
+        finally:
+            with self._lock:
+                self._conns.pop(fd, None)
+            conn.close()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop accepting, end every connection (ranks then spool) and remove the socket file."""
+        self._stopping.set()
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)
+            listener.close()
+        with self._lock:
+            conns = list(self._conns.values())
+            threads = list(self._threads)
+        for c in conns:
+            with contextlib.suppress(OSError):
+                c.shutdown(socket.SHUT_RDWR)
+        for t in threads:
+            t.join(timeout)
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+
+
+def relay_emitter(settings: Settings, topics: Topics, *, name: str = "steplens-relay",
+                  max_queue: int = 50_000) -> BackgroundEmitter:
+    """The node's one Kafka client: records forwarded as they came (already packed by the ranks)."""
+    from infra.clients import kafka_client_config
+
+    cfg = kafka_client_config(settings, "producer")
+    bootstrap = cfg.pop("bootstrap_servers")
+    exporter = KafkaExporter(bootstrap, client_id=f"{name}-{os.getpid()}", extra_config=cfg)
+    return BackgroundEmitter(exporter, topics, name=name, flush_interval_s=settings.relay_flush_interval_s,
+                             max_queue=max_queue, pack=False)
+
+
+__all__ = ["UNIX_PATH_MAX", "RecordSink", "Relay", "RelayStats", "relay_emitter"]
