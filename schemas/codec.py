@@ -97,6 +97,12 @@ def decode(raw: object, max_bytes: int = MAX_EVENT_BYTES) -> Event:
 
 
 def _decode(raw: object, max_bytes: int) -> Event:
+    return decode_mapping(parse_payload(raw, max_bytes))
+
+
+def parse_payload(raw: object, max_bytes: int) -> Any:
+    """A record's value parsed as JSON, or the whole-record `ContractError` (null, not bytes,
+    over `max_bytes`, not JSON): shared by one-event decoding and packed records."""
     if raw is None:
         raise ContractError("<payload>", "is null (a tombstone or an empty message value)")
     if not isinstance(raw, (bytes, bytearray, memoryview, str)):
@@ -108,7 +114,7 @@ def _decode(raw: object, max_bytes: int) -> Event:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise ContractError("<payload>", f"is not valid JSON: {exc}") from None
-    return decode_mapping(data)
+    return data
 
 
 def decode_mapping(data: Any) -> Event:

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
-from schemas.codec import MAX_EVENT_BYTES, decode_mapping
+from schemas.codec import MAX_EVENT_BYTES, decode_mapping, parse_payload
 from schemas.errors import ContractError
 
 # At most this many events in one record (each record also stays under the broker's 1 MB limit).
@@ -31,18 +29,7 @@ def split_record(raw: object, max_bytes: int = MAX_EVENT_BYTES) -> tuple[list[An
 
     An object is a one-element list (packed False); elements are returned as parsed, unvalidated.
     """
-    if raw is None:
-        raise ContractError("<payload>", "is null (a tombstone or an empty message value)")
-    if not isinstance(raw, (bytes, bytearray, memoryview, str)):
-        raise ContractError("<payload>", f"must be bytes or str, got {type(raw).__name__}")
-    size = raw.nbytes if isinstance(raw, memoryview) else len(raw)
-    if size > max_bytes:
-        raise ContractError("<payload>", f"is {size} bytes, larger than the {max_bytes}-byte limit")
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise ContractError("<payload>", f"is not valid JSON: {exc}") from None
-    return check_elements(data)
+    return check_elements(parse_payload(raw, max_bytes))
 
 
 def check_elements(data: Any) -> tuple[list[Any], bool]:
