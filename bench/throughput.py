@@ -201,8 +201,8 @@ def trial(base: Settings, ranks: int, steps: int, packed: bool = True, broker_pi
     sent_at: dict[int, float] = {}
     behind = 0.0
     try:
-        start_doc = {"type": "job", "v": "1.1", "job": job.job, "phase": "start", "world": job.world,
-                     "ts_ns": T0_NS, "parallel": job.topo.parallel()}
+        start_doc = {"type": "job", "v": "1.3", "job": job.job, "phase": "start", "world": job.world,
+                     "ts_ns": T0_NS, "parallel": job.topo.parallel(), "kernel_summaries": True}
         producer.send(topics.jobs, key=job.job.encode(), value=orjson.dumps(start_doc))
         producer.flush()
         if not wait_caught_up(settings, f"{name}-detect-decode", [topics.jobs], 120):

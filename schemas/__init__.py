@@ -1,4 +1,4 @@
-"""The steplens event contract (version 1.2): typed events, orjson codec, topic names."""
+"""The steplens event contract (version 1.3): typed events, orjson codec, topic names."""
 
 from schemas.codec import EVENT_TYPES, MAX_EVENT_BYTES, Event, bounded, decode, decode_as, encode
 from schemas.control import ControlCommand

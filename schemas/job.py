@@ -16,6 +16,10 @@ class JobEvent:
 
     parallel: domain sizes, e.g. {"dp": 8, "tp": 4, "pp": 2}.
     last_step: at `end`, the last step index every rank completed.
+    kernel_summaries (contract 1.3): at `start`, whether every rank sends a `kernel_summary`
+    per step. Detection then knows to await them even when a backlog delivers a job's step
+    events long before its summaries (they travel on separate topics); None: not declared,
+    learned from the summaries that arrive.
     """
 
     TYPE: ClassVar[str] = "job"
@@ -27,6 +31,7 @@ class JobEvent:
     parallel: dict[str, int] = field(default_factory=dict)
     last_step: int | None = None
     model: str | None = None
+    kernel_summaries: bool | None = None
 
     def check(self, path: str) -> None:
         require(bool(self.job), join(path, "job"), "must not be empty")

@@ -34,6 +34,16 @@ from streams.windows.step_frames import Frame, StepFrames, WindowParams
 
 Output = Incident | ControlCommand
 LAGGING_NS = 1_000_000_000  # the decode stage is this far behind its input: a backlog, hold timeouts
+LAG_STALE_NS = 2_000_000_000  # no chunk for this long: the decode stage has nothing queued
+
+
+def input_lagging(chunk: dict[str, Any], batch_max: int) -> bool | None:
+    """Whether the decode stage was behind its input when it made `chunk` (None: not said)."""
+    behind = chunk.get("behind_ns")
+    lag = chunk.get("lag")
+    if not (isinstance(behind, int) and isinstance(lag, int)):
+        return None
+    return behind > LAGGING_NS or lag > batch_max or bool(chunk.get("starved"))
 
 
 @dataclass(slots=True)
@@ -80,10 +90,9 @@ class JobEngine:
         if self.finished:
             self.stats.late += 1
             return []
-        behind = chunk.get("behind_ns")
-        lag = chunk.get("lag")
-        if isinstance(behind, int) and isinstance(lag, int):
-            self.frames.input_lagging = behind > LAGGING_NS or lag > self.cfg.batch_max or bool(chunk.get("starved"))
+        lagging = input_lagging(chunk, self.cfg.batch_max)
+        if lagging is not None:
+            self.frames.input_lagging = lagging
         if kind == "steps":
             cols = StepColumns(chunk)
             self.frames.add_steps(cols, now_ns)
@@ -93,7 +102,9 @@ class JobEngine:
         elif kind == "device":
             return self._device(chunk, now_ns)
         elif kind == "job":
-            if chunk["phase"] == "end":
+            if chunk["phase"] == "start":
+                self.frames.summaries_declared = chunk.get("kernel_summaries") is True
+            elif chunk["phase"] == "end":
                 self.ended = True
                 self.end_seen_ns = now_ns
                 self.end_ts_ns = int(chunk.get("ts_ns") or 0)
@@ -105,6 +116,8 @@ class JobEngine:
         """Release what is ready (complete, settled, timed out); finish an ended job."""
         if self.finished:
             return []
+        if self.ended and self.frames.input_lagging and self.frames.frames:
+            self.end_seen_ns = now_ns  # the job's last reports are still in the backlog: the end waits for them
         force = self.ended and now_ns - self.end_seen_ns > self.frames.timeout_ns()
         out: list[Output] = []
         for frame in self.frames.release(now_ns, force=force):
@@ -227,15 +240,29 @@ class FleetEngine:
             engine = self.jobs[job] = JobEngine.create(job, self.cfg)
         return engine
 
+    lagging: bool = False  # what the newest chunk said of the decode stage's input
+    lag_seen_ns: int = 0
+
     def on_chunk(self, chunk: dict[str, Any], now_ns: int) -> list[Output]:
+        lagging = input_lagging(chunk, self.cfg.batch_max)
+        if lagging is not None:
+            self.lagging, self.lag_seen_ns = lagging, now_ns
         job = chunk.get("job")
         if not isinstance(job, str) or not job:
             return []  # device samples nobody attributed to a job: landed, not analysed
         return self.job(job).on_chunk(chunk, now_ns)
 
     def tick(self, now_ns: int) -> list[Output]:
+        """Release what is ready in every job, each judging "lagging" by the newest input.
+
+        A job's own last chunk may have said "lagging" long ago (its backlog drained, or it just
+        has nothing more to send); the decode stage's state is the fleet's newest chunk, and no
+        chunk for LAG_STALE_NS means it has nothing queued: the input is current.
+        """
+        lagging = self.lagging and now_ns - self.lag_seen_ns <= LAG_STALE_NS
         out: list[Output] = []
         for engine in list(self.jobs.values()):
+            engine.frames.input_lagging = lagging
             out.extend(engine.tick(now_ns))
         return out
 

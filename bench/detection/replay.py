@@ -41,6 +41,9 @@ def replay(args: argparse.Namespace, cfg: DetectionConfig | None = None, batch: 
     decode batches behind the device samples: the topic skew a backlogged Kafka pipeline shows.
     `args.device_skew` (batches) holds the device samples of one of the device topic's partitions
     (keyed per device) that many batches behind the others: one tick's samples arrive split.
+    `args.summary_backlog` holds every kernel summary until all other records are in, each batch
+    marked as read from a backlog: the order a multi-minute backlog of packed records gives
+    (small step records fetched far ahead of large summary records, job ends early).
     """
     runs = plan_runs(args, time.strftime("%H%M%S"))
     fleet = FleetEngine(cfg or DetectionConfig())
@@ -53,12 +56,15 @@ def replay(args: argparse.Namespace, cfg: DetectionConfig | None = None, batch: 
         buffer.clear()
         out: list[object] = []
         for chunk in chunks:
-            chunk["behind_ns"], chunk["lag"] = 0, 0
+            chunk["behind_ns"], chunk["lag"] = (30_000_000_000, 50_000) if backlog else (0, 0)
             out.extend(fleet.on_chunk(codec.loads(codec.dumps(chunk)), clock[0]))
         clock[0] += TICK_NS
         out.extend(fleet.tick(clock[0]))
         messages.extend(orjson.loads(encode(bounded(o))) for o in out if isinstance(o, Incident))
 
+    backlog = bool(getattr(args, "summary_backlog", False))
+    summaries_topic = Topics("").kernel_summaries
+    summaries: list[bytes] = []
     lead = int(getattr(args, "device_lead", 0) or 0)
     skew = int(getattr(args, "device_skew", 0) or 0)
     device_topic = Topics("").device
@@ -67,6 +73,9 @@ def replay(args: argparse.Namespace, cfg: DetectionConfig | None = None, batch: 
     sent = [0]
 
     def send(topic: str, key: bytes, value: bytes) -> None:
+        if backlog and topic == summaries_topic:
+            summaries.append(value)
+            return
         if lead and topic != device_topic:
             held[-1].append(value)
         elif skew and topic == device_topic and zlib.crc32(key) % SKEW_PARTITIONS == 0:
@@ -87,6 +96,9 @@ def replay(args: argparse.Namespace, cfg: DetectionConfig | None = None, batch: 
         while queue:
             buffer.extend(queue.popleft())
     flush()
+    for i in range(0, len(summaries), batch):
+        buffer.extend(summaries[i:i + batch])
+        flush()
     for _ in range(400):
         clock[0] += 500_000_000
         messages.extend(orjson.loads(encode(bounded(o))) for o in fleet.tick(clock[0]) if isinstance(o, Incident))
@@ -114,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device-skew", type=int, default=0, metavar="BATCHES",
                    help="the device samples of one device-topic partition (of 4, keyed per device) reach the engine "
                         "this many decode batches after the others (partition skew under a backlog)")
+    p.add_argument("--summary-backlog", action="store_true",
+                   help="every kernel summary reaches the engine after all other records, read as a backlog "
+                        "(the packed-records order of a long Kafka backlog)")
     p.add_argument("--out", type=Path, help="also write the figures to this JSON file (mode: in-process replay)")
     args = p.parse_args(argv)
     if args.quick:
@@ -134,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         result.update({"mode": "in-process replay (bench/detection/replay.py): no Kafka, no workers",
                        "machine": machine(), "started": started, "git": git_commit(), "quick": bool(args.quick),
                        "device_lead_batches": args.device_lead,
-                       "device_skew_batches": args.device_skew, "argv": sys.argv[1:] if argv is None else argv})
+                       "device_skew_batches": args.device_skew, "summary_backlog": args.summary_backlog,
+                       "argv": sys.argv[1:] if argv is None else argv})
         write_result(args.out, result)
     else:
         print(render_table(result))

@@ -69,7 +69,7 @@ def plan_runs(args: argparse.Namespace, stamp: str) -> list[tuple[str, SimRun]]:
         faults = build_faults(sc, topo, args.steps, seed)
         job = FleetJob(f"bench-{stamp}-{label}-{ranks}-s{seed}", topo, args.steps, faults, seed, model=sc.model(topo),
                        noise=sc.noise())
-        runs.append((label, SimRun(job, packed=getattr(args, "packed", False))))
+        runs.append((label, SimRun(job, packed=getattr(args, "packed", True))))
 
     for name in names:
         for seed in seeds:
@@ -105,7 +105,7 @@ def plan_paced(args: argparse.Namespace, stamp: str) -> list[tuple[str, SimRun]]
             faults = build_faults(sc, topo, args.paced_steps, seed)
             job = FleetJob(f"bench-{stamp}-{name}-paced-{args.ranks}-s{seed}", topo, args.paced_steps, faults, seed,
                            model=model)
-            runs.append((f"{name}@paced", SimRun(job, packed=getattr(args, "packed", False))))
+            runs.append((f"{name}@paced", SimRun(job, packed=getattr(args, "packed", True))))
     return runs
 
 
@@ -203,10 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--paced-seeds", type=int, default=None,
                    help=f"seeds per paced scenario (default {', '.join(f'{k}: {v}' for k, v in PACED.items())})")
     p.add_argument("--no-paced", action="store_true")
-    p.add_argument("--packed", action="store_true",
-                   help="send per-host packed records (contract 1.2) instead of one record per event; known issue: "
-                        "in the fast runs' multi-minute catch-up, packed steps outrun their kernel summaries and "
-                        "frames close without them (R4-R9 and link scopes miss); docs/detection.md")
+    p.add_argument("--unpacked", dest="packed", action="store_false",
+                   help="send one record per event instead of per-host packed records (contract 1.2, the default: "
+                        "what a node agent sends; job starts declare kernel summaries, contract 1.3)")
     p.add_argument("--stall-s", type=float, default=300.0, help="fail when the workers' lag stops shrinking")
     p.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "detection.json")
     p.add_argument("--rescore", type=Path, metavar="DIR", help="score a finished run's saved runs.json + alerts.jsonl")

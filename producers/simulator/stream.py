@@ -70,7 +70,8 @@ class SimRun:
 
     def start_event(self) -> bytes:
         return encode(JobEvent(job=self.job.job_id, phase="start", world=self.job.world, ts_ns=self.job.start_ns,
-                               parallel=self.job.topology.parallel(), model=self.job.model.name))
+                               parallel=self.job.topology.parallel(), model=self.job.model.name,
+                               kernel_summaries="kernel_summary" in self.include))
 
     def end_event(self, ts_ns: int) -> bytes:
         return encode(JobEvent(job=self.job.job_id, phase="end", world=self.job.world, ts_ns=ts_ns,

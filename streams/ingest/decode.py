@@ -156,7 +156,8 @@ def _add_job(chunks: dict[str, dict[str, Any]], doc: dict[str, Any]) -> bool:
     chunks[f"job:{job}:{phase}"] = {"kind": "job", "job": job, "phase": phase, "world": world,
                                     "ts_ns": ts if isinstance(ts, int) else 0,
                                     "last_step": last if isinstance(last, int) else None,
-                                    "parallel": doc.get("parallel") or {}}
+                                    "parallel": doc.get("parallel") or {},
+                                    "kernel_summaries": doc.get("kernel_summaries") is True}
     return True
 
 

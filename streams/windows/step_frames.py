@@ -3,7 +3,9 @@
 A frame is keyed by step index and holds a column per field over all ranks (NaN where a
 rank has not reported). Closing policy, in this order:
 
-- complete: every rank reported (and every rank that sends kernel summaries sent this step's);
+- complete: every rank reported (and every rank that sends kernel summaries sent this step's:
+  learned from the summaries seen so far, or, while the input lags, every reporting rank
+  when the job's start declared summaries, contract 1.3);
 - settled: every missing rank has already reported a LATER step (its report for this step
   was lost or arrived out of contract; a rank's reports come in order, so it never will);
 - timeout: no frame waits longer than an adaptive timeout, `timeout_factor` x the median of
@@ -142,6 +144,7 @@ class StepFrames:
     stats: WindowStats = field(default_factory=WindowStats)
     last_input_ns: int = 0
     input_lagging: bool = False  # the decode stage is behind: missing reports are still in the backlog
+    summaries_declared: bool = False  # the job's start says every rank sends kernel summaries (1.3)
 
     def add_steps(self, cols: StepColumns, now_ns: int) -> None:
         self.topo.learn(cols)
@@ -233,10 +236,19 @@ class StepFrames:
         """Every rank that sends kernel summaries has sent this step's, or already a later one.
 
         Summaries travel on their own topic; a frame complete in steps waits for them (R4–R9 and
-        the slow-link scope read them), up to the same timeout as missing steps.
+        the slow-link scope read them), up to the same timeout as missing steps. Which ranks send
+        them is learned from the summaries seen; while the input lags, a backlog can deliver a
+        job's steps minutes before its first summary, so then a declared job (1.3) awaits every
+        reporting rank's summary (a rank that never sends one is waited for only while lagging).
         """
-        k = self.kernel_newest_of[:frame.seen.size]
-        waiting = (k >= 0) & (k <= frame.step) & np.isnan(frame.kernel_ns[:k.size])
+        world = frame.seen.size
+        k = np.full(world, -1, dtype=np.int64)
+        n = min(world, self.kernel_newest_of.size)
+        k[:n] = self.kernel_newest_of[:n]
+        sends = k >= 0
+        if self.summaries_declared and self.input_lagging:
+            sends |= frame.seen
+        waiting = sends & (k <= frame.step) & np.isnan(frame.kernel_ns)
         return not bool(waiting.any())
 
     def release(self, now_ns: int, force: bool = False) -> list[Frame]:

@@ -56,3 +56,30 @@ def test_missing_summaries_time_out() -> None:
     _steps(frames, 1, 0)
     assert frames.release(1 * S) == []
     assert [(f.step, f.closed_by) for f in frames.release(6 * S)] == [(1, "timeout")]
+
+
+def test_a_declared_job_awaits_summaries_its_backlog_still_holds() -> None:
+    """Contract 1.3: steps read minutes ahead of the first summary (a backlog) wait for them."""
+    frames = StepFrames(params=WindowParams(timeout_min_s=5.0), summaries_declared=True, input_lagging=True)
+    for step in range(3):
+        _steps(frames, step, 0)
+    assert frames.release(10 * S) == [], "no summary seen yet, but the job declared them and the input lags"
+    _kernels(frames, 0, range(4), 11 * S)
+    _kernels(frames, 1, range(2), 11 * S)
+    released = frames.release(11 * S)
+    assert [(f.step, f.closed_by, len(f.kernels)) for f in released] == [(0, "complete", 4)]
+
+
+def test_a_declared_job_does_not_wait_for_a_rank_that_sends_none_once_current() -> None:
+    frames = StepFrames(params=WindowParams(timeout_min_s=5.0), summaries_declared=True, input_lagging=True)
+    _steps(frames, 0, 0)
+    _kernels(frames, 0, range(3), 0)  # rank 3 never sends summaries (e.g. its hook cannot see kernels)
+    assert frames.release(0) == []
+    frames.input_lagging = False
+    assert [(f.step, f.closed_by) for f in frames.release(0)] == [(0, "complete")]
+
+
+def test_an_undeclared_job_lagging_learns_as_before() -> None:
+    frames = StepFrames(params=WindowParams(timeout_min_s=5.0), input_lagging=True)
+    _steps(frames, 0, 0)
+    assert [f.step for f in frames.release(0)] == [0], "nothing says summaries will come"
