@@ -166,6 +166,7 @@ class DetectWorker:
                 engine.offsets[msg.partition] = msg.offset
                 self.pending.setdefault(job, []).append(event)
                 self.dirty.add(job)
+            self.fleet.heard(now_ns())
             self._queue(outputs)
             await self._maybe_snapshot(force=bool(outputs))
 

@@ -34,7 +34,7 @@ from streams.windows.step_frames import Frame, StepFrames, WindowParams
 
 Output = Incident | ControlCommand
 LAGGING_NS = 1_000_000_000  # the decode stage is this far behind its input: a backlog, hold timeouts
-LAG_STALE_NS = 2_000_000_000  # no chunk for this long: the decode stage has nothing queued
+LAG_STALE_NS = 5_000_000_000  # no chunk for this long: the decode stage has nothing queued
 
 
 def input_lagging(chunk: dict[str, Any], batch_max: int) -> bool | None:
@@ -252,12 +252,21 @@ class FleetEngine:
             return []  # device samples nobody attributed to a job: landed, not analysed
         return self.job(job).on_chunk(chunk, now_ns)
 
+    def heard(self, now_ns: int) -> None:
+        """The driver finished a batch of chunks at `now_ns`: input was flowing until then.
+
+        A batch is stamped with the time it started; one can take seconds to evaluate in a
+        backlog, and that time is no silence of the input.
+        """
+        self.lag_seen_ns = max(self.lag_seen_ns, now_ns)
+
     def tick(self, now_ns: int) -> list[Output]:
         """Release what is ready in every job, each judging "lagging" by the newest input.
 
         A job's own last chunk may have said "lagging" long ago (its backlog drained, or it just
         has nothing more to send); the decode stage's state is the fleet's newest chunk, and no
-        chunk for LAG_STALE_NS means it has nothing queued: the input is current.
+        chunk for LAG_STALE_NS after the last batch was done means it has nothing queued: the
+        input is current.
         """
         lagging = self.lagging and now_ns - self.lag_seen_ns <= LAG_STALE_NS
         out: list[Output] = []
