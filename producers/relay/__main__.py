@@ -1,6 +1,8 @@
 """`python -m producers.relay`: the node relay, one per node (docs/hook.md#node-relay).
 
-Ranks started with STEPLENS_RELAY_SOCKET pointing at the same path send through it.
+Ranks started with STEPLENS_RELAY_SOCKET pointing at the same path send through it, and (with
+STEPLENS_RELAY_CONTROL on, the default) get their control commands from it: the relay runs the node's
+one control-topic consumer.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from producers.relay.control import node_control
 from producers.relay.server import Relay, relay_emitter
 from schemas import Topics
 from steplens.config import load_settings
@@ -24,8 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     settings = load_settings()
     path = Path(args.socket) if args.socket else settings.relay_path
-    emitter = relay_emitter(settings, Topics(settings.topic_prefix))
-    relay = Relay(path, emitter).start()
+    topics = Topics(settings.topic_prefix)
+    emitter = relay_emitter(settings, topics)
+    relay = Relay(path, emitter, control=node_control(settings, topics)).start()
     done = threading.Event()
 
     def on_signal(_sig: int, _frame: FrameType | None) -> None:
@@ -41,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     s, e = relay.stats(), emitter.stats()
     print(f"relay: {s.connections} connections, {s.records} records in, {e.exported} exported, "
           f"{s.refused} handed back, dropped {e.dropped}", file=sys.stderr)
+    if relay.control is not None:
+        c = relay.control.hub.stats()
+        print(f"relay control: {s.subscriptions} subscriptions, {c.received} commands read, {c.pushed} pushed, "
+              f"{c.unrouted} for no rank here, {c.invalid} invalid", file=sys.stderr)
     return 0
 
 

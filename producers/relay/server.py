@@ -10,6 +10,11 @@ Loss window: records the relay acknowledged sit in its in-memory queue until its
 them acked (or spooled when Kafka is down); if the relay process dies in that window (at most
 `relay_flush_interval_s` plus one export, up to max_queue records) they are lost. A frame the relay
 read but did not acknowledge is re-sent by the rank (a duplicate at worst, as with Kafka timeouts).
+A clean stop (SIGTERM: `stop()` then the emitter's close) loses nothing: what Kafka did not take is spooled.
+
+Control: a connection whose first frame is a subscription (framing.SUBSCRIBE) is a rank asking for
+its control commands; with a NodeControl the relay registers it with the hub (producers/relay/control.py),
+without one it closes it (the rank keeps retrying; run both with the same STEPLENS_RELAY_CONTROL).
 """
 
 from __future__ import annotations
@@ -21,13 +26,26 @@ import socket
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from producers.emitter import BackgroundEmitter
 from producers.exporter import KafkaExporter, OutRecord
-from producers.relay.framing import ACK, HEADER, MAX_ACCEPTED_FRAME_BYTES, FrameError, decode_body
+from producers.relay.framing import (
+    ACK,
+    HEADER,
+    MAX_ACCEPTED_FRAME_BYTES,
+    MAX_HELLO_BYTES,
+    SUBSCRIBE,
+    SUBSCRIBED,
+    FrameError,
+    decode_body,
+    decode_hello,
+)
 from schemas import Topics
 from steplens.config import Settings
+
+if TYPE_CHECKING:
+    from producers.relay.control import NodeControl
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +61,8 @@ class RecordSink(Protocol):
 @dataclass(frozen=True, slots=True)
 class RelayStats:
     """connections: accepted so far; frames/records: received; forwarded: records the sink took;
-    refused: records handed back (sink full); protocol_errors: connections closed on a bad frame."""
+    refused: records handed back (sink full); protocol_errors: connections closed on a bad frame;
+    subscriptions: control subscriptions accepted; subscriptions_refused: closed (the relay has no control)."""
 
     connections: int = 0
     frames: int = 0
@@ -51,6 +70,8 @@ class RelayStats:
     forwarded: int = 0
     refused: int = 0
     protocol_errors: int = 0
+    subscriptions: int = 0
+    subscriptions_refused: int = 0
 
 
 def _recv_into_exact(sock: socket.socket, view: memoryview) -> bool:
@@ -67,17 +88,22 @@ def _recv_into_exact(sock: socket.socket, view: memoryview) -> bool:
 
 
 class Relay:
-    """Listens on `path`; one thread per connected rank; `stop()` closes everything."""
+    """Listens on `path`; one thread per connected rank; `stop()` closes everything.
 
-    def __init__(self, path: Path, sink: RecordSink, *, max_frame_bytes: int = MAX_ACCEPTED_FRAME_BYTES) -> None:
+    `control`: the node's control loop, started and stopped with the relay (None: no subscriptions).
+    """
+
+    def __init__(self, path: Path, sink: RecordSink, *, max_frame_bytes: int = MAX_ACCEPTED_FRAME_BYTES,
+                 control: NodeControl | None = None) -> None:
         if len(os.fsencode(path)) > UNIX_PATH_MAX:
             raise ValueError(f"relay socket path longer than {UNIX_PATH_MAX} bytes: {path}")
         self.path = path
         self.sink = sink
         self.max_frame_bytes = max_frame_bytes
+        self.control = control
         self._lock = threading.Lock()
         self._counts = {"connections": 0, "frames": 0, "records": 0, "forwarded": 0, "refused": 0,
-                        "protocol_errors": 0}
+                        "protocol_errors": 0, "subscriptions": 0, "subscriptions_refused": 0}
         self._listener: socket.socket | None = None
         self._conns: dict[int, socket.socket] = {}
         self._threads: list[threading.Thread] = []
@@ -116,6 +142,8 @@ class Relay:
         t = threading.Thread(target=self._accept_loop, name="steplens-relay-accept", daemon=True)
         self._threads.append(t)
         t.start()
+        if self.control is not None:
+            self.control.start()
         return self
 
     def _accept_loop(self) -> None:
@@ -145,6 +173,9 @@ class Relay:
                 if not _recv_into_exact(conn, memoryview(header)):
                     return
                 body_len, count = HEADER.unpack(header)
+                if count == SUBSCRIBE:
+                    self._subscribe(conn, body_len)
+                    return
                 if body_len > self.max_frame_bytes:
                     raise FrameError(f"frame of {body_len} bytes over the relay's limit")
                 body = bytearray(body_len)
@@ -164,9 +195,35 @@ class Relay:
                 self._conns.pop(fd, None)
             conn.close()
 
+    def _subscribe(self, conn: socket.socket, body_len: int) -> None:
+        """A rank's control connection: register it with the hub until it (or the relay) goes away."""
+        if body_len > MAX_HELLO_BYTES:
+            raise FrameError(f"subscription of {body_len} bytes")
+        body = bytearray(body_len)
+        if not _recv_into_exact(conn, memoryview(body)):
+            raise ConnectionError("peer closed mid-frame")
+        hello = decode_hello(body)
+        if self.control is None:
+            self._count(subscriptions_refused=1)
+            return
+        from producers.relay.control import Subscriber
+
+        sub = Subscriber(conn, hello)
+        conn.sendall(SUBSCRIBED)
+        self.control.hub.add(sub)
+        self._count(subscriptions=1)
+        try:
+            while conn.recv(4096):  # a subscriber only listens: anything it sends ends the subscription
+                self._count(protocol_errors=1)
+                return
+        finally:
+            self.control.hub.remove(sub)
+
     def stop(self, timeout: float = 5.0) -> None:
         """Stop accepting, end every connection (ranks then spool) and remove the socket file."""
         self._stopping.set()
+        if self.control is not None:
+            self.control.stop(timeout)
         listener, self._listener = self._listener, None
         if listener is not None:
             with contextlib.suppress(OSError):

@@ -38,7 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     relay_out: BackgroundEmitter | None = None
     if args.relay:
         relay_out = relay_emitter(settings, topics)
-        relay = Relay(settings.relay_path, relay_out).start()
+        from producers.relay.control import node_control  # the node's ranks get their commands from it too
+
+        relay = Relay(settings.relay_path, relay_out, control=node_control(settings, topics)).start()
         settings = replace(settings, relay_socket=str(relay.path))  # the sampler's own samples go through it
     emitter = kafka_emitter_factory(settings, topics, name="steplens-sampler")()
     source = open_source(args.source, args.interval)
