@@ -14,8 +14,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from producers.relay.control import node_control
-from producers.relay.server import Relay, relay_emitter
+from producers.relay.server import relay_emitter, relay_from_settings
 from schemas import Topics
 from steplens.config import load_settings
 
@@ -29,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     path = Path(args.socket) if args.socket else settings.relay_path
     topics = Topics(settings.topic_prefix)
     emitter = relay_emitter(settings, topics)
-    relay = Relay(path, emitter, control=node_control(settings, topics)).start()
+    relay = relay_from_settings(settings, emitter, topics, path).start()
     done = threading.Event()
 
     def on_signal(_sig: int, _frame: FrameType | None) -> None:
@@ -44,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     emitter.close(10.0)
     s, e = relay.stats(), emitter.stats()
     print(f"relay: {s.connections} connections, {s.records} records in, {e.exported} exported, "
-          f"{s.refused} handed back, dropped {e.dropped}", file=sys.stderr)
+          f"{s.refused} handed back, dropped {e.dropped}, {s.acks_unsettled} acks unsettled", file=sys.stderr)
     if relay.control is not None:
         c = relay.control.hub.stats()
         print(f"relay control: {s.subscriptions} subscriptions, {c.received} commands read, {c.pushed} pushed, "

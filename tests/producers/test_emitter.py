@@ -445,3 +445,31 @@ def test_packed_drops_are_counted_per_event(tmp_path: Path, emitters: list[Backg
     assert sorted(got, key=lambda e: (e.step, e.rank)) == kept
     assert all([e for e in got if e.rank == r] == [e for e in kept if e.rank == r] for r in range(8))
     assert final.records_sent < final.exported
+
+
+def test_records_settle_in_queue_order_once_exported_spooled_or_dropped(tmp_path: Path,
+                                                                        emitters: list[BackgroundEmitter]) -> None:
+    """wait_settled (a relay's durable ack): a record is settled once no longer only in memory, and
+    never before an earlier one, even when later records reach the spool while an earlier export hangs."""
+    gate = threading.Event()
+    exporter = InMemoryExporter(gate=gate)
+    em = make(emitters, exporter, max_queue=10, batch_size=4, flush_interval_s=0.01, spool_dir=tmp_path)
+    recs = [OutRecord("t.steps", b"k", bytes([i])) for i in range(30)]
+    n, first_end = em.emit_records_seq(recs[:4])
+    assert (n, first_end) == (4, 4)
+    assert exporter.entered.wait(WAIT)  # the first 4 are in a hanging export
+    assert not em.wait_settled(first_end, 0)
+    end = first_end
+    for i in range(4, 30, 2):  # the rest overflows to the spool meanwhile
+        assert em.wait_until(lambda s: s.queued <= 8, WAIT), em.stats()
+        n, end = em.emit_records_seq(recs[i:i + 2])
+        assert n == 2
+    assert em.wait_until(lambda s: s.spooled > 0, WAIT)
+    assert not em.wait_settled(end, 0) and not em.wait_settled(1, 0)  # spooled later ones wait for the first
+    gate.set()
+    assert em.wait_settled(end, WAIT)
+    assert em.flush(WAIT) and exporter.values() == [r.value for r in recs]
+
+    dropping = make(emitters, InMemoryExporter(failing=True), flush_interval_s=0.01)  # no spool: dropped, counted
+    n, end = dropping.emit_records_seq(recs[:3])
+    assert dropping.wait_settled(end, WAIT) and dropping.stats().dropped == {EXPORT_FAILED: 3}

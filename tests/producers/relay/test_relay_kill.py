@@ -7,10 +7,13 @@ ranks know:
 - the training side never blocked nor dropped: every emit accepted, nothing dropped, all exported;
 - after dedup every rank's events arrive in order;
 - SIGTERM (a clean stop) loses nothing;
-- SIGKILL loses only inside the documented loss window: records the killed relay acknowledged but had
-  not produced yet. Per rank those are the tail of what it acknowledged, so the missing steps of a
-  rank are one run ending at its last acknowledged step; duplicates are only the frame that was in
-  flight (read by the killed relay, not acknowledged, re-sent by the rank).
+- SIGKILL with durable acks (the default: a frame is acknowledged once its records are in Kafka or the
+  relay's spool) loses nothing;
+- SIGKILL with acks once queued loses only inside that mode's loss window: records the killed relay
+  acknowledged but had not produced yet. Per rank those are the tail of what it acknowledged, so the
+  missing steps of a rank are one run ending at its last acknowledged step;
+- duplicates are only the frame that was in flight (read by the killed relay, not acknowledged,
+  re-sent by the rank).
 """
 
 from __future__ import annotations
@@ -49,11 +52,14 @@ def _runs(steps: set[int]) -> list[range]:
     return out
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
+@pytest.mark.parametrize(("sig", "durable"), [(signal.SIGKILL, True), (signal.SIGKILL, False),
+                                              (signal.SIGTERM, True)],
+                         ids=["sigkill-durable-ack", "sigkill-queued-ack", "sigterm"])
 def test_relay_dies_mid_run_ranks_never_block_and_only_the_loss_window_is_lost(
-        settings: Settings, tmp_path: Path, sig: signal.Signals) -> None:
-    # a relay that sends every 0.5 s holds up to 0.5 s of the ranks' records when it is killed: the window is open
+        settings: Settings, tmp_path: Path, sig: signal.Signals, durable: bool) -> None:
+    # a relay that sends every 0.5 s holds up to 0.5 s of the ranks' records when it is killed
     s = replace(settings, relay_flush_interval_s=0.5)
+    relay_env = {"STEPLENS_RELAY_DURABLE_ACK": "1" if durable else "0"}
     topics = Topics(s.topic_prefix)
     job = "kill-job"
     ranks = [BackgroundEmitter(RelayExporter(s.relay_path, timeout_s=5.0), topics, spool_dir=tmp_path / f"spool{r}",
@@ -73,7 +79,7 @@ def test_relay_dies_mid_run_ranks_never_block_and_only_the_loss_window_is_lost(
                     refused.append((r, step))
             done.wait(0.005)
 
-    relay: RelayProcess | None = RelayProcess(s)
+    relay: RelayProcess | None = RelayProcess(s, relay_env)
     trainer = threading.Thread(target=train, name="trainer")
     trainer.start()
     try:
@@ -94,7 +100,7 @@ def test_relay_dies_mid_run_ranks_never_block_and_only_the_loss_window_is_lost(
         for em in ranks:
             assert em.wait_until(lambda st: st.export_failures > 0 and st.spooled > 0, timeout=60)
         acked = [em.stats().exported for em in ranks]  # rank r's steps [0, acked[r]) were acknowledged
-        relay = RelayProcess(s)
+        relay = RelayProcess(s, relay_env)
         trainer.join(300)
         assert not trainer.is_alive()
         for em in ranks:
@@ -127,13 +133,14 @@ def test_relay_dies_mid_run_ranks_never_block_and_only_the_loss_window_is_lost(
     for r in range(RANKS):
         assert first[r] == sorted(first[r]), f"rank {r} out of order after dedup"
         missing = set(range(STEPS)) - set(first[r])
-        if sig == signal.SIGTERM:
-            assert missing == set(), f"rank {r}: a clean stop lost steps {_runs(missing)}"
+        if sig == signal.SIGTERM or durable:
+            # a clean stop flushes; durable acks: nothing acknowledged was only in the relay's memory
+            assert missing == set(), f"rank {r}: lost steps {_runs(missing)} (acknowledged up to {acked[r]})"
         else:
-            # only the tail of what the killed relay acknowledged: one run ending at the last acknowledged step
+            # acked once queued: only the tail of what the killed relay acknowledged, one run ending at the last
             assert not missing or _runs(missing) == [range(min(missing), acked[r])], (r, _runs(missing), acked)
         # re-sent: only the frame in flight at the signal (read, not acknowledged), right after the acknowledged ones
         assert not dups[r] or _runs(dups[r]) == [range(acked[r], max(dups[r]) + 1)], (r, _runs(dups[r]), acked)
     lost = {r: len(set(range(STEPS)) - set(first[r])) for r in range(RANKS)}
-    print(f"{sig.name}: acknowledged before the signal {acked}, lost {lost}, "
+    print(f"{sig.name} durable={durable}: acknowledged before the signal {acked}, lost {lost}, "
           f"re-sent {({r: len(d) for r, d in dups.items()})}")
