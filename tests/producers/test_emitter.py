@@ -30,6 +30,7 @@ from schemas import (
     JobEvent,
     KernelBatch,
     KernelRecord,
+    StepEvent,
     Topics,
     decode,
     encode,
@@ -191,18 +192,27 @@ def test_new_events_queue_behind_the_spool(tmp_path: Path, emitters: list[Backgr
     assert exporter.values() == [encode(e) for e in first + second]
 
 
-def test_spool_full_drops_with_reason(tmp_path: Path, emitters: list[BackgroundEmitter]) -> None:
+def overflow_the_spool(emitters: list[BackgroundEmitter], spool_dir: Path, *, pack: bool) -> tuple[
+        BackgroundEmitter, InMemoryExporter, list[StepEvent], EmitterStats]:
+    """Kafka down and a spool of ~20 events: 100 emitted, a prefix spooled, the rest dropped as spool_full.
+
+    Returns the emitter, its (still failing) exporter, the events and the stats once all 100 are accounted for.
+    """
     exporter = InMemoryExporter(failing=True)
     size = len(encode(step_event(0))) + 64
-    em = make(emitters, exporter, batch_size=10, flush_interval_s=0.01, spool_dir=tmp_path,
+    em = make(emitters, exporter, pack=pack, batch_size=10, flush_interval_s=0.01, spool_dir=spool_dir,
               max_spool_bytes=size * 20)
     events = step_events(100)
-    for ev in events:
-        em.emit(ev)
+    assert em.emit_batch(events) == 100
     assert em.wait_until(lambda s: s.spooled + s.dropped.get(SPOOL_FULL, 0) == 100 and settled(s), WAIT)
     stats = em.stats()
     assert 0 < stats.spooled < 100 and stats.dropped == {SPOOL_FULL: 100 - stats.spooled}
     assert stats.spool_bytes <= size * 20
+    return em, exporter, events, stats
+
+
+def test_spool_full_drops_with_reason(tmp_path: Path, emitters: list[BackgroundEmitter]) -> None:
+    em, exporter, events, stats = overflow_the_spool(emitters, tmp_path, pack=False)
     exporter.failing = False
     assert em.flush(WAIT)
     assert exporter.values() == [encode(e) for e in events[: stats.spooled]]
@@ -427,15 +437,7 @@ def test_a_failed_packed_record_fails_exactly_its_events(tmp_path: Path, emitter
 
 
 def test_packed_drops_are_counted_per_event(tmp_path: Path, emitters: list[BackgroundEmitter]) -> None:
-    exporter = InMemoryExporter(failing=True)
-    size = len(encode(step_event(0))) + 64
-    em = make(emitters, exporter, pack=True, batch_size=10, flush_interval_s=0.01, spool_dir=tmp_path,
-              max_spool_bytes=size * 20)
-    events = step_events(100)
-    assert em.emit_batch(events) == 100
-    assert em.wait_until(lambda s: s.spooled + s.dropped.get(SPOOL_FULL, 0) == 100 and settled(s), WAIT)
-    stats = em.stats()
-    assert 0 < stats.spooled < 100 and stats.dropped == {SPOOL_FULL: 100 - stats.spooled}
+    em, exporter, events, stats = overflow_the_spool(emitters, tmp_path, pack=True)
     exporter.failing = False
     assert em.flush(WAIT)
     final = em.stats()
