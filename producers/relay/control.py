@@ -3,12 +3,15 @@
 Why: with a consumer per rank (producers/hook/control.py, no group) a 10,240-rank job runs 10,240
 consumers, each fetching every command. The relay already holds the node's one Kafka client; it
 follows `steplens.control` once (`ControlTopicFollower`, principal `producer`, no group, from the
-relay's start time via offsets_for_times) and the `ControlHub` hands each valid command to the
-subscribed ranks of its job that it names (all of them when it names none). Ranks subscribe over
-the relay socket (framing.SUBSCRIBE) with job, rank and since_ms; the hub keeps the last commands
-it read so a rank subscribing late (started before the relay, or reconnecting) still gets the ones
-issued since its own start. A push never blocks the hub: a subscriber whose socket is full is
-disconnected (it reconnects and gets the replay; duplicates are dropped rank-side by offset).
+relay's start time minus CONTROL_LOOKBACK_S via offsets_for_times) and the `ControlHub` hands each
+valid command to the subscribed ranks of its job that it names (all of them when it names none).
+Ranks subscribe over the relay socket (framing.SUBSCRIBE) with job, rank and since_ms; the hub keeps
+the last commands it read so a rank subscribing late (started before the relay, or reconnecting)
+still gets the ones issued since its own start. The look-back makes a relay restart lose no command
+published while the node had no relay (up to CONTROL_LOOKBACK_S): ranks get what they missed, and
+drop by partition and offset what the previous relay already pushed them; commands older than a
+rank's start are never pushed to it. A push never blocks the hub: a subscriber whose socket is
+full is disconnected (it reconnects and gets the replay).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 
@@ -27,6 +31,8 @@ from schemas import ContractError, ControlCommand, Topics, decode_as
 from steplens.config import Settings
 
 log = logging.getLogger(__name__)
+
+CONTROL_LOOKBACK_S = 60.0  # a new relay reads the control topic from this long before its start
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,9 +156,11 @@ def node_control(settings: Settings, topics: Topics, *, since_ms: int | None = N
     if not settings.relay_control:
         return None
     hub = ControlHub()
+    if since_ms is None:
+        since_ms = time.time_ns() // 1_000_000 - int(CONTROL_LOOKBACK_S * 1000)
     follower = ControlTopicFollower(hub.on_record, settings, topics, client_id=f"steplens-relay-control-{os.getpid()}",
                                     since_ms=since_ms)
     return NodeControl(hub, follower)
 
 
-__all__ = ["ControlHub", "ControlStats", "NodeControl", "Subscriber", "names", "node_control"]
+__all__ = ["CONTROL_LOOKBACK_S", "ControlHub", "ControlStats", "NodeControl", "Subscriber", "names", "node_control"]

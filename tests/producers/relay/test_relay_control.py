@@ -141,7 +141,7 @@ def test_commands_reach_exactly_the_named_rank_through_a_relay_process(settings:
 
     topics = Topics(settings.topic_prefix)
     job, target = "relay-ctl", 1
-    relay = RelayProcess(settings)
+    relay: RelayProcess | None = RelayProcess(settings)
     hooks = [start_hook(job, rank=r, world=3, settings=settings, profiler_factory=_no_profiler, register=False)
              for r in range(3)]
     try:
@@ -159,8 +159,25 @@ def test_commands_reach_exactly_the_named_rank_through_a_relay_process(settings:
         assert _until(lambda: all(h.stats().commands_ignored.get("unsupported") == 1 for h in hooks), 120)
         for r, h in enumerate(hooks):
             assert _seen(h) == ((1, {"unsupported": 1}) if r == target else (0, {"unsupported": 1})), r
+        assert relay is not None
+        err = relay.stop()
+        relay = None
+        assert "3 subscriptions, 3 commands read, 4 pushed, 1 for no rank here, 0 invalid" in err, err
+
+        # a command published while the node has no relay still arrives once a new relay runs (it reads
+        # from CONTROL_LOOKBACK_S before its start); what the ranks already had is not submitted again
+        producer = KafkaProducer(**kafka_client_config(settings, "admin"), acks="all")
+        producer.send(topics.control, key=job.encode(), value=encode_event(_cmd("cmd-2", job, [target])))
+        producer.flush()
+        producer.close()
+        relay = RelayProcess(settings)
+        dups = {r: 2 if r == target else 1 for r in range(3)}  # cmd-1 and the barrier again, or the barrier
+        assert _until(lambda: _seen(hooks[target])[0] == 2
+                      and all(f.duplicates == dups[r] for r, f in enumerate(followers)), 120)
+        for r, h in enumerate(hooks):
+            assert _seen(h) == ((2, {"unsupported": 1}) if r == target else (0, {"unsupported": 1})), r
     finally:
         for h in hooks:
             h.close(10)
-        err = relay.stop()
-    assert "3 subscriptions, 3 commands read, 4 pushed, 1 for no rank here, 0 invalid" in err, err
+        err = relay.stop() if relay is not None else ""
+    assert "4 commands read" in err, err
