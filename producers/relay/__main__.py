@@ -42,12 +42,13 @@ def main(argv: list[str] | None = None) -> int:
     relay.stop()
     emitter.close(10.0)
     s, e = relay.stats(), emitter.stats()
-    print(f"relay: {s.connections} connections, {s.records} records in, {e.exported} exported, "
-          f"{s.refused} handed back, dropped {e.dropped}, {s.acks_unsettled} acks unsettled", file=sys.stderr)
     if relay.control is not None:
         c = relay.control.hub.stats()
         print(f"relay control: {s.subscriptions} subscriptions, {c.received} commands read, {c.pushed} pushed, "
               f"{c.unrouted} for no rank here, {c.invalid} invalid", file=sys.stderr)
+    # last: the summary line (bench/hook_cost.py keeps the last line)
+    print(f"relay: {s.connections} connections, {s.records} records in, {e.exported} exported, "
+          f"{s.refused} handed back, dropped {e.dropped}, {s.acks_unsettled} acks unsettled", file=sys.stderr)
     return 0
 
 
