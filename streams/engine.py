@@ -37,13 +37,17 @@ LAGGING_NS = 1_000_000_000  # the decode stage is this far behind its input: a b
 LAG_STALE_NS = 5_000_000_000  # no chunk for this long: the decode stage has nothing queued
 
 
-def input_lagging(chunk: dict[str, Any], batch_max: int) -> bool | None:
-    """Whether the decode stage was behind its input when it made `chunk` (None: not said)."""
+def input_lagging(chunk: dict[str, Any], batch_max: int, now_ns: int) -> bool | None:
+    """Whether `chunk` comes from a backlog (None: not said): the decode stage was behind its input
+    when it made the chunk, or the engine is behind the decode stage (the chunk waited over
+    LAGGING_NS on the internal topic: while a slow batch is evaluated, the next reports queue)."""
     behind = chunk.get("behind_ns")
     lag = chunk.get("lag")
     if not (isinstance(behind, int) and isinstance(lag, int)):
         return None
-    return behind > LAGGING_NS or lag > batch_max or bool(chunk.get("starved"))
+    decoded = chunk.get("decoded_ns")
+    queued = now_ns - decoded if isinstance(decoded, int) and decoded > 0 else 0
+    return behind > LAGGING_NS or queued > LAGGING_NS or lag > batch_max or bool(chunk.get("starved"))
 
 
 @dataclass(slots=True)
@@ -90,7 +94,7 @@ class JobEngine:
         if self.finished:
             self.stats.late += 1
             return []
-        lagging = input_lagging(chunk, self.cfg.batch_max)
+        lagging = input_lagging(chunk, self.cfg.batch_max, now_ns)
         if lagging is not None:
             self.frames.input_lagging = lagging
         if kind == "steps":
@@ -244,7 +248,7 @@ class FleetEngine:
     lag_seen_ns: int = 0
 
     def on_chunk(self, chunk: dict[str, Any], now_ns: int) -> list[Output]:
-        lagging = input_lagging(chunk, self.cfg.batch_max)
+        lagging = input_lagging(chunk, self.cfg.batch_max, now_ns)
         if lagging is not None:
             self.lagging, self.lag_seen_ns = lagging, now_ns
         job = chunk.get("job")

@@ -144,11 +144,13 @@ class DecodeLoop(threading.Thread):
                 chunks, stats = decode_batch(raws, self.settings.max_event_bytes)
                 self.metrics.bad.inc(stats.bad)
                 out: list[tuple[bytes, bytes]] = []
+                decoded_ns = time.time_ns()
                 for chunk in chunks:
                     job = chunk.get("job") or ""
                     if not job:
                         continue  # device samples with no job: landed, not analysed
                     chunk["behind_ns"] = behind_ns
+                    chunk["decoded_ns"] = decoded_ns
                     chunk["lag"] = lag
                     chunk["starved"] = starved
                     out.extend((job_key(job), value) for value in chunk_codec.dumps_split(chunk))

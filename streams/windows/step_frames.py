@@ -4,8 +4,8 @@ A frame is keyed by step index and holds a column per field over all ranks (NaN 
 rank has not reported). Closing policy, in this order:
 
 - complete: every rank reported (and every rank that sends kernel summaries sent this step's:
-  learned from the summaries seen so far, or, while the input lags, every reporting rank
-  when the job's start declared summaries, contract 1.3);
+  every reporting rank when the job's start declared summaries, contract 1.3, else the ranks
+  seen sending them);
 - settled: every missing rank has already reported a LATER step (its report for this step
   was lost or arrived out of contract; a rank's reports come in order, so it never will);
 - timeout: no frame waits longer than an adaptive timeout, `timeout_factor` x the median of
@@ -34,6 +34,7 @@ IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
 PHASE_INDEX = {name: i for i, name in enumerate(PHASES)}
+SUMMARY_MISS_LIMIT = 3  # frames in a row a declared rank's summary timed out: it does not send them
 
 
 @dataclass(slots=True)
@@ -145,6 +146,7 @@ class StepFrames:
     last_input_ns: int = 0
     input_lagging: bool = False  # the decode stage is behind: missing reports are still in the backlog
     summaries_declared: bool = False  # the job's start says every rank sends kernel summaries (1.3)
+    summary_misses: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # per rank, in a row
 
     def add_steps(self, cols: StepColumns, now_ns: int) -> None:
         self.topo.learn(cols)
@@ -183,6 +185,8 @@ class StepFrames:
                     self.kernel_newest_of = np.concatenate([self.kernel_newest_of, np.full(
                         self.topo.world - self.kernel_newest_of.size, -1, dtype=np.int64)])
                 self.kernel_newest_of[rank] = max(int(self.kernel_newest_of[rank]), step)
+                if rank < self.summary_misses.size:
+                    self.summary_misses[rank] = 0
             if (self.next_step is not None and step < self.next_step) or rank >= max(self.topo.world, 1):
                 self.stats.late += 1
                 continue
@@ -236,20 +240,34 @@ class StepFrames:
         """Every rank that sends kernel summaries has sent this step's, or already a later one.
 
         Summaries travel on their own topic; a frame complete in steps waits for them (R4–R9 and
-        the slow-link scope read them), up to the same timeout as missing steps. Which ranks send
-        them is learned from the summaries seen; while the input lags, a backlog can deliver a
-        job's steps minutes before its first summary, so then a declared job (1.3) awaits every
-        reporting rank's summary (a rank that never sends one is waited for only while lagging).
+        the slow-link scope read them, and judged on part of the hosts they see groups that are
+        not there), up to the same timeout as missing steps. A job whose start declared them
+        (1.3) awaits every reporting rank's summary: a backlog, or a partition read ahead, can
+        deliver a job's steps long before its first summary. A declared rank whose summary was
+        missing from SUMMARY_MISS_LIMIT frames in a row, closed on their timeout, is waited for
+        only while the input lags (it does not send them after all: no timeout on every step).
+        Otherwise which ranks send them is learned from the summaries seen.
         """
         world = frame.seen.size
         k = np.full(world, -1, dtype=np.int64)
         n = min(world, self.kernel_newest_of.size)
         k[:n] = self.kernel_newest_of[:n]
         sends = k >= 0
-        if self.summaries_declared and self.input_lagging:
-            sends |= frame.seen
+        if self.summaries_declared:
+            sends |= frame.seen & ((self._misses(world) < SUMMARY_MISS_LIMIT) | self.input_lagging)
         waiting = sends & (k <= frame.step) & np.isnan(frame.kernel_ns)
         return not bool(waiting.any())
+
+    def _misses(self, world: int) -> IntArray:
+        if self.summary_misses.size < world:
+            self.summary_misses = np.concatenate([self.summary_misses,
+                                                  np.zeros(world - self.summary_misses.size, dtype=np.int64)])
+        return self.summary_misses[:world]
+
+    def _count_misses(self, frame: Frame) -> None:
+        """A frame closed without some reporting ranks' summaries: one more miss each."""
+        misses = self._misses(frame.seen.size)
+        misses[frame.seen & np.isnan(frame.kernel_ns)] += 1
 
     def release(self, now_ns: int, force: bool = False) -> list[Frame]:
         """Frames ready to evaluate, in step order (`force`: everything, e.g. at job end)."""
@@ -266,6 +284,8 @@ class StepFrames:
             self.stats.released += 1
             if reason not in ("complete", "settled"):
                 self.stats.incomplete += 1
+                if self.summaries_declared and reason == "timeout":
+                    self._count_misses(frame)
             if frame.seen.any():
                 self.recent_ms.append(float(np.nanmax(frame.duration_ms)))
                 del self.recent_ms[:-20]

@@ -47,3 +47,25 @@ def test_a_slow_batch_is_not_silence_and_a_drained_backlog_is() -> None:
     assert not frames.input_lagging
     fleet.tick(drained + frames.timeout_ns() + S)  # ... and node-1 still silent for a whole window timeout
     assert 3 not in frames.frames and frames.stats.incomplete == 1
+
+
+def test_chunks_that_queued_for_the_engine_are_a_backlog_too() -> None:
+    """The decode stage was current, but the engine is behind it: chunks waited on the internal topic
+    (a slow batch before them). The host whose step is in a later chunk is not silent."""
+    fleet = FleetEngine(DetectionConfig())
+    for step in range(3):
+        _feed(fleet, _chunks(step, range(16), lagging=False), T0 + step * S)
+    for ranks, decoded, evaluated in ((range(4), 4, 20), (range(4, 8), 5, 30)):  # decoded seconds before
+        late = _chunks(3, ranks, lagging=False)
+        for chunk in late:
+            chunk["decoded_ns"] = T0 + decoded * S
+        _feed(fleet, late, T0 + evaluated * S)  # step 3 has waited 10 s, past its timeout, at the second
+    fleet.heard(T0 + 30 * S)
+    fleet.tick(T0 + 30 * S + S)
+    frames = fleet.jobs["job-a"].frames
+    assert frames.input_lagging and 3 in frames.frames
+    fresh = _chunks(3, range(8, 16), lagging=False)
+    for chunk in fresh:
+        chunk["decoded_ns"] = T0 + 31 * S
+    _feed(fleet, fresh, T0 + 31 * S)
+    assert 3 not in frames.frames and frames.stats.incomplete == 0
