@@ -34,6 +34,7 @@ from streams.state.store import encode as encode_snapshot
 from streams.topics_admin import DetectTopics
 
 log = logging.getLogger(__name__)
+TICK_BUSY_NS = 500_000_000  # a tick longer than the timer interval: the engine was busy
 
 
 class DetectWorker:
@@ -174,6 +175,8 @@ class DetectWorker:
         async with self.lock:
             now = now_ns()
             outputs = self.fleet.tick(now)
+            if now_ns() - now > TICK_BUSY_NS:
+                self.fleet.heard(now_ns())  # a long tick is the engine busy, not the input silent
             self._queue(outputs)
             # outputs go out now; otherwise snapshots keep to snapshot_interval_s: each one holds the
             # lock for ~25 ms of encoding per changed job, and a chunk completing a frame waits behind it

@@ -34,7 +34,8 @@ from streams.windows.step_frames import Frame, StepFrames, WindowParams
 
 Output = Incident | ControlCommand
 LAGGING_NS = 1_000_000_000  # the decode stage is this far behind its input: a backlog, hold timeouts
-LAG_STALE_NS = 5_000_000_000  # no chunk for this long: the decode stage has nothing queued
+LAG_STALE_NS = 5_000_000_000  # no chunk for this long (engine idle) ...
+QUIET_TICKS = 3  # ... and for this many ticks: the decode stage has nothing queued
 
 
 def input_lagging(chunk: dict[str, Any], batch_max: int, now_ns: int) -> bool | None:
@@ -246,8 +247,10 @@ class FleetEngine:
 
     lagging: bool = False  # what the newest chunk said of the decode stage's input
     lag_seen_ns: int = 0
+    quiet_ticks: int = 0  # ticks since the last chunk
 
     def on_chunk(self, chunk: dict[str, Any], now_ns: int) -> list[Output]:
+        self.quiet_ticks = 0
         lagging = input_lagging(chunk, self.cfg.batch_max, now_ns)
         if lagging is not None:
             self.lagging, self.lag_seen_ns = lagging, now_ns
@@ -257,10 +260,10 @@ class FleetEngine:
         return self.job(job).on_chunk(chunk, now_ns)
 
     def heard(self, now_ns: int) -> None:
-        """The driver finished a batch of chunks at `now_ns`: input was flowing until then.
+        """The engine was busy until `now_ns` (a batch of chunks, a long tick), not waiting for input.
 
-        A batch is stamped with the time it started; one can take seconds to evaluate in a
-        backlog, and that time is no silence of the input.
+        A batch is stamped with the time it started, and a batch or a tick can take seconds (tens
+        in a large backlog); that time is no silence of the input.
         """
         self.lag_seen_ns = max(self.lag_seen_ns, now_ns)
 
@@ -269,10 +272,11 @@ class FleetEngine:
 
         A job's own last chunk may have said "lagging" long ago (its backlog drained, or it just
         has nothing more to send); the decode stage's state is the fleet's newest chunk, and no
-        chunk for LAG_STALE_NS after the last batch was done means it has nothing queued: the
-        input is current.
+        chunk for LAG_STALE_NS of idle time and QUIET_TICKS ticks means it has nothing queued:
+        the input is current.
         """
-        lagging = self.lagging and now_ns - self.lag_seen_ns <= LAG_STALE_NS
+        self.quiet_ticks += 1
+        lagging = self.lagging and (now_ns - self.lag_seen_ns <= LAG_STALE_NS or self.quiet_ticks <= QUIET_TICKS)
         out: list[Output] = []
         for engine in list(self.jobs.values()):
             engine.frames.input_lagging = lagging
