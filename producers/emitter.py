@@ -25,7 +25,7 @@ import time
 import weakref
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, wait
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -62,7 +62,10 @@ INTERNAL_ERROR = "internal_error"  # a bug in the emitter itself; still never ra
 
 DEFAULT_MAX_SPOOL_BYTES = 256 * 1024 * 1024
 DEFAULT_SPOOL: Literal["default"] = "default"  # spool_dir: $STEPLENS_HOME/spool/<name> (0700)
-OVERFLOW_POLL_S = 0.05  # while an export is in flight, how often the worker checks for queue overflow
+# While an export is in flight the worker sleeps until it ends or the queue reaches its high-water mark
+# (both wake it); this bound is only a safety net. Polling instead (every 50 ms) cost a rank's helper
+# threads ~10 us per step once exports wait for a relay's durable ack (~0.2 s each).
+OVERFLOW_POLL_S = 1.0
 
 
 def default_spool_root() -> Path:
@@ -202,6 +205,12 @@ class BackgroundEmitter:
         self._retry_at = 0.0
         self._flush_requests = 0
         self._oldest_at = 0.0  # when the oldest queued record arrived
+        # Settling (wait_settled): queued records are numbered in queue order; `_popped` records have left
+        # the queue, and `_outstanding` holds the first number of each popped run not yet exported,
+        # spooled or dropped (an export in flight, a drain to the spool).
+        self._enqueued = 0
+        self._popped = 0
+        self._outstanding: list[int] = []
         self._closing = False
         self._worker_done = False
         self._pid = os.getpid()
@@ -247,7 +256,8 @@ class BackgroundEmitter:
             return False
         with self._lock:
             ok = self._enqueue_locked(rec)
-            if ok and (len(self._queue) == 1 or len(self._queue) == self._batch_size):
+            n = len(self._queue)
+            if ok and (n == 1 or n == self._batch_size or n == self._high_water):
                 self._cv.notify_all()
         return ok
 
@@ -284,27 +294,55 @@ class BackgroundEmitter:
         rest and offers it again later, so order holds and refused records are not counted as drops
         here (the sender still has them). Never blocks on I/O, never raises.
         """
+        return self.emit_records_seq(records, send_now=send_now)[0]
+
+    def emit_records_seq(self, records: Sequence[OutRecord], *, send_now: bool = False) -> tuple[int, int]:
+        """emit_records, and the queue number just past the accepted records (for `wait_settled`)."""
         try:
             if self._pid != os.getpid():
-                return 0
+                return 0, 0
             with self._lock:
                 if self._closing:
-                    return 0
+                    return 0, self._enqueued
                 n = max(min(len(records), self._max_queue - len(self._queue)), 0)
                 if n == 0:
-                    return 0
+                    return 0, self._enqueued
                 if not self._queue:
                     self._oldest_at = time.monotonic()
                 self._queue.extend(records[:n])
+                self._enqueued += n
                 self._emitted += n
                 if send_now:
                     self._oldest_at = float("-inf")
                 if send_now or len(self._queue) == n or len(self._queue) >= self._batch_size:
                     self._cv.notify_all()
-            return n
+                return n, self._enqueued
         except Exception:
             self._count_drop(INTERNAL_ERROR)
-            return 0
+            return 0, 0
+
+    def wait_settled(self, seq: int, timeout: float | None) -> bool:
+        """Block the caller until every record queued before number `seq` (from emit_records_seq) is
+        exported, spooled or dropped (counted): then only the spool, not this process's memory, holds
+        it. For a node relay acknowledging ranks' records; never for the training loop."""
+        with self._cv:
+            self._cv.wait_for(lambda: self._settled_locked() >= seq or self._worker_done, timeout)
+            return self._settled_locked() >= seq
+
+    def _settled_locked(self) -> int:
+        return min(self._outstanding) if self._outstanding else self._popped
+
+    def _take_locked(self, n: int) -> int:
+        """`n` records leave the queue, not settled yet: the token `_settle` takes once they are."""
+        start = self._popped
+        self._popped += n
+        self._outstanding.append(start)
+        return start
+
+    def _settle(self, token: int) -> None:
+        with self._cv:
+            self._outstanding.remove(token)
+            self._cv.notify_all()
 
     def _record(self, event: Event) -> OutRecord | None:
         """The encoded, routed record of `event`, or None (the reason counted as a drop)."""
@@ -333,6 +371,7 @@ class BackgroundEmitter:
         if not self._queue:
             self._oldest_at = time.monotonic()  # a record waits at most flush_interval_s
         self._queue.append(rec)
+        self._enqueued += 1
         return True
 
     def _count_drop(self, reason: str) -> bool:
@@ -426,6 +465,7 @@ class BackgroundEmitter:
                 self._closing = True
                 self._dropped[INTERNAL_ERROR] += len(self._queue)
                 self._queue.clear()
+                self._popped, self._outstanding = self._enqueued, []
         finally:
             try:
                 self._exporter.close()
@@ -476,8 +516,10 @@ class BackgroundEmitter:
                         break
                     self._cv.wait(max(wake_at - now, 0.001))
                 batch: list[OutRecord] = []
+                token = -1
                 if action in ("spool", "export"):
                     batch = [self._queue.popleft() for _ in range(min(self._batch_size, len(self._queue)))]
+                    token = self._take_locked(len(batch))
                     self._in_flight = len(batch)
                     self._oldest_at = time.monotonic()
             if action == "finish":
@@ -485,9 +527,12 @@ class BackgroundEmitter:
                 return
             if action == "export":
                 self._export_fresh(batch)
+                self._settle(token)
             else:
-                if batch:
-                    self._to_spool(batch)
+                if token >= 0:
+                    if batch:
+                        self._to_spool(batch)
+                    self._settle(token)
                 with self._cv:
                     replay = self._spool_pending > 0 and time.monotonic() >= self._retry_at
                 if replay:
@@ -523,23 +568,31 @@ class BackgroundEmitter:
         """
         out, members = self._packed(records)
         future = self._export_pool.submit(out)
+        future.add_done_callback(self._wake_worker)
         while True:
-            done, _ = wait([future], timeout=OVERFLOW_POLL_S)
-            if done:
-                exc = future.exception()
-                if exc is not None:
-                    per_event = self._per_event(exc, members)
-                    if per_event is exc:
-                        raise exc
-                    raise per_event from exc
-                with self._cv:
-                    self._records_sent += len(out)
-                return
-            if self._spool is not None:
-                with self._cv:
-                    overflowing = len(self._queue) >= self._high_water and not self._closing
-                if overflowing:
-                    self._drain_queue_to_spool(keep_in_flight=True)
+            with self._cv:
+                while not future.done() and not self._overflowing_locked():
+                    self._cv.wait(OVERFLOW_POLL_S)
+                overflowing = not future.done()
+            if overflowing:
+                self._drain_queue_to_spool(keep_in_flight=True)
+                continue
+            exc = future.exception()
+            if exc is not None:
+                per_event = self._per_event(exc, members)
+                if per_event is exc:
+                    raise exc
+                raise per_event from exc
+            with self._cv:
+                self._records_sent += len(out)
+            return
+
+    def _overflowing_locked(self) -> bool:
+        return self._spool is not None and len(self._queue) >= self._high_water and not self._closing
+
+    def _wake_worker(self, _future: object = None) -> None:
+        with self._cv:
+            self._cv.notify_all()
 
     def _export_fresh(self, batch: list[OutRecord]) -> None:
         try:
@@ -586,6 +639,7 @@ class BackgroundEmitter:
         with self._cv:
             rest = list(self._queue)
             self._queue.clear()
+            token = self._take_locked(len(rest))
             in_flight = self._in_flight if keep_in_flight else 0
             self._in_flight = in_flight + len(rest)
         if rest:
@@ -593,6 +647,7 @@ class BackgroundEmitter:
         else:
             with self._cv:
                 self._in_flight = in_flight
+        self._settle(token)
 
     def _replay(self) -> None:
         """Send the spool oldest first until it is empty or the exporter fails again."""
@@ -675,6 +730,7 @@ class BackgroundEmitter:
         with self._cv:
             rest = list(self._queue)
             self._queue.clear()
+            token = self._take_locked(len(rest))
             self._in_flight = len(rest)
             spooling = self._spooling_locked()
             healthy = self._healthy
@@ -701,6 +757,7 @@ class BackgroundEmitter:
             with self._cv:
                 self._dropped[CLOSED] += len(rest)
                 self._in_flight = 0
+        self._settle(token)
 
 
 class _ExportThread:

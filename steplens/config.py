@@ -156,6 +156,14 @@ class Settings:
     # <home>/run/relay.sock when empty on its side.
     relay_socket: str = ""
     relay_flush_interval_s: float = 0.2  # relay: longest wait before the node's records go out in one send
+    # relay + rank hook: the relay follows the control topic once for the node and pushes each command to the
+    # ranks it names (docs/hook.md#control-through-the-relay); off: every rank runs its own control consumer
+    # even when it sends through the relay. Set it the same on the relay and the ranks.
+    relay_control: bool = True
+    # relay: acknowledge a rank's records once they are in Kafka or the relay's spool (a killed relay loses
+    # nothing it acknowledged); off: once queued in its memory (the rank's export returns sooner, a kill -9
+    # loses what was acknowledged but not yet produced). docs/hook.md#node-relay
+    relay_durable_ack: bool = True
     detection: DetectionConfig = field(default_factory=DetectionConfig)
     parse_workers: int = 1            # processes parsing profile dumps (the parse worker's pool)
 
@@ -226,6 +234,8 @@ _ENV = {
     "STEPLENS_EMIT_PACK": ("", "emit_pack"),
     "STEPLENS_RELAY_SOCKET": ("", "relay_socket"),
     "STEPLENS_RELAY_FLUSH_INTERVAL_S": ("", "relay_flush_interval_s"),
+    "STEPLENS_RELAY_CONTROL": ("", "relay_control"),
+    "STEPLENS_RELAY_DURABLE_ACK": ("", "relay_durable_ack"),
 }
 
 

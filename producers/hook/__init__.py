@@ -1,9 +1,11 @@
 """Rank hook: per-step telemetry from real training processes (PyTorch, torch_npu, MindSpore).
 
 `start(job)` builds a hook that sends through a BackgroundEmitter to Kafka (settings from
-STEPLENS_* variables), follows the control topic, and registers this rank's device in the
-node's run directory for the device sampler. Framework glue lives in `producers.hook.torch`
-and `producers.hook.mindspore` (each imports its framework, so import them only when used).
+STEPLENS_* variables) or to the node relay, follows the control topic (through the relay when
+it sends through one and STEPLENS_RELAY_CONTROL is on: no Kafka client in the rank), and
+registers this rank's device in the node's run directory for the device sampler. Framework glue
+lives in `producers.hook.torch` and `producers.hook.mindspore` (each imports its framework, so
+import them only when used).
 """
 
 from __future__ import annotations
@@ -87,9 +89,12 @@ def start(
                     build_interval_s=settings.hook_flush_interval_s)
     hook.open()
     if follow_control:
-        from producers.hook.control import ControlFollower
+        from producers.hook.control import ControlFollower, RelayControlFollower
 
-        hook.add_follower(ControlFollower(hook, settings, topics).start())
+        if settings.relay_socket and settings.relay_control:  # the relay follows the topic once per node
+            hook.add_follower(RelayControlFollower(hook, settings.relay_path).start())
+        else:
+            hook.add_follower(ControlFollower(hook, settings, topics).start())
     if register:
         register_device(settings.run_path, info.device, job, r)
     return hook

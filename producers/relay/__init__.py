@@ -6,11 +6,13 @@ socket (`RelayExporter`), and the node runs ONE Kafka client (`Relay`, fed into 
 with the usual bounded queue, spool and counted drops) whose requests carry every rank's records.
 
 Modules: `framing` (the wire format, pure), `exporter` (rank side), `server` (the relay),
+`control` (the node's one control-topic consumer, commands pushed to the ranks they name),
 `__main__` (`python -m producers.relay`; also `python -m producers.sampler --relay`).
 """
 
 from producers.relay.exporter import RelayExporter
 from producers.relay.framing import MAX_FRAME_BYTES, FrameError
-from producers.relay.server import Relay, RelayStats, relay_emitter
+from producers.relay.server import Relay, RelayStats, relay_emitter, relay_from_settings
 
-__all__ = ["MAX_FRAME_BYTES", "FrameError", "Relay", "RelayExporter", "RelayStats", "relay_emitter"]
+__all__ = ["MAX_FRAME_BYTES", "FrameError", "Relay", "RelayExporter", "RelayStats", "relay_emitter",
+           "relay_from_settings"]

@@ -8,6 +8,13 @@ export batch. The connection still tells each side when the other is gone (ECONN
 A request frame is `!II` (body length, record count) then per record `!HiI` (topic length, key
 length or -1 for no key, value length) and the three byte strings. The relay answers each frame
 with `!I`: how many of its records, from the first, it accepted (the rest: its queue was full).
+
+Control subscription (version 2, a separate connection): a request header whose record count is
+SUBSCRIBE carries a JSON hello `{"job", "rank", "since_ms"}` instead of records. The relay answers
+with pushes, each `!I` (body length) then the body: first an empty one (subscribed), then one per
+control command naming that rank, `!iq` (the command record's partition and offset, so a rank can
+drop a command it already got) then the command's JSON unchanged. A relay without control (or
+older than this) closes the connection on a subscription; record connections are unchanged.
 Pure: bytes in, records out.
 """
 
@@ -15,6 +22,9 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+import orjson
 
 from producers.exporter import OutRecord
 
@@ -25,6 +35,21 @@ ACK = struct.Struct("!I")
 # the relay refuses (closes) a connection announcing a frame over MAX_ACCEPTED_FRAME_BYTES.
 MAX_FRAME_BYTES = 4 * 1024 * 1024
 MAX_ACCEPTED_FRAME_BYTES = 64 * 1024 * 1024
+SUBSCRIBE = 0xFFFFFFFF  # the record count of a control subscription's header
+MAX_HELLO_BYTES = 4096
+PUSH = struct.Struct("!I")
+PUSH_META = struct.Struct("!iq")
+SUBSCRIBED = PUSH.pack(0)  # the relay's answer to a subscription
+MAX_PUSH_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """Who subscribes: commands of `job` naming `rank` (or no ranks), issued from `since_ms` on."""
+
+    job: str
+    rank: int
+    since_ms: int
 
 
 class FrameError(ValueError):
@@ -93,5 +118,36 @@ def decode_body(body: bytes | bytearray | memoryview, count: int) -> list[OutRec
     return out
 
 
-__all__ = ["ACK", "HEADER", "MAX_ACCEPTED_FRAME_BYTES", "MAX_FRAME_BYTES", "FrameError", "decode_body",
-           "encode_frame", "record_size", "split_frames"]
+def encode_subscribe(hello: Hello) -> bytes:
+    """The frame a rank sends (once, first) on its control connection."""
+    body = orjson.dumps({"job": hello.job, "rank": hello.rank, "since_ms": hello.since_ms})
+    return HEADER.pack(len(body), SUBSCRIBE) + body
+
+
+def decode_hello(body: bytes | bytearray | memoryview) -> Hello:
+    try:
+        doc = orjson.loads(bytes(body))
+        hello = Hello(job=doc["job"], rank=doc["rank"], since_ms=doc["since_ms"])
+    except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+        raise FrameError(f"malformed subscription: {exc}") from exc
+    if not (isinstance(hello.job, str) and isinstance(hello.rank, int) and isinstance(hello.since_ms, int)):
+        raise FrameError("malformed subscription: job must be a string, rank and since_ms integers")
+    return hello
+
+
+def encode_push(partition: int, offset: int, value: bytes) -> bytes:
+    """One control command for a subscriber, with where it was read (for the rank's dedup)."""
+    return PUSH.pack(PUSH_META.size + len(value)) + PUSH_META.pack(partition, offset) + value
+
+
+def decode_push(body: bytes | bytearray | memoryview) -> tuple[int, int, bytes]:
+    """(partition, offset, command JSON) of a non-empty push body."""
+    if len(body) < PUSH_META.size:
+        raise FrameError(f"push of {len(body)} bytes is shorter than its header")
+    partition, offset = PUSH_META.unpack_from(body)
+    return partition, offset, bytes(body[PUSH_META.size:])
+
+
+__all__ = ["ACK", "HEADER", "MAX_ACCEPTED_FRAME_BYTES", "MAX_FRAME_BYTES", "MAX_HELLO_BYTES", "MAX_PUSH_BYTES", "PUSH",
+           "SUBSCRIBE", "SUBSCRIBED", "FrameError", "Hello", "decode_body", "decode_hello", "decode_push",
+           "encode_frame", "encode_push", "encode_subscribe", "record_size", "split_frames"]

@@ -6,10 +6,19 @@ and answers how many it took; what the queue could not take stays with the rank,
 retries it. Records are forwarded with topic, key and value unchanged, in the order each connection
 sent them, so a rank's records keep their key (job/rank) and their order.
 
-Loss window: records the relay acknowledged sit in its in-memory queue until its Kafka client has
-them acked (or spooled when Kafka is down); if the relay process dies in that window (at most
-`relay_flush_interval_s` plus one export, up to max_queue records) they are lost. A frame the relay
-read but did not acknowledge is re-sent by the rank (a duplicate at worst, as with Kafka timeouts).
+Loss window. With durable acks (the default, Settings.relay_durable_ack) a frame is acknowledged only
+once its records are in Kafka (acks=all) or in the relay's spool (`wait_settled`), so a relay killed
+at any moment loses nothing the ranks were told it took: records still in its memory were not
+acknowledged, and the rank re-sends them (duplicates, at-least-once). The wait is bounded
+(ACK_WAIT_S, past the Kafka export timeout); an acknowledgement sent at that bound (`acks_unsettled`)
+and every acknowledgement with durable acks off (acked once queued: lower latency for the rank's
+export thread) reopen the window: records acknowledged but not yet produced die with the relay,
+at most `relay_flush_interval_s` plus one export of them, bounded by the queue (max_queue records).
+A clean stop (SIGTERM: `stop()` then the emitter's close) loses nothing: what Kafka did not take is spooled.
+
+Control: a connection whose first frame is a subscription (framing.SUBSCRIBE) is a rank asking for
+its control commands; with a NodeControl the relay registers it with the hub (producers/relay/control.py),
+without one it closes it (the rank keeps retrying; run both with the same STEPLENS_RELAY_CONTROL).
 """
 
 from __future__ import annotations
@@ -21,29 +30,49 @@ import socket
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from producers.emitter import BackgroundEmitter
 from producers.exporter import KafkaExporter, OutRecord
-from producers.relay.framing import ACK, HEADER, MAX_ACCEPTED_FRAME_BYTES, FrameError, decode_body
+from producers.relay.framing import (
+    ACK,
+    HEADER,
+    MAX_ACCEPTED_FRAME_BYTES,
+    MAX_HELLO_BYTES,
+    SUBSCRIBE,
+    SUBSCRIBED,
+    FrameError,
+    decode_body,
+    decode_hello,
+)
 from schemas import Topics
 from steplens.config import Settings
+
+if TYPE_CHECKING:
+    from producers.relay.control import NodeControl
 
 log = logging.getLogger(__name__)
 
 UNIX_PATH_MAX = 107  # sun_path is 108 bytes with its terminating NUL
+# Longest wait for a frame's records to be in Kafka or the spool before acknowledging anyway: past the
+# Kafka export timeout (10 s) plus a flush interval, under the rank's wait for the answer (RelayExporter).
+ACK_WAIT_S = 20.0
 
 
 class RecordSink(Protocol):
     """What the relay needs from BackgroundEmitter."""
 
-    def emit_records(self, records: list[OutRecord], *, send_now: bool = False) -> int: ...
+    def emit_records_seq(self, records: list[OutRecord], *, send_now: bool = False) -> tuple[int, int]: ...
+
+    def wait_settled(self, seq: int, timeout: float | None) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
 class RelayStats:
     """connections: accepted so far; frames/records: received; forwarded: records the sink took;
-    refused: records handed back (sink full); protocol_errors: connections closed on a bad frame."""
+    refused: records handed back (sink full); protocol_errors: connections closed on a bad frame;
+    subscriptions: control subscriptions accepted; subscriptions_refused: closed (the relay has no control);
+    acks_unsettled: frames acknowledged at ACK_WAIT_S with records not yet in Kafka nor the spool."""
 
     connections: int = 0
     frames: int = 0
@@ -51,6 +80,9 @@ class RelayStats:
     forwarded: int = 0
     refused: int = 0
     protocol_errors: int = 0
+    subscriptions: int = 0
+    subscriptions_refused: int = 0
+    acks_unsettled: int = 0
 
 
 def _recv_into_exact(sock: socket.socket, view: memoryview) -> bool:
@@ -67,17 +99,26 @@ def _recv_into_exact(sock: socket.socket, view: memoryview) -> bool:
 
 
 class Relay:
-    """Listens on `path`; one thread per connected rank; `stop()` closes everything."""
+    """Listens on `path`; one thread per connected rank; `stop()` closes everything.
 
-    def __init__(self, path: Path, sink: RecordSink, *, max_frame_bytes: int = MAX_ACCEPTED_FRAME_BYTES) -> None:
+    `control`: the node's control loop, started and stopped with the relay (None: no subscriptions).
+    `durable_ack`: acknowledge a frame once its records are in Kafka or the spool (else once queued).
+    """
+
+    def __init__(self, path: Path, sink: RecordSink, *, max_frame_bytes: int = MAX_ACCEPTED_FRAME_BYTES,
+                 control: NodeControl | None = None, durable_ack: bool = True, ack_wait_s: float = ACK_WAIT_S) -> None:
         if len(os.fsencode(path)) > UNIX_PATH_MAX:
             raise ValueError(f"relay socket path longer than {UNIX_PATH_MAX} bytes: {path}")
         self.path = path
         self.sink = sink
         self.max_frame_bytes = max_frame_bytes
+        self.control = control
+        self.durable_ack = durable_ack
+        self.ack_wait_s = ack_wait_s
         self._lock = threading.Lock()
         self._counts = {"connections": 0, "frames": 0, "records": 0, "forwarded": 0, "refused": 0,
-                        "protocol_errors": 0}
+                        "protocol_errors": 0, "subscriptions": 0, "subscriptions_refused": 0,
+                        "acks_unsettled": 0}
         self._listener: socket.socket | None = None
         self._conns: dict[int, socket.socket] = {}
         self._threads: list[threading.Thread] = []
@@ -116,6 +157,8 @@ class Relay:
         t = threading.Thread(target=self._accept_loop, name="steplens-relay-accept", daemon=True)
         self._threads.append(t)
         t.start()
+        if self.control is not None:
+            self.control.start()
         return self
 
     def _accept_loop(self) -> None:
@@ -145,14 +188,19 @@ class Relay:
                 if not _recv_into_exact(conn, memoryview(header)):
                     return
                 body_len, count = HEADER.unpack(header)
+                if count == SUBSCRIBE:
+                    self._subscribe(conn, body_len)
+                    return
                 if body_len > self.max_frame_bytes:
                     raise FrameError(f"frame of {body_len} bytes over the relay's limit")
                 body = bytearray(body_len)
                 if body_len and not _recv_into_exact(conn, memoryview(body)):
                     raise ConnectionError("peer closed mid-frame")
                 records = decode_body(body, count)
-                accepted = self.sink.emit_records(records) if records else 0
-                self._count(frames=1, records=len(records), forwarded=accepted, refused=len(records) - accepted)
+                accepted, seq = self.sink.emit_records_seq(records) if records else (0, 0)
+                unsettled = accepted > 0 and self.durable_ack and not self.sink.wait_settled(seq, self.ack_wait_s)
+                self._count(frames=1, records=len(records), forwarded=accepted, refused=len(records) - accepted,
+                            acks_unsettled=int(unsettled))
                 conn.sendall(ACK.pack(accepted))
         except FrameError:
             self._count(protocol_errors=1)
@@ -164,9 +212,35 @@ class Relay:
                 self._conns.pop(fd, None)
             conn.close()
 
+    def _subscribe(self, conn: socket.socket, body_len: int) -> None:
+        """A rank's control connection: register it with the hub until it (or the relay) goes away."""
+        if body_len > MAX_HELLO_BYTES:
+            raise FrameError(f"subscription of {body_len} bytes")
+        body = bytearray(body_len)
+        if not _recv_into_exact(conn, memoryview(body)):
+            raise ConnectionError("peer closed mid-frame")
+        hello = decode_hello(body)
+        if self.control is None:
+            self._count(subscriptions_refused=1)
+            return
+        from producers.relay.control import Subscriber
+
+        sub = Subscriber(conn, hello)
+        conn.sendall(SUBSCRIBED)
+        self.control.hub.add(sub)
+        self._count(subscriptions=1)
+        try:
+            while conn.recv(4096):  # a subscriber only listens: anything it sends ends the subscription
+                self._count(protocol_errors=1)
+                return
+        finally:
+            self.control.hub.remove(sub)
+
     def stop(self, timeout: float = 5.0) -> None:
         """Stop accepting, end every connection (ranks then spool) and remove the socket file."""
         self._stopping.set()
+        if self.control is not None:
+            self.control.stop(timeout)
         listener, self._listener = self._listener, None
         if listener is not None:
             with contextlib.suppress(OSError):
@@ -184,6 +258,14 @@ class Relay:
             self.path.unlink()
 
 
+def relay_from_settings(settings: Settings, sink: RecordSink, topics: Topics, path: Path | None = None) -> Relay:
+    """The node relay as configured: durable acks and control per settings (not started)."""
+    from producers.relay.control import node_control
+
+    return Relay(settings.relay_path if path is None else path, sink, control=node_control(settings, topics),
+                 durable_ack=settings.relay_durable_ack)
+
+
 def relay_emitter(settings: Settings, topics: Topics, *, name: str = "steplens-relay",
                   max_queue: int = 50_000) -> BackgroundEmitter:
     """The node's one Kafka client: records forwarded as they came (already packed by the ranks)."""
@@ -196,4 +278,4 @@ def relay_emitter(settings: Settings, topics: Topics, *, name: str = "steplens-r
                              max_queue=max_queue, pack=False)
 
 
-__all__ = ["UNIX_PATH_MAX", "RecordSink", "Relay", "RelayStats", "relay_emitter"]
+__all__ = ["ACK_WAIT_S", "UNIX_PATH_MAX", "RecordSink", "Relay", "RelayStats", "relay_emitter", "relay_from_settings"]

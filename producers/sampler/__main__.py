@@ -11,7 +11,7 @@ from types import FrameType
 
 from producers.emitter import BackgroundEmitter
 from producers.hook import kafka_emitter_factory
-from producers.relay import Relay, relay_emitter
+from producers.relay import Relay, relay_emitter, relay_from_settings
 from producers.sampler.sampler import NodeSampler
 from producers.sampler.sources import open_source
 from schemas import Topics
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     relay_out: BackgroundEmitter | None = None
     if args.relay:
         relay_out = relay_emitter(settings, topics)
-        relay = Relay(settings.relay_path, relay_out).start()
+        relay = relay_from_settings(settings, relay_out, topics).start()
         settings = replace(settings, relay_socket=str(relay.path))  # the sampler's own samples go through it
     emitter = kafka_emitter_factory(settings, topics, name="steplens-sampler")()
     source = open_source(args.source, args.interval)

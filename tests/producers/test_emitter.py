@@ -30,6 +30,7 @@ from schemas import (
     JobEvent,
     KernelBatch,
     KernelRecord,
+    StepEvent,
     Topics,
     decode,
     encode,
@@ -191,18 +192,27 @@ def test_new_events_queue_behind_the_spool(tmp_path: Path, emitters: list[Backgr
     assert exporter.values() == [encode(e) for e in first + second]
 
 
-def test_spool_full_drops_with_reason(tmp_path: Path, emitters: list[BackgroundEmitter]) -> None:
+def overflow_the_spool(emitters: list[BackgroundEmitter], spool_dir: Path, *, pack: bool) -> tuple[
+        BackgroundEmitter, InMemoryExporter, list[StepEvent], EmitterStats]:
+    """Kafka down and a spool of ~20 events: 100 emitted, a prefix spooled, the rest dropped as spool_full.
+
+    Returns the emitter, its (still failing) exporter, the events and the stats once all 100 are accounted for.
+    """
     exporter = InMemoryExporter(failing=True)
     size = len(encode(step_event(0))) + 64
-    em = make(emitters, exporter, batch_size=10, flush_interval_s=0.01, spool_dir=tmp_path,
+    em = make(emitters, exporter, pack=pack, batch_size=10, flush_interval_s=0.01, spool_dir=spool_dir,
               max_spool_bytes=size * 20)
     events = step_events(100)
-    for ev in events:
-        em.emit(ev)
+    assert em.emit_batch(events) == 100
     assert em.wait_until(lambda s: s.spooled + s.dropped.get(SPOOL_FULL, 0) == 100 and settled(s), WAIT)
     stats = em.stats()
     assert 0 < stats.spooled < 100 and stats.dropped == {SPOOL_FULL: 100 - stats.spooled}
     assert stats.spool_bytes <= size * 20
+    return em, exporter, events, stats
+
+
+def test_spool_full_drops_with_reason(tmp_path: Path, emitters: list[BackgroundEmitter]) -> None:
+    em, exporter, events, stats = overflow_the_spool(emitters, tmp_path, pack=False)
     exporter.failing = False
     assert em.flush(WAIT)
     assert exporter.values() == [encode(e) for e in events[: stats.spooled]]
@@ -427,15 +437,7 @@ def test_a_failed_packed_record_fails_exactly_its_events(tmp_path: Path, emitter
 
 
 def test_packed_drops_are_counted_per_event(tmp_path: Path, emitters: list[BackgroundEmitter]) -> None:
-    exporter = InMemoryExporter(failing=True)
-    size = len(encode(step_event(0))) + 64
-    em = make(emitters, exporter, pack=True, batch_size=10, flush_interval_s=0.01, spool_dir=tmp_path,
-              max_spool_bytes=size * 20)
-    events = step_events(100)
-    assert em.emit_batch(events) == 100
-    assert em.wait_until(lambda s: s.spooled + s.dropped.get(SPOOL_FULL, 0) == 100 and settled(s), WAIT)
-    stats = em.stats()
-    assert 0 < stats.spooled < 100 and stats.dropped == {SPOOL_FULL: 100 - stats.spooled}
+    em, exporter, events, stats = overflow_the_spool(emitters, tmp_path, pack=True)
     exporter.failing = False
     assert em.flush(WAIT)
     final = em.stats()
@@ -445,3 +447,31 @@ def test_packed_drops_are_counted_per_event(tmp_path: Path, emitters: list[Backg
     assert sorted(got, key=lambda e: (e.step, e.rank)) == kept
     assert all([e for e in got if e.rank == r] == [e for e in kept if e.rank == r] for r in range(8))
     assert final.records_sent < final.exported
+
+
+def test_records_settle_in_queue_order_once_exported_spooled_or_dropped(tmp_path: Path,
+                                                                        emitters: list[BackgroundEmitter]) -> None:
+    """wait_settled (a relay's durable ack): a record is settled once no longer only in memory, and
+    never before an earlier one, even when later records reach the spool while an earlier export hangs."""
+    gate = threading.Event()
+    exporter = InMemoryExporter(gate=gate)
+    em = make(emitters, exporter, max_queue=10, batch_size=4, flush_interval_s=0.01, spool_dir=tmp_path)
+    recs = [OutRecord("t.steps", b"k", bytes([i])) for i in range(30)]
+    n, first_end = em.emit_records_seq(recs[:4])
+    assert (n, first_end) == (4, 4)
+    assert exporter.entered.wait(WAIT)  # the first 4 are in a hanging export
+    assert not em.wait_settled(first_end, 0)
+    end = first_end
+    for i in range(4, 30, 2):  # the rest overflows to the spool meanwhile
+        assert em.wait_until(lambda s: s.queued <= 8, WAIT), em.stats()
+        n, end = em.emit_records_seq(recs[i:i + 2])
+        assert n == 2
+    assert em.wait_until(lambda s: s.spooled > 0, WAIT)
+    assert not em.wait_settled(end, 0) and not em.wait_settled(1, 0)  # spooled later ones wait for the first
+    gate.set()
+    assert em.wait_settled(end, WAIT)
+    assert em.flush(WAIT) and exporter.values() == [r.value for r in recs]
+
+    dropping = make(emitters, InMemoryExporter(failing=True), flush_interval_s=0.01)  # no spool: dropped, counted
+    n, end = dropping.emit_records_seq(recs[:3])
+    assert dropping.wait_settled(end, WAIT) and dropping.stats().dropped == {EXPORT_FAILED: 3}

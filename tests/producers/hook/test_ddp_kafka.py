@@ -4,12 +4,14 @@
 - Kafka stopped mid-run and restarted -> every step event arrives exactly once, in order per rank,
   and the training loop never blocked;
 - a control command for rank r, steps s..s+2 -> kernel records and a profile pointer for exactly
-  those steps, and the dump exists.
+  those steps, and the dump exists; also with the ranks sending through a node relay process, which
+  then follows the control topic for them (no control consumer in any rank).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -211,10 +213,29 @@ def test_kafka_outage_mid_run_loses_and_duplicates_nothing(settings: Settings, t
         assert not r["emitter_dropped"], r["emitter_dropped"]
 
 
-def test_control_command_profiles_exactly_the_requested_steps(settings: Settings, tmp_path: Path) -> None:
+@pytest.mark.parametrize("via_relay", [False, True], ids=["own-consumers", "through-the-relay"])
+def test_control_command_profiles_exactly_the_requested_steps(settings: Settings, tmp_path: Path, via_relay: bool,
+                                                              request: pytest.FixtureRequest) -> None:
     topics = Topics(settings.topic_prefix)
     profile_root = tmp_path / "profiles"
     env = {**_env(settings, pack=True), "STEPLENS_PROFILE_ROOT": str(profile_root)}
+    relay = None
+    if via_relay:
+        import tempfile
+
+        from tests.producers.relay._process import RelayProcess
+
+        sock = Path(tempfile.mkdtemp(prefix="slr")) / "relay.sock"  # AF_UNIX paths: at most 107 bytes
+        settings = replace(settings, relay_socket=str(sock))
+        relay = proc = RelayProcess(settings)
+
+        def cleanup() -> None:  # a failing test must not leave the relay running
+            if proc.proc.poll() is None:
+                proc.kill()
+            shutil.rmtree(sock.parent, ignore_errors=True)
+
+        request.addfinalizer(cleanup)
+        env["STEPLENS_RELAY_SOCKET"] = str(sock)
     cfg = WorkloadConfig(job="ctl-job", world=4, steps=45, step_sleep_ms=150, out_dir=str(tmp_path / "out"), env=env)
     first, count, target = 30, 3, 1
     errors: list[BaseException] = []
@@ -242,6 +263,7 @@ def test_control_command_profiles_exactly_the_requested_steps(settings: Settings
     producer.flush()
     producer.close()
     trainer.join(600)
+    relay_err = relay.stop() if relay is not None else ""
     assert not errors, errors
     last_steps = max(e.step for e in seen if isinstance(e, StepEvent))
     assert last_steps < first, "the command was sent before the requested steps"
@@ -265,4 +287,8 @@ def test_control_command_profiles_exactly_the_requested_steps(settings: Settings
     assert all(e.entries[0].op == "allreduce" and e.entries[0].bytes for e in summaries)
     rank_stats = next(r for r in load_results(Path(cfg.out_dir)) if r["rank"] == target)["hook"]
     assert rank_stats["commands_accepted"] == 1 and rank_stats["profiles"] == 1
-    assert rank_stats["commands_ignored"] == {"other_rank": 1, "past_steps": 1}
+    if not via_relay:
+        assert rank_stats["commands_ignored"] == {"other_rank": 1, "past_steps": 1}
+    else:  # the relay pushed each command only to the rank it names: rank 1 never saw cmd-3
+        assert rank_stats["commands_ignored"] == {"past_steps": 1}
+        assert "4 subscriptions, 3 commands read, 3 pushed, 0 for no rank here, 0 invalid" in relay_err, relay_err

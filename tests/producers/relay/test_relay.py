@@ -68,17 +68,50 @@ def test_a_full_relay_queue_hands_back_the_tail(sock_dir: Path) -> None:
     gate = threading.Event()
     out = InMemoryExporter(gate=gate)
     sink = BackgroundEmitter(out, Topics(), spool_dir=None, max_queue=20, batch_size=1000, flush_interval_s=3600)
-    relay = Relay(sock_dir / "r.sock", sink).start()
+    relay = Relay(sock_dir / "r.sock", sink, ack_wait_s=0.2).start()  # never settled: acked at the bound
     try:
         exporter = RelayExporter(relay.path)
         recs = _records(30)
         with pytest.raises(ExportError) as err:
             exporter.export(recs)
         assert err.value.failed == tuple(recs[20:])
-        assert relay.stats().refused == 10
+        assert (relay.stats().refused, relay.stats().acks_unsettled) == (10, 1)
         assert sink.stats().dropped == {}  # not a drop: the rank still has them
     finally:
         gate.set()
+        relay.stop()
+        sink.close(10)
+
+
+def test_durable_ack_answers_only_once_the_records_are_exported(sock_dir: Path) -> None:
+    import threading
+
+    gate = threading.Event()  # the relay's Kafka stand-in hangs until the gate opens
+    out = InMemoryExporter(gate=gate)
+    sink = BackgroundEmitter(out, Topics(), spool_dir=None, flush_interval_s=0.01)
+    relay = Relay(sock_dir / "r.sock", sink).start()
+    exporter = RelayExporter(relay.path)
+    recs = _records(5)
+    errors: list[BaseException] = []
+
+    def export() -> None:
+        try:
+            exporter.export(recs)
+        except BaseException as exc:
+            errors.append(exc)
+
+    rank = threading.Thread(target=export)
+    try:
+        rank.start()
+        assert out.entered.wait(30)  # the relay is exporting the frame's records ...
+        assert rank.is_alive()  # ... and has not answered the rank: a kill now loses nothing acknowledged
+        gate.set()
+        rank.join(30)
+        assert not rank.is_alive() and errors == []
+        assert out.records == recs and relay.stats().acks_unsettled == 0
+    finally:
+        gate.set()
+        exporter.close()
         relay.stop()
         sink.close(10)
 

@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,42 +20,13 @@ from producers.emitter import BackgroundEmitter
 from producers.relay import RelayExporter
 from producers.workloads.ddp_transformer import WorkloadConfig, load_results, run
 from schemas import StepEvent, Topics, rank_key
-from steplens.config import Settings, load_settings
-from streams.topics_admin import ensure_topics
+from steplens.config import Settings
 from tests.producers._factories import step_event
 from tests.producers._records import events_of
 from tests.producers.hook.test_ddp_kafka import _env, _read
+from tests.producers.relay._process import REPO, RelayProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
-
-REPO = Path(__file__).resolve().parents[3]
-
-
-@pytest.fixture
-def settings(kafka_settings: Settings, unique_name: str, tmp_path: Path, sock_dir: Path) -> Iterator[Settings]:
-    s = replace(load_settings({}), home=tmp_path / "home", kafka_bootstrap=kafka_settings.kafka_bootstrap,
-                secrets_dir=kafka_settings.secrets_path, topic_prefix=f"{unique_name}.", app_id=unique_name,
-                topic_partitions=2, relay_socket=str(sock_dir / "relay.sock"), relay_flush_interval_s=0.05)
-    ensure_topics(s, Topics(s.topic_prefix), s.topic_partitions)
-    yield s
-
-
-class RelayProcess:
-    """`python -m producers.relay` as its own process; `stop()` sends SIGTERM and returns its stderr."""
-
-    def __init__(self, s: Settings) -> None:
-        env = {**os.environ, **_env(s), "STEPLENS_RELAY_SOCKET": s.relay_socket,
-               "STEPLENS_RELAY_FLUSH_INTERVAL_S": str(s.relay_flush_interval_s)}
-        self.proc = subprocess.Popen([sys.executable, "-m", "producers.relay"], cwd=REPO, env=env,
-                                     stderr=subprocess.PIPE, text=True)
-        line = self.proc.stderr.readline() if self.proc.stderr else ""  # printed once it listens
-        assert "listening" in line, line
-
-    def stop(self) -> str:
-        self.proc.send_signal(signal.SIGTERM)
-        _, err = self.proc.communicate(timeout=60)
-        assert self.proc.returncode == 0, err
-        return err
 
 
 def _steps_by_rank(s: Settings) -> tuple[dict[int, list[int]], list[tuple[bytes | None, int]]]:
