@@ -91,10 +91,14 @@ class ControlHub:
         with self._lock:
             return ControlStats(**self._counts, subscribers=len(self._subs))
 
-    def add(self, sub: Subscriber) -> int:
-        """Subscribe; first push the remembered commands naming it issued from its since_ms on. How many."""
+    def add(self, sub: Subscriber, greeting: bytes = b"") -> int:
+        """Subscribe; first send `greeting` (the rank's "subscribed"), then push the remembered commands
+        naming it issued from its since_ms on. How many. All under the lock: a command read after the
+        rank saw its greeting is routed to it, never counted as for no rank here."""
         h = sub.hello
         with self._lock:
+            if greeting:
+                sub.conn.sendall(greeting)
             replay = [msg for cmd, msg, ts in self._recent if ts >= h.since_ms and names(cmd, h.job, h.rank)]
             sent = 0
             for msg in replay:

@@ -226,8 +226,7 @@ class Relay:
         from producers.relay.control import Subscriber
 
         sub = Subscriber(conn, hello)
-        conn.sendall(SUBSCRIBED)
-        self.control.hub.add(sub)
+        self.control.hub.add(sub, greeting=SUBSCRIBED)
         self._count(subscriptions=1)
         try:
             while conn.recv(4096):  # a subscriber only listens: anything it sends ends the subscription
