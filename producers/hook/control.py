@@ -26,7 +26,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from infra.clients import kafka_client_config
 from producers.hook.core import RankHook
@@ -40,8 +40,41 @@ log = logging.getLogger(__name__)
 RecordHandler = Callable[[bytes, int, int, int], None]
 
 
-class ControlTopicFollower:
-    """Reads `topics.control` from `since_ms` on (no group) and hands every record to `on_record`."""
+def submit_raw(hook: RankHook, raw: bytes, invalid: int, received: int) -> tuple[int, int]:
+    """Decode a control record and hand it to the hook; the (invalid, received) counts after it."""
+    try:
+        cmd = decode_as(ControlCommand, raw)
+    except ContractError:
+        return invalid + 1, received
+    hook.submit_command(cmd)
+    return invalid, received + 1
+
+
+class DaemonLoop:
+    """A follower's thread: `_run` loops until `stop()`; `ready` says it is connected now."""
+
+    def __init__(self, name: str) -> None:
+        self._stop = threading.Event()
+        self.ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> Self:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+class ControlTopicFollower(DaemonLoop):
+    """Reads `topics.control` from `since_ms` on (no group) and hands every record to `on_record`.
+
+    `ready`: assigned and positioned at since_ms."""
 
     def __init__(self, on_record: RecordHandler, settings: Settings, topics: Topics, *, client_id: str,
                  since_ms: int | None = None, poll_s: float = 0.5) -> None:
@@ -51,18 +84,7 @@ class ControlTopicFollower:
         self._client_id = client_id
         self.since_ms = since_ms if since_ms is not None else time.time_ns() // 1_000_000
         self._poll_ms = int(poll_s * 1000)
-        self._stop = threading.Event()
-        self.ready = threading.Event()  # assigned and positioned at since_ms
-        self._thread = threading.Thread(target=self._run, name="steplens-control", daemon=True)
-
-    def start(self) -> ControlTopicFollower:
-        self._thread.start()
-        return self
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
+        super().__init__("steplens-control")
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -120,16 +142,10 @@ class ControlFollower(ControlTopicFollower):
         self.invalid = 0
 
     def _on_value(self, raw: bytes, _partition: int, _offset: int, _ts_ms: int) -> None:
-        try:
-            cmd = decode_as(ControlCommand, raw)
-        except ContractError:
-            self.invalid += 1
-            return
-        self.received += 1
-        self.hook.submit_command(cmd)
+        self.invalid, self.received = submit_raw(self.hook, raw, self.invalid, self.received)
 
 
-class RelayControlFollower:
+class RelayControlFollower(DaemonLoop):
     """Subscribes to the node relay at `path` for the commands naming this rank; submits them to `hook`.
 
     Reconnects with backoff (no relay yet, a relay restart, a relay with control off), and again at
@@ -147,22 +163,11 @@ class RelayControlFollower:
         self._retry = (retry_s, retry_max_s)
         self._seen: deque[tuple[int, int]] = deque(maxlen=remember)
         self._seen_set: set[tuple[int, int]] = set()
-        self._stop = threading.Event()
-        self.ready = threading.Event()  # subscribed to a relay now
         self.received = 0
         self.invalid = 0
         self.duplicates = 0
         self.subscriptions = 0
-        self._thread = threading.Thread(target=self._run, name="steplens-relay-control", daemon=True)
-
-    def start(self) -> RelayControlFollower:
-        self._thread.start()
-        return self
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
+        super().__init__("steplens-relay-control")  # `ready`: subscribed to a relay now
 
     def _identity(self) -> tuple[str, int]:
         return self.hook.rank.job, self.hook.rank.rank
@@ -224,13 +229,7 @@ class RelayControlFollower:
             self._seen_set.discard(self._seen[0])
         self._seen.append(where)
         self._seen_set.add(where)
-        try:
-            cmd = decode_as(ControlCommand, raw)
-        except ContractError:
-            self.invalid += 1
-            return
-        self.received += 1
-        self.hook.submit_command(cmd)
+        self.invalid, self.received = submit_raw(self.hook, raw, self.invalid, self.received)
 
 
 __all__ = ["ControlFollower", "ControlTopicFollower", "RecordHandler", "RelayControlFollower"]
