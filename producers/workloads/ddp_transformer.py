@@ -344,6 +344,7 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
     cpu = {k: round(v - cpu0.get(k, 0.0), 3) for k, v in cpu1.items()}  # after the first round of blocks
     stats = None
     dropped: dict[str, int] | None = None
+    spooled: int | None = None
     if hook is not None:
         if rank == 0:
             hook.emit(JobEvent(job=cfg.job, phase="end", world=cfg.world, ts_ns=time.time_ns(),
@@ -353,7 +354,8 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
         hook.flush(60.0)  # the builder counts events as it emits them: read the stats after the flush
         stats = hook.stats()
         em = sends.inner if hook.emitter is sends else hook.emitter
-        dropped = em.stats().dropped if isinstance(em, BackgroundEmitter) else None
+        if isinstance(em, BackgroundEmitter):
+            dropped, spooled = em.stats().dropped, em.stats().spooled
         hook.close(30.0)
     if cfg.out_dir:
         Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
@@ -361,7 +363,7 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
             "rank": rank, "times": times,
             "hook": asdict(stats) if stats is not None else None,
             "us_per_event": stats.us_per_event if stats is not None else None,
-            "emitter_dropped": dropped, "events_held": sends.held, "cpu_s": cpu,
+            "emitter_dropped": dropped, "emitter_spooled": spooled, "events_held": sends.held, "cpu_s": cpu,
             "cpu_steps": cfg.steps - warm_steps,
         }))
     dist.destroy_process_group()

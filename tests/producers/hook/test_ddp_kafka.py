@@ -185,6 +185,7 @@ def test_kafka_outage_mid_run_loses_and_duplicates_nothing(settings: Settings, t
     by_rank: dict[int, list[int]] = {}
     first_bytes: dict[tuple[int, int], bytes] = {}
     duplicates = 0
+    copies: dict[tuple[int, int], int] = {}
     packed = 0
     for m in records:  # packed records (the ranks run with STEPLENS_EMIT_PACK): expand in array order
         packed += is_packed(m.value)
@@ -196,16 +197,22 @@ def test_kafka_outage_mid_run_loses_and_duplicates_nothing(settings: Settings, t
                 # very same event, which landing's ReplacingMergeTree collapses; counted, never silent
                 assert first_bytes[(e.rank, e.step)] == encode_event(e)
                 duplicates += 1
+                copies[(e.rank, e.step)] += 1
                 continue
+            copies[(e.rank, e.step)] = 1
             first_bytes[(e.rank, e.step)] = encode_event(e)
             by_rank.setdefault(e.rank, []).append(e.step)
     assert packed and len(records) < 4 * steps  # several steps per record
     assert by_rank == {r: list(range(steps)) for r in range(4)}  # none lost, in order per rank
-    # at most a few whole batches per rank are re-sent; a rank sends a batch every
-    # HOOK_FLUSH_INTERVAL_S and a step takes at least step_sleep_ms
+    # re-sends are bounded: a few batches whose acks were lost while the broker stopped, plus the
+    # spooled outage span once more when its replay's acks time out while the restarted broker
+    # is still loading (seen on the loaded 2-core CI box: 195 re-sent of 400). No event goes out
+    # more than three times, which a replay loop re-sending acknowledged records would exceed.
     per_batch = int(HOOK_FLUSH_INTERVAL_S * 1000 / cfg.step_sleep_ms) + 1
-    assert duplicates <= 4 * 4 * per_batch, f"{duplicates} re-sent step events"
+    assert max(copies.values()) <= 3, sorted(copies.items(), key=lambda kv: -kv[1])[:5]
     results = load_results(Path(cfg.out_dir))
+    spooled = sum(r["emitter_spooled"] for r in results)
+    assert duplicates <= 4 * 4 * per_batch + spooled, f"{duplicates} re-sent step events, {spooled} spooled"
     for r in results:
         times = [ms for _, ms in r["times"]]
         # the loop never waited for Kafka: an export timeout is 10 s, no step came near it
