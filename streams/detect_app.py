@@ -183,7 +183,9 @@ class DetectWorker:
             await self._maybe_snapshot(force=bool(outputs))
             for job in [j for j, e in self.fleet.jobs.items() if e.finished and j not in self.pending
                         and j not in self.dirty and not (j in self.outboxes and self.outboxes[j].pending)]:
-                del self.fleet.jobs[job]  # its final snapshot (finished=True, outbox empty) is on the state topic
+                done = self.fleet.jobs.pop(job)  # its final snapshot (finished, outbox empty) is on the state topic
+                log.info("job %r finished: %d frames evaluated (%d incomplete), %d late reports", job,
+                         done.stats.frames, done.frames.stats.incomplete, done.frames.stats.late)
                 self.outboxes.pop(job, None)
             m = self.metrics
             m.open_windows.set(self.fleet.open_windows())
@@ -277,9 +279,9 @@ def create_detect_app(settings: Settings) -> faust.App:
     worker.metrics.serve(cfg.metrics_port)
 
     async def report() -> None:
-        log.info("detect jobs=%d open_windows=%d open_incidents=%d snapshots=%d",
+        log.info("detect jobs=%d open_windows=%d open_incidents=%d snapshots=%d input_lagging=%s",
                  len(worker.fleet.jobs), worker.fleet.open_windows(), worker.fleet.open_incidents(),
-                 worker.store.written)
+                 worker.store.written, worker.fleet.lagging)
 
     app.timer(interval=10.0)(report)
     return app

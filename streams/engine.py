@@ -89,13 +89,14 @@ class JobEngine:
                                      hold_down_steps=cfg.incident_hold_down_steps,
                                      shift_hold_steps=cfg.baseline_steps))
 
-    def on_chunk(self, chunk: dict[str, Any], now_ns: int) -> list[Output]:
+    def on_chunk(self, chunk: dict[str, Any], now_ns: int, lagging: bool | None = None) -> list[Output]:
+        """Apply one chunk; `lagging`: what it says of the decode stage's input (`input_lagging`,
+        computed once by the fleet), None when it says nothing."""
         self.stats.chunks += 1
         kind = chunk.get("kind")
         if self.finished:
             self.stats.late += 1
             return []
-        lagging = input_lagging(chunk, self.cfg.batch_max, now_ns)
         if lagging is not None:
             self.frames.input_lagging = lagging
         if kind == "steps":
@@ -103,7 +104,7 @@ class JobEngine:
             self.frames.add_steps(cols, now_ns)
             self.stall.on_steps(cols.end_ns)
         elif kind == "kernels":
-            self.frames.add_kernels(chunk["rows"], now_ns)
+            self.frames.add_kernels(chunk["rows"], now_ns, int(chunk.get("world") or 0))
         elif kind == "device":
             return self._device(chunk, now_ns)
         elif kind == "job":
@@ -257,7 +258,7 @@ class FleetEngine:
         job = chunk.get("job")
         if not isinstance(job, str) or not job:
             return []  # device samples nobody attributed to a job: landed, not analysed
-        return self.job(job).on_chunk(chunk, now_ns)
+        return self.job(job).on_chunk(chunk, now_ns, lagging)
 
     def heard(self, now_ns: int) -> None:
         """The engine was busy until `now_ns` (a batch of chunks, a long tick), not waiting for input.

@@ -104,14 +104,16 @@ def _add_kernel_summary(chunks: dict[str, dict[str, Any]], doc: dict[str, Any]) 
     """Kernel summaries stay row-shaped (variable entries) but trimmed to what R4–R9 read."""
     job = doc.get("job")
     rank = doc.get("rank")
+    world = doc.get("world")
     step = doc.get("step")
     entries = doc.get("entries")
-    if not (isinstance(job, str) and job and isinstance(rank, int) and rank >= 0 and isinstance(step, int)
-            and step >= 0 and isinstance(entries, list)):
+    if not (isinstance(job, str) and job and isinstance(rank, int) and isinstance(world, int) and 0 <= rank < world
+            and isinstance(step, int) and step >= 0 and isinstance(entries, list)):
         return False
     chunk = chunks.get(f"kernels:{job}")
     if chunk is None:
-        chunk = chunks[f"kernels:{job}"] = {"kind": "kernels", "job": job, "rows": []}
+        chunk = chunks[f"kernels:{job}"] = {"kind": "kernels", "job": job, "world": world, "rows": []}
+    chunk["world"] = max(chunk["world"], world)
     trimmed = []
     for e in entries:
         if not isinstance(e, dict) or not isinstance(e.get("key"), str) or not isinstance(e.get("total_ns"), int):

@@ -148,12 +148,18 @@ class StepFrames:
     summaries_declared: bool = False  # the job's start says every rank sends kernel summaries (1.3)
     summary_misses: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # per rank, in a row
 
+    def _ensure_world(self, world: int) -> None:
+        """Every per-rank array covers `world` ranks (a job's reports may reveal its world in any order)."""
+        self.topo.grow(world)
+        world = self.topo.world
+        self.newest_of = _grown(self.newest_of, world, -1)
+        self.kernel_newest_of = _grown(self.kernel_newest_of, world, -1)
+        self.summary_misses = _grown(self.summary_misses, world, 0)
+
     def add_steps(self, cols: StepColumns, now_ns: int) -> None:
         self.topo.learn(cols)
+        self._ensure_world(self.topo.world)
         world = self.topo.world
-        if self.newest_of.size < world:
-            self.newest_of = np.concatenate([self.newest_of, np.full(world - self.newest_of.size, -1,
-                                                                     dtype=np.int64)])
         self.last_input_ns = now_ns
         np.maximum.at(self.newest_of, cols.rank, cols.step)
         for step in np.unique(cols.step).tolist():
@@ -175,26 +181,31 @@ class StepFrames:
             frame.samples[ranks] = cols.samples[sel]
             frame.batch[ranks] = cols.batch[sel]
 
-    def add_kernels(self, rows: list[list[object]], now_ns: int) -> None:
-        """Kernel summaries join their step's frame (R4–R9 evaluate on release)."""
+    def add_kernels(self, rows: list[list[object]], now_ns: int, world: int = 0) -> None:
+        """Kernel summaries join their step's frame (R4–R9 evaluate on release).
+
+        `world`: the job's world as the summaries state it (contract: rank < world). Summaries
+        can arrive before any step report of the job (their own topic, read in any order): they
+        open the frame at that world and wait there for the steps, never dropped for it.
+        """
+        self._ensure_world(world)
         for rank, step, entries, other_ns in rows:
             if not isinstance(rank, int) or not isinstance(step, int) or not isinstance(entries, list):
                 continue
-            if 0 <= rank < self.topo.world:  # this rank sends summaries: its frames wait for them
-                if self.kernel_newest_of.size < self.topo.world:
-                    self.kernel_newest_of = np.concatenate([self.kernel_newest_of, np.full(
-                        self.topo.world - self.kernel_newest_of.size, -1, dtype=np.int64)])
-                self.kernel_newest_of[rank] = max(int(self.kernel_newest_of[rank]), step)
-                if rank < self.summary_misses.size:
-                    self.summary_misses[rank] = 0
-            if (self.next_step is not None and step < self.next_step) or rank >= max(self.topo.world, 1):
+            if not 0 <= rank < self.topo.world:  # a rank outside every world this job stated
+                self.stats.late += 1
+                continue
+            # this rank sends summaries: its frames wait for them
+            self.kernel_newest_of[rank] = max(int(self.kernel_newest_of[rank]), step)
+            self.summary_misses[rank] = 0
+            if self.next_step is not None and step < self.next_step:
                 self.stats.late += 1
                 continue
             frame = self.frames.get(step)
             if frame is None:
-                if self.topo.world == 0:
-                    continue
                 frame = self.frames[step] = Frame.empty(step, self.topo.world, now_ns)
+            elif frame.seen.size < self.topo.world:
+                self._grow_frame(frame, self.topo.world)
             frame.kernel_ns[rank] = float(sum(int(e[3]) for e in entries))
             frame.kernels.append((rank, entries, int(other_ns) if isinstance(other_ns, int) else 0))
 
@@ -249,29 +260,21 @@ class StepFrames:
         Otherwise which ranks send them is learned from the summaries seen.
         """
         world = frame.seen.size
-        k = np.full(world, -1, dtype=np.int64)
-        n = min(world, self.kernel_newest_of.size)
-        k[:n] = self.kernel_newest_of[:n]
+        k = self.kernel_newest_of[:world]
         sends = k >= 0
         if self.summaries_declared:
-            sends |= frame.seen & ((self._misses(world) < SUMMARY_MISS_LIMIT) | self.input_lagging)
+            sends |= frame.seen & ((self.summary_misses[:world] < SUMMARY_MISS_LIMIT) | self.input_lagging)
         waiting = sends & (k <= frame.step) & np.isnan(frame.kernel_ns)
         return not bool(waiting.any())
 
-    def _misses(self, world: int) -> IntArray:
-        if self.summary_misses.size < world:
-            self.summary_misses = np.concatenate([self.summary_misses,
-                                                  np.zeros(world - self.summary_misses.size, dtype=np.int64)])
-        return self.summary_misses[:world]
-
     def _count_misses(self, frame: Frame) -> None:
         """A frame closed without some reporting ranks' summaries: one more miss each."""
-        misses = self._misses(frame.seen.size)
-        misses[frame.seen & np.isnan(frame.kernel_ns)] += 1
+        self.summary_misses[:frame.seen.size][frame.seen & np.isnan(frame.kernel_ns)] += 1
 
     def release(self, now_ns: int, force: bool = False) -> list[Frame]:
         """Frames ready to evaluate, in step order (`force`: everything, e.g. at job end)."""
         out: list[Frame] = []
+        self._ensure_world(self.topo.world)  # a snapshot from before a field existed may hold it short
         while self.frames:
             if self.next_step is None or self.next_step not in self.frames:
                 self.next_step = min(self.frames)
@@ -292,3 +295,10 @@ class StepFrames:
             self.next_step += 1
             out.append(frame)
         return out
+
+
+def _grown(arr: IntArray, size: int, fill: int) -> IntArray:
+    """`arr` extended to `size` entries with `fill` (unchanged when already that long)."""
+    if arr.size >= size:
+        return arr
+    return np.concatenate([arr, np.full(size - arr.size, fill, dtype=arr.dtype)])

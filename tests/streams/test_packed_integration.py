@@ -73,7 +73,7 @@ def test_packed_records_land_and_are_detected_like_unpacked_ones(
               for form, run in runs.items()}
     for form in runs:
         assert (result[form]["recall"], result[form]["precision"], result[form]["localisation"]) == (1.0, 1.0, 1.0), \
-            (form, result[form])
+            (form, result[form], _worker_log(tmp_path / "worker-detect.log"))
     assert result["packed"]["rule_attribution"] == result["unpacked"]["rule_attribution"]
 
     # landing: every event once, the bad element (and only it) dead-lettered with its index
@@ -104,3 +104,11 @@ def test_packed_records_land_and_are_detected_like_unpacked_ones(
     whole = [m for m in letters if m.value == b"[]"]
     assert len(whole) == 1 and int(dict(whole[0].headers)["steplens-source-offset"]) == whole_at.offset
     assert any(m.value == b"42" for m in letters)
+
+
+def _worker_log(path: Path) -> str:
+    """What the detect worker said about incidents and its jobs: the evidence when scoring fails."""
+    keep = ("incident", "detect jobs", "finished:", "ERROR", "Traceback", "Revoking", "assigned partitions",
+            "Signal received")
+    lines = [line[:240] for line in path.read_text(errors="replace").splitlines() if any(k in line for k in keep)]
+    return "\n".join(lines[-40:])

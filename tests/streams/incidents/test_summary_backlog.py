@@ -28,7 +28,7 @@ TOPICS = Topics("")
 BATCH = 2048
 
 
-def _replay(run: SimRun) -> list[dict[str, Any]]:
+def _replay(run: SimRun, summaries_first: bool = False) -> list[dict[str, Any]]:
     fleet = FleetEngine(DetectionConfig())
     now = [T0]
     out: list[Output] = []
@@ -47,13 +47,17 @@ def _replay(run: SimRun) -> list[dict[str, Any]]:
     other: list[bytes] = []  # another job's backlog, read between this job's steps and its summaries
     stream_runs([SimRun(scenario_job("healthy", ranks=64, steps=150, seed=9, job_id="other"), include=("step",))],
                 TOPICS, lambda t, k, v: other.append(v))
-    for raws, batch in ((first, BATCH), (other, 1), (summaries, BATCH)):  # `other`: 24 s, past the window timeout
+    order = ((summaries, BATCH), (other, 1), (first, BATCH)) if summaries_first else \
+        ((first, BATCH), (other, 1), (summaries, BATCH))  # `other`: 24 s, past the window timeout
+    for raws, batch in order:
         for i in range(0, len(raws), batch):
             feed(raws[i:i + batch])
     for _ in range(100):  # the backlog is drained: no more chunks
         now[0] += 500_000_000
         out.extend(fleet.tick(now[0]))
     assert fleet.jobs[run.job.job_id].finished
+    if summaries_first:
+        assert fleet.jobs[run.job.job_id].frames.stats.incomplete == 0, "every frame closed complete"
     assert 2 * fleet.jobs[run.job.job_id].frames.timeout_ns() < 24 * 10**9, "the gap outlasts a window timeout"
     return [orjson.loads(encode(bounded(o))) for o in out if isinstance(o, Incident)]
 
@@ -62,6 +66,18 @@ def _replay(run: SimRun) -> list[dict[str, Any]]:
 def test_summaries_read_after_the_job_ended_still_find_the_fault(name: str) -> None:
     run = SimRun(scenario_job(name, ranks=64, steps=60, seed=1, job_id=f"backlog-{name}"))
     messages = _replay(run)
+    scores = score_records([run_record(name, run)], messages)["scenarios"][name]
+    assert scores["recall"] == scores["precision"] == scores["localisation"] == 1.0, scores
+    assert scores["rule_attribution"] == 1.0, scores
+
+
+@pytest.mark.parametrize("name", ["link_degradation", "slow_host"])
+def test_summaries_read_before_the_jobs_first_step_are_kept(name: str) -> None:
+    """The other order (a summary partition read first, e.g. after a rebalance of the decode
+    stage): summaries of a job with no step seen yet open its frames instead of being dropped,
+    so its frames close complete as soon as the steps come, not on a timeout after the backlog."""
+    run = SimRun(scenario_job(name, ranks=64, steps=60, seed=1, job_id=f"early-{name}"))
+    messages = _replay(run, summaries_first=True)
     scores = score_records([run_record(name, run)], messages)["scenarios"][name]
     assert scores["recall"] == scores["precision"] == scores["localisation"] == 1.0, scores
     assert scores["rule_attribution"] == 1.0, scores

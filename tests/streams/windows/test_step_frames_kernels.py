@@ -91,3 +91,23 @@ def test_an_undeclared_job_lagging_learns_as_before() -> None:
     frames = StepFrames(params=WindowParams(timeout_min_s=5.0), input_lagging=True)
     _steps(frames, 0, 0)
     assert [f.step for f in frames.release(0)] == [0], "nothing says summaries will come"
+
+
+def test_summaries_before_any_step_open_the_frame_at_their_world() -> None:
+    """A job's summaries read before its first step report are kept (not dropped for an unknown
+    world): the frame completes the moment the steps arrive."""
+    frames = StepFrames(params=WindowParams(timeout_min_s=5.0), summaries_declared=True)
+    frames.add_kernels([[r, 0, [["mm", "compute", 1, 1000, None, None, None, None, None, None]], 0]
+                        for r in range(4)], 0, world=4)
+    assert frames.release(0) == [], "no step reported yet"
+    _steps(frames, 0, 0)
+    released = frames.release(0)
+    assert [(f.step, f.closed_by, len(f.kernels)) for f in released] == [(0, "complete", 4)]
+    assert frames.stats.late == 0
+
+
+def test_a_summary_for_a_rank_outside_the_world_is_counted_not_kept() -> None:
+    frames = StepFrames(params=WindowParams(timeout_min_s=5.0))
+    _steps(frames, 0, 0)
+    frames.add_kernels([[7, 0, [["mm", "compute", 1, 1000, None, None, None, None, None, None]], 0]], 0)
+    assert frames.stats.late == 1 and frames.topo.world == 4
