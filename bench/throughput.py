@@ -45,7 +45,7 @@ from steplens.demo import start_worker, stop_worker
 from steplens.lag import group_lag
 from streams.metrics import kafka_has_c_crc32c
 from streams.state.store import SnapshotStore
-from streams.topics_admin import DetectTopics, ensure_topics
+from streams.topics_admin import DetectTopics, ensure_topics, expire_topics
 
 RESULTS = REPO_ROOT / "bench" / "results" / "throughput.json"
 T0_NS = 1_767_225_600_000_000_000
@@ -264,6 +264,7 @@ def trial(base: Settings, ranks: int, steps: int, packed: bool = True, broker_pi
     latencies = [seen[s] - sent_at[s] for s in injected if s in seen]
     missed = [s for s in injected if s not in seen]
     ceil = ceiling(settings, [topics.steps, topics.kernel_summaries, topics.device], events)
+    expire_topics(settings, topics)  # a 10,240-rank trial writes ~1 GB; the measurement is done
     p99 = float(np.percentile(latencies, 99)) if latencies else float("inf")
     result = {
         "ranks": job.world, "steps": steps, "packed": packed, "events": events, "records": records,

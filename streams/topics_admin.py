@@ -22,6 +22,8 @@ from kafka.admin import (
     ACLOperation,
     ACLPermissionType,
     ACLResourcePatternType,
+    ConfigResource,
+    ConfigResourceType,
     KafkaAdminClient,
     NewTopic,
     ResourcePatternFilter,
@@ -158,3 +160,30 @@ def ensure_topics(
             while time.monotonic() < stop_at and not should_stop():
                 time.sleep(min(0.1, deadline_sleep))
             backoff = min(backoff * 2, RETRY_MAX_S)
+
+
+
+def expire_topics(settings: Settings, topics: Topics) -> list[str]:
+    """Drop the data of every steplens topic under `topics`' prefix (a benchmark's own, after its run).
+
+    Benchmarks make fresh topics per run so no earlier backlog reaches their workers; kept,
+    they add up (a full bench-detection writes ~10 GB; one run filled the disk). The broker
+    refuses topic deletion (`delete.topic.enable=false`, docs/security.md), so the topics get
+    `retention.ms=1` instead: at its next retention check (`log.retention.check.interval.ms`,
+    5 min) the broker rolls and deletes every segment, and the empty topics stay.
+    Returns the names expired; failures are logged, never raised: cleanup must not lose a
+    result already measured.
+    """
+    admin = KafkaAdminClient(**kafka_client_config(settings, "admin"), client_id="steplens-admin",
+                             bootstrap_timeout_ms=CONNECT_TIMEOUT_MS)
+    try:
+        names = sorted(set(topics.all()) & set(admin.list_topics()))
+        if names:
+            admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, name, configs={"retention.ms": "1"})
+                                 for name in names])
+        return names
+    except KafkaError as exc:
+        log.warning("could not expire topics %s: %r", list(topics.all()), exc)
+        return []
+    finally:
+        admin.close()

@@ -47,7 +47,7 @@ from steplens.scoring import (
     score_run,
     summarise,
 )
-from streams.topics_admin import DetectTopics, ensure_topics
+from streams.topics_admin import DetectTopics, ensure_topics, expire_topics
 
 QUICK = ("slow_rank", "slow_host", "gc_leak", "link_degradation", "hung_rank", "step_time_shift",
          "hermes_gc_moe", "cooling_loss")
@@ -187,6 +187,8 @@ def clickhouse_incidents(settings: Settings, jobs: set[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.detection", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}; one seed")
+    p.add_argument("--keep-topics", action="store_true",
+                   help="keep the data of this run's Kafka topics (expired by default: a full run writes ~10 GB)")
     p.add_argument("--scenario", action="append", help="run only these scenarios (repeatable)")
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--ranks", type=int, default=64)
@@ -272,6 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     jobs = {r.job.job_id for _, r in all_runs}
     messages = read_alerts(settings, topics.incidents, alert_start, jobs)
     ch_count = clickhouse_incidents(settings, jobs)
+    if not args.keep_topics:
+        print(f"• this run's {len(expire_topics(settings, topics))} topics expire at the broker's next retention "
+              "check (--keep-topics keeps their data)", flush=True)
     records = [run_record(label, run) for label, run in all_runs]
     (gt_dir / "runs.json").write_bytes(orjson.dumps(records, option=orjson.OPT_INDENT_2))
     (gt_dir / "alerts.jsonl").write_bytes(b"".join(orjson.dumps(m) + b"\n" for m in messages))
