@@ -162,7 +162,6 @@ def ensure_topics(
             backoff = min(backoff * 2, RETRY_MAX_S)
 
 
-
 def expire_topics(settings: Settings, topics: Topics) -> list[str]:
     """Drop the data of every steplens topic under `topics`' prefix (a benchmark's own, after its run).
 
