@@ -281,7 +281,7 @@ def create_detect_app(settings: Settings) -> faust.App:
     async def report() -> None:
         log.info("detect jobs=%d open_windows=%d open_incidents=%d snapshots=%d input_lagging=%s",
                  len(worker.fleet.jobs), worker.fleet.open_windows(), worker.fleet.open_incidents(),
-                 worker.store.written, worker.fleet.lagging)
+                 worker.store.written, worker.fleet.lagging_now(now_ns()))
 
     app.timer(interval=10.0)(report)
     return app

@@ -268,6 +268,11 @@ class FleetEngine:
         """
         self.lag_seen_ns = max(self.lag_seen_ns, now_ns)
 
+    def lagging_now(self, now_ns: int) -> bool:
+        """Whether the decode stage is behind its input now: the newest chunk said so, and the
+        engine has heard a chunk within LAG_STALE_NS or QUIET_TICKS ticks (see `tick`)."""
+        return self.lagging and (now_ns - self.lag_seen_ns <= LAG_STALE_NS or self.quiet_ticks <= QUIET_TICKS)
+
     def tick(self, now_ns: int) -> list[Output]:
         """Release what is ready in every job, each judging "lagging" by the newest input.
 
@@ -277,7 +282,7 @@ class FleetEngine:
         the input is current.
         """
         self.quiet_ticks += 1
-        lagging = self.lagging and (now_ns - self.lag_seen_ns <= LAG_STALE_NS or self.quiet_ticks <= QUIET_TICKS)
+        lagging = self.lagging_now(now_ns)
         out: list[Output] = []
         for engine in list(self.jobs.values()):
             engine.frames.input_lagging = lagging
