@@ -47,6 +47,7 @@ from steplens.scoring import (
     score_run,
     summarise,
 )
+from streams.state.store import SnapshotStore
 from streams.topics_admin import DetectTopics, ensure_topics, expire_topics
 
 QUICK = ("slow_rank", "slow_host", "gc_leak", "link_degradation", "hung_rank", "step_time_shift",
@@ -150,6 +151,26 @@ def wait_caught_up(settings: Settings, workers: list[subprocess.Popen[bytes]], s
         if time.monotonic() - last_progress > stall_s:
             raise RuntimeError(f"workers made no progress for {stall_s:.0f}s (lag {total})")
         time.sleep(2.0)
+
+
+def wait_jobs_finished(settings: Settings, jobs: set[str], timeout_s: float) -> set[str]:
+    """After the consumer lag is 0: wait until the detect worker's snapshots show every job in
+    `jobs` finished with an empty outbox; return those that did not within `timeout_s`.
+
+    Lag 0 means every chunk was applied, not that every frame was released: a frame still
+    waiting for a report (or the input judged lagging for a few seconds more) releases later,
+    and stopping the workers then loses its incidents. A job's last snapshot says `finished`
+    once all of its frames were evaluated and its end handled; an empty outbox, once what that
+    produced was sent.
+    """
+    store = SnapshotStore(settings, DetectTopics(settings.topic_prefix).state)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        snaps = store.load()
+        left = {j for j in jobs if not (j in snaps and snaps[j][0].finished and not snaps[j][1].pending)}
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(1.0)
 
 
 def read_alerts(settings: Settings, topic: str, start: dict[int, int], jobs: set[str]) -> list[dict[str, Any]]:
@@ -261,11 +282,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"• sent {sent} events in {time.monotonic() - t_send:.0f}s; waiting for the workers", flush=True)
         wait_caught_up(settings, workers, args.stall_s)
         print(f"• caught up after {time.monotonic() - t_send:.0f}s", flush=True)
+        _report_unfinished(wait_jobs_finished(settings, {r.job.job_id for _, r in runs}, 120))
         if paced_runs:
             print(f"• paced: {len(paced_runs)} runs of {args.paced_steps} steps in real time", flush=True)
             stream_runs([r for _, r in paced_runs], topics, send, paced=True, on_step=producer.flush)
             producer.flush()
             wait_caught_up(settings, workers, args.stall_s)
+            _report_unfinished(wait_jobs_finished(settings, {r.job.job_id for _, r in paced_runs}, 120))
     finally:
         producer.close()
         for proc in workers:
@@ -287,6 +310,12 @@ def main(argv: list[str] | None = None) -> int:
                    "ground_truth_dir": str(gt_dir.relative_to(REPO_ROOT))})
     write_result(args.out, result)
     return 0
+
+
+def _report_unfinished(left: set[str]) -> None:
+    if left:
+        print(f"• WARNING: {len(left)} jobs not finished in the detect worker 120 s after the lag reached 0 "
+              f"(their last incidents may be missing): {sorted(left)[:5]}", flush=True)
 
 
 def run_record(label: str, run: SimRun) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import orjson
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
-from bench.detection.run import read_alerts, run_record, score_records, wait_caught_up
+from bench.detection.run import read_alerts, run_record, score_records, wait_caught_up, wait_jobs_finished
 from infra.clients import kafka_client_config
 from producers.simulator.catalogue import scenario_job
 from producers.simulator.stream import SimRun, stream_runs
@@ -59,10 +59,12 @@ def test_packed_records_land_and_are_detected_like_unpacked_ones(
         producer.send(topics.device, key=b"x", value=b"42").get(timeout=60)
         producer.flush()
         wait_caught_up(settings, workers, 180)
+        unfinished = wait_jobs_finished(settings, {r.job.job_id for r in runs.values()}, 60)
     finally:
         producer.close()
         for proc in workers:
             stop_worker(proc)
+    assert not unfinished, (unfinished, _worker_log(tmp_path / "worker-detect.log"))
     assert runs["packed"].records < runs["unpacked"].records / 4
     assert runs["packed"].events == runs["unpacked"].events
 
