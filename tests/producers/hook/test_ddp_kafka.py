@@ -1,8 +1,9 @@
 """The real DDP workload (PyTorch, gloo, 4 ranks on loopback) instrumented with the hook, sending to the real Kafka.
 
 - a CPU hog on rank 2 -> the detect worker names rank 2 in a SLOW_RANK incident;
-- Kafka stopped mid-run and restarted -> every step event arrives exactly once, in order per rank,
-  and the training loop never blocked;
+- Kafka stopped mid-run and restarted -> every step event arrives, in order per rank (re-sent copies
+  byte-identical and bounded), exactly once in ClickHouse after landing, and the training loop never
+  blocked;
 - a control command for rank r, steps s..s+2 -> kernel records and a profile pointer for exactly
   those steps, and the dump exists; also with the ranks sending through a node relay process, which
   then follows the control topic for them (no control consumer in any rank).
@@ -28,8 +29,11 @@ from producers.hook import HOOK_FLUSH_INTERVAL_S
 from producers.workloads.ddp_transformer import WorkloadConfig, load_results, run
 from schemas import ControlCommand, Incident, KernelBatch, KernelSummary, ProfileReady, StepEvent, Topics
 from schemas import encode as encode_event
+from sinks import open_backend
 from steplens.config import Settings, load_settings
 from steplens.demo import start_worker, stop_worker
+from steplens.lag import group_lag
+from streams.landing import landing_types
 from streams.topics_admin import ensure_topics
 from tests.producers._records import events_of, is_packed
 from tests.streams.helpers import wait_topics_visible
@@ -226,6 +230,26 @@ def test_kafka_outage_mid_run_loses_and_duplicates_nothing(settings: Settings, t
         # the loop never waited for Kafka: an export timeout is 10 s, no step came near it
         assert max(times) < 5000, times
         assert not r["emitter_dropped"], r["emitter_dropped"]
+
+    # exactly once where it is stored: the landing worker collapses every re-sent copy
+    chdb = tmp_path / "chdb"
+    land = start_worker("land", {**os.environ, **_env(settings), "STEPLENS_CLICKHOUSE_URL": "",
+                                 "STEPLENS_CHDB_PATH": str(chdb)}, settings.home)
+    try:
+        deadline = time.monotonic() + 180
+        while sum(group_lag(settings, f"{settings.app_id}-land", list(landing_types(topics))).values()):
+            assert land.poll() is None and time.monotonic() < deadline, "the land worker did not catch up"
+            time.sleep(1.0)
+    finally:
+        assert stop_worker(land) == 0
+    backend = open_backend(replace(settings, clickhouse_url="", chdb_path=chdb))
+    try:
+        rows = backend.query(f"SELECT rank, step, count() FROM {backend.database}.steps FINAL "
+                             f"WHERE job = '{cfg.job}' GROUP BY rank, step ORDER BY rank, step")
+    finally:
+        backend.close()
+    assert [(int(r), int(st)) for r, st, _ in rows] == [(r, st) for r in range(4) for st in range(steps)]
+    assert {int(c) for _, _, c in rows} == {1}, f"{duplicates} re-sent copies, not all collapsed"
 
 
 @pytest.mark.parametrize("via_relay", [False, True], ids=["own-consumers", "through-the-relay"])
