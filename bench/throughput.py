@@ -42,7 +42,7 @@ from schemas import Topics, rank_key
 from sinks import open_backend
 from steplens.config import REPO_ROOT, Settings, load_settings
 from steplens.demo import start_worker, stop_worker
-from steplens.lag import group_lag
+from steplens.lag import wait_group_caught_up
 from streams.metrics import kafka_has_c_crc32c
 from streams.state.store import SnapshotStore
 from streams.topics_admin import DetectTopics, ensure_topics, expire_topics
@@ -164,18 +164,6 @@ def ceiling(settings: Settings, topics: list[str], total: int) -> float:
     return n / elapsed if elapsed > 0 else 0.0
 
 
-def wait_caught_up(settings: Settings, group: str, names: list[str], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if all(v == 0 for v in group_lag(settings, group, names).values()):
-                return True
-        except Exception:
-            pass
-        time.sleep(1.0)
-    return False
-
-
 def trial(base: Settings, ranks: int, steps: int, packed: bool = True, broker_pid: int | None = None) -> dict[str, Any]:
     name = f"tp{uuid.uuid4().hex[:8]}"
     home = base.home / "bench" / name
@@ -205,10 +193,10 @@ def trial(base: Settings, ranks: int, steps: int, packed: bool = True, broker_pi
                      "ts_ns": T0_NS, "parallel": job.topo.parallel(), "kernel_summaries": True}
         producer.send(topics.jobs, key=job.job.encode(), value=orjson.dumps(start_doc))
         producer.flush()
-        if not wait_caught_up(settings, f"{name}-detect-decode", [topics.jobs], 120):
+        if not wait_group_caught_up(settings, f"{name}-detect-decode", [topics.jobs], 120):
             raise RuntimeError("detect worker did not start")
         # the land worker's start-up (chdb open, migrations) is not per-event cost: measure from ready
-        if not wait_caught_up(settings, f"{name}-land", [topics.jobs], 120):
+        if not wait_group_caught_up(settings, f"{name}-land", [topics.jobs], 120):
             raise RuntimeError("land worker did not start")
         counts = {len(producer.partitions_for(t)) for t in topic_of.values()}
         if len(counts) != 1:
@@ -235,11 +223,11 @@ def trial(base: Settings, ranks: int, steps: int, packed: bool = True, broker_pi
         producer.send(topics.jobs, key=job.job.encode(), value=orjson.dumps(end_doc))
         producer.flush()
         producer_cpu = time.process_time() - me0
-        caught = wait_caught_up(settings, f"{name}-detect-decode",
+        caught = wait_group_caught_up(settings, f"{name}-detect-decode",
                                 [topics.steps, topics.kernel_summaries, topics.device, topics.jobs], 120) \
-            and wait_caught_up(settings, f"{name}-detect", [internal.partials], 120)
+            and wait_group_caught_up(settings, f"{name}-detect", [internal.partials], 120)
         wall = time.time() - t0
-        landed_caught = wait_caught_up(settings, f"{name}-land", [topics.steps, topics.jobs], 120)
+        landed_caught = wait_group_caught_up(settings, f"{name}-land", [topics.steps, topics.jobs], 120)
         time.sleep(2.0)
         cpu = {role: cpu_s(p.pid) - cpu0[role] for role, p in workers.items()}
         broker_cpu = cpu_s(broker_pid) - broker0 if broker_pid else None

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import KafkaAdminClient
@@ -41,3 +42,19 @@ def end_offsets(settings: Settings, topic: str) -> dict[int, int]:
         return {tp.partition: off for tp, off in consumer.end_offsets(parts).items()}
     finally:
         consumer.close()
+
+
+def wait_group_caught_up(settings: Settings, group: str, topics: Sequence[str], timeout_s: float,
+                         alive: Callable[[], bool] = lambda: True) -> bool:
+    """Poll `group`'s lag on `topics` once a second until it is 0 (True); False once `timeout_s`
+    passed or `alive()` (the consuming worker still runs) turned false. A lag query that fails
+    (a broker still loading its group coordinator) counts as not caught up yet."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and alive():
+        try:
+            if all(v == 0 for v in group_lag(settings, group, topics).values()):
+                return True
+        except Exception:
+            pass
+        time.sleep(1.0)
+    return False
