@@ -282,13 +282,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"• sent {sent} events in {time.monotonic() - t_send:.0f}s; waiting for the workers", flush=True)
         wait_caught_up(settings, workers, args.stall_s)
         print(f"• caught up after {time.monotonic() - t_send:.0f}s", flush=True)
-        _report_unfinished(wait_jobs_finished(settings, {r.job.job_id for _, r in runs}, 120))
+        _wait_finished_or_warn(settings, {r.job.job_id for _, r in runs})
         if paced_runs:
             print(f"• paced: {len(paced_runs)} runs of {args.paced_steps} steps in real time", flush=True)
             stream_runs([r for _, r in paced_runs], topics, send, paced=True, on_step=producer.flush)
             producer.flush()
             wait_caught_up(settings, workers, args.stall_s)
-            _report_unfinished(wait_jobs_finished(settings, {r.job.job_id for _, r in paced_runs}, 120))
+            _wait_finished_or_warn(settings, {r.job.job_id for _, r in paced_runs})
     finally:
         producer.close()
         for proc in workers:
@@ -312,10 +312,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _report_unfinished(left: set[str]) -> None:
+def _wait_finished_or_warn(settings: Settings, jobs: set[str], timeout_s: float = 120.0) -> None:
+    """`wait_jobs_finished`, and a warning naming the jobs it gave up on."""
+    left = wait_jobs_finished(settings, jobs, timeout_s)
     if left:
-        print(f"• WARNING: {len(left)} jobs not finished in the detect worker 120 s after the lag reached 0 "
-              f"(their last incidents may be missing): {sorted(left)[:5]}", flush=True)
+        print(f"• WARNING: {len(left)} jobs not finished in the detect worker {timeout_s:.0f} s after the lag "
+              f"reached 0 (their last incidents may be missing): {sorted(left)[:5]}", flush=True)
 
 
 def run_record(label: str, run: SimRun) -> dict[str, Any]:

@@ -355,7 +355,8 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
         stats = hook.stats()
         em = sends.inner if hook.emitter is sends else hook.emitter
         if isinstance(em, BackgroundEmitter):
-            dropped, spooled = em.stats().dropped, em.stats().spooled
+            em_stats = em.stats()
+            dropped, spooled = em_stats.dropped, em_stats.spooled
         hook.close(30.0)
     if cfg.out_dir:
         Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)

@@ -42,10 +42,10 @@ def test_a_slow_batch_is_not_silence_and_a_drained_backlog_is() -> None:
     fleet.tick(T0 + 41 * S)
     frames = fleet.jobs["job-a"].frames
     assert 3 in frames.frames, "node-1's step 3 may still be queued: the window stays open"
-    fleet.tick(T0 + 40 * S + LAG_STALE_NS + S)  # one quiet tick after a long pause: the engine may have been busy
+    drained = T0 + 40 * S + LAG_STALE_NS + S
+    fleet.tick(drained)  # one quiet tick after a long pause: the engine may have been busy
     assert frames.input_lagging
-    drained = T0 + 40 * S + LAG_STALE_NS + S  # nothing came for several ticks: the backlog is drained
-    for _ in range(QUIET_TICKS):
+    for _ in range(QUIET_TICKS):  # nothing came for several ticks: the backlog is drained
         fleet.tick(drained)
     assert not frames.input_lagging
     fleet.tick(drained + frames.timeout_ns() + S)  # ... and node-1 still silent for a whole window timeout
