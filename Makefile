@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: venv up down status demo demo-server test lint typecheck unit integration clean bench-detection bench-query chaos bench-throughput bench-parse bench-overhead venv-train
+.PHONY: venv up down status demo demo-server test lint typecheck unit integration clean bench-detection bench-query chaos bench-throughput bench-parse bench-overhead bench-overhead-gpu venv-train
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,9 @@ venv-train: $(TRAIN_STAMP)
 
 bench-overhead: venv-train ## the DDP workload without hook, with hook, with torch.profiler -> bench/results/overhead.json
 	$(BIN)/python -m bench.overhead
+
+bench-overhead-gpu: venv-train ## the same on CUDA, one rank per GPU (where a GPU is) -> bench/results/overhead-gpu.json
+	$(BIN)/python -m bench.overhead --device cuda
 
 up: venv          ## start Kafka + ClickHouse on loopback (installs them when missing)
 	$(BIN)/python -m infra up

@@ -27,11 +27,18 @@ Two measurements, because wall-clock step times on this shared box are far noisi
    The job runs with packed records (contract 1.2, STEPLENS_EMIT_PACK) unless `--no-pack`; beside
    it, bench/hook_cost.py's `--helpers` run measures the same helper threads packed and unpacked
    side by side against the same broker (no model, steps paced at the job's step time).
+
+`--device cuda` (the GPU figure; run where a GPU is lent, e.g. `make bench-overhead-gpu`): the same
+workload on CUDA, one rank per GPU with NCCL and a GPT-style model sized for a GPU (GPU_MODEL), the
+modes none, hook, profiler (CPU+CUDA activities) and the hook_nosend ablation interleaved as above,
+sending to a real Kafka broker on that machine; written to bench/results/overhead-gpu.json. Part 1
+only: the CPU-cost parts measure the hook's Python work, which does not depend on the device.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -39,6 +46,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -58,6 +66,10 @@ ABLATIONS = {
     "hook_nosend": "the hook, its events built and encoded but not sent to Kafka",
 }
 OUT = Path(__file__).resolve().parent / "results" / "overhead.json"
+OUT_GPU = OUT.with_name("overhead-gpu.json")
+# the GPU run's model: a small GPT-style LM (~190 M parameters) whose step is GPU-bound tens of ms on one H100
+GPU_MODEL = {"batch": 8, "seq": 1024, "vocab": 32768, "hidden": 1024, "heads": 16, "layers": 12, "ffn": 4096}
+GPU_MODES = ("none", "hook", "profiler", "hook_nosend")
 
 
 TARGET = 1.001
@@ -209,27 +221,10 @@ def _est(e: Estimate, digits: int) -> dict[str, float]:
     return e.rounded(digits)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.overhead", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--world", type=int, default=4)
-    p.add_argument("--block", type=int, default=4, help="steps per block (the first of each is discarded)")
-    p.add_argument("--rounds", type=int, default=150,
-                   help="rounds of one block per mode, the first is warm-up")
-    p.add_argument("--cost-pairs", type=int, default=3000,
-                   help="hooked/plain step pairs in the CPU-cost bench (0: skip it)")
-    p.add_argument("--modes", default=",".join(MODES + tuple(ABLATIONS)),
-                   help="modes interleaved in the wall-clock bench; none, hook and profiler are required")
-    p.add_argument("--comm-timing", default="reducer", choices=("reducer", "python", "off"),
-                   help="how the `hook` mode times DDP's all-reduce (producers/hook/torch.py)")
-    p.add_argument("--pack", action=argparse.BooleanOptionalAction, default=True,
-                   help="the ranks send packed records (STEPLENS_EMIT_PACK, contract 1.2); default on")
-    p.add_argument("--out", type=Path, default=OUT)
-    a = p.parse_args(argv)
-    modes = ("none", *(m for m in a.modes.split(",") if m and m != "none"))
-    if not set(MODES) <= set(modes) or not set(modes) <= set(MODES) | set(ABLATIONS):
-        p.error(f"--modes: need {MODES}, may add {tuple(ABLATIONS)}")
-
+@contextlib.contextmanager
+def kafka_for_ranks(pack: bool) -> Iterator[dict[str, str]]:
+    """A real Kafka broker (started here unless one runs) with fresh bench topics; yields the ranks'
+    environment that points them at it."""
     from dataclasses import replace
 
     from infra import InfraConfig, KafkaBroker
@@ -237,22 +232,80 @@ def main(argv: list[str] | None = None) -> int:
     from steplens.config import load_settings
     from streams.topics_admin import ensure_topics
 
+    broker = KafkaBroker(InfraConfig.from_env())
+    broker.install()
+    started = broker.start()
+    try:
+        prefix = f"bench{int(time.time())}."
+        settings = replace(load_settings(), kafka_bootstrap=broker.bootstrap, topic_prefix=prefix)
+        ensure_topics(settings, Topics(prefix), settings.topic_partitions)
+        # STEPLENS_HOME stays: the ranks need its Kafka credentials to send at all
+        yield {"STEPLENS_KAFKA_BOOTSTRAP": broker.bootstrap, "STEPLENS_TOPIC_PREFIX": prefix,
+               "STEPLENS_EMIT_PACK": "1" if pack else "0"}
+    finally:
+        if started:
+            broker.stop()
+
+
+def wall_clock_verdict(hook_r: Estimate, extra: str) -> tuple[bool, str]:
+    """Whether hook_ratio's 95 % interval settles the target (entirely above = missed, entirely at or
+    below = met, else unresolved), and the sentence that says so."""
+    resolved = hook_r.lo > TARGET or hook_r.hi <= TARGET
+    if hook_r.lo > TARGET:
+        return resolved, (f"target missed by wall clock: hook_ratio {hook_r.value:.4f}, 95 % interval "
+                          f"[{hook_r.lo:.4f}, {hook_r.hi:.4f}] lies above {TARGET}; {extra}")
+    if hook_r.hi <= TARGET:
+        return resolved, (f"target met by wall clock: hook_ratio {hook_r.value:.4f}, 95 % interval "
+                          f"[{hook_r.lo:.4f}, {hook_r.hi:.4f}] at or below {TARGET}; {extra}")
+    return resolved, (f"not resolved by wall clock: the 95 % interval of hook_ratio [{hook_r.lo:.4f}, "
+                      f"{hook_r.hi:.4f}] straddles {TARGET} (±{hook_r.half_width:.2%}); {extra}")
+
+
+def hook_threads_ms_per_hooked_step(results: list[dict[str, Any]], cpu: dict[str, float], warm: int) -> float:
+    """The hook's threads' CPU (steplens-*: builder, emitter, export, Kafka client) per step that ran
+    hook code, from cpu_per_step's per-step means over all steps after the warm-up round."""
+    hooked = sum(1 for m, _ in results[0]["times"][warm:] if m in HOOKED)
+    steps_after = max(len(results[0]["times"]) - warm, 1)
+    return round(sum(v for k, v in cpu.items() if k.startswith("steplens")) * steps_after / max(hooked, 1), 3)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.overhead", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="cuda: the GPU figure (one rank per GPU, NCCL, GPU_MODEL) -> overhead-gpu.json")
+    p.add_argument("--world", type=int, default=None, help="ranks (default 4 on cpu, every GPU on cuda)")
+    p.add_argument("--block", type=int, default=None,
+                   help="steps per block, the first of each is discarded (default 4 on cpu, 8 on cuda)")
+    p.add_argument("--rounds", type=int, default=150,
+                   help="rounds of one block per mode, the first is warm-up")
+    p.add_argument("--cost-pairs", type=int, default=3000,
+                   help="hooked/plain step pairs in the CPU-cost bench (0: skip it)")
+    p.add_argument("--modes", default=None,
+                   help="modes interleaved in the wall-clock bench; none, hook and profiler are required")
+    p.add_argument("--comm-timing", default="reducer", choices=("reducer", "python", "off"),
+                   help="how the `hook` mode times DDP's all-reduce (producers/hook/torch.py)")
+    p.add_argument("--pack", action=argparse.BooleanOptionalAction, default=True,
+                   help="the ranks send packed records (STEPLENS_EMIT_PACK, contract 1.2); default on")
+    p.add_argument("--out", type=Path, default=None, help=f"default {OUT} ({OUT_GPU.name} on cuda)")
+    a = p.parse_args(argv)
+    gpu = a.device == "cuda"
+    default_modes = GPU_MODES if gpu else MODES + tuple(ABLATIONS)
+    modes = ("none", *(m for m in (a.modes or ",".join(default_modes)).split(",") if m and m != "none"))
+    if not set(MODES) <= set(modes) or not set(modes) <= set(MODES) | set(ABLATIONS):
+        p.error(f"--modes: need {MODES}, may add {tuple(ABLATIONS)}")
+    if gpu:
+        return main_gpu(a, modes)
+    a.world = a.world or 4
+    a.block = a.block or 4
+    a.out = a.out or OUT
+
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     cost_core = cores[-1] if cores else None
     with LoadSampler() as load:
-        broker = KafkaBroker(InfraConfig.from_env())
-        broker.install()
-        started = broker.start()
-        try:
-            settings = load_settings()
-            prefix = f"bench{int(time.time())}."
-            settings = replace(settings, kafka_bootstrap=broker.bootstrap, topic_prefix=prefix)
-            ensure_topics(settings, Topics(prefix), settings.topic_partitions)
+        with kafka_for_ranks(a.pack) as env:
             with tempfile.TemporaryDirectory() as tmp:
-                # STEPLENS_HOME stays: the ranks need its Kafka credentials to send at all
-                env = {"STEPLENS_KAFKA_BOOTSTRAP": broker.bootstrap, "STEPLENS_TOPIC_PREFIX": prefix,
-                       "STEPLENS_EMIT_PACK": "1" if a.pack else "0"}
                 cfg = WorkloadConfig(job=f"bench-overhead-{int(time.time())}", world=a.world,
                                      steps=a.block * len(modes) * a.rounds, schedule=modes, block=a.block,
                                      comm_timing=a.comm_timing,
@@ -273,17 +326,10 @@ def main(argv: list[str] | None = None) -> int:
                     name = ("relay" if relay else "packed" if packed else "unpacked") \
                         + ("" if interval is None else "_send_every_1s") + (f"_{n_ranks}_ranks" if n_ranks > 1 else "")
                     side.setdefault(name, []).append(d)
-        finally:
-            if started:
-                broker.stop()
         stats = analyse(mean_over_ranks([[(m, ms) for m, ms in r["times"]] for r in results]), a.block, modes)
         print_modes(stats, modes)
         cpu = cpu_per_step(results)
-        warm = a.block * len(modes)
-        hooked = sum(1 for m, _ in results[0]["times"][warm:] if m in HOOKED)
-        steps_after = max(len(results[0]["times"]) - warm, 1)
-        hook_threads = round(sum(v for k, v in cpu.items() if k.startswith("steplens")) * steps_after
-                             / max(hooked, 1), 3)
+        hook_threads = hook_threads_ms_per_hooked_step(results, cpu, a.block * len(modes))
         print(f"CPU per step and rank after round 0, ms (steps of all modes): {cpu}; the hook's threads "
               f"(builder, emitter, Kafka client) per step run with hook code: {hook_threads} ms")
         if a.cost_pairs <= 0:
@@ -304,18 +350,9 @@ def main(argv: list[str] | None = None) -> int:
     total_est = Estimate(thread_est.value + helper_us, thread_est.lo + helper_us, thread_est.hi + helper_us)
     total_r = cost_ratio(total_est, stats["none_step_ms"])
     hook_r: Estimate = stats["hook_ratio"]
-    # the interval decides: entirely above the target = missed, entirely at or below = met, else unresolved
-    resolved = hook_r.lo > TARGET or hook_r.hi <= TARGET
-    cost_txt = (f"the cost-based ratio is {cost_r.value:.5f} [{cost_r.lo:.5f}, {cost_r.hi:.5f}] (training thread), "
+    resolved, verdict = wall_clock_verdict(
+        hook_r, f"the cost-based ratio is {cost_r.value:.5f} [{cost_r.lo:.5f}, {cost_r.hi:.5f}] (training thread), "
                 f"{total_r.value:.5f} with the helper threads' CPU")
-    if hook_r.lo > TARGET:
-        verdict = (f"target missed by wall clock: hook_ratio {hook_r.value:.4f}, 95 % interval [{hook_r.lo:.4f}, "
-                   f"{hook_r.hi:.4f}] lies above {TARGET}; {cost_txt}")
-    elif hook_r.hi <= TARGET:
-        verdict = f"target met by wall clock (95 % interval at or below {TARGET}); {cost_txt}"
-    else:
-        verdict = (f"not resolved by wall clock: the 95 % interval of hook_ratio [{hook_r.lo:.4f}, {hook_r.hi:.4f}] "
-                   f"straddles {TARGET} (±{hook_r.half_width:.2%}); {cost_txt}")
     doc = {
         "hook_ratio": round(hook_r.value, 5),
         "hook_ratio_noise": round(hook_r.half_width, 5),
@@ -427,6 +464,100 @@ def main(argv: list[str] | None = None) -> int:
               f"CPU were taken from training too)")
     print(f"{verdict}; load average {doc['load_average']}; dropped {dropped}")
     print(f"wrote {a.out}")
+    return 0
+
+
+def gpu_device() -> str:
+    """What the GPU figure ran on: the GPU's name and count, its driver, and torch's CUDA."""
+    import torch
+
+    n = torch.cuda.device_count()
+    driver = "unknown"
+    with contextlib.suppress(OSError, subprocess.CalledProcessError):
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, check=True).stdout.split()[0]
+    return (f"{n}x {torch.cuda.get_device_name(0)} (driver {driver}, torch {torch.__version__}, "
+            f"CUDA {torch.version.cuda}, NCCL)")
+
+
+def main_gpu(a: argparse.Namespace, modes: tuple[str, ...]) -> int:
+    """The GPU figure: the interleaved wall-clock bench of the DDP workload on CUDA (module docstring)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SystemExit("bench-overhead --device cuda: torch sees no CUDA device")
+    world = a.world or torch.cuda.device_count()
+    block = a.block or 8
+    out = a.out or OUT_GPU
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
+    m = GPU_MODEL
+    with LoadSampler() as load, kafka_for_ranks(a.pack) as env, tempfile.TemporaryDirectory() as tmp:
+        cfg = WorkloadConfig(job=f"bench-overhead-gpu-{int(time.time())}", world=world,
+                             steps=block * len(modes) * a.rounds, schedule=modes, block=block,
+                             comm_timing=a.comm_timing, follow_control=False, out_dir=str(Path(tmp) / "out"),
+                             env=env, device="cuda", batch=m["batch"], seq=m["seq"], vocab=m["vocab"],
+                             hidden=m["hidden"], heads=m["heads"], layers=m["layers"], ffn=m["ffn"])
+        t0 = time.monotonic()
+        run(cfg)
+        wall = time.monotonic() - t0
+        results = load_results(Path(cfg.out_dir))
+    stats = analyse(mean_over_ranks([[(m, ms) for m, ms in r["times"]] for r in results]), block, modes)
+    print_modes(stats, modes)
+    cpu = cpu_per_step(results)
+    hook_threads = hook_threads_ms_per_hooked_step(results, cpu, block * len(modes))
+    in_job = [r["us_per_event"] for r in results if r["us_per_event"] is not None]
+    us_per_event = round(statistics.median(in_job), 2) if in_job else None
+    hook_r: Estimate = stats["hook_ratio"]
+    resolved, verdict = wall_clock_verdict(
+        hook_r, f"the hook's threads used {hook_threads} ms CPU per hooked step on the machine's other cores")
+    doc = {
+        "hook_ratio": round(hook_r.value, 5),
+        "hook_ratio_noise": round(hook_r.half_width, 5),
+        "hook_ratio_ci95": _est(hook_r, 5),
+        "hook_ratio_paired": _est(stats["hook_ratio_paired"], 5),
+        "profiler_ratio": round(stats["profiler_ratio"].value, 4),
+        "profiler_ratio_noise": round(stats["profiler_ratio"].half_width, 4),
+        "profiler_ratio_ci95": _est(stats["profiler_ratio"], 4),
+        "profiler_ratio_paired": _est(stats["profiler_ratio_paired"], 4),
+        "target": TARGET,
+        "target_resolved_by_wall_clock": resolved,
+        "verdict": verdict,
+        "us_per_event": us_per_event,
+        "us_per_event_method": "perf_counter time inside the core hook's entry points per event on the training "
+                               "thread, in this job (median over ranks; includes GIL waits on the hook's threads)",
+        "ablations": {m: {"what": ABLATIONS[m], "ratio_ci95": _est(stats[f"{m}_ratio"], 4),
+                          "ratio_paired": _est(stats[f"{m}_ratio_paired"], 4),
+                          "median_step_ms": round(stats["median_step_ms"][m], 3)}
+                      for m in modes if m in ABLATIONS},
+        "steps": cfg.steps,
+        "steps_per_mode": stats["steps_per_mode"],
+        "median_step_ms": {m: round(v, 3) for m, v in stats["median_step_ms"].items()},
+        "rounds": stats["rounds"],
+        "block": block,
+        "world": world,
+        "comm_timing": a.comm_timing,
+        "pinned": "no: the ranks and the hook's threads are free on the machine's cores",
+        "step_end": "torch.cuda.synchronize() after optimizer.step() in every mode, before the hook's step_end",
+        "load_average": load.summary(),
+        "rank_cpu_ms_per_step": cpu,
+        "hook_threads_cpu_ms_per_hooked_step": hook_threads,
+        "packed": a.pack,
+        "events_dropped": sum(sum((r["emitter_dropped"] or {}).values()) for r in results),
+        "events_sent": sum(r["hook"]["events"] for r in results if r["hook"]),
+        "hook_errors": sum(r["hook"]["errors"] for r in results if r["hook"]),
+        "device": gpu_device(),
+        "workload": f"GPT-style transformer LM ({GPU_MODEL}), bf16 autocast, PyTorch DDP, AdamW, torch "
+                    + torch.__version__,
+        "wall_s": round(wall, 1),
+        "machine": machine(),
+        "started": started_at,
+        "git": git_commit(),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    print(f"{verdict}; us_per_event {us_per_event} (in job); load average {doc['load_average']}; "
+          f"dropped {doc['events_dropped']}; device {doc['device']}")
+    print(f"wrote {out}")
     return 0
 
 

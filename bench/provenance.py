@@ -33,7 +33,11 @@ def machine() -> dict[str, Any]:
 
 
 def git_commit() -> str:
-    """HEAD, with `-dirty` when tracked code (result files aside) differs from it."""
+    """HEAD, with `-dirty` when tracked code (result files aside) differs from it; on a copy of the tree
+    without git (the GPU machine), STEPLENS_BENCH_GIT as the caller states it, marked `(stated)`."""
+    stated = os.environ.get("STEPLENS_BENCH_GIT", "").strip()
+    if stated:
+        return f"{stated} (stated)"
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench/results"],

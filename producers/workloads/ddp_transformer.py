@@ -1,4 +1,8 @@
-"""A real training job: a tiny transformer LM trained with PyTorch DDP on CPU (gloo), N ranks on loopback.
+"""A real training job: a transformer LM trained with PyTorch DDP, N ranks on loopback.
+
+On CPU (the default) a tiny model with gloo; with `device="cuda"` (the GPU overhead figure) one
+rank per GPU with NCCL, bf16 autocast, and a sync at the end of every step in every mode (what a
+loop that logs its loss does), so a step's time is the GPU's.
 
 Instrumented with the rank hook and sending to the real Kafka, with injectable real slowdowns
 on one rank:
@@ -26,6 +30,7 @@ Run: `python -m producers.workloads.ddp_transformer --world 4 --steps 30 --job d
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import os
 import socket
@@ -61,6 +66,7 @@ class WorkloadConfig:
     block: int = 10
     follow_control: bool = True
     pin: bool = False  # pin rank r to core r mod cores (the overhead bench; the hog fault pins its own way)
+    device: str = "cpu"  # cpu (gloo) | cuda (nccl, rank r on GPU r)
     out_dir: str = ""
     env: dict[str, str] = field(default_factory=dict)
 
@@ -195,11 +201,16 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
     from steplens.config import load_settings
 
     torch.set_num_threads(1)
+    cuda = cfg.device == "cuda"
+    dev = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(dev)
     hog_core = _pin(rank, cfg)
     if hog_core is None and cfg.pin and hasattr(os, "sched_setaffinity"):
         cores = sorted(os.sched_getaffinity(0))  # spread ranks over the cores, one core each: no migrations
         os.sched_setaffinity(0, {cores[rank % len(cores)]})
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=cfg.world)
+    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=cfg.world)
     torch.manual_seed(0)
 
     class TinyLM(nn.Module):
@@ -232,7 +243,7 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
     replicas: dict[str, tuple[Any, Any]] = {}
     for kind in sorted({_replica(m, cfg) for m in cfg.schedule}):
         torch.manual_seed(0)
-        m = nn.parallel.DistributedDataParallel(TinyLM())
+        m = nn.parallel.DistributedDataParallel(TinyLM().to(dev), device_ids=[rank] if cuda else None)
         replicas[kind] = (m, torch.optim.AdamW(m.parameters(), lr=1e-3))
     loader = torch.utils.data.DataLoader(Tokens(), batch_size=cfg.batch, num_workers=0)
     info = torch_rank_info(cfg.job)
@@ -285,6 +296,7 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
     warm_steps = min(cfg.block * len(cfg.schedule), cfg.steps - 1)  # the bench discards round 0
     cpu0: dict[str, float] = {}
     timed_it = hook.wrap_loader(it) if hook is not None else it
+    autocast: Any = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext()
     try:
         for step_idx in range(cfg.steps):
             if step_idx == warm_steps:
@@ -305,7 +317,10 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
                         inst.attach_ddp(m_step, timing=cfg.comm_timing)
                     inst.patch_autograd()
                 if mode == "profiler":
-                    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+                    acts = [torch.profiler.ProfilerActivity.CPU]
+                    if cuda:
+                        acts.append(torch.profiler.ProfilerActivity.CUDA)
+                    prof = torch.profiler.profile(activities=acts)
                     prof.__enter__()
                 mode_on = mode
             hooked = mode in HOOKED and hook is not None
@@ -314,6 +329,8 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
                 assert hook is not None
                 hook.step_begin(step_idx)
             batch = next(timed_it if hooked else it)
+            if cuda:
+                batch = batch.to(dev, non_blocking=True)
             x, y = batch[:, :-1], batch[:, 1:]
             if fault_here and cfg.fault == "gc" and step_idx >= cfg.fault_from_step:
                 junk: list[Any] = []
@@ -325,11 +342,14 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
                 gc.collect()
             if cfg.step_sleep_ms:
                 time.sleep(cfg.step_sleep_ms / 1000)
-            out = m_step(x)
-            loss = loss_fn(out.reshape(-1, cfg.vocab), y.reshape(-1))
+            with autocast:
+                out = m_step(x)
+                loss = loss_fn(out.reshape(-1, cfg.vocab), y.reshape(-1))
             o_step.zero_grad(set_to_none=True)
             loss.backward()
             o_step.step()
+            if cuda:
+                torch.cuda.synchronize(dev)
             if hooked:
                 assert hook is not None
                 hook.step_end(samples=cfg.batch, tokens=cfg.batch * cfg.seq, batch_size=cfg.batch, flops=flops)
@@ -372,7 +392,11 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
 
 def run(cfg: WorkloadConfig) -> None:
     """Spawn `cfg.world` ranks and wait for them (raises if one fails)."""
+    import torch
     from torch.multiprocessing.spawn import spawn
+
+    if cfg.device == "cuda" and cfg.world > torch.cuda.device_count():
+        raise ValueError(f"device=cuda runs one rank per GPU: world {cfg.world} > {torch.cuda.device_count()} GPUs")
 
     spawn(_rank_main, args=(cfg, _free_port()), nprocs=cfg.world, join=True)  # type: ignore[no-untyped-call]
 
