@@ -70,6 +70,7 @@ OUT_GPU = OUT.with_name("overhead-gpu.json")
 # the GPU run's model: a small GPT-style LM (~190 M parameters) whose step is GPU-bound tens of ms on one H100
 GPU_MODEL = {"batch": 8, "seq": 1024, "vocab": 32768, "hidden": 1024, "heads": 16, "layers": 12, "ffn": 4096}
 GPU_MODES = ("none", "hook", "profiler", "hook_nosend")
+ABBA_WARM_STEPS = 40  # the step-by-step run's first steps (CUDA warm-up, clocks ramping) are dropped
 
 
 TARGET = 1.001
@@ -287,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="how the `hook` mode times DDP's all-reduce (producers/hook/torch.py)")
     p.add_argument("--pack", action=argparse.BooleanOptionalAction, default=True,
                    help="the ranks send packed records (STEPLENS_EMIT_PACK, contract 1.2); default on")
+    p.add_argument("--abba-steps", type=int, default=2000,
+                   help="cuda: steps of the step-by-step none/hook alternation after the blocks (0: none)")
     p.add_argument("--out", type=Path, default=None, help=f"default {OUT} ({OUT_GPU.name} on cuda)")
     a = p.parse_args(argv)
     gpu = a.device == "cuda"
@@ -467,6 +470,33 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def abba_quads(times: list[tuple[str, float]], warm_steps: int) -> tuple[list[list[float]], list[list[float]]]:
+    """Step-by-step alternation (block 1 over ("none", "hook"): none, hook, hook, none, none, hook, ...):
+    per quad of steps after `warm_steps`, its two hook steps and its two none steps. Adjacent steps
+    share the machine's state (clocks, temperature, background), so a quad's ratio cancels drift
+    that blocks of several steps do not."""
+    hook_q: list[list[float]] = []
+    none_q: list[list[float]] = []
+    start = -(-warm_steps // 4) * 4
+    for i in range(start, len(times) - 3, 4):
+        quad = times[i:i + 4]
+        h = [ms for m, ms in quad if m == "hook"]
+        n = [ms for m, ms in quad if m == "none"]
+        if len(h) == 2 and len(n) == 2:
+            hook_q.append(h)
+            none_q.append(n)
+    return hook_q, none_q
+
+
+def host_share_of_step(results: list[dict[str, Any]], warm: int) -> dict[str, float]:
+    """Median over steps after the warm-up round of (host part / step time), per mode, over all ranks."""
+    by_mode: dict[str, list[float]] = {}
+    for r in results:
+        for (mode, ms), enq in list(zip(r["times"], r["enqueued_ms"], strict=True))[warm:]:
+            by_mode.setdefault(mode, []).append(enq / ms)
+    return {m: round(statistics.median(v), 3) for m, v in by_mode.items()}
+
+
 def gpu_device() -> str:
     """What the GPU figure ran on: the GPU's name and count, its driver, and torch's CUDA."""
     import torch
@@ -482,6 +512,8 @@ def gpu_device() -> str:
 
 def main_gpu(a: argparse.Namespace, modes: tuple[str, ...]) -> int:
     """The GPU figure: the interleaved wall-clock bench of the DDP workload on CUDA (module docstring)."""
+    from dataclasses import replace
+
     import torch
 
     if not torch.cuda.is_available():
@@ -489,6 +521,7 @@ def main_gpu(a: argparse.Namespace, modes: tuple[str, ...]) -> int:
     world = a.world or torch.cuda.device_count()
     block = a.block or 8
     out = a.out or OUT_GPU
+    series = out.with_suffix(".steps.json")  # every step's mode, time and host part, for a second look
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     m = GPU_MODEL
     with LoadSampler() as load, kafka_for_ranks(a.pack) as env, tempfile.TemporaryDirectory() as tmp:
@@ -501,15 +534,42 @@ def main_gpu(a: argparse.Namespace, modes: tuple[str, ...]) -> int:
         run(cfg)
         wall = time.monotonic() - t0
         results = load_results(Path(cfg.out_dir))
+        abba: list[dict[str, Any]] = []
+        if a.abba_steps > 0:
+            cfg_abba = replace(cfg, job=f"{cfg.job}-abba", schedule=("none", "hook"), block=1, steps=a.abba_steps,
+                               out_dir=str(Path(tmp) / "abba"))
+            run(cfg_abba)
+            abba = load_results(Path(cfg_abba.out_dir))
     stats = analyse(mean_over_ranks([[(m, ms) for m, ms in r["times"]] for r in results]), block, modes)
     print_modes(stats, modes)
     cpu = cpu_per_step(results)
     hook_threads = hook_threads_ms_per_hooked_step(results, cpu, block * len(modes))
+    host_share = host_share_of_step(results, block * len(modes))
+    print(f"host part of a step (launches queued, before the sync) / step, median per mode: {host_share}")
     in_job = [r["us_per_event"] for r in results if r["us_per_event"] is not None]
     us_per_event = round(statistics.median(in_job), 2) if in_job else None
+    abba_doc: dict[str, Any] = {}
+    extra = f"the hook's threads used {hook_threads} ms CPU per hooked step on the machine's other cores"
+    if abba:
+        hook_q, none_q = abba_quads(mean_over_ranks([[(m, ms) for m, ms in r["times"]] for r in abba]),
+                                    ABBA_WARM_STEPS)
+        paired = paired_ratio_ci(hook_q, none_q, seed=17)
+        pooled = ratio_of_medians_ci(hook_q, none_q, seed=19)
+        abba_doc = {"hook_ratio_abba": _est(paired, 5), "hook_ratio_abba_pooled": _est(pooled, 5),
+                    "abba_quads": len(hook_q), "abba_steps": a.abba_steps,
+                    "abba_median_step_ms": {"none": round(statistics.median(x for q in none_q for x in q), 3),
+                                            "hook": round(statistics.median(x for q in hook_q for x in q), 3)},
+                    "abba_method": f"a second run of the same job alternating none and hook step by step (block 1: "
+                                   f"none, hook, hook, none, ...; the first {ABBA_WARM_STEPS} steps dropped); per "
+                                   f"quad of steps, mean of its two hook steps / mean of its two none steps; "
+                                   f"hook_ratio_abba = median over quads with a 95 % bootstrap interval (quads "
+                                   f"resampled); _pooled = median of all hook steps / median of all none steps"}
+        print(f"step-by-step ABBA ({len(hook_q)} quads): hook/none {paired.value:.5f} [{paired.lo:.5f}, "
+              f"{paired.hi:.5f}], pooled medians {pooled.value:.5f} [{pooled.lo:.5f}, {pooled.hi:.5f}]")
+        _, abba_verdict = wall_clock_verdict(paired, "")
+        extra += f"; step-by-step ABBA: {abba_verdict.rstrip('; ')}"
     hook_r: Estimate = stats["hook_ratio"]
-    resolved, verdict = wall_clock_verdict(
-        hook_r, f"the hook's threads used {hook_threads} ms CPU per hooked step on the machine's other cores")
+    resolved, verdict = wall_clock_verdict(hook_r, extra)
     doc = {
         "hook_ratio": round(hook_r.value, 5),
         "hook_ratio_noise": round(hook_r.half_width, 5),
@@ -529,6 +589,7 @@ def main_gpu(a: argparse.Namespace, modes: tuple[str, ...]) -> int:
                           "ratio_paired": _est(stats[f"{m}_ratio_paired"], 4),
                           "median_step_ms": round(stats["median_step_ms"][m], 3)}
                       for m in modes if m in ABLATIONS},
+        **abba_doc,
         "steps": cfg.steps,
         "steps_per_mode": stats["steps_per_mode"],
         "median_step_ms": {m: round(v, 3) for m, v in stats["median_step_ms"].items()},
@@ -538,6 +599,12 @@ def main_gpu(a: argparse.Namespace, modes: tuple[str, ...]) -> int:
         "comm_timing": a.comm_timing,
         "pinned": "no: the ranks and the hook's threads are free on the machine's cores",
         "step_end": "torch.cuda.synchronize() after optimizer.step() in every mode, before the hook's step_end",
+        "host_share_of_step": host_share,
+        "host_share_method": "per step, the time from its start until optimizer.step() returned (every kernel "
+                             "queued, before the sync) / the step's time; median per mode after round 0. Near 1: "
+                             "the host (Python, launches) paces the step and host-side cost shows in it; well "
+                             "below 1: the GPU does, and the host's work hides behind it",
+        "series": series.name,
         "load_average": load.summary(),
         "rank_cpu_ms_per_step": cpu,
         "hook_threads_cpu_ms_per_hooked_step": hook_threads,
@@ -555,6 +622,9 @@ def main_gpu(a: argparse.Namespace, modes: tuple[str, ...]) -> int:
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    series.write_bytes(orjson.dumps({"block": block, "modes": modes, "ranks": [
+        {"rank": r["rank"], "times": r["times"], "enqueued_ms": r["enqueued_ms"]} for r in results],
+        "abba_ranks": [{"rank": r["rank"], "times": r["times"], "enqueued_ms": r["enqueued_ms"]} for r in abba]}))
     print(f"{verdict}; us_per_event {us_per_event} (in job); load average {doc['load_average']}; "
           f"dropped {doc['events_dropped']}; device {doc['device']}")
     print(f"wrote {out}")

@@ -37,6 +37,7 @@ import os
 import socket
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -227,6 +228,8 @@ class TorchInstrumentation:
         self.comm_enabled = False  # the DDP comm hook stays registered; it only times while enabled
         self._forward_from_backward = False
         self._reducers: list[_ReducerTiming] = []
+        # a DDP model's first-bucket map, once learned, outlives remove(): re-attaching reads no logging data
+        self._bucket_maps: weakref.WeakKeyDictionary[Any, Callable[[list[int]], int]] = weakref.WeakKeyDictionary()
 
     # step boundaries -----------------------------------------------------------------------------
     def attach_optimizer(self, optimizer: Any, *, auto_steps: bool = True) -> None:
@@ -288,7 +291,9 @@ class TorchInstrumentation:
         if timing == "python":
             ddp.register_comm_hook(None, self.comm_hook(before_launch))
         elif timing == "reducer":
-            self._reducers.append(_ReducerTiming(ddp))
+            timing_ = _ReducerTiming(ddp)
+            timing_.first_bucket = self._bucket_maps.get(ddp)
+            self._reducers.append(timing_)
 
     def comm_hook(self, before_launch: Callable[[], None] | None = None) -> Callable[[Any, Any], Any]:
         """A DDP communication hook: averaged all-reduce of the bucket, timed from launch to completion."""
@@ -420,6 +425,8 @@ class TorchInstrumentation:
         self._forward_from_backward = False
         self._comm.clear()
         for r in self._reducers:
+            if r.first_bucket is not None:
+                self._bucket_maps[r.ddp] = r.first_bucket
             r.close()
         self._reducers.clear()
         for h in self._handles:

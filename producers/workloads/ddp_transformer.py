@@ -289,6 +289,7 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
                            parallel={"dp": cfg.world}, model="tiny-transformer"))
     loss_fn = nn.CrossEntropyLoss()
     times: list[tuple[str, float]] = []
+    enqueued: list[float] = []  # cuda: ms from step start until the last kernel was queued (before the sync)
     mode_on = ""
     prof: Any = None
     step_idx = 0
@@ -349,6 +350,7 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
             loss.backward()
             o_step.step()
             if cuda:
+                enqueued.append((time.perf_counter() - t0) * 1000)  # the host's part: every kernel launched
                 torch.cuda.synchronize(dev)
             if hooked:
                 assert hook is not None
@@ -381,7 +383,7 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
     if cfg.out_dir:
         Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
         Path(cfg.out_dir, f"rank{rank}.json").write_bytes(orjson.dumps({
-            "rank": rank, "times": times,
+            "rank": rank, "times": times, "enqueued_ms": enqueued,
             "hook": asdict(stats) if stats is not None else None,
             "us_per_event": stats.us_per_event if stats is not None else None,
             "emitter_dropped": dropped, "emitter_spooled": spooled, "events_held": sends.held, "cpu_s": cpu,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.overhead import analyse, rounds_of
+from bench.overhead import abba_quads, analyse, rounds_of
 from bench.stats import Estimate, cost_ratio, median_ci, paired_ratio_ci, ratio_of_medians_ci
 
 
@@ -101,3 +101,17 @@ def test_ablation_modes_get_their_own_ratio_from_the_same_rounds() -> None:
     for m in modes[1:]:
         e = stats[f"{m}_ratio"]
         assert e.lo <= slow[m] <= e.hi and e.hi - e.lo < 0.03
+
+
+def test_abba_quads_pair_each_quads_hook_steps_with_its_none_steps() -> None:
+    from producers.workloads.ddp_transformer import WorkloadConfig, mode_of
+
+    cfg = WorkloadConfig(job="j", schedule=("none", "hook"), block=1, steps=40)
+    assert [mode_of(i, cfg) for i in range(8)] == ["none", "hook", "hook", "none"] * 2
+    # drift: every step 1 % slower than the one before; the hook adds 0.5 % on top
+    times = [(mode_of(i, cfg), 50.0 * 1.01**i * (1.005 if mode_of(i, cfg) == "hook" else 1.0)) for i in range(38)]
+    hook_q, none_q = abba_quads(times, warm_steps=6)
+    assert len(hook_q) == len(none_q) == 7  # quads from step 8 (6 rounded up), the last partial quad dropped
+    assert none_q[0] == [times[8][1], times[11][1]] and hook_q[0] == [times[9][1], times[10][1]]
+    ratios = [sum(h) / sum(n) for h, n in zip(hook_q, none_q, strict=True)]
+    assert all(abs(r - 1.005) < 0.001 for r in ratios)  # ABBA cancels the linear drift

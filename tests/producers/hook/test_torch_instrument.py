@@ -151,3 +151,40 @@ def test_ddp_allreduce_timed_per_bucket_by_the_opt_in_python_comm_hook() -> None
     for k in summaries:
         (agg,) = [a for a in k.entries if a.op == "allreduce"]
         assert agg.count >= 1 and agg.bytes == grad_bytes
+
+
+def test_reattached_reducer_timing_reuses_the_learned_bucket_map() -> None:
+    """Learning DDP's first bucket reads its logging data (~45 us); detaching and re-attaching the
+    instrumentation (as bench-overhead does at every mode switch) must not learn it again."""
+    import torch.distributed as dist
+
+    hook = RankHook(RankInfo("job-ddp", 0, 1, "h", 0, {"dp": Domain(group=0, size=1, index=0)}),
+                    lambda: BackgroundEmitter(InMemoryExporter(), spool_dir=None))
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # type: ignore[attr-defined]
+    try:
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        inst = instrument(hook, model=model, optimizer=opt, auto_steps=False, forward_hooks=False)
+
+        def train(steps: int) -> None:
+            for _ in range(steps):
+                with hook.step():
+                    loss = model(torch.randn(4, 8)).pow(2).mean()
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+
+        train(6)
+        (first,) = inst._reducers
+        assert first.reads >= 1 and first.first_bucket is not None  # learned from the logging data
+        inst.remove()
+        inst.attach_ddp(model)
+        inst.patch_autograd()
+        train(3)
+        (again,) = inst._reducers
+        assert again.reads == 0 and again.first_bucket is first.first_bucket
+        inst.remove()
+        assert hook.flush(30) and hook.stats().errors == 0
+    finally:
+        hook.close()
+        dist.destroy_process_group()
