@@ -288,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="how the `hook` mode times DDP's all-reduce (producers/hook/torch.py)")
     p.add_argument("--pack", action=argparse.BooleanOptionalAction, default=True,
                    help="the ranks send packed records (STEPLENS_EMIT_PACK, contract 1.2); default on")
+    p.add_argument("--batch", type=int, default=None,
+                   help=f"cuda: sequences per step (default {GPU_MODEL['batch']}; larger: a more GPU-bound step)")
     p.add_argument("--abba-steps", type=int, default=2000,
                    help="cuda: steps of the step-by-step none/hook alternation after the blocks (0: none)")
     p.add_argument("--out", type=Path, default=None, help=f"default {OUT} ({OUT_GPU.name} on cuda)")
@@ -488,6 +490,19 @@ def abba_quads(times: list[tuple[str, float]], warm_steps: int) -> tuple[list[li
     return hook_q, none_q
 
 
+def abba_steady_ratios(times: list[tuple[str, float]], warm_steps: int) -> list[float]:
+    """The ABBA run's steps that follow a step of their own mode (no mode switch just before them):
+    in none, hook, hook, none, none, ... each second hook step over the mean of the second none steps
+    on either side of it (two steps away each). Drops what a switch leaves in the step after it."""
+    out: list[float] = []
+    start = -(-warm_steps // 4) * 4
+    for i in range(start, len(times) - 4, 4):
+        seq = [m for m, _ in times[i:i + 5]]
+        if seq == ["none", "hook", "hook", "none", "none"]:
+            out.append(times[i + 2][1] / ((times[i][1] + times[i + 4][1]) / 2))
+    return out
+
+
 def host_share_of_step(results: list[dict[str, Any]], warm: int) -> dict[str, float]:
     """Median over steps after the warm-up round of (host part / step time), per mode, over all ranks."""
     by_mode: dict[str, list[float]] = {}
@@ -523,7 +538,7 @@ def main_gpu(a: argparse.Namespace, modes: tuple[str, ...]) -> int:
     out = a.out or OUT_GPU
     series = out.with_suffix(".steps.json")  # every step's mode, time and host part, for a second look
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
-    m = GPU_MODEL
+    m = {**GPU_MODEL, "batch": a.batch or GPU_MODEL["batch"]}
     with LoadSampler() as load, kafka_for_ranks(a.pack) as env, tempfile.TemporaryDirectory() as tmp:
         cfg = WorkloadConfig(job=f"bench-overhead-gpu-{int(time.time())}", world=world,
                              steps=block * len(modes) * a.rounds, schedule=modes, block=block,
@@ -555,7 +570,11 @@ def main_gpu(a: argparse.Namespace, modes: tuple[str, ...]) -> int:
                                     ABBA_WARM_STEPS)
         paired = paired_ratio_ci(hook_q, none_q, seed=17)
         pooled = ratio_of_medians_ci(hook_q, none_q, seed=19)
+        abba_times = mean_over_ranks([[(m, ms) for m, ms in r["times"]] for r in abba])
+        steady = median_ci(abba_steady_ratios(abba_times, ABBA_WARM_STEPS), seed=23)
         abba_doc = {"hook_ratio_abba": _est(paired, 5), "hook_ratio_abba_pooled": _est(pooled, 5),
+                    "hook_ratio_abba_steady": _est(steady, 5),
+                    "abba_host_share_of_step": host_share_of_step(abba, ABBA_WARM_STEPS),
                     "abba_quads": len(hook_q), "abba_steps": a.abba_steps,
                     "abba_median_step_ms": {"none": round(statistics.median(x for q in none_q for x in q), 3),
                                             "hook": round(statistics.median(x for q in hook_q for x in q), 3)},
@@ -563,9 +582,14 @@ def main_gpu(a: argparse.Namespace, modes: tuple[str, ...]) -> int:
                                    f"none, hook, hook, none, ...; the first {ABBA_WARM_STEPS} steps dropped); per "
                                    f"quad of steps, mean of its two hook steps / mean of its two none steps; "
                                    f"hook_ratio_abba = median over quads with a 95 % bootstrap interval (quads "
-                                   f"resampled); _pooled = median of all hook steps / median of all none steps"}
+                                   f"resampled); _pooled = median of all hook steps / median of all none steps; "
+                                   f"_steady = median over quads of (the hook step that follows a hook step / "
+                                   f"the mean of the none steps two steps before and after it, each following "
+                                   f"a none step), which leaves out the steps right after a mode switch"}
         print(f"step-by-step ABBA ({len(hook_q)} quads): hook/none {paired.value:.5f} [{paired.lo:.5f}, "
-              f"{paired.hi:.5f}], pooled medians {pooled.value:.5f} [{pooled.lo:.5f}, {pooled.hi:.5f}]")
+              f"{paired.hi:.5f}], pooled medians {pooled.value:.5f} [{pooled.lo:.5f}, {pooled.hi:.5f}], "
+              f"steady steps {steady.value:.5f} [{steady.lo:.5f}, {steady.hi:.5f}]; host share "
+              f"{abba_doc['abba_host_share_of_step']}")
         _, abba_verdict = wall_clock_verdict(paired, "")
         extra += f"; step-by-step ABBA: {abba_verdict.rstrip('; ')}"
     hook_r: Estimate = stats["hook_ratio"]
@@ -613,7 +637,7 @@ def main_gpu(a: argparse.Namespace, modes: tuple[str, ...]) -> int:
         "events_sent": sum(r["hook"]["events"] for r in results if r["hook"]),
         "hook_errors": sum(r["hook"]["errors"] for r in results if r["hook"]),
         "device": gpu_device(),
-        "workload": f"GPT-style transformer LM ({GPU_MODEL}), bf16 autocast, PyTorch DDP, AdamW, torch "
+        "workload": f"GPT-style transformer LM ({m}), bf16 autocast, PyTorch DDP, AdamW, torch "
                     + torch.__version__,
         "wall_s": round(wall, 1),
         "machine": machine(),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.overhead import abba_quads, analyse, rounds_of
+from bench.overhead import abba_quads, abba_steady_ratios, analyse, rounds_of
 from bench.stats import Estimate, cost_ratio, median_ci, paired_ratio_ci, ratio_of_medians_ci
 
 
@@ -115,3 +115,7 @@ def test_abba_quads_pair_each_quads_hook_steps_with_its_none_steps() -> None:
     assert none_q[0] == [times[8][1], times[11][1]] and hook_q[0] == [times[9][1], times[10][1]]
     ratios = [sum(h) / sum(n) for h, n in zip(hook_q, none_q, strict=True)]
     assert all(abs(r - 1.005) < 0.001 for r in ratios)  # ABBA cancels the linear drift
+
+    # steady steps: the second hook step of each quad against the second none steps around it
+    steady = abba_steady_ratios(times, warm_steps=6)
+    assert len(steady) == 7 and all(abs(r - 1.005 * 1.01**2 / ((1 + 1.01**4) / 2)) < 1e-9 for r in steady)
