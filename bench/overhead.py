@@ -32,7 +32,10 @@ Two measurements, because wall-clock step times on this shared box are far noisi
 workload on CUDA, one rank per GPU with NCCL and a GPT-style model sized for a GPU (GPU_MODEL), the
 modes none, hook, profiler (CPU+CUDA activities) and the hook_nosend ablation interleaved as above,
 sending to a real Kafka broker on that machine; written to bench/results/overhead-gpu.json. Part 1
-only: the CPU-cost parts measure the hook's Python work, which does not depend on the device.
+only: the CPU-cost parts measure the hook's Python work, which does not depend on the device. Then
+(`--abba-steps`) a second run alternates none and hook step by step (ABBA), which cancels drift
+that blocks do not. A GPU machine that reaches nothing outside gets its Java and Kafka jars from
+bench/gpu/bundle.sh (carried) and bench/gpu/device_setup.sh.
 """
 
 from __future__ import annotations
