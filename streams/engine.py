@@ -258,7 +258,8 @@ class FleetEngine:
         job = chunk.get("job")
         if not isinstance(job, str) or not job:
             return []  # device samples nobody attributed to a job: landed, not analysed
-        return self.job(job).on_chunk(chunk, now_ns, lagging)
+        # one judge of "lagging" for chunks and ticks alike: right after a chunk that says, it is that
+        return self.job(job).on_chunk(chunk, now_ns, self.lagging_now(now_ns))
 
     def heard(self, now_ns: int) -> None:
         """The engine was busy until `now_ns` (a batch of chunks, a long tick), not waiting for input.
