@@ -22,7 +22,6 @@ from typing import Any
 
 import orjson
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.errors import KafkaError
 
 from infra import ClickHouseServer, InfraConfig, KafkaBroker
 from infra.clients import kafka_client_config
@@ -36,7 +35,7 @@ from schemas import ContractError, Incident, Topics, decode_as, encode, rank_key
 from sinks import Backend, open_backend
 from sinks.backend import qualified
 from steplens.config import REPO_ROOT, Settings, load_settings
-from steplens.lag import end_offsets, group_lag
+from steplens.lag import end_offsets, wait_pipeline_caught_up
 from steplens.report import plain, render_markdown
 from steplens.scoring import score, steps_in_ranges
 from streams.landing import landing_types
@@ -95,30 +94,14 @@ def stop_worker(proc: subprocess.Popen[bytes], timeout: float = 60.0) -> int:
 
 
 def wait_caught_up(settings: Settings, workers: list[subprocess.Popen[bytes]], on_poll: Any) -> None:
-    """Poll consumer lag until both workers have committed everything (twice in a row)."""
+    """Poll consumer lag until every worker has committed everything (twice in a row)."""
     topics = Topics(settings.topic_prefix)
     groups = {
         f"{settings.app_id}-detect-decode": [topics.steps, topics.kernel_summaries, topics.device, topics.jobs],
         f"{settings.app_id}-detect": [DetectTopics(settings.topic_prefix).partials],
         f"{settings.app_id}-land": list(landing_types(topics)),
     }
-    deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
-    clean_polls = 0
-    while clean_polls < 2:
-        for proc in workers:
-            if proc.poll() is not None:
-                raise RuntimeError(f"a worker exited early with code {proc.returncode}; see .steplens/logs/")
-        try:
-            lags = {group: group_lag(settings, group, names) for group, names in groups.items()}
-        except KafkaError as exc:  # e.g. a new broker's group coordinator is still loading
-            if not getattr(exc, "retriable", False):
-                raise
-            lags = {"unavailable": {type(exc).__name__: 1}}
-        on_poll()
-        clean_polls = clean_polls + 1 if all(v == 0 for lag in lags.values() for v in lag.values()) else 0
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"workers did not catch up within {CATCH_UP_TIMEOUT_S:.0f}s: lag {lags}")
-        time.sleep(1.0)
+    wait_pipeline_caught_up(settings, groups, workers, timeout_s=CATCH_UP_TIMEOUT_S, on_poll=on_poll)
 
 
 def query_results(settings: Settings, job: str, since_ns: int) -> dict[str, Any]:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import KafkaAdminClient
+from kafka.errors import KafkaError
 
 from infra.clients import kafka_client_config
 from steplens.config import Settings
@@ -58,3 +60,41 @@ def wait_group_caught_up(settings: Settings, group: str, topics: Sequence[str], 
             pass
         time.sleep(1.0)
     return False
+
+
+def wait_pipeline_caught_up(settings: Settings, groups: Mapping[str, Sequence[str]],
+                            workers: Sequence[subprocess.Popen[bytes]], *, timeout_s: float | None = None,
+                            stall_s: float | None = None, on_poll: Callable[[], None] = lambda: None,
+                            every_s: float = 1.0) -> None:
+    """Poll every group's lag on its topics until all are 0 twice in a row (a record that one worker
+    publishes late for the next must be consumed too); raise when a worker exits, when `timeout_s`
+    passes, or when the total lag has not shrunk for `stall_s` (a slow worker is fine, a stuck one
+    is not). A retriable Kafka error (a broker still loading its group coordinator) is one more
+    poll; `on_poll` runs after each poll (the demo drains alerts there)."""
+    start = last_progress = time.monotonic()
+    best: int | None = None
+    clean = 0
+    lags: dict[str, dict[str, int]] = {}
+    while clean < 2:
+        for proc in workers:
+            if proc.poll() is not None:
+                raise RuntimeError(f"a worker exited early with code {proc.returncode}; see .steplens/logs/")
+        try:
+            lags = {group: group_lag(settings, group, names) for group, names in groups.items()}
+            total = sum(v for lag in lags.values() for v in lag.values())
+        except KafkaError as exc:
+            if not getattr(exc, "retriable", False):
+                raise
+            lags, total = {"unavailable": {type(exc).__name__: 1}}, -1
+        on_poll()
+        now = time.monotonic()
+        if total >= 0 and (best is None or total < best):
+            best, last_progress = total, now
+        clean = clean + 1 if total == 0 else 0
+        if clean >= 2:
+            return
+        if timeout_s is not None and now - start > timeout_s:
+            raise RuntimeError(f"workers did not catch up within {timeout_s:.0f}s: lag {lags}")
+        if stall_s is not None and now - last_progress > stall_s:
+            raise RuntimeError(f"workers made no progress for {stall_s:.0f}s: lag {lags}")
+        time.sleep(every_s)

@@ -23,7 +23,6 @@ from typing import Any
 
 import orjson
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.errors import KafkaError
 
 from bench.provenance import git_commit, machine
 from infra import InfraConfig, KafkaBroker
@@ -37,7 +36,7 @@ from schemas import Topics
 from sinks import open_backend
 from steplens.config import REPO_ROOT, Settings, load_settings
 from steplens.demo import start_worker, stop_worker
-from steplens.lag import end_offsets, group_lag
+from steplens.lag import end_offsets, wait_pipeline_caught_up
 from steplens.scoring import (
     RunScore,
     RunTruth,
@@ -132,25 +131,7 @@ def wait_caught_up(settings: Settings, workers: list[subprocess.Popen[bytes]], s
         f"{settings.app_id}-detect": [DetectTopics(settings.topic_prefix).partials],
         f"{settings.app_id}-land": [topics.steps, topics.jobs, topics.incidents],
     }
-    best = None
-    last_progress = time.monotonic()
-    clean = 0
-    while clean < 2:
-        for proc in workers:
-            if proc.poll() is not None:
-                raise RuntimeError(f"a worker exited early with code {proc.returncode}; see .steplens/logs/")
-        try:
-            total = sum(v for g, names in groups.items() for v in group_lag(settings, g, names).values())
-        except KafkaError as exc:
-            if not getattr(exc, "retriable", False):
-                raise
-            total = -1
-        if total >= 0 and (best is None or total < best):
-            best, last_progress = total, time.monotonic()
-        clean = clean + 1 if total == 0 else 0
-        if time.monotonic() - last_progress > stall_s:
-            raise RuntimeError(f"workers made no progress for {stall_s:.0f}s (lag {total})")
-        time.sleep(2.0)
+    wait_pipeline_caught_up(settings, groups, workers, stall_s=stall_s, every_s=2.0)
 
 
 def wait_jobs_finished(settings: Settings, jobs: set[str], timeout_s: float) -> set[str]:
