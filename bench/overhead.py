@@ -265,6 +265,32 @@ def wall_clock_verdict(hook_r: Estimate, extra: str) -> tuple[bool, str]:
                       f"{hook_r.hi:.4f}] straddles {TARGET} (±{hook_r.half_width:.2%}); {extra}")
 
 
+def wall_clock_fields(stats: dict[str, Any], resolved: bool, verdict: str) -> dict[str, Any]:
+    """The result file's wall-clock keys (RESULTS.md: hook_ratio, its noise, profiler_ratio), from `analyse`."""
+    hook_r: Estimate = stats["hook_ratio"]
+    prof: Estimate = stats["profiler_ratio"]
+    return {
+        "hook_ratio": round(hook_r.value, 5),
+        "hook_ratio_noise": round(hook_r.half_width, 5),
+        "hook_ratio_ci95": _est(hook_r, 5),
+        "hook_ratio_paired": _est(stats["hook_ratio_paired"], 5),
+        "profiler_ratio": round(prof.value, 4),
+        "profiler_ratio_noise": round(prof.half_width, 4),
+        "profiler_ratio_ci95": _est(prof, 4),
+        "profiler_ratio_paired": _est(stats["profiler_ratio_paired"], 4),
+        "target": TARGET,
+        "target_resolved_by_wall_clock": resolved,
+        "verdict": verdict,
+    }
+
+
+def ablation_fields(stats: dict[str, Any], modes: tuple[str, ...]) -> dict[str, Any]:
+    return {m: {"what": ABLATIONS[m], "ratio_ci95": _est(stats[f"{m}_ratio"], 4),
+                "ratio_paired": _est(stats[f"{m}_ratio_paired"], 4),
+                "median_step_ms": round(stats["median_step_ms"][m], 3)}
+            for m in modes if m in ABLATIONS}
+
+
 def hook_threads_ms_per_hooked_step(results: list[dict[str, Any]], cpu: dict[str, float], warm: int) -> float:
     """The hook's threads' CPU (steplens-*: builder, emitter, export, Kafka client) per step that ran
     hook code, from cpu_per_step's per-step means over all steps after the warm-up round."""
@@ -362,17 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         hook_r, f"the cost-based ratio is {cost_r.value:.5f} [{cost_r.lo:.5f}, {cost_r.hi:.5f}] (training thread), "
                 f"{total_r.value:.5f} with the helper threads' CPU")
     doc = {
-        "hook_ratio": round(hook_r.value, 5),
-        "hook_ratio_noise": round(hook_r.half_width, 5),
-        "hook_ratio_ci95": _est(hook_r, 5),
-        "hook_ratio_paired": _est(stats["hook_ratio_paired"], 5),
-        "profiler_ratio": round(stats["profiler_ratio"].value, 4),
-        "profiler_ratio_noise": round(stats["profiler_ratio"].half_width, 4),
-        "profiler_ratio_ci95": _est(stats["profiler_ratio"], 4),
-        "profiler_ratio_paired": _est(stats["profiler_ratio_paired"], 4),
-        "target": TARGET,
-        "target_resolved_by_wall_clock": resolved,
-        "verdict": verdict,
+        **wall_clock_fields(stats, resolved, verdict),
         "us_per_event": cost["us_per_event"],
         "us_per_event_method": "training-thread CPU time the hook adds per step / events per step; " + cost["method"],
         "training_thread_us_per_step": thread,
@@ -385,10 +401,7 @@ def main(argv: list[str] | None = None) -> int:
         "all_with_python_comm_hook_us_per_step": py["thread_us_per_step"],
         "breakdown_method": "the same bench with every hook but the DDP all-reduce timing; a timing's cost = "
                             "all hooks with it minus all but it (medians of separate runs: no interval)",
-        "ablations": {m: {"what": ABLATIONS[m], "ratio_ci95": _est(stats[f"{m}_ratio"], 4),
-                          "ratio_paired": _est(stats[f"{m}_ratio_paired"], 4),
-                          "median_step_ms": round(stats["median_step_ms"][m], 3)}
-                      for m in modes if m in ABLATIONS},
+        "ablations": ablation_fields(stats, modes),
         "helper_threads_cpu_us_per_step": cost["helper_threads_cpu_us_per_step"],
         "events_per_step": cost["events_per_step"],
         "cost_bench": {k: cost[k] for k in ("pairs", "model", "unhooked_step_thread_us", "wall_us_per_step",
@@ -598,24 +611,11 @@ def main_gpu(a: argparse.Namespace, modes: tuple[str, ...]) -> int:
     hook_r: Estimate = stats["hook_ratio"]
     resolved, verdict = wall_clock_verdict(hook_r, extra)
     doc = {
-        "hook_ratio": round(hook_r.value, 5),
-        "hook_ratio_noise": round(hook_r.half_width, 5),
-        "hook_ratio_ci95": _est(hook_r, 5),
-        "hook_ratio_paired": _est(stats["hook_ratio_paired"], 5),
-        "profiler_ratio": round(stats["profiler_ratio"].value, 4),
-        "profiler_ratio_noise": round(stats["profiler_ratio"].half_width, 4),
-        "profiler_ratio_ci95": _est(stats["profiler_ratio"], 4),
-        "profiler_ratio_paired": _est(stats["profiler_ratio_paired"], 4),
-        "target": TARGET,
-        "target_resolved_by_wall_clock": resolved,
-        "verdict": verdict,
+        **wall_clock_fields(stats, resolved, verdict),
         "us_per_event": us_per_event,
         "us_per_event_method": "perf_counter time inside the core hook's entry points per event on the training "
                                "thread, in this job (median over ranks; includes GIL waits on the hook's threads)",
-        "ablations": {m: {"what": ABLATIONS[m], "ratio_ci95": _est(stats[f"{m}_ratio"], 4),
-                          "ratio_paired": _est(stats[f"{m}_ratio_paired"], 4),
-                          "median_step_ms": round(stats["median_step_ms"][m], 3)}
-                      for m in modes if m in ABLATIONS},
+        "ablations": ablation_fields(stats, modes),
         **abba_doc,
         "steps": cfg.steps,
         "steps_per_mode": stats["steps_per_mode"],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.overhead import abba_quads, abba_steady_ratios, analyse, rounds_of
+from bench.overhead import abba_quads, abba_steady_ratios, analyse, rounds_of, wall_clock_verdict
 from bench.stats import Estimate, cost_ratio, median_ci, paired_ratio_ci, ratio_of_medians_ci
 
 
@@ -119,3 +119,13 @@ def test_abba_quads_pair_each_quads_hook_steps_with_its_none_steps() -> None:
     # steady steps: the second hook step of each quad against the second none steps around it
     steady = abba_steady_ratios(times, warm_steps=6)
     assert len(steady) == 7 and all(abs(r - 1.005 * 1.01**2 / ((1 + 1.01**4) / 2)) < 1e-9 for r in steady)
+
+
+@pytest.mark.parametrize(("lo", "hi", "resolved", "starts"), [
+    (1.002, 1.01, True, "target missed"),
+    (0.999, 1.0008, True, "target met"),
+    (0.995, 1.004, False, "not resolved"),
+])
+def test_the_interval_alone_settles_the_overhead_target(lo: float, hi: float, resolved: bool, starts: str) -> None:
+    ok, text = wall_clock_verdict(Estimate((lo + hi) / 2, lo, hi), "context")
+    assert ok is resolved and text.startswith(starts) and text.endswith("context")
