@@ -13,7 +13,9 @@ Two measurements, because wall-clock step times on this shared box are far noisi
    without the Python comm hook train a replica with DDP's built-in all-reduce (DDP takes one comm
    hook for its lifetime), so `none` runs none of the hook's code. <mode>_ratio = median step in
    that mode / median without hook, with a 95 % bootstrap interval that resamples whole rounds
-   (bench/stats.py); also the median of per-round paired ratios.
+   (bench/stats.py); also the median of per-round paired ratios. Then (`--abba-steps`) a second
+   run of the same job alternates none and hook step by step (none, hook, hook, none, ...):
+   `hook_ratio_abba*`, where neighbouring steps share the machine's state and drift cancels.
 2. Training-thread CPU cost (bench/hook_cost.py): hooked and plain steps of a small DDP model
    alternate step by step in one pinned process; the median paired difference of the training
    thread's CPU time is the hook's cost per step (`us_per_event` = that / events per step).
@@ -32,9 +34,8 @@ Two measurements, because wall-clock step times on this shared box are far noisi
 workload on CUDA, one rank per GPU with NCCL and a GPT-style model sized for a GPU (GPU_MODEL), the
 modes none, hook, profiler (CPU+CUDA activities) and the hook_nosend ablation interleaved as above,
 sending to a real Kafka broker on that machine; written to bench/results/overhead-gpu.json. Part 1
-only: the CPU-cost parts measure the hook's Python work, which does not depend on the device. Then
-(`--abba-steps`) a second run alternates none and hook step by step (ABBA), which cancels drift
-that blocks do not. A GPU machine that reaches nothing outside gets its Java and Kafka jars from
+only (and its ABBA run): the CPU-cost parts measure the hook's Python work, which does not depend
+on the device. A GPU machine that reaches nothing outside gets its Java and Kafka jars from
 bench/gpu/bundle.sh (carried) and bench/gpu/device_setup.sh.
 """
 
@@ -50,6 +51,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -229,8 +231,6 @@ def _est(e: Estimate, digits: int) -> dict[str, float]:
 def kafka_for_ranks(pack: bool) -> Iterator[dict[str, str]]:
     """A real Kafka broker (started here unless one runs) with fresh bench topics; yields the ranks'
     environment that points them at it."""
-    from dataclasses import replace
-
     from infra import InfraConfig, KafkaBroker
     from schemas import Topics
     from steplens.config import load_settings
@@ -319,8 +319,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="the ranks send packed records (STEPLENS_EMIT_PACK, contract 1.2); default on")
     p.add_argument("--batch", type=int, default=None,
                    help=f"cuda: sequences per step (default {GPU_MODEL['batch']}; larger: a more GPU-bound step)")
-    p.add_argument("--abba-steps", type=int, default=2000,
-                   help="cuda: steps of the step-by-step none/hook alternation after the blocks (0: none)")
+    p.add_argument("--abba-steps", type=int, default=None,
+                   help="steps of the step-by-step none/hook alternation after the blocks (0: none; default "
+                        "4000 on cpu, 2000 on cuda)")
     p.add_argument("--out", type=Path, default=None, help=f"default {OUT} ({OUT_GPU.name} on cuda)")
     a = p.parse_args(argv)
     gpu = a.device == "cuda"
@@ -333,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     a.world = a.world or 4
     a.block = a.block or 4
     a.out = a.out or OUT
-
+    a.abba_steps = 4000 if a.abba_steps is None else a.abba_steps
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     cost_core = cores[-1] if cores else None
@@ -348,6 +349,12 @@ def main(argv: list[str] | None = None) -> int:
                 run(cfg)
                 wall = time.monotonic() - t0
                 results = load_results(Path(cfg.out_dir))
+                abba: list[dict[str, Any]] = []
+                if a.abba_steps > 0:  # the same job, none and hook alternating step by step
+                    cfg_abba = replace(cfg, job=f"{cfg.job}-abba", schedule=("none", "hook"), block=1,
+                                       steps=a.abba_steps, out_dir=str(Path(tmp) / "abba"))
+                    run(cfg_abba)
+                    abba = load_results(Path(cfg_abba.out_dir))
             side: dict[str, list[dict[str, Any]]] = {}
             if a.cost_pairs > 0:  # packed vs unpacked helper threads, same broker, paced at the job's step
                 step_ms = statistics.median(ms for r in results for m, ms in r["times"] if m == "none")
@@ -366,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         hook_threads = hook_threads_ms_per_hooked_step(results, cpu, a.block * len(modes))
         print(f"CPU per step and rank after round 0, ms (steps of all modes): {cpu}; the hook's threads "
               f"(builder, emitter, Kafka client) per step run with hook code: {hook_threads} ms")
+        abba_doc = abba_fields(abba, a.abba_steps, gpu=False)
         if a.cost_pairs <= 0:
             print("cost bench skipped (--cost-pairs 0): nothing written")
             return 0
@@ -386,9 +394,11 @@ def main(argv: list[str] | None = None) -> int:
     hook_r: Estimate = stats["hook_ratio"]
     resolved, verdict = wall_clock_verdict(
         hook_r, f"the cost-based ratio is {cost_r.value:.5f} [{cost_r.lo:.5f}, {cost_r.hi:.5f}] (training thread), "
-                f"{total_r.value:.5f} with the helper threads' CPU")
+                f"{total_r.value:.5f} with the helper threads' CPU"
+                + (f"; step-by-step ABBA: {abba_doc['abba_verdict']}" if abba_doc else ""))
     doc = {
         **wall_clock_fields(stats, resolved, verdict),
+        **abba_doc,
         "us_per_event": cost["us_per_event"],
         "us_per_event_method": "training-thread CPU time the hook adds per step / events per step; " + cost["method"],
         "training_thread_us_per_step": thread,
@@ -519,6 +529,39 @@ def abba_steady_ratios(times: list[tuple[str, float]], warm_steps: int) -> list[
     return out
 
 
+def abba_fields(abba: list[dict[str, Any]], steps: int, *, gpu: bool) -> dict[str, Any]:
+    """The step-by-step ABBA run's result keys (empty without one), printed as they are computed."""
+    if not abba:
+        return {}
+    abba_times = mean_over_ranks([[(m, ms) for m, ms in r["times"]] for r in abba])
+    hook_q, none_q = abba_quads(abba_times, ABBA_WARM_STEPS)
+    paired = paired_ratio_ci(hook_q, none_q, seed=17)
+    pooled = ratio_of_medians_ci(hook_q, none_q, seed=19)
+    steady = median_ci(abba_steady_ratios(abba_times, ABBA_WARM_STEPS), seed=23)
+    _, verdict = wall_clock_verdict(paired, "")
+    doc: dict[str, Any] = {
+        "hook_ratio_abba": _est(paired, 5), "hook_ratio_abba_pooled": _est(pooled, 5),
+        "hook_ratio_abba_steady": _est(steady, 5),
+        "abba_verdict": verdict.rstrip("; "),
+        **({"abba_host_share_of_step": host_share_of_step(abba, ABBA_WARM_STEPS)} if gpu else {}),
+        "abba_quads": len(hook_q), "abba_steps": steps,
+        "abba_median_step_ms": {"none": round(statistics.median(x for q in none_q for x in q), 3),
+                                "hook": round(statistics.median(x for q in hook_q for x in q), 3)},
+        "abba_method": f"a second run of the same job alternating none and hook step by step (block 1: "
+                       f"none, hook, hook, none, ...; the first {ABBA_WARM_STEPS} steps dropped); per "
+                       f"quad of steps, mean of its two hook steps / mean of its two none steps; "
+                       f"hook_ratio_abba = median over quads with a 95 % bootstrap interval (quads "
+                       f"resampled); _pooled = median of all hook steps / median of all none steps; "
+                       f"_steady = median over quads of (the hook step that follows a hook step / "
+                       f"the mean of the none steps two steps before and after it, each following "
+                       f"a none step), which leaves out the steps right after a mode switch"}
+    print(f"step-by-step ABBA ({len(hook_q)} quads): hook/none {paired.value:.5f} [{paired.lo:.5f}, "
+          f"{paired.hi:.5f}], pooled medians {pooled.value:.5f} [{pooled.lo:.5f}, {pooled.hi:.5f}], "
+          f"steady steps {steady.value:.5f} [{steady.lo:.5f}, {steady.hi:.5f}]"
+          + (f"; host share {doc['abba_host_share_of_step']}" if gpu else ""))
+    return doc
+
+
 def host_share_of_step(results: list[dict[str, Any]], warm: int) -> dict[str, float]:
     """Median over steps after the warm-up round of (host part / step time), per mode, over all ranks."""
     by_mode: dict[str, list[float]] = {}
@@ -543,13 +586,12 @@ def gpu_device() -> str:
 
 def main_gpu(a: argparse.Namespace, modes: tuple[str, ...]) -> int:
     """The GPU figure: the interleaved wall-clock bench of the DDP workload on CUDA (module docstring)."""
-    from dataclasses import replace
-
     import torch
 
     if not torch.cuda.is_available():
         raise SystemExit("bench-overhead --device cuda: torch sees no CUDA device")
     world = a.world or torch.cuda.device_count()
+    a.abba_steps = 2000 if a.abba_steps is None else a.abba_steps
     block = a.block or 8
     out = a.out or OUT_GPU
     series = out.with_suffix(".steps.json")  # every step's mode, time and host part, for a second look
@@ -579,35 +621,10 @@ def main_gpu(a: argparse.Namespace, modes: tuple[str, ...]) -> int:
     print(f"host part of a step (launches queued, before the sync) / step, median per mode: {host_share}")
     in_job = [r["us_per_event"] for r in results if r["us_per_event"] is not None]
     us_per_event = round(statistics.median(in_job), 2) if in_job else None
-    abba_doc: dict[str, Any] = {}
     extra = f"the hook's threads used {hook_threads} ms CPU per hooked step on the machine's other cores"
-    if abba:
-        hook_q, none_q = abba_quads(mean_over_ranks([[(m, ms) for m, ms in r["times"]] for r in abba]),
-                                    ABBA_WARM_STEPS)
-        paired = paired_ratio_ci(hook_q, none_q, seed=17)
-        pooled = ratio_of_medians_ci(hook_q, none_q, seed=19)
-        abba_times = mean_over_ranks([[(m, ms) for m, ms in r["times"]] for r in abba])
-        steady = median_ci(abba_steady_ratios(abba_times, ABBA_WARM_STEPS), seed=23)
-        abba_doc = {"hook_ratio_abba": _est(paired, 5), "hook_ratio_abba_pooled": _est(pooled, 5),
-                    "hook_ratio_abba_steady": _est(steady, 5),
-                    "abba_host_share_of_step": host_share_of_step(abba, ABBA_WARM_STEPS),
-                    "abba_quads": len(hook_q), "abba_steps": a.abba_steps,
-                    "abba_median_step_ms": {"none": round(statistics.median(x for q in none_q for x in q), 3),
-                                            "hook": round(statistics.median(x for q in hook_q for x in q), 3)},
-                    "abba_method": f"a second run of the same job alternating none and hook step by step (block 1: "
-                                   f"none, hook, hook, none, ...; the first {ABBA_WARM_STEPS} steps dropped); per "
-                                   f"quad of steps, mean of its two hook steps / mean of its two none steps; "
-                                   f"hook_ratio_abba = median over quads with a 95 % bootstrap interval (quads "
-                                   f"resampled); _pooled = median of all hook steps / median of all none steps; "
-                                   f"_steady = median over quads of (the hook step that follows a hook step / "
-                                   f"the mean of the none steps two steps before and after it, each following "
-                                   f"a none step), which leaves out the steps right after a mode switch"}
-        print(f"step-by-step ABBA ({len(hook_q)} quads): hook/none {paired.value:.5f} [{paired.lo:.5f}, "
-              f"{paired.hi:.5f}], pooled medians {pooled.value:.5f} [{pooled.lo:.5f}, {pooled.hi:.5f}], "
-              f"steady steps {steady.value:.5f} [{steady.lo:.5f}, {steady.hi:.5f}]; host share "
-              f"{abba_doc['abba_host_share_of_step']}")
-        _, abba_verdict = wall_clock_verdict(paired, "")
-        extra += f"; step-by-step ABBA: {abba_verdict.rstrip('; ')}"
+    abba_doc = abba_fields(abba, a.abba_steps, gpu=True)
+    if abba_doc:
+        extra += f"; step-by-step ABBA: {abba_doc['abba_verdict']}"
     hook_r: Estimate = stats["hook_ratio"]
     resolved, verdict = wall_clock_verdict(hook_r, extra)
     doc = {
