@@ -97,21 +97,26 @@ def device_ticks(chunk: dict[str, Any], state: SignalState, flush: bool = False)
     a device sampled less often than every tick does not hold it); a device gone silent (a
     dead host) holds the job's ticks `WAIT_TICKS` at most. A sample of a tick already evaluated
     is late: it is left out of the rules (alone it would be a partial tick), counted in
-    `late_samples`.
+    `late_samples`, and its device is waited for from then on. Before, a device whose first
+    samples came late was never registered, so every later sample of it came late too: R1/R2
+    never saw a device of a lagging partition (`replay --device-skew 4`: cooling_loss lost R1
+    and R2 on the rank whose device was in it).
     """
     cols = [k for k, v in chunk.items() if isinstance(v, list)]
     hosts, devices = chunk.get("host", []), chunk.get("device", [])
     for i, ts in enumerate(chunk["ts_ns"]):
         t = int(ts) // TICK_NS
+        # a device is waited for from its first sample on, a late one too: its partition is
+        # behind, and its next ticks must wait for it (else every sample of it came late)
+        name = f"{hosts[i]}/{devices[i]}" if i < len(hosts) and i < len(devices) else str(i)
+        if state.device_tick.get(name, -1) < t:
+            state.device_tick[name] = t
         if t <= state.released_tick:
             state.late_samples += 1
             continue
         tick = state.ticks.setdefault(t, {k: [] for k in cols})
         for k in cols:
             tick.setdefault(k, []).append(chunk[k][i])
-        name = f"{hosts[i]}/{devices[i]}" if i < len(hosts) and i < len(devices) else str(i)
-        if state.device_tick.get(name, -1) < t:
-            state.device_tick[name] = t
     newest = max(state.ticks, default=max(state.released_tick, 0))
     for d in [d for d, t in state.device_tick.items() if t <= newest - WAIT_TICKS]:
         del state.device_tick[d]  # silent for WAIT_TICKS: no longer waited for

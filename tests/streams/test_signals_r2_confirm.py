@@ -81,3 +81,19 @@ def test_a_silent_device_holds_the_ticks_a_bounded_time() -> None:
             first_release.setdefault(int(c["ts_ns"][0]) // TICK_NS, now)
     assert first_release[0] == 2, "tick 0 is whole: released two ticks on"
     assert first_release[1] == WAIT_TICKS, "tick 1 waits for device 1 until it was silent WAIT_TICKS ticks"
+
+
+def test_a_device_whose_first_samples_come_late_is_waited_for_from_then_on() -> None:
+    """Device 2 sits on a partition that lags from the start: its first sample belongs to a tick
+    already evaluated. From then on the job's ticks wait for it, so its later samples are in the
+    rules (before, it was never registered and every sample of it came late)."""
+    from streams.signals import TICK_NS, device_ticks
+    state = SignalState()
+    device_ticks(_tick_chunk([0, 0], [0, 1]), state)
+    ahead = [t * TICK_NS for t in range(1, 6) for _ in (0, 1)]
+    assert [c["device"] for c in device_ticks(_tick_chunk(ahead, [0, 1] * 5), state)] == [[0, 1]] * 4
+    assert device_ticks(_tick_chunk([2 * TICK_NS], [2]), state) == [], "tick 2 was evaluated: late"
+    assert state.late_samples == 1
+    assert device_ticks(_tick_chunk([6 * TICK_NS] * 2, [0, 1]), state) == [], "tick 4 waits for device 2"
+    out = device_ticks(_tick_chunk([3 * TICK_NS, 4 * TICK_NS], [2, 2]), state)
+    assert [sorted(c["device"]) for c in out] == [[0, 1, 2]], "device 2 caught up: tick 4 whole, with it"
