@@ -291,6 +291,22 @@ def ablation_fields(stats: dict[str, Any], modes: tuple[str, ...]) -> dict[str, 
             for m in modes if m in ABLATIONS}
 
 
+def run_blocks_then_abba(cfg: WorkloadConfig, abba_steps: int, tmp: Path
+                         ) -> tuple[list[dict[str, Any]], float, list[dict[str, Any]]]:
+    """The interleaved-blocks job (its ranks' results and wall seconds), then, unless `abba_steps` is 0,
+    the same job with none and hook alternating step by step (its ranks' results, else empty)."""
+    t0 = time.monotonic()
+    run(cfg)
+    wall = time.monotonic() - t0
+    results = load_results(Path(cfg.out_dir))
+    if abba_steps <= 0:
+        return results, wall, []
+    cfg_abba = replace(cfg, job=f"{cfg.job}-abba", schedule=("none", "hook"), block=1, steps=abba_steps,
+                       out_dir=str(tmp / "abba"))
+    run(cfg_abba)
+    return results, wall, load_results(Path(cfg_abba.out_dir))
+
+
 def hook_threads_ms_per_hooked_step(results: list[dict[str, Any]], cpu: dict[str, float], warm: int) -> float:
     """The hook's threads' CPU (steplens-*: builder, emitter, export, Kafka client) per step that ran
     hook code, from cpu_per_step's per-step means over all steps after the warm-up round."""
@@ -345,16 +361,7 @@ def main(argv: list[str] | None = None) -> int:
                                      steps=a.block * len(modes) * a.rounds, schedule=modes, block=a.block,
                                      comm_timing=a.comm_timing,
                                      follow_control=False, out_dir=str(Path(tmp) / "out"), env=env, pin=True)
-                t0 = time.monotonic()
-                run(cfg)
-                wall = time.monotonic() - t0
-                results = load_results(Path(cfg.out_dir))
-                abba: list[dict[str, Any]] = []
-                if a.abba_steps > 0:  # the same job, none and hook alternating step by step
-                    cfg_abba = replace(cfg, job=f"{cfg.job}-abba", schedule=("none", "hook"), block=1,
-                                       steps=a.abba_steps, out_dir=str(Path(tmp) / "abba"))
-                    run(cfg_abba)
-                    abba = load_results(Path(cfg_abba.out_dir))
+                results, wall, abba = run_blocks_then_abba(cfg, a.abba_steps, Path(tmp))
             side: dict[str, list[dict[str, Any]]] = {}
             if a.cost_pairs > 0:  # packed vs unpacked helper threads, same broker, paced at the job's step
                 step_ms = statistics.median(ms for r in results for m, ms in r["times"] if m == "none")
@@ -596,23 +603,15 @@ def main_gpu(a: argparse.Namespace, modes: tuple[str, ...]) -> int:
     out = a.out or OUT_GPU
     series = out.with_suffix(".steps.json")  # every step's mode, time and host part, for a second look
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
-    m = {**GPU_MODEL, "batch": a.batch or GPU_MODEL["batch"]}
+    model = {**GPU_MODEL, "batch": a.batch or GPU_MODEL["batch"]}
     with LoadSampler() as load, kafka_for_ranks(a.pack) as env, tempfile.TemporaryDirectory() as tmp:
         cfg = WorkloadConfig(job=f"bench-overhead-gpu-{int(time.time())}", world=world,
                              steps=block * len(modes) * a.rounds, schedule=modes, block=block,
                              comm_timing=a.comm_timing, follow_control=False, out_dir=str(Path(tmp) / "out"),
-                             env=env, device="cuda", batch=m["batch"], seq=m["seq"], vocab=m["vocab"],
-                             hidden=m["hidden"], heads=m["heads"], layers=m["layers"], ffn=m["ffn"])
-        t0 = time.monotonic()
-        run(cfg)
-        wall = time.monotonic() - t0
-        results = load_results(Path(cfg.out_dir))
-        abba: list[dict[str, Any]] = []
-        if a.abba_steps > 0:
-            cfg_abba = replace(cfg, job=f"{cfg.job}-abba", schedule=("none", "hook"), block=1, steps=a.abba_steps,
-                               out_dir=str(Path(tmp) / "abba"))
-            run(cfg_abba)
-            abba = load_results(Path(cfg_abba.out_dir))
+                             env=env, device="cuda", batch=model["batch"], seq=model["seq"],
+                             vocab=model["vocab"], hidden=model["hidden"], heads=model["heads"],
+                             layers=model["layers"], ffn=model["ffn"])
+        results, wall, abba = run_blocks_then_abba(cfg, a.abba_steps, Path(tmp))
     stats = analyse(mean_over_ranks([[(m, ms) for m, ms in r["times"]] for r in results]), block, modes)
     print_modes(stats, modes)
     cpu = cpu_per_step(results)
@@ -657,7 +656,7 @@ def main_gpu(a: argparse.Namespace, modes: tuple[str, ...]) -> int:
         "events_sent": sum(r["hook"]["events"] for r in results if r["hook"]),
         "hook_errors": sum(r["hook"]["errors"] for r in results if r["hook"]),
         "device": gpu_device(),
-        "workload": f"GPT-style transformer LM ({m}), bf16 autocast, PyTorch DDP, AdamW, torch "
+        "workload": f"GPT-style transformer LM ({model}), bf16 autocast, PyTorch DDP, AdamW, torch "
                     + torch.__version__,
         "wall_s": round(wall, 1),
         "machine": machine(),
