@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from producers.exporter import Exporter, ExportError, OutRecord
+from producers.exporter import Abortable, Exporter, ExportError, OutRecord
 from producers.packing import MAX_PACKED_BYTES, MAX_PACKED_EVENTS, pack_records
 from producers.spool import Spool, claim_directory
 from schemas import (
@@ -66,6 +66,13 @@ DEFAULT_SPOOL: Literal["default"] = "default"  # spool_dir: $STEPLENS_HOME/spool
 # (both wake it); this bound is only a safety net. Polling instead (every 50 ms) cost a rank's helper
 # threads ~10 us per step once exports wait for a relay's durable ack (~0.2 s each).
 OVERFLOW_POLL_S = 1.0
+# An export still waiting after this long is stalled (a broker away, the exporter retrying in place):
+# newer records then go to the spool as each batch comes due, where they survive the process, instead
+# of waiting in memory for the queue's high-water mark.
+DEFAULT_STALL_S = 2.0
+# close(timeout) keeps this much of its timeout (at most a quarter of it) for aborting a stalled export
+# and spooling what it held.
+CLOSE_GRACE_S = 1.0
 
 
 def default_spool_root() -> Path:
@@ -161,6 +168,7 @@ class BackgroundEmitter:
         pack: bool = False,
         max_packed_events: int = MAX_PACKED_EVENTS,
         max_packed_bytes: int = MAX_PACKED_BYTES,
+        stall_s: float = DEFAULT_STALL_S,
     ) -> None:
         if max_queue < 1 or batch_size < 1:
             raise ValueError("max_queue and batch_size must be >= 1")
@@ -170,6 +178,7 @@ class BackgroundEmitter:
         self._batch_size = batch_size
         self._interval = flush_interval_s
         self._backoff_min = retry_backoff_s
+        self._stall_s = stall_s
         self._backoff_max = retry_backoff_max_s
         self._max_event_bytes = max_event_bytes
         self._pack = pack
@@ -212,6 +221,7 @@ class BackgroundEmitter:
         self._popped = 0
         self._outstanding: list[int] = []
         self._closing = False
+        self._abort_at = float("inf")  # closing: when a stalled export is aborted (Abortable exporters)
         self._worker_done = False
         self._pid = os.getpid()
 
@@ -435,12 +445,17 @@ class BackgroundEmitter:
         """Flush (bounded by `timeout`), stop the worker and close the exporter.
 
         What could not be exported stays in the spool for the next run (or is dropped as
-        `closed` without one). True when everything was exported and the worker stopped.
+        `closed` without one). An export still waiting for the broker is aborted when the flush
+        gives up, leaving a grace (CLOSE_GRACE_S, at most a quarter of `timeout`) to spool what it
+        held; with `timeout=None` nothing is aborted (close waits for the broker). True when
+        everything was exported and the worker stopped.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        flushed = self.flush(timeout)
+        grace = 0.0 if timeout is None else min(CLOSE_GRACE_S, timeout / 4)
+        flushed = self.flush(None if timeout is None else timeout - grace)
         with self._cv:
             self._closing = True
+            self._abort_at = float("inf") if deadline is None else deadline - grace
             self._cv.notify_all()
         remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
         self._thread.join(remaining)
@@ -564,17 +579,34 @@ class BackgroundEmitter:
     def _export(self, records: Sequence[OutRecord]) -> None:
         """Export (packed when on) on the export thread; meanwhile keep the queue from overflowing.
 
-        Raises what the exporter raised, its `failed` records given as events.
+        While the export waits, queued records go to the spool when the queue reaches its high-water
+        mark or, once the export has stalled (waited stall_s), as each batch comes due. Closing, a
+        stalled export is aborted at `_abort_at` so that its records can be spooled. Raises what the
+        exporter raised, its `failed` records given as events.
         """
         out, members = self._packed(records)
+        started = time.monotonic()
         future = self._export_pool.submit(out)
         future.add_done_callback(self._wake_worker)
+        aborted = False
         while True:
             with self._cv:
-                while not future.done() and not self._overflowing_locked():
-                    self._cv.wait(OVERFLOW_POLL_S)
-                overflowing = not future.done()
-            if overflowing:
+                while not future.done():
+                    now = time.monotonic()
+                    if self._closing and not aborted and now >= self._abort_at:
+                        break
+                    if self._overflowing_locked() or self._stall_due_locked(now, started):
+                        break
+                    self._cv.wait(self._export_wait_locked(now, started, aborted))
+                done = future.done()
+                abort = not done and self._closing and not aborted
+            if abort:
+                aborted = True
+                if isinstance(self._exporter, Abortable):
+                    self._exporter.abort()
+                continue
+            if not done:
+                self._on_stall(started)
                 self._drain_queue_to_spool(keep_in_flight=True)
                 continue
             exc = future.exception()
@@ -586,6 +618,30 @@ class BackgroundEmitter:
             with self._cv:
                 self._records_sent += len(out)
             return
+
+    def _stall_due_locked(self, now: float, started: float) -> bool:
+        """A stalled export and a queued batch due: it goes to the spool now."""
+        if self._spool is None or self._closing or not self._queue or now - started < self._stall_s:
+            return False
+        return len(self._queue) >= self._batch_size or now >= self._oldest_at + self._interval
+
+    def _export_wait_locked(self, now: float, started: float, aborted: bool) -> float:
+        """How long the worker may sleep while an export is in flight (wakes: done, emits, this)."""
+        wake = now + OVERFLOW_POLL_S
+        if self._closing and not aborted:
+            wake = min(wake, self._abort_at)
+        elif self._spool is not None and self._queue and not self._closing:
+            wake = min(wake, max(started + self._stall_s, self._oldest_at + self._interval))
+        return max(wake - now, 0.001)
+
+    def _on_stall(self, started: float) -> None:
+        """The exporter is waiting on its transport: report unhealthy, so fresh records spool."""
+        with self._cv:
+            if self._healthy:
+                log.warning("steplens export waiting for %.1f s; spooling newer events meanwhile",
+                            time.monotonic() - started)
+            self._healthy = False
+            self._cv.notify_all()
 
     def _overflowing_locked(self) -> bool:
         return self._spool is not None and len(self._queue) >= self._high_water and not self._closing
@@ -737,16 +793,16 @@ class BackgroundEmitter:
         if not spooling and healthy:
             while rest:
                 chunk = rest[: self._batch_size]
-                out, _ = self._packed(chunk)
                 try:
-                    self._exporter.export(out)
+                    self._export(chunk)  # on the export thread: a stalled one is aborted at _abort_at
                 except Exception as exc:
-                    self._on_failure(exc, delivered=0)
+                    failed = list(exc.failed) if isinstance(exc, ExportError) and exc.failed is not None else chunk
+                    self._on_failure(exc, delivered=len(chunk) - len(failed))
+                    rest = failed + rest[len(chunk):]
                     break
                 rest = rest[len(chunk):]
                 with self._cv:
                     self._exported += len(chunk)
-                    self._records_sent += len(out)
                     self._in_flight = len(rest)
         if not rest:
             with self._cv:

@@ -8,6 +8,7 @@ and retries later, so an exporter never has to buffer or retry on its own.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -61,6 +62,19 @@ class Exporter(Protocol):
         ...
 
 
+@runtime_checkable
+class Abortable(Protocol):
+    """An exporter whose export may wait for as long as its transport is down (KafkaExporter in place).
+
+    The emitter calls `abort` from another thread when it is closing: the running export then
+    returns at once, raising ExportError with the records not known to be delivered, so they can
+    go to the spool before the process exits; later exports fail.
+    """
+
+    def abort(self) -> None:
+        ...
+
+
 class InMemoryExporter:
     """Keeps exported records in a list: the test double for Kafka.
 
@@ -110,6 +124,15 @@ class InMemoryExporter:
 
 
 Compression = Literal["none", "lz4"]
+# How a record whose acknowledgement does not come is delivered (KafkaExporter):
+# "in_place": the export waits, the same idempotent producer retries it with its sequence number
+#             until the broker takes it (the broker drops a copy it already has): exactly once;
+# "resend":   the export gives up after export_timeout_s, the producer is discarded and the emitter
+#             spools the record and sends it again with a new producer: at-least-once, bounded exports.
+Redelivery = Literal["in_place", "resend"]
+# In place, batches never expire inside the producer (a week): the emitter's abort is what ends a wait.
+IN_PLACE_DELIVERY_TIMEOUT_MS = 7 * 24 * 3600 * 1000
+ABORT_POLL_S = 0.25  # how often an in-place wait looks at abort(); acks themselves wake it at once
 
 
 def lz4_available() -> bool:
@@ -126,10 +149,21 @@ class KafkaExporter:
 
     The producer is created lazily on the first export (in the emitter's worker thread), so
     constructing the exporter never blocks the training process even when the broker is down.
-    After any failure the producer is discarded and a fresh one is built on the next export:
-    records still buffered in a broken producer are abandoned (the emitter spools them), which
-    keeps redelivery of already-spooled records to a minimum. Delivery is at-least-once: a
-    record whose ack timed out may have reached the broker and is sent again from the spool.
+
+    Redelivery "in_place" (the default) makes delivery exactly once across a broker outage: an
+    export whose acks do not come keeps waiting while the *same* producer retries its batches with
+    their producer id and sequence numbers, so a batch the broker wrote before it went away is
+    dropped as a duplicate when it comes back (the broker restores producer state from its log).
+    Meanwhile the emitter moves newer records to its spool (they were never handed to Kafka, so
+    sending them later duplicates nothing). Only `abort()` (the emitter closing while the broker is
+    still down) ends the wait early: what was not acknowledged by then is spooled and may be sent
+    twice by the next run, the one at-least-once case left. Records `send()` could not even take
+    (no metadata yet, buffer full within max_block_ms) fail at once and are spooled.
+
+    Redelivery "resend" bounds every export by export_timeout_s: after any failure the producer is
+    discarded and a fresh one is built on the next export, so a record whose ack timed out may
+    have reached the broker and is sent again from the spool (at-least-once). The node relay uses
+    it, since it must answer its ranks within a bound.
     """
 
     def __init__(
@@ -143,7 +177,10 @@ class KafkaExporter:
         export_timeout_s: float = 10.0,
         connect_timeout_s: float = 5.0,
         extra_config: dict[str, Any] | None = None,
+        redelivery: Redelivery = "in_place",
     ) -> None:
+        if redelivery not in ("in_place", "resend"):
+            raise ValueError(f"redelivery must be 'in_place' or 'resend', got {redelivery!r}")
         if compression not in ("none", "lz4"):
             raise ValueError(f"compression must be 'none' or 'lz4', got {compression!r}")
         if compression == "lz4" and not lz4_available():
@@ -152,6 +189,7 @@ class KafkaExporter:
         self.bootstrap = bootstrap
         self.compression: Compression = compression
         self.export_timeout_s = export_timeout_s
+        self.redelivery: Redelivery = redelivery
         timeout_ms = max(int(export_timeout_s * 1000), linger_ms + 1000)
         request_timeout_ms = max(timeout_ms - linger_ms, 1000)
         self._config: dict[str, Any] = {
@@ -162,10 +200,12 @@ class KafkaExporter:
             "linger_ms": linger_ms,
             "compression_type": None if compression == "none" else "lz4",
             "max_request_size": max_request_size,
-            # Bound every wait inside the producer by the export timeout: a send must fail
-            # in time for the emitter to spool, not retry for the library's default 2 minutes.
+            # Bound every request and every send() by the export timeout. Resending: a batch also
+            # fails in time for the emitter to spool it, not after the library's default 2 minutes;
+            # in place, it never expires (retried until acknowledged or aborted).
             "request_timeout_ms": request_timeout_ms,
-            "delivery_timeout_ms": request_timeout_ms + linger_ms,
+            "delivery_timeout_ms": (IN_PLACE_DELIVERY_TIMEOUT_MS if redelivery == "in_place"
+                                    else request_timeout_ms + linger_ms),
             "max_block_ms": timeout_ms,
             "bootstrap_timeout_ms": int(connect_timeout_s * 1000),
             "reconnect_backoff_max_ms": 1000,
@@ -177,6 +217,7 @@ class KafkaExporter:
             self._config.update(extra_config)
         self._producer: Any = None
         self._closed = False
+        self._abort = threading.Event()
         # kafka-python logs every failed connection attempt; an outage must not flood the host's logs
         install_rate_limit(("kafka",))
 
@@ -196,7 +237,7 @@ class KafkaExporter:
                 log.debug("closing a failed Kafka producer raised", exc_info=True)
 
     def export(self, records: Sequence[OutRecord]) -> None:
-        if self._closed:
+        if self._closed or self._abort.is_set():
             raise ExportError("Kafka exporter is closed")
         if not records:
             return
@@ -206,28 +247,72 @@ class KafkaExporter:
         except Exception as exc:
             raise ExportError(f"cannot connect to Kafka at {self.bootstrap}: {exc}") from exc
         futures: list[Any] = []
-        try:
-            for rec in records:
+        send_error: BaseException | None = None
+        for rec in records:
+            try:
                 futures.append(producer.send(rec.topic, value=rec.value, key=rec.key))
-        except Exception as exc:
+            except Exception as exc:  # no metadata or no buffer space within max_block_ms
+                send_error = exc
+                break
+        if send_error is not None and self.redelivery == "resend":
             # Records already handed over may or may not get out: count the whole batch as failed.
             self._discard_producer()
-            raise ExportError(f"Kafka send failed: {exc}") from exc
-        failed: list[OutRecord] = []
-        first_error: BaseException | None = None
-        for rec, fut in zip(records, futures, strict=True):
-            remaining = max(deadline - time.monotonic(), 0.0)
-            try:
-                fut.get(timeout=remaining)
-            except Exception as exc:
-                failed.append(rec)
-                first_error = first_error or exc
-        if failed:
+            raise ExportError(f"Kafka send failed: {send_error}") from send_error
+        if self.redelivery == "in_place":
+            failed, first_error, broken = self._await_in_place(records, futures)
+        else:
+            failed, first_error, broken = self._await_until(records, futures, deadline)
+        failed.extend(records[len(futures):])  # never handed to the producer: nothing to duplicate
+        first_error = first_error or send_error
+        if broken:
             self._discard_producer()
+        if failed:
             raise ExportError(
                 f"{len(failed)} of {len(records)} records not acknowledged by Kafka: {first_error}",
                 failed=failed,
             )
+
+    def _await_until(self, records: Sequence[OutRecord], futures: list[Any],
+                     deadline: float) -> tuple[list[OutRecord], BaseException | None, bool]:
+        """Resending: each ack by the export deadline, or the record fails and the producer goes."""
+        failed: list[OutRecord] = []
+        first_error: BaseException | None = None
+        for rec, fut in zip(records, futures, strict=False):
+            try:
+                fut.get(timeout=max(deadline - time.monotonic(), 0.0))
+            except Exception as exc:
+                failed.append(rec)
+                first_error = first_error or exc
+        return failed, first_error, bool(failed)
+
+    def _await_in_place(self, records: Sequence[OutRecord],
+                        futures: list[Any]) -> tuple[list[OutRecord], BaseException | None, bool]:
+        """In place: wait for every ack however long the broker is away, until abort().
+
+        A record whose future failed (a non-retriable error) was not written: it fails, and the
+        producer is replaced since its sequence state may be off. After an abort the producer is
+        closed at once, so no record spooled now can still go out from it later.
+        """
+        failed: list[OutRecord] = []
+        first_error: BaseException | None = None
+        broken = False
+        for rec, fut in zip(records, futures, strict=False):
+            while not fut.is_done and not self._abort.is_set():
+                with contextlib.suppress(Exception):  # KafkaTimeoutError: not acknowledged yet
+                    fut.get(timeout=ABORT_POLL_S)
+            if not fut.is_done:
+                failed.append(rec)
+                first_error = first_error or ExportError("aborted while waiting for Kafka's ack")
+                broken = True
+            elif fut.failed():
+                failed.append(rec)
+                first_error = first_error or fut.exception
+                broken = True
+        return failed, first_error, broken
+
+    def abort(self) -> None:
+        """End a running in-place wait now (see Abortable); this exporter exports nothing after it."""
+        self._abort.set()
 
     def flush(self, timeout: float) -> bool:
         if self._producer is None:

@@ -272,7 +272,9 @@ def relay_emitter(settings: Settings, topics: Topics, *, name: str = "steplens-r
 
     cfg = kafka_client_config(settings, "producer")
     bootstrap = cfg.pop("bootstrap_servers")
-    exporter = KafkaExporter(bootstrap, client_id=f"{name}-{os.getpid()}", extra_config=cfg)
+    # Resending (bounded exports): a frame is acknowledged once its records are in Kafka or the spool,
+    # within ACK_WAIT_S; an in-place wait would hold a batch in memory for the whole outage.
+    exporter = KafkaExporter(bootstrap, client_id=f"{name}-{os.getpid()}", extra_config=cfg, redelivery="resend")
     return BackgroundEmitter(exporter, topics, name=name, flush_interval_s=settings.relay_flush_interval_s,
                              max_queue=max_queue, pack=False)
 

@@ -475,3 +475,83 @@ def test_records_settle_in_queue_order_once_exported_spooled_or_dropped(tmp_path
     dropping = make(emitters, InMemoryExporter(failing=True), flush_interval_s=0.01)  # no spool: dropped, counted
     n, end = dropping.emit_records_seq(recs[:3])
     assert dropping.wait_settled(end, WAIT) and dropping.stats().dropped == {EXPORT_FAILED: 3}
+
+
+class HeldExporter:
+    """Test double of an exporter retrying in place (KafkaExporter, broker away): export waits
+    until `release` or `abort`; aborted, it fails the batch it held, and every later one."""
+
+    def __init__(self) -> None:
+        self.records: list[OutRecord] = []
+        self.entered = threading.Event()
+        self.released = False
+        self.aborted = False
+        self._cv = threading.Condition()
+
+    def export(self, records: Sequence[OutRecord]) -> None:
+        self.entered.set()
+        with self._cv:
+            self._cv.wait_for(lambda: self.released or self.aborted)
+            if self.aborted:
+                raise ExportError("aborted", failed=records)
+            self.records.extend(records)
+
+    def release(self) -> None:
+        with self._cv:
+            self.released = True
+            self._cv.notify_all()
+
+    def abort(self) -> None:
+        with self._cv:
+            self.aborted = True
+            self._cv.notify_all()
+
+    def flush(self, timeout: float) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_stalled_export_spools_newer_events_then_each_goes_out_once_in_order(
+        tmp_path: Path, emitters: list[BackgroundEmitter]) -> None:
+    """The in-place export waits out the outage; what comes meanwhile is on disk, sent after it."""
+    exporter = HeldExporter()
+    em = make(emitters, exporter, batch_size=4, flush_interval_s=0.01, spool_dir=tmp_path, stall_s=0.05)
+    events = step_events(41)
+    assert em.emit(events[0])
+    assert exporter.entered.wait(WAIT), "worker never called export"
+    for ev in events[1:]:
+        assert em.emit(ev)
+    # far below the queue's high-water mark (5,000): spooled because the export stalled
+    assert em.wait_until(lambda s: s.spool_pending == 40 and s.queued == 0, WAIT), em.stats()
+    stats = em.stats()
+    assert not stats.healthy and stats.in_flight == 1 and stats.dropped == {} and stats.exported == 0
+    assert list(tmp_path.glob(f"*{SEGMENT_SUFFIX}")), "the outage's events are not on disk"
+    exporter.release()
+    assert em.flush(WAIT), em.stats()
+    assert [r.value for r in exporter.records] == [encode(e) for e in events]  # once each, in order
+    stats = em.stats()
+    assert stats.healthy and stats.exported == 41 and stats.replayed == 40 and stats.spool_pending == 0
+
+
+def test_close_aborts_a_stalled_export_and_spools_what_it_held(tmp_path: Path,
+                                                                 emitters: list[BackgroundEmitter]) -> None:
+    """Closing while the broker is still away: the held batch goes to the spool for the next run."""
+    exporter = HeldExporter()
+    em = make(emitters, exporter, batch_size=3, flush_interval_s=0.01, spool_dir=tmp_path, stall_s=60.0)
+    events = step_events(5)
+    for ev in events[:3]:
+        assert em.emit(ev)
+    assert exporter.entered.wait(WAIT), "worker never called export"
+    for ev in events[3:]:
+        assert em.emit(ev)
+    assert em.close(timeout=2.0) is False  # not exported; but nothing is lost
+    assert exporter.aborted and exporter.records == []
+    stats = em.stats()
+    assert stats.dropped == {} and stats.spooled == 5 and stats.spool_pending == 5 and stats.in_flight == 0
+
+    nxt = InMemoryExporter()  # the next run, on the same spool, with the broker back
+    em2 = make(emitters, nxt, flush_interval_s=0.01, spool_dir=tmp_path)
+    assert em2.flush(WAIT), em2.stats()
+    assert nxt.values() == [encode(e) for e in events]

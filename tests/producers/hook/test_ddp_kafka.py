@@ -25,7 +25,6 @@ from kafka import KafkaConsumer, KafkaProducer
 
 from infra import InfraConfig, KafkaBroker
 from infra.clients import kafka_client_config
-from producers.hook import HOOK_FLUSH_INTERVAL_S
 from producers.workloads.ddp_transformer import WorkloadConfig, load_results, run
 from schemas import ControlCommand, Incident, KernelBatch, KernelSummary, ProfileReady, StepEvent, Topics
 from schemas import encode as encode_event
@@ -195,42 +194,27 @@ def test_kafka_outage_mid_run_loses_and_duplicates_nothing(settings: Settings, t
     assert outage_ranks == 4, "every rank spooled during the outage"
     records = sorted(_read(settings, topics.steps), key=lambda m: (m.partition, m.offset))
     by_rank: dict[int, list[int]] = {}
-    first_bytes: dict[tuple[int, int], bytes] = {}
-    copies: dict[tuple[int, int], int] = {}
     packed = 0
     for m in records:  # packed records (the ranks run with STEPLENS_EMIT_PACK): expand in array order
         packed += is_packed(m.value)
         for e in events_of(m.value):
-            if not isinstance(e, StepEvent):
-                continue
-            if (e.rank, e.step) in first_bytes:
-                # a re-send after an ack lost at the broker's shutdown (at-least-once export): the
-                # very same event, which landing's ReplacingMergeTree collapses; counted, never silent
-                assert first_bytes[(e.rank, e.step)] == encode_event(e)
-                copies[(e.rank, e.step)] += 1
-                continue
-            copies[(e.rank, e.step)] = 1
-            first_bytes[(e.rank, e.step)] = encode_event(e)
-            by_rank.setdefault(e.rank, []).append(e.step)
+            if isinstance(e, StepEvent):
+                by_rank.setdefault(e.rank, []).append(e.step)
     assert packed and len(records) < 4 * steps  # several steps per record
-    assert by_rank == {r: list(range(steps)) for r in range(4)}  # none lost, in order per rank
-    # re-sends are bounded: a few batches whose acks were lost while the broker stopped, plus the
-    # spooled outage span once more when its replay's acks time out while the restarted broker
-    # is still loading (seen on the loaded 2-core CI box: 195 re-sent of 400). No event goes out
-    # more than three times, which a replay loop re-sending acknowledged records would exceed.
-    per_batch = int(HOOK_FLUSH_INTERVAL_S * 1000 / cfg.step_sleep_ms) + 1
-    duplicates = sum(copies.values()) - len(copies)
-    assert max(copies.values()) <= 3, sorted(copies.items(), key=lambda kv: -kv[1])[:5]
+    # exactly once, in order per rank: the batch each rank had in flight when the broker stopped
+    # was retried in place by the same idempotent producer (a copy the broker had already written
+    # is dropped by it), and what came during the outage waited in the spool until after it
+    assert by_rank == {r: list(range(steps)) for r in range(4)}, {
+        r: [s for s in set(v) if v.count(s) > 1][:10] for r, v in by_rank.items()}
     results = load_results(Path(cfg.out_dir))
-    spooled = sum(r["emitter_spooled"] for r in results)
-    assert duplicates <= 4 * 4 * per_batch + spooled, f"{duplicates} re-sent step events, {spooled} spooled"
+    assert all(r["emitter_spooled"] for r in results), [r["emitter_spooled"] for r in results]
     for r in results:
         times = [ms for _, ms in r["times"]]
-        # the loop never waited for Kafka: an export timeout is 10 s, no step came near it
+        # the loop never waited for Kafka: the outage lasted seconds, no step came near it
         assert max(times) < 5000, times
         assert not r["emitter_dropped"], r["emitter_dropped"]
 
-    # exactly once where it is stored: the landing worker collapses every re-sent copy
+    # and once where it is stored
     chdb = tmp_path / "chdb"
     land = start_worker("land", {**os.environ, **_env(settings), "STEPLENS_CLICKHOUSE_URL": "",
                                  "STEPLENS_CHDB_PATH": str(chdb)}, settings.home)
@@ -241,12 +225,11 @@ def test_kafka_outage_mid_run_loses_and_duplicates_nothing(settings: Settings, t
         assert stop_worker(land) == 0
     backend = open_backend(replace(settings, clickhouse_url="", chdb_path=chdb))
     try:
-        rows = backend.query(f"SELECT rank, step, count() FROM {backend.database}.steps FINAL "
+        rows = backend.query(f"SELECT rank, step, count() FROM {backend.database}.steps "
                              f"WHERE job = '{cfg.job}' GROUP BY rank, step ORDER BY rank, step")
     finally:
         backend.close()
-    assert [(int(r), int(st)) for r, st, _ in rows] == [(r, st) for r in range(4) for st in range(steps)]
-    assert {int(c) for _, _, c in rows} == {1}, f"{duplicates} re-sent copies, not all collapsed"
+    assert [(int(r), int(st), int(c)) for r, st, c in rows] == [(r, st, 1) for r in range(4) for st in range(steps)]
 
 
 @pytest.mark.parametrize("via_relay", [False, True], ids=["own-consumers", "through-the-relay"])
