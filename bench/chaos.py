@@ -59,7 +59,8 @@ from producers.exporter import KafkaExporter
 from producers.simulator.cluster import SimulatedJob
 from producers.simulator.faults import SlowRank
 from producers.simulator.topology import Topology
-from schemas import ControlCommand, Incident, Topics, decode_as
+from schemas import ContractError, ControlCommand, Incident, StepEvent, Topics, decode_as
+from schemas.packing import decode_record_as
 from sinks import open_backend
 from sinks.migrations.runner import migrate
 from steplens.config import REPO_ROOT, Settings, load_settings
@@ -378,6 +379,30 @@ def read_alerts(rig: Rig, job: str) -> tuple[list[Incident], int]:
     return out, foreign
 
 
+def topic_copies(rig: Rig, job: str) -> dict[str, int]:
+    """How the producer's step events sit on the steps topic: events, distinct (step, rank), copies beyond one.
+
+    Judged on the topic itself (before landing's dedup), packed records expanded.
+    """
+    consumer = KafkaConsumer(rig.topics.steps, **kafka_client_config(rig.settings, "admin"),
+                             auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=5000)
+    seen: dict[tuple[int, int], int] = {}
+    events = 0
+    try:
+        for msg in consumer:
+            try:
+                items = decode_record_as(StepEvent, msg.value)
+            except ContractError:
+                continue
+            for ev in items:
+                if isinstance(ev, StepEvent) and ev.job == job:
+                    events += 1
+                    seen[(ev.step, ev.rank)] = seen.get((ev.step, ev.rank), 0) + 1
+    finally:
+        consumer.close()
+    return {"topic_events": events, "topic_distinct": len(seen), "topic_duplicates": events - len(seen)}
+
+
 def read_commands(rig: Rig, job: str) -> list[ControlCommand]:
     consumer = KafkaConsumer(rig.topics.control, **kafka_client_config(rig.settings, "admin"),
                              auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=3000)
@@ -514,7 +539,8 @@ class Harness:
         log(f"kafka_restart: broker back after {t_up - t_down:.0f} s")
         recovery = recovery_after(rig, offsets, ("detect", "land"), t_up)
         producer.join(timeout=600)
-        return self.finish(rig, offsets, sent, job, {"recovery_s": recovery, "down_s": round(t_up - t_down, 1)})
+        return self.finish(rig, offsets, sent, job, {"recovery_s": recovery, "down_s": round(t_up - t_down, 1),
+                                                     **topic_copies(rig, job.job_id)})
 
     def case_clickhouse_down(self, down_s: float) -> dict[str, Any]:
         server = ClickHouseServer(self.cfg)
@@ -539,7 +565,8 @@ class Harness:
         log(f"clickhouse_down: server back after {t_up - t_down:.0f} s")
         recovery = recovery_after(rig, offsets, ("land",), t_up)
         producer.join(timeout=600)
-        return self.finish(rig, offsets, sent, job, {"recovery_s": recovery, "down_s": round(t_up - t_down, 1)})
+        return self.finish(rig, offsets, sent, job, {"recovery_s": recovery, "down_s": round(t_up - t_down, 1),
+                                                     **topic_copies(rig, job.job_id)})
 
 
 def table(cases: dict[str, dict[str, Any]]) -> str:

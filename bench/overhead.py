@@ -131,6 +131,11 @@ def mean_over_ranks(per_rank: list[list[tuple[str, float]]]) -> list[tuple[str, 
     return [(per_rank[0][i][0], float(np.mean([t[i][1] for t in per_rank]))) for i in range(n)]
 
 
+def job_step_times(results: list[dict[str, Any]]) -> list[tuple[str, float]]:
+    """The job's (mode, step ms) series from the ranks' result files (`times`: [mode, ms] pairs)."""
+    return mean_over_ranks([[(m, ms) for m, ms in r["times"]] for r in results])
+
+
 def analyse(times: list[tuple[str, float]], block: int, modes: tuple[str, ...] = MODES) -> dict[str, Any]:
     rounds = rounds_of(times, block, modes)
     if not rounds:
@@ -374,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
                     name = ("relay" if relay else "packed" if packed else "unpacked") \
                         + ("" if interval is None else "_send_every_1s") + (f"_{n_ranks}_ranks" if n_ranks > 1 else "")
                     side.setdefault(name, []).append(d)
-        stats = analyse(mean_over_ranks([[(m, ms) for m, ms in r["times"]] for r in results]), a.block, modes)
+        stats = analyse(job_step_times(results), a.block, modes)
         print_modes(stats, modes)
         cpu = cpu_per_step(results)
         hook_threads = hook_threads_ms_per_hooked_step(results, cpu, a.block * len(modes))
@@ -540,7 +545,7 @@ def abba_fields(abba: list[dict[str, Any]], steps: int, *, gpu: bool) -> dict[st
     """The step-by-step ABBA run's result keys (empty without one), printed as they are computed."""
     if not abba:
         return {}
-    abba_times = mean_over_ranks([[(m, ms) for m, ms in r["times"]] for r in abba])
+    abba_times = job_step_times(abba)
     hook_q, none_q = abba_quads(abba_times, ABBA_WARM_STEPS)
     paired = paired_ratio_ci(hook_q, none_q, seed=17)
     pooled = ratio_of_medians_ci(hook_q, none_q, seed=19)
@@ -612,7 +617,7 @@ def main_gpu(a: argparse.Namespace, modes: tuple[str, ...]) -> int:
                              vocab=model["vocab"], hidden=model["hidden"], heads=model["heads"],
                              layers=model["layers"], ffn=model["ffn"])
         results, wall, abba = run_blocks_then_abba(cfg, a.abba_steps, Path(tmp))
-    stats = analyse(mean_over_ranks([[(m, ms) for m, ms in r["times"]] for r in results]), block, modes)
+    stats = analyse(job_step_times(results), block, modes)
     print_modes(stats, modes)
     cpu = cpu_per_step(results)
     hook_threads = hook_threads_ms_per_hooked_step(results, cpu, block * len(modes))
