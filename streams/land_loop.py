@@ -14,6 +14,9 @@ detect worker's decode stage. Delivery, per batch:
 4. only then are the batch's offsets committed (`commit()` of the consumed positions, which
    are exactly this batch's ends). A rebalance in between makes the commit fail: the new
    owner re-reads the batch (at-least-once; steps, incidents and jobs collapse under FINAL).
+   A broker away (a retriable error: timeout, lost connection, no coordinator) makes the loop
+   retry the commit with backoff until the broker is back: the batch is landed already, and
+   a worker that exited there would leave the fleet without landing for the whole outage.
 
 Anything escaping a batch (a bug, a dead letter the broker refused) ends the thread with
 `failed` set and nothing committed; the app's watchdog then exits the process
@@ -30,7 +33,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from kafka import KafkaConsumer, KafkaProducer
-from kafka.errors import CommitFailedError
+from kafka.errors import CommitFailedError, KafkaError, RebalanceInProgressError
 
 from infra.clients import kafka_client_config
 from schemas import Topics
@@ -41,6 +44,8 @@ from streams.lander import ClickHouseLander
 from streams.landing import Landed, LandingProcessor
 
 log = logging.getLogger(__name__)
+
+COMMIT_BACKOFF_S = (0.5, 5.0)  # first and longest wait between commit attempts while the broker is away
 
 
 def land_group(settings: Settings) -> str:
@@ -83,8 +88,10 @@ class LandLoop(threading.Thread):
         lander: ClickHouseLander,
         clients: Callable[[], tuple[Consumer, Sender]] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        commit_backoff_s: tuple[float, float] = COMMIT_BACKOFF_S,
     ) -> None:
         super().__init__(name="steplens-land", daemon=True)
+        self.commit_backoff_s = commit_backoff_s
         self.settings = settings
         self.processor = processor
         self.lander = lander
@@ -96,6 +103,7 @@ class LandLoop(threading.Thread):
         self.batches = 0
         self.messages = 0
         self.commit_failures = 0
+        self.commit_retries = 0
 
     def _kafka_clients(self) -> tuple[Consumer, Sender]:
         base = kafka_client_config(self.settings, "land")
@@ -150,12 +158,33 @@ class LandLoop(threading.Thread):
                     batch.extend(records)
             if batch and (len(batch) >= size or self._clock() - first_at >= within):
                 self.land(batch, sender, aio)
-                try:
-                    consumer.commit()
-                except CommitFailedError as exc:  # rebalanced meanwhile: the new owner re-reads the batch
-                    self.commit_failures += 1
-                    log.warning("commit after landing failed (rebalance), the batch will be re-read: %r", exc)
+                self.commit(consumer)
                 batch = []
+
+    def commit(self, consumer: Consumer) -> None:
+        """Commit the landed batch's offsets, waiting out a broker outage (retriable errors, backoff).
+
+        A rebalance (CommitFailedError) leaves the batch to its new owner; stopping meanwhile leaves
+        it uncommitted (re-read, collapsed); a non-retriable error escapes (the process restarts).
+        """
+        backoff, longest = self.commit_backoff_s
+        while True:
+            try:
+                consumer.commit()
+                return
+            except (CommitFailedError, RebalanceInProgressError) as exc:  # rebalanced: the new owner re-reads it
+                self.commit_failures += 1
+                log.warning("commit after landing failed (rebalance), the batch will be re-read: %r", exc)
+                return
+            except KafkaError as exc:
+                if not getattr(exc, "retriable", False):
+                    raise
+                self.commit_retries += 1
+                log.warning("commit after landing failed (%r); retrying in %.1f s", exc, backoff)
+            if self.stopping.wait(backoff):
+                log.warning("stopping with a landed batch uncommitted: the next owner re-reads it")
+                return
+            backoff = min(backoff * 2, longest)
 
     def land(self, batch: Iterable[Record], sender: Sender, aio: asyncio.AbstractEventLoop) -> None:
         """Rows and dead letters of `batch` stored: returns only once ClickHouse and the broker have them."""

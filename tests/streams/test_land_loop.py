@@ -8,6 +8,8 @@ import sys
 from dataclasses import replace
 from typing import Any, NamedTuple
 
+from kafka.errors import KafkaTimeoutError, UnsupportedVersionError
+
 from schemas import Topics, encode
 from sinks.rows import row_for
 from sinks.writer import BatchingWriter
@@ -118,6 +120,48 @@ def test_a_failed_batch_is_never_committed_and_stops_the_loop() -> None:
     loop, consumer, _ = _run_loop([[_rec(0), _rec(1)], [_rec(2), _rec(3)], [_rec(4), _rec(5)]], lander)
     assert consumer.commits == [[0, 1]]  # the failed batch and everything after it stay uncommitted
     assert isinstance(loop.failed, RuntimeError)
+
+
+class OutageConsumer(FakeConsumer):
+    """The broker is away for the first `down` commits (kafka-python raises its retriable timeout)."""
+
+    def __init__(self, loop: LandLoop, batches: list[list[FakeRecord]], landed: list[int], down: int,
+                 error: Exception) -> None:
+        super().__init__(loop, batches, landed)
+        self.down = down
+        self.error = error
+        self.attempts = 0
+
+    def commit(self) -> None:
+        self.attempts += 1
+        if self.attempts <= self.down:
+            raise self.error
+        super().commit()
+
+
+def _run_outage(down: int, error: Exception) -> tuple[LandLoop, OutageConsumer]:
+    settings = replace(load_settings({}), sink_batch_size=2, sink_batch_seconds=60.0)
+    lander = RecordingLander()
+    holder: dict[str, OutageConsumer] = {}
+    loop = LandLoop(settings, LandingProcessor(TOPICS, settings.max_event_bytes), lander,  # type: ignore[arg-type]
+                    clients=lambda: (holder["c"], FakeSender()), commit_backoff_s=(0.001, 0.002))
+    holder["c"] = OutageConsumer(loop, [[_rec(0), _rec(1)], [_rec(2), _rec(3)]], lander.offsets, down, error)
+    loop.run()
+    return loop, holder["c"]
+
+
+def test_a_commit_during_a_broker_outage_is_retried_and_the_loop_lives_on() -> None:
+    loop, consumer = _run_outage(5, KafkaTimeoutError())
+    assert loop.failed is None  # it did not exit (a worker without landing for the whole outage)
+    assert loop.commit_retries == 5 and loop.commit_failures == 0
+    assert consumer.commits == [[0, 1], [0, 1, 2, 3]]  # the landed batch committed once the broker was back
+    assert loop.batches == 2
+
+
+def test_a_non_retriable_commit_error_still_stops_the_loop() -> None:
+    loop, consumer = _run_outage(1, UnsupportedVersionError())
+    assert isinstance(loop.failed, UnsupportedVersionError)
+    assert consumer.commits == [] and loop.commit_retries == 0
 
 
 def test_a_partial_batch_is_landed_once_it_is_old_enough() -> None:
