@@ -46,6 +46,9 @@ from streams.landing import Landed, LandingProcessor
 log = logging.getLogger(__name__)
 
 COMMIT_BACKOFF_S = (0.5, 5.0)  # first and longest wait between commit attempts while the broker is away
+# One commit attempt's bound: kafka-python's default (the 30 s request timeout) kept a worker whose broker
+# was back waiting out an attempt begun during the outage.
+COMMIT_TIMEOUT_MS = 5000
 
 
 def land_group(settings: Settings) -> str:
@@ -65,7 +68,7 @@ class Record(Protocol):
 class Consumer(Protocol):
     def poll(self, timeout_ms: int = ..., max_records: int | None = ...) -> dict[Any, list[Any]]: ...
 
-    def commit(self) -> None: ...
+    def commit(self, offsets: Any = ..., timeout_ms: int | None = ...) -> None: ...
 
     def close(self) -> None: ...
 
@@ -170,7 +173,7 @@ class LandLoop(threading.Thread):
         backoff, longest = self.commit_backoff_s
         while True:
             try:
-                consumer.commit()
+                consumer.commit(timeout_ms=COMMIT_TIMEOUT_MS)
                 return
             except (CommitFailedError, RebalanceInProgressError) as exc:  # rebalanced: the new owner re-reads it
                 self.commit_failures += 1

@@ -48,7 +48,7 @@ class FakeConsumer:
             return {}
         return {"tp": self.batches.pop(0)}
 
-    def commit(self) -> None:
+    def commit(self, offsets: Any = None, timeout_ms: int | None = None) -> None:
         self.commits.append(list(self.landed))
 
     def close(self) -> None:
@@ -132,11 +132,11 @@ class OutageConsumer(FakeConsumer):
         self.error = error
         self.attempts = 0
 
-    def commit(self) -> None:
+    def commit(self, offsets: Any = None, timeout_ms: int | None = None) -> None:
         self.attempts += 1
         if self.attempts <= self.down:
             raise self.error
-        super().commit()
+        super().commit(offsets, timeout_ms)
 
 
 def _run_outage(down: int, error: Exception) -> tuple[LandLoop, OutageConsumer]:
