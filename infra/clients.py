@@ -82,9 +82,17 @@ def ssl_context(settings: Settings) -> ssl.SSLContext:
     return ctx
 
 
+RECONNECT_BACKOFF_MAX_MS = 1000  # the Java clients' default
+
+
 def kafka_client_config(settings: Settings, principal: Principal) -> dict[str, Any]:
-    """Keyword arguments for kafka-python's KafkaProducer / KafkaConsumer / KafkaAdminClient."""
-    config: dict[str, Any] = {"bootstrap_servers": settings.kafka_bootstrap}
+    """Keyword arguments for kafka-python's KafkaProducer / KafkaConsumer / KafkaAdminClient.
+
+    Reconnects back off to at most RECONNECT_BACKOFF_MAX_MS (kafka-python's default is 30 s: after a
+    broker outage every client then waited up to 30 s more before it even tried the broker again).
+    """
+    config: dict[str, Any] = {"bootstrap_servers": settings.kafka_bootstrap,
+                              "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS}
     if _mode(settings) == "plaintext":
         return config
     user, password = kafka_credentials(settings, principal)

@@ -362,7 +362,8 @@ def test_client_config_reads_secrets_and_honours_overrides(tmp_path: Path) -> No
     other = kafka_client_config(replace(settings, kafka_user="svc", kafka_password="pw"), "detect")
     assert (other["sasl_plain_username"], other["sasl_plain_password"]) == ("svc", "pw")
     assert kafka_client_config(replace(settings, kafka_security="plaintext"), "admin") == {
-        "bootstrap_servers": "127.0.0.1:1"}
+        "bootstrap_servers": "127.0.0.1:1", "reconnect_backoff_max_ms": 1000}
+    assert config["reconnect_backoff_max_ms"] == 1000  # secured too
     with pytest.raises(ValueError, match="kafka_security"):
         kafka_client_config(replace(settings, kafka_security="ssl-ish"), "admin")
     creds = faust_broker_config(settings, "producer")["broker_credentials"]
