@@ -37,6 +37,15 @@ class Version:
         return self.major == CONTRACT_MAJOR and self.minor > CONTRACT_MINOR
 
 
+def major_ok(value: object) -> bool:
+    """parse_version would accept `value` (the same pattern and major), without building anything:
+    for decoders that skip bad input instead of raising (streams/ingest/decode.py)."""
+    if not isinstance(value, str):
+        return False
+    match = _VERSION.fullmatch(value)
+    return match is not None and int(match.group(1)) == CONTRACT_MAJOR
+
+
 def parse_version(value: object) -> Version:
     if not isinstance(value, str):
         raise ContractError("v", f"must be a string 'MAJOR.MINOR', got {type(value).__name__}")

@@ -38,7 +38,7 @@ from kafka.errors import CommitFailedError, KafkaError, RebalanceInProgressError
 from infra.clients import kafka_client_config
 from schemas import Topics
 from steplens.config import Settings
-from streams.app import now_ns
+from streams.app import WorkerTimeouts, now_ns
 from streams.ingest.gc_tuning import tune_gc
 from streams.lander import ClickHouseLander
 from streams.landing import Landed, LandingProcessor
@@ -114,7 +114,10 @@ class LandLoop(threading.Thread):
         consumer: Any = KafkaConsumer(
             *self.processor.topics, **base, group_id=land_group(self.settings), enable_auto_commit=False,
             auto_offset_reset="earliest", max_poll_records=size, fetch_max_bytes=64 << 20,
-            max_partition_fetch_bytes=16 << 20, fetch_min_bytes=1)
+            max_partition_fetch_bytes=16 << 20, fetch_min_bytes=1,
+            # the workers' group timeouts (6 s session): kafka-python's 45 s default kept a killed land
+            # worker's partitions from its restart for 45 s (make chaos, kill_land: recovery 47 s)
+            **WorkerTimeouts().kafka_python_consumer())
         producer: Any = KafkaProducer(**base, acks="all", linger_ms=5, batch_size=1 << 20,
                                       max_request_size=4_194_304)
         return consumer, producer

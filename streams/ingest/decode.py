@@ -1,9 +1,12 @@
 """Decode a batch of raw messages straight into per-job column chunks (orjson, no dataclasses).
 
 Full contract decoding costs ~50 µs an event; detection needs only a few fields, so this
-module reads them from the orjson dict and applies the contract's cheap checks (type, major
-version, identity ranges, non-negative times). Bad input is counted and skipped, never
-raised: the landing worker is the one that dead-letters it with its reason. A record may
+module reads them from the orjson dict and applies the contract's cheap checks on them (type,
+version by the contract's own pattern, identity and time fields within their column ranges,
+non-negative times). Bad input is counted and skipped, never raised: the landing worker is the
+one that dead-letters it with its reason. An event the contract rejects for one of those fields
+must never reach the engine (a forged rank's steps at `end_ns` 2^64-1 or version "1.²" once
+made phantom HUNG_RANK incidents in `make chaos`); the test pins this against schemas.decode. A record may
 pack an array of events (contract 1.2): its elements go to the same columns one by one, a
 bad element is skipped alone.
 
@@ -19,7 +22,9 @@ from typing import Any
 
 import orjson
 
+from schemas.bounds import INT64, UINT16, UINT32
 from schemas.packing import MAX_PACKED_EVENTS
+from schemas.version import major_ok
 
 PHASES = ("data_ms", "forward_ms", "backward_ms", "grad_ms", "optimizer_ms", "comm_exposed_ms",
           "interstep_cpu_ms", "gc_ms")
@@ -27,6 +32,9 @@ DOMAINS = ("dp", "tp", "pp", "ep", "cp")
 DEVICE_METRICS = ("power_w", "temp_c", "aicore_pct", "aicpu_pct", "ctrlcpu_pct", "mem_pct", "membw_pct",
                   "freq_mhz")  # T1–T7 and the clock (R1 down-clocking, spec §3)
 NAN = math.nan
+I64 = INT64[1]  # steps, times: Int64 columns
+U32 = UINT32[1]  # rank, world
+U16 = UINT16[1]  # device
 
 
 @dataclass(slots=True)
@@ -39,8 +47,7 @@ class DecodeStats:
 
 
 def _major_ok(doc: dict[str, Any]) -> bool:
-    version = doc.get("v")
-    return isinstance(version, str) and version.split(".", 1)[0] == "1"
+    return major_ok(doc.get("v"))
 
 
 def _num(value: Any) -> float:
@@ -67,8 +74,8 @@ def _add_step(chunks: dict[str, dict[str, Any]], doc: dict[str, Any]) -> bool:
     start = doc.get("start_ns")
     end = doc.get("end_ns")
     if not (isinstance(job, str) and job and isinstance(rank, int) and isinstance(world, int)
-            and 0 <= rank < world and isinstance(step, int) and step >= 0
-            and isinstance(start, int) and isinstance(end, int) and 0 < start <= end):
+            and 0 <= rank < world <= U32 and isinstance(step, int) and 0 <= step <= I64
+            and isinstance(start, int) and isinstance(end, int) and 0 < start <= end <= I64):
         return False
     phases = doc.get("phases") or {}
     domains = doc.get("domains") or {}
@@ -107,8 +114,8 @@ def _add_kernel_summary(chunks: dict[str, dict[str, Any]], doc: dict[str, Any]) 
     world = doc.get("world")
     step = doc.get("step")
     entries = doc.get("entries")
-    if not (isinstance(job, str) and job and isinstance(rank, int) and isinstance(world, int) and 0 <= rank < world
-            and isinstance(step, int) and step >= 0 and isinstance(entries, list)):
+    if not (isinstance(job, str) and job and isinstance(rank, int) and isinstance(world, int)
+            and 0 <= rank < world <= U32 and isinstance(step, int) and 0 <= step <= I64 and isinstance(entries, list)):
         return False
     chunk = chunks.get(f"kernels:{job}")
     if chunk is None:
@@ -129,8 +136,8 @@ def _add_device(chunks: dict[str, dict[str, Any]], doc: dict[str, Any]) -> bool:
     host = doc.get("host")
     device = doc.get("device")
     ts = doc.get("ts_ns")
-    if not (isinstance(host, str) and host and isinstance(device, int) and device >= 0
-            and isinstance(ts, int) and ts > 0):
+    if not (isinstance(host, str) and host and isinstance(device, int) and 0 <= device <= U16
+            and isinstance(ts, int) and 0 < ts <= I64):
         return False
     job = doc.get("job") if isinstance(doc.get("job"), str) else ""
     chunk = chunks.get(f"device:{job}")
@@ -151,13 +158,14 @@ def _add_job(chunks: dict[str, dict[str, Any]], doc: dict[str, Any]) -> bool:
     job = doc.get("job")
     phase = doc.get("phase")
     world = doc.get("world")
-    if not (isinstance(job, str) and job and phase in ("start", "end") and isinstance(world, int) and world >= 1):
-        return False
     last = doc.get("last_step")
     ts = doc.get("ts_ns")
+    if not (isinstance(job, str) and job and phase in ("start", "end") and isinstance(world, int)
+            and 1 <= world <= U32 and isinstance(ts, int) and 0 <= ts <= I64
+            and (last is None or (isinstance(last, int) and 0 <= last <= I64))):
+        return False
     chunks[f"job:{job}:{phase}"] = {"kind": "job", "job": job, "phase": phase, "world": world,
-                                    "ts_ns": ts if isinstance(ts, int) else 0,
-                                    "last_step": last if isinstance(last, int) else None,
+                                    "ts_ns": ts, "last_step": last,
                                     "parallel": doc.get("parallel") or {},
                                     "kernel_summaries": doc.get("kernel_summaries") is True}
     return True
