@@ -1,9 +1,8 @@
 """The real DDP workload (PyTorch, gloo, 4 ranks on loopback) instrumented with the hook, sending to the real Kafka.
 
 - a CPU hog on rank 2 -> the detect worker names rank 2 in a SLOW_RANK incident;
-- Kafka stopped mid-run and restarted -> every step event arrives, in order per rank (re-sent copies
-  byte-identical and bounded), exactly once in ClickHouse after landing, and the training loop never
-  blocked;
+- Kafka stopped mid-run and restarted -> every step event is on the topic exactly once, in order per
+  rank, and once in ClickHouse after landing, and the training loop never blocked;
 - a control command for rank r, steps s..s+2 -> kernel records and a profile pointer for exactly
   those steps, and the dump exists; also with the ranks sending through a node relay process, which
   then follows the control topic for them (no control consumer in any rank).
