@@ -41,7 +41,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -352,30 +352,35 @@ def count(rig: Rig, sent: Sent, slow_ranks: set[int], job: str) -> dict[str, Any
     }
 
 
+def messages(rig: Rig, topic: str, idle_ms: int = 3000) -> Iterator[Any]:
+    """Every message of `topic` from the start, until none came for `idle_ms`."""
+    consumer = KafkaConsumer(topic, **kafka_client_config(rig.settings, "admin"),
+                             auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=idle_ms)
+    try:
+        yield from consumer
+    finally:
+        consumer.close()
+
+
 def read_alerts(rig: Rig, job: str) -> tuple[list[Incident], int]:
     """The incident events detect published for `job` on the alerts topic, in publication order.
 
     Detect's events carry its outbox header; the malformed case also writes forged incidents
     for the job (they decode): those are counted apart, as `foreign_alerts`.
     """
-    consumer = KafkaConsumer(rig.topics.incidents, **kafka_client_config(rig.settings, "admin"),
-                             auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=3000)
     out: list[Incident] = []
     foreign = 0
-    try:
-        for msg in consumer:
-            try:
-                alert = decode_as(Incident, msg.value)
-            except Exception:
-                continue  # the malformed case writes garbage here on purpose
-            if alert.job != job:
-                continue
-            if any(k == OUTBOX_HEADER for k, _ in (msg.headers or ())):
-                out.append(alert)
-            else:
-                foreign += 1
-    finally:
-        consumer.close()
+    for msg in messages(rig, rig.topics.incidents):
+        try:
+            alert = decode_as(Incident, msg.value)
+        except Exception:
+            continue  # the malformed case writes garbage here on purpose
+        if alert.job != job:
+            continue
+        if any(k == OUTBOX_HEADER for k, _ in (msg.headers or ())):
+            out.append(alert)
+        else:
+            foreign += 1
     return out, foreign
 
 
@@ -384,39 +389,29 @@ def topic_copies(rig: Rig, job: str) -> dict[str, int]:
 
     Judged on the topic itself (before landing's dedup), packed records expanded.
     """
-    consumer = KafkaConsumer(rig.topics.steps, **kafka_client_config(rig.settings, "admin"),
-                             auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=5000)
     seen: dict[tuple[int, int], int] = {}
     events = 0
-    try:
-        for msg in consumer:
-            try:
-                items = decode_record_as(StepEvent, msg.value)
-            except ContractError:
-                continue
-            for ev in items:
-                if isinstance(ev, StepEvent) and ev.job == job:
-                    events += 1
-                    seen[(ev.step, ev.rank)] = seen.get((ev.step, ev.rank), 0) + 1
-    finally:
-        consumer.close()
+    for msg in messages(rig, rig.topics.steps, idle_ms=5000):
+        try:
+            items = decode_record_as(StepEvent, msg.value)
+        except ContractError:
+            continue
+        for ev in items:
+            if isinstance(ev, StepEvent) and ev.job == job:
+                events += 1
+                seen[(ev.step, ev.rank)] = seen.get((ev.step, ev.rank), 0) + 1
     return {"topic_events": events, "topic_distinct": len(seen), "topic_duplicates": events - len(seen)}
 
 
 def read_commands(rig: Rig, job: str) -> list[ControlCommand]:
-    consumer = KafkaConsumer(rig.topics.control, **kafka_client_config(rig.settings, "admin"),
-                             auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=3000)
     out: list[ControlCommand] = []
-    try:
-        for msg in consumer:
-            try:
-                command = decode_as(ControlCommand, msg.value)
-            except Exception:
-                continue
-            if command.job == job:
-                out.append(command)
-    finally:
-        consumer.close()
+    for msg in messages(rig, rig.topics.control):
+        try:
+            command = decode_as(ControlCommand, msg.value)
+        except Exception:
+            continue
+        if command.job == job:
+            out.append(command)
     return out
 
 
