@@ -222,6 +222,9 @@ class BackgroundEmitter:
         self._outstanding: list[int] = []
         self._closing = False
         self._abort_at = float("inf")  # closing: when a stalled export is aborted (Abortable exporters)
+        # Leading events of the fresh export in flight already written to the spool's head (worker only):
+        # see _hold_in_spool.
+        self._tentative = 0
         self._worker_done = False
         self._pid = os.getpid()
 
@@ -576,12 +579,13 @@ class BackgroundEmitter:
             failed.extend(events)
         return ExportError(str(exc), failed=failed)
 
-    def _export(self, records: Sequence[OutRecord]) -> None:
+    def _export(self, records: Sequence[OutRecord], *, fresh: bool = False) -> None:
         """Export (packed when on) on the export thread; meanwhile keep the queue from overflowing.
 
         While the export waits, queued records go to the spool when the queue reaches its high-water
-        mark or, once the export has stalled (waited stall_s), as each batch comes due. Closing, a
-        stalled export is aborted at `_abort_at` so that its records can be spooled. Raises what the
+        mark or, once the export has stalled (waited stall_s), as each batch comes due; a `fresh`
+        export's own records go to the spool's head first (_hold_in_spool). Closing, a stalled
+        export is aborted at `_abort_at` so that its records can be spooled. Raises what the
         exporter raised, its `failed` records given as events.
         """
         out, members = self._packed(records)
@@ -607,6 +611,8 @@ class BackgroundEmitter:
                 continue
             if not done:
                 self._on_stall(started)
+                if fresh and not self._tentative:
+                    self._hold_in_spool(records)
                 self._drain_queue_to_spool(keep_in_flight=True)
                 continue
             exc = future.exception()
@@ -643,6 +649,35 @@ class BackgroundEmitter:
             self._healthy = False
             self._cv.notify_all()
 
+    def _hold_in_spool(self, records: Sequence[OutRecord]) -> None:
+        """Write the stalled fresh export's events to the (empty) spool before anything newer.
+
+        Newer events are about to be drained to the spool behind them; if the export then fails,
+        its events are already ahead of them, in emission order (appending them after the export
+        failed put them behind: a rank's first steps arrived after its later ones). If it succeeds,
+        _export_fresh takes them off the spool's head again. They count as pending in the spool,
+        not in flight, meanwhile.
+        """
+        assert self._spool is not None  # drains happen only with a spool
+        if not self._spool.empty:  # cannot happen (fresh exports run with an empty spool): keep the old order
+            return
+        stored = self._spool.append(records)
+        with self._cv:
+            self._tentative = stored
+            self._in_flight -= stored
+            self._spool_pending = self._spool.pending
+            self._spool_bytes = self._spool.bytes
+
+    def _release_held(self, delivered: int) -> None:
+        """The first `delivered` held events went out: take them off the spool's head."""
+        assert self._spool is not None
+        if delivered:
+            self._spool.peek(delivered)
+            self._spool.consume(delivered)
+        with self._cv:
+            self._spool_pending = self._spool.pending
+            self._spool_bytes = self._spool.bytes
+
     def _overflowing_locked(self) -> bool:
         return self._spool is not None and len(self._queue) >= self._high_water and not self._closing
 
@@ -651,10 +686,15 @@ class BackgroundEmitter:
             self._cv.notify_all()
 
     def _export_fresh(self, batch: list[OutRecord]) -> None:
+        self._tentative = 0
         try:
-            self._export(batch)
+            self._export(batch, fresh=True)
         except Exception as exc:  # any exporter failure is an outage
             failed = list(exc.failed) if isinstance(exc, ExportError) and exc.failed is not None else batch
+            held, self._tentative = self._tentative, 0
+            if held:
+                self._fail_held(exc, batch, failed, held)
+                return
             self._on_failure(exc, delivered=len(batch) - len(failed))
             if self._spool is not None:
                 self._to_spool(failed)
@@ -663,10 +703,35 @@ class BackgroundEmitter:
                     self._dropped[EXPORT_FAILED] += len(failed)
                     self._in_flight = 0
             return
+        held, self._tentative = self._tentative, 0
+        if held:
+            self._release_held(held)
         with self._cv:
             self._exported += len(batch)
             self._in_flight = 0
             self._on_success_locked()
+
+    def _fail_held(self, exc: BaseException, batch: list[OutRecord], failed: list[OutRecord], held: int) -> None:
+        """A fresh export failed after its first `held` events were put at the spool's head.
+
+        A delivered prefix is taken off again; delivered events elsewhere stay (sent again: at-least-once,
+        only after an abort or a non-retriable error). Failed events the spool could not hold are appended.
+        """
+        delivered = len(batch) - len(failed)
+        prefix = delivered if failed == batch[delivered:] else 0
+        failed_set = set(failed)
+        rest = [r for r in batch[held:] if r in failed_set]  # failed, not in the spool yet
+        self._release_held(min(prefix, held))
+        # exported now: the delivered prefix, or else the delivered events the spool does not hold
+        self._on_failure(exc, delivered=prefix or (len(batch) - held - len(rest)))
+        with self._cv:
+            self._spooled += held - min(prefix, held)
+        if rest:
+            self._to_spool(rest)
+        else:
+            with self._cv:
+                self._in_flight = 0
+                self._cv.notify_all()
 
     def _to_spool(self, batch: Sequence[OutRecord], in_flight_after: int = 0) -> None:
         """Append in order; what does not fit under max_spool_bytes is dropped as spool_full."""

@@ -523,10 +523,11 @@ def test_a_stalled_export_spools_newer_events_then_each_goes_out_once_in_order(
     assert exporter.entered.wait(WAIT), "worker never called export"
     for ev in events[1:]:
         assert em.emit(ev)
-    # far below the queue's high-water mark (5,000): spooled because the export stalled
-    assert em.wait_until(lambda s: s.spool_pending == 40 and s.queued == 0, WAIT), em.stats()
+    # far below the queue's high-water mark (5,000): spooled because the export stalled, the held
+    # event first (at the spool's head, pending there rather than in flight)
+    assert em.wait_until(lambda s: s.spool_pending == 41 and s.queued == 0, WAIT), em.stats()
     stats = em.stats()
-    assert not stats.healthy and stats.in_flight == 1 and stats.dropped == {} and stats.exported == 0
+    assert not stats.healthy and stats.in_flight == 0 and stats.dropped == {} and stats.exported == 0
     assert list(tmp_path.glob(f"*{SEGMENT_SUFFIX}")), "the outage's events are not on disk"
     exporter.release()
     assert em.flush(WAIT), em.stats()
@@ -555,3 +556,29 @@ def test_close_aborts_a_stalled_export_and_spools_what_it_held(tmp_path: Path,
     em2 = make(emitters, nxt, flush_interval_s=0.01, spool_dir=tmp_path)
     assert em2.flush(WAIT), em2.stats()
     assert nxt.values() == [encode(e) for e in events]
+
+
+def test_a_stalled_export_that_fails_keeps_its_events_ahead_of_the_newer_ones(
+        tmp_path: Path, emitters: list[BackgroundEmitter]) -> None:
+    """The held batch fails after newer events were spooled behind it: it still goes out first."""
+    exporter = HeldExporter()
+    em = make(emitters, exporter, batch_size=4, flush_interval_s=0.01, spool_dir=tmp_path, stall_s=0.05,
+              retry_backoff_s=0.01, retry_backoff_max_s=0.05)
+    events = step_events(24)
+    for ev in events[:4]:
+        assert em.emit(ev)
+    assert exporter.entered.wait(WAIT), "worker never called export"
+    for ev in events[4:]:
+        assert em.emit(ev)
+    assert em.wait_until(lambda s: s.spool_pending == 24 and s.queued == 0, WAIT), em.stats()
+    assert em.stats().in_flight == 0  # the held batch counts as pending in the spool, not twice
+    exporter.abort()  # the export fails: nothing of the held batch was delivered
+    assert em.wait_until(lambda s: s.export_failures >= 1 and s.in_flight == 0, WAIT), em.stats()
+    stats = em.stats()
+    assert stats.spool_pending == 24 and stats.spooled == 24 and stats.dropped == {} and stats.exported == 0
+
+    nxt = InMemoryExporter()  # the next run, on the same spool
+    em.close(timeout=1.0)
+    em2 = make(emitters, nxt, flush_interval_s=0.01, spool_dir=tmp_path)
+    assert em2.flush(WAIT), em2.stats()
+    assert nxt.values() == [encode(e) for e in events]  # the first four first, each once
