@@ -513,16 +513,31 @@ class HeldExporter:
         pass
 
 
+def emit_into_a_held_export(em: BackgroundEmitter, exporter: HeldExporter, events: Sequence[StepEvent],
+                            first: int) -> None:
+    """The first `first` events make the export that then hangs; the rest come while it does."""
+    for ev in events[:first]:
+        assert em.emit(ev)
+    assert exporter.entered.wait(WAIT), "worker never called export"
+    for ev in events[first:]:
+        assert em.emit(ev)
+
+
+def next_run_sends(emitters: list[BackgroundEmitter], spool_dir: Path, events: Sequence[StepEvent]) -> None:
+    """The next run, on the same spool with the broker back, sends exactly `events`, in order."""
+    nxt = InMemoryExporter()
+    em = make(emitters, nxt, flush_interval_s=0.01, spool_dir=spool_dir)
+    assert em.flush(WAIT), em.stats()
+    assert nxt.values() == [encode(e) for e in events]
+
+
 def test_a_stalled_export_spools_newer_events_then_each_goes_out_once_in_order(
         tmp_path: Path, emitters: list[BackgroundEmitter]) -> None:
     """The in-place export waits out the outage; what comes meanwhile is on disk, sent after it."""
     exporter = HeldExporter()
     em = make(emitters, exporter, batch_size=4, flush_interval_s=0.01, spool_dir=tmp_path, stall_s=0.05)
     events = step_events(41)
-    assert em.emit(events[0])
-    assert exporter.entered.wait(WAIT), "worker never called export"
-    for ev in events[1:]:
-        assert em.emit(ev)
+    emit_into_a_held_export(em, exporter, events, 1)
     # far below the queue's high-water mark (5,000): spooled because the export stalled, the held
     # event first (at the spool's head, pending there rather than in flight)
     assert em.wait_until(lambda s: s.spool_pending == 41 and s.queued == 0, WAIT), em.stats()
@@ -542,20 +557,12 @@ def test_close_aborts_a_stalled_export_and_spools_what_it_held(tmp_path: Path,
     exporter = HeldExporter()
     em = make(emitters, exporter, batch_size=3, flush_interval_s=0.01, spool_dir=tmp_path, stall_s=60.0)
     events = step_events(5)
-    for ev in events[:3]:
-        assert em.emit(ev)
-    assert exporter.entered.wait(WAIT), "worker never called export"
-    for ev in events[3:]:
-        assert em.emit(ev)
+    emit_into_a_held_export(em, exporter, events, 3)
     assert em.close(timeout=2.0) is False  # not exported; but nothing is lost
     assert exporter.aborted and exporter.records == []
     stats = em.stats()
     assert stats.dropped == {} and stats.spooled == 5 and stats.spool_pending == 5 and stats.in_flight == 0
-
-    nxt = InMemoryExporter()  # the next run, on the same spool, with the broker back
-    em2 = make(emitters, nxt, flush_interval_s=0.01, spool_dir=tmp_path)
-    assert em2.flush(WAIT), em2.stats()
-    assert nxt.values() == [encode(e) for e in events]
+    next_run_sends(emitters, tmp_path, events)
 
 
 def test_a_stalled_export_that_fails_keeps_its_events_ahead_of_the_newer_ones(
@@ -565,20 +572,12 @@ def test_a_stalled_export_that_fails_keeps_its_events_ahead_of_the_newer_ones(
     em = make(emitters, exporter, batch_size=4, flush_interval_s=0.01, spool_dir=tmp_path, stall_s=0.05,
               retry_backoff_s=0.01, retry_backoff_max_s=0.05)
     events = step_events(24)
-    for ev in events[:4]:
-        assert em.emit(ev)
-    assert exporter.entered.wait(WAIT), "worker never called export"
-    for ev in events[4:]:
-        assert em.emit(ev)
+    emit_into_a_held_export(em, exporter, events, 4)
     assert em.wait_until(lambda s: s.spool_pending == 24 and s.queued == 0, WAIT), em.stats()
     assert em.stats().in_flight == 0  # the held batch counts as pending in the spool, not twice
     exporter.abort()  # the export fails: nothing of the held batch was delivered
     assert em.wait_until(lambda s: s.export_failures >= 1 and s.in_flight == 0, WAIT), em.stats()
     stats = em.stats()
     assert stats.spool_pending == 24 and stats.spooled == 24 and stats.dropped == {} and stats.exported == 0
-
-    nxt = InMemoryExporter()  # the next run, on the same spool
     em.close(timeout=1.0)
-    em2 = make(emitters, nxt, flush_interval_s=0.01, spool_dir=tmp_path)
-    assert em2.flush(WAIT), em2.stats()
-    assert nxt.values() == [encode(e) for e in events]  # the first four first, each once
+    next_run_sends(emitters, tmp_path, events)  # the first four first, each once
