@@ -72,3 +72,27 @@ def deliver_all(records: Sequence[Record], producer: Callable[[], Any], drop_pro
                 return None
             delay = min(delay * 2, 5.0)
     return metas
+
+
+POLL_BACKOFF_S = (0.5, 5.0)  # first and longest wait between polls that failed for a broker away
+
+
+def poll_through_outage(consumer: Any, timeout_ms: int, max_records: int, wait: Callable[[float], bool],
+                        what: str) -> dict[Any, list[Any]] | None:
+    """`consumer.poll`, waiting out a broker that is away: kafka-python 3 raises retriable errors
+    from poll itself (a lost connection while it validates positions or finds the coordinator),
+    and a loop that let them escape exited in the middle of an outage (the land worker, code 70).
+    Retriable errors back off (`wait(s)`; True gives up: None); others escape as before.
+    """
+    delay = POLL_BACKOFF_S[0]
+    while True:
+        try:
+            polled: dict[Any, list[Any]] = consumer.poll(timeout_ms=timeout_ms, max_records=max_records)
+            return polled
+        except KafkaError as exc:
+            if not getattr(exc, "retriable", False):
+                raise
+            log.warning("%s poll failed (%r); retrying in %.1f s", what, exc, delay)
+        if wait(delay):
+            return None
+        delay = min(delay * 2, POLL_BACKOFF_S[1])

@@ -17,6 +17,7 @@ detect worker's decode stage. Delivery, per batch:
    A broker away (a retriable error: timeout, lost connection, no coordinator) makes the loop
    retry the commit with backoff until the broker is back: the batch is landed already, and
    a worker that exited there would leave the fleet without landing for the whole outage.
+   Polls that fail the same way are retried too (`infra.delivery.poll_through_outage`).
 
 Anything escaping a batch (a bug, a dead letter the broker refused) ends the thread with
 `failed` set and nothing committed; the app's watchdog then exits the process
@@ -36,6 +37,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import CommitFailedError, KafkaError, RebalanceInProgressError
 
 from infra.clients import kafka_client_config
+from infra.delivery import poll_through_outage
 from schemas import Topics
 from steplens.config import Settings
 from streams.app import WorkerTimeouts, now_ns
@@ -156,7 +158,9 @@ class LandLoop(threading.Thread):
         first_at = 0.0
         while not self.stopping.is_set():
             wait = within if not batch else max(0.0, within - (self._clock() - first_at))
-            polled = consumer.poll(timeout_ms=int(wait * 1000), max_records=size - len(batch))
+            polled = poll_through_outage(consumer, int(wait * 1000), size - len(batch), self.stopping.wait, "land")
+            if polled is None:
+                return  # stopping while the broker was away: the batch in hand is re-read by the next owner
             if polled:
                 if not batch:
                     first_at = self._clock()

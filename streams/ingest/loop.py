@@ -22,7 +22,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError
 
 from infra.clients import close_quietly, kafka_client_config
-from infra.delivery import deliver_all
+from infra.delivery import deliver_all, poll_through_outage
 from schemas import Topics, job_key
 from steplens.config import Settings
 from streams.app import WorkerTimeouts
@@ -121,7 +121,7 @@ class DecodeLoop(threading.Thread):
                 return
             consumer.subscribe(list(input_topics(self.topics)))
             while not self.stopping.is_set():
-                polled = consumer.poll(timeout_ms=timeout_ms, max_records=cfg.batch_max)
+                polled = poll_through_outage(consumer, timeout_ms, cfg.batch_max, self.stopping.wait, "decode")
                 if not polled:
                     continue
                 raws: list[bytes] = []

@@ -1,13 +1,15 @@
-"""deliver_all (infra/delivery.py) with a stand-in producer: a pure unit test of the retry rules
-(the real broker paths are covered by tests/streams/test_outbox.py and the restart tests)."""
+"""deliver_all and poll_through_outage (infra/delivery.py) with stand-in clients: pure unit tests of
+the retry rules (the real broker paths are covered by tests/streams/test_outbox.py, the restart
+tests and tests/streams/test_land_outage.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from kafka.errors import KafkaTimeoutError
+import pytest
+from kafka.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
 
-from infra.delivery import deliver_all
+from infra.delivery import deliver_all, poll_through_outage
 
 
 class _Future:
@@ -67,3 +69,31 @@ def test_recheck_drops_failed_sends_already_on_the_broker() -> None:
 def test_giving_up_while_waiting_returns_none() -> None:
     p = _Producer({b"0"}, [])
     assert deliver_all(_records(1), lambda: p, lambda: None, lambda s: True, "test") is None
+
+
+class _Consumer:
+    """poll raises each of `errors` in turn, then returns one batch."""
+
+    def __init__(self, errors: list[Exception]) -> None:
+        self.errors = errors
+        self.polls = 0
+
+    def poll(self, timeout_ms: int, max_records: int) -> dict[str, list[int]]:
+        self.polls += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return {"tp": [1, 2]}
+
+
+def test_a_poll_failing_while_the_broker_is_away_is_retried_with_backoff() -> None:
+    waits: list[float] = []
+    consumer = _Consumer([KafkaConnectionError("111 ECONNREFUSED"), KafkaTimeoutError(), KafkaConnectionError()])
+    got = poll_through_outage(consumer, 100, 10, lambda s: bool(waits.append(s)), "test")
+    assert got == {"tp": [1, 2]} and consumer.polls == 4
+    assert waits == [0.5, 1.0, 2.0]  # doubling from 0.5 s
+
+
+def test_a_non_retriable_poll_error_escapes_and_giving_up_returns_none() -> None:
+    with pytest.raises(UnsupportedVersionError):
+        poll_through_outage(_Consumer([UnsupportedVersionError()]), 100, 10, lambda s: False, "test")
+    assert poll_through_outage(_Consumer([KafkaConnectionError()]), 100, 10, lambda s: True, "test") is None
