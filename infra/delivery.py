@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from kafka.errors import KafkaError
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
+OUTAGE_BACKOFF_S = (0.5, 5.0)  # first and longest wait between attempts while the broker is away
 FLUSH_TIMEOUT_S = 150.0  # > the producers' 120 s delivery timeout: a flush never blocks for good
 
 Record = tuple[str, bytes, bytes, list[tuple[str, bytes]] | None]  # topic, key, value, headers
@@ -32,7 +35,7 @@ def deliver_all(records: Sequence[Record], producer: Callable[[], Any], drop_pro
     """
     metas: list[Any] = [None] * len(records)
     todo = list(range(len(records)))
-    delay = 0.5
+    delay, longest = OUTAGE_BACKOFF_S
     while todo:
         try:
             out = producer()
@@ -40,7 +43,7 @@ def deliver_all(records: Sequence[Record], producer: Callable[[], Any], drop_pro
             log.warning("%s producer waits for the broker: %r", what, exc)
             if wait(delay):
                 return None
-            delay = min(delay * 2, 5.0)
+            delay = min(delay * 2, longest)
             continue
         futures: list[tuple[int, Any]] = []
         for i in todo:
@@ -70,29 +73,37 @@ def deliver_all(records: Sequence[Record], producer: Callable[[], Any], drop_pro
         if todo:
             if wait(delay):
                 return None
-            delay = min(delay * 2, 5.0)
+            delay = min(delay * 2, longest)
     return metas
 
 
-POLL_BACKOFF_S = (0.5, 5.0)  # first and longest wait between polls that failed for a broker away
+def retry_through_outage(call: Callable[[], T], wait: Callable[[float], bool], what: str,
+                         backoff: tuple[float, float] = OUTAGE_BACKOFF_S,
+                         on_retry: Callable[[KafkaError], None] | None = None) -> T | None:
+    """`call()`, waiting out a broker that is away: a retriable KafkaError (timeout, lost
+    connection, no coordinator) is logged and retried after `wait(s)`, s doubling from
+    backoff[0] to backoff[1]; `wait` returning True gives up (None). Other errors escape.
+    """
+    delay, longest = backoff
+    while True:
+        try:
+            return call()
+        except KafkaError as exc:
+            if not getattr(exc, "retriable", False):
+                raise
+            if on_retry is not None:
+                on_retry(exc)
+            log.warning("%s failed (%r); retrying in %.1f s", what, exc, delay)
+        if wait(delay):
+            return None
+        delay = min(delay * 2, longest)
 
 
 def poll_through_outage(consumer: Any, timeout_ms: int, max_records: int, wait: Callable[[float], bool],
                         what: str) -> dict[Any, list[Any]] | None:
-    """`consumer.poll`, waiting out a broker that is away: kafka-python 3 raises retriable errors
-    from poll itself (a lost connection while it validates positions or finds the coordinator),
-    and a loop that let them escape exited in the middle of an outage (the land worker, code 70).
-    Retriable errors back off (`wait(s)`; True gives up: None); others escape as before.
-    """
-    delay = POLL_BACKOFF_S[0]
-    while True:
-        try:
-            polled: dict[Any, list[Any]] = consumer.poll(timeout_ms=timeout_ms, max_records=max_records)
-            return polled
-        except KafkaError as exc:
-            if not getattr(exc, "retriable", False):
-                raise
-            log.warning("%s poll failed (%r); retrying in %.1f s", what, exc, delay)
-        if wait(delay):
-            return None
-        delay = min(delay * 2, POLL_BACKOFF_S[1])
+    """`consumer.poll` through an outage: kafka-python 3 raises retriable errors from poll itself
+    (a lost connection while it validates positions or finds the coordinator), and a loop that let
+    them escape exited in the middle of an outage (the land worker, code 70). None: gave up."""
+    polled: dict[Any, list[Any]] | None = retry_through_outage(
+        lambda: consumer.poll(timeout_ms=timeout_ms, max_records=max_records), wait, f"{what} poll")
+    return polled

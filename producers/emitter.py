@@ -665,8 +665,7 @@ class BackgroundEmitter:
         with self._cv:
             self._tentative = stored
             self._in_flight -= stored
-            self._spool_pending = self._spool.pending
-            self._spool_bytes = self._spool.bytes
+            self._sync_spool_locked()
 
     def _release_held(self, delivered: int) -> None:
         """The first `delivered` held events went out: take them off the spool's head."""
@@ -675,8 +674,24 @@ class BackgroundEmitter:
             self._spool.peek(delivered)
             self._spool.consume(delivered)
         with self._cv:
-            self._spool_pending = self._spool.pending
-            self._spool_bytes = self._spool.bytes
+            self._sync_spool_locked()
+
+    def _sync_spool_locked(self) -> None:
+        """The spool's counts as the stats report them, after any change to the spool."""
+        assert self._spool is not None
+        self._spool_pending = self._spool.pending
+        self._spool_bytes = self._spool.bytes
+
+    @staticmethod
+    def _failed_of(exc: BaseException, batch: list[OutRecord]) -> list[OutRecord]:
+        """The records of `batch` an export failure names as not delivered (all, if it names none)."""
+        return list(exc.failed) if isinstance(exc, ExportError) and exc.failed is not None else batch
+
+    @staticmethod
+    def _delivered_prefix(batch: list[OutRecord], failed: list[OutRecord]) -> int:
+        """How many leading records of `batch` were delivered, when exactly those were (else 0)."""
+        delivered = len(batch) - len(failed)
+        return delivered if failed == batch[delivered:] else 0
 
     def _overflowing_locked(self) -> bool:
         return self._spool is not None and len(self._queue) >= self._high_water and not self._closing
@@ -690,7 +705,7 @@ class BackgroundEmitter:
         try:
             self._export(batch, fresh=True)
         except Exception as exc:  # any exporter failure is an outage
-            failed = list(exc.failed) if isinstance(exc, ExportError) and exc.failed is not None else batch
+            failed = self._failed_of(exc, batch)
             held, self._tentative = self._tentative, 0
             if held:
                 self._fail_held(exc, batch, failed, held)
@@ -717,8 +732,7 @@ class BackgroundEmitter:
         A delivered prefix is taken off again; delivered events elsewhere stay (sent again: at-least-once,
         only after an abort or a non-retriable error). Failed events the spool could not hold are appended.
         """
-        delivered = len(batch) - len(failed)
-        prefix = delivered if failed == batch[delivered:] else 0
+        prefix = self._delivered_prefix(batch, failed)
         failed_set = set(failed)
         rest = [r for r in batch[held:] if r in failed_set]  # failed, not in the spool yet
         self._release_held(min(prefix, held))
@@ -748,8 +762,7 @@ class BackgroundEmitter:
                 write_failed = stored == 0 and before + first <= self._spool.max_bytes
                 self._dropped[EXPORT_FAILED if write_failed else SPOOL_FULL] += lost
             self._in_flight = in_flight_after
-            self._spool_pending = self._spool.pending
-            self._spool_bytes = self._spool.bytes
+            self._sync_spool_locked()
             self._cv.notify_all()
 
     def _drain_queue_to_spool(self, keep_in_flight: bool = False) -> None:
@@ -791,8 +804,7 @@ class BackgroundEmitter:
             if not records:  # only unreadable bytes were left
                 self._spool.consume(0)
                 with self._cv:
-                    self._spool_pending = self._spool.pending
-                    self._spool_bytes = self._spool.bytes
+                    self._sync_spool_locked()
                 if self._spool.empty:
                     break
                 continue
@@ -800,11 +812,7 @@ class BackgroundEmitter:
                 self._export(records)
             except Exception as exc:
                 # The spool can only skip a delivered prefix; anything else is resent (at-least-once).
-                delivered = 0
-                if isinstance(exc, ExportError) and exc.failed is not None:
-                    n_ok = len(records) - len(exc.failed)
-                    if list(exc.failed) == records[n_ok:]:
-                        delivered = n_ok
+                delivered = self._delivered_prefix(records, self._failed_of(exc, records))
                 if delivered:
                     self._spool.consume(delivered)
                     self._count_replayed(delivered)
@@ -813,8 +821,7 @@ class BackgroundEmitter:
             self._spool.consume(len(records))
             self._count_replayed(len(records))
         with self._cv:
-            self._spool_pending = self._spool.pending
-            self._spool_bytes = self._spool.bytes
+            self._sync_spool_locked()
             self._on_success_locked()
             self._cv.notify_all()
 
@@ -823,8 +830,7 @@ class BackgroundEmitter:
         with self._cv:
             self._exported += n
             self._replayed += n
-            self._spool_pending = self._spool.pending
-            self._spool_bytes = self._spool.bytes
+            self._sync_spool_locked()
             self._cv.notify_all()
 
     def _on_failure(self, exc: BaseException, delivered: int) -> None:
@@ -861,7 +867,7 @@ class BackgroundEmitter:
                 try:
                     self._export(chunk)  # on the export thread: a stalled one is aborted at _abort_at
                 except Exception as exc:
-                    failed = list(exc.failed) if isinstance(exc, ExportError) and exc.failed is not None else chunk
+                    failed = self._failed_of(exc, chunk)
                     self._on_failure(exc, delivered=len(chunk) - len(failed))
                     rest = failed + rest[len(chunk):]
                     break

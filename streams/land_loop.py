@@ -37,7 +37,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import CommitFailedError, KafkaError, RebalanceInProgressError
 
 from infra.clients import kafka_client_config
-from infra.delivery import poll_through_outage
+from infra.delivery import OUTAGE_BACKOFF_S, poll_through_outage, retry_through_outage
 from schemas import Topics
 from steplens.config import Settings
 from streams.app import WorkerTimeouts, now_ns
@@ -47,7 +47,6 @@ from streams.landing import Landed, LandingProcessor
 
 log = logging.getLogger(__name__)
 
-COMMIT_BACKOFF_S = (0.5, 5.0)  # first and longest wait between commit attempts while the broker is away
 # One commit attempt's bound: kafka-python's default (the 30 s request timeout) kept a worker whose broker
 # was back waiting out an attempt begun during the outage.
 COMMIT_TIMEOUT_MS = 5000
@@ -93,7 +92,7 @@ class LandLoop(threading.Thread):
         lander: ClickHouseLander,
         clients: Callable[[], tuple[Consumer, Sender]] | None = None,
         clock: Callable[[], float] = time.monotonic,
-        commit_backoff_s: tuple[float, float] = COMMIT_BACKOFF_S,
+        commit_backoff_s: tuple[float, float] = OUTAGE_BACKOFF_S,
     ) -> None:
         super().__init__(name="steplens-land", daemon=True)
         self.commit_backoff_s = commit_backoff_s
@@ -177,24 +176,22 @@ class LandLoop(threading.Thread):
         A rebalance (CommitFailedError) leaves the batch to its new owner; stopping meanwhile leaves
         it uncommitted (re-read, collapsed); a non-retriable error escapes (the process restarts).
         """
-        backoff, longest = self.commit_backoff_s
-        while True:
-            try:
-                consumer.commit(timeout_ms=COMMIT_TIMEOUT_MS)
-                return
-            except (CommitFailedError, RebalanceInProgressError) as exc:  # rebalanced: the new owner re-reads it
-                self.commit_failures += 1
-                log.warning("commit after landing failed (rebalance), the batch will be re-read: %r", exc)
-                return
-            except KafkaError as exc:
-                if not getattr(exc, "retriable", False):
-                    raise
-                self.commit_retries += 1
-                log.warning("commit after landing failed (%r); retrying in %.1f s", exc, backoff)
-            if self.stopping.wait(backoff):
-                log.warning("stopping with a landed batch uncommitted: the next owner re-reads it")
-                return
-            backoff = min(backoff * 2, longest)
+        def attempt() -> bool:
+            consumer.commit(timeout_ms=COMMIT_TIMEOUT_MS)
+            return True
+
+        def retried(_: KafkaError) -> None:
+            self.commit_retries += 1
+
+        try:
+            done = retry_through_outage(attempt, self.stopping.wait, "commit after landing", self.commit_backoff_s,
+                                        retried)
+        except (CommitFailedError, RebalanceInProgressError) as exc:  # rebalanced: the new owner re-reads it
+            self.commit_failures += 1
+            log.warning("commit after landing failed (rebalance), the batch will be re-read: %r", exc)
+            return
+        if done is None:
+            log.warning("stopping with a landed batch uncommitted: the next owner re-reads it")
 
     def land(self, batch: Iterable[Record], sender: Sender, aio: asyncio.AbstractEventLoop) -> None:
         """Rows and dead letters of `batch` stored: returns only once ClickHouse and the broker have them."""
