@@ -42,6 +42,8 @@ class DetectionConfig:
     slow_step_open_after: int = 2    # slow steps in a row before a slow-step incident (1 = eval/checkpoint steps alarm)
     shift_steps: int = 10            # a stable run of slow steps this long is a permanent shift: new baseline
     shift_spread: float = 0.05       # "stable": relative MAD of the run below this
+    comm_volume_ratio: float = 1.5   # slow step caused by communication: bytes this x baseline = more traffic
+    stall_gap_steps: int = 10        # clean steps allowed between slow steps of an unplanned cause (stalls recur)
     slow_host_fraction: float = 0.5  # share of a host's ranks flagged together that makes a host incident
     slow_link_ratio: float = 1.5     # a group's transfer time this many times its own baseline: slowed (link < 67 %)
     slow_link_open_after: int = 2    # flagged steps before a slow-link incident

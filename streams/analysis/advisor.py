@@ -28,6 +28,21 @@ _ADVICE: dict[str, Advice] = {
         "exposed (non-overlapped) communication",
         "gradient bucketing/fusion and comm-compute overlap; check link health (R5/R6)",
     ),
+    "comm_volume": Advice(
+        "collective traffic grew (uncompressed or fp32 gradients, a changed bucket or sharding config)",
+        "compress gradients (bf16/fp16 all-reduce, a PowerSGD-style hook) or restore the previous "
+        "gradient dtype, bucket and sharding configuration",
+    ),
+    "comm_bandwidth": Advice(
+        "collective bandwidth fell on every group at the same traffic (fabric-wide)",
+        "check the fabric: RDMA retransmission, switch/NIC configuration, congestion control, HCCL/NCCL "
+        "environment variables",
+    ),
+    "comm_stall": Advice(
+        "the whole job held up inside a collective for a step, same traffic, no phase grown (a timing conflict)",
+        "take a timeline of the stalled steps and look for what the collective waits on: a host-side sync, "
+        "a checkpoint or storage call, another job on the fabric",
+    ),
     "optimizer_ms": Advice(
         "slow optimizer step",
         "fused/foreach optimizer kernels; check for host-device syncs in the optimizer",

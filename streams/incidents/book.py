@@ -1,7 +1,10 @@
 """The incident book of one job: findings in, Incident and ControlCommand events out.
 
 - Findings with the same (family, key) are one problem: every rule that fires on that
-  scope joins the incident (`rules`), its step range grows, its peak evidence is kept.
+  scope joins the incident (`rules`), its step range grows, its peak evidence is kept: the
+  peak among the steps whose cause (`cause_phase`) is the one most of its steps name. The
+  single worst step of a run is often a planned one (a checkpoint inside a slow period), whose
+  own cause would otherwise become the whole incident's.
 - An incident opens after `open_after` CONSECUTIVE flagged steps (persistence against noise:
   noise that passes a 3-sigma test once in a thousand steps passes it three steps running
   once in a billion; a finding may allow `candidate_gap` clean steps between flagged ones) and
@@ -38,7 +41,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -81,6 +84,8 @@ class Track:
     peak: float | None = None
     resolved_at: int | None = None  # the step it was last resolved at (a held incident re-opening)
     hold: int = 0                   # ... and for how many steps it stays held
+    causes: dict[str, int] = field(default_factory=dict)  # lead rule's cause_phase -> flagged steps naming it
+    best: dict[str, Finding] = field(default_factory=dict)  # lead rule's cause_phase ("": none) -> its peak finding
 
 
 @dataclass(slots=True)
@@ -135,7 +140,8 @@ class IncidentBook:
             track = self.tracks.get(tid)
             if track is None:
                 track = self.tracks[tid] = self._revive(tid, f, step) or Track(
-                    finding=f, first=step, last=step, rules=[f.rule], peak=f.observed)
+                    finding=f, first=step, last=step, rules=[f.rule], peak=f.observed,
+                    causes={f.cause_phase: 1} if f.cause_phase else {}, best={f.cause_phase or "": f})
             else:
                 new_rule = f.rule not in track.rules
                 track.flagged += 1
@@ -230,11 +236,22 @@ class IncidentBook:
                 track.finding.ranks.append(r)
         same_rule = f.rule == track.finding.rule
         adopts = None if track.opened else track.finding.adopts or f.adopts  # sticky until it opens
-        if same_rule and f.observed is not None and (track.peak is None or f.observed > track.peak):
-            track.peak = f.observed
-            ranks = track.finding.ranks
-            track.finding = f
-            track.finding.ranks = ranks
+        if same_rule and f.cause_phase:
+            track.causes[f.cause_phase] = track.causes.get(f.cause_phase, 0) + 1
+        if same_rule and f.observed is not None:
+            best = track.best.get(f.cause_phase or "")
+            if best is None or best.observed is None or f.observed > best.observed:
+                track.best[f.cause_phase or ""] = f
+            lead = max(track.causes, key=lambda c: track.causes[c]) if track.causes else ""
+            chosen = track.best.get(lead) or track.best.get("")
+            if chosen is not None and chosen is not track.finding and (
+                    track.peak is None or chosen.cause_phase != track.finding.cause_phase
+                    or (chosen.observed is not None and chosen.observed > track.peak)):
+                cur = track.finding  # the scope stays (a rank candidate re-keyed as its host's keeps the host)
+                track.peak = chosen.observed
+                track.finding = replace(chosen, key=cur.key, scope=cur.scope, ranks=cur.ranks, host=cur.host,
+                                        device=cur.device, domain=cur.domain, group=cur.group, link=cur.link,
+                                        stage=cur.stage, family=cur.family, evidence=dict(chosen.evidence))
         track.finding.adopts = adopts
         track.finding.evidence.update({k: v for k, v in f.evidence.items() if k not in track.finding.evidence})
 
