@@ -42,10 +42,10 @@ from streams.scopes.finding import Finding
 from streams.windows.step_frames import Frame
 
 IGNORED_CAUSES = ("comm_exposed_ms",)  # waiting is the symptom, not the cause
+COMM_CAUSES = ("comm_volume", "comm_bandwidth", "comm_stall")  # the collectives' own transfer grew
 # the growth of the step kinds healthy training has: an evaluation step (forward), a checkpoint
 # (inter-step CPU), a slow batch (data). Slow steps of any other cause that come and go, a few steps
 # apart, are one intermittent fault (spec §4 timing conflicts: 1-3 s stalls): `stall_gap_steps`
-COMM_CAUSES = ("comm_volume", "comm_bandwidth", "comm_stall")
 PLANNED_CAUSES = ("forward_ms", "interstep_cpu_ms", "data_ms")
 
 
@@ -148,9 +148,9 @@ def _growth(cause: str, excess_ms: float, evidence: dict[str, float], key: str |
 
 def _comm_cause(state: SlowStepState, comm: dict[str, tuple[float, float]], cfg: DetectionConfig,
                 evidence: dict[str, float]) -> tuple[str | None, str | None]:
-    """(`comm_volume` / `comm_bandwidth` or None, the collective key) for the key whose transfer time
-    grew most against its history; its figures go into `evidence` (transfer ms excess, time and bytes
-    ratios). None when no key grew or there is no history."""
+    """(a COMM_CAUSES cause or None, the collective key) for the key whose transfer time grew most
+    against its history; its figures go into `evidence` (transfer ms excess, time and bytes ratios).
+    No cause when no key grew or there is no history."""
     best: tuple[float, str, float, float, float] | None = None  # (excess ms, key, time ratio, now bytes, base)
     for key, (ms, nbytes) in comm.items():
         known = [h[key] for h in state.comm_history if key in h and h[key][0] > 0]
