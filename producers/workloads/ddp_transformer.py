@@ -34,6 +34,7 @@ import contextlib
 import gc
 import os
 import socket
+import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -166,12 +167,39 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _hog(core: int | None) -> None:
-    if core is not None:
-        os.sched_setaffinity(0, {core})
-    x = 0
-    while True:
+# spins until its parent (the rank) is gone: a rank that dies never leaves a hog burning a core
+HOG_LOOP = """import os
+parent = os.getppid()
+x = 0
+while os.getppid() == parent:
+    for _ in range(20000):
         x = (x * 1103515245 + 12345) & 0xFFFFFFFF
+"""
+
+
+def _start_hogs(n: int, core: int | None) -> list[subprocess.Popen[bytes]]:
+    """`n` busy-loop processes pinned to `core`, each a fresh interpreter started by exec, not a
+    fork of this rank: a fork of a process whose hook threads hold a lock (the emitter's, logging's)
+    can leave the child blocked on that lock forever, and a hog that never runs slows nothing.
+    Returns once each hog is seen on the CPU."""
+    procs = [subprocess.Popen([sys.executable, "-S", "-c", HOG_LOOP], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(n)]
+    for p in procs:
+        if core is not None:
+            os.sched_setaffinity(p.pid, {core})
+    deadline = time.monotonic() + 30.0
+    for p in procs:  # a hog has run once its own CPU clock moves (utime in /proc/PID/stat)
+        while time.monotonic() < deadline and p.poll() is None and _cpu_ticks(p.pid) == 0:
+            time.sleep(0.01)
+    return procs
+
+
+def _cpu_ticks(pid: int) -> int:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0
+    return int(fields[11]) + int(fields[12])  # utime + stime, fields 14 and 15 of proc(5)
 
 
 def _pin(rank: int, cfg: WorkloadConfig) -> int | None:
@@ -272,15 +300,9 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
 
         replicas["plain"][0].register_comm_hook(None, plain)
 
-    hogs: list[Any] = []
+    hogs: list[subprocess.Popen[bytes]] = []
     if fault_here and cfg.fault == "hog":
-        import multiprocessing as mp
-
-        ctx = mp.get_context("fork")
-        for _ in range(cfg.hogs):
-            p = ctx.Process(target=_hog, args=(hog_core,), daemon=True)
-            p.start()
-            hogs.append(p)
+        hogs = _start_hogs(cfg.hogs, hog_core)
 
     flops = gpt_train_flops(layers=cfg.layers, batch=cfg.batch, seq=cfg.seq, hidden=cfg.hidden, heads=cfg.heads,
                             vocab=cfg.vocab)
@@ -361,7 +383,9 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
         if prof is not None:
             prof.__exit__(None, None, None)
         for p in hogs:
-            p.terminate()
+            p.kill()
+        for p in hogs:
+            p.wait()
     cpu1 = {"process_s": time.process_time(), **threads_cpu_s()}
     cpu = {k: round(v - cpu0.get(k, 0.0), 3) for k, v in cpu1.items()}  # after the first round of blocks
     stats = None
