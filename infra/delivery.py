@@ -25,6 +25,21 @@ FLUSH_TIMEOUT_S = 150.0  # > the producers' 120 s delivery timeout: a flush neve
 Record = tuple[str, bytes, bytes, list[tuple[str, bytes]] | None]  # topic, key, value, headers
 
 
+class Backoff:
+    """The pause between attempts while the broker is away: `first` seconds, doubling up to
+    `longest`. `pause()` calls `wait(s)` and is True when that says to give up."""
+
+    def __init__(self, wait: Callable[[float], bool], backoff: tuple[float, float] = OUTAGE_BACKOFF_S) -> None:
+        self._wait = wait
+        self.delay, self._longest = backoff
+
+    def pause(self) -> bool:
+        if self._wait(self.delay):
+            return True
+        self.delay = min(self.delay * 2, self._longest)
+        return False
+
+
 def deliver_all(records: Sequence[Record], producer: Callable[[], Any], drop_producer: Callable[[], None],
                 wait: Callable[[float], bool], what: str,
                 recheck: Callable[[list[int]], list[int]] | None = None) -> list[Any] | None:
@@ -35,15 +50,14 @@ def deliver_all(records: Sequence[Record], producer: Callable[[], Any], drop_pro
     """
     metas: list[Any] = [None] * len(records)
     todo = list(range(len(records)))
-    delay, longest = OUTAGE_BACKOFF_S
+    backoff = Backoff(wait)
     while todo:
         try:
             out = producer()
         except KafkaError as exc:  # no broker to bootstrap from yet
             log.warning("%s producer waits for the broker: %r", what, exc)
-            if wait(delay):
+            if backoff.pause():
                 return None
-            delay = min(delay * 2, longest)
             continue
         futures: list[tuple[int, Any]] = []
         for i in todo:
@@ -70,10 +84,8 @@ def deliver_all(records: Sequence[Record], producer: Callable[[], Any], drop_pro
         if failed and recheck is not None:
             failed = recheck(failed)
         todo = failed + [i for i in todo if i not in sent]
-        if todo:
-            if wait(delay):
-                return None
-            delay = min(delay * 2, longest)
+        if todo and backoff.pause():
+            return None
     return metas
 
 
@@ -84,7 +96,7 @@ def retry_through_outage(call: Callable[[], T], wait: Callable[[float], bool], w
     connection, no coordinator) is logged and retried after `wait(s)`, s doubling from
     backoff[0] to backoff[1]; `wait` returning True gives up (None). Other errors escape.
     """
-    delay, longest = backoff
+    pauses = Backoff(wait, backoff)
     while True:
         try:
             return call()
@@ -93,10 +105,9 @@ def retry_through_outage(call: Callable[[], T], wait: Callable[[float], bool], w
                 raise
             if on_retry is not None:
                 on_retry(exc)
-            log.warning("%s failed (%r); retrying in %.1f s", what, exc, delay)
-        if wait(delay):
+            log.warning("%s failed (%r); retrying in %.1f s", what, exc, pauses.delay)
+        if pauses.pause():
             return None
-        delay = min(delay * 2, longest)
 
 
 def poll_through_outage(consumer: Any, timeout_ms: int, max_records: int, wait: Callable[[float], bool],

@@ -38,6 +38,7 @@ from streams.rules import r09_copy_rate as r9
 from streams.rules import r10_interstep_cpu as r10
 from streams.rules.base import Alarms, BoolArray, FloatArray, IntArray
 from streams.scopes.finding import Finding
+from streams.windows.comm_columns import comm_columns
 from streams.windows.step_frames import PHASE_INDEX, Frame, Topology
 
 ADVICE: dict[str, tuple[str, str]] = {
@@ -455,13 +456,15 @@ def _kernels(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionCon
     compute: dict[str, FloatArray] = {}
     compute_flops: dict[str, FloatArray] = {}
     compute_calls: dict[str, FloatArray] = {}
-    comm: dict[str, tuple[FloatArray, str]] = {}
+    # collectives: each rank's bandwidth (bytes / device time), from the frame's comm columns
+    comm = {key: (col.nbytes / col.total_ns, col.domain) for key, col in comm_columns(frame).items()
+            if col.domain is not None and np.isfinite(col.nbytes).any()}
     copy: dict[str, FloatArray] = {}
     launch: dict[str, tuple[FloatArray, FloatArray, FloatArray]] = {}
     for rank, entries, _other in frame.kernels:
         if rank >= world:
             continue
-        for key, cat, count, total_ns, flops, nbytes, domain, l_mean, l_mad, direction in (e[:10] for e in entries):
+        for key, cat, count, total_ns, flops, nbytes, _domain, l_mean, l_mad, direction in (e[:10] for e in entries):
             if not isinstance(total_ns, int) or total_ns <= 0:
                 continue
             # columns are allocated once per key (not per entry: setdefault's default is built every call,
@@ -470,11 +473,6 @@ def _kernels(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionCon
                 _column(compute, str(key), world, np.nan)[rank] = flops / total_ns * 1e9
                 _column(compute_calls, str(key), world, np.nan)[rank] = float(count)  # type: ignore[arg-type]
                 _column(compute_flops, str(key), world, 0.0)[rank] = flops
-            if cat == "comm" and isinstance(nbytes, int) and isinstance(domain, str):
-                pair = comm.get(str(key))
-                if pair is None:
-                    pair = comm[str(key)] = (np.full(world, np.nan), domain)
-                pair[0][rank] = nbytes / total_ns
             if cat == "memcpy" and isinstance(nbytes, int):
                 _column(copy, str(direction or key), world, np.nan)[rank] = nbytes / total_ns
             if isinstance(l_mean, (int, float)) and isinstance(l_mad, (int, float)):

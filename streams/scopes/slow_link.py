@@ -26,6 +26,7 @@ import numpy as np
 from steplens.config import DetectionConfig
 from streams.ingest.decode import DOMAINS
 from streams.scopes.finding import Finding
+from streams.windows.comm_columns import comm_columns
 from streams.windows.step_frames import Frame, Topology
 
 CAUSE = "network: a degraded or flapping link (retransmissions, a bad port, a down-trained NIC)"
@@ -40,27 +41,26 @@ class LinkState:
 
 def _group_times(frame: Frame, topo: Topology) -> dict[str, tuple[str, int, float]]:
     """Per (collective, domain, group) of a host-spanning domain: the shortest per-call time (ms)."""
-    world = frame.seen.size
+    n = min(frame.seen.size, topo.world)
+    placed = topo.host_of[:n] >= 0
     best: dict[str, tuple[str, int, float]] = {}
-    for rank, entries, _other in frame.kernels:
-        if rank >= world or rank >= topo.world or topo.host_of[rank] < 0:
+    for key, col in comm_columns(frame).items():
+        if col.domain not in DOMAINS:
             continue
-        for e in entries:
-            key, cat, count, total_ns, domain = e[0], e[1], e[2], e[3], e[6]
-            if cat != "comm" or domain not in DOMAINS or not isinstance(count, int) or count <= 0:
-                continue
-            if not isinstance(total_ns, int) or total_ns <= 0:
-                continue
-            longest = e[10] if len(e) > 10 else None
-            g = int(topo.groups[DOMAINS.index(str(domain)), rank])
-            if g < 0:
-                continue
-            name = f"{key}|{domain}|{g}"
-            # one call's transfer time: the longest call when summaries carry it, else the mean call
-            t = (longest if isinstance(longest, int) and longest > 0 else total_ns / count) / 1e6
-            old = best.get(name)
-            if old is None or t < old[2]:
-                best[name] = (str(domain), g, t)
+        calls = col.calls[:n]
+        # one call's transfer time: the longest call when summaries carry it, else the mean call
+        with np.errstate(invalid="ignore", divide="ignore"):
+            t = np.where(np.isfinite(col.longest_ns[:n]), col.longest_ns[:n], col.total_ns[:n] / calls) / 1e6
+        groups = topo.groups[DOMAINS.index(col.domain), :n]
+        sel = placed & (groups >= 0) & (calls > 0) & np.isfinite(t)
+        if not sel.any():
+            continue
+        g, t = groups[sel], t[sel]
+        order = np.lexsort((t, g))  # by group, then time: each group's first entry is its shortest call
+        g, t = g[order], t[order]
+        first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+        for gi, ti in zip(g[first].tolist(), t[first].tolist(), strict=True):
+            best[f"{key}|{col.domain}|{gi}"] = (col.domain, int(gi), float(ti))
     return best
 
 

@@ -39,6 +39,7 @@ from steplens.config import DetectionConfig
 from streams.analysis.advisor import advise
 from streams.ingest.decode import PHASES
 from streams.scopes.finding import Finding
+from streams.windows.comm_columns import comm_columns
 from streams.windows.step_frames import Frame
 
 IGNORED_CAUSES = ("comm_exposed_ms",)  # waiting is the symptom, not the cause
@@ -64,16 +65,14 @@ def comm_per_step(frame: Frame) -> dict[str, tuple[float, float]]:
 
     The time is the minimum over the ranks that reported the key: in synchronous training every
     rank waits in the collective for the slowest one except that rank itself, so the least time
-    is the transfer. The bytes at their median. Empty when no rank sent a summary.
+    is the transfer. The bytes at their median over those ranks (0 where a rank gave none).
+    Empty when no rank sent a summary.
     """
-    times: dict[str, list[float]] = {}
-    sizes: dict[str, list[float]] = {}
-    for _rank, entries, _other in frame.kernels:
-        for e in entries:
-            if len(e) > 6 and e[1] == "comm" and isinstance(e[3], int) and e[3] > 0:
-                times.setdefault(str(e[0]), []).append(e[3] / 1e6)
-                sizes.setdefault(str(e[0]), []).append(float(e[5]) if isinstance(e[5], int) else 0.0)
-    return {k: (min(v), float(np.median(sizes[k]))) for k, v in times.items()}
+    out: dict[str, tuple[float, float]] = {}
+    for key, col in comm_columns(frame).items():
+        sel = np.isfinite(col.total_ns)
+        out[key] = (float(col.total_ns[sel].min()) / 1e6, float(np.median(np.nan_to_num(col.nbytes[sel]))))
+    return out
 
 
 def evaluate(frame: Frame, state: SlowStepState, cfg: DetectionConfig) -> tuple[SlowStepState, list[Finding]]:

@@ -22,12 +22,16 @@ report for an open frame replaces the earlier one.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 from streams.combine.chunks import StepColumns
 from streams.ingest.decode import DOMAINS, PHASES
+
+if TYPE_CHECKING:
+    from streams.windows.comm_columns import CommColumn
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -52,6 +56,7 @@ class Frame:
     kernel_ns: FloatArray  # monitored kernel time per rank (kernel summaries), NaN if none
     kernels: list[tuple[int, list[list[object]], int]] = field(default_factory=list)
     closed_by: str = ""
+    comm: dict[str, CommColumn] | None = None  # `comm_columns(frame)`'s cache; None: not built since kernels changed
 
     @classmethod
     def empty(cls, step: int, world: int, now_ns: int) -> Frame:
@@ -208,6 +213,7 @@ class StepFrames:
                 self._grow_frame(frame, self.topo.world)
             frame.kernel_ns[rank] = float(sum(int(e[3]) for e in entries))
             frame.kernels.append((rank, entries, int(other_ns) if isinstance(other_ns, int) else 0))
+            frame.comm = None
 
     @staticmethod
     def _grow_frame(frame: Frame, world: int) -> None:
@@ -221,6 +227,7 @@ class StepFrames:
         fresh.batch[:n] = frame.batch
         fresh.kernel_ns[:n] = frame.kernel_ns
         fresh.kernels = frame.kernels
+        frame.comm = None
         frame.seen, frame.start_ns, frame.end_ns = fresh.seen, fresh.start_ns, fresh.end_ns
         frame.phases, frame.samples, frame.batch, frame.kernel_ns = (fresh.phases, fresh.samples, fresh.batch,
                                                                      fresh.kernel_ns)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kafka.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
 
-from infra.delivery import deliver_all, poll_through_outage
+from infra.delivery import Backoff, deliver_all, poll_through_outage
 
 
 class _Future:
@@ -97,3 +97,10 @@ def test_a_non_retriable_poll_error_escapes_and_giving_up_returns_none() -> None
     with pytest.raises(UnsupportedVersionError):
         poll_through_outage(_Consumer([UnsupportedVersionError()]), 100, 10, lambda s: False, "test")
     assert poll_through_outage(_Consumer([KafkaConnectionError()]), 100, 10, lambda s: True, "test") is None
+
+
+def test_backoff_doubles_up_to_its_longest_pause_and_gives_up_when_told() -> None:
+    waits: list[float] = []
+    backoff = Backoff(lambda s: bool(waits.append(s)) or len(waits) >= 6, (0.5, 3.0))
+    assert [backoff.pause() for _ in range(6)] == [False] * 5 + [True]
+    assert waits == [0.5, 1.0, 2.0, 3.0, 3.0, 3.0]
