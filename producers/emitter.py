@@ -544,7 +544,7 @@ class BackgroundEmitter:
                 self._finish()
                 return
             if action == "export":
-                self._export_fresh(batch)
+                self._export_fresh(self._in_pack_order(batch))
                 self._settle(token)
             else:
                 if token >= 0:
@@ -565,6 +565,19 @@ class BackgroundEmitter:
         packed = pack_records(records, self._packable, max_events=self._max_packed[0],
                               max_bytes=self._max_packed[1])
         return [p.record for p in packed], {id(p.record): p.members for p in packed}
+
+    def _in_pack_order(self, batch: list[OutRecord]) -> list[OutRecord]:
+        """Packing on, a fresh batch's events grouped as its packed records will carry them.
+
+        Each (topic, key) keeps its order, so nothing changes on the wire, but an export whose
+        later records fail now fails a suffix of the batch: the spool, which can only skip a
+        delivered prefix, then takes the delivered records off its head instead of sending them
+        again (held in emission order, rank 0's delivered steps sat between rank 1's failed ones).
+        """
+        if not self._pack:
+            return batch
+        return [e for p in pack_records(batch, self._packable, max_events=self._max_packed[0],
+                                        max_bytes=self._max_packed[1]) for e in p.members]
 
     @staticmethod
     def _per_event(exc: BaseException, members: dict[int, tuple[OutRecord, ...]]) -> BaseException:

@@ -132,7 +132,15 @@ Compression = Literal["none", "lz4"]
 Redelivery = Literal["in_place", "resend"]
 # In place, batches never expire inside the producer (a week): the emitter's abort is what ends a wait.
 IN_PLACE_DELIVERY_TIMEOUT_MS = 7 * 24 * 3600 * 1000
+IN_PLACE_MAX_BLOCK_MS = 1000  # one in-place send attempt's wait for metadata or buffer space
 ABORT_POLL_S = 0.25  # how often an in-place wait looks at abort(); acks themselves wake it at once
+
+
+def _waits_for_broker(exc: BaseException) -> bool:
+    """A send that failed only because the broker is away (no metadata, no buffer space in time)."""
+    from kafka.errors import KafkaError
+
+    return isinstance(exc, KafkaError) and bool(getattr(exc, "retriable", False))
 
 
 def lz4_available() -> bool:
@@ -157,8 +165,9 @@ class KafkaExporter:
     Meanwhile the emitter moves newer records to its spool (they were never handed to Kafka, so
     sending them later duplicates nothing). Only `abort()` (the emitter closing while the broker is
     still down) ends the wait early: what was not acknowledged by then is spooled and may be sent
-    twice by the next run, the one at-least-once case left. Records `send()` could not even take
-    (no metadata yet, buffer full within max_block_ms) fail at once and are spooled.
+    twice by the next run, the one at-least-once case left. A record `send()` cannot take yet (no
+    metadata, no buffer space within max_block_ms) is offered again until it is taken or the export
+    is aborted, so an export never ends half delivered while the broker is merely away.
 
     Redelivery "resend" bounds every export by export_timeout_s: after any failure the producer is
     discarded and a fresh one is built on the next export, so a record whose ack timed out may
@@ -206,7 +215,9 @@ class KafkaExporter:
             "request_timeout_ms": request_timeout_ms,
             "delivery_timeout_ms": (IN_PLACE_DELIVERY_TIMEOUT_MS if redelivery == "in_place"
                                     else request_timeout_ms + linger_ms),
-            "max_block_ms": timeout_ms,
+            # in place, a send that cannot get metadata is tried again (until abort): a short block
+            # keeps abort() prompt
+            "max_block_ms": min(timeout_ms, IN_PLACE_MAX_BLOCK_MS) if redelivery == "in_place" else timeout_ms,
             "bootstrap_timeout_ms": int(connect_timeout_s * 1000),
             "reconnect_backoff_max_ms": 1000,
             # kafka-python's client metrics (sensors updated per record and per request on the
@@ -248,10 +259,17 @@ class KafkaExporter:
             raise ExportError(f"cannot connect to Kafka at {self.bootstrap}: {exc}") from exc
         futures: list[Any] = []
         send_error: BaseException | None = None
-        for rec in records:
+        while len(futures) < len(records):
+            rec = records[len(futures)]
             try:
                 futures.append(producer.send(rec.topic, value=rec.value, key=rec.key))
             except Exception as exc:  # no metadata or no buffer space within max_block_ms
+                if self.redelivery == "in_place" and _waits_for_broker(exc) and not self._abort.is_set():
+                    # in place, a record the producer cannot take yet waits for the broker as an ack
+                    # does: failing it while records handed over before it get through made a batch
+                    # half delivered (a rank's steps written, its summaries not), and the emitter,
+                    # which can only skip a delivered prefix, sent the written half again
+                    continue
                 send_error = exc
                 break
         if send_error is not None and self.redelivery == "resend":

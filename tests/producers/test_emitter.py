@@ -581,3 +581,35 @@ def test_a_stalled_export_that_fails_keeps_its_events_ahead_of_the_newer_ones(
     assert stats.spool_pending == 24 and stats.spooled == 24 and stats.dropped == {} and stats.exported == 0
     em.close(timeout=1.0)
     next_run_sends(emitters, tmp_path, events)  # the first four first, each once
+
+
+def test_a_held_packed_export_that_half_fails_resends_only_its_failed_events(
+        tmp_path: Path, emitters: list[BackgroundEmitter]) -> None:
+    """A stalled packed export whose first record got through and whose second did not (the
+    exporter aborted before the broker took it): only the second record's events are sent again.
+    Held in emission order (rank 0, rank 1, rank 0, ...), the failed events were no suffix of the
+    held batch and the spool, which can only skip a delivered prefix, resent rank 0's too."""
+
+    class FirstRecordOnly(HeldExporter):
+        def export(self, records: Sequence[OutRecord]) -> None:
+            if self.records or len(records) < 2:
+                return super().export(records)
+            self.entered.set()
+            with self._cv:
+                self._cv.wait_for(lambda: self.released)
+                self.records.append(records[0])
+            raise ExportError("the second record was not taken", failed=records[1:])
+
+    exporter = FirstRecordOnly()
+    em = make(emitters, exporter, pack=True, batch_size=8, flush_interval_s=0.01, spool_dir=tmp_path,
+              stall_s=0.05, retry_backoff_s=0.001)
+    events = step_events(24, world=2)  # ranks 0 and 1 alternate: two packed records per batch
+    emit_into_a_held_export(em, exporter, events, 8)
+    assert em.wait_until(lambda s: s.spool_pending == 24 and s.queued == 0, WAIT), em.stats()
+    exporter.release()
+    assert em.flush(WAIT), em.stats()
+    got = [(e.rank, e.step) for r in exporter.records for e in steps_of(r.value)]
+    assert sorted(got) == sorted((e.rank, e.step) for e in events), "each event exactly once"
+    for rank in (0, 1):
+        assert [s for r, s in got if r == rank] == list(range(12)), f"rank {rank} in order"
+    assert em.stats().exported == 24 and em.stats().dropped == {}

@@ -63,3 +63,64 @@ def test_kafka_exporter_without_broker_raises_export_error() -> None:
     ex.close()
     with pytest.raises(ExportError):
         ex.export(RECS)
+
+
+class _Acked:
+    """A produce future that is already acknowledged (kafka-python's FutureRecordMetadata surface)."""
+
+    is_done = True
+    exception = None
+
+    def get(self, timeout: float | None = None) -> None:
+        return None
+
+    def failed(self) -> bool:
+        return False
+
+
+class _NoMetadataFor:
+    """A stand-in producer (pure unit test of the exporter's rule): `send` to `topic` raises what
+    kafka-python raises while it has no metadata for it, `misses` times, then takes it."""
+
+    def __init__(self, topic: str, misses: int) -> None:
+        self.topic, self.misses, self.sent = topic, misses, []  # type: ignore[var-annotated]
+
+    def send(self, topic: str, value: bytes, key: bytes | None) -> _Acked:
+        from kafka.errors import KafkaTimeoutError
+
+        if topic == self.topic and self.misses:
+            self.misses -= 1
+            raise KafkaTimeoutError("Failed to update metadata after 1.0 secs.")
+        self.sent.append((topic, value))
+        return _Acked()
+
+    def close(self, timeout: float | None = None) -> None:
+        pass
+
+
+BATCH = [OutRecord("t.steps", b"r2", b"steps 0-3"), OutRecord("t.summaries", b"r2", b"summaries 0-3")]
+
+
+def test_in_place_a_record_without_metadata_waits_for_it_instead_of_half_delivering_the_batch() -> None:
+    """The records handed over before it get through; failing the later one made the emitter send the
+    delivered ones again (a rank's steps 0-3 twice on the topic after a broker restart)."""
+    ex = KafkaExporter("127.0.0.1:1")
+    producer = ex._producer = _NoMetadataFor("t.summaries", misses=3)
+    ex.export(BATCH)  # no ExportError: every record taken and acknowledged
+    assert producer.sent == [("t.steps", b"steps 0-3"), ("t.summaries", b"summaries 0-3")]
+
+
+def test_resending_a_record_without_metadata_fails_the_export_at_once() -> None:
+    ex = KafkaExporter("127.0.0.1:1", redelivery="resend")
+    ex._producer = _NoMetadataFor("t.summaries", misses=1)
+    with pytest.raises(ExportError):
+        ex.export(BATCH)
+
+
+def test_in_place_an_abort_ends_the_wait_for_metadata() -> None:
+    ex = KafkaExporter("127.0.0.1:1")
+    ex._producer = _NoMetadataFor("t.summaries", misses=10**9)
+    threading.Timer(0.2, ex.abort).start()  # the emitter closing while the broker is still away
+    with pytest.raises(ExportError) as err:
+        ex.export(BATCH)
+    assert err.value.failed == (BATCH[1],)  # the taken record was acknowledged; only the other failed
