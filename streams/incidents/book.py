@@ -88,6 +88,20 @@ class Track:
     best: dict[str, Finding] = field(default_factory=dict)  # lead rule's cause_phase ("": none) -> its peak finding
 
 
+def _reported(track: Track) -> Finding | None:
+    """The finding the incident should now report, when it is not the one it reports: the peak
+    (`best`) among the steps of the cause most of its steps name (`causes`); None to keep the
+    current one. It changes when the leading cause changes, or the lead's peak grows past
+    `track.peak`."""
+    lead = max(track.causes, key=lambda c: track.causes[c]) if track.causes else ""
+    chosen = track.best.get(lead) or track.best.get("")
+    if chosen is None or chosen is track.finding:
+        return None
+    if track.peak is None or chosen.cause_phase != track.finding.cause_phase:
+        return chosen
+    return chosen if chosen.observed is not None and chosen.observed > track.peak else None
+
+
 @dataclass(slots=True)
 class IncidentBook:
     job: str
@@ -242,11 +256,8 @@ class IncidentBook:
             best = track.best.get(f.cause_phase or "")
             if best is None or best.observed is None or f.observed > best.observed:
                 track.best[f.cause_phase or ""] = f
-            lead = max(track.causes, key=lambda c: track.causes[c]) if track.causes else ""
-            chosen = track.best.get(lead) or track.best.get("")
-            if chosen is not None and chosen is not track.finding and (
-                    track.peak is None or chosen.cause_phase != track.finding.cause_phase
-                    or (chosen.observed is not None and chosen.observed > track.peak)):
+            chosen = _reported(track)
+            if chosen is not None:
                 cur = track.finding  # the scope stays (a rank candidate re-keyed as its host's keeps the host)
                 track.peak = chosen.observed
                 track.finding = replace(chosen, key=cur.key, scope=cur.scope, ranks=cur.ranks, host=cur.host,
