@@ -54,11 +54,16 @@ class DemoRun:
 
 
 def build_job(job_id: str, steps: int, seed: int) -> SimulatedJob:
-    """The demo job: a straggler on rank 37 throughout, a GC storm and a data stall."""
+    """The demo job: a straggler on rank 37 throughout, a GC storm and a data stall.
+
+    The data stall lasts three steps: one slow batch on its own is part of healthy training
+    (the slow step opens only when it persists: `slow_step_open_after`, docs/detection.md), and
+    a demo that injected a single one failed its own check (tests/steplens/test_demo_job.py
+    now replays this job through the engine)."""
     faults = [
         SlowRank(rank=37, factor=1.25, first_step=0, last_step=steps - 1),
         SlowSteps(steps=(40, 41, 42), phase="gc_ms", extra_ms=350.0, cause="gc"),
-        SlowSteps(steps=(77,), phase="data_ms", extra_ms=450.0, cause="data stall"),
+        SlowSteps(steps=(77, 78, 79), phase="data_ms", extra_ms=450.0, cause="data stall"),
     ]
     return SimulatedJob(job_id=job_id, topology=Topology(dp=8, tp=4, pp=2), steps=steps, faults=faults, seed=seed)
 

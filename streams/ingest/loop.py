@@ -36,6 +36,29 @@ log = logging.getLogger(__name__)
 COMMIT_TIMEOUT_MS = 30_000  # a commit that cannot finish (group gone) is given up: the batch is re-read
 
 
+def backlog(consumer: Any, polled: dict[Any, Any]) -> tuple[int, bool]:
+    """(records waiting in the assigned partitions, starved) after a poll.
+
+    Starved: some assigned partition is behind and gave nothing to this poll, or has not been
+    fetched since it was assigned (no highwater yet: its backlog is unknown, not zero). Either
+    way the batch says nothing about that partition's ranks, and the engine must not release
+    their frames on a timeout or the open-frame cap. (One `make demo` run, whose decode group
+    rebalanced while the job was being sent, released 56 of its 120 frames incomplete, 120
+    minus the cap of 64, with 1,736 late reports: an unfetched partition counted as caught up.)
+    """
+    lag = 0
+    starved = False
+    for tp in consumer.assignment():
+        high = consumer.highwater(tp)
+        if high is None:
+            starved = True
+            continue
+        behind = max(0, high - consumer.position(tp))
+        lag += behind
+        starved = starved or (behind > 0 and tp not in polled)
+    return lag, starved
+
+
 def decode_group(settings: Settings) -> str:
     return f"{settings.app_id}-detect-decode"
 
@@ -130,14 +153,7 @@ class DecodeLoop(threading.Thread):
                     self.metrics.events_in.labels(tp.topic).inc(len(records))
                     raws.extend(r.value for r in records)
                     newest_ms.append(max(r.timestamp for r in records))
-                lag = 0
-                starved = False  # a partition with records waiting got none in this poll: behind on it
-                for tp in consumer.assignment():
-                    high = consumer.highwater(tp)
-                    if high is not None:
-                        behind = max(0, high - consumer.position(tp))
-                        lag += behind
-                        starved = starved or (behind > 0 and tp not in polled)
+                lag, starved = backlog(consumer, polled)
                 # how far behind the input this batch is: the slowest polled partition's newest record
                 behind_ns = max(0, time.time_ns() - min(newest_ms) * 1_000_000) if newest_ms else 0
                 self.metrics.batch.labels("decode").observe(len(raws))
