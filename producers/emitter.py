@@ -544,7 +544,7 @@ class BackgroundEmitter:
                 self._finish()
                 return
             if action == "export":
-                self._export_fresh(self._in_pack_order(batch))
+                self._export_fresh(batch)
                 self._settle(token)
             else:
                 if token >= 0:
@@ -566,19 +566,6 @@ class BackgroundEmitter:
                               max_bytes=self._max_packed[1])
         return [p.record for p in packed], {id(p.record): p.members for p in packed}
 
-    def _in_pack_order(self, batch: list[OutRecord]) -> list[OutRecord]:
-        """Packing on, a fresh batch's events grouped as its packed records will carry them.
-
-        Each (topic, key) keeps its order, so nothing changes on the wire, but an export whose
-        later records fail now fails a suffix of the batch: the spool, which can only skip a
-        delivered prefix, then takes the delivered records off its head instead of sending them
-        again (held in emission order, rank 0's delivered steps sat between rank 1's failed ones).
-        """
-        if not self._pack:
-            return batch
-        return [e for p in pack_records(batch, self._packable, max_events=self._max_packed[0],
-                                        max_bytes=self._max_packed[1]) for e in p.members]
-
     @staticmethod
     def _per_event(exc: BaseException, members: dict[int, tuple[OutRecord, ...]]) -> BaseException:
         """An exporter's failure in terms of events: a failed packed record fails all its events."""
@@ -592,16 +579,18 @@ class BackgroundEmitter:
             failed.extend(events)
         return ExportError(str(exc), failed=failed)
 
-    def _export(self, records: Sequence[OutRecord], *, fresh: bool = False) -> None:
+    def _export(self, records: Sequence[OutRecord], *, fresh: bool = False,
+                packed: tuple[Sequence[OutRecord], dict[int, tuple[OutRecord, ...]]] | None = None) -> None:
         """Export (packed when on) on the export thread; meanwhile keep the queue from overflowing.
 
         While the export waits, queued records go to the spool when the queue reaches its high-water
         mark or, once the export has stalled (waited stall_s), as each batch comes due; a `fresh`
         export's own records go to the spool's head first (_hold_in_spool). Closing, a stalled
         export is aborted at `_abort_at` so that its records can be spooled. Raises what the
-        exporter raised, its `failed` records given as events.
+        exporter raised, its `failed` records given as events. `packed`: `_packed(records)`, when
+        the caller already has it.
         """
-        out, members = self._packed(records)
+        out, members = packed if packed is not None else self._packed(records)
         started = time.monotonic()
         future = self._export_pool.submit(out)
         future.add_done_callback(self._wake_worker)
@@ -714,9 +703,19 @@ class BackgroundEmitter:
             self._cv.notify_all()
 
     def _export_fresh(self, batch: list[OutRecord]) -> None:
+        """Export a batch from the queue; with packing on, its events in the order of their packed records.
+
+        Each (topic, key) keeps its order, so nothing changes on the wire, but an export whose
+        later records fail then fails a suffix of the batch: the spool, which can only skip a
+        delivered prefix, takes the delivered events off its head instead of sending them again
+        (held in emission order, rank 0's delivered steps sat between rank 1's failed ones).
+        """
+        out, members = self._packed(batch)
+        if members:
+            batch = [e for r in out for e in members[id(r)]]
         self._tentative = 0
         try:
-            self._export(batch, fresh=True)
+            self._export(batch, fresh=True, packed=(out, members))
         except Exception as exc:  # any exporter failure is an outage
             failed = self._failed_of(exc, batch)
             held, self._tentative = self._tentative, 0
