@@ -26,7 +26,6 @@ import time
 import uuid
 from dataclasses import replace
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,6 +36,7 @@ from kafka.partitioner.default import murmur2
 from bench.provenance import git_commit, machine
 from infra import InfraConfig, KafkaBroker
 from infra.clients import kafka_client_config
+from producers.sampler.procfs import process_cpu_ticks
 from producers.simulator.topology import Topology
 from schemas import Topics, rank_key
 from sinks import open_backend
@@ -53,8 +53,7 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
+    return process_cpu_ticks(pid) / TICKS
 
 
 class Job:

@@ -22,6 +22,14 @@ def read_cpu_times(proc: Path = Path("/proc")) -> CpuTimes:
     return CpuTimes(busy=total - idle, total=total)
 
 
+def process_cpu_ticks(pid: int, proc: Path = Path("/proc")) -> int:
+    """CPU time a process has used so far, user + system, in clock ticks (`os.sysconf("SC_CLK_TCK")`
+    a second): fields 14 and 15 of /proc/PID/stat, counted after the command name, which may hold
+    spaces and parentheses. Raises OSError when the process is gone."""
+    fields = (proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
 def cpu_percent(before: CpuTimes, after: CpuTimes) -> float | None:
     dt = after.total - before.total
     if dt <= 0:

@@ -182,24 +182,25 @@ def _start_hogs(n: int, core: int | None) -> list[subprocess.Popen[bytes]]:
     fork of this rank: a fork of a process whose hook threads hold a lock (the emitter's, logging's)
     can leave the child blocked on that lock forever, and a hog that never runs slows nothing.
     Returns once each hog is seen on the CPU."""
+    from producers.sampler.procfs import process_cpu_ticks
+
     procs = [subprocess.Popen([sys.executable, "-S", "-c", HOG_LOOP], stdin=subprocess.DEVNULL,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(n)]
-    for p in procs:
-        if core is not None:
+    if core is not None:
+        for p in procs:
             os.sched_setaffinity(p.pid, {core})
     deadline = time.monotonic() + 30.0
-    for p in procs:  # a hog has run once its own CPU clock moves (utime in /proc/PID/stat)
-        while time.monotonic() < deadline and p.poll() is None and _cpu_ticks(p.pid) == 0:
+    def started(p: subprocess.Popen[bytes]) -> bool:
+        """Its own CPU clock moved (or it is gone: nothing to wait for)."""
+        try:
+            return p.poll() is not None or process_cpu_ticks(p.pid) > 0
+        except OSError:
+            return True
+
+    for p in procs:
+        while time.monotonic() < deadline and not started(p):
             time.sleep(0.01)
     return procs
-
-
-def _cpu_ticks(pid: int) -> int:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0
-    return int(fields[11]) + int(fields[12])  # utime + stime, fields 14 and 15 of proc(5)
 
 
 def _pin(rank: int, cfg: WorkloadConfig) -> int | None:

@@ -32,3 +32,13 @@ def test_dead_ranks_do_not_claim_devices(tmp_path: Path) -> None:
     assert path is not None
     path.write_bytes(path.read_bytes().replace(str(os.getpid()).encode(), b"999999999"))
     assert read_device_map(tmp_path) == {}
+
+
+def test_process_cpu_ticks_reads_past_a_command_name_with_spaces_and_parentheses(tmp_path: Path) -> None:
+    from producers.sampler.procfs import process_cpu_ticks
+
+    (tmp_path / "42").mkdir()
+    # pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime ...
+    (tmp_path / "42" / "stat").write_text("42 (a (b) c) R 1 42 42 0 -1 4194304 10 0 0 0 170 23 0 0 20 0\n")
+    assert process_cpu_ticks(42, proc=tmp_path) == 193
+    assert process_cpu_ticks(os.getpid()) >= 0  # the real /proc
