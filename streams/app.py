@@ -44,12 +44,13 @@ class WorkerTimeouts:
     request: float = 20.0           # broker_request_timeout: > session and > rebalance (JoinGroup blocks)
     max_poll_interval: float = 120.0  # broker_max_poll_interval: a consumer loop stuck longer is a livelock
     producer_request: float = 300.0   # producer_request_timeout: outlives a broker restart
+    metadata_max_age: float = 30.0    # kafka-python consumers: partitions added to a topic are consumed within this
 
     def faust_settings(self) -> dict[str, Any]:
         names = {"session": "broker_session_timeout", "heartbeat": "broker_heartbeat_interval",
                  "rebalance": "broker_rebalance_timeout", "request": "broker_request_timeout",
                  "max_poll_interval": "broker_max_poll_interval", "producer_request": "producer_request_timeout"}
-        return {names[k]: v for k, v in asdict(self).items()}
+        return {names[k]: v for k, v in asdict(self).items() if k in names}
 
     def kafka_python_consumer(self) -> dict[str, Any]:
         """The same group timeouts for a plain kafka-python consumer (the detect decode loop).
@@ -62,7 +63,8 @@ class WorkerTimeouts:
         return {"session_timeout_ms": int(self.session * 1000),
                 "heartbeat_interval_ms": int(self.heartbeat * 1000),
                 "max_poll_interval_ms": int(self.max_poll_interval * 1000),
-                "request_timeout_ms": int(max(self.request, self.session + self.rebalance) * 1000)}
+                "request_timeout_ms": int(max(self.request, self.session + self.rebalance) * 1000),
+                "metadata_max_age_ms": int(self.metadata_max_age * 1000)}
 
 
 def base_app(settings: Settings, role: Role, timeouts: WorkerTimeouts | None = None) -> faust.App:

@@ -33,10 +33,11 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from kafka import KafkaConsumer, KafkaProducer
-from kafka.errors import CommitFailedError, KafkaError, RebalanceInProgressError
+from kafka import KafkaProducer
+from kafka.errors import KafkaError
 
 from infra.clients import kafka_client_config
+from infra.consumer_group import REBALANCE_ERRORS, after_failed_commit, group_consumer, heal
 from infra.delivery import OUTAGE_BACKOFF_S, poll_through_outage, retry_through_outage
 from schemas import Topics
 from steplens.config import Settings
@@ -112,7 +113,7 @@ class LandLoop(threading.Thread):
     def _kafka_clients(self) -> tuple[Consumer, Sender]:
         base = kafka_client_config(self.settings, "land")
         size = self.settings.sink_batch_size
-        consumer: Any = KafkaConsumer(
+        consumer: Any = group_consumer(
             *self.processor.topics, **base, group_id=land_group(self.settings), enable_auto_commit=False,
             auto_offset_reset="earliest", max_poll_records=size, fetch_max_bytes=64 << 20,
             max_partition_fetch_bytes=16 << 20, fetch_min_bytes=1,
@@ -160,6 +161,7 @@ class LandLoop(threading.Thread):
             polled = poll_through_outage(consumer, int(wait * 1000), size - len(batch), self.stopping.wait, "land")
             if polled is None:
                 return  # stopping while the broker was away: the batch in hand is re-read by the next owner
+            heal(consumer)
             if polled:
                 if not batch:
                     first_at = self._clock()
@@ -186,8 +188,9 @@ class LandLoop(threading.Thread):
         try:
             done = retry_through_outage(attempt, self.stopping.wait, "commit after landing", self.commit_backoff_s,
                                         retried)
-        except (CommitFailedError, RebalanceInProgressError) as exc:  # rebalanced: the new owner re-reads it
+        except REBALANCE_ERRORS as exc:  # rebalanced: the new owner re-reads it; this member rejoins
             self.commit_failures += 1
+            after_failed_commit(consumer, exc)
             log.warning("commit after landing failed (rebalance), the batch will be re-read: %r", exc)
             return
         if done is None:

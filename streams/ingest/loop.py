@@ -18,10 +18,11 @@ import threading
 import time
 from typing import Any
 
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
 from infra.clients import close_quietly, kafka_client_config
+from infra.consumer_group import after_failed_commit, group_consumer, heal
 from infra.delivery import deliver_all, poll_through_outage
 from schemas import Topics, job_key
 from steplens.config import Settings
@@ -134,7 +135,7 @@ class DecodeLoop(threading.Thread):
     def _run(self) -> None:
         cfg = self.settings.detection
         base = kafka_client_config(self.settings, "detect")
-        consumer: Any = KafkaConsumer(
+        consumer: Any = group_consumer(
             **base, group_id=decode_group(self.settings), enable_auto_commit=False,
             auto_offset_reset="earliest", max_poll_records=cfg.batch_max, fetch_max_bytes=64 << 20,
             max_partition_fetch_bytes=16 << 20, **WorkerTimeouts().kafka_python_consumer())
@@ -145,6 +146,7 @@ class DecodeLoop(threading.Thread):
             consumer.subscribe(list(input_topics(self.topics)))
             while not self.stopping.is_set():
                 polled = poll_through_outage(consumer, timeout_ms, cfg.batch_max, self.stopping.wait, "decode")
+                heal(consumer)
                 if not polled:
                     continue
                 raws: list[bytes] = []
@@ -175,8 +177,9 @@ class DecodeLoop(threading.Thread):
                 self.metrics.events_out.labels(self.partials).inc(len(out))
                 try:
                     consumer.commit(timeout_ms=COMMIT_TIMEOUT_MS)
-                except KafkaError as exc:  # the group moved on (a long outage), or no broker: re-read, at-least-once
+                except KafkaError as exc:  # the group moved on (a rebalance, a long outage): re-read, at-least-once
                     log.warning("decode commit failed, the batch will be re-read: %r", exc)
+                    after_failed_commit(consumer, exc)  # a rebalance: the next poll rejoins
         finally:
             self._drop_producer()
             consumer.close()
