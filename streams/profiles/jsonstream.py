@@ -34,6 +34,10 @@ class TraceFormatError(ValueError):
     """The file is not a readable trace (truncated, corrupt, not JSON); the message says where."""
 
 
+class NotATraceError(TraceFormatError):
+    """The file holds no event array at all: some other JSON, not a damaged trace (a folder walk skips it)."""
+
+
 def open_trace(path: Path) -> IO[bytes]:
     if path.suffix == ".gz":
         return cast(IO[bytes], gzip.open(path, "rb"))
@@ -114,7 +118,7 @@ class EventStream:
                 return buf[match.end():]
             more = self._read(fh)
             if not more or len(buf) > MAX_BUFFER_BYTES:
-                raise TraceFormatError(f"{self.path}: no trace event array (traceEvents) found")
+                raise NotATraceError(f"{self.path}: no trace event array (traceEvents) found")
             buf += more
 
     def _read(self, fh: IO[bytes]) -> bytes:

@@ -30,3 +30,50 @@ def test_unreadable_dump_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[s
     bad.write_text('{"traceEvents": [{"ph": "X"')
     assert main(["analyse", str(bad), "--html", str(tmp_path / "r.html")]) == 2
     assert "truncated" in capsys.readouterr().err
+
+
+def test_help_exits_0_on_both_front_ends(capsys: pytest.CaptureFixture[str]) -> None:
+    from steplens.cli import main as steplens_main
+
+    assert steplens_main(["analyse", "--help"]) == 0
+    assert "--html" in capsys.readouterr().out
+    assert main(["analyse", "--help"]) == 0
+    assert "--html" in capsys.readouterr().out
+
+
+def test_options_before_between_and_after_paths(real_samples: Path, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from steplens.cli import main as steplens_main
+
+    rank0, rank1 = (str(KINETO / f"trace_filter_sampled_rank-{r}.json.gz") for r in (0, 1))
+    for argv in (["--html", str(tmp_path / "a.html"), rank0, rank1],
+                 [rank0, "--html", str(tmp_path / "b.html"), rank1],
+                 [rank0, rank1, "--html", str(tmp_path / "c.html")]):
+        assert steplens_main(["analyse", *argv]) == 0, argv
+        out = capsys.readouterr().out
+        assert "rank 0 (kineto" in out and "rank 1 (kineto" in out
+    assert {p.name for p in tmp_path.iterdir()} == {"a.html", "b.html", "c.html"}
+    assert steplens_main(["analyse", rank0, "--no-such-option"]) == 2
+    assert steplens_main(["analyse", "--html", str(tmp_path / "d.html")]) == 2  # no path
+
+
+def test_a_cluster_step_trace_csv_passed_as_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    table = tmp_path / "run7_step_trace.csv"  # renamed: recognised by its header
+    table.write_text((FIXTURES / "msprof_cluster" / "cluster_step_trace_time.csv").read_text())
+    assert main(["analyse", str(table), "--html", str(tmp_path / "r.html")]) == 0
+    assert "rank 2" in capsys.readouterr().out
+
+
+def test_a_folder_with_an_unknown_json_is_analysed_with_a_warning(
+    real_samples: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "dumps"
+    folder.mkdir()
+    (folder / "trace.json.gz").symlink_to(KINETO / "trace_filter_sampled_rank-1.json.gz")
+    (folder / "hparams.json").write_text('{"lr": 0.001, "batch": 32}')
+    assert main(["analyse", str(folder), "--html", str(tmp_path / "r.html")]) == 0
+    captured = capsys.readouterr()
+    assert "rank 1 (kineto" in captured.out
+    assert "skipped" in captured.err and "hparams.json" in captured.err
+    # named on the command line, the same file is an error: the user asked for it
+    assert main(["analyse", str(folder / "hparams.json"), "--html", str(tmp_path / "r.html")]) == 2
