@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from streams.profiles.analysis.breakdown import Breakdown, step_breakdowns
+from streams.profiles.analysis.cluster_table import cluster_table_verdict
 from streams.profiles.analysis.communication import communication_causes
 from streams.profiles.analysis.critical_path import CriticalPath, critical_path
 from streams.profiles.analysis.findings import Finding
 from streams.profiles.analysis.host import host_causes
-from streams.profiles.analysis.ranks import cluster_table_verdict, cluster_verdict
+from streams.profiles.analysis.ranks import cluster_verdict
 from streams.profiles.analysis.roofline import roofline
 from streams.profiles.model import ClusterTable, Profile
 

@@ -13,12 +13,11 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from streams.profiles.analysis.findings import Finding
-from streams.profiles.model import COMMUNICATION, ClusterTable, Profile
+from streams.profiles.model import COMMUNICATION, Profile
 
 P2P_OPS = frozenset(("send", "recv", "receive", "p2p"))  # one-sided transfers (PP); SendRecv is all-to-all
 
@@ -79,36 +78,6 @@ def cluster_verdict(profiles: list[Profile], min_share: float = 0.5) -> list[Fin
         {"late_share": share, "collectives": float(len(arrivals)), "mean_lateness_us": sum(lateness) / len(lateness)},
         rank=rank,
     )]
-
-
-def cluster_table_verdict(table: ClusterTable) -> list[Finding]:
-    """msprof-analyze outputs: the rank with the least wait in collectives is the one others wait for;
-    the rank with the most compute per step is the slow one (msprof-analyze's own slow-rank rule)."""
-    findings: list[Finding] = []
-    ranks = [r for r in table.steps if str(r.get("Type", "rank")) == "rank"]
-    if len(ranks) >= 2:
-        def comp(row: dict[str, Any]) -> float:
-            return float(row.get("Computing", 0.0) or 0.0)
-        slow = max(ranks, key=comp)
-        mean = sum(comp(r) for r in ranks) / len(ranks)
-        if mean > 0 and comp(slow) > 1.05 * mean:
-            findings.append(Finding(
-                "slow_rank", f"rank {slow.get('Index')} computes {comp(slow) / mean:.2f}× the mean in step "
-                f"{slow.get('Step')}", {"computing_us": comp(slow), "mean_us": mean}, rank=int(slow["Index"])))
-    waits: dict[int, list[float]] = {}
-    for row in table.collectives:
-        if row.get("rank", -1) >= 0 and "Wait Time(ms)" in row:
-            waits.setdefault(int(row["rank"]), []).append(float(row["Wait Time(ms)"]))
-    if len(waits) >= 2:
-        mean_wait = {r: sum(v) / len(v) for r, v in waits.items()}
-        late = min(mean_wait, key=lambda r: mean_wait[r])
-        others = [w for r, w in mean_wait.items() if r != late]
-        if others and sum(others) / len(others) > 2 * mean_wait[late] + 0.1:
-            findings.append(Finding(
-                "slow_rank", f"rank {late} waits {mean_wait[late]:.2f} ms per collective, the others "
-                f"{sum(others) / len(others):.2f} ms: they wait for rank {late}",
-                {"wait_ms": mean_wait[late], "others_wait_ms": sum(others) / len(others)}, rank=late))
-    return findings
 
 
 def late_start_straggler(profiles: list[Profile], min_normalized_duration: float = 0.01) -> int | None:

@@ -77,3 +77,29 @@ def test_a_folder_with_an_unknown_json_is_analysed_with_a_warning(
     assert "skipped" in captured.err and "hparams.json" in captured.err
     # named on the command line, the same file is an error: the user asked for it
     assert main(["analyse", str(folder / "hparams.json"), "--html", str(tmp_path / "r.html")]) == 2
+
+
+def _step_table(tmp_path: Path, name: str, rows: list[str]) -> Path:
+    path = tmp_path / name
+    path.write_text("Step,Type,Index,Computing,Communication(Not Overlapped),Overlapped,Communication,Free,Stage,"
+                    "Bubble,Communication(Not Overlapped and Exclude Receive),Preparing\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def test_cluster_table_late_arriver_and_stages_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # 8 ranks, one stage, level Computing; rank 5 exposes 4 ms of communication where the others wait ~30 ms, and
+    # idles 36 ms: the one they wait for. The old rule read Computing only: "nothing abnormal found".
+    rows = [f"7,rank,{r},{100000 + 100 * (r % 3)},{30000 + 100 * r},4000,{34000 + 100 * r},{10000 - 100 * r},0,0,"
+            f"{30000 + 100 * r},500" for r in range(8)]
+    rows[5] = "7,rank,5,100100,4000,4000,8000,36000,0,0,4000,9000"
+    assert main(["analyse", str(_step_table(tmp_path, "one_stage.csv", rows)), "--html", str(tmp_path / "r.html")]) == 0
+    out = capsys.readouterr().out
+    assert "rank 5 is the one the others wait for" in out and "nothing abnormal found" not in out
+    # two stages, stage 1 (ranks 8-15) computes 15 % more by design: the old rule pooled them, "rank 8 computes 1.07x"
+    rows = [f"3,rank,{r},{(115000 if r >= 8 else 100000) + 100 * (r % 3)},{30000 + 100 * (r % 8)},4000,"
+            f"{34000 + 100 * (r % 8)},10000,0,0,{30000 + 100 * (r % 8)},500" for r in range(16)]
+    rows += [f'3,stage,"{tuple(range(8))}",0,0,0,0,0,0,0,0,0', f'3,stage,"{tuple(range(8, 16))}",0,0,0,0,0,0,0,0,0']
+    table = _step_table(tmp_path, "two_stages.csv", rows)
+    assert main(["analyse", str(table), "--html", str(tmp_path / "r.html")]) == 0
+    out = capsys.readouterr().out
+    assert "computes" not in out and "nothing abnormal found" in out
