@@ -13,8 +13,20 @@ from streams.profiles.model import F64, Profile
 
 _SYNC = re.compile(r"(aten::item|aten::_local_scalar_dense|cudaDeviceSynchronize|cudaStreamSynchronize|"
                    r"cudaEventSynchronize|aclrtSynchronize|SynchronizeStream|\.item\(|aten::nonzero)")
-_COMPILE = re.compile(r"(TorchDynamo|CompileFunction|torch/_dynamo|torch/_inductor|aclopCompile|"
-                      r"OpCompile|GE::|compile)", re.IGNORECASE)
+# Compilation = the spans torch records *while compiling*: every `dynamo_timed` key ("<key> (dynamo_timed)",
+# torch >= 2.1: _compile.compile_inner, entire_frame_compile, backend_compile, compile_fx_inner,
+# create_aot_dispatcher_function, GraphLowering.compile_to_module, ...), the same keys without the suffix,
+# dynamo's convert_frame `_compile` python frame, and Ascend's operator compilation. Not compilation:
+# `CompiledFunction` / `CompiledFunctionBackward` (AOTAutograd running a compiled graph), `Torch-Compiled
+# Region` and `TorchDynamo Cache Lookup` (every call of a compiled frame), and any other frame of
+# torch/_dynamo or torch/_inductor (eval_frame's wrapper runs around each compiled call).
+_COMPILE = re.compile(
+    r"(\(dynamo_timed\)$"
+    r"|^(_compile\.)?compile_inner\b|^entire_frame_compile\b|^backend_compile\b|^compile_fx(_inner)?\b"
+    r"|^create_aot_dispatcher_function\b|^GraphLowering\.compile|^Scheduler\.codegen\b|^inductor_compile\b"
+    r"|^async_compile\.wait\b|^OutputGraph\.call_user_compiler\b|^call_user_compiler\b"
+    r"|convert_frame\.py\(\d+\): _compile\b"
+    r"|aclopCompile|OpCompile|^GE::)")
 _GC = re.compile(r"(gc\.collect|Garbage Collect|GC$|^gc_)", re.IGNORECASE)
 _DATA = re.compile(r"(DataLoader|_DataLoaderIter|__next__)")
 
