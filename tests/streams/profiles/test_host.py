@@ -68,3 +68,42 @@ def test_real_torch_npu_frames_of_torch_dynamo_are_not_compilation(real_samples:
         dynamo = [n for n in profile.names.items if "torch/_dynamo" in n or "torch/_compile" in n]
         assert len(dynamo) >= 10
         assert [n for n in profile.names.items if _COMPILE.search(n)] == []
+
+
+def _tiny_kernels(latency_us: float) -> list[dict[str, Any]]:
+    """Three 10 ms steps launching 300 kernels of 5 µs each; every kernel starts `latency_us` after its launch."""
+    events = []
+    corr = 0
+    for i in range(3):
+        t0 = i * 10_000.0
+        events.append(_ev(f"ProfilerStep#{i + 1}", t0, 10_000.0, cat="user_annotation"))
+        for j in range(300):
+            corr += 1
+            launch = t0 + 10.0 + j * 30.0
+            events.append(_ev("cudaLaunchKernel", launch, 4.0, cat="cuda_runtime", correlation=corr))
+            events.append(_ev("elementwise_kernel", launch + latency_us, 5.0, cat="kernel", tid=7, stream=7,
+                              correlation=corr))
+    return events
+
+
+def test_dispatch_bound_needs_kernels_that_start_right_after_their_launch(tmp_path: Path) -> None:
+    # kernels 164 ms after their launch: the CPU is far ahead, the device has queued work
+    ahead = parse_kineto(_trace(tmp_path, _tiny_kernels(164_000.0), "ahead.json"))
+    assert "dispatch" not in {f.cause for f in host_causes(ahead)}  # was "host dispatch bound"
+    # the same kernels 8 µs after their launch: the device waits for each one
+    starved = parse_kineto(_trace(tmp_path, _tiny_kernels(8.0), "starved.json"))
+    (finding,) = [f for f in host_causes(starved) if f.cause == "dispatch"]
+    assert finding.evidence["launch_latency_p50_us"] == 8.0 and "start 8 µs after their launch" in finding.summary
+    # no launch/kernel pairs (no correlation ids): no evidence, no verdict
+    unpaired = [e for e in _tiny_kernels(8.0) if e["cat"] != "cuda_runtime"]
+    assert "dispatch" not in {f.cause for f in host_causes(parse_kineto(_trace(tmp_path, unpaired, "u.json")))}
+
+
+def test_dispatch_on_the_real_2024_trace_and_the_same_trace_with_the_cpu_164_ms_ahead(real_samples: Path) -> None:
+    from tests.streams.profiles.conftest import KINETO
+
+    profile = parse_kineto(KINETO / "nccl_parser_config_nccl_data.json.gz")
+    (finding,) = [f for f in host_causes(profile) if f.cause == "dispatch"]
+    assert 5.0 < finding.evidence["launch_latency_p50_us"] < 50.0  # 12 µs: the A100 starts kernels as launched
+    profile.runtime.ts -= 164_000.0  # every launch 164 ms earlier, as when the CPU runs that far ahead
+    assert "dispatch" not in {f.cause for f in host_causes(profile)}
