@@ -233,7 +233,10 @@ def step_table_findings(table: ClusterTable, exposed_share: float = 0.3) -> list
     return findings
 
 
-def _is_p2p(row: dict[str, Any], p2p_groups: set[frozenset[int]]) -> bool:
+def is_p2p(row: dict[str, Any], p2p_groups: set[frozenset[int]]) -> bool:
+    """A point-to-point transfer (or a `Total Op Info` summary row, which sums them in): not a collective wait."""
+    if str(row.get("op", "")).startswith("Total"):
+        return True
     path = [str(p) for p in row.get("path", [])]
     if "p2p" in path or _P2P_OP.search(str(row.get("op", ""))):
         return True
@@ -245,7 +248,7 @@ def wait_findings(table: ClusterTable) -> list[Finding]:
     p2p_groups = {frozenset(g["ranks"]) for g in table.groups if g.get("kind") == "p2p"}
     waits: dict[str, dict[int, list[float]]] = {}
     for row in table.collectives:
-        if row.get("rank", -1) < 0 or "Wait Time(ms)" not in row or _is_p2p(row, p2p_groups):
+        if row.get("rank", -1) < 0 or "Wait Time(ms)" not in row or is_p2p(row, p2p_groups):
             continue
         waits.setdefault(str(row.get("group", "")), {}).setdefault(int(row["rank"]), []).append(
             float(row["Wait Time(ms)"]))

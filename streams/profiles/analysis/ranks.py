@@ -30,32 +30,36 @@ class LateArrival:
     shortest_rank: int
 
 
-def late_arrivals(profiles: list[Profile]) -> list[LateArrival]:
-    by_stage: dict[int | None, list[Profile]] = {}
+Matched = dict[tuple[int | None, str, str, int], dict[int, tuple[float, float]]]
+
+
+def matched_collectives(profiles: list[Profile]) -> Matched:
+    """(stage, group, op, n-th of that op in the group) -> rank -> (start, duration); p2p left out."""
+    table: Matched = {}
     for p in profiles:
-        if p.rank is not None:
-            by_stage.setdefault(p.stage, []).append(p)
-    out: list[LateArrival] = []
-    for members in by_stage.values():
-        table: dict[tuple[str, str, int], dict[int, tuple[float, float]]] = {}
-        for p in members:
-            assert p.rank is not None
-            seq: dict[tuple[str, str], int] = {}
-            for c in sorted(p.collectives, key=lambda c: c.ts):
-                if c.op in P2P_OPS:
-                    continue
-                n = seq.get((c.group, c.op), 0)
-                seq[(c.group, c.op)] = n + 1
-                table.setdefault((c.group, c.op, n), {})[p.rank] = (c.ts, c.dur)
-        for key, per_rank in table.items():
-            if len(per_rank) < 2:
+        if p.rank is None:
+            continue
+        seq: dict[tuple[str, str], int] = {}
+        for c in sorted(p.collectives, key=lambda c: c.ts):
+            if c.op in P2P_OPS:
                 continue
-            late = max(per_rank, key=lambda r: per_rank[r][0])
-            first = min(v[0] for v in per_rank.values())
-            if per_rank[late][0] <= first:
-                continue  # everyone started together: nobody was waited for
-            shortest = min(per_rank, key=lambda r: per_rank[r][1])
-            out.append(LateArrival(key, late, per_rank[late][0] - first, shortest))
+            n = seq.get((c.group, c.op), 0)
+            seq[(c.group, c.op)] = n + 1
+            table.setdefault((p.stage, c.group, c.op, n), {})[p.rank] = (c.ts, c.dur)
+    return table
+
+
+def late_arrivals(profiles: list[Profile]) -> list[LateArrival]:
+    out: list[LateArrival] = []
+    for (_stage, group, op, n), per_rank in matched_collectives(profiles).items():
+        if len(per_rank) < 2:
+            continue
+        late = max(per_rank, key=lambda r: per_rank[r][0])
+        first = min(v[0] for v in per_rank.values())
+        if per_rank[late][0] <= first:
+            continue  # everyone started together: nobody was waited for
+        shortest = min(per_rank, key=lambda r: per_rank[r][1])
+        out.append(LateArrival((group, op, n), late, per_rank[late][0] - first, shortest))
     return out
 
 
