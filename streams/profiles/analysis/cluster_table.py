@@ -16,11 +16,13 @@ and flags a dimension whose max − min exceeds 5 % of the mean step):
 - Confirmation: the late rank's exposed communication must be a low outlier of its stage,
   Dixon's Q (r10, 99.5 % one-sided, the project's table in `streams/scopes/outliers.py`) for
   3–30 ranks, 3σ of the other ranks beyond. A difference past mstt's 5 % that the test does not
-  confirm is reported as `info`, naming the same rank.
+  confirm is reported as `info`, as mstt's advisor reports it: the column that differs most and its
+  extreme rank (the most Computing or Free, the least exposed communication).
 - Ranks are compared only within their pipeline stage: the `stage` rows' rank sets (mstt's own
   grouping), else the `PP Index` column; stages differ by design (bubble, different layers).
-- Other columns: Overlapped / Communication give the overlap ratio; the late rank's exposed
-  communication (it does not wait) is the stage's real communication cost; Bubble is reported.
+- Other columns: Overlapped / Communication give the overlap ratio; the least-waiting rank's
+  exposed communication is the stage's real communication cost (≥ 30 % of its step: the stage is
+  communication bound, whoever is late); Bubble and Preparing are reported.
 
 `cluster_communication.json`: per communication group, the rank that waits least in the group's
 collectives is the one the others wait for. Point-to-point transfers (send/receive, p2p groups)
@@ -139,6 +141,7 @@ class StageVerdict:
     late_rank: int | None  # least exposed communication
     outlier: Outlier | None
     gap_share: dict[str, float]  # per column: (max − min) / mean step
+    extremes: dict[str, tuple[int, float, int, float]]  # per column: rank and value of the max, then of the min
     cause: str  # "compute" | "host" (Free) | ""
     evidence: dict[str, float]
 
@@ -165,8 +168,10 @@ def stage_verdicts(table: ClusterTable) -> list[StageVerdict]:
             continue
         total = comp + np.array([r.get(COMM_NO) for r in rows]) + free  # the advisor's step time
         mean_total = float(np.nanmean(total)) or 1.0
-        gaps = {name: float(v.max() - v.min()) / mean_total for name, v in
-                ((COMPUTING, comp), (comm_col, comm), (FREE, free))}
+        columns = ((COMPUTING, comp), (comm_col, comm), (FREE, free))
+        gaps = {name: float(v.max() - v.min()) / mean_total for name, v in columns}
+        extremes = {name: (rows[int(np.argmax(v))].rank, float(v.max()), rows[int(np.argmin(v))].rank, float(v.min()))
+                    for name, v in columns}
         late = int(np.argmin(comm))
         outlier = low_outlier(comm.tolist())
         others = np.arange(len(rows)) != late
@@ -190,8 +195,8 @@ def stage_verdicts(table: ClusterTable) -> list[StageVerdict]:
             evidence[f"{outlier.method}_stat"] = outlier.statistic
             evidence[f"{outlier.method}_critical"] = outlier.critical
         evidence = {k: v for k, v in evidence.items() if not math.isnan(v)}
-        out.append(StageVerdict(step, stage, tuple(x.rank for x in rows), rows[late].rank, outlier, gaps, cause,
-                                evidence))
+        out.append(StageVerdict(step, stage, tuple(x.rank for x in rows), rows[late].rank, outlier, gaps, extremes,
+                                cause, evidence))
     return out
 
 
@@ -204,6 +209,13 @@ def step_table_findings(table: ClusterTable, exposed_share: float = 0.3) -> list
     findings: list[Finding] = []
     for v in stage_verdicts(table):
         step = int(v.step) if v.step.isdigit() else None
+        share = v.evidence.get("exposed_comm_share", 0.0)
+        if share >= exposed_share:  # the least-waiting rank's exposed communication is the stage's real cost
+            findings.append(Finding(
+                "exposed_communication",
+                f"{_where(v)}: even the rank that waits least has {share:.0%} of its step in exposed "
+                f"communication", {"exposed_comm_share": share, "overlap_ratio": v.evidence.get("overlap_ratio", 0.0)},
+                rank=v.late_rank, step=step, severity="info"))
         worst = max(v.gap_share, key=lambda k: v.gap_share[k])
         if v.gap_share[worst] <= GAP_SHARE or v.late_rank is None:
             continue
@@ -218,18 +230,18 @@ def step_table_findings(table: ClusterTable, exposed_share: float = 0.3) -> list
         if v.outlier is not None and v.outlier.confirmed:
             findings.append(Finding("slow_rank", head, evidence, rank=v.late_rank, step=step))
         else:
+            # not one late rank: report the spread the way mstt's advisor does, naming the extreme rank of the
+            # column that differs most (the most Computing or Free, the least exposed communication)
             test = ("too few ranks for an outlier test" if v.outlier is None else
-                    f"not confirmed: {v.outlier.method} {v.outlier.statistic:.3f} ≤ {v.outlier.critical:.3f}")
-            findings.append(Finding("slow_rank", f"{head}; {worst} differs by {v.gap_share[worst]:.0%} of the step "
-                                    f"(mstt flags > 5 %), {test}", evidence, rank=v.late_rank, step=step,
-                                    severity="info"))
-        share = v.evidence.get("exposed_comm_share", 0.0)
-        if share >= exposed_share:
+                    f"not confirmed as an outlier: {v.outlier.method} {v.outlier.statistic:.3f} ≤ "
+                    f"{v.outlier.critical:.3f}")
+            hi_rank, hi, lo_rank, lo = v.extremes[worst]
+            named = lo_rank if worst in (COMM_NO, COMM_NO_EXCL_RECV) else hi_rank
             findings.append(Finding(
-                "exposed_communication",
-                f"{_where(v)}: even the rank that waits for nobody has {share:.0%} of its step in exposed "
-                f"communication", {"exposed_comm_share": share, "overlap_ratio": v.evidence.get("overlap_ratio", 0.0)},
-                rank=v.late_rank, step=step, severity="info"))
+                "slow_rank", f"{_where(v)}: {worst} differs by {v.gap_share[worst]:.0%} of the step across ranks "
+                f"(mstt flags > 5 %): rank {hi_rank} {hi / 1e3:.2f} ms, rank {lo_rank} {lo / 1e3:.2f} ms; least "
+                f"exposed communication: rank {v.late_rank}, {test}", evidence, rank=named, step=step,
+                severity="info"))
     return findings
 
 
