@@ -196,6 +196,13 @@ class EventStream:
             yield events
             self._parse_tail(buf[match.end():])
             return
+        if self.events == 0:
+            try:
+                orjson.loads(b"[" + stripped)
+            except orjson.JSONDecodeError:
+                pass
+            else:  # a whole JSON array, of numbers or strings: some other file, not a damaged trace
+                raise NotATraceError(f"{self.path}: a JSON array without trace event objects")
         raise TraceFormatError(
             f"{self.path}: truncated or corrupt: the event array is not closed after {self.events} events"
         )

@@ -53,7 +53,13 @@ def load(fmt: str, path: Path, progress: Progress | None = None) -> Profile | Cl
             progress(str(path), done, total)
 
     if fmt == "kineto":
-        return parse_kineto(path, progress=tick)
+        try:
+            profile = parse_kineto(path, progress=tick)
+        except (AttributeError, TypeError) as exc:  # a JSON array of something else than event objects
+            raise NotATraceError(f"{path}: not a trace: its array holds no event objects ({exc})") from exc
+        if profile.events and not (len(profile.kernels) or len(profile.ops) or len(profile.runtime)):
+            raise NotATraceError(f"{path}: not a trace: none of its {profile.events} entries is a trace event")
+        return profile
     if fmt == "ascend_pt":
         return parse_ascend(path, progress=tick)
     if fmt == "msprof":

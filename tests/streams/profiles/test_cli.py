@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -71,10 +72,14 @@ def test_a_folder_with_an_unknown_json_is_analysed_with_a_warning(
     folder.mkdir()
     (folder / "trace.json.gz").symlink_to(KINETO / "trace_filter_sampled_rank-1.json.gz")
     (folder / "hparams.json").write_text('{"lr": 0.001, "batch": 32}')
+    (folder / "losses.json").write_text("[2.31, 2.12, 1.98]")
+    (folder / "runs.json").write_text('[{"run": 1, "loss": 1.9}]')
     assert main(["analyse", str(folder), "--html", str(tmp_path / "r.html")]) == 0
     captured = capsys.readouterr()
     assert "rank 1 (kineto" in captured.out
-    assert "skipped" in captured.err and "hparams.json" in captured.err
+    assert len(re.findall(r"^== rank \d+ |^== /", captured.out, re.MULTILINE)) == 1  # one profile, no empty ones
+    for name in ("hparams.json", "losses.json", "runs.json"):
+        assert f"skipped {folder / name}" in captured.err
     # named on the command line, the same file is an error: the user asked for it
     assert main(["analyse", str(folder / "hparams.json"), "--html", str(tmp_path / "r.html")]) == 2
 
