@@ -57,7 +57,8 @@ def load(fmt: str, path: Path, progress: Progress | None = None) -> Profile | Cl
             profile = parse_kineto(path, progress=tick)
         except (AttributeError, TypeError) as exc:  # a JSON array of something else than event objects
             raise NotATraceError(f"{path}: not a trace: its array holds no event objects ({exc})") from exc
-        if profile.events and not (len(profile.kernels) or len(profile.ops) or len(profile.runtime)):
+        bare = profile.meta.get("schemaVersion") is None and profile.world is None  # no Kineto header at all
+        if bare and profile.events and not (len(profile.kernels) or len(profile.ops) or len(profile.runtime)):
             raise NotATraceError(f"{path}: not a trace: none of its {profile.events} entries is a trace event")
         return profile
     if fmt == "ascend_pt":
