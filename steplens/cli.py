@@ -244,22 +244,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _register_analyse(sub: Any) -> None:
-    """`steplens analyse PATH...`: the offline profile analyser (streams/profiles/cli.py)."""
-    p = sub.add_parser("analyse", help="diagnose profiler dumps offline (Kineto, Ascend, msprof)", add_help=False)
-    p.add_argument("rest", nargs=argparse.REMAINDER)
+    """`steplens analyse PATH...`: the offline profile analyser (streams/profiles/cli.py), with its own options."""
+    from streams.profiles.cli import DESCRIPTION, add_arguments
+
+    p = sub.add_parser("analyse", help="diagnose profiler dumps offline (Kineto, Ascend, msprof)",
+                       description=DESCRIPTION)
+    add_arguments(p)
 
     def handler(args: argparse.Namespace, s: Settings) -> int:
-        from streams.profiles.cli import main as analyse_main
+        from streams.profiles.cli import run
 
-        return int(analyse_main(["analyse", *args.rest]) or 0)
+        return run(args)
 
-    p.set_defaults(handler=handler)
+    p.set_defaults(handler=handler, analyse_parser=p)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if getattr(args, "command", None) == "analyse":  # paths may follow its options (streams/profiles/cli.py)
+            from streams.profiles.cli import take_paths
+
+            take_paths(args.analyse_parser, args, extra)
+        elif extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as exc:  # argparse: 0 for --help, 2 for usage errors
         return int(exc.code or 0)
     from sinks.backend import SinkError

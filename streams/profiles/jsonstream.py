@@ -34,6 +34,10 @@ class TraceFormatError(ValueError):
     """The file is not a readable trace (truncated, corrupt, not JSON); the message says where."""
 
 
+class NotATraceError(TraceFormatError):
+    """The file holds no event array at all: some other JSON, not a damaged trace (a folder walk skips it)."""
+
+
 def open_trace(path: Path) -> IO[bytes]:
     if path.suffix == ".gz":
         return cast(IO[bytes], gzip.open(path, "rb"))
@@ -114,7 +118,7 @@ class EventStream:
                 return buf[match.end():]
             more = self._read(fh)
             if not more or len(buf) > MAX_BUFFER_BYTES:
-                raise TraceFormatError(f"{self.path}: no trace event array (traceEvents) found")
+                raise NotATraceError(f"{self.path}: no trace event array (traceEvents) found")
             buf += more
 
     def _read(self, fh: IO[bytes]) -> bytes:
@@ -192,6 +196,13 @@ class EventStream:
             yield events
             self._parse_tail(buf[match.end():])
             return
+        if self.events == 0:
+            try:
+                orjson.loads(b"[" + stripped)
+            except orjson.JSONDecodeError:
+                pass
+            else:  # a whole JSON array, of numbers or strings: some other file, not a damaged trace
+                raise NotATraceError(f"{self.path}: a JSON array without trace event objects")
         raise TraceFormatError(
             f"{self.path}: truncated or corrupt: the event array is not closed after {self.events} events"
         )

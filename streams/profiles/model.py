@@ -28,6 +28,21 @@ MEMORY_KERNEL = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
 NOT_COMPUTE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
 
 
+# a pipeline-parallel process group's description: Megatron's group_desc "PIPELINE_MODEL_PARALLEL_GROUP" (Kineto
+# pg_config pg_desc), MindSpeed's HCCL group_name "pp" (torch_npu profiler_metadata.json parallel_group_info)
+_PIPELINE_GROUP = re.compile(r"(pipeline|^pp(?![a-z]))", re.IGNORECASE)
+
+
+def pipeline_stage(rank: int | None, groups: list[tuple[str, list[int]]]) -> int | None:
+    """A rank's pipeline stage: its position in the pipeline group it belongs to (None when no group says)."""
+    if rank is None:
+        return None
+    for desc, ranks in groups:
+        if _PIPELINE_GROUP.search(desc) and rank in ranks and len(ranks) > 1:
+            return ranks.index(rank)
+    return None
+
+
 def kernel_kind(name: str) -> int:
     """The same classes as HolisticTraceAnalysis' temporal breakdown, so the numbers compare."""
     if NCCL_KERNEL.match(name):

@@ -3,16 +3,48 @@
 from __future__ import annotations
 
 import html
+import math
+from pathlib import Path
 
 from streams.profiles.analysis.breakdown import Breakdown
 from streams.profiles.analysis.diagnose import Diagnosis
+from streams.profiles.analysis.rank_table import RankRow
+from streams.profiles.analysis.waits import CollectiveWait
 
 _PARTS = (("compute", "#4c78a8"), ("overlapped", "#72b7b2"), ("communication_not_overlapped", "#f58518"),
           ("memory_not_overlapped", "#b279a2"), ("free", "#d3d3d3"))
 
 
+TOP_WAITS_TEXT = 15
+TOP_WAITS_HTML = 200
+RANK_COLUMNS = ("rank", "source", "stage", "steps", "step ms", "compute", "comm", "overlap", "comm-exp", "free",
+                "bubble", "waited for")
+WAIT_COLUMNS = ("collective", "group", "at", "ranks", "T_max ms", "T_avg ms", "R_wait", "late rank")
+
+
 def _label(rank: int | None, source: str) -> str:
     return f"rank {rank}" if rank is not None else source
+
+
+def _ms(us: float) -> str:
+    return "-" if math.isnan(us) else f"{us / 1e3:.2f}"
+
+
+def rank_cells(r: RankRow) -> list[str]:
+    return [str(r.rank) if r.rank is not None else "-", Path(r.source).name[:32],
+            str(r.stage) if r.stage is not None else "-",
+            str(r.steps), *(_ms(v) for v in (r.span, r.compute, r.communication, r.overlapped,
+                                              r.communication_not_overlapped, r.free, r.bubble)), str(r.waited_for)]
+
+
+def wait_cells(w: CollectiveWait) -> list[str]:
+    return [w.op, w.group, w.index, str(w.ranks), _ms(w.t_max_us), _ms(w.t_avg_us), f"{w.r_wait:.3f}",
+            str(w.late_rank)]
+
+
+def _text_table(header: tuple[str, ...], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    return ["   " + " ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True)) for cells in [list(header), *rows]]
 
 
 def text_report(diag: Diagnosis) -> str:
@@ -30,6 +62,13 @@ def text_report(diag: Diagnosis) -> str:
         if r.critical.tasks:
             kinds = ", ".join(f"{k} {v / 1e3:.1f} ms" for k, v in r.critical.by_kind_us.items())
             lines.append(f"   critical path {r.critical.length_us / 1e3:.1f} ms over {r.critical.tasks} tasks: {kinds}")
+    if diag.rank_table:
+        lines.append("== ranks (means per step, ms; 'waited for': collectives where the others waited for it)")
+        lines.extend(_text_table(RANK_COLUMNS, [rank_cells(r) for r in diag.rank_table]))
+    if diag.waits:
+        lines.append(f"== collectives by wait ratio R_wait = 1 - T_avg/T_max (top {TOP_WAITS_TEXT} of "
+                     f"{len(diag.waits)}; p2p left out)")
+        lines.extend(_text_table(WAIT_COLUMNS, [wait_cells(w) for w in diag.waits[:TOP_WAITS_TEXT]]))
     lines.append("== diagnosis (cause -> optimisation; evidence)")
     findings = diag.findings()
     if not findings:
@@ -71,6 +110,12 @@ def _bars(steps: list[Breakdown], width: int = 640) -> str:
     return "".join(out)
 
 
+def _html_table(header: tuple[str, ...], rows: list[list[str]]) -> str:
+    esc = html.escape
+    return ("<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows) + "</table>")
+
+
 def html_report(diag: Diagnosis, title: str = "steplens profile diagnosis") -> str:
     esc = html.escape
     body = [f"<h1>{esc(title)}</h1>", "<h2>Diagnosis</h2>", "<table><tr><th>severity</th><th>where</th>"
@@ -82,6 +127,14 @@ def html_report(diag: Diagnosis, title: str = "steplens profile diagnosis") -> s
                     f"<td>{esc(f.advice.cause)}</td><td>{esc(f.advice.suggestion)}</td>"
                     f"<td>{esc(f.evidence_text())}</td></tr>")
     body.append("</table>")
+    if diag.rank_table:
+        body.append("<h2>Ranks</h2><p>Means per step, ms; <i>waited for</i>: collectives where the others waited "
+                    "for this rank.</p>" + _html_table(RANK_COLUMNS, [rank_cells(r) for r in diag.rank_table]))
+    if diag.waits:
+        shown = diag.waits[:TOP_WAITS_HTML]
+        body.append(f"<h2>Collective waits</h2><p>R_wait = 1 − T_avg / T_max over the ranks of each collective "
+                    f"(point-to-point left out); {len(shown)} of {len(diag.waits)}, highest first.</p>"
+                    + _html_table(WAIT_COLUMNS, [wait_cells(w) for w in shown]))
     for r in diag.ranks:
         p = r.profile
         body.append(f"<h2>{esc(_label(p.rank, p.source))} <small>{esc(p.format)} · {esc(p.source)}</small></h2>")

@@ -8,7 +8,13 @@ HolisticTraceAnalysis' temporal breakdown (idle / compute / non-compute over the
 is the same computation grouped differently: idle = span − |∪ all tasks|.
 
 Kernels belong to the step whose host range launched them (runtime call by correlation id),
-which is what the GPU did *for* that step even when it runs late.
+which is what the GPU did *for* that step even when it runs late. When the CPU runs so far ahead
+that consecutive steps' kernels interleave on the device (step N's last collective still running
+while step N+1's first kernels start on another stream), launch assignment counts the overlap in
+both steps and calls the other step's busy time "free" (per-step free then adds up to more than
+the whole trace's idle time). Then the device timeline is cut instead: step N's window runs from
+the first device start of its kernels to that of step N+1's, each step is the tasks clipped to
+its window, and the windows partition the device time, so per-step free adds up to the idle time.
 """
 
 from __future__ import annotations
@@ -58,9 +64,12 @@ class Breakdown:
         }
 
 
-def breakdown_of(kernels: Kernels, step: int = -1, host_start: float | None = None) -> Breakdown:
+def breakdown_of(kernels: Kernels, step: int = -1, host_start: float | None = None,
+                 window: tuple[float, float] | None = None) -> Breakdown:
+    """`window`: the device-time window the (clipped) tasks belong to; the span is then the window's length."""
     if len(kernels) == 0:
-        return Breakdown(step, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        span0 = window[1] - window[0] if window is not None else 0.0
+        return Breakdown(step, span0, 0.0, 0.0, 0.0, 0.0, 0.0, span0, 0.0)
     ends = kernels.ts + kernels.dur
     all_s, all_e = union(kernels.ts, ends)
     comp = kernels.kind == COMPUTE
@@ -72,7 +81,7 @@ def breakdown_of(kernels: Kernels, step: int = -1, host_start: float | None = No
     communication = total(m_s, m_e)
     overlapped = intersection_total(c_s, c_e, m_s, m_e)
     busy = total(all_s, all_e)
-    span = float(all_e[-1] - all_s[0])
+    span = float(all_e[-1] - all_s[0]) if window is None else window[1] - window[0]
     comm_exposed = communication - overlapped
     # whatever else the device did that neither compute nor communication covers (memcpy, memset, sync)
     cm_s, cm_e = union(np.concatenate([c_s, m_s]), np.concatenate([c_e, m_e]))
@@ -110,15 +119,49 @@ def kernel_steps(profile: Profile) -> I64:
     return out
 
 
+def device_windows(kernels: Kernels, steps: I64, n_steps: int) -> list[tuple[float, float]] | None:
+    """Per step, [its kernels' first device start, the next step's) — or None when the launch-assigned steps
+    do not overlap on the device (the CPU does not run ahead of it): then launch assignment stands."""
+    ends = kernels.ts + kernels.dur
+    first = np.full(n_steps, np.inf)
+    last = np.full(n_steps, -np.inf)
+    inside = steps >= 0
+    np.minimum.at(first, steps[inside], kernels.ts[inside])
+    np.maximum.at(last, steps[inside], ends[inside])
+    have = np.flatnonzero(np.isfinite(first))
+    if have.size < 2 or not np.any(last[have[:-1]] > first[have[1:]]):
+        return None
+    starts = np.maximum.accumulate(first[have])  # a step cannot start on the device before the one before it
+    stops = np.append(starts[1:], max(float(last[have].max()), float(starts[-1])))
+    out = [(float(stops[-1]), float(stops[-1]))] * n_steps  # steps without kernels: empty windows
+    for i, lo, hi in zip(have.tolist(), starts.tolist(), stops.tolist(), strict=True):
+        out[i] = (lo, hi)
+    return out
+
+
+def _clip(kernels: Kernels, lo: float, hi: float) -> Kernels:
+    ends = kernels.ts + kernels.dur
+    keep = (ends > lo) & (kernels.ts < hi)
+    part = kernels.take(keep)
+    start = np.maximum(part.ts, lo)
+    return Kernels(start, np.minimum(part.ts + part.dur, hi) - start, part.kind, part.stream, part.name, part.corr)
+
+
 def step_breakdowns(profile: Profile) -> list[Breakdown]:
-    """One breakdown per profiler step, from the kernels the step launched."""
+    """One breakdown per profiler step: the kernels the step launched, or its device-time window when the
+    CPU runs ahead far enough for steps to interleave on the device (see the module docstring)."""
     if not profile.steps:
         return [breakdown_of(profile.kernels)] if len(profile.kernels) else []
     steps = kernel_steps(profile)
+    windows = device_windows(profile.kernels, steps, len(profile.steps))
     out = []
+    launched = profile.kernels.take(steps >= 0) if windows is not None else profile.kernels
     for i, step in enumerate(profile.steps):
-        mask = steps == i
-        out.append(breakdown_of(profile.kernels.take(mask), step.number, step.ts))
+        if windows is None:
+            out.append(breakdown_of(profile.kernels.take(steps == i), step.number, step.ts))
+        else:
+            lo, hi = windows[i]
+            out.append(breakdown_of(_clip(launched, lo, hi), step.number, step.ts, window=(lo, hi)))
     return out
 
 

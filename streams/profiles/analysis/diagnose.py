@@ -5,12 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from streams.profiles.analysis.breakdown import Breakdown, step_breakdowns
+from streams.profiles.analysis.cluster_table import cluster_table_verdict
 from streams.profiles.analysis.communication import communication_causes
 from streams.profiles.analysis.critical_path import CriticalPath, critical_path
 from streams.profiles.analysis.findings import Finding
 from streams.profiles.analysis.host import host_causes
-from streams.profiles.analysis.ranks import cluster_table_verdict, cluster_verdict
+from streams.profiles.analysis.rank_table import RankRow, rank_rows
+from streams.profiles.analysis.ranks import cluster_verdict
 from streams.profiles.analysis.roofline import roofline
+from streams.profiles.analysis.waits import CollectiveWait, collective_waits
 from streams.profiles.model import ClusterTable, Profile
 
 _SEVERITY = {"critical": 0, "warning": 1, "info": 2}
@@ -29,6 +32,8 @@ class Diagnosis:
     ranks: list[RankDiagnosis] = field(default_factory=list)
     cluster: list[Finding] = field(default_factory=list)
     clusters: list[ClusterTable] = field(default_factory=list)
+    waits: list[CollectiveWait] = field(default_factory=list)  # R_wait per matched collective, highest first
+    rank_table: list[RankRow] = field(default_factory=list)
 
     def findings(self) -> list[Finding]:
         out = list(self.cluster)
@@ -50,4 +55,6 @@ def diagnose(profiles: list[Profile], clusters: list[ClusterTable] | None = None
     diag.cluster.extend(cluster_verdict(profiles))
     for table in diag.clusters:
         diag.cluster.extend(cluster_table_verdict(table))
+    diag.waits = collective_waits(profiles, diag.clusters)
+    diag.rank_table = rank_rows([(r.profile, r.steps) for r in diag.ranks], diag.clusters, diag.waits)
     return diag

@@ -13,13 +13,26 @@ from streams.profiles.model import F64, Profile
 
 _SYNC = re.compile(r"(aten::item|aten::_local_scalar_dense|cudaDeviceSynchronize|cudaStreamSynchronize|"
                    r"cudaEventSynchronize|aclrtSynchronize|SynchronizeStream|\.item\(|aten::nonzero)")
-_COMPILE = re.compile(r"(TorchDynamo|CompileFunction|torch/_dynamo|torch/_inductor|aclopCompile|"
-                      r"OpCompile|GE::|compile)", re.IGNORECASE)
+# Compilation = the spans torch records *while compiling*: every `dynamo_timed` key ("<key> (dynamo_timed)",
+# torch >= 2.1: _compile.compile_inner, entire_frame_compile, backend_compile, compile_fx_inner,
+# create_aot_dispatcher_function, GraphLowering.compile_to_module, ...), the same keys without the suffix,
+# dynamo's convert_frame `_compile` python frame, and Ascend's operator compilation. Not compilation:
+# `CompiledFunction` / `CompiledFunctionBackward` (AOTAutograd running a compiled graph), `Torch-Compiled
+# Region` and `TorchDynamo Cache Lookup` (every call of a compiled frame), and any other frame of
+# torch/_dynamo or torch/_inductor (eval_frame's wrapper runs around each compiled call).
+_COMPILE = re.compile(
+    r"(\(dynamo_timed\)$"
+    r"|^(_compile\.)?compile_inner\b|^entire_frame_compile\b|^backend_compile\b|^compile_fx(_inner)?\b"
+    r"|^create_aot_dispatcher_function\b|^GraphLowering\.compile|^Scheduler\.codegen\b|^inductor_compile\b"
+    r"|^async_compile\.wait\b|^OutputGraph\.call_user_compiler\b|^call_user_compiler\b"
+    r"|convert_frame\.py\(\d+\): _compile\b"
+    r"|aclopCompile|OpCompile|^GE::)")
 _GC = re.compile(r"(gc\.collect|Garbage Collect|GC$|^gc_)", re.IGNORECASE)
 _DATA = re.compile(r"(DataLoader|_DataLoaderIter|__next__)")
 
 
-def host_causes(profile: Profile, small_op_us: float = 10.0, sync_share: float = 0.05) -> list[Finding]:
+def host_causes(profile: Profile, small_op_us: float = 10.0, sync_share: float = 0.05,
+                max_launch_latency_us: float = 50.0) -> list[Finding]:
     findings: list[Finding] = []
     steps = profile.steps
     if not steps:
@@ -57,18 +70,24 @@ def host_causes(profile: Profile, small_op_us: float = 10.0, sync_share: float =
                                 f"waiting on the DataLoader takes {totals['data'] / step_time:.0%} of steps",
                                 {"data_us_per_step": totals["data"] / n_steps,
                                  "share": totals["data"] / step_time}, profile.rank))
-    # dispatch: many tiny device tasks and a device that waits for the host
+    # dispatch: many tiny device tasks AND a device that waits for the host. The evidence for the wait is the
+    # launch latency (launch call -> kernel start): a device starved by its host starts each kernel right after
+    # the launch (an empty queue), while a CPU that runs ahead sees latencies of milliseconds, its device busy
+    # with earlier work however small the kernels. Without launch/kernel pairs (no correlation ids) there is
+    # no evidence, so no verdict.
     k = profile.kernels
     if len(k):
         tiny = float(np.mean(k.dur < small_op_us))
         per_step = len(k) / n_steps
         launch = launch_latency_us(profile)
-        if tiny >= 0.5 and per_step >= 200:
-            ev = {"tiny_kernel_ratio": tiny, "kernels_per_step": per_step}
-            if launch.size:
-                ev["launch_latency_p50_us"] = float(np.median(launch))
-            findings.append(Finding("dispatch", f"{tiny:.0%} of {per_step:.0f} device tasks per step run under "
-                                    f"{small_op_us:.0f} µs: host dispatch bound", ev, profile.rank))
+        if tiny >= 0.5 and per_step >= 200 and launch.size:
+            p50 = float(np.median(launch))
+            if p50 <= max_launch_latency_us:
+                findings.append(Finding(
+                    "dispatch", f"{tiny:.0%} of {per_step:.0f} device tasks per step run under {small_op_us:.0f} µs "
+                    f"and start {p50:.0f} µs after their launch (median): host dispatch bound",
+                    {"tiny_kernel_ratio": tiny, "kernels_per_step": per_step, "launch_latency_p50_us": p50,
+                     "launches": float(launch.size)}, profile.rank))
     return findings
 
 

@@ -13,12 +13,11 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from streams.profiles.analysis.findings import Finding
-from streams.profiles.model import COMMUNICATION, ClusterTable, Profile
+from streams.profiles.model import COMMUNICATION, Profile
 
 P2P_OPS = frozenset(("send", "recv", "receive", "p2p"))  # one-sided transfers (PP); SendRecv is all-to-all
 
@@ -31,32 +30,36 @@ class LateArrival:
     shortest_rank: int
 
 
-def late_arrivals(profiles: list[Profile]) -> list[LateArrival]:
-    by_stage: dict[int | None, list[Profile]] = {}
+Matched = dict[tuple[int | None, str, str, int], dict[int, tuple[float, float]]]
+
+
+def matched_collectives(profiles: list[Profile]) -> Matched:
+    """(stage, group, op, n-th of that op in the group) -> rank -> (start, duration); p2p left out."""
+    table: Matched = {}
     for p in profiles:
-        if p.rank is not None:
-            by_stage.setdefault(p.stage, []).append(p)
-    out: list[LateArrival] = []
-    for members in by_stage.values():
-        table: dict[tuple[str, str, int], dict[int, tuple[float, float]]] = {}
-        for p in members:
-            assert p.rank is not None
-            seq: dict[tuple[str, str], int] = {}
-            for c in sorted(p.collectives, key=lambda c: c.ts):
-                if c.op in P2P_OPS:
-                    continue
-                n = seq.get((c.group, c.op), 0)
-                seq[(c.group, c.op)] = n + 1
-                table.setdefault((c.group, c.op, n), {})[p.rank] = (c.ts, c.dur)
-        for key, per_rank in table.items():
-            if len(per_rank) < 2:
+        if p.rank is None:
+            continue
+        seq: dict[tuple[str, str], int] = {}
+        for c in sorted(p.collectives, key=lambda c: c.ts):
+            if c.op in P2P_OPS:
                 continue
-            late = max(per_rank, key=lambda r: per_rank[r][0])
-            first = min(v[0] for v in per_rank.values())
-            if per_rank[late][0] <= first:
-                continue  # everyone started together: nobody was waited for
-            shortest = min(per_rank, key=lambda r: per_rank[r][1])
-            out.append(LateArrival(key, late, per_rank[late][0] - first, shortest))
+            n = seq.get((c.group, c.op), 0)
+            seq[(c.group, c.op)] = n + 1
+            table.setdefault((p.stage, c.group, c.op, n), {})[p.rank] = (c.ts, c.dur)
+    return table
+
+
+def late_arrivals(profiles: list[Profile]) -> list[LateArrival]:
+    out: list[LateArrival] = []
+    for (_stage, group, op, n), per_rank in matched_collectives(profiles).items():
+        if len(per_rank) < 2:
+            continue
+        late = max(per_rank, key=lambda r: per_rank[r][0])
+        first = min(v[0] for v in per_rank.values())
+        if per_rank[late][0] <= first:
+            continue  # everyone started together: nobody was waited for
+        shortest = min(per_rank, key=lambda r: per_rank[r][1])
+        out.append(LateArrival((group, op, n), late, per_rank[late][0] - first, shortest))
     return out
 
 
@@ -79,36 +82,6 @@ def cluster_verdict(profiles: list[Profile], min_share: float = 0.5) -> list[Fin
         {"late_share": share, "collectives": float(len(arrivals)), "mean_lateness_us": sum(lateness) / len(lateness)},
         rank=rank,
     )]
-
-
-def cluster_table_verdict(table: ClusterTable) -> list[Finding]:
-    """msprof-analyze outputs: the rank with the least wait in collectives is the one others wait for;
-    the rank with the most compute per step is the slow one (msprof-analyze's own slow-rank rule)."""
-    findings: list[Finding] = []
-    ranks = [r for r in table.steps if str(r.get("Type", "rank")) == "rank"]
-    if len(ranks) >= 2:
-        def comp(row: dict[str, Any]) -> float:
-            return float(row.get("Computing", 0.0) or 0.0)
-        slow = max(ranks, key=comp)
-        mean = sum(comp(r) for r in ranks) / len(ranks)
-        if mean > 0 and comp(slow) > 1.05 * mean:
-            findings.append(Finding(
-                "slow_rank", f"rank {slow.get('Index')} computes {comp(slow) / mean:.2f}× the mean in step "
-                f"{slow.get('Step')}", {"computing_us": comp(slow), "mean_us": mean}, rank=int(slow["Index"])))
-    waits: dict[int, list[float]] = {}
-    for row in table.collectives:
-        if row.get("rank", -1) >= 0 and "Wait Time(ms)" in row:
-            waits.setdefault(int(row["rank"]), []).append(float(row["Wait Time(ms)"]))
-    if len(waits) >= 2:
-        mean_wait = {r: sum(v) / len(v) for r, v in waits.items()}
-        late = min(mean_wait, key=lambda r: mean_wait[r])
-        others = [w for r, w in mean_wait.items() if r != late]
-        if others and sum(others) / len(others) > 2 * mean_wait[late] + 0.1:
-            findings.append(Finding(
-                "slow_rank", f"rank {late} waits {mean_wait[late]:.2f} ms per collective, the others "
-                f"{sum(others) / len(others):.2f} ms: they wait for rank {late}",
-                {"wait_ms": mean_wait[late], "others_wait_ms": sum(others) / len(others)}, rank=late))
-    return findings
 
 
 def late_start_straggler(profiles: list[Profile], min_normalized_duration: float = 0.01) -> int | None:

@@ -34,6 +34,7 @@ from streams.profiles.model import (
     Profile,
     ReferenceStep,
     Step,
+    pipeline_stage,
 )
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
@@ -70,6 +71,19 @@ def _rank_id(root: Path) -> int | None:
         if match:
             return int(match.group(1))
     return None
+
+
+def _parallel_groups(root: Path) -> list[tuple[str, list[int]]]:
+    """torch_npu's `parallel_group_info` (profiler_metadata.json): HCCL comm name -> group_name, global_ranks."""
+    meta = root / "profiler_metadata.json"
+    if not meta.is_file():
+        return []
+    data = orjson.loads(meta.read_bytes())
+    info = data.get("parallel_group_info") or {} if isinstance(data, dict) else {}
+    if isinstance(info, str):  # some versions store it as a JSON string
+        info = orjson.loads(info)
+    return [(str(g.get("group_name", "")), [int(r) for r in g.get("global_ranks") or []])
+            for g in info.values() if isinstance(g, dict)] if isinstance(info, dict) else []
 
 
 def parse_ascend(root: Path, progress: Callable[[int], None] | None = None) -> Profile:
@@ -160,10 +174,12 @@ def parse_ascend(root: Path, progress: Callable[[int], None] | None = None) -> P
             reference.append(ReferenceStep(int(step_txt) if step_txt.isdigit() else -1, values))
     collectives = _collectives(out / "communication.json")
     order = np.argsort(k["ts"], kind="stable")
+    rank = _rank_id(root)
     return Profile(
         source=str(root),
         format="ascend_pt",
-        rank=_rank_id(root),
+        rank=rank,
+        stage=pipeline_stage(rank, _parallel_groups(root)),
         device="Ascend",
         names=names,
         kernels=Kernels(k["ts"][order], k["dur"][order], k["kind"][order], k["stream"][order], k["name"][order],

@@ -35,6 +35,7 @@ from streams.profiles.model import (
     Profile,
     Step,
     kernel_kind,
+    pipeline_stage,
 )
 
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
@@ -231,14 +232,17 @@ def parse_kineto(path: Path, progress: Callable[[int], None] | None = None, work
     dist = header.get("distributedInfo") or {}
     base_us = float(header.get("baseTimeNanoseconds", 0)) / 1000.0
     groups: dict[str, list[int]] = {}
+    described: list[tuple[str, list[int]]] = []
     for pg in dist.get("pg_config") or []:
         if isinstance(pg, dict):
             groups[str(pg.get("pg_name"))] = [int(x) for x in pg.get("ranks") or []]
+            described.append((str(pg.get("pg_desc", "")), groups[str(pg.get("pg_name"))]))
+    rank = int(dist["rank"]) if "rank" in dist else None
     devices = header.get("deviceProperties") or []
     profile = Profile(
         source=str(path),
         format="kineto",
-        rank=int(dist["rank"]) if "rank" in dist else None,
+        rank=rank,
         world=int(dist["world_size"]) if "world_size" in dist else None,
         device=str(devices[0].get("name")) if devices and isinstance(devices[0], dict) else None,
         names=names,
@@ -248,6 +252,7 @@ def parse_kineto(path: Path, progress: Callable[[int], None] | None = None, work
         steps=sorted(steps, key=lambda s: s.ts),
         collectives=collectives,
         groups=groups,
+        stage=pipeline_stage(rank, described),
         bytes_read=path.stat().st_size,
         events=sum(part.events for part in parts),
         # time stamps stay on the trace's clock: adding baseTimeNanoseconds (~1.7e15 µs) in float64

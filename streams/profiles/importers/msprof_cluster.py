@@ -23,10 +23,25 @@ from streams.profiles.jsonstream import TraceFormatError
 from streams.profiles.model import ClusterTable
 
 FILES = ("cluster_step_trace_time.csv", "cluster_communication.json", "communication_group.json")
+STEP_CSV_COLUMNS = frozenset(("Step", "Type", "Index", "Computing"))
 
 
 def is_cluster_dir(path: Path) -> bool:
     return path.is_dir() and any((path / f).is_file() for f in FILES)
+
+
+def is_cluster_file(path: Path) -> bool:
+    """One msprof-analyze output passed on its own: by name, or a CSV with the step-trace table's header
+    (users rename `cluster_step_trace_time.csv` when they collect several runs)."""
+    if not path.is_file():
+        return False
+    if path.name in FILES:
+        return True
+    if path.suffix.lower() != ".csv":
+        return False
+    with path.open(newline="", encoding="utf-8-sig") as fh:
+        header = next(csv.reader(fh), [])
+    return {h.strip() for h in header} >= STEP_CSV_COLUMNS
 
 
 def _num(value: str) -> Any:
@@ -68,16 +83,26 @@ def _rank_of(path: list[str]) -> int:
 
 
 def parse_cluster(root: Path) -> ClusterTable:
+    """A `cluster_analysis_output` folder, or one of its files on its own."""
+    if root.is_file():
+        if not is_cluster_file(root):
+            raise TraceFormatError(f"{root}: not an msprof-analyze output ({', '.join(FILES)})")
+        name = root.name if root.name in FILES else FILES[0]
+        return _parse_files(root, {name: root})
     if not is_cluster_dir(root):
         raise TraceFormatError(f"{root}: none of {', '.join(FILES)}")
-    table = ClusterTable(source=str(root))
-    step_csv = root / "cluster_step_trace_time.csv"
-    if step_csv.is_file():
+    return _parse_files(root, {f: root / f for f in FILES if (root / f).is_file()})
+
+
+def _parse_files(source: Path, files: dict[str, Path]) -> ClusterTable:
+    table = ClusterTable(source=str(source))
+    step_csv = files.get("cluster_step_trace_time.csv")
+    if step_csv is not None:
         with step_csv.open(newline="", encoding="utf-8-sig") as fh:
             for row in csv.DictReader(fh):
                 table.steps.append({k.strip(): _num(v or "") for k, v in row.items() if k is not None})
-    comm = root / "cluster_communication.json"
-    if comm.is_file():
+    comm = files.get("cluster_communication.json")
+    if comm is not None:
         rows: list[dict[str, Any]] = []
         _flatten(orjson.loads(comm.read_bytes()), [], rows)
         for row in rows:
@@ -87,8 +112,8 @@ def parse_cluster(root: Path) -> ClusterTable:
             row["group"] = path[0] if path else ""
             row.setdefault("Elapse Time(ms)", math.nan)
         table.collectives = rows
-    groups = root / "communication_group.json"
-    if groups.is_file():
+    groups = files.get("communication_group.json")
+    if groups is not None:
         data = orjson.loads(groups.read_bytes())
         if isinstance(data, dict):
             for kind in ("collective", "p2p"):

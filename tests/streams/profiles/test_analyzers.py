@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from streams.analysis.advisor import CAUSES, advise_cause
+from streams.profiles.analysis.cluster_table import cluster_table_verdict
 from streams.profiles.analysis.communication import communication_causes
 from streams.profiles.analysis.critical_path import critical_path
 from streams.profiles.analysis.io_queue import io_queue_finding, queue_verdicts
-from streams.profiles.analysis.ranks import cluster_table_verdict, cluster_verdict
+from streams.profiles.analysis.ranks import cluster_verdict
 from streams.profiles.analysis.roofline import classify
 from streams.profiles.importers.msprof_cluster import parse_cluster
 from streams.profiles.model import COMMUNICATION, COMPUTE, Collective, Kernels, Names, Profile, Step

@@ -12,7 +12,7 @@ from streams.profiles.analysis.intervals import intersection_total, total, union
 from streams.profiles.analysis.ranks import cluster_verdict, late_start_straggler
 from streams.profiles.importers.ascend_pt import parse_ascend
 from streams.profiles.importers.kineto import parse_kineto
-from streams.profiles.model import Kernels
+from streams.profiles.model import COMMUNICATION, COMPUTE, HostOps, Kernels, Names, Profile, Step
 from tests.streams.profiles.conftest import ASCEND, KINETO
 from tests.streams.profiles.hta_runner import hta_analysis
 
@@ -115,3 +115,53 @@ def _mask(s: np.ndarray, e: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
     for a, b in zip(s.astype(int), e.astype(int), strict=True):
         m[a:b] = True
     return m
+
+
+def _cpu_ahead_profile() -> Profile:
+    """Two 100 µs host steps whose kernels run 140 µs+ later; step 1's forward (stream 1) starts while step 0's
+    all-reduce (stream 2) still runs. Device: compute 150-200, 210-250 (step 0), 260-300, 340-400 (step 1);
+    all-reduce 240-330 (step 0). Whole device time 150-400: busy 230, idle 20 (200-210, 330-340)."""
+    names = Names()
+    ts = np.array([150.0, 210.0, 240.0, 260.0, 340.0])
+    dur = np.array([50.0, 40.0, 90.0, 40.0, 60.0])
+    kind = np.array([COMPUTE, COMPUTE, COMMUNICATION, COMPUTE, COMPUTE], np.int8)
+    corr = np.arange(1, 6, dtype=np.int64)
+    kernels = Kernels(ts, dur, kind, np.array([1, 1, 2, 1, 1], np.int32),
+                      np.array([names.id(n) for n in ("fwd", "bwd", "ncclKernel_AllReduce", "fwd", "bwd")], np.int32),
+                      corr)
+    launch = np.array([10.0, 40.0, 80.0, 110.0, 150.0])  # steps [0, 100) and [100, 200) on the host
+    runtime = HostOps(launch, np.full(5, 5.0), np.full(5, names.id("cudaLaunchKernel"), np.int32),
+                      np.zeros(5, np.int64), corr)
+    return Profile(source="ahead", format="kineto", rank=0, names=names, kernels=kernels, runtime=runtime,
+                   steps=[Step(1, 0.0, 100.0), Step(2, 100.0, 100.0)])
+
+
+def test_kernels_go_to_steps_by_device_time_when_the_cpu_runs_ahead() -> None:
+    p = _cpu_ahead_profile()
+    whole = breakdown_of(p.kernels)
+    assert whole.idle == 20.0
+    steps = step_breakdowns(p)
+    # by launch, step 1 spans 150-330 (free 10) and step 2 spans 260-400 and calls 300-330, where step 1's
+    # all-reduce runs, free (free 40): 50 in all, more than the whole trace's 20. By device time: windows
+    # 150-260 and 260-400, which partition the device time.
+    assert [b.span for b in steps] == [110.0, 140.0]
+    assert [b.free for b in steps] == [10.0, 10.0]
+    assert sum(b.free for b in steps) == whole.idle
+    assert [b.compute for b in steps] == [90.0, 100.0]
+    assert [b.communication for b in steps] == [20.0, 70.0]  # the all-reduce split at the window edge
+    assert sum(b.busy for b in steps) == whole.busy
+
+
+def test_real_traces_per_step_free_adds_to_at_most_the_idle_time(real_samples: Path) -> None:
+    # the real traces' steps do not interleave on the device: launch assignment stands, results unchanged
+    from streams.profiles.analysis.breakdown import device_windows, kernel_steps
+
+    for name in ("nccl_parser_config_nccl_data.json.gz", "trace_filter_sampled_rank-0.json.gz",
+                 "trace_filter_sampled_rank-1.json.gz"):
+        p = parse_kineto(KINETO / name)
+        steps = kernel_steps(p)
+        assert device_windows(p.kernels, steps, len(p.steps)) is None
+        per_step = step_breakdowns(p)
+        assert sum(b.free for b in per_step) <= breakdown_of(p.kernels).idle
+        for i, b in enumerate(per_step):
+            assert b == breakdown_of(p.kernels.take(steps == i), p.steps[i].number, p.steps[i].ts)

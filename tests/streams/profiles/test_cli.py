@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -30,3 +31,80 @@ def test_unreadable_dump_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[s
     bad.write_text('{"traceEvents": [{"ph": "X"')
     assert main(["analyse", str(bad), "--html", str(tmp_path / "r.html")]) == 2
     assert "truncated" in capsys.readouterr().err
+
+
+def test_help_exits_0_on_both_front_ends(capsys: pytest.CaptureFixture[str]) -> None:
+    from steplens.cli import main as steplens_main
+
+    assert steplens_main(["analyse", "--help"]) == 0
+    assert "--html" in capsys.readouterr().out
+    assert main(["analyse", "--help"]) == 0
+    assert "--html" in capsys.readouterr().out
+
+
+def test_options_before_between_and_after_paths(real_samples: Path, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from steplens.cli import main as steplens_main
+
+    rank0, rank1 = (str(KINETO / f"trace_filter_sampled_rank-{r}.json.gz") for r in (0, 1))
+    for argv in (["--html", str(tmp_path / "a.html"), rank0, rank1],
+                 [rank0, "--html", str(tmp_path / "b.html"), rank1],
+                 [rank0, rank1, "--html", str(tmp_path / "c.html")]):
+        assert steplens_main(["analyse", *argv]) == 0, argv
+        out = capsys.readouterr().out
+        assert "rank 0 (kineto" in out and "rank 1 (kineto" in out
+    assert {p.name for p in tmp_path.iterdir()} == {"a.html", "b.html", "c.html"}
+    assert steplens_main(["analyse", rank0, "--no-such-option"]) == 2
+    assert steplens_main(["analyse", "--html", str(tmp_path / "d.html")]) == 2  # no path
+
+
+def test_a_cluster_step_trace_csv_passed_as_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    table = tmp_path / "run7_step_trace.csv"  # renamed: recognised by its header
+    table.write_text((FIXTURES / "msprof_cluster" / "cluster_step_trace_time.csv").read_text())
+    assert main(["analyse", str(table), "--html", str(tmp_path / "r.html")]) == 0
+    assert "rank 2" in capsys.readouterr().out
+
+
+def test_a_folder_with_an_unknown_json_is_analysed_with_a_warning(
+    real_samples: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "dumps"
+    folder.mkdir()
+    (folder / "trace.json.gz").symlink_to(KINETO / "trace_filter_sampled_rank-1.json.gz")
+    (folder / "hparams.json").write_text('{"lr": 0.001, "batch": 32}')
+    (folder / "losses.json").write_text("[2.31, 2.12, 1.98]")
+    (folder / "runs.json").write_text('[{"run": 1, "loss": 1.9}]')
+    assert main(["analyse", str(folder), "--html", str(tmp_path / "r.html")]) == 0
+    captured = capsys.readouterr()
+    assert "rank 1 (kineto" in captured.out
+    assert len(re.findall(r"^== rank \d+ |^== /", captured.out, re.MULTILINE)) == 1  # one profile, no empty ones
+    for name in ("hparams.json", "losses.json", "runs.json"):
+        assert f"skipped {folder / name}" in captured.err
+    # named on the command line, the same file is an error: the user asked for it
+    assert main(["analyse", str(folder / "hparams.json"), "--html", str(tmp_path / "r.html")]) == 2
+
+
+def _step_table(tmp_path: Path, name: str, rows: list[str]) -> Path:
+    path = tmp_path / name
+    path.write_text("Step,Type,Index,Computing,Communication(Not Overlapped),Overlapped,Communication,Free,Stage,"
+                    "Bubble,Communication(Not Overlapped and Exclude Receive),Preparing\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def test_cluster_table_late_arriver_and_stages_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # 8 ranks, one stage, level Computing; rank 5 exposes 4 ms of communication where the others wait ~30 ms, and
+    # idles 36 ms: the one they wait for. The old rule read Computing only: "nothing abnormal found".
+    rows = [f"7,rank,{r},{100000 + 100 * (r % 3)},{30000 + 100 * r},4000,{34000 + 100 * r},{10000 - 100 * r},0,0,"
+            f"{30000 + 100 * r},500" for r in range(8)]
+    rows[5] = "7,rank,5,100100,4000,4000,8000,36000,0,0,4000,9000"
+    assert main(["analyse", str(_step_table(tmp_path, "one_stage.csv", rows)), "--html", str(tmp_path / "r.html")]) == 0
+    out = capsys.readouterr().out
+    assert "rank 5 is the one the others wait for" in out and "nothing abnormal found" not in out
+    # two stages, stage 1 (ranks 8-15) computes 15 % more by design: the old rule pooled them, "rank 8 computes 1.07x"
+    rows = [f"3,rank,{r},{(115000 if r >= 8 else 100000) + 100 * (r % 3)},{30000 + 100 * (r % 8)},4000,"
+            f"{34000 + 100 * (r % 8)},10000,0,0,{30000 + 100 * (r % 8)},500" for r in range(16)]
+    rows += [f'3,stage,"{tuple(range(8))}",0,0,0,0,0,0,0,0,0', f'3,stage,"{tuple(range(8, 16))}",0,0,0,0,0,0,0,0,0']
+    table = _step_table(tmp_path, "two_stages.csv", rows)
+    assert main(["analyse", str(table), "--html", str(tmp_path / "r.html")]) == 0
+    out = capsys.readouterr().out
+    assert "computes" not in out and "nothing abnormal found" in out
