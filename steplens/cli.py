@@ -233,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("up", "down", "status"):
         p = add(name, _services, {"up": "start Kafka and ClickHouse on loopback", "down": "stop them",
                                   "status": "which services run, and where their logs are"}[name])
-        p.add_argument("--only", choices=("kafka", "clickhouse"))
+        p.add_argument("--only", choices=("kafka", "clickhouse", "alertmanager", "prometheus"))
     p = add("demo", _demo, "simulated job with injected faults through the real pipeline")
     p.add_argument("rest", nargs=argparse.REMAINDER, help="options of the demo (steplens demo -- --help)")
     p = add("worker", _worker, "run one Faust worker in the foreground")

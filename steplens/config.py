@@ -168,6 +168,7 @@ class Settings:
     relay_durable_ack: bool = True
     detection: DetectionConfig = field(default_factory=DetectionConfig)
     parse_workers: int = 1            # processes parsing profile dumps (the parse worker's pool)
+    land_metrics_port: int = 0        # Prometheus self-metrics port of the land worker; 0 = off
 
     @property
     def embedded_path(self) -> Path:
@@ -238,6 +239,7 @@ _ENV = {
     "STEPLENS_RELAY_FLUSH_INTERVAL_S": ("", "relay_flush_interval_s"),
     "STEPLENS_RELAY_CONTROL": ("", "relay_control"),
     "STEPLENS_RELAY_DURABLE_ACK": ("", "relay_durable_ack"),
+    "STEPLENS_LAND_METRICS_PORT": ("", "land_metrics_port"),
 }
 
 
