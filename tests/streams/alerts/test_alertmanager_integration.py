@@ -26,9 +26,11 @@ from infra.clients import kafka_client_config
 from schemas import Incident, Topics, job_key
 from schemas.codec import encode
 from steplens.config import REPO_ROOT, Settings
+from steplens.demo import build_job
 from streams.alerts.bridge import AlertBridge, alerts_group
 from streams.topics_admin import ensure_topics
 from tests.sinks.samples import incident
+from tests.streams.helpers import incidents, run_engine
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.alertmanager]
 
@@ -157,3 +159,29 @@ def test_an_alertmanager_outage_delays_the_alerts_and_drops_none(
     assert (bridge.stats.events, bridge.stats.posted) == (2, 2)
     assert sorted(_alerts(url, unique_name)) == [a.incident_id, b.incident_id]
     assert sum(o or 0 for o in _committed(settings).values()) == 2
+
+
+def test_the_demo_jobs_incidents_appear_grouped_and_resolve(
+    kafka_settings: Settings, alertmanager_service: AlertmanagerServer, unique_name: str
+) -> None:
+    """`make demo`'s job (straggler, data stall, GC storm) through the detection engine, its incident
+    events through the bridge: first everything but the resolutions, then those."""
+    settings = _settings(kafka_settings, unique_name)
+    url = alertmanager_service.url
+    events = [e for e in incidents(run_engine(build_job(unique_name, steps=120, seed=7))) if isinstance(e, Incident)]
+    ids = {e.incident_id for e in events}
+    rules = {e.incident_id: e.rule for e in events}
+    assert sorted(rules.values()) == ["SLOW_RANK", "SLOW_STEP", "SLOW_STEP"]  # the demo's three faults
+
+    _produce(settings, [e for e in events if e.state != "resolved"])
+    AlertBridge(settings, url, once=True).run()
+    assert set(_alerts(url, unique_name)) == ids
+    groups = _get(url, "/api/v2/alerts/groups", filter=f'job="{unique_name}"')
+    assert sorted((g["labels"]["alertname"], len(g["alerts"])) for g in groups) == [("SLOW_RANK", 1),
+                                                                                     ("SLOW_STEP", 2)]
+    [straggler] = [a for a in _alerts(url, unique_name).values() if a["labels"]["alertname"] == "SLOW_RANK"]
+    assert straggler["labels"]["rank"] == "37" and straggler["labels"]["host"] == "node-4"
+
+    _produce(settings, [e for e in events if e.state == "resolved"])
+    AlertBridge(settings, url, once=True).run()
+    assert _alerts(url, unique_name) == {}  # every incident resolved: no alert of the job is active
