@@ -145,7 +145,11 @@ class AlertBridge:
                     self._apply(record, record.offset < committed.get(tp, 0))
                     dirty = True
             if replaying:
-                replaying = any(consumer.position(tp) < committed[tp] for tp in parts)
+                behind = retry_through_outage(lambda: any(consumer.position(tp) < committed[tp] for tp in parts),
+                                              self.stopping.wait, "alerts position")
+                if behind is None:
+                    return
+                replaying = behind
                 if replaying:
                     continue
                 log.info("alerts: %d events replayed, %d incidents firing", self.stats.replayed, self.book.firing())
@@ -153,7 +157,8 @@ class AlertBridge:
                 return  # stopping while Alertmanager was away: nothing committed, the next run posts it
             if dirty and self._commit(consumer):
                 dirty = False
-            if self.once and not dirty and self._caught_up(consumer, parts):
+            if self.once and not dirty and retry_through_outage(lambda: self._caught_up(consumer, parts),
+                                                                self.stopping.wait, "alerts end offsets"):
                 return
 
     def _apply(self, record: Any, replay: bool) -> None:
