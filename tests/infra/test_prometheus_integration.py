@@ -1,5 +1,5 @@
 """A real Prometheus with the shipped config and rules scrapes a real detect worker, and
-SteplensWorkerDown fires once that worker is stopped.
+SteplensWorkerDown fires once that worker is stopped, and reaches the real Alertmanager.
 
 Prometheus runs as infra/ starts it (infra/prometheus.py: 1 s scrapes and evaluations, the
 rules' `for:` cut to 2 s); the worker is added as a target file, as an operator would.
@@ -22,10 +22,11 @@ from typing import Any
 
 import pytest
 
+from infra.alertmanager import AlertmanagerServer
 from infra.prometheus import PrometheusServer
 from steplens.config import REPO_ROOT, Settings
 
-pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.prometheus]
+pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.prometheus, pytest.mark.alertmanager]
 
 
 def _free_port() -> int:
@@ -55,7 +56,8 @@ def _wait(what: str, check: Callable[[], Any], timeout: float, log: Path) -> Any
 
 
 def test_a_stopped_worker_fires_the_worker_down_alert(
-    kafka_settings: Settings, prometheus_service: PrometheusServer, unique_name: str, tmp_path: Path
+    kafka_settings: Settings, prometheus_service: PrometheusServer, alertmanager_service: AlertmanagerServer,
+    unique_name: str, tmp_path: Path
 ) -> None:
     port = _free_port()
     env = {**os.environ, "STEPLENS_HOME": str(tmp_path), "STEPLENS_SECRETS_DIR": str(kafka_settings.secrets_path),
@@ -92,6 +94,13 @@ def test_a_stopped_worker_fires_the_worker_down_alert(
         [alert] = _wait("SteplensWorkerDown to fire", firing, 30, log)
         assert alert["labels"]["role"] == "detect" and alert["labels"]["severity"] == "critical"
         assert alert["labels"]["instance"] == f"127.0.0.1:{port}"
+
+        def in_alertmanager() -> list[Any]:  # the shipped config sends alerts to Alertmanager
+            query = urllib.parse.urlencode({"filter": f'test="{unique_name}"'})
+            with urllib.request.urlopen(f"{alertmanager_service.url}/api/v2/alerts?{query}", timeout=10) as resp:
+                return [a for a in json.loads(resp.read()) if a["labels"]["alertname"] == "SteplensWorkerDown"]
+
+        _wait("SteplensWorkerDown in Alertmanager", in_alertmanager, 30, log)
     finally:
         prometheus_service.remove_targets(unique_name)
         if worker.poll() is None:
