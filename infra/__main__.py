@@ -1,4 +1,5 @@
-"""CLI: ``python -m infra up|down|status [--only kafka|clickhouse]`` (the Makefile calls it),
+"""CLI: ``python -m infra up|down|status [--only kafka|clickhouse|alertmanager|prometheus]`` (the Makefile
+calls it; ``up`` alone starts Kafka and ClickHouse, ``down`` alone stops all four),
 ``python -m infra rotate kafka:<principal>|clickhouse:<user>`` (docs/security.md)."""
 
 from __future__ import annotations
@@ -8,26 +9,35 @@ import logging
 import sys
 import time
 
-from infra.services import InfraConfig, InfraError, down, status, up
+from infra.alertmanager import AlertmanagerServer
+from infra.prometheus import PrometheusServer
+from infra.services import InfraConfig, InfraError, _Service, down, status, up
+
+MONITORING: dict[str, type[_Service]] = {"alertmanager": AlertmanagerServer, "prometheus": PrometheusServer}
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m infra",
-        description="Project-local Kafka (KRaft) and ClickHouse on 127.0.0.1.",
+        description="Project-local Kafka (KRaft), ClickHouse, Alertmanager and Prometheus on 127.0.0.1.",
         epilog="Environment: STEPLENS_HOME, STEPLENS_KAFKA_PORT, STEPLENS_KAFKA_CONTROLLER_PORT, "
         "STEPLENS_CLICKHOUSE_TCP_PORT, STEPLENS_CLICKHOUSE_HTTP_PORT, "
-        "STEPLENS_CLICKHOUSE_INTERSERVER_PORT.",
+        "STEPLENS_CLICKHOUSE_INTERSERVER_PORT, STEPLENS_ALERTMANAGER_PORT, STEPLENS_PROMETHEUS_PORT.",
     )
     parser.add_argument("command", choices=("up", "down", "status", "rotate"))
     parser.add_argument("target", nargs="?", help="rotate: kafka:<principal> or clickhouse:<user>")
     parser.add_argument(
         "--only",
-        choices=("kafka", "clickhouse"),
-        help="act on one service instead of both",
+        choices=("kafka", "clickhouse", *MONITORING),
+        help="act on one service (default: up starts Kafka and ClickHouse; down and status cover all four)",
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="only print errors")
     return parser
+
+
+def _status(cfg: InfraConfig, kafka: bool, clickhouse: bool, monitoring: list[str]) -> str:
+    lines = [MONITORING[name](cfg).describe() for name in monitoring]
+    return "\n".join([*lines, status(cfg, kafka=kafka, clickhouse=clickhouse)])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,18 +53,33 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
     kafka = args.only in (None, "kafka")
     clickhouse = args.only in (None, "clickhouse")
+    # up alone keeps to the pipeline's services; down and status alone cover the monitoring ones too
+    monitoring = [name for name in MONITORING if args.only in (None, name)]
     try:
         cfg = InfraConfig.from_env()
         if args.command == "up":
             t0 = time.monotonic()
-            started = up(cfg, kafka=kafka, clickhouse=clickhouse)
+            started = up(cfg, kafka=kafka, clickhouse=clickhouse) if args.only not in MONITORING else {}
+            if args.only in MONITORING:
+                service = MONITORING[args.only](cfg)
+                service.install()
+                started[args.only] = service.start()
             for name, did in started.items():
                 logging.getLogger("infra").info("%s: %s", name, "started" if did else "already running")
             logging.getLogger("infra").info("up took %.1fs", time.monotonic() - t0)
-            print(status(cfg, kafka=kafka, clickhouse=clickhouse))
+            print(_status(cfg, kafka, clickhouse, monitoring))
         elif args.command == "down":
-            down(cfg, kafka=kafka, clickhouse=clickhouse)
-            print(status(cfg, kafka=kafka, clickhouse=clickhouse))
+            errors: list[str] = []
+            for name in monitoring:
+                try:
+                    MONITORING[name](cfg).stop()
+                except InfraError as exc:
+                    errors.append(str(exc))
+            if kafka or clickhouse:
+                down(cfg, kafka=kafka, clickhouse=clickhouse)
+            if errors:
+                raise InfraError("\n".join(errors))
+            print(_status(cfg, kafka, clickhouse, monitoring))
         elif args.command == "rotate":
             from infra.rotation import rotate
 
@@ -62,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise InfraError("rotate needs a target: kafka:<principal> or clickhouse:<user>")
             print(rotate(cfg, args.target))
         else:
-            print(status(cfg, kafka=kafka, clickhouse=clickhouse))
+            print(_status(cfg, kafka, clickhouse, monitoring))
     except InfraError as exc:
         print(f"infra: error: {exc}", file=sys.stderr)
         return 1

@@ -114,6 +114,8 @@ class InfraConfig:
     clickhouse_tcp_port: int = 19000
     clickhouse_http_port: int = 18123
     clickhouse_interserver_port: int = 19009
+    alertmanager_port: int = 19094   # infra/alertmanager.py (clustering off: no second port)
+    prometheus_port: int = 19090     # infra/prometheus.py
 
     def __post_init__(self) -> None:
         # Absolute paths: they are written into configs and matched against command lines.
@@ -124,6 +126,8 @@ class InfraConfig:
             "clickhouse_tcp_port": self.clickhouse_tcp_port,
             "clickhouse_http_port": self.clickhouse_http_port,
             "clickhouse_interserver_port": self.clickhouse_interserver_port,
+            "alertmanager_port": self.alertmanager_port,
+            "prometheus_port": self.prometheus_port,
         }
         for name, port in ports.items():
             if not 1 <= port <= 65535:
@@ -146,6 +150,8 @@ class InfraConfig:
             clickhouse_tcp_port=_env_port(env, "STEPLENS_CLICKHOUSE_TCP_PORT", 19000),
             clickhouse_http_port=_env_port(env, "STEPLENS_CLICKHOUSE_HTTP_PORT", 18123),
             clickhouse_interserver_port=_env_port(env, "STEPLENS_CLICKHOUSE_INTERSERVER_PORT", 19009),
+            alertmanager_port=_env_port(env, "STEPLENS_ALERTMANAGER_PORT", 19094),
+            prometheus_port=_env_port(env, "STEPLENS_PROMETHEUS_PORT", 19090),
         )
 
     @property
@@ -177,6 +183,8 @@ class InfraConfig:
             "STEPLENS_CLICKHOUSE_TCP_PORT": self.clickhouse_tcp_port,
             "STEPLENS_CLICKHOUSE_HTTP_PORT": self.clickhouse_http_port,
             "STEPLENS_CLICKHOUSE_INTERSERVER_PORT": self.clickhouse_interserver_port,
+            "STEPLENS_ALERTMANAGER_PORT": self.alertmanager_port,
+            "STEPLENS_PROMETHEUS_PORT": self.prometheus_port,
         }
 
     def client_settings(self) -> Settings:

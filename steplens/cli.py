@@ -165,6 +165,23 @@ def _worker(args: argparse.Namespace, s: Settings) -> int:
     return EXIT_OK
 
 
+def _alerts_forward(args: argparse.Namespace, s: Settings) -> int:
+    import logging
+
+    from streams.alerts.run import forward
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    url = args.alertmanager or s.alertmanager_url
+    if not url:
+        print("steplens: error: no Alertmanager: pass --alertmanager URL or set STEPLENS_ALERTMANAGER_URL",
+              file=sys.stderr)
+        return EXIT_USAGE
+    stats = forward(s, url, once=args.once)
+    print(f"alerts: {stats.events} incident events read ({stats.replayed} replayed), {stats.posted} alerts posted, "
+          f"{stats.post_failures} posts retried", file=sys.stderr)
+    return EXIT_OK
+
+
 def _version(text: str) -> tuple[int, int, int]:
     from sinks.backend import parse_version
 
@@ -233,12 +250,23 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("up", "down", "status"):
         p = add(name, _services, {"up": "start Kafka and ClickHouse on loopback", "down": "stop them",
                                   "status": "which services run, and where their logs are"}[name])
-        p.add_argument("--only", choices=("kafka", "clickhouse"))
+        p.add_argument("--only", choices=("kafka", "clickhouse", "alertmanager", "prometheus"))
     p = add("demo", _demo, "simulated job with injected faults through the real pipeline")
     p.add_argument("rest", nargs=argparse.REMAINDER, help="options of the demo (steplens demo -- --help)")
     p = add("worker", _worker, "run one Faust worker in the foreground")
-    p.add_argument("--role", choices=("detect", "land", "parse"), required=True)
+    p.add_argument("--role", choices=("detect", "land", "parse", "alerts"), required=True)
     p.add_argument("--loglevel", default="info")
+    alerts = sub.add_parser("alerts", help="hand incidents to Prometheus Alertmanager",
+                            description="hand incidents to Prometheus Alertmanager")
+    alerts_sub = alerts.add_subparsers(dest="alerts_command", metavar="ACTION", required=True)
+    help_text = ("read the incidents topic (as the `reader` principal) and post each incident to Alertmanager's "
+                 "v2 API as one alert, re-sent while it fires, resolved when it resolves (docs/operations.md)")
+    p = alerts_sub.add_parser("forward", help=help_text, description=help_text)
+    p.set_defaults(handler=_alerts_forward)
+    p.add_argument("--alertmanager", metavar="URL",
+                   help="e.g. http://127.0.0.1:9093 (default $STEPLENS_ALERTMANAGER_URL)")
+    p.add_argument("--once", action="store_true",
+                   help="exit once every incident on the topic is posted and committed (default: run until SIGTERM)")
     _register_analyse(sub)
     return parser
 

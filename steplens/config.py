@@ -170,6 +170,12 @@ class Settings:
     relay_durable_ack: bool = True
     detection: DetectionConfig = field(default_factory=DetectionConfig)
     parse_workers: int = 1            # processes parsing profile dumps (the parse worker's pool)
+    land_metrics_port: int = 0        # Prometheus self-metrics port of the land worker; 0 = off
+    # the Alertmanager bridge (`steplens alerts forward`, streams/alerts/, docs/operations.md)
+    alertmanager_url: str = ""        # e.g. http://alertmanager:9093; empty: no bridge
+    alerts_resend_s: float = 60.0     # a firing incident's alert is re-sent this often (endsAt 4 re-sends ahead)
+    alerts_report_url: str = ""       # annotation `report`: URL template with {job}, {incident_id}, {rule}
+    alerts_metrics_port: int = 0      # Prometheus self-metrics port of the bridge; 0 = off
 
     @property
     def embedded_path(self) -> Path:
@@ -240,6 +246,11 @@ _ENV = {
     "STEPLENS_RELAY_FLUSH_INTERVAL_S": ("", "relay_flush_interval_s"),
     "STEPLENS_RELAY_CONTROL": ("", "relay_control"),
     "STEPLENS_RELAY_DURABLE_ACK": ("", "relay_durable_ack"),
+    "STEPLENS_LAND_METRICS_PORT": ("", "land_metrics_port"),
+    "STEPLENS_ALERTMANAGER_URL": ("", "alertmanager_url"),
+    "STEPLENS_ALERTS_RESEND_S": ("", "alerts_resend_s"),
+    "STEPLENS_ALERTS_REPORT_URL": ("", "alerts_report_url"),
+    "STEPLENS_ALERTS_METRICS_PORT": ("", "alerts_metrics_port"),
 }
 
 

@@ -1,4 +1,7 @@
-"""`python -m streams worker --role detect|land|parse`: run one steplens worker in the foreground.
+"""`python -m streams worker --role detect|land|parse|alerts`: run one steplens worker in the foreground.
+
+`alerts` is the Alertmanager bridge (streams/alerts/, posting to `alertmanager_url`): a plain
+kafka-python loop without Faust, stopped by SIGTERM / SIGINT after the post in hand.
 
 Start-up and shutdown are built for a broker that may be away: topic creation is retried
 (streams/topics_admin.py), Kafka client errors are rate-limited (steplens/lograte.py), and
@@ -89,9 +92,20 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m streams")
     sub = parser.add_subparsers(dest="command", required=True)
     worker = sub.add_parser("worker", help="run a Faust worker")
-    worker.add_argument("--role", choices=("detect", "land", "parse"), required=True)
+    worker.add_argument("--role", choices=("detect", "land", "parse", "alerts"), required=True)
     worker.add_argument("--loglevel", default="info")
     args = parser.parse_args(argv)
+    if args.role == "alerts":
+        from streams.alerts.run import forward
+
+        settings = load_settings()
+        logging.basicConfig(level=args.loglevel.upper())
+        install_rate_limit()
+        if not settings.alertmanager_url:
+            log.error("--role alerts needs STEPLENS_ALERTMANAGER_URL (or alertmanager_url in the settings file)")
+            sys.exit(2)
+        forward(settings, settings.alertmanager_url)
+        return
     stopper = _Stopper(STOP_GRACE_S)
     stopper.install()
     settings = load_settings()

@@ -60,6 +60,7 @@ def create_land_app(settings: Settings) -> faust.App:
     processor = LandingProcessor(Topics(settings.topic_prefix), settings.max_event_bytes)
     lander = ClickHouseLander(settings)
     loop = LandLoop(settings, processor, lander)
+    loop.metrics.serve(settings.land_metrics_port)
 
     async def start_loop() -> None:
         loop.start()

@@ -45,6 +45,7 @@ from streams.app import WorkerTimeouts, now_ns
 from streams.ingest.gc_tuning import tune_gc
 from streams.lander import ClickHouseLander
 from streams.landing import Landed, LandingProcessor
+from streams.metrics import LandMetrics
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,8 @@ class LandLoop(threading.Thread):
         clients: Callable[[], tuple[Consumer, Sender]] | None = None,
         clock: Callable[[], float] = time.monotonic,
         commit_backoff_s: tuple[float, float] = OUTAGE_BACKOFF_S,
+        metrics: LandMetrics | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__(name="steplens-land", daemon=True)
         self.commit_backoff_s = commit_backoff_s
@@ -103,6 +106,8 @@ class LandLoop(threading.Thread):
         self.deadletter = Topics(settings.topic_prefix).deadletter
         self._clients = clients or self._kafka_clients
         self._clock = clock
+        self._wall_clock = wall_clock
+        self.metrics = metrics or LandMetrics()
         self.stopping = threading.Event()
         self.failed: BaseException | None = None
         self.batches = 0
@@ -165,18 +170,35 @@ class LandLoop(threading.Thread):
             if polled:
                 if not batch:
                     first_at = self._clock()
+                    self.metrics.pending_since.set(self._wall_clock())
                 for records in polled.values():
                     batch.extend(records)
+                self._export_lag(consumer)
             if batch and (len(batch) >= size or self._clock() - first_at >= within):
                 self.land(batch, sender, aio)
-                self.commit(consumer)
+                if self.commit(consumer):
+                    self.metrics.batches.inc()
+                    self.metrics.last_commit.set(self._wall_clock())
+                self.metrics.pending_since.set(0)
                 batch = []
 
-    def commit(self, consumer: Consumer) -> None:
+    def _export_lag(self, consumer: Consumer) -> None:
+        """Records behind the partitions' ends, from what the last fetches told the consumer (no request)."""
+        try:
+            parts = consumer.assignment()  # type: ignore[attr-defined]
+            ends = {tp: consumer.highwater(tp) for tp in parts}  # type: ignore[attr-defined]
+            lag = sum(max(0, end - consumer.position(tp)) for tp, end in ends.items()  # type: ignore[attr-defined]
+                      if end is not None)
+        except (AttributeError, KafkaError):  # a test double without them, or positions not known yet
+            return
+        self.metrics.lag.set(lag)
+
+    def commit(self, consumer: Consumer) -> bool:
         """Commit the landed batch's offsets, waiting out a broker outage (retriable errors, backoff).
 
         A rebalance (CommitFailedError) leaves the batch to its new owner; stopping meanwhile leaves
         it uncommitted (re-read, collapsed); a non-retriable error escapes (the process restarts).
+        True when the offsets are committed.
         """
         def attempt() -> bool:
             consumer.commit(timeout_ms=COMMIT_TIMEOUT_MS)
@@ -184,6 +206,7 @@ class LandLoop(threading.Thread):
 
         def retried(_: KafkaError) -> None:
             self.commit_retries += 1
+            self.metrics.commit_retries.inc()
 
         try:
             done = retry_through_outage(attempt, self.stopping.wait, "commit after landing", self.commit_backoff_s,
@@ -192,9 +215,11 @@ class LandLoop(threading.Thread):
             self.commit_failures += 1
             after_failed_commit(consumer, exc)
             log.warning("commit after landing failed (rebalance), the batch will be re-read: %r", exc)
-            return
+            return False
         if done is None:
             log.warning("stopping with a landed batch uncommitted: the next owner re-reads it")
+            return False
+        return True
 
     def land(self, batch: Iterable[Record], sender: Sender, aio: asyncio.AbstractEventLoop) -> None:
         """Rows and dead letters of `batch` stored: returns only once ClickHouse and the broker have them."""
@@ -218,3 +243,5 @@ class LandLoop(threading.Thread):
             delivery.get(timeout=300)
         self.batches += 1
         self.messages += count
+        self.metrics.messages.inc(count)
+        self.metrics.dead_letters.inc(len(landed.dead))

@@ -1,14 +1,18 @@
-"""Prometheus self-metrics of the detect worker, served over HTTP (prometheus-client).
+"""Prometheus self-metrics of the workers, served over HTTP (prometheus-client).
 
-One `DetectMetrics` per worker, on its own registry (no global state): events in and out
-per topic, batch sizes, per-rule evaluation time, open windows and incidents, late and
-bad input, snapshot writes, consumer lag of the internal topic.
+One metrics object per worker, on its own registry (no global state), each with the
+process collector (`process_cpu_seconds_total`, memory, open files: the per-stage CPU of
+infra/prometheus/rules.yml). `DetectMetrics`: events in and out per topic, batch sizes,
+per-rule evaluation time, open windows and incidents, late and bad input, snapshot writes,
+lag of the internal topic. `LandMetrics`: messages, dead letters, consumer lag and the
+commit clock (a batch read but not committed for long is a stalled landing).
+`AlertsMetrics`: the Alertmanager bridge's posts and failures.
 """
 
 from __future__ import annotations
 
 from kafka.record import util as kafka_record_util
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, start_http_server
 
 
 def kafka_has_c_crc32c() -> bool:
@@ -16,9 +20,22 @@ def kafka_has_c_crc32c() -> bool:
     return getattr(kafka_record_util, "crc32c_c", None) is not None
 
 
+def _registry() -> CollectorRegistry:
+    """A worker's own registry, with the process metrics (CPU seconds, memory) of this process."""
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    return registry
+
+
+def serve(registry: CollectorRegistry, port: int) -> None:
+    """Serve ``registry`` on ``port`` (all interfaces: Prometheus scrapes from elsewhere); 0 = off."""
+    if port > 0:
+        start_http_server(port, registry=registry)
+
+
 class DetectMetrics:
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
+        self.registry = _registry()
         r = self.registry
         self.events_in = Counter("steplens_detect_events_in", "Messages consumed", ["topic"], registry=r)
         self.events_out = Counter("steplens_detect_events_out", "Messages produced", ["topic"], registry=r)
@@ -38,8 +55,7 @@ class DetectMetrics:
         self._rule_seen: dict[str, float] = {}
 
     def serve(self, port: int) -> None:
-        if port > 0:
-            start_http_server(port, registry=self.registry)
+        serve(self.registry, port)
 
     def add_rule_times(self, totals: dict[str, float]) -> None:
         """Engine keeps cumulative seconds per rule; export the increase since last call."""
@@ -48,3 +64,46 @@ class DetectMetrics:
             if delta > 0:
                 self.rule_seconds.labels(rule).inc(delta)
             self._rule_seen[rule] = total
+
+
+class LandMetrics:
+    """The land loop's progress; `pending_since` is what SteplensLandCommitsStalled watches."""
+
+    def __init__(self) -> None:
+        self.registry = r = _registry()
+        self.messages = Counter("steplens_land_messages", "Records landed (rows or dead letters)", registry=r)
+        self.batches = Counter("steplens_land_batches", "Batches landed and committed", registry=r)
+        self.dead_letters = Counter("steplens_land_dead_letters", "Records sent to the dead-letter topic",
+                                    registry=r)
+        self.commit_retries = Counter("steplens_land_commit_retries", "Commits retried while the broker was away",
+                                      registry=r)
+        self.last_commit = Gauge("steplens_land_last_commit_timestamp_seconds",
+                                 "Unix time of the last committed batch", registry=r)
+        self.pending_since = Gauge("steplens_land_pending_since_timestamp_seconds",
+                                   "Unix time the oldest record read but not committed was read (0: none)",
+                                   registry=r)
+        self.lag = Gauge("steplens_land_consumer_lag", "Records behind the ends of the assigned partitions",
+                         registry=r)
+
+    def serve(self, port: int) -> None:
+        serve(self.registry, port)
+
+
+class AlertsMetrics:
+    """The Alertmanager bridge: what it read, posted and failed to post."""
+
+    def __init__(self) -> None:
+        self.registry = r = _registry()
+        self.events = Counter("steplens_alerts_events", "Incident events read from the incidents topic", registry=r)
+        self.skipped = Counter("steplens_alerts_skipped", "Records of the incidents topic that are no incident",
+                               registry=r)
+        self.posts = Counter("steplens_alerts_posts", "Alerts Alertmanager accepted (re-sends included)",
+                             registry=r)
+        self.post_failures = Counter("steplens_alerts_post_failures", "Posts Alertmanager did not accept",
+                                     registry=r)
+        self.firing = Gauge("steplens_alerts_firing", "Incidents firing (re-sent until resolved)", registry=r)
+        self.last_post = Gauge("steplens_alerts_last_post_timestamp_seconds", "Unix time of the last accepted post",
+                               registry=r)
+
+    def serve(self, port: int) -> None:
+        serve(self.registry, port)

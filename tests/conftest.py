@@ -1,9 +1,10 @@
 """Session fixtures for the real services.
 
-Integration tests declare what they touch (`@pytest.mark.kafka`, `@pytest.mark.clickhouse`)
-and take these fixtures. A fixture starts the service through infra/ or reuses a running
-one; if the service cannot start the fixture raises, so the test fails loudly instead of
-being skipped. Services this session started are stopped at the end of the session.
+Integration tests declare what they touch (`@pytest.mark.kafka`, `@pytest.mark.clickhouse`,
+`@pytest.mark.alertmanager`, `@pytest.mark.prometheus`) and take these fixtures. A fixture
+starts the service through infra/ or reuses a running one; if the service cannot start the
+fixture raises, so the test fails loudly instead of being skipped. Services this session
+started are stopped at the end of the session.
 
 The services are locked down (docs/security.md): Kafka clients take `kafka_settings` and
 build their connection with `infra.clients.kafka_client_config(kafka_settings, principal)`;
@@ -21,6 +22,8 @@ from dataclasses import replace
 import pytest
 
 from infra import ClickHouseServer, InfraConfig, KafkaBroker
+from infra.alertmanager import AlertmanagerServer
+from infra.prometheus import PrometheusServer
 from infra.secrets import CLICKHOUSE_READER, CLICKHOUSE_WRITER
 from steplens.config import Settings
 
@@ -72,6 +75,28 @@ def clickhouse_server_url(clickhouse_service: ClickHouseServer) -> str:
 def clickhouse_reader_url(clickhouse_service: ClickHouseServer) -> str:
     """URL of the real ClickHouse server, as the read-only `steplens_reader` user."""
     return clickhouse_service.url_for(CLICKHOUSE_READER)
+
+
+@pytest.fixture(scope="session")
+def alertmanager_service(infra_config: InfraConfig) -> Iterator[AlertmanagerServer]:
+    """The real Alertmanager (Debian's prometheus-alertmanager, installed and started by infra/ when missing)."""
+    server = AlertmanagerServer(infra_config)
+    server.install()
+    started = server.start()
+    yield server
+    if started and not os.environ.get("STEPLENS_KEEP_SERVICES"):
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def prometheus_service(infra_config: InfraConfig) -> Iterator[PrometheusServer]:
+    """The real Prometheus (Debian's prometheus) with the shipped config and rules (infra/prometheus.py)."""
+    server = PrometheusServer(infra_config)
+    server.install()
+    started = server.start()
+    yield server
+    if started and not os.environ.get("STEPLENS_KEEP_SERVICES"):
+        server.stop()
 
 
 @pytest.fixture

@@ -115,6 +115,29 @@ def test_offsets_are_committed_only_after_their_batch_is_landed() -> None:
     assert sender.sent == [(Topics(loop.settings.topic_prefix).deadletter, b"k")]
 
 
+def _sample(loop: LandLoop, name: str) -> float:
+    value = loop.metrics.registry.get_sample_value(name)
+    assert value is not None, name
+    return value
+
+
+def test_metrics_count_landed_records_dead_letters_and_the_commit_clock() -> None:
+    lander = RecordingLander()
+    loop, _, _ = _run_loop([[_rec(0), _rec(1)], [_rec(2), _rec(3, b"garbage")]], lander)
+    assert _sample(loop, "steplens_land_messages_total") == 4
+    assert _sample(loop, "steplens_land_dead_letters_total") == 1
+    assert _sample(loop, "steplens_land_batches_total") == 2
+    assert _sample(loop, "steplens_land_last_commit_timestamp_seconds") > 0
+    assert _sample(loop, "steplens_land_pending_since_timestamp_seconds") == 0  # everything read is committed
+
+
+def test_a_batch_that_cannot_land_keeps_its_read_time_for_the_stalled_commits_alert() -> None:
+    lander = RecordingLander(fail_on=2)
+    loop, _, _ = _run_loop([[_rec(0), _rec(1)], [_rec(2), _rec(3)]], lander)
+    assert _sample(loop, "steplens_land_batches_total") == 1
+    assert _sample(loop, "steplens_land_pending_since_timestamp_seconds") > 0  # read, never committed
+
+
 def test_a_failed_batch_is_never_committed_and_stops_the_loop() -> None:
     lander = RecordingLander(fail_on=2)
     loop, consumer, _ = _run_loop([[_rec(0), _rec(1)], [_rec(2), _rec(3)], [_rec(4), _rec(5)]], lander)

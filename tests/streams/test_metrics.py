@@ -30,3 +30,4 @@ def test_metrics_are_served_over_http() -> None:
     assert 'steplens_detect_events_in_total{topic="steplens.steps"} 7.0' in body
     assert 'steplens_detect_rule_seconds_total{rule="R3"} 0.75' in body
     assert "steplens_kafka_c_crc32c 1.0" in body
+    assert "process_cpu_seconds_total" in body  # per-stage CPU (infra/prometheus/rules.yml)

@@ -1,0 +1,115 @@
+"""One incident as one Alertmanager alert: labels that name it, annotations that describe it.
+
+Alertmanager identifies an alert by its label set: the same labels posted again update
+that alert, different labels make another one. So the labels are fixed by the first event
+of an incident the bridge sees (`labels_of`) and carry its `incident_id` (two incidents of
+one rule on one rank never merge into one alert); everything that changes while an
+incident goes on (summary, steps, figures, even a severity upgrade) is an annotation,
+taken from its latest event (`annotations_of`). Labels: alertname (the rule), job (the
+training job), scope, severity, incident_id and, when the incident names them, host, rank
+(one rank), group (domain/group), stage, device, link.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from schemas import Incident
+
+MAX_ANNOTATION_CHARS = 2000  # an annotation is shown in chat messages and pages: the incident's text is capped
+
+
+def labels_of(incident: Incident) -> dict[str, str]:
+    """The alert's identity (stable for the incident's life: the first event's values)."""
+    labels = {
+        "alertname": incident.rule,
+        "job": incident.job,
+        "scope": incident.scope,
+        "severity": incident.severity,
+        "incident_id": incident.incident_id,
+    }
+    if incident.host:
+        labels["host"] = incident.host
+    if len(incident.ranks) == 1:
+        labels["rank"] = str(incident.ranks[0])
+    if incident.group is not None:
+        labels["group"] = f"{incident.domain}/{incident.group}" if incident.domain else str(incident.group)
+    if incident.stage is not None:
+        labels["stage"] = str(incident.stage)
+    if incident.device is not None:
+        labels["device"] = str(incident.device)
+    if incident.link:
+        labels["link"] = incident.link
+    return labels
+
+
+def report_link(template: str, incident: Incident) -> str:
+    """Where an operator reads more: `template` with {job}, {incident_id} and {rule} filled in,
+    or by default the steplens command that lists the job's incidents of this rule."""
+    if template:
+        return template.format(job=incident.job, incident_id=incident.incident_id, rule=incident.rule)
+    return f"steplens incidents --job {incident.job} --rule {incident.rule}"
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_ANNOTATION_CHARS else text[: MAX_ANNOTATION_CHARS - 1] + "…"
+
+
+def _steps(incident: Incident) -> str | None:
+    first, last = incident.step_first, incident.step_last
+    if first is None and last is None:
+        return None
+    if first is None or last is None or first == last:
+        return str(first if first is not None else last)
+    return f"{first}-{last}"
+
+
+def annotations_of(incident: Incident, report_template: str = "") -> dict[str, str]:
+    """What the latest event says: summary, cause, suggestion, figures, and the report link."""
+    notes: dict[str, str] = {
+        "summary": incident.summary,
+        "incident_id": incident.incident_id,
+        "state": incident.state,
+        "severity": incident.severity,
+        "report": report_link(report_template, incident),
+    }
+    if incident.cause:
+        notes["cause"] = incident.cause
+    if incident.suggestion:
+        notes["suggestion"] = incident.suggestion
+    steps = _steps(incident)
+    if steps is not None:
+        notes["steps"] = steps
+    if incident.ranks:
+        notes["ranks"] = ",".join(map(str, incident.ranks))
+    if incident.metric:
+        notes["metric"] = incident.metric
+    figures = [f"{name} {value:g}" for name, value in (("observed", incident.observed),
+                                                        ("expected", incident.expected),
+                                                        ("threshold", incident.threshold)) if value is not None]
+    if figures:
+        notes["figures"] = ", ".join(figures) + (f" {incident.unit}" if incident.unit else "")
+    if incident.rules:
+        notes["rules"] = ",".join(incident.rules)
+    return {key: _clip(value) for key, value in notes.items()}
+
+
+def rfc3339(ns: int) -> str:
+    """Alertmanager's time format (UTC, millisecond precision)."""
+    moment = dt.datetime.fromtimestamp(ns / 1e9, tz=dt.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def alert(labels: dict[str, str], annotations: dict[str, str], starts_ns: int, ends_ns: int,
+          generator_url: str = "") -> dict[str, Any]:
+    """One element of the body of POST /api/v2/alerts (endsAt never before startsAt: Alertmanager refuses that)."""
+    body: dict[str, Any] = {
+        "labels": labels,
+        "annotations": annotations,
+        "startsAt": rfc3339(starts_ns),
+        "endsAt": rfc3339(max(ends_ns, starts_ns)),
+    }
+    if generator_url:
+        body["generatorURL"] = generator_url
+    return body

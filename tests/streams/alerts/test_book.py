@@ -1,0 +1,99 @@
+"""The incident -> alert mapping and the book of firing alerts (pure: times are arguments)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from streams.alerts.book import EXPIRY_RESENDS, AlertBook
+from streams.alerts.mapping import alert, annotations_of, labels_of, rfc3339
+from tests.sinks.samples import incident
+
+S = 1_000_000_000
+T0 = 1_800_000_000 * S
+
+
+def test_labels_name_the_incident_and_annotations_describe_it() -> None:
+    inc = incident(incident_id="i-1", job="j", ranks=[3], detected_ns=T0)
+    assert labels_of(inc) == {"alertname": "SLOW_RANK", "job": "j", "scope": "rank", "severity": "warning",
+                              "incident_id": "i-1", "host": "node-1", "rank": "3", "group": "dp/1",
+                              "device": "3"}
+    notes = annotations_of(inc)
+    assert notes["summary"] == "rank 3 is slow" and notes["cause"] == "straggler"
+    assert notes["suggestion"] == "check the host" and notes["incident_id"] == "i-1"
+    assert notes["steps"] == "10-12" and notes["figures"] == "observed 1250, expected 1000, threshold 1100 ms"
+    assert notes["report"] == "steplens incidents --job j --rule SLOW_RANK"
+    assert annotations_of(inc, "https://r.example/{job}/{incident_id}")["report"] == "https://r.example/j/i-1"
+
+
+def test_several_ranks_are_an_annotation_not_a_label() -> None:
+    inc = incident(ranks=[3, 7])
+    assert "rank" not in labels_of(inc)
+    assert annotations_of(inc)["ranks"] == "3,7"
+
+
+def test_alert_times_are_rfc3339_and_never_end_before_they_start() -> None:
+    assert rfc3339(T0 + 1_500_000) == "2027-01-15T08:00:00.001Z"
+    body = alert({"alertname": "R1"}, {}, T0, T0 - S)
+    assert body["startsAt"] == body["endsAt"]
+
+
+def test_a_firing_incident_is_posted_then_re_sent_every_resend_interval() -> None:
+    book = AlertBook(resend_s=60)
+    book.apply(incident(incident_id="a", detected_ns=T0))
+    [(incident_id, body)] = book.due(T0 + S)
+    assert incident_id == "a"
+    assert body["startsAt"] == rfc3339(T0)
+    assert body["endsAt"] == rfc3339(T0 + S + EXPIRY_RESENDS * 60 * S)  # expires if the bridge dies
+    book.posted(["a"], T0 + S)
+    assert book.due(T0 + 30 * S) == []
+    assert book.next_due_ns() == T0 + 61 * S
+    assert [i for i, _ in book.due(T0 + 61 * S)] == ["a"]
+
+
+def test_updates_keep_the_labels_and_change_the_annotations() -> None:
+    book = AlertBook()
+    first = incident(incident_id="a", detected_ns=T0)
+    book.apply(first)
+    book.posted(["a"], T0)
+    book.apply(replace(first, state="update", severity="critical", summary="worse", detected_ns=T0 + 5 * S))
+    [(_, body)] = book.due(T0 + 6 * S)  # changed: due at once, not at the next re-send
+    assert body["labels"] == labels_of(first)  # same alert for Alertmanager
+    assert body["annotations"]["summary"] == "worse" and body["annotations"]["severity"] == "critical"
+    assert body["startsAt"] == rfc3339(T0)
+
+
+def test_a_resolution_is_posted_once_with_its_end_time_then_forgotten() -> None:
+    book = AlertBook()
+    book.apply(incident(incident_id="a", detected_ns=T0))
+    book.posted(["a"], T0)
+    book.apply(incident(incident_id="a", state="resolved", detected_ns=T0 + 9 * S))
+    [(_, body)] = book.due(T0 + 10 * S)
+    assert body["endsAt"] == rfc3339(T0 + 9 * S)
+    book.posted(["a"], T0 + 10 * S)
+    assert book.entries == {} and book.due(T0 + 1000 * S) == []
+
+
+def test_a_failed_post_leaves_the_alerts_due() -> None:
+    book = AlertBook()
+    book.apply(incident(incident_id="a", detected_ns=T0))
+    book.due(T0)  # taken but never confirmed by posted()
+    assert [i for i, _ in book.due(T0 + S)] == ["a"]
+
+
+def test_replay_rebuilds_what_still_fires_and_drops_what_resolved() -> None:
+    book = AlertBook()
+    for event in (incident(incident_id="a", detected_ns=T0), incident(incident_id="b", detected_ns=T0),
+                  incident(incident_id="b", state="resolved", detected_ns=T0 + S)):
+        book.apply(event, replay=True)
+    assert sorted(book.entries) == ["a"]
+    assert [i for i, _ in book.due(T0 + 2 * S)] == ["a"]  # refreshed once after a restart
+    assert book.firing() == 1
+
+
+def test_a_reopened_incident_fires_again_as_the_same_alert() -> None:
+    book = AlertBook()
+    book.apply(incident(incident_id="a", detected_ns=T0))
+    book.apply(incident(incident_id="a", state="resolved", detected_ns=T0 + S))
+    book.apply(incident(incident_id="a", state="update", detected_ns=T0 + 2 * S))
+    [(_, body)] = book.due(T0 + 3 * S)
+    assert body["endsAt"] > rfc3339(T0 + 3 * S)
