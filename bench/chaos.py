@@ -102,25 +102,33 @@ class Rig:
         env.pop("STEPLENS_CONFIG", None)
         return env
 
-    def start(self, role: str) -> None:
-        out = open(self.logs / f"{self.name}-{role}.log", "ab")  # noqa: SIM115 - lives as long as the process
-        self.procs[role] = subprocess.Popen(
+    def start(self, role: str, name: str | None = None) -> None:
+        """Start a `role` worker process; `name` (default: the role) tells a second one of a role apart."""
+        name = name or role
+        out = open(self.logs / f"{self.name}-{name}.log", "ab")  # noqa: SIM115 - lives as long as the process
+        self.procs[name] = subprocess.Popen(
             [sys.executable, "-m", "streams", "worker", "--role", role], cwd=REPO_ROOT, env=self.env(),
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        self.starts[role] = self.starts.get(role, 0) + 1
+        self.starts[name] = self.starts.get(name, 0) + 1
 
-    def ready(self, role: str) -> bool:
-        text = (self.logs / f"{self.name}-{role}.log").read_text(errors="replace")
-        return text.count("Ready") >= self.starts[role]
+    def ready(self, name: str) -> bool:
+        text = (self.logs / f"{self.name}-{name}.log").read_text(errors="replace")
+        return text.count("Ready") >= self.starts[name]
 
-    def wait_ready(self, roles: tuple[str, ...]) -> bool:
-        return poll_until(lambda: all(self.ready(r) for r in roles), READY_TIMEOUT_S)
+    def wait_ready(self, names: tuple[str, ...]) -> bool:
+        return poll_until(lambda: all(self.ready(r) for r in names), READY_TIMEOUT_S)
 
-    def kill(self, role: str) -> None:
-        proc = self.procs[role]
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> int | None:
+        """Send `sig` to the worker and wait for it (60 s for a SIGTERM, then SIGKILL); its exit code."""
+        proc = self.procs[name]
         if proc.poll() is None:
+            os.killpg(proc.pid, sig)
+        try:
+            return proc.wait(60)
+        except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+            proc.wait()
+            return None
 
     def alive(self) -> bool:
         return all(p.poll() is None for p in self.procs.values())
@@ -512,6 +520,22 @@ class Harness:
         return self.finish(rig, offsets, sent, job, {"recovery_s": worst, "kills": kills,
                                                       "recoveries_s": recoveries})
 
+    def case_restarts(self) -> dict[str, Any]:
+        """Start-ups in a row (bench/restarts.py): each role started and stopped 6 times (3 of them SIGKILL),
+        a second detect worker joining and leaving, partitions added mid-job."""
+        from bench.restarts import RestartRun, plan
+
+        results = RestartRun(self).run(plan(6 if self.quick else 10))
+        lags = [r.lag_zero_s for r in results if r.lag_zero_s is not None]
+        return {"cycles": len(results), "cycles_ok": sum(r.ok for r in results),
+                "max_lag_zero_s": max(lags) if len(lags) == len(results) else None,
+                "decoded_twice": sum(r.decoded_twice for r in results),
+                "duplicate_incidents": sum(max(0, r.slow_rank_incidents - 1) for r in results),
+                "missed_incidents": sum(r.slow_rank_incidents == 0 for r in results),
+                "other_incidents": sum(r.other_incidents for r in results),
+                "workers_alive": all(all(c in (0, -9) for c in r.exit_codes.values()) for r in results),
+                "failed": [r.as_dict() for r in results if not r.ok]}
+
     def case_kafka_restart(self, down_s: float) -> dict[str, Any]:
         rig = self.rig("kafka_restart")
         offsets = Offsets(rig.settings)
@@ -577,7 +601,7 @@ def table(cases: dict[str, dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller numbers and 20 s outages (development)")
-    parser.add_argument("--cases", default="malformed,kill_land,kill_detect,kafka_restart,clickhouse_down")
+    parser.add_argument("--cases", default="malformed,kill_land,kill_detect,restarts,kafka_restart,clickhouse_down")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--update", action="store_true", help="replace only these cases in an existing --out file")
     parser.add_argument("--down-s", type=float, default=None,
@@ -598,6 +622,7 @@ def main(argv: list[str] | None = None) -> int:
         "malformed": harness.case_malformed,
         "kill_land": lambda: harness.case_kill("land"),
         "kill_detect": lambda: harness.case_kill("detect"),
+        "restarts": harness.case_restarts,
         "kafka_restart": lambda: harness.case_kafka_restart(down_s),
         "clickhouse_down": lambda: harness.case_clickhouse_down(down_s),
     }

@@ -44,7 +44,7 @@ class WorkerTimeouts:
     request: float = 20.0           # broker_request_timeout: > session and > rebalance (JoinGroup blocks)
     max_poll_interval: float = 120.0  # broker_max_poll_interval: a consumer loop stuck longer is a livelock
     producer_request: float = 300.0   # producer_request_timeout: outlives a broker restart
-    metadata_max_age: float = 30.0    # kafka-python consumers: partitions added to a topic are consumed within this
+    metadata_max_age: float = 10.0    # kafka-python consumers: partitions added to a topic are consumed within this
 
     def faust_settings(self) -> dict[str, Any]:
         names = {"session": "broker_session_timeout", "heartbeat": "broker_heartbeat_interval",
