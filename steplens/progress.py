@@ -43,6 +43,7 @@ class Progress:
         self._clock = clock
         self._t0 = clock()
         self._next_pct = self._step  # the next percentage that prints a plain line
+        self._printed = -1  # `done` when the last plain line was printed (the end prints once)
         isatty = getattr(self._stream, "isatty", None)
         self.tty = tty if tty is not None else bool(isatty and isatty())
         self._bar: Any = None
@@ -59,7 +60,9 @@ class Progress:
             self._bar.update(n)
             return
         pct = 100.0 * self.done / self.total if self.total else 100.0
-        if self._step <= 0 or pct + 1e-9 >= self._next_pct or self.done == self.total:
+        due = self._step <= 0 or pct + 1e-9 >= self._next_pct or self.done == self.total
+        if due and self.done != self._printed:
+            self._printed = self.done
             self._line(pct, item)
             while self._step > 0 and self._next_pct <= pct + 1e-9:
                 self._next_pct += self._step

@@ -43,6 +43,14 @@ def test_big_updates_print_once_and_step_zero_prints_every_update() -> None:
     assert [line.rsplit(", ", 1)[1] for line in every.getvalue().splitlines()] == ["a", "b", "c"]
 
 
+def test_updates_past_the_total_print_the_end_once() -> None:
+    out = io.StringIO()
+    with Progress(4, "send", stream=out, unit="steps", step_pct=50.0) as bar:
+        for _ in range(7):  # a producer that runs a few rounds past its estimate
+            bar.update(1)
+    assert [line.split(" (")[0] for line in out.getvalue().splitlines()] == ["send: 2/4 steps", "send: 4/4 steps"]
+
+
 def test_track_yields_every_item_and_reports_the_end() -> None:
     out = io.StringIO()
     assert list(track(range(5), 5, "bench", stream=out, step_pct=50.0)) == [0, 1, 2, 3, 4]
