@@ -228,7 +228,7 @@ def heatmap(heat: HeatMap | None, job: str) -> Figure:
     }], "layout": _layout(f"{title}: {bin_note}", "step", "rank", height=600)}
     fig["layout"]["xaxis"].update({"type": "category", "nticks": 12, "showgrid": False})
     fig["layout"]["yaxis"] = {"title": {"text": "rank"}, "type": "category", "autorange": "reversed",
-                              "nticks": 16, "showgrid": False}
+                              "nticks": 16, "showgrid": False, "automargin": True}
     return fig
 
 
