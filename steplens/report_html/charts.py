@@ -217,7 +217,7 @@ def heatmap(heat: HeatMap | None, job: str) -> Figure:
           for j in range(b.step_bins)]
     custom = [[[w if w is not None else -1, round(m, 1) if m is not None else None]
                for w, m in zip(wr, mr, strict=True)] for wr, mr in zip(heat.worst, heat.max_ms, strict=True)]
-    sampled = f" (every {b.stride}th step read)" if b.stride > 1 else ""
+    sampled = f", 1 step in {b.stride} read" if b.stride > 1 else ""
     bin_note = f"{b.rank_bin} rank(s) × {b.step_bin} step(s) per cell{sampled}"
     fig: Figure = {"data": [{
         "type": "heatmap", "x": xs, "y": ys, "z": heat.ratio, "customdata": custom, "zmin": HEAT_MIN,

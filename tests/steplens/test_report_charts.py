@@ -29,6 +29,9 @@ def test_a_huge_range_is_sampled_with_a_stride_that_divides_each_column() -> Non
     assert bins.stride == 5 and bins.step_bin % bins.stride == 0
     assert bins.step_bins <= 1000 and bins.rank_bins <= 512
     assert 10_240 * bins.steps / bins.stride <= 8_000_000
+    default = heat_bins(10_240, 0, 3_599)  # 2 M rows read at most: within the 2 s ad hoc target
+    assert (default.stride, default.step_bin, default.step_bins) == (19, 19, 190)
+    assert heat_bins(1024, 0, 119).stride == 1  # the 1,024-rank test job is read whole
 
 
 def test_the_grid_compares_each_cell_max_with_its_column_median_and_keeps_gaps() -> None:
@@ -88,6 +91,13 @@ def test_the_heatmap_labels_bins_with_their_rank_and_step_ranges() -> None:
     assert trace["y"] == ["0–1", "2–3", "4"] and trace["x"] == ["100–101", "102"]
     assert trace["customdata"][2][1] == [4, 2.0] and trace["customdata"][0][1] == [-1, None]
     assert "ranks %{y}" in trace["hovertemplate"] and "slowest rank %{customdata[0]}" in trace["hovertemplate"]
+
+
+def test_a_sampled_heatmap_says_so_in_its_title() -> None:
+    bins = heat_bins(10_240, 0, 3_599)
+    heat = heat_grid([(0, 0, 1.0, 1, 1.0)], bins)
+    title = charts.heatmap(heat, "j")["layout"]["title"]["text"]
+    assert "20 rank(s) × 19 step(s) per cell, 1 step in 19 read" in title
 
 
 def test_offender_bars_are_coloured_by_their_ratio_to_the_median() -> None:
