@@ -64,6 +64,7 @@ from schemas.packing import decode_record_as
 from sinks import open_backend
 from sinks.migrations.runner import migrate
 from steplens.config import REPO_ROOT, Settings, load_settings
+from steplens.progress import Progress
 from streams.state.outbox import HEADER as OUTBOX_HEADER
 from streams.topics_admin import ensure_topics
 
@@ -284,6 +285,7 @@ def emit_job(rig: Rig, job: SimulatedJob, sent: Sent, pace_s: float, stop: threa
     start, end = job.job_events()
     emitter.emit(start)
     sent.jobs.add((job.job_id, "start"))
+    bar = Progress(job.steps, f"emit {job.job_id}", unit="steps")
     for i, events in enumerate(job.iter_steps()):
         if stop is not None and stop.is_set():
             break
@@ -292,7 +294,9 @@ def emit_job(rig: Rig, job: SimulatedJob, sent: Sent, pace_s: float, stop: threa
                 sent.steps.add((event.job, event.step, event.rank))
         if on_step is not None:
             on_step(i)
+        bar.update(1)
         time.sleep(pace_s)
+    bar.close()
     if emitter.emit(end):
         sent.jobs.add((job.job_id, "end"))
     emitter.flush(600)

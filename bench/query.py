@@ -34,7 +34,7 @@ from steplens import output
 from steplens.perfetto import Selection, export
 from steplens.queries import TimeRange, fleet, run
 from steplens.queries.base import FleetQuery
-from steplens.queries.report import heat_query, series_query, step_times_query
+from steplens.queries.report import heat_bins, heat_query, series_query, step_times_query
 
 REPO = Path(__file__).resolve().parents[1]
 JOB = "bench-llm-10k"
@@ -146,7 +146,7 @@ def queries(ranks: int, steps: int) -> list[tuple[str, FleetQuery | Callable[[Ba
         ("device-health", fleet.device_health("", everything, 50)),
         ("throughput-over-time", series_query(JOB, everything)),
         ("step-times", step_times_query(JOB, everything)),
-        ("rank-step-heatmap-1h", heat_query(JOB, max(0, mid - 1800), mid + 1800, max(1, ranks // 48), 30)),
+        ("rank-step-heatmap-1h", heat_query(JOB, heat_bins(ranks, max(0, mid - 1800), mid + 1800))),
         ("timeline-16-ranks-11-steps", timeline),
     ]
 

@@ -43,6 +43,7 @@ from sinks import open_backend
 from steplens.config import REPO_ROOT, Settings, load_settings
 from steplens.demo import start_worker, stop_worker
 from steplens.lag import wait_group_caught_up
+from steplens.progress import Progress
 from streams.metrics import kafka_has_c_crc32c
 from streams.state.store import SnapshotStore
 from streams.topics_admin import DetectTopics, ensure_topics, expire_topics
@@ -206,6 +207,7 @@ def trial(base: Settings, ranks: int, steps: int, packed: bool = True, broker_pi
         records = 0
         me0 = time.process_time()
         t0 = time.time()
+        bar = Progress(steps, f"{ranks} ranks", unit="steps")
         for s in range(steps):
             target = t0 + s
             now = time.time()
@@ -218,6 +220,8 @@ def trial(base: Settings, ranks: int, steps: int, packed: bool = True, broker_pi
                 records += 1
             producer.flush()
             sent_at[s] = time.time()
+            bar.update(1)
+        bar.close()
         end_doc = {**start_doc, "phase": "end", "last_step": steps - 1, "ts_ns": T0_NS + steps * 10**9}
         producer.send(topics.jobs, key=job.job.encode(), value=orjson.dumps(end_doc))
         producer.flush()

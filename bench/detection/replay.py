@@ -26,6 +26,7 @@ from bench.provenance import git_commit, machine
 from producers.simulator.stream import stream_runs
 from schemas import Incident, Topics, bounded, encode
 from steplens.config import DetectionConfig
+from steplens.progress import Progress
 from streams.combine import chunks as codec
 from streams.engine import FleetEngine
 from streams.ingest.decode import decode_batch
@@ -91,7 +92,8 @@ def replay(args: argparse.Namespace, cfg: DetectionConfig | None = None, batch: 
                         buffer.extend(queue.popleft())
             flush()
 
-    stream_runs([r for _, r in runs], Topics(""), send)
+    with Progress(max((r.job.steps for _, r in runs), default=0), "replay", unit="steps") as bar:
+        stream_runs([r for _, r in runs], Topics(""), send, on_step=bar.update)
     for queue in (held, lagging):
         while queue:
             buffer.extend(queue.popleft())

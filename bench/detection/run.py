@@ -37,6 +37,7 @@ from sinks import open_backend
 from steplens.config import REPO_ROOT, Settings, load_settings
 from steplens.demo import start_worker, stop_worker
 from steplens.lag import end_offsets, wait_pipeline_caught_up
+from steplens.progress import Progress
 from steplens.scoring import (
     RunScore,
     RunTruth,
@@ -257,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         t_send = time.monotonic()
-        stream_runs([r for _, r in runs], topics, send)
+        with Progress(max((r.job.steps for _, r in runs), default=0), "send", unit="steps") as bar:
+            stream_runs([r for _, r in runs], topics, send, on_step=bar.update)
         producer.flush()
         sent = sum(r.events for _, r in runs)
         print(f"• sent {sent} events in {time.monotonic() - t_send:.0f}s; waiting for the workers", flush=True)

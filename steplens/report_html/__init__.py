@@ -1,4 +1,4 @@
-"""The capacity report as one self-contained HTML file: inline SVG drawn here, nothing fetched."""
+"""The capacity report as one self-contained HTML file: plotly charts with plotly.js inlined, nothing fetched."""
 
 from steplens.report_html.page import render
 
