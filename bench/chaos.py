@@ -270,18 +270,21 @@ class Sent:
         return len(self.steps) + len(self.jobs)
 
 
-def new_emitter(rig: Rig) -> BackgroundEmitter:
+def new_emitter(rig: Rig, name: str = "") -> BackgroundEmitter:
+    """An emitter with its own spool (`name`: one per concurrent sender, as each process on a host has)."""
     exporter = KafkaExporter(rig.settings.kafka_bootstrap, export_timeout_s=5.0,
                              extra_config=kafka_client_config(rig.settings, "producer"))
     return BackgroundEmitter(exporter, rig.topics,
-                             name=f"chaos-{rig.name}", spool_dir=rig.settings.home / "spool",
+                             name=f"chaos-{rig.name}{name}",
+                             spool_dir=rig.settings.home / "spool" / f"{rig.name}{name}",
                              retry_backoff_max_s=2.0)
 
 
 def emit_job(rig: Rig, job: SimulatedJob, sent: Sent, pace_s: float, stop: threading.Event | None = None,
              on_step: Callable[[int], None] | None = None) -> None:
-    """Emit the whole job (start, steps, end) at `pace_s` per step through one emitter; record what went out."""
-    emitter = new_emitter(rig)
+    """Emit the whole job (start, steps, end) at `pace_s` per step through one emitter (its spool named
+    after the job); record what went out."""
+    emitter = new_emitter(rig, f"-{job.job_id}")
     start, end = job.job_events()
     emitter.emit(start)
     sent.jobs.add((job.job_id, "start"))
