@@ -189,6 +189,8 @@ class BackgroundEmitter:
         self._spool_lock: int | None = None
         if spool_dir == DEFAULT_SPOOL:
             spool_dir = self._default_spool(name)
+        elif spool_dir is not None:
+            spool_dir = self._explicit_spool(spool_dir)
         if spool_dir is not None:
             try:
                 self._spool = Spool(spool_dir, max_spool_bytes)
@@ -247,6 +249,22 @@ class BackgroundEmitter:
             return None
         self._spool_lock = claimed[1]
         return claimed[0]
+
+    def _explicit_spool(self, directory: Path) -> Path | None:
+        """The given spool directory, once this emitter is its one writer: two emitters on one spool
+        read and delete each other's segments (two soak jobs given one directory lost events:
+        "spool unreadable"). A busy one is refused loudly and the emitter runs without a spool."""
+        try:
+            fd = claim_directory(Path(directory))
+        except OSError:
+            log.warning("steplens spool at %s unusable; failed exports will be dropped", directory, exc_info=True)
+            return None
+        if fd is None:
+            log.error("steplens spool at %s is in use by another emitter; this one runs without a spool "
+                      "(failed exports will be dropped): give each emitter its own spool_dir", directory)
+            return None
+        self._spool_lock = fd
+        return Path(directory)
 
     @property
     def spool_dir(self) -> Path | None:

@@ -376,6 +376,18 @@ def test_default_spool_is_private_under_steplens_home_and_not_shared(
     assert first.stats().dropped == {}
 
 
+def test_an_explicit_spool_has_one_writer(tmp_path: Path, emitters: list[BackgroundEmitter]) -> None:
+    """Two emitters given one spool directory: the second runs without a spool instead of reading and
+    deleting the first one's segments (which lost the first one's spooled events)."""
+    first = make(emitters, InMemoryExporter(failing=True), spool_dir=tmp_path / "s", flush_interval_s=0.01,
+                 retry_backoff_s=0.001)
+    second = make(emitters, InMemoryExporter(), spool_dir=tmp_path / "s")
+    assert first.spool_dir == tmp_path / "s"
+    assert second.spool_dir is None
+    first.emit(step_event(0))
+    assert first.wait_until(lambda s: s.spooled == 1 and settled(s), WAIT)
+
+
 def test_emit_batch_sends_a_round_at_once_in_order_and_counts_drops(emitters: list[BackgroundEmitter]) -> None:
     """The rank hook's builder hands each round over with emit_batch(send_now=True): the round is
     exported without waiting for flush_interval_s (an hour here), in order; bad events are counted."""
