@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: venv up down status demo demo-server test lint typecheck unit integration clean bench-detection bench-query chaos bench-throughput bench-parse bench-overhead bench-overhead-gpu venv-train
+.PHONY: venv up down status demo demo-server test lint typecheck unit integration clean bench-detection bench-query chaos soak bench-throughput bench-parse bench-overhead bench-overhead-gpu venv-train
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -61,6 +61,9 @@ test: venv venv-train lint typecheck ## lint, types, unit and integration tests 
 
 chaos: venv       ## hostile input, killed workers, Kafka and ClickHouse outages -> bench/results/chaos.json
 	$(BIN)/python -m bench.chaos
+
+soak: venv        ## 30 min of concurrent jobs while workers, the broker and the sink restart -> bench/results/soak.json
+	$(BIN)/python -m bench.soak $(SOAK_ARGS)
 
 MSPROF_VENV := .steplens/bench-msprof
 
