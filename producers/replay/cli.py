@@ -39,7 +39,8 @@ def default_job(paths: list[Path], now_s: float) -> str:
     return f"replay-{stem[:40]}-{time.strftime('%Y%m%d%H%M%S', time.gmtime(now_s))}"
 
 
-def run(args: argparse.Namespace, settings: Settings, out: TextIO = sys.stderr) -> int:
+def run(args: argparse.Namespace, settings: Settings, out: TextIO | None = None) -> int:
+    out = out if out is not None else sys.stderr  # looked up per call: tests and callers swap sys.stderr
     from infra.clients import kafka_client_config
     from producers.emitter import BackgroundEmitter
     from producers.exporter import KafkaExporter

@@ -1,0 +1,40 @@
+"""`steplens replay` end to end: a real two-rank Kineto trace through the real broker and a detect worker.
+
+What the live detector can say on two ranks: no straggler (its slow-rank scope compares a rank with
+a group of >= 3), and what the trace itself shows job-wide: the GPUs idle half of every step (device
+kernels explain 50 % of the step), R7's minority-kernel gap, opened at the third step of persistence.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from bench.replay import live_verdict, run_live
+from producers.replay import load_replay
+from steplens.config import Settings
+from streams.profiles.samples import real_samples_dir
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka]
+
+KINETO = [real_samples_dir() / "kineto-hta" / f"trace_filter_sampled_rank-{r}.json.gz" for r in (0, 1)]
+
+
+def test_real_trace_replayed_through_kafka_is_judged_by_the_detect_worker(
+    kafka_settings: Settings, unique_name: str, tmp_path: Path
+) -> None:
+    settings = replace(kafka_settings, home=tmp_path, topic_prefix=f"{unique_name}.", app_id=unique_name,
+                       topic_partitions=2)
+    replay = load_replay(KINETO, f"{unique_name}-kineto", time.time_ns(), repeats=5)
+    live = run_live(settings, [replay], speed=0.0, logs=tmp_path, stall_s=60.0)[replay.job]
+    log = (tmp_path / "worker-detect.log").read_text(errors="replace")[-3000:]
+    assert live["finished"], log
+    assert (live["dropped"], live["events"]) == (0, len(replay.events()))
+    incidents = live["incidents"]
+    assert [(i["state"], i["rule"], i["scope"]) for i in incidents] == [("open", "R7", "job"),
+                                                                        ("resolved", "R7", "job")], log
+    assert incidents[0]["step_first"] == 553 and incidents[0]["observed"] == pytest.approx(0.50, abs=0.01)
+    assert live_verdict(incidents, replay.trace_rank) is None
