@@ -2,8 +2,9 @@
 
 Reads the dumps with the offline importers, converts them (producers/replay/convert.py) and produces
 them to Kafka through the ordinary emitter (settings from STEPLENS_* as every other command), with a
-progress line on a terminal and plain lines otherwise. Exit status: 0 every event delivered, 1 some
-were dropped (the emitter says why), 2 the paths could not be read or converted.
+progress line on a terminal and plain lines otherwise. The steplens topics are created when missing
+(as the demo and the workers do). Exit status: 0 every event delivered, 1 some were dropped or not
+delivered (the emitter says why) or Kafka is unreachable, 2 the paths could not be read or converted.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ def run(args: argparse.Namespace, settings: Settings, out: TextIO | None = None)
     from producers.replay.send import progress_printer, send
     from schemas import Topics
     from streams.profiles.jsonstream import TraceFormatError
+    from streams.topics_admin import TopicsUnavailable, ensure_topics
 
     if args.speed < 0 or args.repeat < 1:
         print("steplens: error: --speed must be >= 0 and --repeat >= 1", file=out)
@@ -64,12 +66,22 @@ def run(args: argparse.Namespace, settings: Settings, out: TextIO | None = None)
           f"{len(replay.steps)} steps ({replay.repeats} x), speed {args.speed:g}", file=out)
     for note in replay.notes:
         print(f"  note: {note}", file=out)
+    topics = Topics(settings.topic_prefix)
+    try:  # a broker that does not auto-create topics would hold every record until the flush times out
+        ensure_topics(settings, topics, settings.topic_partitions, wait_s=30.0)
+    except TopicsUnavailable as exc:
+        print(f"steplens: error: Kafka at {settings.kafka_bootstrap}: {exc}", file=out)
+        return 1
     exporter = KafkaExporter(settings.kafka_bootstrap, extra_config=kafka_client_config(settings, "producer"))
-    emitter = BackgroundEmitter(exporter, Topics(settings.topic_prefix), name="replay")
+    # no spool: a replay is re-run, not recovered; a spool left by an earlier run against another broker or
+    # prefix would be replayed first and hold every new record behind records that never deliver
+    emitter = BackgroundEmitter(exporter, topics, name="replay", spool_dir=None)
     try:
         result = send(replay, emitter, speed=args.speed,
                       progress=progress_printer(out.write, out.isatty(), every=max(len(replay.steps) // 10, 1)))
     finally:
         emitter.close(timeout=30)
-    print(f"replay {job}: {result.events} events sent, {result.dropped} dropped, {result.seconds:.1f} s", file=out)
-    return 0 if result.dropped == 0 else 1
+    late = "" if result.delivered else ", some not yet delivered when the flush timed out (spooled)"
+    print(f"replay {job}: {result.events} events sent, {result.dropped} dropped{late}, {result.seconds:.1f} s",
+          file=out)
+    return 0 if result.dropped == 0 and result.delivered else 1

@@ -23,6 +23,7 @@ class SendResult:
     events: int  # events the emitter accepted
     dropped: int  # events the emitter dropped (counted by the emitter, with a reason)
     seconds: float
+    delivered: bool = True  # False: events were still waiting for the broker when the flush timed out
 
 
 def send(replay: Replay, emitter: BackgroundEmitter, *, speed: float = 1.0, progress: Progress | None = None,
@@ -50,8 +51,8 @@ def send(replay: Replay, emitter: BackgroundEmitter, *, speed: float = 1.0, prog
             progress(i + 1, len(replay.steps), sent)
     if emitter.emit(replay.end):
         sent += 1
-    emitter.flush(flush_timeout_s)
-    return SendResult(sent, emitter.stats().dropped_total, clock() - started)
+    delivered = emitter.flush(flush_timeout_s)
+    return SendResult(sent, emitter.stats().dropped_total, clock() - started, delivered)
 
 
 def progress_printer(write: Callable[[str], object], tty: bool, every: int = 0) -> Progress:

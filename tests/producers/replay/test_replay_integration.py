@@ -12,9 +12,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from kafka import KafkaConsumer
 
 from bench.replay import live_verdict, run_live
+from infra.clients import kafka_client_config
 from producers.replay import load_replay
+from schemas import JobEvent, KernelSummary, StepEvent, Topics
+from schemas.codec import decode_mapping
+from schemas.packing import split_record
+from steplens.cli import main
 from steplens.config import Settings
 from streams.profiles.samples import real_samples_dir
 
@@ -38,3 +44,28 @@ def test_real_trace_replayed_through_kafka_is_judged_by_the_detect_worker(
                                                                         ("resolved", "R7", "job")], log
     assert incidents[0]["step_first"] == 553 and incidents[0]["observed"] == pytest.approx(0.50, abs=0.01)
     assert live_verdict(incidents, replay.trace_rank) is None
+
+
+def test_cli_replay_writes_every_event_to_the_topics(
+    kafka_settings: Settings, unique_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`steplens replay` as a user runs it: settings from the environment, topics created when missing."""
+    for name, value in {"STEPLENS_HOME": str(tmp_path), "STEPLENS_KAFKA_BOOTSTRAP": kafka_settings.kafka_bootstrap,
+                        "STEPLENS_TOPIC_PREFIX": f"{unique_name}.", "STEPLENS_TOPIC_PARTITIONS": "2",
+                        "STEPLENS_SECRETS_DIR": str(kafka_settings.secrets_path)}.items():
+        monkeypatch.setenv(name, value)
+    job = f"{unique_name}-cli"
+    assert main(["replay", *map(str, KINETO), "--job", job, "--speed", "0", "--repeat", "2"]) == 0
+    assert "18 events sent, 0 dropped" in capsys.readouterr().err
+    topics = Topics(f"{unique_name}.")
+    got: dict[str, list[object]] = {}
+    for topic in (topics.jobs, topics.steps, topics.kernel_summaries):
+        consumer = KafkaConsumer(topic, **kafka_client_config(kafka_settings, "admin"),
+                                 auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=5000)
+        got[topic] = [decode_mapping(item) for msg in consumer for item in split_record(msg.value)[0]]
+        consumer.close()
+    assert [(e.phase, e.world) for e in got[topics.jobs] if isinstance(e, JobEvent)] == [("start", 2), ("end", 2)]
+    steps = sorted((e.step, e.rank) for e in got[topics.steps] if isinstance(e, StepEvent) and e.job == job)
+    assert steps == [(s, r) for s in (551, 552, 553, 554) for r in (0, 1)]
+    assert len([e for e in got[topics.kernel_summaries] if isinstance(e, KernelSummary)]) == 8
