@@ -70,6 +70,10 @@ def traces() -> tuple[list[Trace], list[dict[str, str]]]:
               "hta", "HolisticTraceAnalysis tests/data/trace_filter, MIT (../shared/data/real)"),
         Trace("torch_npu ranks 0+1 of 8 (ImageNet)", (real / "ascend-torch_npu",), "msprof",
               "Ascend msinsight test/data/pytorch/text/level1, Mulan PSL v2 (../shared/data/real)"),
+        Trace("torch_npu ranks 0+1 of 8, level 0 run", (BUNDLED / "msinsight-torch_npu-level0",), "msprof",
+              "Ascend msinsight test/data/pytorch/text/level0, Mulan PSL v2 (bench/data/real)"),
+        Trace("torch_npu ranks 0+1 of 8, level 2 run", (BUNDLED / "msinsight-torch_npu-level2",), "msprof",
+              "Ascend msinsight test/data/pytorch/text/level2, Mulan PSL v2 (bench/data/real)"),
         Trace("msprof-analyze cluster output, 8 ranks", (BUNDLED / "msprof-advisor-8rank",), "msprof",
               "Ascend mstt profiler/msprof_analyze/test/resource/advisor/cluster_analysis_output, Mulan PSL v2 "
               "(bench/data/real)"),

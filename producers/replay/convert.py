@@ -15,7 +15,8 @@ null, a rank without collectives in a step gets no comm aggregate.
   in collectives. msprof cluster tables give per rank and step `Stage` (the step time) and
   Communication(Not Overlapped); their steps start together (the table has no start times).
 - Kernel summaries: per (rank, step) the collectives by op (`allreduce/dp`, ...: count, summed
-  and longest device time, bytes when the trace has them), the compute kernels as one `compute`
+  and longest device time, bytes when the trace has them; without a collective list, as torch_npu
+  level 0 writes no communication.json, the communication kernels themselves), the compute kernels as one `compute`
   aggregate, memory copies and the rest as `other_ns`. A cluster table's collectives are sent
   only when `cluster_communication.json` covers every rank (it has no compute kernels either).
 - Time: re-based so the first step starts at `base_ns` (now, or the trace's own epoch time);
@@ -135,6 +136,11 @@ def _profile_steps(p: Profile, rank: int) -> list[_RankStep]:
         if steps[i] >= 0:
             by_ts[float(k.ts[i])] = int(steps[i])
     comm: list[dict[CollectiveOp, list[tuple[float, float]]]] = [defaultdict(list) for _ in p.steps]
+    if not p.collectives:  # no communication.json (torch_npu level 0): the communication kernels, sizes unknown
+        for i in comm_idx.tolist():
+            op = collective_op(p.names[int(k.name[i])])
+            if op is not None and steps[i] >= 0:
+                comm[int(steps[i])][op].append((float(k.dur[i]), math.nan))
     for c in p.collectives:
         op = collective_op(c.op) or collective_op(c.name)
         if op is None or math.isnan(c.ts):

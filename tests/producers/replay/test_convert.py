@@ -139,3 +139,14 @@ def test_keep_time_keeps_an_epoch_clock() -> None:
 ])
 def test_collective_names_map_to_contract_ops(name: str, op: str | None) -> None:
     assert collective_op(name) == op
+
+
+def test_without_communication_json_the_communication_kernels_are_the_collectives() -> None:
+    """torch_npu level 0 writes no communication.json: the HCCL kernels of the trace still give each rank's time."""
+    replay = load_replay([MSPROF.parent / "msinsight-torch_npu-level0"], "job-l0", NOW)
+    assert _roundtrip(replay) == replay.events()
+    comm = {s.rank: next(e for e in s.entries if e.cat == "comm") for s in _summaries(replay)}
+    assert {r: (c.key, c.count, c.bytes) for r, c in comm.items()} == {0: ("allreduce/dp", 4, None),
+                                                                        1: ("allreduce/dp", 4, None)}
+    assert comm[0].total_ns == pytest.approx(85_516_889, rel=1e-6) and comm[1].total_ns == pytest.approx(68_605_711,
+                                                                                                         rel=1e-6)
