@@ -136,21 +136,32 @@ def _profile_steps(p: Profile, rank: int) -> list[_RankStep]:
         if steps[i] >= 0:
             by_ts[float(k.ts[i])] = int(steps[i])
     comm: list[dict[CollectiveOp, list[tuple[float, float]]]] = [defaultdict(list) for _ in p.steps]
+    unnamed = np.zeros(len(p.steps))  # collectives of no contract op: counted with the other kernels
+    unnamed_count = np.zeros(len(p.steps), dtype=np.int64)
     if not p.collectives:  # no communication.json (torch_npu level 0): the communication kernels, sizes unknown
         for i in comm_idx.tolist():
+            if steps[i] < 0:
+                continue
             op = collective_op(p.names[int(k.name[i])])
-            if op is not None and steps[i] >= 0:
+            if op is None:
+                unnamed[steps[i]] += float(k.dur[i])
+                unnamed_count[steps[i]] += 1
+            else:
                 comm[int(steps[i])][op].append((float(k.dur[i]), math.nan))
     for c in p.collectives:
-        op = collective_op(c.op) or collective_op(c.name)
-        if op is None or math.isnan(c.ts):
+        if math.isnan(c.ts):
             continue
         idx = by_ts.get(float(c.ts))
         if idx is None:
             idx = int(np.searchsorted(starts, c.ts, side="right")) - 1
             if idx < 0:
                 continue
-        comm[idx][op].append((float(c.dur), float(c.bytes)))
+        op = collective_op(c.op) or collective_op(c.name)
+        if op is None:
+            unnamed[idx] += float(c.dur)
+            unnamed_count[idx] += 1
+        else:
+            comm[idx][op].append((float(c.dur), float(c.bytes)))
     out: list[_RankStep] = []
     for i, s in enumerate(p.steps):
         mine = steps == i
@@ -161,7 +172,8 @@ def _profile_steps(p: Profile, rank: int) -> list[_RankStep]:
         b = breakdowns.get(s.number)
         out.append(_RankStep(rank, s.number, s.ts, s.dur,
                              b.communication_not_overlapped if b is not None else None,
-                             dict(comm[i]), compute.tolist(), float(durs[rest].sum()), int(rest.sum()),
+                             dict(comm[i]), compute.tolist(), float(durs[rest].sum() + unnamed[i]),
+                             int(rest.sum() + unnamed_count[i]),
                              has_kernels=len(k) > 0))
     return out
 

@@ -120,6 +120,10 @@ def test_ranks_are_renumbered_when_the_trace_holds_a_slice_of_its_job() -> None:
     assert (comm.count, comm.total_ns, comm.bytes) == (1, 50_000, 4096)  # stepped by start time: not a kernel row
     assert (compute.key, compute.count, compute.total_ns) == ("compute", 1, 10_000)
     assert by_step[(8, 1)].entries[0].bytes is None  # an unknown size stays unknown
+    odd = _profile(2, 4)
+    odd.collectives.append(Collective("ncclKernel_Custom", "custom", 1_300.0, 30.0, math.nan, "pg", 2))
+    custom = {s.step: s for s in _summaries(from_profiles([odd], "job-s", NOW))}[7]
+    assert (custom.other_count, custom.other_ns) == (1, 30_000)  # a collective of no contract op: other kernels
     bare = from_profiles([_profile(0, 2, kernels=False), _profile(1, 2, kernels=False)], "job-s", NOW)
     assert _summaries(bare) == [] and bare.start.kernel_summaries is False  # no device kernels: no summaries
     with pytest.raises(ValueError, match="same rank"):
