@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: venv up down status demo demo-server test lint typecheck unit integration clean bench-detection bench-query chaos soak bench-throughput bench-parse bench-overhead bench-overhead-gpu venv-train
+.PHONY: venv up down status demo demo-server test lint typecheck unit integration clean bench-detection bench-query chaos soak bench-replay bench-throughput bench-parse bench-overhead bench-overhead-gpu venv-train
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -72,6 +72,12 @@ bench-parse: venv ## steplens vs HolisticTraceAnalysis 0.5.0 (and msprof-analyze
 	@test -x $(MSPROF_VENV)/bin/msprof-analyze || ($(PYTHON) -m venv $(MSPROF_VENV) && \
 		$(MSPROF_VENV)/bin/pip install -q msprof-analyze==26.2.0)
 	$(BIN)/python bench/parse.py
+
+bench-replay: venv ## real multi-rank traces through Kafka + detect vs offline, HTA, msprof-analyze -> bench/results/replay.json
+	$(BIN)/python -m pip install -q -e ".[dev,hta]"
+	@test -x $(MSPROF_VENV)/bin/msprof-analyze || ($(PYTHON) -m venv $(MSPROF_VENV) && \
+		$(MSPROF_VENV)/bin/pip install -q msprof-analyze==26.2.0)
+	$(BIN)/python -m bench.replay $(BENCH_ARGS)
 
 clean:
 	rm -rf .steplens reports .pytest_cache .mypy_cache .ruff_cache

@@ -268,7 +268,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--once", action="store_true",
                    help="exit once every incident on the topic is posted and committed (default: run until SIGTERM)")
     _register_analyse(sub)
+    _register_replay(sub)
     return parser
+
+
+def _register_replay(sub: Any) -> None:
+    """`steplens replay PATH...`: real profiler outputs through Kafka and the live detector (producers/replay/)."""
+    from producers.replay.cli import DESCRIPTION, add_arguments
+
+    p = sub.add_parser("replay", help="replay real profiler outputs through Kafka (Kineto, torch_npu, msprof)",
+                       description=DESCRIPTION)
+    add_arguments(p)
+
+    def handler(args: argparse.Namespace, s: Settings) -> int:
+        from producers.replay.cli import run
+
+        return run(args, s)
+
+    p.set_defaults(handler=handler)
 
 
 def _register_analyse(sub: Any) -> None:

@@ -1,0 +1,334 @@
+"""`make bench-replay`: every real multi-rank trace the project has, through the live pipeline, judged beside
+the offline analyser and the tool its users already trust on the same input -> bench/results/replay.json.
+
+Per trace:
+- live: `steplens replay` (producers/replay) through the real Kafka broker (infra/, this checkout's
+  ports) and a real `detect` worker, at the trace's own pace (`--speed`, default 1), its steps
+  played `--repeat` times (default 5: the slow-rank scope opens after 3 flagged steps, and a profile
+  holds 1-2); the verdict is the trace rank of the rank- or host-scoped incidents (SLOW_RANK,
+  SLOW_HOST, R5 ...; hangs excluded), none when there is none; every incident is listed;
+- offline: the `steplens analyse` code path (loader + diagnose); the verdict is the rank of its
+  slow_rank findings of severity warning or critical (an `info` one is an unconfirmed extreme);
+- reference: HolisticTraceAnalysis 0.5.0 `get_potential_stragglers(num_candidates=1)` for Kineto
+  (bench/parse_hta.py in the interpreter that has `hta`: $STEPLENS_HTA_PYTHON, else
+  .steplens/bench-hta/bin/python, else this one); msprof-analyze 26.2.0 for Ascend outputs
+  (`msprof-analyze cluster` on `*_ascend_pt` folders, then its advisor's SlowRankAnalyzer,
+  bench/msprof_slow_rank.py, in .steplens/bench-msprof): a dimension whose max-min gap exceeds 5 %
+  of the mean step names its extreme rank (most Computing or Free, least Communication: the rank
+  the others wait for); "none" when no dimension is flagged;
+- agreement: live and offline each equal to the reference (the same rank, or both none).
+
+A tool that cannot run records why instead of a verdict. Traces with one rank are listed as not
+replayed (nobody to compare with).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench.provenance import git_commit, machine
+from steplens.config import REPO_ROOT, Settings, load_settings
+from streams.profiles.samples import real_samples_dir
+
+RESULTS = REPO_ROOT / "bench" / "results" / "replay.json"
+BUNDLED = REPO_ROOT / "bench" / "data" / "real"
+MSPROF_BIN = Path(os.environ.get("STEPLENS_MSPROF_ANALYZE",
+                                 str(REPO_ROOT / ".steplens" / "bench-msprof" / "bin" / "msprof-analyze")))
+STRAGGLER_SCOPES = frozenset(("rank", "host"))
+NOT_STRAGGLER_RULES = frozenset(("HUNG_RANK", "HUNG_HOST"))
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    name: str
+    paths: tuple[Path, ...]
+    reference: str  # "hta" | "msprof"
+    origin: str
+
+
+def traces() -> tuple[list[Trace], list[dict[str, str]]]:
+    """The real multi-rank traces (and the real traces left out, with why)."""
+    real = real_samples_dir()
+    kineto = real / "kineto-hta"
+    found = [
+        Trace("kineto-hta sampled ranks 0+1 of 128", (kineto / "trace_filter_sampled_rank-0.json.gz",
+                                                      kineto / "trace_filter_sampled_rank-1.json.gz"),
+              "hta", "HolisticTraceAnalysis tests/data/trace_filter, MIT (../shared/data/real)"),
+        Trace("torch_npu ranks 0+1 of 8 (ImageNet)", (real / "ascend-torch_npu",), "msprof",
+              "Ascend msinsight test/data/pytorch/text/level1, Mulan PSL v2 (../shared/data/real)"),
+        Trace("torch_npu ranks 0+1 of 8, level 0 run", (BUNDLED / "msinsight-torch_npu-level0",), "msprof",
+              "Ascend msinsight test/data/pytorch/text/level0, Mulan PSL v2 (bench/data/real)"),
+        Trace("torch_npu ranks 0+1 of 8, level 2 run", (BUNDLED / "msinsight-torch_npu-level2",), "msprof",
+              "Ascend msinsight test/data/pytorch/text/level2, Mulan PSL v2 (bench/data/real)"),
+        Trace("msprof-analyze cluster output, 8 ranks", (BUNDLED / "msprof-advisor-8rank",), "msprof",
+              "Ascend mstt profiler/msprof_analyze/test/resource/advisor/cluster_analysis_output, Mulan PSL v2 "
+              "(bench/data/real)"),
+    ]
+    kept = [t for t in found if all(p.exists() for p in t.paths)]
+    skipped = [{"name": t.name, "why": "input missing: " + ", ".join(str(p) for p in t.paths if not p.exists())}
+               for t in found if t not in kept]
+    skipped.append({"name": "kineto-hta nccl_parser_config (rank 0 of 2)",
+                    "why": "one rank: no other rank to compare with"})
+    return kept, skipped
+
+
+# --- offline ---------------------------------------------------------------------------------------------
+def offline_verdict(paths: tuple[Path, ...]) -> dict[str, Any]:
+    from streams.profiles.analysis.diagnose import diagnose
+    from streams.profiles.analysis.ranks import late_start_straggler
+    from streams.profiles.loader import load_all
+
+    started = time.perf_counter()
+    profiles, clusters = load_all(list(paths))
+    diag = diagnose(profiles, clusters)
+    named = [f for f in diag.cluster if f.cause == "slow_rank" and f.rank is not None]
+    confirmed = [f.rank for f in named if f.severity != "info"]
+    return {"verdict": Counter(confirmed).most_common(1)[0][0] if confirmed else None,
+            "findings": [{"severity": f.severity, "rank": f.rank, "summary": f.summary} for f in named],
+            "late_start_straggler": late_start_straggler(profiles) if profiles else None,
+            "seconds": round(time.perf_counter() - started, 3)}
+
+
+# --- references ------------------------------------------------------------------------------------------
+def _hta_python() -> str | None:
+    for candidate in (os.environ.get("STEPLENS_HTA_PYTHON"), str(REPO_ROOT / ".steplens" / "bench-hta" / "bin" /
+                                                                 "python"), sys.executable):
+        if candidate and Path(candidate).exists():
+            probe = subprocess.run([candidate, "-c", "import hta"], capture_output=True, check=False)
+            if probe.returncode == 0:
+                return candidate
+    return None
+
+
+def hta_verdict(paths: tuple[Path, ...], tmp: Path) -> dict[str, Any]:
+    python = _hta_python()
+    if python is None:
+        return {"tool": "HolisticTraceAnalysis 0.5.0", "verdict": None,
+                "error": "hta not installed (make bench-replay installs it; or set STEPLENS_HTA_PYTHON)"}
+    folder = tmp / "hta"
+    folder.mkdir()
+    for p in paths:
+        (folder / p.name).symlink_to(p.resolve())
+    started = time.perf_counter()
+    done = subprocess.run([python, str(REPO_ROOT / "bench" / "parse_hta.py"), str(folder)], capture_output=True,
+                          text=True, check=False, cwd=REPO_ROOT)
+    seconds = round(time.perf_counter() - started, 2)
+    if done.returncode != 0:
+        return {"tool": "HolisticTraceAnalysis 0.5.0", "verdict": None, "seconds": seconds,
+                "error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"}
+    out = orjson.loads(done.stdout.strip().splitlines()[-1])
+    stragglers = out.get("stragglers")
+    return {"tool": "HolisticTraceAnalysis 0.5.0", "method": "get_potential_stragglers(num_candidates=1)",
+            "verdict": int(stragglers[0]) if stragglers else None, "stragglers": stragglers, "seconds": seconds,
+            **({} if stragglers is not None else {"error": "HTA raised (no NCCL kernels or one rank)"})}
+
+
+def _msprof_rank(key: str) -> int:
+    return int(key.rpartition("_")[2])  # SlowRankAnalyzer's "<step>_<rank>"
+
+
+def msprof_verdict(paths: tuple[Path, ...], tmp: Path) -> dict[str, Any]:
+    tool = "msprof-analyze 26.2.0"
+    python = MSPROF_BIN.parent / "python"
+    if not MSPROF_BIN.exists():
+        return {"tool": tool, "verdict": None, "error": f"{MSPROF_BIN} not installed (make bench-replay installs it)"}
+    folder = tmp / "msprof"
+    folder.mkdir()
+    started = time.perf_counter()
+    root = paths[0]
+    ascend = sorted(d for d in root.glob("*_ascend_pt") if d.is_dir()) if root.is_dir() else []
+    if ascend:
+        src = folder / "src"
+        src.mkdir()
+        for d in ascend:
+            (src / d.name).symlink_to(d.resolve())
+        done = subprocess.run([str(MSPROF_BIN), "cluster", "-d", str(src), "-o", str(folder / "out")],
+                              capture_output=True, text=True, check=False, cwd=folder)
+        if done.returncode != 0 or not (folder / "out" / "cluster_analysis_output").is_dir():
+            return {"tool": tool, "verdict": None, "error": f"msprof-analyze cluster failed: exit {done.returncode}"}
+        analysed = folder / "out"
+        how = "msprof-analyze cluster, then advisor SlowRankAnalyzer"
+    else:
+        shutil.copytree(root, folder / "out" / "cluster_analysis_output")
+        analysed = folder / "out"
+        how = "advisor SlowRankAnalyzer on the shipped cluster_analysis_output"
+    done = subprocess.run([str(python), str(REPO_ROOT / "bench" / "msprof_slow_rank.py"), str(analysed)],
+                          capture_output=True, text=True, check=False, cwd=folder)
+    seconds = round(time.perf_counter() - started, 2)
+    if done.returncode != 0:
+        tail = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
+        return {"tool": tool, "verdict": None, "seconds": seconds, "error": tail}
+    out = orjson.loads(done.stdout.strip().splitlines()[-1])
+    named: list[tuple[float, int]] = []  # (gap ratio, rank) of each flagged dimension
+    for dim, info in out["dimensions"].items():
+        if info.get("flagged"):
+            key = info["min"] if dim == "communication" else info["max"]
+            named.append((float(info["gap_ratio"]), _msprof_rank(str(key))))
+    votes = Counter(rank for _, rank in named)
+    verdict = None
+    if named:
+        best = max(votes.values())
+        verdict = max((gap, rank) for gap, rank in named if votes[rank] == best)[1]
+    return {"tool": tool, "method": how, "verdict": verdict, "bottleneck": out["bottleneck"].strip(),
+            "dimensions": out["dimensions"], "seconds": seconds}
+
+
+# --- live ------------------------------------------------------------------------------------------------
+def live_verdict(incidents: list[dict[str, Any]], trace_rank: Callable[[int], int]) -> int | None:
+    ranks = Counter(trace_rank(int(r)) for i in incidents
+                    if i.get("scope") in STRAGGLER_SCOPES and i.get("rule") not in NOT_STRAGGLER_RULES
+                    for r in i.get("ranks") or [])
+    return ranks.most_common(1)[0][0] if ranks else None
+
+
+def run_live(settings: Settings, replays: list[Any], speed: float, logs: Path,
+             stall_s: float = 120.0) -> dict[str, dict[str, Any]]:
+    """Send every replay through Kafka to a fresh detect worker; each job's incident events, as published."""
+    from bench.detection.run import read_alerts, wait_jobs_finished
+    from infra.clients import kafka_client_config
+    from producers.emitter import BackgroundEmitter
+    from producers.exporter import KafkaExporter
+    from producers.replay import send
+    from schemas import Topics
+    from steplens.demo import start_worker, stop_worker
+    from steplens.lag import end_offsets, wait_pipeline_caught_up
+    from streams.topics_admin import DetectTopics, ensure_topics
+
+    topics = Topics(settings.topic_prefix)
+    ensure_topics(settings, topics, settings.topic_partitions)
+    alert_start = end_offsets(settings, topics.incidents)
+    env = {**os.environ, "STEPLENS_HOME": str(settings.home), "STEPLENS_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+           "STEPLENS_TOPIC_PREFIX": settings.topic_prefix, "STEPLENS_APP_ID": settings.app_id,
+           "STEPLENS_TOPIC_PARTITIONS": str(settings.topic_partitions),
+           "STEPLENS_SECRETS_DIR": str(settings.secrets_path)}
+    worker = start_worker("detect", env, logs)
+    out: dict[str, dict[str, Any]] = {}
+    try:
+        for replay in replays:
+            exporter = KafkaExporter(settings.kafka_bootstrap, extra_config=kafka_client_config(settings, "producer"))
+            emitter = BackgroundEmitter(exporter, topics, name=f"replay-{replay.job}", spool_dir=None)
+            try:
+                result = send(replay, emitter, speed=speed)
+            finally:
+                emitter.close(timeout=30)
+            out[replay.job] = {"events": result.events, "dropped": result.dropped,
+                               "send_seconds": round(result.seconds, 2)}
+        groups = {f"{settings.app_id}-detect-decode": [topics.steps, topics.kernel_summaries, topics.device,
+                                                       topics.jobs],
+                  f"{settings.app_id}-detect": [DetectTopics(settings.topic_prefix).partials]}
+        wait_pipeline_caught_up(settings, groups, [worker], stall_s=stall_s, every_s=1.0)
+        unfinished = wait_jobs_finished(settings, set(out), 120.0)
+    finally:
+        stop_worker(worker)
+    alerts = read_alerts(settings, topics.incidents, alert_start, set(out))
+    for job, entry in out.items():
+        entry["finished"] = job not in unfinished
+        entry["incidents"] = [a for a in alerts if a.get("job") == job]
+    return out
+
+
+def _summary(incident: dict[str, Any], trace_rank: Callable[[int], int]) -> dict[str, Any]:
+    return {"state": incident.get("state"), "rule": incident.get("rule"), "scope": incident.get("scope"),
+            "ranks": [trace_rank(int(r)) for r in incident.get("ranks") or []],
+            "steps": [incident.get("step_first"), incident.get("step_last")],
+            "summary": incident.get("summary")}
+
+
+def _why_not(trace_ranks: int, live: int | None, reference: int | None) -> str | None:
+    if live == reference:
+        return None
+    if trace_ranks < 3:
+        return (f"{trace_ranks} ranks: the live slow-rank scope compares a rank with its group and needs >= 3 "
+                "(two ranks give no majority to be slow against); the reference names the later of the two")
+    return ("the live scopes confirm a slow rank as an outlier of its group (robust z, Dixon's Q at 99.5 %); "
+            "the reference names the extreme rank of a dimension whose spread exceeds its threshold")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.replay", description=__doc__.splitlines()[0])
+    p.add_argument("--speed", type=float, default=1.0, help="replay pace (1 = the trace's own; 0 = flat out)")
+    p.add_argument("--repeat", type=int, default=5, help="plays of each trace's steps (default 5)")
+    p.add_argument("--out", type=Path, default=RESULTS)
+    args = p.parse_args(argv)
+    from infra import InfraConfig, KafkaBroker
+    from producers.replay import load_replay
+
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    stamp = time.strftime("%H%M%S")
+    base = load_settings()
+    cfg = InfraConfig.from_env()
+    broker = KafkaBroker(cfg)
+    broker.install()
+    broker.start()
+    settings = replace(base, kafka_bootstrap=broker.bootstrap, topic_prefix=f"{base.topic_prefix}replay{stamp}.",
+                       app_id=f"replay{stamp}", topic_partitions=2)
+    found, skipped = traces()
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="steplens-bench-replay-") as tmp_s:
+        tmp = Path(tmp_s)
+        replays = []
+        for i, trace in enumerate(found):
+            replay = load_replay(list(trace.paths), f"replay{stamp}-{i}", time.time_ns(), repeats=args.repeat)
+            replays.append(replay)
+            work = tmp / str(i)
+            work.mkdir()
+            print(f"• {trace.name}: offline and {trace.reference} verdicts", flush=True)
+            reference = hta_verdict(trace.paths, work) if trace.reference == "hta" else msprof_verdict(trace.paths,
+                                                                                                      work)
+            rows.append({"name": trace.name, "origin": trace.origin,
+                         "paths": [os.path.relpath(p, REPO_ROOT) for p in trace.paths], "format": replay.format,
+                         "trace_ranks": sorted(replay.ranks), "trace_world": replay.trace_world,
+                         "steps_in_trace": len(replay.steps) // replay.repeats, "repeats": replay.repeats,
+                         "notes": replay.notes, "offline": offline_verdict(trace.paths), "reference": reference})
+        logs = cfg.logs_dir
+        logs.mkdir(parents=True, exist_ok=True)
+        print(f"• live: {len(replays)} replays through Kafka and a detect worker (speed {args.speed:g}, "
+              f"x{args.repeat})", flush=True)
+        live = run_live(settings, replays, args.speed, logs)
+    for row, replay in zip(rows, replays, strict=True):
+        entry = live[replay.job]
+        verdict = live_verdict(entry["incidents"], replay.trace_rank)
+        row["live"] = {"verdict": verdict, "job": replay.job, "events": entry["events"], "dropped": entry["dropped"],
+                       "send_seconds": entry["send_seconds"], "finished": entry["finished"],
+                       "incidents": [_summary(i, replay.trace_rank) for i in entry["incidents"]]}
+        ref = row["reference"]
+        has_ref = "error" not in ref
+        live_ok = has_ref and verdict == ref["verdict"]
+        offline_ok = has_ref and row["offline"]["verdict"] == ref["verdict"]
+        row["agreement"] = {"live": live_ok, "offline": offline_ok, "both": live_ok and offline_ok,
+                            "why_live_differs": _why_not(len(replay.ranks), verdict, ref["verdict"]) if has_ref
+                            else "no reference verdict"}
+    result = {"traces": rows, "not_replayed": skipped, "speed": args.speed, "repeat": args.repeat,
+              "agreement": {r["name"]: r["agreement"]["both"] for r in rows},
+              "machine": machine(), "started": started, "git": git_commit()}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+    print(f"{'trace':<42} {'live':>5} {'offline':>8} {'reference':>10} {'agree':>6}")
+    for r in rows:
+        ref_v = r["reference"].get("verdict") if "error" not in r["reference"] else "n/a"
+        print(f"{r['name']:<42} {_show(r['live']['verdict']):>5} {_show(r['offline']['verdict']):>8} "
+              f"{_show(ref_v):>10} {'yes' if r['agreement']['both'] else 'NO':>6}")
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _show(value: Any) -> str:
+    return "none" if value is None else str(value)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

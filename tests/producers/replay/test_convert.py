@@ -1,0 +1,156 @@
+"""producers/replay/convert.py on the real samples: every event valid against the contract, the trace's own
+numbers carried through (step ranges, exposed communication, per-rank collective times and bytes)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from producers.replay import Replay, collective_op, from_profiles, load_replay
+from schemas import JobEvent, KernelSummary, StepEvent, decode, encode
+from streams.profiles.analysis.breakdown import step_breakdowns
+from streams.profiles.importers.kineto import parse_kineto
+from streams.profiles.model import Collective, Kernels, Profile, Step
+from streams.profiles.samples import real_samples_dir
+
+REAL = real_samples_dir()
+KINETO = (REAL / "kineto-hta" / "trace_filter_sampled_rank-0.json.gz",
+          REAL / "kineto-hta" / "trace_filter_sampled_rank-1.json.gz")
+ASCEND = REAL / "ascend-torch_npu"
+MSPROF = Path(__file__).resolve().parents[3] / "bench" / "data" / "real" / "msprof-advisor-8rank"
+NOW = 1_800_000_000_000_000_000
+
+
+def _roundtrip(replay: Replay) -> list[object]:
+    """Every event through the wire codec and the contract's checks: what a worker would decode."""
+    return [decode(encode(e)) for e in replay.events()]  # type: ignore[arg-type]
+
+
+def _steps(replay: Replay) -> list[StepEvent]:
+    return [e for s in replay.steps for e in s.events if isinstance(e, StepEvent)]
+
+
+def _summaries(replay: Replay) -> list[KernelSummary]:
+    return [e for s in replay.steps for e in s.events if isinstance(e, KernelSummary)]
+
+
+def test_kineto_pair_replays_as_a_two_rank_job_with_the_traces_own_figures() -> None:
+    replay = load_replay(list(KINETO), "job-k", NOW)
+    decoded = _roundtrip(replay)
+    assert decoded == replay.events()
+    assert (replay.world, replay.ranks, replay.trace_world) == (2, {0: 0, 1: 1}, 128)
+    assert "2 of its job's 128 ranks" in replay.notes[0]
+    assert isinstance(replay.start, JobEvent) and replay.start.kernel_summaries is True
+    assert replay.start.parallel == {"dp": 2} and replay.end.last_step == 552
+    steps = _steps(replay)
+    assert sorted((s.step, s.rank) for s in steps) == [(551, 0), (551, 1), (552, 0), (552, 1)]
+    rank0 = parse_kineto(KINETO[0])
+    first = next(s for s in steps if (s.step, s.rank) == (551, 0))
+    assert first.start_ns == NOW  # rank 0 starts the trace's first step
+    assert first.end_ns - first.start_ns == round(rank0.steps[0].dur * 1e3)
+    exposed = step_breakdowns(rank0)[0].communication_not_overlapped
+    assert first.phases.comm_exposed_ms == pytest.approx(exposed / 1e3)
+    summary = next(s for s in _summaries(replay) if (s.step, s.rank) == (551, 0))
+    comm = next(e for e in summary.entries if e.cat == "comm")
+    assert (comm.key, comm.op, comm.domain, comm.group_size) == ("alltoall/dp", "alltoall", "dp", 2)  # SendRecv
+    # the trace's collective kernels of that step, summed: 5 SendRecv kernels
+    assert comm.count == 5
+    assert comm.total_ns == pytest.approx(195_327_000, abs=comm.count)
+
+
+def test_ascend_pair_carries_collective_bytes_from_communication_json() -> None:
+    replay = load_replay([ASCEND], "job-a", NOW)
+    assert _roundtrip(replay) == replay.events()
+    assert replay.world == 2 and [s.step for s in replay.steps] == [50]
+    for summary in _summaries(replay):
+        comm = [e for e in summary.entries if e.cat == "comm"]
+        assert [e.key for e in comm] == ["allreduce/dp"]
+        assert comm[0].count == 4 and comm[0].bytes is not None and comm[0].bytes > 4e8
+    exposed = {s.rank: s.phases.comm_exposed_ms for s in _steps(replay)}
+    assert exposed[0] == pytest.approx(101.96, abs=0.01) and exposed[1] == pytest.approx(96.36, abs=0.01)
+
+
+def test_msprof_cluster_table_gives_eight_ranks_from_the_step_rows() -> None:
+    replay = load_replay([MSPROF], "job-m", NOW)
+    assert _roundtrip(replay) == replay.events()
+    assert replay.world == 8 and replay.format == "msprof"
+    steps = {s.rank: s for s in _steps(replay)}
+    assert steps[1].duration_ms == pytest.approx(1702.43175)
+    assert steps[1].phases.comm_exposed_ms == pytest.approx(133.386, abs=1e-3)
+    assert {s.start_ns for s in steps.values()} == {NOW}  # the table has no start times
+    # cluster_communication.json covers ranks 0 and 1 only: no summaries (R7 would read them as 5 % kernels)
+    assert _summaries(replay) == [] and replay.start.kernel_summaries is False
+    assert any("covers ranks [0, 1] of 8" in n for n in replay.notes)
+
+
+def test_repeats_continue_step_numbers_and_time() -> None:
+    once = load_replay(list(KINETO), "job-r", NOW)
+    thrice = load_replay(list(KINETO), "job-r", NOW, repeats=3)
+    assert [s.step for s in thrice.steps] == [551, 552, 553, 554, 555, 556]
+    assert thrice.repeats == 3 and thrice.end.last_step == 556
+    span = once.end.ts_ns - once.start.ts_ns
+    s0 = {(e.rank): e.start_ns for e in thrice.steps[0].events if isinstance(e, StepEvent)}
+    s2 = {(e.rank): e.start_ns for e in thrice.steps[2].events if isinstance(e, StepEvent)}
+    assert all(s2[r] - s0[r] == span for r in s0)
+    offsets = [s.end_offset_ns for s in thrice.steps]
+    assert offsets == sorted(offsets) and offsets[-1] == 3 * span
+
+
+def _profile(rank: int, world: int, kernels: bool = True) -> Profile:
+    p = Profile(source=f"r{rank}", format="kineto", rank=rank, world=world)
+    if kernels:  # one compute kernel per step, no launch correlation (stepped by its own start)
+        p.names.id("gemm")
+        p.kernels = Kernels(np.array([1_100.0, 1_600.0]), np.array([10.0, 20.0]), np.zeros(2, np.int8),
+                            np.zeros(2, np.int32), np.zeros(2, np.int32), np.full(2, -1, np.int64))
+    p.steps = [Step(7, 1_000.0, 500.0), Step(8, 1_500.0, 500.0)]
+    p.collectives = [Collective("ncclKernel_AllReduce", "allreduce", 1_200.0, 50.0, 4096.0, "pg", 0),
+                     Collective("ncclKernel_AllReduce", "allreduce", 1_700.0, 70.0, math.nan, "pg", 1)]
+    return p
+
+
+def test_ranks_are_renumbered_when_the_trace_holds_a_slice_of_its_job() -> None:
+    replay = from_profiles([_profile(70, 128), _profile(5, 128)], "job-s", NOW)
+    assert replay.ranks == {5: 0, 70: 1} and replay.world == 2 and replay.trace_rank(1) == 70
+    assert _roundtrip(replay) == replay.events()
+    by_step = {(s.step, s.rank): s for s in _summaries(replay)}
+    comm, compute = by_step[(7, 1)].entries
+    assert (comm.count, comm.total_ns, comm.bytes) == (1, 50_000, 4096)  # stepped by start time: not a kernel row
+    assert (compute.key, compute.count, compute.total_ns) == ("compute", 1, 10_000)
+    assert by_step[(8, 1)].entries[0].bytes is None  # an unknown size stays unknown
+    odd = _profile(2, 4)
+    odd.collectives.append(Collective("ncclKernel_Custom", "custom", 1_300.0, 30.0, math.nan, "pg", 2))
+    custom = {s.step: s for s in _summaries(from_profiles([odd], "job-s", NOW))}[7]
+    assert (custom.other_count, custom.other_ns) == (1, 30_000)  # a collective of no contract op: other kernels
+    bare = from_profiles([_profile(0, 2, kernels=False), _profile(1, 2, kernels=False)], "job-s", NOW)
+    assert _summaries(bare) == [] and bare.start.kernel_summaries is False  # no device kernels: no summaries
+    with pytest.raises(ValueError, match="same rank"):
+        from_profiles([_profile(3, 8), _profile(3, 8)], "job-s", NOW)
+
+
+def test_keep_time_keeps_an_epoch_clock() -> None:
+    replay = load_replay(list(KINETO), "job-t", NOW, keep_time=True)
+    rank0 = parse_kineto(KINETO[0])
+    assert replay.start.ts_ns == round(float(np.min([s.ts for s in rank0.steps])) * 1e3)
+
+
+@pytest.mark.parametrize(("name", "op"), [
+    ("allreduce", "allreduce"), ("hcom_allReduce_", "allreduce"), ("hcom_broadcast__501_0", "broadcast"),
+    ("SendRecv", "alltoall"), ("all_gather", "allgather"), ("reduce_scatter", "reducescatter"),
+    ("receive", "recv"), ("something", None),
+])
+def test_collective_names_map_to_contract_ops(name: str, op: str | None) -> None:
+    assert collective_op(name) == op
+
+
+def test_without_communication_json_the_communication_kernels_are_the_collectives() -> None:
+    """torch_npu level 0 writes no communication.json: the HCCL kernels of the trace still give each rank's time."""
+    replay = load_replay([MSPROF.parent / "msinsight-torch_npu-level0"], "job-l0", NOW)
+    assert _roundtrip(replay) == replay.events()
+    comm = {s.rank: next(e for e in s.entries if e.cat == "comm") for s in _summaries(replay)}
+    assert {r: (c.key, c.count, c.bytes) for r, c in comm.items()} == {0: ("allreduce/dp", 4, None),
+                                                                        1: ("allreduce/dp", 4, None)}
+    assert comm[0].total_ns == pytest.approx(85_516_889, rel=1e-6) and comm[1].total_ns == pytest.approx(68_605_711,
+                                                                                                         rel=1e-6)

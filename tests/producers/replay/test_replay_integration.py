@@ -1,0 +1,71 @@
+"""`steplens replay` end to end: a real two-rank Kineto trace through the real broker and a detect worker.
+
+What the live detector can say on two ranks: no straggler (its slow-rank scope compares a rank with
+a group of >= 3), and what the trace itself shows job-wide: the GPUs idle half of every step (device
+kernels explain 50 % of the step), R7's minority-kernel gap, opened at the third step of persistence.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from kafka import KafkaConsumer
+
+from bench.replay import live_verdict, run_live
+from infra.clients import kafka_client_config
+from producers.replay import load_replay
+from schemas import JobEvent, KernelSummary, StepEvent, Topics
+from schemas.codec import decode_mapping
+from schemas.packing import split_record
+from steplens.cli import main
+from steplens.config import Settings
+from streams.profiles.samples import real_samples_dir
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka]
+
+KINETO = [real_samples_dir() / "kineto-hta" / f"trace_filter_sampled_rank-{r}.json.gz" for r in (0, 1)]
+
+
+def test_real_trace_replayed_through_kafka_is_judged_by_the_detect_worker(
+    kafka_settings: Settings, unique_name: str, tmp_path: Path
+) -> None:
+    settings = replace(kafka_settings, home=tmp_path, topic_prefix=f"{unique_name}.", app_id=unique_name,
+                       topic_partitions=2)
+    replay = load_replay(KINETO, f"{unique_name}-kineto", time.time_ns(), repeats=5)
+    live = run_live(settings, [replay], speed=0.0, logs=tmp_path, stall_s=60.0)[replay.job]
+    log = (tmp_path / "worker-detect.log").read_text(errors="replace")[-3000:]
+    assert live["finished"], log
+    assert (live["dropped"], live["events"]) == (0, len(replay.events()))
+    incidents = live["incidents"]
+    assert [(i["state"], i["rule"], i["scope"]) for i in incidents] == [("open", "R7", "job"),
+                                                                        ("resolved", "R7", "job")], log
+    assert incidents[0]["step_first"] == 553 and incidents[0]["observed"] == pytest.approx(0.50, abs=0.01)
+    assert live_verdict(incidents, replay.trace_rank) is None
+
+
+def test_cli_replay_writes_every_event_to_the_topics(
+    kafka_settings: Settings, unique_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`steplens replay` as a user runs it: settings from the environment, topics created when missing."""
+    for name, value in {"STEPLENS_HOME": str(tmp_path), "STEPLENS_KAFKA_BOOTSTRAP": kafka_settings.kafka_bootstrap,
+                        "STEPLENS_TOPIC_PREFIX": f"{unique_name}.", "STEPLENS_TOPIC_PARTITIONS": "2",
+                        "STEPLENS_SECRETS_DIR": str(kafka_settings.secrets_path)}.items():
+        monkeypatch.setenv(name, value)
+    job = f"{unique_name}-cli"
+    assert main(["replay", *map(str, KINETO), "--job", job, "--speed", "0", "--repeat", "2"]) == 0
+    assert "18 events sent, 0 dropped" in capsys.readouterr().err
+    topics = Topics(f"{unique_name}.")
+    got: dict[str, list[object]] = {}
+    for topic in (topics.jobs, topics.steps, topics.kernel_summaries):
+        consumer = KafkaConsumer(topic, **kafka_client_config(kafka_settings, "admin"),
+                                 auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=5000)
+        got[topic] = [decode_mapping(item) for msg in consumer for item in split_record(msg.value)[0]]
+        consumer.close()
+    assert [(e.phase, e.world) for e in got[topics.jobs] if isinstance(e, JobEvent)] == [("start", 2), ("end", 2)]
+    steps = sorted((e.step, e.rank) for e in got[topics.steps] if isinstance(e, StepEvent) and e.job == job)
+    assert steps == [(s, r) for s in (551, 552, 553, 554) for r in (0, 1)]
+    assert len([e for e in got[topics.kernel_summaries] if isinstance(e, KernelSummary)]) == 8
