@@ -51,6 +51,8 @@ class DetectionConfig:
     window_timeout_factor: float = 3.0   # a frame waits at most this many recent step times ...
     window_timeout_min_s: float = 5.0    # ... but at least this long ...
     window_timeout_max_s: float = 60.0   # ... and at most this long (then missing ranks may be hung)
+    hang_silence_s: float = 20.0     # a rank silent this long while its peers went on is hung (> a detect
+    #                                  worker's death: its input partitions are silent ~10 s until reassigned)
     hang_stall_factor: float = 2.0      # devices sampling this many window timeouts past the last step: a hang
     window_max_open_steps: int = 64      # open frames per job before the oldest is closed
     batch_max: int = 10_000          # raw messages per take() of the decode stage

@@ -180,7 +180,8 @@ class JobEngine:
         findings.extend(found)
         self._timed("SLOW_LINK", t)
         t = time.perf_counter()
-        findings.extend(hung.evaluate(frame, self.frames.topo, self.frames.newest_of, self.cfg))
+        findings.extend(hung.evaluate(frame, self.frames.topo, self.frames.newest_of, self.frames.heard_ns, now_ns,
+                                     self.cfg))
         self._timed("HUNG", t)
         findings.extend(frame_findings(frame, self.frames.topo, self.signals, self.cfg, self.stats.rule_seconds))
         findings.extend(self._device_findings_until(frame))

@@ -153,8 +153,10 @@ class IncidentBook:
             touched.add(tid)
             track = self.tracks.get(tid)
             if track is None:
+                since = getattr(f, "since_step", None)  # a finding pickled before the field existed has none
                 track = self.tracks[tid] = self._revive(tid, f, step) or Track(
-                    finding=f, first=step, last=step, rules=[f.rule], peak=f.observed,
+                    finding=f, first=min(step, since) if since is not None else step, last=step, rules=[f.rule],
+                    peak=f.observed,
                     causes={f.cause_phase: 1} if f.cause_phase else {}, best={f.cause_phase or "": f})
             else:
                 new_rule = f.rule not in track.rules

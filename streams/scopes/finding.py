@@ -47,3 +47,4 @@ class Finding:
     resolve_after: int = 1
     candidate_gap: int = 0
     adopts: str | None = None
+    since_step: int | None = None  # the step the problem began, when a later frame confirms it (a hang)

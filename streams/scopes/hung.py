@@ -23,13 +23,15 @@ ADVICE_CAUSE = "no progress: the process is stuck (deadlock, failed collective, 
 ADVICE = "inspect the stack of the hung ranks (py-spy dump), check the NIC/link and the host; restart from checkpoint"
 
 
-def evaluate(frame: Frame, topo: Topology, newest_of: IntArray, cfg: DetectionConfig) -> list[Finding]:
+def evaluate(frame: Frame, topo: Topology, newest_of: IntArray, heard_ns: IntArray, now_ns: int,
+             cfg: DetectionConfig) -> list[Finding]:
     if frame.closed_by != "timeout" or not frame.seen.any():
         return []
     world = frame.seen.size
     if int(newest_of[:world].max(initial=-1)) < frame.step + HUNG_LEAD_STEPS:
         return []  # the peers have not gone on (a slow producer, or the whole job stalled together)
-    missing = np.flatnonzero(~frame.seen & (newest_of[:world] < frame.step))
+    silent = now_ns - heard_ns[:world] >= int(cfg.hang_silence_s * 1e9)
+    missing = np.flatnonzero(~frame.seen & (newest_of[:world] < frame.step) & silent)
     if missing.size == 0:
         return []
     out: list[Finding] = []
@@ -47,7 +49,7 @@ def evaluate(frame: Frame, topo: Topology, newest_of: IntArray, cfg: DetectionCo
                 summary=f"host {name} went silent: none of its {members.size} ranks reported step {frame.step} "
                         f"while the other ranks did",
                 evidence={"ranks_silent": float(lost.size)}, cause=ADVICE_CAUSE, suggestion=ADVICE,
-                open_after=1, resolve_after=1))
+                open_after=1, resolve_after=1, since_step=int(newest_of[lost].max()) + 1))
             done.update(lost.tolist())
     for rank in missing.tolist():
         if rank in done:
@@ -57,8 +59,9 @@ def evaluate(frame: Frame, topo: Topology, newest_of: IntArray, cfg: DetectionCo
         out.append(Finding(
             rule="HUNG_RANK", key=f"rank:{rank}", family="hang", scope="rank", step=frame.step, host=host,
             ranks=[rank], severity="critical", metric="reports",
-            summary=f"rank {rank} ({host}) stopped reporting at step {frame.step} while its peers went on "
-                    f"(last step {int(newest_of[rank])})",
-            evidence={"last_step": float(newest_of[rank])}, cause=ADVICE_CAUSE, suggestion=ADVICE,
-            open_after=1, resolve_after=1))
+            summary=f"rank {rank} ({host}) stopped reporting after step {int(newest_of[rank])} while its peers "
+                    f"went on (silent {(now_ns - int(heard_ns[rank])) / 1e9:.0f} s)",
+            evidence={"last_step": float(newest_of[rank]), "silent_s": (now_ns - int(heard_ns[rank])) / 1e9},
+            cause=ADVICE_CAUSE, suggestion=ADVICE, open_after=1, resolve_after=1,
+            since_step=int(newest_of[rank]) + 1))
     return out

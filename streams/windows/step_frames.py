@@ -152,6 +152,8 @@ class StepFrames:
     input_lagging: bool = False  # the decode stage is behind: missing reports are still in the backlog
     summaries_declared: bool = False  # the job's start says every rank sends kernel summaries (1.3)
     summary_misses: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # per rank, in a row
+    # per rank: the engine's clock when its newest step report arrived (0: not yet; hung.py reads the silence)
+    heard_ns: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def _ensure_world(self, world: int) -> None:
         """Every per-rank array covers `world` ranks (a job's reports may reveal its world in any order)."""
@@ -160,6 +162,8 @@ class StepFrames:
         self.newest_of = _grown(self.newest_of, world, -1)
         self.kernel_newest_of = _grown(self.kernel_newest_of, world, -1)
         self.summary_misses = _grown(self.summary_misses, world, 0)
+        # a snapshot from before the field existed has no heard_ns: its ranks count as heard when next seen
+        self.heard_ns = _grown(getattr(self, "heard_ns", np.zeros(0, dtype=np.int64)), world, 0)
 
     def add_steps(self, cols: StepColumns, now_ns: int) -> None:
         self.topo.learn(cols)
@@ -167,6 +171,7 @@ class StepFrames:
         world = self.topo.world
         self.last_input_ns = now_ns
         np.maximum.at(self.newest_of, cols.rank, cols.step)
+        self.heard_ns[cols.rank] = now_ns
         for step in np.unique(cols.step).tolist():
             sel = np.flatnonzero(cols.step == step)
             if self.next_step is not None and step < self.next_step:

@@ -39,13 +39,16 @@ def step_event(rank: int, step: int, busy: float, comm: float = 40.0, world: int
 
 
 def run_engine(job: object, cfg: object = None, *, paced_s: float = 0.0, drop: object = None,
-               with_end: bool = True, batch: int = 4096, behind_s: float = 0.0) -> list[object]:
+               with_end: bool = True, batch: int = 4096, behind_s: float = 0.0,
+               hold: object = None) -> list[object]:
     """Feed a SimulatedJob through decode -> chunks -> FleetEngine, as the worker does.
 
     paced_s = 0: fast replay in batches of `batch` messages; > 0: one step per batch,
     the clock advancing `paced_s` per step (timeouts and hangs behave as in production).
     drop(event) -> True leaves an event out (a hung or silent rank).
     behind_s: how far behind its input the decode stage says it is (a backlog).
+    hold(event) -> n (paced only): the event arrives n steps late, with the step n later (a partition
+    whose reader died, read again once the group gave it to another worker).
     """
     from producers.simulator.cluster import SimulatedJob
     from schemas import encode
@@ -64,7 +67,17 @@ def run_engine(job: object, cfg: object = None, *, paced_s: float = 0.0, drop: o
 
     batches: list[list[bytes]] = [[encode(start)]]
     if paced_s > 0:
-        batches += [[encode(e) for e in events if keep(e)] for events in job.iter_steps()]
+        paced: list[list[bytes]] = []
+        held: dict[int, list[bytes]] = {}
+        for i, events in enumerate(job.iter_steps()):
+            now_batch = held.pop(i, [])
+            for e in events:
+                late = int(hold(e)) if hold is not None else 0  # type: ignore[operator]
+                if keep(e):
+                    (held.setdefault(i + late, []) if late else now_batch).append(encode(e))
+            paced.append(now_batch)
+        paced += [held[k] for k in sorted(held)]
+        batches += paced
     else:
         flat = [encode(e) for events in job.iter_steps() for e in events if keep(e)]
         batches += [flat[i:i + batch] for i in range(0, len(flat), batch)]

@@ -62,6 +62,16 @@ def test_hung_rank_is_told_apart_from_slow() -> None:
     assert all(i.rule != "SLOW_RANK" for i in incidents(out))
 
 
+def test_ranks_whose_reader_died_are_not_hung() -> None:
+    """A detect worker dies: the ranks on its input partitions (here every 4th rank, across hosts) are
+    silent ~10 s until the group gives the partitions to another worker, which reads their backlog
+    while the peers went on. `make soak` found 73 HUNG_RANK incidents for such a death; a hang is a
+    silence longer than `hang_silence_s`."""
+    job = SimulatedJob("reader", Topology(dp=4, tp=2, pp=2), steps=40, seed=2)
+    out = run_engine(job, paced_s=1.0, hold=lambda e: 10 if e.rank % 4 == 1 and 12 <= e.step < 22 else 0)
+    assert not [i for i in incidents(out) if i.rule.startswith("HUNG")]
+
+
 def test_a_backlog_is_not_a_hang_until_it_is_drained() -> None:
     """While every chunk says the decode stage is 8 s behind, rank 5's missing reports may still be
     queued; once no chunk has come for LAG_STALE_NS the backlog is drained, and they never came."""
