@@ -339,6 +339,13 @@ def _dead_host(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.rand
     fx.device_silent[_r(f)] = True
 
 
+@kind("slow_data_loader")
+def _slow_data_loader(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    # one rank's input pipeline is slow (a starved DataLoader worker, a slow disk): it reaches its first
+    # collective late every step, and its peers wait for it in theirs; its own kernels are all fine
+    fx.add("data_ms", _r(f), _m(f, "data_add_share", 0.3) * job.nominal_ms)
+
+
 @kind("slow_compute")
 def _slow_compute(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
     _compute(fx, job, _r(f), _m(f, "compute_factor", 1.3))
@@ -556,6 +563,9 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     # fleet faults
     Scenario("slow_rank", "fleet", "one straggler, compute ×1.3", ("SLOW_RANK", "R5"),
              _rank_fault("slow_compute", ("SLOW_RANK", "R5"), "slow rank", {"compute_factor": 1.3})),
+    Scenario("slow_data_rank", "fleet", "one rank's data loader slow (+30 % of the step): every peer waits for it "
+             "inside its collectives", ("SLOW_RANK",),
+             _rank_fault("slow_data_loader", ("SLOW_RANK",), "slow data loader", {"data_add_share": 0.3})),
     Scenario("hung_rank", "fleet", "one rank stops; every peer blocks in its collective",
              ("HUNG_RANK",), _rank_fault("hung_rank", ("HUNG_RANK",), "hung rank", {}, permanent=True)),
     Scenario("dead_host", "fleet", "one host goes silent (no steps, no device samples); the job blocks",
