@@ -102,6 +102,8 @@ class DetectionConfig:
     r5_k: float = 3.0
     r5_min_deviation: float = 0.25   # R5: a slow link is also >= 25 % below its group (waits blur bandwidth)
     r6_k: float = 3.0
+    r6_min_deviation: float = 0.2    # R6: a slow group is also >= 20 % below the groups' median (a step's least
+    # kernel holds what the least-waiting member waited elsewhere: a few % on a TP group now and then)
     r7_bound: float = 0.4
     r7_jump: float = 0.15
     r8_min_cu: float = 0.7

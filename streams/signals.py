@@ -575,7 +575,7 @@ def _kernels(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionCon
         if gids.size:
             means = np.array([float(np.mean(bw[ok & (groups == g)])) for g in gids.tolist()])
             has = np.array([int(g) in cand_groups for g in gids.tolist()])
-            a6 = r6.evaluate(means, has, r6.Params(k=cfg.r6_k))
+            a6 = r6.evaluate(means, has, r6.Params(k=cfg.r6_k, min_deviation=cfg.r6_min_deviation))
             for i, gi in enumerate(a6.index.tolist()):
                 if a6.value[i] >= a6.baseline[i]:
                     continue
