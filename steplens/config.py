@@ -35,6 +35,8 @@ class DetectionConfig:
     slow_rank_strong_compute_share: float = 0.8  # ... and this share of its excess in device compute
     resolve_after_steps: int = 5     # clean steps before an open incident is resolved
     incident_hold_down_steps: int = 10  # a resolved incident re-opens (same id) on a re-fire this soon after
+    culprit_hold_down_steps: int = 50  # ... and one of a rank, host, link, group or stage this soon: a culprit
+    # slow in bursts (5 steps every 25) or a flapping link is one incident recording each burst
     window_lateness_steps: int = 8   # a group's step window closes incomplete this many steps behind the newest
     profile_steps: int = 5           # steps of detailed profiling requested for a slow rank
     # engine (streams/engine.py) — windows, scopes; docs/detection.md explains each

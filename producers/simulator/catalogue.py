@@ -346,6 +346,14 @@ def _slow_data_loader(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: 
     fx.add("data_ms", _r(f), _m(f, "data_add_share", 0.3) * job.nominal_ms)
 
 
+@kind("slow_bursts")
+def _slow_bursts(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    # an intermittently slow device (a marginal chip, thermal cycling): compute slow for `burst_steps`
+    # steps every `every_steps`, healthy in between
+    if (step - f.start) % int(_m(f, "every_steps", 25)) < int(_m(f, "burst_steps", 5)):
+        _compute(fx, job, _r(f), _m(f, "compute_factor", 1.3))
+
+
 @kind("slow_compute")
 def _slow_compute(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
     _compute(fx, job, _r(f), _m(f, "compute_factor", 1.3))
@@ -464,6 +472,15 @@ def _stage_fault(topo: Topology, steps: int, rng: np.random.Generator) -> list[F
                       row="slow PP stage")]
 
 
+def _bursts_build(topo: Topology, steps: int, rng: np.random.Generator) -> list[FaultSpec]:
+    """From step 20 (after warm-up and a baseline) to the end: a burst every 25 steps, 4 in 120 steps."""
+    rank = _pick_rank(topo, rng)
+    return [FaultSpec(kind="slow_bursts", scope="rank", start=min(20, max(0, steps - 2)), end=None, ranks=(rank,),
+                      hosts=(f"node-{rank // topo.devices_per_host}",),
+                      magnitude={"compute_factor": 1.3, "burst_steps": 5, "every_steps": 25},
+                      rules=("SLOW_RANK",), row="intermittently slow rank")]
+
+
 def _bad_links_build(topo: Topology, steps: int, rng: np.random.Generator) -> list[FaultSpec]:
     start, end = _window(steps)
     n = max(1, round(0.03 * topo.hosts))
@@ -566,6 +583,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("slow_data_rank", "fleet", "one rank's data loader slow (+30 % of the step): every peer waits for it "
              "inside its collectives", ("SLOW_RANK",),
              _rank_fault("slow_data_loader", ("SLOW_RANK",), "slow data loader", {"data_add_share": 0.3})),
+    Scenario("bursty_rank", "fleet", "one rank's compute ×1.3 in 5-step bursts every 25 steps: one incident "
+             "recording each burst", ("SLOW_RANK",), _bursts_build),
     Scenario("hung_rank", "fleet", "one rank stops; every peer blocks in its collective",
              ("HUNG_RANK",), _rank_fault("hung_rank", ("HUNG_RANK",), "hung rank", {}, permanent=True)),
     Scenario("dead_host", "fleet", "one host goes silent (no steps, no device samples); the job blocks",

@@ -273,6 +273,13 @@ def _slow_data_rank(p: Pair) -> None:
         assert kernels.max() - kernels.min() > 0.25 * p.job.nominal_ms * 1e6
 
 
+def _bursty_rank(p: Pair) -> None:
+    busy = np.array([f.busy_ms for f in p.bad])
+    slow = busy[:, p.ranks[0]] > 1.15 * np.median(busy[:, others(p)], axis=1)
+    expected = [s for s in range(p.fault.start, STEPS) if (s - p.fault.start) % 25 < 5]
+    assert np.flatnonzero(slow[10:]).tolist() == [s - 10 for s in expected]  # bursts of 5 every 25, nothing else
+
+
 def _hung(p: Pair) -> None:
     after = p.bad[p.fault.start:]
     assert not any(f.completed for f in after) and all(f.completed for f in p.bad[: p.fault.start])
@@ -317,7 +324,7 @@ CHECKS: dict[str, Callable[[Pair], None]] = {
     "minority_kernels": _minority_kernels, "timing_conflicts": _timing_conflicts,
     "hermes_gc_moe": _hermes_gc_moe, "hermes_foreign_process": _hermes_foreign_process,
     "hermes_bad_links": _hermes_bad_links, "slow_rank": _slow_compute_one, "slow_data_rank": _slow_data_rank,
-    "hung_rank": _hung,
+    "bursty_rank": _bursty_rank, "hung_rank": _hung,
     "dead_host": _hung, "slow_host": _slow_compute_one, "flapping_link": _flapping_link,
     "slow_pp_stage": _slow_pp_stage, "step_time_shift": _step_time_shift,
 }
