@@ -578,8 +578,10 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("hermes_bad_links", "hermes", "3 % of hosts with flapping ports: their groups' comm ×1.5–4",
              ("SLOW_LINK", "R5", "R6"), _bad_links_build),
     # fleet faults
-    Scenario("slow_rank", "fleet", "one straggler, compute ×1.3", ("SLOW_RANK", "R5"),
-             _rank_fault("slow_compute", ("SLOW_RANK", "R5"), "slow rank", {"compute_factor": 1.3})),
+    # its compute kernels are slow (R4); its links are not: R5 on the peers that wait for it was the rule
+    # reading their waiting as transfer (docs/detection.md "Waiting versus transfer")
+    Scenario("slow_rank", "fleet", "one straggler, compute ×1.3", ("SLOW_RANK", "R4"),
+             _rank_fault("slow_compute", ("SLOW_RANK", "R4"), "slow rank", {"compute_factor": 1.3})),
     Scenario("slow_data_rank", "fleet", "one rank's data loader slow (+30 % of the step): every peer waits for it "
              "inside its collectives", ("SLOW_RANK",),
              _rank_fault("slow_data_loader", ("SLOW_RANK",), "slow data loader", {"data_add_share": 0.3})),
