@@ -35,6 +35,8 @@ class DetectionConfig:
     slow_rank_strong_compute_share: float = 0.8  # ... and this share of its excess in device compute
     resolve_after_steps: int = 5     # clean steps before an open incident is resolved
     incident_hold_down_steps: int = 10  # a resolved incident re-opens (same id) on a re-fire this soon after
+    culprit_hold_down_steps: int = 50  # ... and one of a rank, host, link, group or stage this soon: a culprit
+    # slow in bursts (5 steps every 25) or a flapping link is one incident recording each burst
     window_lateness_steps: int = 8   # a group's step window closes incomplete this many steps behind the newest
     profile_steps: int = 5           # steps of detailed profiling requested for a slow rank
     # engine (streams/engine.py) — windows, scopes; docs/detection.md explains each
@@ -106,6 +108,8 @@ class DetectionConfig:
     r5_k: float = 3.0
     r5_min_deviation: float = 0.25   # R5: a slow link is also >= 25 % below its group (waits blur bandwidth)
     r6_k: float = 3.0
+    r6_min_deviation: float = 0.2    # R6: a slow group is also >= 20 % below the groups' median (a step's least
+    # kernel holds what the least-waiting member waited elsewhere: a few % on a TP group now and then)
     r7_bound: float = 0.4
     r7_jump: float = 0.15
     r8_min_cu: float = 0.7

@@ -87,6 +87,7 @@ class JobEngine:
         return cls(job=job, cfg=cfg, frames=StepFrames(params=params),
                    book=IncidentBook(job=job, profile_steps=cfg.profile_steps,
                                      hold_down_steps=cfg.incident_hold_down_steps,
+                                     culprit_hold_down_steps=cfg.culprit_hold_down_steps,
                                      shift_hold_steps=cfg.baseline_steps))
 
     def on_chunk(self, chunk: dict[str, Any], now_ns: int, lagging: bool | None = None) -> list[Output]:
@@ -191,8 +192,10 @@ class JobEngine:
         return list(self.book.observe(frame.step, findings, now_ns, frame.seen))
 
     def _tracks(self) -> list[OpenTrack]:
-        return [OpenTrack(t.finding.key, t.finding.scope, t.finding.cause_phase, t.first, t.opened,
-                          tuple(t.finding.ranks), tuple(t.rules))
+        # `first`: the step the current episode began at (a culprit back for another burst is as young as the burst)
+        return [OpenTrack(t.finding.key, t.finding.scope, t.finding.cause_phase,
+                          t.first if t.revived_at is None else t.revived_at, t.opened, tuple(t.finding.ranks),
+                          tuple(t.rules))
                 for t in self.book.tracks.values() if t.finding.family == "perf"]
 
     def _members(self, domain: str, group: int) -> set[int]:

@@ -38,7 +38,7 @@ from streams.rules import r09_copy_rate as r9
 from streams.rules import r10_interstep_cpu as r10
 from streams.rules.base import Alarms, BoolArray, FloatArray, IntArray
 from streams.scopes.finding import Finding
-from streams.windows.comm_columns import comm_columns
+from streams.windows.comm_columns import comm_columns, transfer_ns
 from streams.windows.step_frames import PHASE_INDEX, Frame, Topology
 
 ADVICE: dict[str, tuple[str, str]] = {
@@ -56,6 +56,11 @@ ADVICE: dict[str, tuple[str, str]] = {
     "R9": ("host-device copy rate outside its band", "pin_memory and prefetch; check PCIe/host memory bandwidth"),
     "R10": ("CPU work between steps", "move logging/checkpointing off the step boundary; remove sync ops"),
 }
+
+# domains whose collectives are point-to-point: a send and its recv are the two ends of one transfer, so R5/R6
+# take their transfer rate from both keys together (a stage's recv waits on both neighbours and holds the
+# pipeline bubble; the matching send of the stage that waited less shows the transfer)
+POINT_TO_POINT = ("pp",)
 
 # R1 bounds per device metric: (metric, config field of the bound, lower?, where a lower bound applies:
 # "job" while the job is busy, "device" while the device itself is busy)
@@ -456,9 +461,17 @@ def _kernels(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionCon
     compute: dict[str, FloatArray] = {}
     compute_flops: dict[str, FloatArray] = {}
     compute_calls: dict[str, FloatArray] = {}
-    # collectives: each rank's bandwidth (bytes / device time), from the frame's comm columns
-    comm = {key: (col.nbytes / col.total_ns, col.domain) for key, col in comm_columns(frame).items()
-            if col.domain is not None and np.isfinite(col.nbytes).any()}
+    # collectives: each rank's bandwidth, bytes over its transfer time (its kernel time less its wait for
+    # the group's last arriver: comm_columns.transfer_ns; a domain's point-to-point keys judged together)
+    comm: dict[str, tuple[FloatArray, str]] = {}
+    collectives = {name: col for name, col in comm_columns(frame).items()
+                   if col.domain in DOMAINS and np.isfinite(col.nbytes).any()}
+    for domain in sorted({str(col.domain) for col in collectives.values()}):
+        names = [n for n, col in collectives.items() if col.domain == domain]
+        in_domain = topo.groups[DOMAINS.index(domain), :world]
+        for subset in [names] if domain in POINT_TO_POINT else [[n] for n in names]:
+            for name, transfer in zip(subset, transfer_ns([collectives[n] for n in subset], in_domain), strict=True):
+                comm[name] = (collectives[name].nbytes / transfer, domain)
     copy: dict[str, FloatArray] = {}
     launch: dict[str, tuple[FloatArray, FloatArray, FloatArray]] = {}
     for rank, entries, _other in frame.kernels:
@@ -538,8 +551,6 @@ def _kernels(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionCon
 
     t0 = time.perf_counter()
     for key, (bw, domain) in comm.items():
-        if domain not in DOMAINS:
-            continue
         groups = topo.groups[DOMAINS.index(domain), :world]
         sk = f"r5:{key}"
         st5, a = r5.evaluate(bw, groups, state.rules.get(sk), r5.Params(periods=cfg.r5_periods, k=cfg.r5_k,
@@ -564,7 +575,7 @@ def _kernels(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionCon
         if gids.size:
             means = np.array([float(np.mean(bw[ok & (groups == g)])) for g in gids.tolist()])
             has = np.array([int(g) in cand_groups for g in gids.tolist()])
-            a6 = r6.evaluate(means, has, r6.Params(k=cfg.r6_k))
+            a6 = r6.evaluate(means, has, r6.Params(k=cfg.r6_k, min_deviation=cfg.r6_min_deviation))
             for i, gi in enumerate(a6.index.tolist()):
                 if a6.value[i] >= a6.baseline[i]:
                     continue

@@ -21,7 +21,15 @@ from typing import Any
 
 import orjson
 
-from bench.detection.run import plan_runs, render_table, run_record, score_records, write_result
+from bench.detection.run import (
+    add_trait_option,
+    plan_runs,
+    render_table,
+    run_record,
+    run_traits,
+    score_records,
+    write_result,
+)
 from bench.provenance import git_commit, machine
 from producers.simulator.stream import stream_runs
 from schemas import Incident, Topics, bounded, encode
@@ -106,6 +114,7 @@ def replay(args: argparse.Namespace, cfg: DetectionConfig | None = None, batch: 
         messages.extend(orjson.loads(encode(bounded(o))) for o in fleet.tick(clock[0]) if isinstance(o, Incident))
     records = [run_record(label, run) for label, run in runs]
     result = score_records(records, messages)
+    result["traits"] = run_traits(args).to_dict()
     result["messages"] = messages
     return result
 
@@ -131,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--summary-backlog", action="store_true",
                    help="every kernel summary reaches the engine after all other records, read as a backlog "
                         "(the packed-records order of a long Kafka backlog)")
+    add_trait_option(p)
     p.add_argument("--out", type=Path, help="also write the figures to this JSON file (mode: in-process replay)")
     args = p.parse_args(argv)
     if args.quick:

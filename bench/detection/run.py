@@ -32,6 +32,7 @@ from producers.simulator.fleet import FleetJob
 from producers.simulator.model import ModelConfig
 from producers.simulator.stream import SimRun, stream_runs
 from producers.simulator.topology import Topology
+from producers.simulator.traits import Traits
 from schemas import Topics
 from sinks import open_backend
 from steplens.config import REPO_ROOT, Settings, load_settings
@@ -63,13 +64,14 @@ def plan_runs(args: argparse.Namespace, stamp: str) -> list[tuple[str, SimRun]]:
                                                               if sc.layer != "healthy"])
     seeds = range(1 if args.quick else args.seeds)
     runs: list[tuple[str, SimRun]] = []
+    traits = run_traits(args)
 
     def add(name: str, ranks: int, seed: int, label: str) -> None:
         sc = SCENARIOS[name]
         topo = sc.topology(ranks)
         faults = build_faults(sc, topo, args.steps, seed)
         job = FleetJob(f"bench-{stamp}-{label}-{ranks}-s{seed}", topo, args.steps, faults, seed, model=sc.model(topo),
-                       noise=sc.noise())
+                       noise=sc.noise(), traits=traits)
         runs.append((label, SimRun(job, packed=getattr(args, "packed", True))))
 
     for name in names:
@@ -89,6 +91,17 @@ def plan_runs(args: argparse.Namespace, stamp: str) -> list[tuple[str, SimRun]]:
     return runs
 
 
+def run_traits(args: argparse.Namespace) -> Traits:
+    """The simulator's traits for this bench run: all on, less those named by `--trait-off`."""
+    return Traits().without(getattr(args, "trait_off", None) or [])
+
+
+def add_trait_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--trait-off", action="append", default=[], choices=Traits.names(), metavar="TRAIT",
+                   help=f"simulate without this real-cluster trait (repeatable; {', '.join(Traits.names())}): "
+                        "the earlier, simpler ruler, for comparison")
+
+
 def plan_paced(args: argparse.Namespace, stamp: str) -> list[tuple[str, SimRun]]:
     """The runs streamed in real time (1 step/s) for delay in seconds: several faults, one minute.
 
@@ -105,7 +118,7 @@ def plan_paced(args: argparse.Namespace, stamp: str) -> list[tuple[str, SimRun]]
         for seed in range(args.paced_seeds if args.paced_seeds is not None else seeds):
             faults = build_faults(sc, topo, args.paced_steps, seed)
             job = FleetJob(f"bench-{stamp}-{name}-paced-{args.ranks}-s{seed}", topo, args.paced_steps, faults, seed,
-                           model=model)
+                           model=model, traits=run_traits(args))
             runs.append((f"{name}@paced", SimRun(job, packed=getattr(args, "packed", True))))
     return runs
 
@@ -211,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--unpacked", dest="packed", action="store_false",
                    help="send one record per event instead of per-host packed records (contract 1.2, the default: "
                         "what a node agent sends; job starts declare kernel summaries, contract 1.3)")
+    add_trait_option(p)
     p.add_argument("--stall-s", type=float, default=300.0, help="fail when the workers' lag stops shrinking")
     p.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "detection.json")
     p.add_argument("--rescore", type=Path, metavar="DIR", help="score a finished run's saved runs.json + alerts.jsonl")
@@ -288,7 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     (gt_dir / "alerts.jsonl").write_bytes(b"".join(orjson.dumps(m) + b"\n" for m in messages))
     result = score_records(records, messages)
     result.update({"machine": machine(), "started": started, "git": git_commit(), "quick": bool(args.quick),
-                   "packed": bool(args.packed), "duration_s": round(time.monotonic() - t0, 1),
+                   "packed": bool(args.packed), "traits": run_traits(args).to_dict(),
+                   "duration_s": round(time.monotonic() - t0, 1),
                    "incidents_clickhouse": ch_count,
                    "ground_truth_dir": str(gt_dir.relative_to(REPO_ROOT))})
     write_result(args.out, result)
@@ -307,6 +322,7 @@ def run_record(label: str, run: SimRun) -> dict[str, Any]:
     """What scoring needs of one run, saved next to its ground truth (for --rescore)."""
     return {"label": label, "job": run.job.job_id, "seed": run.job.seed, "ranks": run.job.world,
             "steps": run.job.steps, "rank_steps": run.rank_steps, "paced": label.endswith("@paced"),
+            "traits": run.job.traits.to_dict(),
             "onset_ns": {str(k): v for k, v in run.onset_ns.items()},
             "faults": [f.to_dict(run.job.job_id, run.job.seed, run.job.steps) for f in run.faults]}
 
@@ -369,6 +385,9 @@ def render_table(result: dict[str, Any]) -> str:
                  f"({result['healthy_rank_steps']} healthy rank-steps); incidents: alerts topic "
                  f"{result['incidents_alerts_topic']}, ClickHouse {result.get('incidents_clickhouse', '–')}; "
                  f"{result.get('duration_s', 0):.0f}s")
+    if result.get("traits"):
+        traits = ", ".join(f"{k} {'on' if v else 'off'}" for k, v in result["traits"].items())
+        lines.append(f"simulator traits: {traits}")
     day = result.get("false_alarms_per_job_day") or {}
     if day.get("upper_95") is not None:
         lines.append(f"false alarms per 10,240-rank job-day: {day['observed']:.0f} observed, at most "

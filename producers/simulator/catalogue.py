@@ -339,6 +339,21 @@ def _dead_host(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.rand
     fx.device_silent[_r(f)] = True
 
 
+@kind("slow_data_loader")
+def _slow_data_loader(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    # one rank's input pipeline is slow (a starved DataLoader worker, a slow disk): it reaches its first
+    # collective late every step, and its peers wait for it in theirs; its own kernels are all fine
+    fx.add("data_ms", _r(f), _m(f, "data_add_share", 0.3) * job.nominal_ms)
+
+
+@kind("slow_bursts")
+def _slow_bursts(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    # an intermittently slow device (a marginal chip, thermal cycling): compute slow for `burst_steps`
+    # steps every `every_steps`, healthy in between
+    if (step - f.start) % int(_m(f, "every_steps", 25)) < int(_m(f, "burst_steps", 5)):
+        _compute(fx, job, _r(f), _m(f, "compute_factor", 1.3))
+
+
 @kind("slow_compute")
 def _slow_compute(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
     _compute(fx, job, _r(f), _m(f, "compute_factor", 1.3))
@@ -457,6 +472,15 @@ def _stage_fault(topo: Topology, steps: int, rng: np.random.Generator) -> list[F
                       row="slow PP stage")]
 
 
+def _bursts_build(topo: Topology, steps: int, rng: np.random.Generator) -> list[FaultSpec]:
+    """From step 20 (after warm-up and a baseline) to the end: a burst every 25 steps, 4 in 120 steps."""
+    rank = _pick_rank(topo, rng)
+    return [FaultSpec(kind="slow_bursts", scope="rank", start=min(20, max(0, steps - 2)), end=None, ranks=(rank,),
+                      hosts=(f"node-{rank // topo.devices_per_host}",),
+                      magnitude={"compute_factor": 1.3, "burst_steps": 5, "every_steps": 25},
+                      rules=("SLOW_RANK",), row="intermittently slow rank")]
+
+
 def _bad_links_build(topo: Topology, steps: int, rng: np.random.Generator) -> list[FaultSpec]:
     start, end = _window(steps)
     n = max(1, round(0.03 * topo.hosts))
@@ -554,8 +578,15 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("hermes_bad_links", "hermes", "3 % of hosts with flapping ports: their groups' comm ×1.5–4",
              ("SLOW_LINK", "R5", "R6"), _bad_links_build),
     # fleet faults
-    Scenario("slow_rank", "fleet", "one straggler, compute ×1.3", ("SLOW_RANK", "R5"),
-             _rank_fault("slow_compute", ("SLOW_RANK", "R5"), "slow rank", {"compute_factor": 1.3})),
+    # its compute kernels are slow (R4); its links are not: R5 on the peers that wait for it was the rule
+    # reading their waiting as transfer (docs/detection.md "Waiting versus transfer")
+    Scenario("slow_rank", "fleet", "one straggler, compute ×1.3", ("SLOW_RANK", "R4"),
+             _rank_fault("slow_compute", ("SLOW_RANK", "R4"), "slow rank", {"compute_factor": 1.3})),
+    Scenario("slow_data_rank", "fleet", "one rank's data loader slow (+30 % of the step): every peer waits for it "
+             "inside its collectives", ("SLOW_RANK",),
+             _rank_fault("slow_data_loader", ("SLOW_RANK",), "slow data loader", {"data_add_share": 0.3})),
+    Scenario("bursty_rank", "fleet", "one rank's compute ×1.3 in 5-step bursts every 25 steps: one incident "
+             "recording each burst", ("SLOW_RANK",), _bursts_build),
     Scenario("hung_rank", "fleet", "one rank stops; every peer blocks in its collective",
              ("HUNG_RANK",), _rank_fault("hung_rank", ("HUNG_RANK",), "hung rank", {}, permanent=True)),
     Scenario("dead_host", "fleet", "one host goes silent (no steps, no device samples); the job blocks",

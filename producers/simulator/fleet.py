@@ -4,8 +4,12 @@ One step, vectorised over ranks (see docs/scenarios.md for the full model):
 
 - every rank runs its stage's kernels (model.build_plan) with per-kind, per-rank jitter;
   forward/backward are their compute kernels plus the TP/EP/CP collectives' own time;
-- TP groups are coupled layer by layer: a rank waits in its TP all-reduce for the slowest
-  rank of its TP group; the job then waits in the DP all-reduce for the slowest rank of all;
+- a collective kernel is the rank's wait for its group's last arriver plus the transfer
+  (trait `collective_wait`, producers.simulator.traits / waits): a late rank's TP/CP/EP peers
+  wait in those collectives, the other stages of its pipeline in PP recv, the other replicas
+  in the DP all-reduce; a rank whose exposed transfers end late (a slow DP group) holds its
+  peers the same way. Trait off: the TP all-reduce waits for the TP group's slowest rank and
+  the DP all-reduce for the rest of the job (the earlier ruler);
 - the step ends for everyone together at max(busy) + tail, tail = PP bubble + PP send/recv
   + the exposed (last) DP gradient bucket + the exposed 39 % of EP all-to-all;
 - exposed communication of a rank = step − its busy time, so the late arriver shows the
@@ -32,6 +36,8 @@ import numpy.typing as npt
 
 from producers.simulator.model import Hardware, ModelConfig, StepPlan, build_plan
 from producers.simulator.topology import Topology
+from producers.simulator.traits import Traits
+from producers.simulator.waits import COUPLING, couple, group_max
 
 if TYPE_CHECKING:
     from producers.simulator.catalogue import FaultSpec
@@ -156,6 +162,8 @@ class StepFrame:
     k_count: IntArray  # [kinds, world]
     k_total_ns: FloatArray
     k_max_ns: FloatArray
+    k_wait_ns: FloatArray  # [kinds, world] the collective_wait trait's waits inside k_total_ns (and k_max_ns,
+    # spread evenly over the calls); zeros with the trait off, whose TP/DP waits sit in k_total_ns only
     k_bytes: FloatArray
     launch_mean_us: FloatArray
     launch_mad_us: FloatArray
@@ -173,20 +181,12 @@ class StepFrame:
         return result
 
 
-def group_max(values: FloatArray, gids: IntArray) -> FloatArray:
-    """Per rank, the maximum of `values` over its group (vectorised)."""
-    out = np.full(int(gids.max()) + 1, -np.inf)
-    np.maximum.at(out, gids, values)
-    result: FloatArray = out[gids]
-    return result
-
-
 class FleetJob:
     """A simulated job: topology, model, hardware, healthy noise and injected faults."""
 
     def __init__(self, job_id: str, topology: Topology, steps: int, faults: Sequence[FaultSpec] = (), seed: int = 0,
                  *, model: ModelConfig | None = None, hardware: Hardware | None = None, noise: Noise | None = None,
-                 start_ns: int = DEFAULT_START_NS, device_hz: float = 1.0) -> None:
+                 start_ns: int = DEFAULT_START_NS, device_hz: float = 1.0, traits: Traits | None = None) -> None:
         if steps < 1:
             raise ValueError("steps must be >= 1")
         self.job_id = job_id
@@ -199,6 +199,7 @@ class FleetJob:
         self.noise = noise or Noise()
         self.start_ns = start_ns
         self.device_hz = device_hz
+        self.traits = traits or Traits()
         if self.model.layers % topology.pp:
             raise ValueError(f"pp={topology.pp} must divide layers={self.model.layers}")
         self.plan: StepPlan = build_plan(self.model, topology, self.hardware)
@@ -215,8 +216,37 @@ class FleetJob:
         frame = next(iter(FleetJob(self.job_id, self.topology, 1, (), self.seed, model=self.model,
                                    hardware=self.hardware, noise=Noise(jitter=0.0, step_jitter=0.0, warmup_steps=0,
                                                                       hiccup_p=0.0, gc_p=0.0),
-                                   start_ns=self.start_ns).iter_frames()))
+                                   start_ns=self.start_ns, traits=self.traits).iter_frames()))
         return frame.duration_ms
+
+    def _collective_waits(self, busy: FloatArray, transfer_ns: FloatArray, gids: dict[str, IntArray]) -> FloatArray:
+        """[kinds, world] ns each rank spends in its collectives waiting for the group's last arriver.
+
+        Two arrivals hold peers up: each rank's own work before its collectives (`busy`), and at
+        the end of the step its own exposed transfers (the last DP bucket, the exposed share of EP
+        all-to-all, its PP send/recv), by which a rank of a slow group starts late into the next
+        layer's TP all-reduce. Each is followed along the groups (`waits.couple`); PP waits land in
+        recv. What no collective connects (none in practice) stays in the DP all-reduce.
+        """
+        index = self.plan.kind_index
+        keys = {"tp": "allreduce/tp", "cp": "allgather/cp", "ep": "alltoall/ep", "pp": "recv/pp", "dp": "allreduce/dp"}
+        kinds = {d: index[k] for d, k in keys.items() if k in index and d in gids}
+        domains = [d for d in COUPLING if d in kinds]
+        out = np.zeros_like(transfer_ns)
+        late = np.zeros_like(busy)
+        if "dp" in kinds:
+            late += transfer_ns[kinds["dp"]] / 1e6 / 4.0
+        if "ep" in kinds:
+            late += transfer_ns[kinds["ep"]] / 1e6 * EP_EXPOSED
+        if "pp" in kinds and "send/pp" in index:
+            late += (transfer_ns[index["send/pp"]] + transfer_ns[kinds["pp"]]) / 1e6 * 0.5
+        for arrival in (busy, late):
+            waits, left = couple(arrival, gids, domains)
+            for d in domains:
+                out[kinds[d]] += waits[d] * 1e6
+            if "dp" in kinds:
+                out[kinds["dp"]] += left * 1e6
+        return out
 
     def iter_frames(self) -> Iterator[StepFrame]:
         """The timing model, one step at a time (a fresh RNG per call: same seed, same numbers)."""
@@ -298,10 +328,17 @@ class FleetJob:
             tail = bubble + sendrecv + dp_exposed + ep_exposed + fx.stall_ms
             duration = slowest + tail
             phases["comm_exposed_ms"] = duration - busy
-            if tp_i is not None:
-                k_total[tp_i] += tp_wait * 1e6
-            if dp_i is not None:
-                k_total[dp_i] += np.maximum(dp_wait, 0.0) * 1e6 + fx.stall_ms * 1e6
+            wait_ns = np.zeros((n_k, world))
+            if self.traits.collective_wait:
+                wait_ns = self._collective_waits(busy, k_total, gids)
+                k_total = k_total + wait_ns
+                if dp_i is not None:
+                    k_total[dp_i] += fx.stall_ms * 1e6
+            else:
+                if tp_i is not None:
+                    k_total[tp_i] += tp_wait * 1e6
+                if dp_i is not None:
+                    k_total[dp_i] += np.maximum(dp_wait, 0.0) * 1e6 + fx.stall_ms * 1e6
             if recv_i is not None:
                 k_total[recv_i] += bubble * 1e6
             if nominal_ms is None and step >= nz.warmup_steps:
@@ -332,12 +369,13 @@ class FleetJob:
                     membw_pct=np.clip(55.0 * (load / 90.0) * fx.membw_mul + rng.normal(0, 1.0, world), 0, 100),
                     freq_mhz=hw.freq_mhz * fx.freq_mul, reporting=~fx.device_silent))
                 next_tick += tick_ns
+            longest = np.minimum(per_call * 1.15 + wait_ns / np.maximum(k_count, 1), k_total)  # waits spread over calls
             launch_mean = hw.launch_us * fx.launch_mul * rng.lognormal(mu, sigma, world)
             launch_mad = hw.launch_mad_us * fx.launch_mad_mul * rng.lognormal(mu, sigma, world)
             yield StepFrame(
                 step=step, start_ns=start_ns, end_ns=end_ns, completed=completed, phases=phases, gc_count=gc_count,
                 reporting=~fx.silent & completed, k_count=k_count, k_total_ns=k_total,
-                k_max_ns=np.minimum(per_call * 1.15, k_total), k_bytes=k_count * np.array(
+                k_max_ns=longest, k_wait_ns=wait_ns, k_bytes=k_count * np.array(
                     [k.bytes for k in plan.kinds])[:, None] * fx.bytes_mul,
                 launch_mean_us=launch_mean, launch_mad_us=launch_mad, other_ns=other * 1e6, ticks=ticks, effects=fx)
             start_ns = end_ns

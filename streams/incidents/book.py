@@ -26,7 +26,10 @@
   shift (`resolve_now`: the slow steps became the new baseline) is held for
   `shift_hold_steps` (the baseline's length): until the new baseline has replaced the old
   one, the job changing back (the change reverted, the fault ended) is the end of the same
-  episode, not a new problem. A host incident's absorbed ranks are not held (the host carries them).
+  episode, not a new problem. An incident of one culprit (a rank, host, link, group or PP
+  stage) is held `culprit_hold_down_steps`: a rank slow in bursts (5 steps every 25), a link
+  that flaps, is one incident that records each burst (`evidence.bursts`, `burst_<n>_step`),
+  not one per burst. A host incident's absorbed ranks are not held (the host carries them).
 - A host incident opening continues an incident of one of its ranks (open, or resolved as
   absorbed or recently, i.e. held) rather than adding one: a host fault often shows on its worst
   rank first (a foreign process: Hermes' rank 3) before half the host's ranks are flagged.
@@ -53,6 +56,8 @@ Output = Incident | ControlCommand
 MAX_TEXT = 300      # summaries copied into alerts are capped
 UPDATE_EVERY = 20   # an open incident sends an update at most every this many flagged steps
 PROFILE_SCOPES = ("rank", "host")
+CULPRIT_SCOPES = ("rank", "host", "link", "group", "stage")  # held `culprit_hold_down_steps` once resolved
+MAX_BURSTS = 16
 
 
 def _cap(text: str | None) -> str | None:
@@ -84,8 +89,20 @@ class Track:
     peak: float | None = None
     resolved_at: int | None = None  # the step it was last resolved at (a held incident re-opening)
     hold: int = 0                   # ... and for how many steps it stays held
+    bursts: list[int] = field(default_factory=list)  # the first step of each re-opening (a culprit that comes and goes)
+    revived_at: int | None = None   # the step a held incident came back as a candidate
     causes: dict[str, int] = field(default_factory=dict)  # lead rule's cause_phase -> flagged steps naming it
     best: dict[str, Finding] = field(default_factory=dict)  # lead rule's cause_phase ("": none) -> its peak finding
+
+
+def _bursts(track: Track) -> dict[str, float]:
+    """An incident that came back records each episode: how many, and where the re-openings began
+    (the first `MAX_BURSTS` of them; its own first step is `step_first`)."""
+    if not track.bursts:
+        return {}
+    out = {"bursts": float(len(track.bursts) + 1)}
+    out.update((f"burst_{n}_step", float(s)) for n, s in enumerate(track.bursts[:MAX_BURSTS - 1], start=2))
+    return out
 
 
 def _reported(track: Track) -> Finding | None:
@@ -108,6 +125,7 @@ class IncidentBook:
     profile_steps: int = 5
     hold_down_steps: int = 10
     shift_hold_steps: int = 50
+    culprit_hold_down_steps: int = 50
     tracks: dict[str, Track] = field(default_factory=dict)
     held: dict[str, Track] = field(default_factory=dict)  # resolved incidents that may still re-open
     commands_sent: list[str] = field(default_factory=list)
@@ -195,7 +213,9 @@ class IncidentBook:
                     if track.incident_id:
                         self.held[tid] = track  # a re-fire that did not persist: still held (from its resolve)
             elif track.clean >= track.finding.resolve_after:
-                out.append(self._resolve(tid, track, step, now_ns, self.hold_down_steps))
+                culprit = track.finding.scope in CULPRIT_SCOPES
+                out.append(self._resolve(tid, track, step, now_ns, max(self.hold_down_steps,
+                                                                       self.culprit_hold_down_steps if culprit else 0)))
         return out
 
     def finish(self, now_ns: int) -> list[Output]:
@@ -222,6 +242,7 @@ class IncidentBook:
         if track is None:
             return None
         track.opened, track.flagged, track.clean, track.since_update, track.last = False, 1, 0, 0, step
+        track.revived_at = step
         self._merge(track, f)
         return track
 
@@ -330,6 +351,7 @@ class IncidentBook:
         track.opened = True
         if track.incident_id:  # a held incident re-opens: same id, an update, no second profile command
             track.finding.evidence["reopened"] = float(track.finding.evidence.get("reopened", 0.0)) + 1.0
+            track.bursts.append(track.revived_at if track.revived_at is not None else track.last)
             return [self._event(track, "update", now_ns)]
         track.incident_id = f"{f.rule}:{self.job}:{f.key}:s{track.first}"
         self.opened_total += 1
@@ -356,6 +378,6 @@ class IncidentBook:
             severity=f.severity, scope=f.scope, summary=_cap(f"{f.summary}; {steps}") or "", detected_ns=now_ns,
             metric=f.metric, domain=f.domain, group=f.group, ranks=sorted(f.ranks), host=f.host, device=f.device,
             step_first=track.first, step_last=track.last, observed=track.peak, expected=f.expected,
-            threshold=f.threshold, unit=f.unit, evidence=dict(f.evidence), cause=_cap(f.cause),
+            threshold=f.threshold, unit=f.unit, evidence={**f.evidence, **_bursts(track)}, cause=_cap(f.cause),
             suggestion=_cap(f.suggestion), rules=list(track.rules), link=f.link, stage=f.stage,
         )

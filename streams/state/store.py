@@ -38,7 +38,7 @@ Snapshot = tuple[JobEngine, Outbox]
 
 log = logging.getLogger(__name__)
 
-FORMAT = b"SLS2"  # SLS2: (engine, outbox)
+FORMAT = b"SLS3"  # SLS3: (engine, outbox), incident tracks with their bursts (SLS2 lacked them: ignored)
 MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
 
 

@@ -44,10 +44,10 @@ class Pair:
         return self.job.plan.kind_index[key]
 
     def per_call(self, frames: list[StepFrame], key: str, ranks: list[int] | None = None) -> float:
-        """Mean device time of one call of `key` (waits excluded: k_max is one call's time ×1.15)."""
+        """Mean device time of one call of `key`, waits excluded (the longest call less its share of the waits)."""
         i = self.kind(key)
         r = self.ranks if ranks is None else ranks
-        return float(np.mean([f.k_max_ns[i, r] for f in (frames[s] for s in self.window)]))
+        return float(np.mean([longest_transfer(f)[i, r] for f in (frames[s] for s in self.window)]))
 
     def total(self, frames: list[StepFrame], key: str, ranks: list[int] | None = None) -> float:
         i = self.kind(key)
@@ -73,6 +73,11 @@ class Pair:
     def cu(self, frames: list[StepFrame], ranks: list[int] | None = None) -> float:
         r = self.ranks if ranks is None else ranks
         return float(np.mean([1 - frames[s].launch_mad_us[r] / frames[s].launch_mean_us[r] for s in self.window]))
+
+
+def longest_transfer(f: StepFrame) -> np.ndarray:
+    """[kinds, world] one call's time x1.15 (`k_max_ns` less the waits the collective_wait trait spread over it)."""
+    return f.k_max_ns - f.k_wait_ns / np.maximum(f.k_count, 1)
 
 
 @cache
@@ -188,7 +193,8 @@ def _unbalanced_scheduling(p: Pair) -> None:
 
 def _wrong_dp_topology(p: Pair) -> None:
     i = p.kind("allreduce/dp")
-    spread = np.mean([p.bad[s].k_max_ns[i, p.ranks].max() / p.bad[s].k_max_ns[i, p.ranks].min() for s in p.window])
+    spread = np.mean([longest_transfer(p.bad[s])[i, p.ranks].max() / longest_transfer(p.bad[s])[i, p.ranks].min()
+                      for s in p.window])
     assert spread > 3.0  # intra-group latency spread > 3×
 
 
@@ -200,7 +206,7 @@ def _early_stream_sync(p: Pair) -> None:
 
 def _uncompressed_gradients(p: Pair) -> None:
     i = p.kind("allreduce/dp")
-    share = np.mean([p.bad[s].k_count[i] * p.bad[s].k_max_ns[i] / 1.15 / 1e6 / p.bad[s].duration_ms
+    share = np.mean([p.bad[s].k_count[i] * longest_transfer(p.bad[s])[i] / 1.15 / 1e6 / p.bad[s].duration_ms
                      for s in p.window])
     assert share > 0.4  # comm > 40 % of the step
     kind = p.job.plan.kinds[i]
@@ -254,6 +260,26 @@ def _slow_compute_one(p: Pair) -> None:
     assert busy[p.ranks].min() > 1.2 * np.median(busy[others(p)])
 
 
+def _slow_data_rank(p: Pair) -> None:
+    # only its input is slow: +30 % of a step of data loading, compute as healthy; the peers of its TP
+    # group wait that long inside their TP all-reduce (collective_wait), its own is the shortest
+    assert p.phase(p.bad, "data_ms") > p.phase(p.good, "data_ms") + 0.25 * p.job.nominal_ms
+    assert p.phase(p.bad, "forward_ms") == pytest.approx(p.phase(p.good, "forward_ms"), rel=0.05)
+    tp = p.kind("allreduce/tp")
+    peers = np.flatnonzero(p.job.topology.group_ids["tp"] == p.job.topology.group_ids["tp"][p.ranks[0]])
+    for s in p.window:
+        kernels = p.bad[s].k_total_ns[tp, peers]
+        assert p.bad[s].k_total_ns[tp, p.ranks[0]] == kernels.min()
+        assert kernels.max() - kernels.min() > 0.25 * p.job.nominal_ms * 1e6
+
+
+def _bursty_rank(p: Pair) -> None:
+    busy = np.array([f.busy_ms for f in p.bad])
+    slow = busy[:, p.ranks[0]] > 1.15 * np.median(busy[:, others(p)], axis=1)
+    expected = [s for s in range(p.fault.start, STEPS) if (s - p.fault.start) % 25 < 5]
+    assert np.flatnonzero(slow[10:]).tolist() == [s - 10 for s in expected]  # bursts of 5 every 25, nothing else
+
+
 def _hung(p: Pair) -> None:
     after = p.bad[p.fault.start:]
     assert not any(f.completed for f in after) and all(f.completed for f in p.bad[: p.fault.start])
@@ -266,7 +292,7 @@ def _hung(p: Pair) -> None:
 
 def _flapping_link(p: Pair) -> None:
     i = p.kind("allreduce/dp")
-    calls = np.array([p.bad[s].k_max_ns[i, p.ranks].mean() for s in p.window])
+    calls = np.array([longest_transfer(p.bad[s])[i, p.ranks].mean() for s in p.window])
     assert calls.max() / calls.min() > 2.5  # ×3 on, ×1 off
 
 
@@ -297,7 +323,8 @@ CHECKS: dict[str, Callable[[Pair], None]] = {
     "cpu_device_mismatch": _cpu_device_mismatch, "interstep_cpu_work": _interstep,
     "minority_kernels": _minority_kernels, "timing_conflicts": _timing_conflicts,
     "hermes_gc_moe": _hermes_gc_moe, "hermes_foreign_process": _hermes_foreign_process,
-    "hermes_bad_links": _hermes_bad_links, "slow_rank": _slow_compute_one, "hung_rank": _hung,
+    "hermes_bad_links": _hermes_bad_links, "slow_rank": _slow_compute_one, "slow_data_rank": _slow_data_rank,
+    "bursty_rank": _bursty_rank, "hung_rank": _hung,
     "dead_host": _hung, "slow_host": _slow_compute_one, "flapping_link": _flapping_link,
     "slow_pp_stage": _slow_pp_stage, "step_time_shift": _step_time_shift,
 }

@@ -130,3 +130,26 @@ def test_a_rank_of_a_held_host_incident_reopens_the_host_incident() -> None:
     assert (reopened.scope, reopened.evidence.get("reopened")) == ("host", 1.0)
     assert "R2" in incidents[-2].rules or "R2" in incidents[-1].rules
     assert len({o.incident_id for o in incidents}) == 2, "rank 12 of node-1 is not node-0's"
+
+
+def _rank(step: int) -> Finding:
+    return Finding(rule="SLOW_RANK", key="rank:7", scope="rank", step=step, summary="rank 7 slow", ranks=[7],
+                   open_after=2, resolve_after=3)
+
+
+def test_a_rank_slow_in_bursts_is_one_incident_recording_each_burst() -> None:
+    # 5-step bursts every 25 steps: each resolves 3 clean steps after it ends, 17 steps before the next
+    book = IncidentBook(job="j", hold_down_steps=10, culprit_hold_down_steps=50)
+    bursts = (20, 45, 70, 95)
+    plan = {s: [_rank(s)] for b in bursts for s in range(b, b + 5)}
+    out = _run(book, plan, range(0, 120))
+    assert len({o.incident_id for o in out}) == 1
+    assert [o.state for o in out] == ["open", "resolved"] + ["update", "resolved"] * 3
+    last = out[-1]
+    assert (last.step_first, last.step_last) == (20, 99)
+    assert last.evidence["bursts"] == 4.0
+    assert [last.evidence[f"burst_{n}_step"] for n in (2, 3, 4)] == [45.0, 70.0, 95.0]
+    # a job-wide problem keeps the short hold-down: slow steps 25 apart are separate episodes
+    book = IncidentBook(job="j", hold_down_steps=10, culprit_hold_down_steps=50)
+    jobs = _run(book, {s: [_job("SLOW_STEP", s)] for b in bursts for s in range(b, b + 5)}, range(0, 120))
+    assert len({o.incident_id for o in jobs}) == 4

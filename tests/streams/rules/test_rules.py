@@ -209,7 +209,21 @@ def test_r5_no_verdict_without_history_and_constant_is_quiet() -> None:
         assert len(a) == 0
 
 
-def test_r6_flags_the_slow_group_leave_one_out() -> None:
+def test_r6_flags_every_slow_group_of_a_degraded_host() -> None:
+    # a degraded host link slows 8 of a 64-rank job's 32 pipelines: the others' mean and std (even leaving
+    # the judged group out: 0.89 ± 0.21 of the healthy rate) hid all 8; their median and MAD do not
+    rng = np.random.default_rng(1)
+    means = 10.0 * rng.lognormal(0.0, 0.01, 32)
+    means[:8] *= 0.5
+    assert r6.evaluate(means, np.zeros(32, dtype=bool), r6.Params()).index.tolist() == list(range(8))
+    # a group a few % off the median (its least-waiting member waited elsewhere in the step) is no slow group
+    means = np.full(16, 95.0)
+    means[4] = 88.9
+    assert r6.evaluate(means, np.zeros(16, dtype=bool), r6.Params()).index.tolist() == [4]
+    assert len(r6.evaluate(means, np.zeros(16, dtype=bool), r6.Params(min_deviation=0.2))) == 0
+
+
+def test_r6_flags_the_slow_group() -> None:
     means = np.array([20.0, 20.3, 19.8, 20.1, 10.0])
     assert r6.evaluate(means, np.zeros(5, dtype=bool), r6.Params()).index.tolist() == [4]
     # a group with an R5 candidate is left out; too few groups: no verdict
