@@ -64,6 +64,7 @@ def test_more_collective_traffic_is_named_as_the_cause() -> None:
     scores = score_records([run_record("uncompressed_gradients", run)], messages)["scenarios"]
     s = scores["uncompressed_gradients"]
     assert s["recall"] == s["precision"] == s["localisation"] == 1.0, s
+    assert s["rule_attribution"] == 1.0, s  # expected: SLOW_STEP (cause comm_volume), not R5/R6
     injected = job.faults[0].magnitude["grad_bytes_factor"]
     found = [m for m in _latest(messages) if m["scope"] == "job"]
     assert len(found) == 1, found
