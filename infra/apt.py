@@ -24,8 +24,10 @@ UPDATE_TIMEOUT_S = 900.0
 INSTALL_TIMEOUT_S = 1500.0
 
 
-def apt_install(packages: tuple[str, ...], apt_log: Path, installed: Callable[[], bool], what: str) -> None:
-    """``apt-get update`` then ``apt-get install -y packages`` unless ``installed()`` already holds.
+def apt_install(packages: tuple[str, ...], apt_log: Path, installed: Callable[[], bool], what: str,
+                recommends: bool = False) -> None:
+    """``apt-get update`` then ``apt-get install -y packages`` unless ``installed()`` already holds
+    (`recommends`: with the packages' recommended ones too).
 
     Runs under the machine-wide lock and re-checks ``installed()`` inside it (another
     process may have finished meanwhile). Raises InfraError (with the log's tail) on failure.
@@ -56,8 +58,9 @@ def apt_install(packages: tuple[str, ...], apt_log: Path, installed: Callable[[]
                 code = _run_logged([apt, *wait_lock, "update"], out, env, UPDATE_TIMEOUT_S)
                 if code != 0:
                     raise InfraError(f"{what}: `apt-get update` failed (exit {code}); log {apt_log}\n{_tail(apt_log)}")
-                code = _run_logged([apt, *wait_lock, "install", "-y", "--no-install-recommends", *packages],
-                                  out, env, INSTALL_TIMEOUT_S)
+                no_recommends = [] if recommends else ["--no-install-recommends"]
+                code = _run_logged([apt, *wait_lock, "install", "-y", *no_recommends, *packages],
+                                   out, env, INSTALL_TIMEOUT_S)
                 if code != 0:
                     raise InfraError(f"{what}: `apt-get install` failed (exit {code}); log {apt_log}\n{_tail(apt_log)}")
         finally:

@@ -1082,51 +1082,10 @@ class ClickHouseServer(_Service):
 
     def install(self) -> None:
         """Install Debian's clickhouse-server with apt if missing, without starting its service."""
-        if self.binary() is not None:
-            return
-        hint = "apt-get update && apt-get install -y " + " ".join(CLICKHOUSE_PACKAGES)
-        if os.geteuid() != 0:
-            raise InfraError(f"clickhouse: clickhouse-server not found; run as root: {hint}")
-        # Machine-wide lock: several homes/processes may try at once, and each of them
-        # would otherwise create/remove /usr/sbin/policy-rc.d under the others' feet.
-        with _file_lock(Path("/run/lock/steplens-infra-apt.lock"), "clickhouse install"):
-            if self.binary() is None:
-                self._apt_install(hint)
+        from infra.apt import apt_install  # infra.apt builds on this module's process helpers
 
-    def _apt_install(self, hint: str) -> None:
-        """apt-get update + install with a temporary policy-rc.d so no service starts."""
-        apt = _which("apt-get", _SBIN_DIRS)
-        if apt is None:
-            raise InfraError(f"clickhouse: clickhouse-server not found and no apt-get; {hint}")
-        self.cfg.logs_dir.mkdir(parents=True, exist_ok=True)
-        apt_log = self.cfg.logs_dir / "apt.log"
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        policy = Path("/usr/sbin/policy-rc.d")
-        created_policy = False
-        log.info("clickhouse: installing %s with apt (log %s)", " ".join(CLICKHOUSE_PACKAGES), apt_log)
-        try:
-            if not policy.exists():
-                # 101 = "action forbidden": the package must not start the system service.
-                policy.write_text("#!/bin/sh\nexit 101\n")
-                policy.chmod(0o755)
-                created_policy = True
-            with apt_log.open("ab") as out:
-                wait_lock = ["-o", "DPkg::Lock::Timeout=600"]  # third-party apt runs
-                code = _run_logged([apt, *wait_lock, "update"], out, env, 900)
-                if code != 0:
-                    raise InfraError(
-                        f"clickhouse: `apt-get update` failed (exit {code}); log {apt_log}\n{_tail(apt_log)}"
-                    )
-                code = _run_logged([apt, *wait_lock, "install", "-y", *CLICKHOUSE_PACKAGES], out, env, 1500)
-                if code != 0:
-                    raise InfraError(
-                        f"clickhouse: `apt-get install` failed (exit {code}); log {apt_log}\n{_tail(apt_log)}"
-                    )
-        finally:
-            if created_policy:
-                policy.unlink(missing_ok=True)
-        if self.binary() is None:
-            raise InfraError(f"clickhouse: apt finished but clickhouse-server is missing; {hint}")
+        apt_install(CLICKHOUSE_PACKAGES, self.cfg.logs_dir / "apt.log", lambda: self.binary() is not None,
+                    "clickhouse", recommends=True)
 
     # --- configuration --------------------------------------------------------------
     def render_config_xml(self) -> str:

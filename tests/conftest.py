@@ -18,6 +18,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import Protocol, TypeVar
 
 import pytest
 
@@ -28,6 +29,26 @@ from infra.secrets import CLICKHOUSE_READER, CLICKHOUSE_WRITER
 from steplens.config import Settings
 
 
+class _Service(Protocol):
+    def install(self) -> None: ...
+
+    def start(self) -> bool: ...
+
+    def stop(self) -> None: ...
+
+
+S = TypeVar("S", bound=_Service)
+
+
+def _run_for_the_session(service: S) -> Iterator[S]:
+    """Install and start `service` (or reuse a running one); stop it at the end if this session started it."""
+    service.install()
+    started = service.start()
+    yield service
+    if started and not os.environ.get("STEPLENS_KEEP_SERVICES"):
+        service.stop()
+
+
 @pytest.fixture(scope="session")
 def infra_config() -> InfraConfig:
     return InfraConfig.from_env()
@@ -36,12 +57,8 @@ def infra_config() -> InfraConfig:
 @pytest.fixture(scope="session")
 def kafka_bootstrap(infra_config: InfraConfig) -> Iterator[str]:
     """Bootstrap address of the real Kafka broker (started by infra/ when not running)."""
-    broker = KafkaBroker(infra_config)
-    broker.install()
-    started = broker.start()
-    yield broker.bootstrap
-    if started and not os.environ.get("STEPLENS_KEEP_SERVICES"):
-        broker.stop()
+    for broker in _run_for_the_session(KafkaBroker(infra_config)):
+        yield broker.bootstrap
 
 
 @pytest.fixture(scope="session")
@@ -57,12 +74,7 @@ def kafka_settings(kafka_bootstrap: str, infra_config: InfraConfig) -> Settings:
 @pytest.fixture(scope="session")
 def clickhouse_service(infra_config: InfraConfig) -> Iterator[ClickHouseServer]:
     """The real ClickHouse server (Debian's 18.16, started by infra/ when not running)."""
-    server = ClickHouseServer(infra_config)
-    server.install()
-    started = server.start()
-    yield server
-    if started and not os.environ.get("STEPLENS_KEEP_SERVICES"):
-        server.stop()
+    yield from _run_for_the_session(ClickHouseServer(infra_config))
 
 
 @pytest.fixture(scope="session")
@@ -80,23 +92,13 @@ def clickhouse_reader_url(clickhouse_service: ClickHouseServer) -> str:
 @pytest.fixture(scope="session")
 def alertmanager_service(infra_config: InfraConfig) -> Iterator[AlertmanagerServer]:
     """The real Alertmanager (Debian's prometheus-alertmanager, installed and started by infra/ when missing)."""
-    server = AlertmanagerServer(infra_config)
-    server.install()
-    started = server.start()
-    yield server
-    if started and not os.environ.get("STEPLENS_KEEP_SERVICES"):
-        server.stop()
+    yield from _run_for_the_session(AlertmanagerServer(infra_config))
 
 
 @pytest.fixture(scope="session")
 def prometheus_service(infra_config: InfraConfig) -> Iterator[PrometheusServer]:
     """The real Prometheus (Debian's prometheus) with the shipped config and rules (infra/prometheus.py)."""
-    server = PrometheusServer(infra_config)
-    server.install()
-    started = server.start()
-    yield server
-    if started and not os.environ.get("STEPLENS_KEEP_SERVICES"):
-        server.stop()
+    yield from _run_for_the_session(PrometheusServer(infra_config))
 
 
 @pytest.fixture
