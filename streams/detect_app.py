@@ -62,6 +62,12 @@ class DetectWorker:
         self.lock = asyncio.Lock()
         self.last_snapshot = time.monotonic()
         self.restored = False
+        # set while no restore runs: chunks wait for it. Faust resumes the flow before an
+        # on_partitions_assigned handler's restore has loaded the snapshots, and a chunk applied
+        # meanwhile created a fresh engine that restore then kept as "newer" than the job's
+        # snapshot: its open incidents were lost and opened again under new ids (make soak, after a
+        # second detect worker was SIGKILLed: outbox seq back at 1, a second SLOW_RANK incident)
+        self.restore_done = asyncio.Event()
         self.stream: Any = None
 
     async def restore(self, owned: set[int] | None = None) -> None:
@@ -73,6 +79,13 @@ class DetectWorker:
         Outboxes restored with pending outputs are checked against the output topics: what
         is already there is dropped, the rest goes out with the next snapshot.
         """
+        self.restore_done.clear()
+        try:
+            await self._restore(owned)
+        finally:
+            self.restore_done.set()
+
+    async def _restore(self, owned: set[int] | None) -> None:
         loop = asyncio.get_running_loop()
         names = list(self.out_topics.values())
         snaps = await loop.run_in_executor(None, self.store.load)
@@ -136,6 +149,7 @@ class DetectWorker:
             self.dirty.add(item.job)
 
     async def on_chunks(self, events: list[Any]) -> None:
+        await self.restore_done.wait()  # the jobs' restored state first, then their input
         async with self.lock:
             now = now_ns()
             outputs: list[Output] = []
@@ -268,6 +282,7 @@ def create_detect_app(settings: Settings) -> faust.App:
 
     async def on_assigned(*args: Any, **kwargs: Any) -> None:  # (sender, assigned TPs)
         worker.restored = False
+        worker.restore_done.clear()  # before anything yields: no chunk may slip in ahead of the restore
         await worker.restore(_partials(args[1]) if len(args) > 1 else None)
 
     app.on_partitions_assigned.connect(on_assigned)
