@@ -37,6 +37,7 @@ called by one thread (the sink loop), which is the supported use.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -68,6 +69,34 @@ Convert = Callable[[Any], Any]
 _RAW = frozenset((bytes, bytearray, memoryview))
 _ARROW_SCALARS = ("String", "UInt8", "UInt16", "UInt32", "UInt64", "Int8", "Int16", "Int32", "Int64",
                   "Float32", "Float64", "Date")
+
+
+def in_use_by_another_process(path: Path) -> bool:
+    """True when another process holds the embedded engine's lock on `path` (``<path>/status``).
+
+    A worker that lands into an embedded store checks this before it joins its consumer group: a
+    second land (or parse) worker on the same store used to take its share of the partitions and
+    then fail every insert ("Cannot lock file .../status") while holding them, stalling their
+    landing for as long as it ran. The probe takes and drops the same ``flock`` the engine takes; a
+    process that has the store open itself also reads as busy (its engine's lock is another open
+    file), so call it before opening the store.
+    """
+    import fcntl
+
+    status = Path(path) / "status"
+    try:
+        fd = os.open(status, os.O_RDONLY)
+    except FileNotFoundError:
+        return False  # never opened: nobody holds it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
 
 
 def _arrow_type(ch_type: str) -> tuple[Any, bool] | None:

@@ -119,6 +119,14 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(0)
         log.error("%s", exc)
         sys.exit(2)
+    if args.role in ("land", "parse") and not settings.uses_server:
+        from sinks.embedded import in_use_by_another_process
+
+        if in_use_by_another_process(settings.embedded_path):
+            log.error("the embedded ClickHouse store %s is open in another process: one process (one land worker) "
+                      "owns an embedded store; run more land or parse workers against a ClickHouse server "
+                      "(STEPLENS_CLICKHOUSE_URL, docs/scaling.md)", settings.embedded_path)
+            sys.exit(2)
     app = create_app(settings, args.role)
     faust_worker = _Worker(app, loglevel=args.loglevel, quiet=True, stopper=stopper)
     faust_worker.execute_from_commandline()

@@ -97,3 +97,18 @@ def test_a_bad_row_does_not_leave_the_session_stuck(embedded_backend: EmbeddedBa
     good = row_for(step(), 1)
     embedded_backend.insert("steps", good.columns, [good.row])
     assert embedded_backend.query("SELECT count() FROM steplens.steps") == [(1,)]
+
+
+def test_a_store_open_elsewhere_reads_as_in_use(tmp_path: Path) -> None:
+    """The probe a land worker runs before it joins its group (streams/__main__.py): the engine's own
+    lock on <path>/status, held by an open backend, reads as busy; a closed or new store as free."""
+    from sinks.embedded import EmbeddedBackend, in_use_by_another_process
+
+    path = tmp_path / "chdb"
+    assert not in_use_by_another_process(path)
+    backend = EmbeddedBackend(path, "probe")
+    try:
+        assert in_use_by_another_process(path)
+    finally:
+        backend.close()
+    assert not in_use_by_another_process(path)

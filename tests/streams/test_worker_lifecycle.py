@@ -107,3 +107,31 @@ def test_ensure_topics_gives_up_after_its_deadline() -> None:
     settings = replace(load_settings({}), kafka_bootstrap=f"127.0.0.1:{_closed_port()}")
     with pytest.raises(TopicsUnavailable, match="attempts"):
         ensure_topics(settings, Topics("x."), 1, wait_s=1.0)
+
+
+@pytest.mark.integration
+@pytest.mark.kafka
+def test_a_second_land_worker_on_one_embedded_store_exits_with_a_clear_error(
+        kafka_settings: Settings, unique_name: str, tmp_path: Path) -> None:
+    """Embedded chdb is one process's store. A second land worker on it used to join the group, take
+    its share of the partitions and fail every insert while holding them ("Cannot lock file
+    .../status", make soak); it now refuses to start (exit 2) and says why."""
+    from sinks import open_backend
+
+    settings = replace(load_settings({}), home=tmp_path, kafka_bootstrap=kafka_settings.kafka_bootstrap,
+                       secrets_dir=kafka_settings.secrets_path, topic_prefix=f"{unique_name}.", app_id=unique_name,
+                       topic_partitions=1, chdb_path=tmp_path / "chdb")
+    owner = open_backend(settings)  # this test process plays the first land worker
+    log = tmp_path / "second.log"
+    try:
+        proc = _start(_env(settings), log)
+        try:
+            code = proc.wait(120)
+        except subprocess.TimeoutExpired:
+            _terminate(proc)
+            raise
+    finally:
+        owner.close()
+    text = log.read_text(errors="replace")
+    assert code == 2, text[-3000:]
+    assert "is open in another process" in text, text[-3000:]
