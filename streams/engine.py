@@ -285,9 +285,11 @@ class FleetEngine:
     lagging: bool = False  # what the newest chunk said of the decode stage's input
     lag_seen_ns: int = 0
     quiet_ticks: int = 0  # ticks since the last chunk
+    awake_ns: int = 0  # when this fleet (this worker process) first ran: no job was silent to it before
 
     def on_chunk(self, chunk: dict[str, Any], now_ns: int) -> list[Output]:
         self.quiet_ticks = 0
+        self.awake_ns = self.awake_ns or now_ns
         lagging = input_lagging(chunk, self.cfg.batch_max, now_ns)
         if lagging is not None:
             self.lagging, self.lag_seen_ns = lagging, now_ns
@@ -330,10 +332,13 @@ class FleetEngine:
         the input is current.
         """
         self.quiet_ticks += 1
+        self.awake_ns = self.awake_ns or now_ns
         lagging = self.lagging_now(now_ns)
         out: list[Output] = []
         for engine in list(self.jobs.values()):
             engine.frames.input_lagging = lagging
+            if 0 < engine.heard_ns < self.awake_ns:  # restored from a snapshot: the worker was down, not the job
+                engine.heard_ns = self.awake_ns
             out.extend(engine.tick(now_ns))
         return out
 

@@ -98,3 +98,37 @@ def test_a_decode_backlog_is_not_a_crash() -> None:
         out.extend(fleet.tick(now))
     assert now - fleet.jobs["queued"].heard_ns > 90 * 10**9  # silent 95 s, but behind a backlog
     assert [i.rule for i in incidents(out)] == []
+
+
+def test_a_detect_worker_down_longer_than_job_silence_s_is_not_a_crash() -> None:
+    """A job's state restored from a snapshot by a worker that starts minutes later: the silence
+    was the worker's, the job's reports are queued; only a silence seen by this worker counts."""
+    from schemas import encode
+    from steplens.config import DetectionConfig
+    from streams.combine import chunks as codec
+    from streams.engine import FleetEngine
+    from streams.ingest.decode import decode_batch
+    from tests.streams.helpers import T0
+
+    job = SimulatedJob("restored", Topology(dp=4, tp=2, pp=1), steps=20, seed=9)
+    cfg = DetectionConfig()
+    before = FleetEngine(cfg)
+    now = T0
+    for events in job.iter_steps():
+        chunks, _ = decode_batch([encode(e) for e in events], 1 << 20)
+        for chunk in chunks:
+            chunk["behind_ns"], chunk["lag"] = 0, 0
+            before.on_chunk(codec.loads(codec.dumps(chunk)), now)
+        now += 500_000_000
+        before.tick(now)
+    after = FleetEngine(cfg, jobs=dict(before.jobs))  # the snapshot, restored 5 minutes later
+    now += 300 * 10**9
+    out: list[object] = []
+    for _ in range(100):  # 50 s: less than job_silence_s since the worker started
+        now += 500_000_000
+        out.extend(after.tick(now))
+    assert incidents(out) == []
+    for _ in range(40):  # and then silent past job_silence_s by this worker's clock: the job stopped
+        now += 500_000_000
+        out.extend(after.tick(now))
+    assert [i.rule for i in incidents(out, "open")] == ["JOB_STOPPED"]
