@@ -38,6 +38,7 @@ INT_FIELDS: Final[dict[str, Range]] = {
     "device": UINT16,  # steps.device (UInt16); incidents.device is Int32, wider
     "group": INT32,  # *_group columns, incidents.group
     "stage": INT16,
+    "attempt": UINT16,  # steps.attempt, kernel_summaries.attempt, jobs.attempt (UInt16)
 }
 
 # The pipeline stage (the `pp` domain's index) is stored as Int16 (`steps.pp_stage`).

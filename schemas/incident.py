@@ -22,6 +22,8 @@ RULE_IDS = (
     "SLOW_STEP", "SLOW_RANK",
     # contract 1.1: the fleet-scale scopes
     "SLOW_HOST", "SLOW_GROUP", "SLOW_LINK", "SLOW_STAGE", "HUNG_RANK", "HUNG_HOST", "DIAGNOSIS",
+    # contract 1.4: a job whose every rank and device stopped reporting (a crash), one incident
+    "JOB_STOPPED",
 )
 
 

@@ -20,6 +20,9 @@ class JobEvent:
     per step. Detection then knows to await them even when a backlog delivers a job's step
     events long before its summaries (they travel on separate topics); None: not declared,
     learned from the summaries that arrive.
+    attempt (contract 1.4): which launch of the job this is, 0 for the first; a relaunch under
+    the same job id (after a crash, from a checkpoint, maybe with fewer hosts) counts up. The
+    hook takes it from the launcher's restart count (TORCHELASTIC_RESTART_COUNT).
     """
 
     TYPE: ClassVar[str] = "job"
@@ -32,6 +35,7 @@ class JobEvent:
     last_step: int | None = None
     model: str | None = None
     kernel_summaries: bool | None = None
+    attempt: int = 0
 
     def check(self, path: str) -> None:
         require(bool(self.job), join(path, "job"), "must not be empty")

@@ -77,6 +77,7 @@ class KernelSummary(RankIdentity):
     entries: one aggregate per monitored kind (see KernelAggregate.key).
     other_count / other_ns: kernels outside every monitored kind (R7's minority kernels).
     dropped: kernels the hook could not record (counted, never silent).
+    attempt (contract 1.4): the job's launch, as on the step event.
     """
 
     TYPE: ClassVar[str] = "kernel_summary"
@@ -86,6 +87,7 @@ class KernelSummary(RankIdentity):
     other_count: int = 0
     other_ns: int = 0
     dropped: int = 0
+    attempt: int = 0
 
     @property
     def monitored_ns(self) -> int:

@@ -43,7 +43,11 @@ class Phases:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepEvent(RankIdentity):
-    """One training step as seen by one rank (topic steplens.steps)."""
+    """One training step as seen by one rank (topic steplens.steps).
+
+    attempt (contract 1.4): the job's launch this step belongs to (see JobEvent.attempt); a
+    relaunch re-runs steps from its checkpoint, and each attempt's steps are kept apart.
+    """
 
     TYPE: ClassVar[str] = "step"
 
@@ -58,6 +62,7 @@ class StepEvent(RankIdentity):
     flops: float | None = None
     peak_flops: float | None = None
     profiling: bool = False
+    attempt: int = 0
 
     @property
     def duration_ms(self) -> float:

@@ -57,8 +57,8 @@ _PHASES = Phases.NAMES
 _PHASE_KEYS = frozenset(_PHASES)
 _IDENTITY_KEYS = ("type", "v", "job", "rank", "world", "host", "device", "domains")
 _STEP_KEYS = frozenset((*_IDENTITY_KEYS, "step", "start_ns", "end_ns", "phases", "gc_count", "batch_size",
-                        "samples", "tokens", "flops", "peak_flops", "profiling"))
-_SUMMARY_KEYS = frozenset((*_IDENTITY_KEYS, "step", "entries", "other_count", "other_ns", "dropped"))
+                        "samples", "tokens", "flops", "peak_flops", "profiling", "attempt"))
+_SUMMARY_KEYS = frozenset((*_IDENTITY_KEYS, "step", "entries", "other_count", "other_ns", "dropped", "attempt"))
 _AGGREGATE_KEYS = frozenset(("key", "cat", "count", "total_ns", "max_ns", "metric", "shape", "flops", "op", "domain",
                              "group_size", "bytes", "direction", "launch_mean_us", "launch_mad_us"))
 _DEVICE_KEYS = frozenset(("type", "v", "host", "device", "ts_ns", "job", "rank", "device_kind", "power_w", "temp_c",
@@ -165,7 +165,7 @@ def _step(doc: Doc, ingested_ns: int) -> list[TableRow]:
         _opt_int(doc.get("gc_count"), 0, _I64), _opt_int(doc.get("batch_size"), 0, _I64),
         _opt_int(doc.get("samples"), 0, _I64), _opt_int(doc.get("tokens"), 0, _I64),
         _opt_num(doc.get("flops"), 0.0), _opt_num(doc.get("peak_flops"), 0.0),
-        1 if profiling else 0, _day(start), _int(ingested_ns, 0, _I64),
+        1 if profiling else 0, _day(start), _int(ingested_ns, 0, _I64), _int(doc.get("attempt", 0), 0, _U16),
     )
     return [TableRow(STEPS_TABLE, STEP_COLUMNS, row)]
 
@@ -190,7 +190,8 @@ def _kernel_summary(doc: Doc, ingested_ns: int) -> list[TableRow]:
         raise _Reject  # an empty summary is one special row: the full path makes it
     head = (job, rank, step, host, device)
     tail = (_int(doc.get("other_count", 0), 0, _I64), _int(doc.get("other_ns", 0), 0, _I64),
-            _int(doc.get("dropped", 0), 0, _I64), _day(ingested_ns), _int(ingested_ns, 0, _I64))
+            _int(doc.get("dropped", 0), 0, _I64), _day(ingested_ns), _int(ingested_ns, 0, _I64),
+            _int(doc.get("attempt", 0), 0, _U16))
     n = len(entries)
     out: list[TableRow] = []
     for index, a in enumerate(entries):

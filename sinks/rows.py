@@ -39,7 +39,7 @@ STEP_COLUMNS: tuple[str, ...] = (
     "start_ns", "end_ns", "duration_ms",
     *Phases.NAMES,
     "gc_count", "batch_size", "samples", "tokens", "flops", "peak_flops",
-    "profiling", "event_date", "ingested_ns",
+    "profiling", "event_date", "ingested_ns", "attempt",
 )
 
 INCIDENT_COLUMNS: tuple[str, ...] = (
@@ -51,6 +51,7 @@ INCIDENT_COLUMNS: tuple[str, ...] = (
 
 JOB_COLUMNS: tuple[str, ...] = (
     "job", "phase", "world", "ts_ns", "parallel_keys", "parallel_values", "last_step", "model", "event_date",
+    "attempt",
 )
 
 DEAD_LETTER_COLUMNS: tuple[str, ...] = (
@@ -141,6 +142,7 @@ def step_row(e: StepEvent, ingested_ns: int) -> Row:
         1 if e.profiling else 0,
         event_date(e.start_ns),
         _fit(ingested_ns, _INT64, "ingested_ns"),
+        _fit(e.attempt, _UINT16, "attempt"),
     )
 
 
@@ -187,6 +189,7 @@ def job_row(j: JobEvent) -> Row:
         _fit_opt(j.last_step, _INT64, "last_step"),
         j.model,
         event_date(j.ts_ns),
+        _fit(j.attempt, _UINT16, "attempt"),
     )
 
 
@@ -276,7 +279,7 @@ KERNEL_SUMMARY_COLUMNS: tuple[str, ...] = (
     "job", "rank", "step", "host", "device", "entry", "entries",
     "key", "cat", "count", "total_ns", "max_ns", "metric", "shape_keys", "shape_values", "flops",
     "op", "domain", "group_size", "bytes", "direction", "launch_mean_us", "launch_mad_us",
-    "other_count", "other_ns", "dropped", "event_date", "ingested_ns",
+    "other_count", "other_ns", "dropped", "event_date", "ingested_ns", "attempt",
 )
 
 KERNEL_COLUMNS: tuple[str, ...] = (
@@ -328,6 +331,7 @@ def kernel_summary_rows(s: KernelSummary, ingested_ns: int) -> list[Row]:
     tail = (
         _fit(s.other_count, _UINT64, "other_count"), _fit(s.other_ns, _INT64, "other_ns"),
         _fit(s.dropped, _UINT64, "dropped"), event_date(ingested_ns), _fit(ingested_ns, _INT64, "ingested_ns"),
+        _fit(s.attempt, _UINT16, "attempt"),
     )
     n = len(s.entries)
     if n == 0:

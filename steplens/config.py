@@ -56,6 +56,8 @@ class DetectionConfig:
     hang_silence_s: float = 20.0     # a rank silent this long while its peers went on is hung (> a detect
     #                                  worker's death: its input partitions are silent ~10 s until reassigned)
     hang_stall_factor: float = 2.0      # devices sampling this many window timeouts past the last step: a hang
+    job_silence_s: float = 60.0      # no rank nor device of a job reported this long, no `end`: it stopped
+    #                                  (a crash: one JOB_STOPPED incident; > window_timeout_max_s)
     window_max_open_steps: int = 64      # open frames per job before the oldest is closed
     batch_max: int = 10_000          # raw messages per take() of the decode stage
     batch_within_s: float = 0.2      # decode poll timeout (kafka-python returns at once when records are there)

@@ -141,6 +141,10 @@ def results_from(backend: Backend, job: str, since_ns: int, bad_events_topic: st
     dead = backend.query(
         f"SELECT count() FROM {dead_t} WHERE received_ns >= %(since_ns)s AND topic = %(topic)s", params
     )
+    attempts = backend.query(  # contract 1.4: each launch of the job (a relaunch re-runs steps under the same id)
+        f"SELECT attempt, count(), uniqExact(rank), min(step), max(step) FROM {steps_t} FINAL "
+        f"WHERE job = %(job)s GROUP BY attempt ORDER BY attempt", params
+    )
     return {
         "steps_rows": steps[0][0], "ranks": steps[0][1], "last_step": steps[0][2],
         "incidents": [
@@ -150,6 +154,8 @@ def results_from(backend: Backend, job: str, since_ns: int, bad_events_topic: st
         ],
         "slowest_ranks_sql": [{"rank": r, "busy_ms": b} for r, b in slowest],
         "dead_letters": dead[0][0],
+        "attempts": [dict(zip(("attempt", "steps_rows", "ranks", "first_step", "last_step"), (int(v) for v in row),
+                              strict=True)) for row in attempts],
     }
 
 

@@ -44,6 +44,15 @@ def _fmt_steps(steps: list[int]) -> str:
     return ", ".join(runs)
 
 
+def _attempts(attempts: list[dict[str, int]]) -> list[str]:
+    """One line per launch when the job was relaunched (contract 1.4 `attempt`); none for one launch."""
+    if len(attempts) < 2:
+        return []
+    return [f"Relaunched: {len(attempts)} attempts.", ""] + [
+        f"- attempt {md(a['attempt'])}: steps {md(a['first_step'])}–{md(a['last_step'])}, {md(a['ranks'])} ranks, "
+        f"{md(a['steps_rows'])} step rows" for a in attempts]
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     res = report["results"]
     sc = report["scores"]
@@ -53,6 +62,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"{md(report['world'])} ranks, {md(report['steps'])} steps, seed {md(report['seed'])}, "
         f"landed in {md(report['backend'])}.",
         f"Landed {md(res['steps_rows'])} step rows for {md(res['ranks'])} ranks (last step {md(res['last_step'])}).",
+        *_attempts(res.get("attempts") or []),
         "",
         "## Found vs injected",
         "",

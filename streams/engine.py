@@ -4,6 +4,13 @@ One `JobEngine` per job owns its step frames (windows), the scopes' and rules' s
 incident book; `FleetEngine` routes chunks to jobs. No I/O and no clock inside: `now_ns` is
 passed in, so a test (or a replay after a restart) feeds chunks and gets the same outputs.
 The whole `FleetEngine.jobs[job]` object is the job's state snapshot (streams/state/).
+
+Job attempts (contract 1.4): a relaunch of a job under the same id (a higher `attempt` on its
+`start` or steps) replaces the job's engine with a fresh one, so the steps it re-runs from its
+checkpoint are analysed and the world it starts with (fewer hosts after an eviction) is the
+only one hangs are judged on; the old attempt's open incidents are resolved with
+`evidence.attempt_ended`. Chunks of an older attempt arriving after that are counted late.
+A job silent `job_silence_s` (no rank, no device, no `end`) has stopped: one JOB_STOPPED incident.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from streams.incidents.join import JoinState, OpenTrack, join
 from streams.ingest.decode import DOMAINS
 from streams.scopes import group_split, hung, pp_stage, slow_link, slow_rank, slow_step, stall
 from streams.scopes.finding import Finding
+from streams.scopes.stopped import job_stopped
 from streams.signals import (
     SignalState,
     device_findings,
@@ -79,16 +87,26 @@ class JobEngine:
     end_ts_ns: int = 0  # the job's own clock at its end event
     offsets: dict[int, int] = field(default_factory=dict)  # internal-topic partition -> last offset applied
     stats: EngineStats = field(default_factory=EngineStats)
+    attempt: int = 0  # the job's launch this state is for (contract 1.4)
+    heard_ns: int = 0  # worker clock of the job's newest report (steps, summaries, device samples)
+    stopped: bool = False  # JOB_STOPPED raised for the current silence
 
     @classmethod
-    def create(cls, job: str, cfg: DetectionConfig) -> JobEngine:
+    def create(cls, job: str, cfg: DetectionConfig, attempt: int = 0) -> JobEngine:
         params = WindowParams(timeout_factor=cfg.window_timeout_factor, timeout_min_s=cfg.window_timeout_min_s,
                               timeout_max_s=cfg.window_timeout_max_s, max_open_steps=cfg.window_max_open_steps)
-        return cls(job=job, cfg=cfg, frames=StepFrames(params=params),
+        return cls(job=job, cfg=cfg, frames=StepFrames(params=params), attempt=attempt,
                    book=IncidentBook(job=job, profile_steps=cfg.profile_steps,
                                      hold_down_steps=cfg.incident_hold_down_steps,
                                      culprit_hold_down_steps=cfg.culprit_hold_down_steps,
-                                     shift_hold_steps=cfg.baseline_steps))
+                                     shift_hold_steps=cfg.baseline_steps, attempt=attempt))
+
+    def relaunched(self, attempt: int, now_ns: int) -> tuple[JobEngine, list[Output]]:
+        """A fresh engine for the job's new `attempt`, and this attempt's open incidents resolved."""
+        out = [] if self.finished else self.book.finish(now_ns, attempt_ended=True)
+        fresh = JobEngine.create(self.job, self.cfg, attempt)
+        fresh.offsets, fresh.stats = self.offsets, self.stats  # one input, one count, across attempts
+        return fresh, out
 
     def on_chunk(self, chunk: dict[str, Any], now_ns: int, lagging: bool | None = None) -> list[Output]:
         """Apply one chunk; `lagging`: what it says of the decode stage's input (`input_lagging`,
@@ -100,6 +118,8 @@ class JobEngine:
             return []
         if lagging is not None:
             self.frames.input_lagging = lagging
+        if kind in ("steps", "kernels", "device"):
+            self.heard_ns, self.stopped = now_ns, False
         if kind == "steps":
             cols = StepColumns(chunk)
             self.frames.add_steps(cols, now_ns)
@@ -143,7 +163,19 @@ class JobEngine:
         if self.ended and (done or force):
             out.extend(self.book.finish(now_ns))
             self.finished = True
+        elif self._silent(now_ns) and self.frames.next_step is not None:
+            self.stopped = True
+            silent_s = (now_ns - self.heard_ns) / 1e9
+            out.extend(self.book.observe(self.frames.next_step, [job_stopped(self.frames.next_step, silent_s)],
+                                         now_ns, np.zeros(self.frames.topo.world, dtype=bool)))
         return out
+
+    def _silent(self, now_ns: int) -> bool:
+        """Every rank and device of the job stopped reporting, without an `end` (a crash, a killed
+        job): silent `job_silence_s` by the worker's clock, while the decode stage is current (a
+        backlog delays reports, it does not stop them) and no step is still waiting for reports."""
+        return (not self.ended and not self.stopped and self.heard_ns > 0 and not self.frames.input_lagging
+                and not self.frames.frames and now_ns - self.heard_ns >= int(self.cfg.job_silence_s * 1e9))
 
     def _stall_samples_in_flight(self) -> bool:
         """The end event says the job's clock ran well past its last completed step (a stall), but
@@ -253,17 +285,30 @@ class FleetEngine:
     lagging: bool = False  # what the newest chunk said of the decode stage's input
     lag_seen_ns: int = 0
     quiet_ticks: int = 0  # ticks since the last chunk
+    awake_ns: int = 0  # when this fleet (this worker process) first ran: no job was silent to it before
 
     def on_chunk(self, chunk: dict[str, Any], now_ns: int) -> list[Output]:
         self.quiet_ticks = 0
+        self.awake_ns = self.awake_ns or now_ns
         lagging = input_lagging(chunk, self.cfg.batch_max, now_ns)
         if lagging is not None:
             self.lagging, self.lag_seen_ns = lagging, now_ns
         job = chunk.get("job")
         if not isinstance(job, str) or not job:
             return []  # device samples nobody attributed to a job: landed, not analysed
+        engine = self.job(job)
+        out: list[Output] = []
+        attempt = chunk.get("attempt")  # device samples carry none: they go to the current attempt
+        if isinstance(attempt, int) and attempt != engine.attempt:
+            if attempt < engine.attempt:  # an earlier attempt's report, after its relaunch began
+                engine.stats.chunks += 1
+                engine.stats.late += 1
+                return []
+            engine, out = engine.relaunched(attempt, now_ns)
+            self.jobs[job] = engine
         # one judge of "lagging" for chunks and ticks alike: right after a chunk that says, it is that
-        return self.job(job).on_chunk(chunk, now_ns, self.lagging_now(now_ns))
+        out.extend(engine.on_chunk(chunk, now_ns, self.lagging_now(now_ns)))
+        return out
 
     def heard(self, now_ns: int) -> None:
         """The engine was busy until `now_ns` (a batch of chunks, a long tick), not waiting for input.
@@ -287,10 +332,13 @@ class FleetEngine:
         the input is current.
         """
         self.quiet_ticks += 1
+        self.awake_ns = self.awake_ns or now_ns
         lagging = self.lagging_now(now_ns)
         out: list[Output] = []
         for engine in list(self.jobs.values()):
             engine.frames.input_lagging = lagging
+            if 0 < engine.heard_ns < self.awake_ns:  # restored from a snapshot: the worker was down, not the job
+                engine.heard_ns = self.awake_ns
             out.extend(engine.tick(now_ns))
         return out
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from infra.clients import kafka_client_config
 from producers.emitter import BackgroundEmitter
 from producers.exporter import Exporter, KafkaExporter
-from producers.hook.core import Emitter, HookStats, RankHook, RankInfo
+from producers.hook.core import Emitter, HookStats, RankHook, RankInfo, launcher_attempt
 from producers.hook.profiling import ProfilerBackend, ProfileRequest
 from producers.sampler.ranks import register_device
 from schemas import Domain, Topics
@@ -80,7 +80,8 @@ def start(
     w = int(os.environ.get("WORLD_SIZE", "1")) if world is None else world
     info = RankInfo(job=job, rank=r, world=w, host=host or socket.gethostname(),
                     device=int(os.environ.get("LOCAL_RANK", str(r))) if device is None else device,
-                    domains=domains or {"dp": Domain(group=0, size=w, index=r)})
+                    domains=domains or {"dp": Domain(group=0, size=w, index=r)},
+                    attempt=launcher_attempt(os.environ))
     spool = settings.hook_spool_dir / job / f"rank{r}" if settings.hook_spool else None
     factory = emitter_factory or kafka_emitter_factory(settings, topics, spool_dir=spool,
                                                        flush_interval_s=settings.hook_flush_interval_s)

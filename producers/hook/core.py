@@ -24,7 +24,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -32,6 +32,7 @@ from typing import Any, Protocol, TypeVar
 from producers.hook.aggregate import AggSnapshot, KernelAggregator
 from producers.hook.profiling import ProfilerBackend, ProfileRequest, ProfileResult
 from schemas import ControlCommand, Domain, Event, KernelBatch, KernelSummary, Phases, ProfileReady, StepEvent
+from schemas.bounds import UINT16
 from schemas.kernel import CollectiveOp, CopyDirection, KernelCategory
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,14 @@ class RankInfo:
     host: str
     device: int
     domains: dict[str, Domain] = field(default_factory=dict)
+    attempt: int = 0  # the job's launch (contract 1.4): 0 first, counted up by each relaunch
+
+
+def launcher_attempt(env: Mapping[str, str]) -> int:
+    """The job's attempt from the launcher: torchrun / torchelastic export how many times it
+    restarted the workers (TORCHELASTIC_RESTART_COUNT); 0 when absent or not a count."""
+    raw = env.get("TORCHELASTIC_RESTART_COUNT", "")
+    return int(raw) if raw.isascii() and raw.isdigit() and int(raw) <= UINT16[1] else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,7 +221,7 @@ class RankHook:
 
     def set_domains(self, domains: dict[str, Domain]) -> None:
         self.rank = RankInfo(self.rank.job, self.rank.rank, self.rank.world, self.rank.host, self.rank.device,
-                             dict(domains))
+                             dict(domains), self.rank.attempt)
 
     # --- step API ------------------------------------------------------------------------
     def step_begin(self, step: int | None = None) -> None:
@@ -628,11 +637,12 @@ class RankHook:
                 interstep_cpu_ms=None if cur.interstep_ns is None else cur.interstep_ns / 1e6, gc_ms=d.gc_ms,
             ),
             gc_count=d.gc_count, batch_size=d.batch_size, samples=d.samples, tokens=d.tokens, flops=d.flops,
-            peak_flops=self.peak_flops, profiling=d.profiling,
+            peak_flops=self.peak_flops, profiling=d.profiling, attempt=r.attempt,
         ))
         if kernels is not None:
             out.append(KernelSummary(job=r.job, rank=r.rank, world=r.world, host=r.host, device=r.device,
-                                    domains=r.domains, step=cur.step, **kernels.summary_fields()))
+                                    domains=r.domains, step=cur.step, attempt=r.attempt,
+                                    **kernels.summary_fields()))
 
     def _drain_builder(self, timeout: float | None) -> bool:
         """Wait until every finished step was handed to the emitter."""

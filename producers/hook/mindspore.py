@@ -74,7 +74,7 @@ class StepLensCallback(Callback):  # type: ignore[misc]  # mindspore is untyped
                 job=r.job, rank=r.rank, world=r.world, host=r.host, device=r.device, domains=r.domains,
                 step=self._last_step + i, start_ns=start, end_ns=start + each, phases=Phases(),
                 samples=self.samples, tokens=self.tokens, batch_size=self.samples, flops=self.flops,
-                peak_flops=self.hook.peak_flops,
+                peak_flops=self.hook.peak_flops, attempt=r.attempt,
             ))
         self.hook._overhead += time.perf_counter_ns() - t
 

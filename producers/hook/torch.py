@@ -46,7 +46,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from producers.hook.core import RankHook, RankInfo
+from producers.hook.core import RankHook, RankInfo, launcher_attempt
 from producers.hook.profiling import ProfileRequest, ProfileResult, dump_bytes
 from schemas import Domain, KernelRecord
 from schemas.kernel import CollectiveOp, KernelCategory
@@ -119,7 +119,7 @@ def torch_rank_info(job: str, *, declared: dict[str, Iterable[int]] | None = Non
     if device is None:
         device = int(os.environ.get("LOCAL_RANK", str(rank)))
     return RankInfo(job=job, rank=rank, world=world, host=host or socket.gethostname(), device=device,
-                    domains=resolve_domains(rank, world, declared))
+                    domains=resolve_domains(rank, world, declared), attempt=launcher_attempt(os.environ))
 
 
 # --- instrumentation -------------------------------------------------------------------------------

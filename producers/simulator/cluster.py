@@ -91,7 +91,12 @@ class SimStep:
 
 
 class SimulatedJob:
-    """A training job of `topology.world` ranks running `steps` steps with `faults` injected."""
+    """A training job of `topology.world` ranks running `steps` steps with `faults` injected.
+
+    A relaunch (contract 1.4) is another SimulatedJob of the same id with `attempt` counted up
+    and `first_step` at its checkpoint: it runs steps first_step .. steps - 1, all its events
+    carry the attempt.
+    """
 
     def __init__(
         self,
@@ -104,9 +109,15 @@ class SimulatedJob:
         timings: Timings | None = None,
         workload: Workload | None = None,
         start_ns: int = DEFAULT_START_NS,
+        attempt: int = 0,
+        first_step: int = 0,
     ) -> None:
         if steps < 1:
             raise ValueError("steps must be >= 1")
+        if not 0 <= first_step < steps:
+            raise ValueError("first_step must be in [0, steps)")
+        self.attempt = attempt
+        self.first_step = first_step
         self.job_id = job_id
         self.topology = topology
         self.steps = steps
@@ -134,7 +145,7 @@ class SimulatedJob:
         sigma = self.timings.noise
         mu = -0.5 * sigma * sigma  # mean-one lognormal
         start_ns = self.start_ns
-        for step in range(self.steps):
+        for step in range(self.first_step, self.steps):
             noise = rng.lognormal(mu, sigma, size=(len(BUSY_PHASES), world))
             phases: dict[str, FloatArray] = {
                 name: self.timings.base(name) * noise[i] for i, name in enumerate(BUSY_PHASES)
@@ -171,7 +182,7 @@ class SimulatedJob:
                         interstep_cpu_ms=cols["interstep_cpu_ms"][r], gc_ms=cols["gc_ms"][r],
                     ),
                     gc_count=gc[r], batch_size=wl.micro_batch, samples=wl.samples, tokens=wl.tokens,
-                    flops=self._flops, peak_flops=wl.peak_flops,
+                    flops=self._flops, peak_flops=wl.peak_flops, attempt=self.attempt,
                 )
                 for r in range(world)
             ]
@@ -190,9 +201,9 @@ class SimulatedJob:
         """The job's start and end lifecycle events."""
         parallel = self.topology.parallel()
         start = JobEvent(job=self.job_id, phase="start", world=self.world, ts_ns=self.start_ns,
-                         parallel=parallel, model=self.workload.model)
+                         parallel=parallel, model=self.workload.model, attempt=self.attempt)
         end = JobEvent(job=self.job_id, phase="end", world=self.world, ts_ns=self.end_ns(),
-                       parallel=parallel, last_step=self.steps - 1, model=self.workload.model)
+                       parallel=parallel, last_step=self.steps - 1, model=self.workload.model, attempt=self.attempt)
         return start, end
 
     def ground_truth(self) -> GroundTruth:

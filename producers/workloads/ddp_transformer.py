@@ -309,7 +309,7 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
                             vocab=cfg.vocab)
     if hook is not None and rank == 0:
         hook.emit(JobEvent(job=cfg.job, phase="start", world=cfg.world, ts_ns=time.time_ns(),
-                           parallel={"dp": cfg.world}, model="tiny-transformer"))
+                           parallel={"dp": cfg.world}, model="tiny-transformer", attempt=hook.rank.attempt))
     loss_fn = nn.CrossEntropyLoss()
     times: list[tuple[str, float]] = []
     enqueued: list[float] = []  # cuda: ms from step start until the last kernel was queued (before the sync)
@@ -395,7 +395,8 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
     if hook is not None:
         if rank == 0:
             hook.emit(JobEvent(job=cfg.job, phase="end", world=cfg.world, ts_ns=time.time_ns(),
-                               parallel={"dp": cfg.world}, last_step=cfg.steps - 1, model="tiny-transformer"))
+                               parallel={"dp": cfg.world}, last_step=cfg.steps - 1, model="tiny-transformer",
+                               attempt=hook.rank.attempt))
         if inst is not None:
             inst.remove()
         hook.flush(60.0)  # the builder counts events as it emits them: read the stats after the flush

@@ -25,6 +25,7 @@ from sinks.migrations import (
     m0011_rollups,
     m0012_dedup_windows,
     m0013_profile_breakdowns,
+    m0014_attempts,
 )
 
 
@@ -40,7 +41,7 @@ MIGRATIONS: tuple[Migration, ...] = tuple(
     for module in (
         m0001_steps, m0002_incidents, m0003_jobs, m0004_dead_letters, m0005_kernel_summaries, m0006_kernels,
         m0007_device_samples, m0008_profiles, m0009_control_commands, m0010_topology, m0011_rollups,
-        m0012_dedup_windows, m0013_profile_breakdowns,
+        m0012_dedup_windows, m0013_profile_breakdowns, m0014_attempts,
     )
 )
 

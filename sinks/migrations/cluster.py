@@ -32,6 +32,7 @@ _CREATE = re.compile(r"^CREATE TABLE IF NOT EXISTS `(?P<db>[^`]+)`\.`(?P<table>[
 _VIEW = re.compile(r"^CREATE MATERIALIZED VIEW IF NOT EXISTS `(?P<db>[^`]+)`\.`(?P<view>[^`]+)` "
                    r"TO `[^`]+`\.`(?P<target>[^`]+)`\nAS (?P<select>.*)$", re.S)
 _ALTER = re.compile(r"^ALTER TABLE `(?P<db>[^`]+)`\.`(?P<table>[^`]+)` (?P<rest>.*)$", re.S)
+_DROP = re.compile(r"^DROP TABLE IF EXISTS `(?P<db>[^`]+)`\.`(?P<table>[^`]+)`$")
 _DEDUP = re.compile(r"\nSETTINGS non_replicated_deduplication_window = \d+")
 
 SHARD_KEYS = {"device_samples": "host", "host_health": "host", "dead_letters": "topic"}
@@ -69,6 +70,10 @@ def cluster_statements(migration: Migration, db: str, features: Features, cluste
             if "non_replicated_deduplication_window" in m["rest"]:
                 continue  # replicated tables deduplicate by themselves
             out.append(f"ALTER TABLE {_q(db, m['table'] + LOCAL_SUFFIX)} {on} {m['rest']}")
+            if m["rest"].startswith("ADD COLUMN "):  # the Distributed table gets the column, not the sort key
+                out.append(f"ALTER TABLE {_q(db, m['table'])} {on} {m['rest'].split(', MODIFY ', 1)[0]}")
+        elif (m := _DROP.match(sql)) is not None:  # a view replaced: per node, like its creation
+            out.append(f"DROP TABLE IF EXISTS {_q(db, m['table'])} {on}")
         else:
             raise ValueError(f"migration {migration.id}: no cluster form for statement {sql[:60]!r}")
     return out

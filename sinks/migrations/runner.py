@@ -1,7 +1,9 @@
 """Apply the missing migrations, recording each in `schema_migrations`.
 
 ClickHouse has no transactions, so a migration is made safe to repeat instead: its
-statements use IF NOT EXISTS, and it is recorded only after all of them succeeded. A crash
+statements use IF NOT EXISTS (an ALTER that adds a column, which 18.16 cannot spell with IF
+NOT EXISTS, is skipped when the column is already there), and it is recorded only after all
+of them succeeded. A crash
 in between leaves it unrecorded and the next run re-applies it harmlessly.
 
 Run migrations from one process at a time (the sink worker on start-up): two runners
@@ -49,7 +51,16 @@ def migrate(backend: Backend, migrations: Sequence[Migration] = MIGRATIONS) -> l
         if migration.id in done:
             continue
         for statement in migration.statements(db, features):
-            backend.execute(statement)
+            try:
+                backend.execute(statement)
+            except Exception as exc:
+                if not _column_already_added(statement, exc):
+                    raise
         backend.insert(RECORD_TABLE, RECORD_COLUMNS, [(migration.id, migration.description, time.time_ns())])
         applied.append(migration.id)
     return applied
+
+
+def _column_already_added(statement: str, exc: Exception) -> bool:
+    """A re-run ALTER ... ADD COLUMN whose column a crashed earlier run already added."""
+    return statement.startswith("ALTER TABLE") and " ADD COLUMN " in statement and "already exists" in str(exc)

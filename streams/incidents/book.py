@@ -130,6 +130,7 @@ class IncidentBook:
     held: dict[str, Track] = field(default_factory=dict)  # resolved incidents that may still re-open
     commands_sent: list[str] = field(default_factory=list)
     opened_total: int = 0
+    attempt: int = 0  # the job's launch (contract 1.4): a relaunch's incidents get ids of their own
 
     def observe(self, step: int, findings: list[Finding], now_ns: int,
                 seen: npt.NDArray[np.bool_] | None = None) -> list[Output]:
@@ -218,8 +219,12 @@ class IncidentBook:
                                                                        self.culprit_hold_down_steps if culprit else 0)))
         return out
 
-    def finish(self, now_ns: int) -> list[Output]:
-        """The job ended: every open incident is resolved, candidates are dropped."""
+    def finish(self, now_ns: int, attempt_ended: bool = False) -> list[Output]:
+        """The job ended (or, `attempt_ended`, a relaunch replaced this attempt): every open incident
+        is resolved, candidates are dropped. An attempt's incidents say so (`evidence.attempt_ended`)."""
+        if attempt_ended:
+            for t in self.tracks.values():
+                t.finding.evidence["attempt_ended"] = float(self.attempt)
         out: list[Output] = [self._event(t, "resolved", now_ns) for t in self.tracks.values() if t.opened]
         self.tracks.clear()
         self.held.clear()
@@ -353,7 +358,8 @@ class IncidentBook:
             track.finding.evidence["reopened"] = float(track.finding.evidence.get("reopened", 0.0)) + 1.0
             track.bursts.append(track.revived_at if track.revived_at is not None else track.last)
             return [self._event(track, "update", now_ns)]
-        track.incident_id = f"{f.rule}:{self.job}:{f.key}:s{track.first}"
+        attempt = f":a{self.attempt}" if self.attempt else ""  # attempt 0: the ids of 1.3 producers' jobs
+        track.incident_id = f"{f.rule}:{self.job}:{f.key}:s{track.first}{attempt}"
         self.opened_total += 1
         return [self._event(track, "open", now_ns), *self._profile(track, track.incident_id, now_ns)]
 

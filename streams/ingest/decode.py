@@ -54,9 +54,21 @@ def _num(value: Any) -> float:
     return float(value) if isinstance(value, (int, float)) and value >= 0 else NAN
 
 
-def _new_step_chunk(job: str) -> dict[str, Any]:
-    chunk: dict[str, Any] = {"kind": "steps", "job": job, "world": 0, "rank": [], "step": [], "host": [],
-                             "start_ns": [], "end_ns": [], "samples": [], "batch": []}
+def _attempt(doc: dict[str, Any]) -> int | None:
+    """The event's attempt (contract 1.4; 0 when absent, a 1.3 producer), None when out of contract."""
+    attempt = doc.get("attempt", 0)
+    return attempt if type(attempt) is int and 0 <= attempt <= U16 else None
+
+
+def _key(job: str, attempt: int) -> str:
+    """Chunks are per job AND attempt: a batch may hold a relaunch's first steps and the late
+    last steps of the attempt before it, which the engine must tell apart."""
+    return f"{attempt}:{job}"  # attempt first: no job name can make two jobs' keys meet
+
+
+def _new_step_chunk(job: str, attempt: int) -> dict[str, Any]:
+    chunk: dict[str, Any] = {"kind": "steps", "job": job, "attempt": attempt, "world": 0, "rank": [], "step": [],
+                             "host": [], "start_ns": [], "end_ns": [], "samples": [], "batch": []}
     for name in PHASES:
         chunk[name] = []
     for dom in DOMAINS:
@@ -79,11 +91,13 @@ def _add_step(chunks: dict[str, dict[str, Any]], doc: dict[str, Any]) -> bool:
         return False
     phases = doc.get("phases") or {}
     domains = doc.get("domains") or {}
-    if not isinstance(phases, dict) or not isinstance(domains, dict):
+    attempt = _attempt(doc)
+    if not isinstance(phases, dict) or not isinstance(domains, dict) or attempt is None:
         return False
-    chunk = chunks.get(job)
+    key = f"steps:{_key(job, attempt)}"
+    chunk = chunks.get(key)
     if chunk is None:
-        chunk = chunks[job] = _new_step_chunk(job)
+        chunk = chunks[key] = _new_step_chunk(job, attempt)
     chunk["world"] = max(chunk["world"], world)
     chunk["rank"].append(rank)
     chunk["step"].append(step)
@@ -117,9 +131,13 @@ def _add_kernel_summary(chunks: dict[str, dict[str, Any]], doc: dict[str, Any]) 
     if not (isinstance(job, str) and job and isinstance(rank, int) and isinstance(world, int)
             and 0 <= rank < world <= U32 and isinstance(step, int) and 0 <= step <= I64 and isinstance(entries, list)):
         return False
-    chunk = chunks.get(f"kernels:{job}")
+    attempt = _attempt(doc)
+    if attempt is None:
+        return False
+    key = f"kernels:{_key(job, attempt)}"
+    chunk = chunks.get(key)
     if chunk is None:
-        chunk = chunks[f"kernels:{job}"] = {"kind": "kernels", "job": job, "world": world, "rows": []}
+        chunk = chunks[key] = {"kind": "kernels", "job": job, "attempt": attempt, "world": world, "rows": []}
     chunk["world"] = max(chunk["world"], world)
     trimmed = []
     for e in entries:
@@ -164,10 +182,12 @@ def _add_job(chunks: dict[str, dict[str, Any]], doc: dict[str, Any]) -> bool:
             and 1 <= world <= U32 and isinstance(ts, int) and 0 <= ts <= I64
             and (last is None or (isinstance(last, int) and 0 <= last <= I64))):
         return False
-    chunks[f"job:{job}:{phase}"] = {"kind": "job", "job": job, "phase": phase, "world": world,
-                                    "ts_ns": ts, "last_step": last,
-                                    "parallel": doc.get("parallel") or {},
-                                    "kernel_summaries": doc.get("kernel_summaries") is True}
+    attempt = _attempt(doc)
+    if attempt is None:
+        return False
+    chunks[f"job:{phase}:{_key(job, attempt)}"] = {
+        "kind": "job", "job": job, "attempt": attempt, "phase": phase, "world": world, "ts_ns": ts, "last_step": last,
+        "parallel": doc.get("parallel") or {}, "kernel_summaries": doc.get("kernel_summaries") is True}
     return True
 
 
@@ -222,7 +242,11 @@ def decode_batch(raws: list[bytes], max_event_bytes: int) -> tuple[list[dict[str
     return sorted(chunks.values(), key=_chunk_order), stats
 
 
-def _chunk_order(chunk: dict[str, Any]) -> int:
+def _chunk_order(chunk: dict[str, Any]) -> tuple[int, int]:
+    """Attempts in order (an earlier attempt's last reports, then the relaunch's), and within one
+    attempt its start first and its end last."""
+    attempt = chunk.get("attempt", 0)
+    order = attempt if isinstance(attempt, int) else 0
     if chunk.get("kind") != "job":
-        return 1
-    return 2 if chunk.get("phase") == "end" else 0
+        return order, 1
+    return order, 2 if chunk.get("phase") == "end" else 0

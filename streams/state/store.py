@@ -38,7 +38,7 @@ Snapshot = tuple[JobEngine, Outbox]
 
 log = logging.getLogger(__name__)
 
-FORMAT = b"SLS3"  # SLS3: (engine, outbox), incident tracks with their bursts (SLS2 lacked them: ignored)
+FORMAT = b"SLS4"  # SLS4: engines with their job attempt (contract 1.4); SLS3 lacked it (ignored)
 MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
 
 

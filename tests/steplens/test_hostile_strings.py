@@ -92,3 +92,26 @@ def test_md_and_plain_escape_what_forges_lines_or_markup() -> None:
     assert md(42) == "42"
     assert md("gc_ms _em_") == "gc_ms \\_em\\_"  # only underscores that could start emphasis
     assert plain("line\nALERT forged") == "line\\nALERT forged"
+
+
+@pytest.mark.clickhouse
+def test_the_report_shows_each_attempt_of_a_relaunched_job(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    backend = EmbeddedBackend(tmp_path / "chdb", "steplens")
+    try:
+        migrate(backend)
+        for attempt, (world, steps) in enumerate(((8, range(0, 30)), (6, range(20, 40)))):
+            for r in range(world):
+                for s in steps:
+                    tr = row_for(replace(step(job=PLAIN_JOB, rank=r, step=s, world=world), attempt=attempt), 1)
+                    backend.insert(tr.table, tr.columns, [tr.row])
+        results = results_from(backend, PLAIN_JOB, T0, TOPIC)
+    finally:
+        backend.close()
+    assert results["attempts"] == [
+        {"attempt": 0, "steps_rows": 240, "ranks": 8, "first_step": 0, "last_step": 29},
+        {"attempt": 1, "steps_rows": 120, "ranks": 6, "first_step": 20, "last_step": 39}]
+    text = render_markdown(_report(results, PLAIN_JOB))
+    assert "Relaunched: 2 attempts." in text
+    assert "- attempt 1: steps 20–39, 6 ranks, 120 step rows" in text

@@ -118,3 +118,45 @@ def wait_topics_visible(s: Settings, names: tuple[str, ...], timeout: float = 60
                 consumer.poll(timeout_ms=200)
     finally:
         consumer.close()
+
+
+def run_launches(launches: list[tuple[object, bool]], cfg: object = None, *, paced_s: float = 0.5,
+                 gap_s: float = 90.0) -> list[object]:
+    """Feed the launches of one job (SimulatedJobs of one id, attempts in order) through decode ->
+    chunks -> one FleetEngine, paced one step per batch; `(job, True)` ends with the job's `end`,
+    `(job, False)` is killed after its last step: nothing more, then `gap_s` of silence (ticks
+    every 0.5 s) before the next launch's `start`."""
+    from producers.simulator.cluster import SimulatedJob
+    from schemas import encode
+    from steplens.config import DetectionConfig
+    from streams.combine import chunks as codec
+    from streams.engine import FleetEngine
+    from streams.ingest.decode import decode_batch
+
+    fleet = FleetEngine(cfg if isinstance(cfg, DetectionConfig) else DetectionConfig())
+    out: list[object] = []
+    now = T0
+    step_ns = int(paced_s * 1e9)
+
+    def feed(raws: list[bytes], advance_ns: int) -> None:
+        nonlocal now
+        chunks, _ = decode_batch(raws, 1 << 20)
+        for chunk in chunks:
+            chunk["behind_ns"], chunk["lag"] = 0, 0
+            out.extend(fleet.on_chunk(codec.loads(codec.dumps(chunk)), now))
+        for _ in range(4):
+            now += advance_ns // 4
+            out.extend(fleet.tick(now))
+
+    for job, ends in launches:
+        assert isinstance(job, SimulatedJob)
+        start, end = job.job_events()
+        feed([encode(start)], step_ns)
+        for events in job.iter_steps():
+            feed([encode(e) for e in events], step_ns)
+        if ends:
+            feed([encode(end)], step_ns)
+        for _ in range(int(gap_s / 0.5)):
+            now += 500_000_000
+            out.extend(fleet.tick(now))
+    return out

@@ -149,3 +149,23 @@ def test_control_commands_profile_exactly_the_requested_steps(tmp_path: Path) ->
     assert stats.commands_accepted == 1 and stats.profiles == 1
     assert stats.commands_ignored == {OTHER_RANK: 1, OTHER_JOB: 1, PAST_STEPS: 1}
     hook.close()
+
+
+def test_a_relaunched_ranks_steps_and_summaries_carry_its_attempt() -> None:
+    """Contract 1.4: the attempt the launcher's restart count gave the hook is on every step and
+    kernel summary, and survives a domain change (set_domains)."""
+    from dataclasses import replace
+
+    from producers.hook.core import launcher_attempt
+
+    exporter = InMemoryExporter()
+    hook = RankHook(replace(RANK, attempt=launcher_attempt({"TORCHELASTIC_RESTART_COUNT": "2"})),
+                    lambda: BackgroundEmitter(exporter))
+    hook.set_domains({"dp": Domain(group=0, size=4, index=1)})
+    for _ in range(2):
+        with hook.step():
+            hook.record_collective("allreduce", 1_000_000, nbytes=4096, domain="dp", group_size=4)
+    events = _events(hook, exporter)
+    assert [(type(e).__name__, e.attempt) for e in events] == [  # type: ignore[attr-defined]
+        ("StepEvent", 2), ("KernelSummary", 2), ("StepEvent", 2), ("KernelSummary", 2)]
+    assert hook.close(10)

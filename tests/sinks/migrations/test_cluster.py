@@ -34,7 +34,7 @@ def test_every_table_becomes_replicated_local_plus_distributed() -> None:
 def test_views_read_and_write_local_tables_and_keep_the_replacing_version() -> None:
     statements = all_statements()
     views = [s for s in statements if s.startswith("CREATE MATERIALIZED VIEW")]
-    assert len(views) == 6
+    assert len({re.findall(r"`db`\.`(\w+)`", v)[0] for v in views}) == 6  # steps_by_step_mv twice (0014 recreates it)
     for view in views:
         assert "ON CLUSTER `fleet`" in view
         assert re.search(r"TO `db`\.`\w+_local`", view)
@@ -49,3 +49,13 @@ def test_old_engines_get_cluster_ddl_without_newer_features() -> None:
     for sql in all_statements(Features.for_version((18, 16, 1))):
         for newer in ("LowCardinality", "CODEC", "TTL", "SETTINGS non_replicated"):
             assert newer not in sql
+
+
+def test_attempt_columns_reach_local_and_distributed_tables_and_the_view_is_recreated_per_node() -> None:
+    statements = all_statements()
+    for table in ("steps", "kernel_summaries", "jobs", "steps_by_step"):
+        local = [s for s in statements if s.startswith(f"ALTER TABLE `db`.`{table}_local` ON CLUSTER `fleet` ADD")]
+        assert len(local) == 1 and "MODIFY ORDER BY" in local[0] and local[0].endswith(", attempt)")
+        dist = [s for s in statements if s.startswith(f"ALTER TABLE `db`.`{table}` ON CLUSTER `fleet` ADD")]
+        assert dist == [f"ALTER TABLE `db`.`{table}` ON CLUSTER `fleet` ADD COLUMN `attempt` UInt16"]
+    assert "DROP TABLE IF EXISTS `db`.`steps_by_step_mv` ON CLUSTER `fleet`" in statements

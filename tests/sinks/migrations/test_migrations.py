@@ -42,5 +42,6 @@ def test_statements_are_rerunnable_and_target_the_given_database() -> None:
                 assert sql.startswith((
                     "CREATE TABLE IF NOT EXISTS `my_db`.",
                     "CREATE MATERIALIZED VIEW IF NOT EXISTS `my_db`.",
-                    "ALTER TABLE `my_db`.",  # idempotent MODIFY SETTING
+                    "ALTER TABLE `my_db`.",  # idempotent MODIFY SETTING, ADD COLUMN (the runner skips it when there)
+                    "DROP TABLE IF EXISTS `my_db`.",  # a view replaced
                 )), sql
