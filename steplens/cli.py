@@ -30,7 +30,8 @@ def _backend(settings: Settings) -> Any:
     from sinks.migrations.runner import migrate
 
     backend = open_backend(settings)
-    migrate(backend)  # a fresh or older database still answers (empty) instead of failing
+    # a fresh or older database still answers (empty) instead of failing
+    migrate(backend, cluster=settings.clickhouse_cluster)
     return backend
 
 
@@ -139,7 +140,7 @@ def _migrate(args: argparse.Namespace, s: Settings) -> int:
 
     backend = open_backend(s)
     try:
-        applied = migrate(backend)
+        applied = migrate(backend, cluster=s.clickhouse_cluster)
     finally:
         backend.close()
     print("applied: " + (", ".join(applied) if applied else "nothing (up to date)"))

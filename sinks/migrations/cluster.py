@@ -34,7 +34,7 @@ _VIEW = re.compile(r"^CREATE MATERIALIZED VIEW IF NOT EXISTS `(?P<db>[^`]+)`\.`(
 _ALTER = re.compile(r"^ALTER TABLE `(?P<db>[^`]+)`\.`(?P<table>[^`]+)` (?P<rest>.*)$", re.S)
 _DEDUP = re.compile(r"\nSETTINGS non_replicated_deduplication_window = \d+")
 
-SHARD_KEYS = {"device_samples": "host", "host_health": "host", "dead_letters": "topic"}
+SHARD_KEYS = {"device_samples": "host", "host_health": "host", "dead_letters": "topic", "schema_migrations": "id"}
 
 
 def _lit(text: str) -> str:
