@@ -1,5 +1,6 @@
 """CLI: ``python -m infra up|down|status [--only kafka|clickhouse|alertmanager|prometheus]`` (the Makefile
-calls it; ``up`` alone starts Kafka and ClickHouse, ``down`` alone stops all four),
+calls it; ``up`` alone starts Kafka and ClickHouse, ``down`` alone stops all four and the loopback cluster),
+``python -m infra up|down|status --cluster`` (3 Kafka nodes, ZooKeeper, 2x2 ClickHouse; infra/cluster.py),
 ``python -m infra rotate kafka:<principal>|clickhouse:<user>`` (docs/security.md)."""
 
 from __future__ import annotations
@@ -102,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
                     errors.append(str(exc))
             if kafka or clickhouse:
                 down(cfg, kafka=kafka, clickhouse=clickhouse)
+            if args.only is None:  # down alone also stops a loopback cluster (`up --cluster`)
+                from infra.cluster import Cluster
+
+                Cluster(cfg).stop()
             if errors:
                 raise InfraError("\n".join(errors))
             print(_status(cfg, kafka, clickhouse, monitoring))
