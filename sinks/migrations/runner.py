@@ -48,6 +48,21 @@ def _exists(backend: Backend, table: str) -> bool:
     return bool(rows and rows[0][0])
 
 
+def _record_on_every_replica(backend: Backend, migration: Migration, cluster: str) -> None:
+    """Record `migration` with ``insert_quorum`` = the shard's replicas: the record is on each of them
+    before this returns, so the next runner, reading through the Distributed table from whichever
+    replica, sees it (a record on one replica only made the next start re-run the DDL ON CLUSTER,
+    which waits for every node)."""
+    from sinks.server import ServerBackend
+
+    if not isinstance(backend, ServerBackend):
+        raise ValueError("a ClickHouse cluster needs the ClickHouse server backend (clickhouse_url)")
+    replicas = backend.query("SELECT max(replica_num) FROM system.clusters WHERE cluster = %(c)s", {"c": cluster})
+    quorum = int(replicas[0][0]) if replicas and replicas[0][0] else 0
+    backend.insert(RECORD_TABLE, RECORD_COLUMNS, [(migration.id, migration.description, time.time_ns())],
+                   settings={"insert_quorum": quorum} if quorum > 1 else None)
+
+
 def migrate(backend: Backend, migrations: Sequence[Migration] = MIGRATIONS, cluster: str = "") -> list[str]:
     """Apply every migration not yet recorded, in order; return the ids applied (empty: up to date).
 
@@ -81,6 +96,9 @@ def migrate(backend: Backend, migrations: Sequence[Migration] = MIGRATIONS, clus
             continue
         for statement in statements(migration):
             backend.execute(statement)
-        backend.insert(RECORD_TABLE, RECORD_COLUMNS, [(migration.id, migration.description, time.time_ns())])
+        if cluster:
+            _record_on_every_replica(backend, migration, cluster)
+        else:
+            backend.insert(RECORD_TABLE, RECORD_COLUMNS, [(migration.id, migration.description, time.time_ns())])
         applied.append(migration.id)
     return applied

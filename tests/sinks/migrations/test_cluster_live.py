@@ -46,7 +46,14 @@ def test_migrate_creates_replicated_locals_and_distributed_tables_on_every_node(
     backend = open_backend(settings)
     try:
         assert migrate(backend, cluster=settings.clickhouse_cluster) == [m.id for m in MIGRATIONS]
-        assert migrate(backend, cluster=settings.clickhouse_cluster) == []  # recorded once, cluster-wide
+        # each record is on both replicas of its shard when migrate returns (insert_quorum), so the next
+        # runner sees it whichever replica it reads
+        records = [r[0][0] for r in _on_every_node(
+            loopback_cluster, f"SELECT count() FROM `{unique_name}`.`schema_migrations_local`")]
+        assert records[0] == records[1] and records[2] == records[3], records
+        assert records[0] + records[2] == len(MIGRATIONS)
+        for _ in range(3):
+            assert migrate(backend, cluster=settings.clickhouse_cluster) == []  # recorded once, cluster-wide
     finally:
         backend.close()
     engines = _on_every_node(loopback_cluster, f"SELECT name, engine FROM system.tables "
