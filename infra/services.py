@@ -1406,6 +1406,23 @@ class ClickHouseServer(_Service):
         return super().start(timeout)
 
 
+def stop_together(services: list[_Service]) -> None:
+    """SIGTERM every running service at once, then wait for each (SIGKILL after 30 s): the nodes of a
+    cluster stopped one by one each wait out their own grace (the last Kafka node has no quorum left for
+    its controlled shutdown); together the wait is the slowest node's. Tries all before reporting."""
+    for service in services:
+        if (pid := service.pid()) is not None:
+            _signal(pid, signal.SIGTERM)
+    errors: list[str] = []
+    for service in services:
+        try:
+            service.stop()
+        except InfraError as exc:
+            errors.append(str(exc))
+    if errors:
+        raise InfraError("\n".join(errors))
+
+
 # --------------------------------------------------------------------------- facade
 
 

@@ -69,26 +69,30 @@ def test_migrate_creates_replicated_locals_and_distributed_tables_on_every_node(
                                                 (("r2",), ("02",))]
 
 
+def _replicas_agree(cluster: Cluster, db: str, rows: int) -> bool:
+    """Both replicas of each shard hold the same rows, some, `rows` in all (replication is asynchronous:
+    a Distributed insert returns once ONE replica of each shard has the block)."""
+    local = [int(r[0][0]) for r in _on_every_node(cluster, f"SELECT count() FROM `{db}`.`jobs_local`")]  # type: ignore[call-overload]
+    return local[0] == local[1] > 0 and local[2] == local[3] > 0 and local[0] + local[2] == rows  # both shards
+
+
 def test_a_replayed_batch_lands_once_through_the_distributed_table(loopback_cluster: Cluster,
                                                                    unique_name: str) -> None:
     settings = replace(loopback_cluster.client_settings(), clickhouse_database=unique_name)
     backend = open_backend(settings)
     today = dt.date.today()
     batch = [(f"job-{i}", "start", 8, 1_000 + i, ["dp"], [8], None, None, today) for i in range(12)]
+    table = f"`{unique_name}`.`jobs`"
     try:
         migrate(backend, cluster=settings.clickhouse_cluster)
         backend.insert("jobs", JOBS_COLUMNS, batch, dedup_token="land-0-100")
         backend.insert("jobs", JOBS_COLUMNS, batch, dedup_token="land-0-100")  # the replay after a crash
-        assert backend.query(f"SELECT count() FROM `{unique_name}`.`jobs`") == [(12,)]
+        # the replica each shard's blocks went to holds any repeat at once; agreeing on 12 rules it out
+        assert poll_until(lambda: _replicas_agree(loopback_cluster, unique_name, 12), 30.0, every=0.2)
+        assert backend.query(f"SELECT count() FROM {table}") == [(12,)]
         backend.insert("jobs", JOBS_COLUMNS, batch[:5], dedup_token="land-100-105")  # another batch does land
-        assert backend.query(f"SELECT count() FROM `{unique_name}`.`jobs`") == [(17,)]
-        assert backend.query(f"SELECT count() FROM `{unique_name}`.`jobs` FINAL") == [(12,)]
+        assert poll_until(lambda: _replicas_agree(loopback_cluster, unique_name, 17), 30.0, every=0.2)
+        assert backend.query(f"SELECT count() FROM {table}") == [(17,)]
+        assert backend.query(f"SELECT count() FROM {table} FINAL") == [(12,)]
     finally:
         backend.close()
-    # both shards got rows, and each replica holds its shard's (the second one fetches them a moment later)
-    def replicated() -> bool:
-        local = [r[0][0] for r in _on_every_node(loopback_cluster,
-                                                 f"SELECT count() FROM `{unique_name}`.`jobs_local`")]
-        return local[0] == local[1] > 0 and local[2] == local[3] > 0 and local[0] + local[2] == 17  # type: ignore[operator]
-
-    assert poll_until(replicated, 30.0, every=0.2)
