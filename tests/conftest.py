@@ -1,7 +1,8 @@
 """Session fixtures for the real services.
 
 Integration tests declare what they touch (`@pytest.mark.kafka`, `@pytest.mark.clickhouse`,
-`@pytest.mark.alertmanager`, `@pytest.mark.prometheus`, `@pytest.mark.cluster`) and take these fixtures. A fixture
+`@pytest.mark.alertmanager`, `@pytest.mark.prometheus`; `@pytest.mark.cluster`: tests/cluster/,
+whose own conftest starts the loopback cluster) and take these fixtures. A fixture
 starts the service through infra/ or reuses a running one; if the service cannot start the
 fixture raises, so the test fails loudly instead of being skipped. Services this session
 started are stopped at the end of the session.
@@ -23,7 +24,6 @@ import pytest
 
 from infra import ClickHouseServer, InfraConfig, KafkaBroker
 from infra.alertmanager import AlertmanagerServer
-from infra.cluster import Cluster
 from infra.prometheus import PrometheusServer
 from infra.secrets import CLICKHOUSE_READER, CLICKHOUSE_WRITER
 from steplens.config import Settings
@@ -76,17 +76,6 @@ def clickhouse_server_url(clickhouse_service: ClickHouseServer) -> str:
 def clickhouse_reader_url(clickhouse_service: ClickHouseServer) -> str:
     """URL of the real ClickHouse server, as the read-only `steplens_reader` user."""
     return clickhouse_service.url_for(CLICKHOUSE_READER)
-
-
-@pytest.fixture(scope="session")
-def loopback_cluster(infra_config: InfraConfig) -> Iterator[Cluster]:
-    """The loopback cluster of `python -m infra up --cluster` (3 Kafka nodes, ZooKeeper, 2x2 ClickHouse
-    replicas; infra/cluster.py), on the STEPLENS_CLUSTER_* ports; stopped at the end if this session started it."""
-    cluster = Cluster(infra_config)
-    started = cluster.start()
-    yield cluster
-    if any(started.values()) and not os.environ.get("STEPLENS_KEEP_SERVICES"):
-        cluster.stop()
 
 
 @pytest.fixture(scope="session")
