@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: venv up down status demo demo-server test lint typecheck unit integration clean bench-detection bench-query chaos soak bench-replay bench-throughput bench-parse bench-overhead bench-overhead-gpu venv-train
+.PHONY: venv up up-cluster down status demo demo-server test lint typecheck unit integration clean bench-detection bench-query chaos soak bench-replay bench-throughput bench-parse bench-overhead bench-overhead-gpu venv-train
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,7 +32,10 @@ bench-overhead-gpu: venv-train ## the same on CUDA, one rank per GPU (where a GP
 up: venv          ## start Kafka + ClickHouse on loopback (installs them when missing)
 	$(BIN)/python -m infra up
 
-down: venv        ## stop every service steplens started
+up-cluster: venv  ## 3 Kafka nodes, ZooKeeper, 2 shards x 2 ClickHouse replicas on loopback (docs/scaling.md)
+	$(BIN)/python -m infra up --cluster
+
+down: venv        ## stop every service steplens started (the loopback cluster too)
 	$(BIN)/python -m infra down
 
 status: venv      ## which services run, their addresses and the logs directory

@@ -99,16 +99,21 @@ class Rig:
                "STEPLENS_TOPIC_PREFIX": s.topic_prefix, "STEPLENS_APP_ID": s.app_id,
                "STEPLENS_TOPIC_PARTITIONS": str(s.topic_partitions),
                "STEPLENS_CLICKHOUSE_DATABASE": s.clickhouse_database, "STEPLENS_CLICKHOUSE_URL": s.clickhouse_url,
-               "STEPLENS_CHDB_PATH": str(s.embedded_path), "STEPLENS_SECRETS_DIR": str(s.secrets_path)}
+               "STEPLENS_CHDB_PATH": str(s.embedded_path), "STEPLENS_SECRETS_DIR": str(s.secrets_path),
+               "STEPLENS_TOPIC_REPLICATION_FACTOR": str(s.topic_replication_factor),
+               "STEPLENS_TOPIC_MIN_INSYNC_REPLICAS": str(s.topic_min_insync_replicas),
+               "STEPLENS_CLICKHOUSE_CLUSTER": s.clickhouse_cluster}
         env.pop("STEPLENS_CONFIG", None)
         return env
 
-    def start(self, role: str, name: str | None = None) -> None:
-        """Start a `role` worker process; `name` (default: the role) tells a second one of a role apart."""
+    def start(self, role: str, name: str | None = None, env: dict[str, str] | None = None) -> None:
+        """Start a `role` worker process; `name` (default: the role) tells a second one of a role apart,
+        `env` overrides variables of its environment (e.g. the ClickHouse node it lands through)."""
         name = name or role
         out = open(self.logs / f"{self.name}-{name}.log", "ab")  # noqa: SIM115 - lives as long as the process
         self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "streams", "worker", "--role", role], cwd=REPO_ROOT, env=self.env(),
+            [sys.executable, "-m", "streams", "worker", "--role", role], cwd=REPO_ROOT,
+            env={**self.env(), **(env or {})},
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         self.starts[name] = self.starts.get(name, 0) + 1
 
@@ -220,7 +225,7 @@ def role_groups(rig: Rig, role: str) -> dict[str, list[str]]:
 
 def caught_up(rig: Rig, offsets: Offsets, roles: tuple[str, ...] = ("detect", "land")) -> bool:
     for role in roles:
-        if role not in rig.procs:
+        if not any(name.startswith(role) for name in rig.procs):  # workers "detect", "detect2", ...
             continue
         for group, names in role_groups(rig, role).items():
             if not offsets.covered(group, offsets.ends(names)):
@@ -313,7 +318,8 @@ def emit_job(rig: Rig, job: SimulatedJob, sent: Sent, pace_s: float, stop: threa
 def count(rig: Rig, sent: Sent, slow_ranks: set[int], job: str) -> dict[str, Any]:
     backend = open_backend(rig.settings)
     try:
-        migrate(backend)  # a land worker that crashed before its first write never created the tables
+        # a land worker that crashed before its first write never created the tables
+        migrate(backend, cluster=rig.settings.clickhouse_cluster)
         db = backend.database
         rows_raw, keys_raw = backend.query(f"SELECT count(), uniqExact(job, step, rank) FROM {db}.steps")[0]
         rows_final, keys_final = backend.query(f"SELECT count(), uniqExact(job, step, rank) FROM {db}.steps FINAL")[0]

@@ -1,5 +1,6 @@
 """CLI: ``python -m infra up|down|status [--only kafka|clickhouse|alertmanager|prometheus]`` (the Makefile
-calls it; ``up`` alone starts Kafka and ClickHouse, ``down`` alone stops all four),
+calls it; ``up`` alone starts Kafka and ClickHouse, ``down`` alone stops all four and the loopback cluster),
+``python -m infra up|down|status --cluster`` (3 Kafka nodes, ZooKeeper, 2x2 ClickHouse; infra/cluster.py),
 ``python -m infra rotate kafka:<principal>|clickhouse:<user>`` (docs/security.md)."""
 
 from __future__ import annotations
@@ -31,6 +32,11 @@ def _parser() -> argparse.ArgumentParser:
         choices=("kafka", "clickhouse", *MONITORING),
         help="act on one service (default: up starts Kafka and ClickHouse; down and status cover all four)",
     )
+    parser.add_argument(
+        "--cluster", action="store_true",
+        help="the loopback cluster instead: 3 Kafka nodes, ZooKeeper, 2 shards x 2 ClickHouse replicas "
+        "(infra/cluster.py; ports STEPLENS_CLUSTER_*)",
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="only print errors")
     return parser
 
@@ -38,6 +44,23 @@ def _parser() -> argparse.ArgumentParser:
 def _status(cfg: InfraConfig, kafka: bool, clickhouse: bool, monitoring: list[str]) -> str:
     lines = [MONITORING[name](cfg).describe() for name in monitoring]
     return "\n".join([*lines, status(cfg, kafka=kafka, clickhouse=clickhouse)])
+
+
+def _cluster(cfg: InfraConfig, command: str) -> int:
+    from infra.cluster import Cluster
+
+    cluster = Cluster(cfg)
+    if command == "up":
+        t0 = time.monotonic()
+        for name, did in cluster.start().items():
+            logging.getLogger("infra").info("%s: %s", name, "started" if did else "already running")
+        logging.getLogger("infra").info("up --cluster took %.1fs", time.monotonic() - t0)
+    elif command == "down":
+        cluster.stop()
+    elif command == "rotate":
+        raise InfraError("rotate acts on the single-node services only")
+    print(cluster.describe())
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,12 +74,15 @@ def main(argv: list[str] | None = None) -> int:
     # kafka-python logs every refused connection while the broker boots; the CLI
     # reports readiness itself, so keep the client library quiet here.
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
+    logging.getLogger("clickhouse_driver").setLevel(logging.CRITICAL)  # refused connects while servers boot
     kafka = args.only in (None, "kafka")
     clickhouse = args.only in (None, "clickhouse")
     # up alone keeps to the pipeline's services; down and status alone cover the monitoring ones too
     monitoring = [name for name in MONITORING if args.only in (None, name)]
     try:
         cfg = InfraConfig.from_env()
+        if args.cluster:
+            return _cluster(cfg, args.command)
         if args.command == "up":
             t0 = time.monotonic()
             started = up(cfg, kafka=kafka, clickhouse=clickhouse) if args.only not in MONITORING else {}
@@ -77,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
                     errors.append(str(exc))
             if kafka or clickhouse:
                 down(cfg, kafka=kafka, clickhouse=clickhouse)
+            if args.only is None:  # down alone also stops a loopback cluster (`up --cluster`)
+                from infra.cluster import Cluster
+
+                Cluster(cfg).stop()
             if errors:
                 raise InfraError("\n".join(errors))
             print(_status(cfg, kafka, clickhouse, monitoring))

@@ -151,19 +151,21 @@ class ServerBackend(BackendBase):
         return dict(params)
 
     def insert(
-        self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], *, dedup_token: str | None = None
+        self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], *, dedup_token: str | None = None,
+        settings: Mapping[str, Any] | None = None,
     ) -> None:
+        """`settings`: more settings of this one insert (the cluster migrations' record: ``insert_quorum``)."""
         if not rows:
             return
         check_rows(self.name, table, columns, rows)
         sql = f"INSERT INTO {qualified(self.database, table)} ({column_list(columns)}) VALUES"
-        settings = None
+        merged = dict(settings or {})
         if dedup_token is not None and self.honours_dedup_token():
-            settings = {
+            merged.update({
                 "insert_deduplication_token": dedup_token,
                 "deduplicate_blocks_in_dependent_materialized_views": 1,
-            }
-        self._run("insert", sql, params=[tuple(row) for row in rows], table=table, settings=settings)
+            })
+        self._run("insert", sql, params=[tuple(row) for row in rows], table=table, settings=merged or None)
 
     def close(self) -> None:
         client, self._client = self._client, None

@@ -30,7 +30,8 @@ def _backend(settings: Settings) -> Any:
     from sinks.migrations.runner import migrate
 
     backend = open_backend(settings)
-    migrate(backend)  # a fresh or older database still answers (empty) instead of failing
+    # a fresh or older database still answers (empty) instead of failing
+    migrate(backend, cluster=settings.clickhouse_cluster)
     return backend
 
 
@@ -139,7 +140,7 @@ def _migrate(args: argparse.Namespace, s: Settings) -> int:
 
     backend = open_backend(s)
     try:
-        applied = migrate(backend)
+        applied = migrate(backend, cluster=s.clickhouse_cluster)
     finally:
         backend.close()
     print("applied: " + (", ".join(applied) if applied else "nothing (up to date)"))
@@ -149,7 +150,8 @@ def _migrate(args: argparse.Namespace, s: Settings) -> int:
 def _services(args: argparse.Namespace, s: Settings) -> int:
     from infra.__main__ import main as infra_main
 
-    return infra_main([args.command, *(["--only", args.only] if args.only else [])])
+    return infra_main([args.command, *(["--only", args.only] if args.only else []),
+                       *(["--cluster"] if args.cluster else [])])
 
 
 def _demo(args: argparse.Namespace, s: Settings) -> int:
@@ -251,6 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
         p = add(name, _services, {"up": "start Kafka and ClickHouse on loopback", "down": "stop them",
                                   "status": "which services run, and where their logs are"}[name])
         p.add_argument("--only", choices=("kafka", "clickhouse", "alertmanager", "prometheus"))
+        p.add_argument("--cluster", action="store_true",
+                       help="the loopback cluster: 3 Kafka nodes, ZooKeeper, 2 shards x 2 ClickHouse replicas")
     p = add("demo", _demo, "simulated job with injected faults through the real pipeline")
     p.add_argument("rest", nargs=argparse.REMAINDER, help="options of the demo (steplens demo -- --help)")
     p = add("worker", _worker, "run one Faust worker in the foreground")

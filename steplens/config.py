@@ -133,8 +133,15 @@ class Settings:
     kafka_bootstrap: str = "127.0.0.1:19092"
     topic_prefix: str = "steplens."
     topic_partitions: int = 4
+    # copies of every topic and how many must have a write before acks=all returns: 1/1 on the single
+    # broker; 3/2 on `python -m infra up --cluster` (one broker may die, docs/scaling.md)
+    topic_replication_factor: int = 1
+    topic_min_insync_replicas: int = 1
     clickhouse_url: str = ""          # empty: embedded chdb at chdb_path
     clickhouse_database: str = "steplens"
+    # a ClickHouse cluster name (remote_servers): migrations create Replicated*MergeTree `<t>_local` tables and
+    # Distributed `<t>` tables ON CLUSTER (sinks/migrations/cluster.py); empty: one server's plain tables
+    clickhouse_cluster: str = ""
     chdb_path: Path | None = None     # default: <home>/chdb
     app_id: str = "steplens-worker"
     max_event_bytes: int = 1_048_576
@@ -227,6 +234,9 @@ _ENV = {
     "STEPLENS_KAFKA_BOOTSTRAP": ("", "kafka_bootstrap"),
     "STEPLENS_TOPIC_PREFIX": ("", "topic_prefix"),
     "STEPLENS_TOPIC_PARTITIONS": ("", "topic_partitions"),
+    "STEPLENS_TOPIC_REPLICATION_FACTOR": ("", "topic_replication_factor"),
+    "STEPLENS_TOPIC_MIN_INSYNC_REPLICAS": ("", "topic_min_insync_replicas"),
+    "STEPLENS_CLICKHOUSE_CLUSTER": ("", "clickhouse_cluster"),
     "STEPLENS_CLICKHOUSE_URL": ("", "clickhouse_url"),
     "STEPLENS_CLICKHOUSE_DATABASE": ("", "clickhouse_database"),
     "STEPLENS_CHDB_PATH": ("", "chdb_path"),

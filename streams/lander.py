@@ -46,7 +46,7 @@ class ClickHouseLander:
     def _open(self) -> BatchingWriter:
         if self._writer is None:
             backend = open_backend(self._settings)
-            applied = migrate(backend)
+            applied = migrate(backend, cluster=self._settings.clickhouse_cluster)
             if applied:
                 log.info("applied migrations %s", applied)
             self._writer = BatchingWriter.from_settings(backend, self._settings)

@@ -73,9 +73,16 @@ class DetectTopics:
         return Topics(self.prefix).detect_state
 
 
+def topic_configs(settings: Settings, topics: Topics) -> dict[str, dict[str, str]]:
+    """Each topic's configs: the limits above, plus `min.insync.replicas` when topics are replicated."""
+    replicated = {"min.insync.replicas": str(settings.topic_min_insync_replicas)}
+    wanted = {name: {**TOPIC_CONFIG, **replicated} for name in topics.all()}
+    wanted[topics.detect_state] = {**STATE_CONFIG, **replicated}
+    return wanted
+
+
 def _ensure_once(settings: Settings, topics: Topics, partitions: int) -> list[str]:
-    wanted = {name: TOPIC_CONFIG for name in topics.all()}
-    wanted[topics.detect_state] = STATE_CONFIG
+    wanted = topic_configs(settings, topics)
     admin = KafkaAdminClient(**kafka_client_config(settings, "admin"), client_id="steplens-admin",
                              bootstrap_timeout_ms=CONNECT_TIMEOUT_MS)
     try:
@@ -84,7 +91,8 @@ def _ensure_once(settings: Settings, topics: Topics, partitions: int) -> list[st
         if missing:
             with contextlib.suppress(TopicAlreadyExistsError):  # another worker won the race
                 admin.create_topics(
-                    [NewTopic(name, num_partitions=partitions, replication_factor=1, topic_configs=wanted[name])
+                    [NewTopic(name, num_partitions=partitions, replication_factor=settings.topic_replication_factor,
+                              topic_configs=wanted[name])
                      for name in missing]
                 )
             log.info("created topics %s", missing)

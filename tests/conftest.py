@@ -1,7 +1,8 @@
 """Session fixtures for the real services.
 
 Integration tests declare what they touch (`@pytest.mark.kafka`, `@pytest.mark.clickhouse`,
-`@pytest.mark.alertmanager`, `@pytest.mark.prometheus`) and take these fixtures. A fixture
+`@pytest.mark.alertmanager`, `@pytest.mark.prometheus`; `@pytest.mark.cluster`: tests/cluster/,
+whose own conftest starts the loopback cluster) and take these fixtures. A fixture
 starts the service through infra/ or reuses a running one; if the service cannot start the
 fixture raises, so the test fails loudly instead of being skipped. Services this session
 started are stopped at the end of the session.

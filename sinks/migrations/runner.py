@@ -9,6 +9,11 @@ in between leaves it unrecorded and the next run re-applies it harmlessly.
 Run migrations from one process at a time (the sink worker on start-up): two runners
 racing could both apply a migration, which IF NOT EXISTS tolerates, and both record it,
 which the ReplacingMergeTree record table collapses.
+
+On a ClickHouse cluster (``cluster``: a ``remote_servers`` name, setting ``clickhouse_cluster``)
+the same migrations run in their cluster form (``sinks.migrations.cluster``): the database,
+the record table and every migration's tables are created ``ON CLUSTER``, as replicated
+``<t>_local`` tables behind Distributed ``<t>`` tables, through any one node.
 """
 
 from __future__ import annotations
@@ -16,9 +21,10 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from sinks.backend import Backend, qualified
+from sinks.backend import Backend, qualified, quote_identifier
 from sinks.features import Features
 from sinks.migrations import MIGRATIONS, Migration
+from sinks.migrations.cluster import cluster_statements
 from sinks.migrations.ddl import create_table
 
 RECORD_TABLE = "schema_migrations"
@@ -30,33 +36,76 @@ def applied_ids(backend: Backend) -> set[str]:
     return {str(row[0]) for row in rows}
 
 
-def migrate(backend: Backend, migrations: Sequence[Migration] = MIGRATIONS) -> list[str]:
-    """Apply every migration not yet recorded, in order; return the ids applied (empty: up to date)."""
+def _record_table(db: str, _features: Features) -> list[str]:
+    return [create_table(db, RECORD_TABLE, [("id", "String"), ("description", "String"), ("applied_ns", "Int64")],
+                         "ReplacingMergeTree(applied_ns)\nORDER BY id")]
+
+
+RECORD = Migration("0000", "the record of applied migrations", _record_table)
+
+
+def _exists(backend: Backend, table: str) -> bool:
+    rows = backend.query("SELECT count() FROM system.tables WHERE database = %(db)s AND name = %(table)s",
+                         {"db": backend.database, "table": table})
+    return bool(rows and rows[0][0])
+
+
+def _record_on_every_replica(backend: Backend, migration: Migration, cluster: str) -> None:
+    """Record `migration` with ``insert_quorum`` = the shard's replicas: the record is on each of them
+    before this returns, so the next runner, reading through the Distributed table from whichever
+    replica, sees it (a record on one replica only made the next start re-run the DDL ON CLUSTER,
+    which waits for every node)."""
+    from sinks.server import ServerBackend
+
+    if not isinstance(backend, ServerBackend):
+        raise ValueError("a ClickHouse cluster needs the ClickHouse server backend (clickhouse_url)")
+    replicas = backend.query("SELECT max(replica_num) FROM system.clusters WHERE cluster = %(c)s", {"c": cluster})
+    quorum = int(replicas[0][0]) if replicas and replicas[0][0] else 0
+    backend.insert(RECORD_TABLE, RECORD_COLUMNS, [(migration.id, migration.description, time.time_ns())],
+                   settings={"insert_quorum": quorum} if quorum > 1 else None)
+
+
+def migrate(backend: Backend, migrations: Sequence[Migration] = MIGRATIONS, cluster: str = "") -> list[str]:
+    """Apply every migration not yet recorded, in order; return the ids applied (empty: up to date).
+
+    `cluster`: apply the cluster form on that ClickHouse cluster (module docstring).
+    """
     ids = [m.id for m in migrations]
     if ids != sorted(ids) or len(set(ids)) != len(ids):
         raise ValueError(f"migration ids must be unique and in order, got {ids}")
     db = backend.database
-    backend.execute(
-        create_table(
-            db,
-            RECORD_TABLE,
-            [("id", "String"), ("description", "String"), ("applied_ns", "Int64")],
-            "ReplacingMergeTree(applied_ns)\nORDER BY id",
-        )
-    )
-    done = applied_ids(backend)
     features = Features.for_version(backend.version())
+
+    def statements(migration: Migration) -> list[str]:
+        if cluster:
+            return cluster_statements(migration, db, features, cluster)
+        return migration.statements(db, features)
+
+    if cluster:
+        # ON CLUSTER DDL waits for every node: skipped once done, so a later start with a replica down works
+        if not _exists(backend, RECORD_TABLE):
+            backend.execute(f"CREATE DATABASE IF NOT EXISTS {quote_identifier(db)} ON CLUSTER "
+                            f"{quote_identifier(cluster)}")
+            for statement in statements(RECORD):
+                backend.execute(statement)
+    else:
+        for statement in statements(RECORD):
+            backend.execute(statement)
+    done = applied_ids(backend)
     applied: list[str] = []
     for migration in migrations:
         if migration.id in done:
             continue
-        for statement in migration.statements(db, features):
+        for statement in statements(migration):
             try:
                 backend.execute(statement)
             except Exception as exc:
                 if not _column_already_added(statement, exc):
                     raise
-        backend.insert(RECORD_TABLE, RECORD_COLUMNS, [(migration.id, migration.description, time.time_ns())])
+        if cluster:
+            _record_on_every_replica(backend, migration, cluster)
+        else:
+            backend.insert(RECORD_TABLE, RECORD_COLUMNS, [(migration.id, migration.description, time.time_ns())])
         applied.append(migration.id)
     return applied
 

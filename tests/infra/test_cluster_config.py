@@ -1,0 +1,94 @@
+"""What `infra up --cluster` writes for each node (pure: rendering only, nothing started)."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from infra import InfraConfig, KafkaBroker
+from infra.clickhouse_cluster import ClickHouseCluster, ClickHouseClusterPorts
+from infra.cluster import Cluster, ClusterPorts
+from infra.kafka_cluster import KafkaCluster, KafkaClusterPorts
+from infra.zookeeper import ZooKeeperServer
+from schemas import Topics
+from steplens.config import load_settings
+from streams.topics_admin import topic_configs
+
+
+def _props(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#"))
+
+
+def test_three_voters_each_on_its_own_ports_and_directory(tmp_path: Path) -> None:
+    cluster = KafkaCluster(InfraConfig(home=tmp_path), KafkaClusterPorts(27092))
+    props = [_props(node.render_server_properties("pw")) for node in cluster.nodes]
+    voters = "1@127.0.0.1:27093,2@127.0.0.1:27193,3@127.0.0.1:27293"
+    assert [p["node.id"] for p in props] == ["1", "2", "3"]
+    assert all(p["controller.quorum.voters"] == voters for p in props)
+    assert [p["advertised.listeners"] for p in props] == [f"SASL_SSL://127.0.0.1:{port}" for port in
+                                                          (27092, 27192, 27292)]
+    assert len({p["log.dirs"] for p in props}) == 3
+    for p in props:  # locked down like the single node, replicated internal topics
+        assert p["listener.security.protocol.map"] == "CONTROLLER:SSL,SASL_SSL:SASL_SSL"
+        assert p["allow.everyone.if.no.acl.found"] == "false"
+        assert p["offsets.topic.replication.factor"] == "3"
+        assert p["transaction.state.log.min.isr"] == "2"
+        assert p["min.insync.replicas"] == "2"
+        assert p["unclean.leader.election.enable"] == "false"
+    assert cluster.bootstrap == "127.0.0.1:27092,127.0.0.1:27192,127.0.0.1:27292"
+    settings = cluster.client_settings()
+    assert (settings.topic_replication_factor, settings.topic_min_insync_replicas) == (3, 2)
+
+
+def test_the_single_broker_keeps_its_properties(tmp_path: Path) -> None:
+    props = _props(KafkaBroker(InfraConfig(home=tmp_path)).render_server_properties("pw"))
+    assert props["node.id"] == "1" and props["controller.quorum.voters"] == "1@127.0.0.1:19093"
+    assert props["offsets.topic.replication.factor"] == "1" and "min.insync.replicas" not in props
+    assert props["log.dirs"] == str(tmp_path.resolve() / "kafka" / "data")
+
+
+def test_replicas_get_cluster_macros_and_zookeeper(tmp_path: Path) -> None:
+    cluster = ClickHouseCluster(InfraConfig(home=tmp_path), ClickHouseClusterPorts(27000, 27123, 27009, 27181))
+    roots = [ET.fromstring(node.render_config_xml()) for node in cluster.nodes]
+    assert [r.findtext("tcp_port") for r in roots] == ["27000", "27010", "27020", "27030"]
+    assert [r.findtext("interserver_http_port") for r in roots] == ["27009", "27019", "27029", "27039"]
+    assert [(r.findtext("macros/shard"), r.findtext("macros/replica")) for r in roots] == [
+        ("01", "r1"), ("01", "r2"), ("02", "r1"), ("02", "r2")]
+    for root in roots:
+        shards = root.findall("remote_servers/steplens/shard")
+        assert [[rep.findtext("port") for rep in s.findall("replica")] for s in shards] == [
+            ["27000", "27010"], ["27020", "27030"]]
+        assert all(s.findtext("internal_replication") == "true" for s in shards)
+        assert root.findtext("zookeeper/node/port") == "27181"
+        assert (root.findtext("zookeeper/identity") or "").startswith("clickhouse:")
+        assert root.findtext("distributed_ddl/path")
+    users = ET.fromstring(cluster.nodes[0].render_users_xml({"default": "a", "steplens_writer": "b",
+                                                             "steplens_reader": "c"}))
+    assert users.findtext("profiles/default/insert_distributed_sync") == "1"
+
+
+def test_zookeeper_listens_on_loopback_without_admin_server(tmp_path: Path) -> None:
+    cfg = _props(ZooKeeperServer(InfraConfig(home=tmp_path), 27181).render_zoo_cfg())
+    assert (cfg["clientPort"], cfg["clientPortAddress"]) == ("27181", "127.0.0.1")
+    assert cfg["admin.enableServer"] == "false" and cfg["4lw.commands.whitelist"] == "ruok,srvr"
+
+
+def test_cluster_ports_come_from_the_environment(tmp_path: Path) -> None:
+    ports = ClusterPorts.from_env({"STEPLENS_CLUSTER_KAFKA_PORT": "27092", "STEPLENS_ZOOKEEPER_PORT": "27181",
+                                   "STEPLENS_CLUSTER_CLICKHOUSE_TCP_PORT": "27000"})
+    assert ports.kafka.client(3) == 27292 and ports.kafka.controller(3) == 27293
+    assert (ports.clickhouse.tcp, ports.clickhouse.http, ports.clickhouse.zookeeper) == (27000, 28123, 27181)
+    settings = Cluster(InfraConfig(home=tmp_path), ports).client_settings(entry=(2, 1))
+    assert settings.clickhouse_url == "clickhouse://127.0.0.1:27020" and settings.clickhouse_cluster == "steplens"
+
+
+@pytest.mark.parametrize(("rf", "isr"), [(1, 1), (3, 2)])
+def test_topics_carry_min_insync_replicas(rf: int, isr: int) -> None:
+    settings = load_settings({"STEPLENS_TOPIC_REPLICATION_FACTOR": str(rf),
+                              "STEPLENS_TOPIC_MIN_INSYNC_REPLICAS": str(isr)})
+    assert settings.topic_replication_factor == rf
+    configs = topic_configs(settings, Topics("x."))
+    assert {c["min.insync.replicas"] for c in configs.values()} == {str(isr)}
+    assert configs["x.detect-state"]["cleanup.policy"] == "compact"
