@@ -58,10 +58,7 @@ def cluster_statements(migration: Migration, db: str, features: Features, cluste
             rest = _DEDUP.sub("", m["rest"])
             out.append(f"CREATE TABLE IF NOT EXISTS {_q(db, local)} {on}\n{m['body']}\n"
                        f"ENGINE = Replicated{m['engine']}({args}){rest}")
-            key = SHARD_KEYS.get(table, "job")
-            out.append(f"CREATE TABLE IF NOT EXISTS {_q(db, table)} {on} AS {_q(db, local)}\n"
-                       f"ENGINE = Distributed({_lit(cluster)}, {_lit(db)}, {_lit(local)}, "
-                       f"cityHash64({quote_identifier(key)}))")
+            out.append(_distributed(db, table, cluster, on))
         elif (m := _VIEW.match(sql)) is not None:
             select = re.sub(rf"FROM `{re.escape(db)}`\.`([^`]+)`", rf"FROM `{db}`.`\1{LOCAL_SUFFIX}`", m["select"])
             out.append(f"CREATE MATERIALIZED VIEW IF NOT EXISTS {_q(db, m['view'])} {on} "
@@ -69,11 +66,29 @@ def cluster_statements(migration: Migration, db: str, features: Features, cluste
         elif (m := _ALTER.match(sql)) is not None:
             if "non_replicated_deduplication_window" in m["rest"]:
                 continue  # replicated tables deduplicate by themselves
-            out.append(f"ALTER TABLE {_q(db, m['table'] + LOCAL_SUFFIX)} {on} {m['rest']}")
-            if m["rest"].startswith("ADD COLUMN "):  # the Distributed table gets the column, not the sort key
-                out.append(f"ALTER TABLE {_q(db, m['table'])} {on} {m['rest'].split(', MODIFY ', 1)[0]}")
+            rest = m["rest"]
+            if rest.startswith("ADD COLUMN "):
+                # 18.16 refuses MODIFY ORDER BY on Replicated tables ("Unsupported type of ALTER query"): the
+                # cluster gets the column without the longer sort key, so on a cluster two attempts' rows of
+                # one (job, step, rank) still collapse under FINAL (docs/deployment.md); the Distributed table
+                # gets the column by being made again over the altered local (18.16 refuses ALTER ON CLUSTER of a
+                # table that is not replicated on a cluster whose shards are)
+                rest = rest.split(", MODIFY ", 1)[0]
+                out.append(f"ALTER TABLE {_q(db, m['table'] + LOCAL_SUFFIX)} {on} {rest}")
+                out.append(f"DROP TABLE IF EXISTS {_q(db, m['table'])} {on}")
+                out.append(_distributed(db, m["table"], cluster, on))
+            else:
+                out.append(f"ALTER TABLE {_q(db, m['table'] + LOCAL_SUFFIX)} {on} {rest}")
         elif (m := _DROP.match(sql)) is not None:  # a view replaced: per node, like its creation
             out.append(f"DROP TABLE IF EXISTS {_q(db, m['table'])} {on}")
         else:
             raise ValueError(f"migration {migration.id}: no cluster form for statement {sql[:60]!r}")
     return out
+
+
+def _distributed(db: str, table: str, cluster: str, on: str) -> str:
+    """The Distributed table over `table`'s replicated local, sharded by its SHARD_KEYS column."""
+    local = table + LOCAL_SUFFIX
+    key = SHARD_KEYS.get(table, "job")
+    return (f"CREATE TABLE IF NOT EXISTS {_q(db, table)} {on} AS {_q(db, local)}\n"
+            f"ENGINE = Distributed({_lit(cluster)}, {_lit(db)}, {_lit(local)}, cityHash64({quote_identifier(key)}))")
