@@ -2,8 +2,8 @@
 
 Reads the dumps with the offline importers, converts them (producers/replay/convert.py) and produces
 them to Kafka through the ordinary emitter (settings from STEPLENS_* as every other command), with a
-progress line on a terminal and plain lines otherwise. The steplens topics are created when missing
-(as the demo and the workers do). Exit status: 0 every event delivered, 1 some were dropped or not
+tqdm progress bar on a terminal and plain lines otherwise (steplens.progress). The steplens topics are
+created when missing (as the demo and the workers do). Exit status: 0 every event delivered, 1 some were dropped or not
 delivered (the emitter says why) or Kafka is unreachable, 2 the paths could not be read or converted.
 """
 
@@ -76,10 +76,13 @@ def run(args: argparse.Namespace, settings: Settings, out: TextIO | None = None)
     # no spool: a replay is re-run, not recovered; a spool left by an earlier run against another broker or
     # prefix would be replayed first and hold every new record behind records that never deliver
     emitter = BackgroundEmitter(exporter, topics, name="replay", spool_dir=None)
+    from steplens.progress import Progress
+
+    bar = Progress(len(replay.steps), "replay", stream=out, unit="step")
     try:
-        result = send(replay, emitter, speed=args.speed,
-                      progress=progress_printer(out.write, out.isatty(), every=max(len(replay.steps) // 10, 1)))
+        result = send(replay, emitter, speed=args.speed, progress=progress_printer(bar))
     finally:
+        bar.close()
         emitter.close(timeout=30)
     late = "" if result.delivered else ", some not yet delivered when the flush timed out (spooled)"
     print(f"replay {job}: {result.events} events sent, {result.dropped} dropped{late}, {result.seconds:.1f} s",

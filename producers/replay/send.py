@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from producers.emitter import BackgroundEmitter
 from producers.replay.convert import Replay
@@ -55,14 +56,11 @@ def send(replay: Replay, emitter: BackgroundEmitter, *, speed: float = 1.0, prog
     return SendResult(sent, emitter.stats().dropped_total, clock() - started, delivered)
 
 
-def progress_printer(write: Callable[[str], object], tty: bool, every: int = 0) -> Progress:
-    """A progress line: redrawn in place on a terminal, plain lines (every `every` steps, and the last) otherwise."""
+def progress_printer(bar: Any) -> Progress:
+    """`send`'s progress on a `steplens.progress.Progress` bar (total: the replay's steps): a tqdm bar on a
+    terminal, a plain line every N % elsewhere, each naming the events sent so far."""
 
     def show(done: int, total: int, events: int) -> None:
-        line = f"replay: step {done}/{total} ({100.0 * done / max(total, 1):.0f} %), {events} events sent"
-        if tty:
-            write("\r" + line + ("\n" if done == total else ""))
-        elif done == total or (every > 0 and done % every == 0):
-            write(line + "\n")
+        bar.update(done - bar.done, item=f"{events} events sent")
 
     return show

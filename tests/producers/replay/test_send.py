@@ -3,6 +3,7 @@ and the `steplens replay` command's refusals (no broker needed for those)."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from schemas import JobEvent, KernelSummary, StepEvent
 from schemas.codec import decode_mapping
 from schemas.packing import split_record
 from steplens.cli import main
+from steplens.progress import Progress
 from streams.profiles.samples import real_samples_dir
 
 KINETO = [real_samples_dir() / "kineto-hta" / f"trace_filter_sampled_rank-{r}.json.gz" for r in (0, 1)]
@@ -49,9 +51,9 @@ def test_steps_go_out_when_they_ended_on_the_trace_clock_divided_by_speed(speed:
     exporter = InMemoryExporter()
     emitter = BackgroundEmitter(exporter, spool_dir=None, pack=True)
     clock = FakeClock()
-    lines: list[str] = []
-    result = send(replay, emitter, speed=speed, clock=clock, sleep=clock.sleep,
-                  progress=progress_printer(lines.append, tty=False, every=2))
+    out = io.StringIO()
+    bar = Progress(len(replay.steps), "replay", stream=out, unit="step", step_pct=50, tty=False, clock=lambda: 0.0)
+    result = send(replay, emitter, speed=speed, clock=clock, sleep=clock.sleep, progress=progress_printer(bar))
     emitter.close()
     due = [s.end_offset_ns / 1e9 / speed for s in replay.steps] if speed else []
     assert clock.sleeps == pytest.approx([b - a for a, b in zip([0.0, *due], due, strict=False)])
@@ -64,15 +66,19 @@ def test_steps_go_out_when_they_ended_on_the_trace_clock_divided_by_speed(speed:
         mine = [e.step for e in sent if isinstance(e, StepEvent) and e.rank == rank]
         assert mine == [551, 552, 553, 554]
     assert sum(isinstance(e, KernelSummary) for e in sent) == 8
-    assert lines == ["replay: step 2/4 (50 %), 9 events sent\n", "replay: step 4/4 (100 %), 17 events sent\n"]
+    assert out.getvalue().splitlines() == ["replay: 2/4 step (50 %) 0.0s, 9 events sent",
+                                           "replay: 4/4 step (100 %) 0.0s, 17 events sent"]
 
 
-def test_a_terminal_gets_one_line_redrawn_in_place() -> None:
-    out: list[str] = []
-    show = progress_printer(out.append, tty=True)
+def test_a_terminal_gets_a_bar() -> None:
+    out = io.StringIO()
+    bar = Progress(2, "replay", stream=out, unit="step", tty=True)
+    show = progress_printer(bar)
     show(1, 2, 5)
     show(2, 2, 9)
-    assert out == ["\rreplay: step 1/2 (50 %), 5 events sent", "\rreplay: step 2/2 (100 %), 9 events sent\n"]
+    bar.close()
+    text = out.getvalue()
+    assert "\r" in text and "2/2" in text and "9 events sent" in text  # tqdm redraws one line in place
 
 
 def test_negative_speed_is_refused() -> None:
