@@ -43,7 +43,7 @@ from typing import ClassVar
 from xml.sax.saxutils import escape as xml_escape
 
 from infra.secrets import CLICKHOUSE_DEFAULT, ensure_clickhouse_passwords
-from infra.services import LOOPBACK, ClickHouseServer, InfraConfig, InfraError, _alive, _terminate, stop_together
+from infra.services import LOOPBACK, ClickHouseServer, InfraConfig, InfraError, _terminate, kill_and_wait, stop_together
 from infra.zookeeper import ZOOKEEPER_USER, zookeeper_password
 
 CLUSTER_NAME = "steplens"
@@ -172,15 +172,7 @@ class ClickHouseCluster:
 
     def kill_node(self, shard: int, replica: int, sig: int) -> int:
         """Send `sig` to one replica (tests: SIGKILL) and wait until it is gone."""
-        node = self.node(shard, replica)
-        pid = node.pid()
-        if pid is None:
-            raise InfraError(f"{node.name} does not run")
-        node.signal(pid, sig)
-        deadline = time.monotonic() + 30.0
-        while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return pid
+        return kill_and_wait(self.node(shard, replica), sig)
 
     def stop(self) -> None:
         """All replicas at once: a replica may take its whole 30 s grace to shut down."""

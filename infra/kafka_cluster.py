@@ -25,9 +25,9 @@ from infra.services import (
     InfraConfig,
     InfraError,
     KafkaBroker,
-    _alive,
     _new_cluster_id,
     _terminate,
+    kill_and_wait,
     stop_together,
 )
 from steplens.config import Settings
@@ -164,15 +164,7 @@ class KafkaCluster:
 
     def kill_node(self, n: int, sig: int) -> int:
         """Send `sig` to node `n`'s process group (tests: SIGKILL, a crash) and wait until it is gone."""
-        node = self.nodes[n - 1]
-        pid = node.pid()
-        if pid is None:
-            raise InfraError(f"{node.name} does not run")
-        node.signal(pid, sig)
-        deadline = time.monotonic() + 30.0
-        while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return pid
+        return kill_and_wait(self.nodes[n - 1], sig)
 
     def stop(self) -> None:
         """All nodes at once (one by one, the last had no quorum for its controlled shutdown: 30 s)."""

@@ -1365,6 +1365,19 @@ class ClickHouseServer(_Service):
         return super().start(timeout)
 
 
+def kill_and_wait(service: _Service, sig: int, timeout: float = 30.0) -> int:
+    """Send `sig` to a running service's process group (tests: SIGKILL, a crash) and wait until it is gone;
+    its pid. Raises InfraError when it does not run."""
+    pid = service.pid()
+    if pid is None:
+        raise InfraError(f"{service.name} does not run")
+    service.signal(pid, sig)
+    deadline = time.monotonic() + timeout
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return pid
+
+
 def stop_together(services: list[_Service]) -> None:
     """SIGTERM every running service at once, then wait for each (SIGKILL after 30 s): the nodes of a
     cluster stopped one by one each wait out their own grace (the last Kafka node has no quorum left for
