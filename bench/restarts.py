@@ -33,14 +33,26 @@ from typing import Any
 
 from kafka.admin import KafkaAdminClient, NewPartitions
 
-from bench.chaos import Harness, Offsets, Rig, Sent, count, emit_job, log, messages, poll_until, read_alerts
+from bench.chaos import (
+    DETECT_DECODE_TOPICS,
+    LAND_TOPICS,
+    Harness,
+    Offsets,
+    Rig,
+    Sent,
+    count,
+    emit_job,
+    log,
+    messages,
+    poll_until,
+    read_alerts,
+    role_groups,
+)
 from infra.clients import kafka_client_config
 from streams.combine import chunks as chunk_codec
 from streams.topics_admin import DetectTopics
 
 LAG_DEADLINE_S = 30.0
-DECODE_INPUTS = ("steps", "kernel_summaries", "device", "jobs")
-LAND_INPUTS = ("steps", "jobs", "incidents")
 
 
 @dataclass(frozen=True)
@@ -96,11 +108,7 @@ class CycleResult:
 
 def groups(rig: Rig) -> dict[str, list[str]]:
     """Every consumer group the workers commit in, with the topics it reads."""
-    t = rig.topics
-    app = rig.settings.app_id
-    return {f"{app}-detect-decode": [getattr(t, n) for n in DECODE_INPUTS],
-            f"{app}-detect": [DetectTopics(rig.settings.topic_prefix).partials],
-            f"{app}-land": [getattr(t, n) for n in LAND_INPUTS]}
+    return {**role_groups(rig, "detect"), **role_groups(rig, "land")}
 
 
 def uncommitted(rig: Rig, offsets: Offsets) -> dict[str, int]:
@@ -134,7 +142,7 @@ def grow_partitions(rig: Rig, by: int = 2) -> None:
     """Add `by` partitions to every input topic (a scale-out while the workers run)."""
     admin = KafkaAdminClient(**kafka_client_config(rig.settings, "admin"))
     try:
-        names = [getattr(rig.topics, n) for n in sorted(set(DECODE_INPUTS) | set(LAND_INPUTS))]
+        names = [getattr(rig.topics, n) for n in sorted(set(DETECT_DECODE_TOPICS) | set(LAND_TOPICS))]
         described = admin.describe_topics(names)
         counts = {d["name"]: len(d["partitions"]) for d in described}
         admin.create_partitions({n: NewPartitions(counts[n] + by) for n in names})
