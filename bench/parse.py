@@ -1,7 +1,7 @@
 """`make bench-parse`: steplens vs HolisticTraceAnalysis 0.5.0 on the same Kineto traces, plus
 msprof-analyze's cluster analysis vs steplens on the Ascend samples.
 
-Each tool runs in its own child process per input (peak RSS = that child's ru_maxrss; MB/s =
+Each tool runs in its own child process per input (peak RSS = that child's VmHWM; MB/s =
 input bytes on disk / seconds of parse + temporal breakdown, library import excluded). Inputs:
 the real Kineto samples (read in place) and a synthetic Kineto trace of STEPLENS_BENCH_PARSE_MB
 (default 200) written to a temp dir for throughput. Each input runs STEPLENS_BENCH_PARSE_REPEATS
@@ -79,12 +79,13 @@ def _msprof(tmp: Path) -> dict[str, Any] | None:
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - start
     rss_mb = float(done.stderr.strip().splitlines()[-1]) / 1024.0 if done.stderr.strip() else float("nan")
-    ours = _child(["-c", "import sys,time,resource,orjson; from pathlib import Path;"
+    ours = _child(["-c", "import sys,time,orjson; from pathlib import Path;"
                    "t=time.perf_counter(); from streams.profiles.loader import load_all;"
                    "from streams.profiles.analysis.diagnose import diagnose;"
+                   "from streams.profiles.measure import own_peak_rss_mb;"
                    "t=time.perf_counter(); p,c=load_all([Path(sys.argv[1])]); d=diagnose(p,c);"
                    "print(orjson.dumps({'seconds': time.perf_counter()-t,"
-                   "'peak_rss_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss/1024}).decode())", str(src)])
+                   "'peak_rss_mb': own_peak_rss_mb()}).decode())", str(src)])
     size = sum(f.stat().st_size for d in ascend.glob("rank*_ascend_pt") for f in d.rglob("*") if f.is_file())
     return {"input_mb": size / 1e6, "msprof_ok": done.returncode == 0, "msprof_seconds": seconds,
             "msprof_peak_rss_mb": rss_mb, "steplens_seconds": ours["seconds"],

@@ -5,10 +5,20 @@ from __future__ import annotations
 
 import json
 import logging
-import resource
 import sys
 import time
 import warnings
+
+
+def own_peak_rss_mb() -> float:
+    """VmHWM (reset by execve; ru_maxrss keeps the parent's peak). Runs in HTA's interpreter, so not
+    imported from streams.profiles.measure."""
+    with open("/proc/self/status") as status:
+        lines = status.read().splitlines()
+    for line in lines:
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024.0
+    raise RuntimeError("/proc/self/status has no VmHWM")
 
 
 def main(trace_dir: str) -> None:
@@ -34,7 +44,7 @@ def main(trace_dir: str) -> None:
     }
     print(json.dumps({"seconds": seconds, "import_seconds": imported - start, "breakdown": breakdown,
                       "stragglers": stragglers,
-                      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}))
+                      "peak_rss_mb": own_peak_rss_mb()}))
 
 
 if __name__ == "__main__":

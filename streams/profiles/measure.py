@@ -1,5 +1,5 @@
 """`python -m streams.profiles.measure PATH...`: parse + temporal breakdown in this process and print
-one JSON line with seconds, bytes and peak RSS. Run as a child so ru_maxrss is this work's alone."""
+one JSON line with seconds, bytes and peak RSS. Run as a child so the peak RSS is this work's alone."""
 
 from __future__ import annotations
 
@@ -34,10 +34,21 @@ def measure(paths: list[Path]) -> dict[str, object]:
 
 def peak_rss_mb() -> float:
     """This process's peak plus, for the parser pool, (pool size × the largest child's peak): an upper
-    bound of the memory the parse held at once."""
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    bound of the memory the parse held at once.
+
+    The own peak is VmHWM, not ru_maxrss: Linux carries ru_maxrss across execve, so a child started by a
+    large process (pytest at the end of a full run holds gigabytes) would report its parent's peak."""
+    own = own_peak_rss_mb()
     child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
     return own + (min(4, os.cpu_count() or 1) * child if child > 0 else 0.0)
+
+
+def own_peak_rss_mb() -> float:
+    """This process image's peak resident set (VmHWM: reset by execve, unlike ru_maxrss)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024.0
+    raise RuntimeError("/proc/self/status has no VmHWM: peak RSS cannot be measured here")
 
 
 def _size(p: Profile) -> int:

@@ -1,7 +1,7 @@
 """A synthetic 2 GB Kineto trace parses within 4 GiB RSS (marked `large`: about a minute or two).
 
 The trace is written streaming to a temp dir; parsing runs in a child process so its peak RSS
-(ru_maxrss) is the parser's alone.
+(VmHWM, see streams.profiles.measure) is the parser's alone.
 """
 
 from __future__ import annotations
