@@ -64,8 +64,10 @@ class Incident:
     rules: list[str] = field(default_factory=list)
     link: str | None = None
     stage: int | None = None
+    attempt: int = 0  # contract 1.4: the job's launch the incident belongs to (a relaunch's are its own)
 
     def check(self, path: str) -> None:
+        require(self.attempt >= 0, join(path, "attempt"), "must be >= 0")
         require(bool(self.incident_id), join(path, "incident_id"), "must not be empty")
         require(bool(self.job), join(path, "job"), "must not be empty")
         require(self.host is None or bool(self.host), join(path, "host"), "must not be empty (leave it out instead)")

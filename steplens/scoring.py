@@ -83,6 +83,7 @@ class IncidentView:
     step_last: int | None
     first_step_last: int | None  # step_last when it opened: the step at which it was detected
     first_detected_ns: int
+    attempt: int = 0  # the job's launch (contract 1.4): a relaunch re-runs step numbers
 
 
 def latest_incidents(messages: list[dict[str, Any]]) -> list[IncidentView]:
@@ -102,7 +103,7 @@ def latest_incidents(messages: list[dict[str, Any]]) -> list[IncidentView]:
             ranks=frozenset(int(r) for r in m.get("ranks") or []), host=m.get("host"), domain=m.get("domain"),
             group=m.get("group"), link=m.get("link"), stage=m.get("stage"), step_first=m.get("step_first"),
             step_last=m.get("step_last"), first_step_last=f.get("step_last", f.get("step_first")),
-            first_detected_ns=int(f.get("detected_ns") or 0)))
+            first_detected_ns=int(f.get("detected_ns") or 0), attempt=int(m.get("attempt") or 0)))
     return out
 
 
@@ -197,7 +198,10 @@ def score_run(truth: RunTruth, incidents: list[IncidentView]) -> RunScore:
     matched: set[str] = set()
     outcomes = []
     for n, fault in enumerate(truth.faults):
-        hits = [i for i in mine if _in_time(i, fault, truth.total_steps) and _touches(i, fault)]
+        if not fault.get("rules"):
+            continue  # an event of the run no detector should report (a quick restart): never a fault to find
+        hits = [i for i in mine if i.attempt == int(fault.get("attempt") or 0) and _in_time(i, fault, truth.total_steps)
+                and _touches(i, fault)]
         matched.update(i.incident_id for i in hits)
         expected = set(fault.get("rules") or [])
         found_rules = set().union(*(i.rules for i in hits)) if hits else set()

@@ -10,7 +10,10 @@ Job attempts (contract 1.4): a relaunch of a job under the same id (a higher `at
 checkpoint are analysed and the world it starts with (fewer hosts after an eviction) is the
 only one hangs are judged on; the old attempt's open incidents are resolved with
 `evidence.attempt_ended`. Chunks of an older attempt arriving after that are counted late.
-A job silent `job_silence_s` (no rank, no device, no `end`) has stopped: one JOB_STOPPED incident.
+A job silent `job_silence_s` (no rank, no device, no `end`) has stopped: one JOB_STOPPED incident,
+judged by the worker's clock while the input is current, and by the job's own clock when a
+relaunch arrives (its first timed report `job_silence_s` or more after the old attempt's last
+step: the crash is raised then, even if a backlog hid the silence from the worker's clock).
 """
 
 from __future__ import annotations
@@ -90,6 +93,8 @@ class JobEngine:
     attempt: int = 0  # the job's launch this state is for (contract 1.4)
     heard_ns: int = 0  # worker clock of the job's newest report (steps, summaries, device samples)
     stopped: bool = False  # JOB_STOPPED raised for the current silence
+    last_step_ts_ns: int = 0  # the job's clock at the end of its newest step report (this attempt's alone)
+    previous: JobEngine | None = None  # the attempt this relaunch replaced, until its first timed report
 
     @classmethod
     def create(cls, job: str, cfg: DetectionConfig, attempt: int = 0) -> JobEngine:
@@ -102,11 +107,34 @@ class JobEngine:
                                      shift_hold_steps=cfg.baseline_steps, attempt=attempt))
 
     def relaunched(self, attempt: int, now_ns: int) -> tuple[JobEngine, list[Output]]:
-        """A fresh engine for the job's new `attempt`, and this attempt's open incidents resolved."""
-        out = [] if self.finished else self.book.finish(now_ns, attempt_ended=True)
+        """A fresh engine for the job's new `attempt`. This attempt's open incidents are resolved at
+        the new one's first timed report (`close_previous`), which also tells how long the job was
+        silent in between on its own clock."""
         fresh = JobEngine.create(self.job, self.cfg, attempt)
         fresh.offsets, fresh.stats = self.offsets, self.stats  # one input, one count, across attempts
-        return fresh, out
+        if not self.finished:
+            fresh.previous = self
+            self.previous = None  # one attempt back is all a relaunch needs
+        return fresh, []
+
+    def close_previous(self, ts_ns: int, now_ns: int) -> list[Output]:
+        """The attempt this one replaced: JOB_STOPPED if it stopped without an `end` and the job's
+        clock ran `job_silence_s` or more from its newest step or device sample to `ts_ns` (this
+        attempt's first timed report), unless already raised; then its open incidents resolved
+        (`attempt_ended`)."""
+        prev, self.previous = self.previous, None
+        if prev is None:
+            return []
+        out: list[Output] = []
+        last_ns = max(prev.last_step_ts_ns, int(prev.stall.newest_dev_ns.max(initial=0)))  # a hang's samples count
+        gap_s = (ts_ns - last_ns) / 1e9
+        if (not prev.ended and not prev.stopped and prev.last_step_ts_ns > 0 and prev.frames.next_step is not None
+                and gap_s >= self.cfg.job_silence_s):
+            prev.stopped = True
+            out.extend(prev.book.observe(prev.frames.next_step, [job_stopped(prev.frames.next_step, gap_s)], now_ns,
+                                         np.zeros(prev.frames.topo.world, dtype=bool)))
+        out.extend(prev.book.finish(now_ns, attempt_ended=True))
+        return out
 
     def on_chunk(self, chunk: dict[str, Any], now_ns: int, lagging: bool | None = None) -> list[Output]:
         """Apply one chunk; `lagging`: what it says of the decode stage's input (`input_lagging`,
@@ -118,16 +146,22 @@ class JobEngine:
             return []
         if lagging is not None:
             self.frames.input_lagging = lagging
+        out: list[Output] = []
+        if self.previous is not None:
+            first_ts = _first_ts(chunk)
+            if first_ts:
+                out.extend(self.close_previous(first_ts, now_ns))
         if kind in ("steps", "kernels", "device"):
             self.heard_ns, self.stopped = now_ns, False
         if kind == "steps":
             cols = StepColumns(chunk)
+            self.last_step_ts_ns = max(self.last_step_ts_ns, int(np.max(cols.end_ns, initial=0)))
             self.frames.add_steps(cols, now_ns)
             self.stall.on_steps(cols.end_ns)
         elif kind == "kernels":
             self.frames.add_kernels(chunk["rows"], now_ns, int(chunk.get("world") or 0))
         elif kind == "device":
-            return self._device(chunk, now_ns)
+            return out + self._device(chunk, now_ns)
         elif kind == "job":
             if chunk["phase"] == "start":
                 self.frames.summaries_declared = chunk.get("kernel_summaries") is True
@@ -136,8 +170,7 @@ class JobEngine:
                 self.end_seen_ns = now_ns
                 self.end_ts_ns = int(chunk.get("ts_ns") or 0)
                 self.last_step = chunk.get("last_step")
-            return self.tick(now_ns)
-        return self.tick(now_ns)
+        return out + self.tick(now_ns)
 
     def tick(self, now_ns: int) -> list[Output]:
         """Release what is ready (complete, settled, timed out); finish an ended job."""
@@ -267,6 +300,19 @@ class JobEngine:
                 keep.append((taken_ns, f))
         self.signals.pending = keep
         return take
+
+
+def _first_ts(chunk: dict[str, Any]) -> int:
+    """The job's clock at the start of what a chunk reports, from the reports that carry their
+    attempt (a job event, steps); 0 for the others (kernel summaries have no time, device samples
+    no attempt: a late sample of the old attempt must not date the new one)."""
+    kind = chunk.get("kind")
+    if kind == "job":
+        return int(chunk.get("ts_ns") or 0)
+    if kind == "steps":
+        starts = chunk.get("start_ns") or []
+        return int(min(starts)) if len(starts) else 0
+    return 0
 
 
 @dataclass(slots=True)

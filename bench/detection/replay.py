@@ -41,6 +41,7 @@ from streams.ingest.decode import decode_batch
 
 TICK_NS = 50_000_000  # simulated wall time per decoded batch
 SKEW_PARTITIONS = 4   # the device topic's partitions (keyed per device) for --device-skew
+IDLE_TICK_NS = 500_000_000  # simulated wall time per tick while every run waits for a relaunch
 
 
 def replay(args: argparse.Namespace, cfg: DetectionConfig | None = None, batch: int = 4096) -> dict[str, Any]:
@@ -100,8 +101,14 @@ def replay(args: argparse.Namespace, cfg: DetectionConfig | None = None, batch: 
                         buffer.extend(queue.popleft())
             flush()
 
+    def idle(seconds: float) -> None:  # every run waits for a relaunch: simulated time passes, ticking
+        flush()
+        for _ in range(max(1, round(seconds * 1e9 / IDLE_TICK_NS))):
+            clock[0] += IDLE_TICK_NS
+            messages.extend(orjson.loads(encode(bounded(o))) for o in fleet.tick(clock[0]) if isinstance(o, Incident))
+
     with Progress(max((r.job.steps for _, r in runs), default=0), "replay", unit="steps") as bar:
-        stream_runs([r for _, r in runs], Topics(""), send, on_step=bar.update)
+        stream_runs([r for _, r in runs], Topics(""), send, on_step=bar.update, clock=lambda: clock[0], idle=idle)
     for queue in (held, lagging):
         while queue:
             buffer.extend(queue.popleft())

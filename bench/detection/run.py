@@ -27,6 +27,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from bench.provenance import git_commit, machine
 from infra import InfraConfig, KafkaBroker
 from infra.clients import kafka_client_config
+from producers.simulator.attempts import plan_attempts
 from producers.simulator.catalogue import SCENARIOS, build_faults, write_ground_truth
 from producers.simulator.fleet import FleetJob
 from producers.simulator.model import ModelConfig
@@ -70,9 +71,9 @@ def plan_runs(args: argparse.Namespace, stamp: str) -> list[tuple[str, SimRun]]:
         sc = SCENARIOS[name]
         topo = sc.topology(ranks)
         faults = build_faults(sc, topo, args.steps, seed)
-        job = FleetJob(f"bench-{stamp}-{label}-{ranks}-s{seed}", topo, args.steps, faults, seed, model=sc.model(topo),
-                       noise=sc.noise(), traits=traits)
-        runs.append((label, SimRun(job, packed=getattr(args, "packed", True))))
+        attempts = plan_attempts(f"bench-{stamp}-{label}-{ranks}-s{seed}", topo, args.steps, faults, seed,
+                                 model=sc.model(topo), noise=sc.noise(), traits=traits)
+        runs.append((label, SimRun.of_attempts(attempts, packed=getattr(args, "packed", True))))
 
     for name in names:
         for seed in seeds:
@@ -80,6 +81,10 @@ def plan_runs(args: argparse.Namespace, stamp: str) -> list[tuple[str, SimRun]]:
     add(LARGE_FAMILY, args.large_ranks, 0, f"{LARGE_FAMILY}@{args.large_ranks}")  # one seed: 1,024 ranks cost
     for seed in range(args.healthy_runs or (2 if args.quick else 3 * len(seeds))):
         add("healthy", args.ranks, seed, "healthy")
+    if not args.scenario:  # quick restarts and elastic relaunches must raise nothing either
+        for seed in seeds:
+            for name in ("healthy_restart", "healthy_elastic"):
+                add(name, args.ranks, 300 + seed, name)
     for seed in range(args.jittery_runs if args.jittery_runs is not None else len(seeds)):
         add("healthy_jittery", args.ranks, 200 + seed, "healthy_jittery")  # 8 % jitter: quiet, not just lucky
     # the zero-false-alarm claim needs >= 2,000,000 healthy rank-steps, >= 1,024-rank runs included
@@ -117,9 +122,9 @@ def plan_paced(args: argparse.Namespace, stamp: str) -> list[tuple[str, SimRun]]
         model = paced_model(sc.model(topo), topo)
         for seed in range(args.paced_seeds if args.paced_seeds is not None else seeds):
             faults = build_faults(sc, topo, args.paced_steps, seed)
-            job = FleetJob(f"bench-{stamp}-{name}-paced-{args.ranks}-s{seed}", topo, args.paced_steps, faults, seed,
-                           model=model, traits=run_traits(args))
-            runs.append((f"{name}@paced", SimRun(job, packed=getattr(args, "packed", True))))
+            attempts = plan_attempts(f"bench-{stamp}-{name}-paced-{args.ranks}-s{seed}", topo, args.paced_steps,
+                                     faults, seed, model=model, traits=run_traits(args))
+            runs.append((f"{name}@paced", SimRun.of_attempts(attempts, packed=getattr(args, "packed", True))))
     return runs
 
 
@@ -150,7 +155,8 @@ def wait_caught_up(settings: Settings, workers: list[subprocess.Popen[bytes]], s
 
 def wait_jobs_finished(settings: Settings, jobs: set[str], timeout_s: float) -> set[str]:
     """After the consumer lag is 0: wait until the detect worker's snapshots show every job in
-    `jobs` finished with an empty outbox; return those that did not within `timeout_s`.
+    `jobs` finished (or, a job whose last launch crashed, stopped: JOB_STOPPED raised) with an
+    empty outbox; return those that did not within `timeout_s`.
 
     Lag 0 means every chunk was applied, not that every frame was released: a frame still
     waiting for a report (or the input judged lagging for a few seconds more) releases later,
@@ -162,7 +168,8 @@ def wait_jobs_finished(settings: Settings, jobs: set[str], timeout_s: float) -> 
     deadline = time.monotonic() + timeout_s
     while True:
         snaps = store.load()
-        left = {j for j in jobs if not (j in snaps and snaps[j][0].finished and not snaps[j][1].pending)}
+        left = {j for j in jobs if not (j in snaps and (snaps[j][0].finished or snaps[j][0].stopped)
+                                        and not snaps[j][1].pending)}
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(1.0)

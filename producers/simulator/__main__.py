@@ -26,13 +26,14 @@ from kafka import KafkaProducer
 from infra.clients import kafka_client_config
 from producers.emitter import DEFAULT_SPOOL, BackgroundEmitter
 from producers.exporter import Exporter, InMemoryExporter, KafkaExporter
+from producers.simulator.attempts import plan_attempts
 from producers.simulator.catalogue import SCENARIOS, build_faults, write_ground_truth
 from producers.simulator.cluster import SimulatedJob
 from producers.simulator.faults import Fault, SlowRank, data_stall, gc_pause
-from producers.simulator.fleet import FleetJob, Noise
+from producers.simulator.fleet import Noise
 from producers.simulator.model import ModelConfig
 from producers.simulator.run import run_simulation
-from producers.simulator.stream import SimRun, stream_runs
+from producers.simulator.stream import SimRun, SimulatedClock, stream_runs
 from producers.simulator.topology import Topology
 from schemas import Topics
 from steplens.config import load_settings
@@ -119,22 +120,23 @@ def run_fleet(args: argparse.Namespace) -> int:
     sc = SCENARIOS[args.scenario]
     topo = sc.topology(args.ranks)
     faults = build_faults(sc, topo, args.steps, args.seed)
-    job = FleetJob(args.job, topo, args.steps, faults, args.seed, model=model_for(args, sc.model(topo)),
-                   noise=Noise(jitter=args.jitter) if args.jitter is not None else sc.noise())
+    attempts = plan_attempts(args.job, topo, args.steps, faults, args.seed, model=model_for(args, sc.model(topo)),
+                             noise=Noise(jitter=args.jitter) if args.jitter is not None else sc.noise())
     if args.ground_truth:
         write_ground_truth(args.ground_truth, faults, args.job, args.seed, args.steps)
     include = tuple(k for k in args.streams.split(",") if k)
     for k in include:
         if k not in ("step", "kernel_summary", "device"):
             raise SystemExit(f"unknown stream {k!r}")
-    run = SimRun(job, include=include, packed=not args.unpacked)
+    run = SimRun.of_attempts(attempts, include=include, packed=not args.unpacked)
     topics = Topics(args.topic_prefix if args.topic_prefix is not None else settings.topic_prefix)
     sent = 0
     if args.dry_run:
         def count(topic: str, key: bytes, value: bytes) -> None:
             nonlocal sent
             sent += 1
-        stream_runs([run], topics, count, paced=args.paced)
+        clock = SimulatedClock()  # a relaunch's gap costs no wall time here
+        stream_runs([run], topics, count, paced=args.paced, clock=clock.now, idle=clock.advance)
     else:
         producer = KafkaProducer(**kafka_client_config(replace(settings, kafka_bootstrap=args.bootstrap or
                                                                settings.kafka_bootstrap), "producer"),

@@ -45,6 +45,7 @@ class FaultSpec:
     magnitude: dict[str, float] = field(default_factory=dict)
     rules: tuple[str, ...] = ()
     row: str = ""
+    attempt: int = 0  # the job's launch it happens in (contract 1.4): a relaunch re-runs step numbers
 
     def covers(self, step: int) -> bool:
         return step >= self.start and (self.end is None or step <= self.end)
@@ -70,7 +71,7 @@ class FaultSpec:
             "end_step": self.end if total_steps is None else self.last_step(total_steps),
             "ranks": list(self.ranks), "hosts": list(self.hosts), "domain": self.domain, "group": self.group,
             "links": list(self.links), "stage": self.stage, "magnitude": self.magnitude, "rules": list(self.rules),
-            "row": self.row,
+            "row": self.row, "attempt": self.attempt,
         }
         return out
 
@@ -339,6 +340,13 @@ def _dead_host(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.rand
     fx.device_silent[_r(f)] = True
 
 
+@kind("job_crash")
+def _job_crash(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    # every process of the launch is gone from `start` on: FleetJob.iter_frames stops before this step,
+    # so nothing is applied; its magnitude says what the launcher does next (producers.simulator.attempts)
+    fx.halted = True
+
+
 @kind("slow_data_loader")
 def _slow_data_loader(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
     # one rank's input pipeline is slow (a starved DataLoader worker, a slow disk): it reaches its first
@@ -504,6 +512,64 @@ def _healthy(topo: Topology, steps: int, rng: np.random.Generator) -> list[Fault
     return []
 
 
+CHECKPOINT_BACK = 20  # a relaunch restarts this many steps before the crash (its last checkpoint)
+QUICK_RELAUNCH_S = 20.0  # an elastic agent's restart: rendezvous and checkpoint load, under job_silence_s
+SLOW_RELAUNCH_S = 90.0  # a requeue through the scheduler: longer than job_silence_s (60 s)
+
+
+def _crash(topo: Topology, at: int, rules: tuple[str, ...], row: str, *, restart_after_s: float | None = None,
+           evict_host: int | None = None) -> FaultSpec:
+    """Every process of attempt 0 dies at step `at`; relaunched CHECKPOINT_BACK steps earlier after
+    `restart_after_s` (None: never), without `evict_host` if given. No rules: an event the run
+    contains that no detector is expected to report (a quick restart), never a scored fault."""
+    mag: dict[str, float] = {}
+    if restart_after_s is not None:
+        mag = {"restart_from_step": float(max(0, at - CHECKPOINT_BACK)), "restart_after_s": restart_after_s}
+    if evict_host is not None:
+        mag["evict_host"] = float(evict_host)
+    return FaultSpec(kind="job_crash", scope="job", start=at, end=at, ranks=tuple(range(topo.world)),
+                     magnitude=mag, rules=rules, row=row)
+
+
+def _job_crash_build(topo: Topology, steps: int, rng: np.random.Generator) -> list[FaultSpec]:
+    start, _ = _window(steps)
+    return [_crash(topo, start, ("JOB_STOPPED",), "job crash (every rank and device silent, no end)")]
+
+
+def _relaunch_slow_build(topo: Topology, steps: int, rng: np.random.Generator) -> list[FaultSpec]:
+    """Issue #21's restart case: a crash, a relaunch from the checkpoint 20 steps back after 90 s,
+    and a rank slow in the second attempt from the crash's step number on (steps re-run by then)."""
+    start, _ = _window(steps)
+    rank = _pick_rank(topo, rng)
+    return [_crash(topo, start, ("JOB_STOPPED",), "job crash, relaunched from its checkpoint",
+                   restart_after_s=SLOW_RELAUNCH_S),
+            FaultSpec(kind="slow_compute", scope="rank", start=start, end=None, ranks=(rank,),
+                      hosts=(f"node-{rank // topo.devices_per_host}",), magnitude={"compute_factor": 1.3},
+                      rules=("SLOW_RANK", "R4"), row="slow rank in the relaunch", attempt=1)]
+
+
+def _elastic_build(topo: Topology, steps: int, rng: np.random.Generator) -> list[FaultSpec]:
+    """A host dies (the job hangs), the elastic agent tears the job down 25 steps later and relaunches
+    it 20 s after without that host (fewer DP replicas, ranks renumbered, host names kept)."""
+    start, _ = _window(steps)
+    host = _pick_host(topo, rng)
+    return [FaultSpec(kind="dead_host", scope="host", start=start, end=None, ranks=tuple(topo.host_ranks(host)),
+                      hosts=(f"node-{host}",), rules=("HUNG_HOST",), row="dead host, then an elastic relaunch"),
+            _crash(topo, start + 25, (), "torn down by the elastic agent", restart_after_s=QUICK_RELAUNCH_S,
+                   evict_host=host)]
+
+
+def _healthy_restart_build(topo: Topology, steps: int, rng: np.random.Generator) -> list[FaultSpec]:
+    start, _ = _window(steps)
+    return [_crash(topo, start, (), "preempted and restarted at once", restart_after_s=QUICK_RELAUNCH_S)]
+
+
+def _healthy_elastic_build(topo: Topology, steps: int, rng: np.random.Generator) -> list[FaultSpec]:
+    start, _ = _window(steps)
+    return [_crash(topo, start, (), "one host preempted: relaunched without it", restart_after_s=QUICK_RELAUNCH_S,
+                   evict_host=_pick_host(topo, rng))]
+
+
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     # spec §4, hardware
     Scenario("unstable_power", "hardware", "power swings ±15 %, periodic throttling, step time swings > 30 %",
@@ -603,7 +669,18 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("step_time_shift", "fleet", "a config change: every step +25 % from then on (a new normal)",
              ("SLOW_STEP",), _job_fault("slow_compute", ("SLOW_STEP",), "permanent step-time shift",
                                         {"compute_factor": 1.25}, permanent=True)),
+    # job attempts (contract 1.4, producers.simulator.attempts)
+    Scenario("job_crash", "attempts", "every rank and device silent at once, no end", ("JOB_STOPPED",),
+             _job_crash_build),
+    Scenario("relaunch_slow_rank", "attempts", "a crash, relaunched 90 s later from 20 steps back; a rank slow "
+             "in the relaunch", ("JOB_STOPPED", "SLOW_RANK", "R4"), _relaunch_slow_build),
+    Scenario("elastic_relaunch", "attempts", "a dead host hangs the job; relaunched 20 s after without it",
+             ("HUNG_HOST",), _elastic_build),
     Scenario("healthy", "healthy", "no fault: jitter, warm-up, checkpoints, eval, hiccups, GC", (), _healthy),
+    Scenario("healthy_restart", "healthy", "no fault; preempted and restarted from 20 steps back within 20 s", (),
+             _healthy_restart_build),
+    Scenario("healthy_elastic", "healthy", "no fault; one host preempted, relaunched without it within 20 s", (),
+             _healthy_elastic_build),
     Scenario("healthy_jittery", "healthy", "no fault, 8 % per-phase jitter (the noisiest healthy job the bench "
              "vouches for)", (), _healthy, jitter=0.08),
 )}

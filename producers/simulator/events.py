@@ -42,13 +42,15 @@ class FrameEncoder:
         idx = {d: a.tolist() for d, a in topo.group_index.items()}
         hosts = topo.host_ids.tolist()
         dph = topo.devices_per_host
+        names = job.host_names
+        launch = {"attempt": job.attempt} if job.attempt else {}  # contract 1.4; attempt 0 is the 1.3 form
         self._ident: list[dict[str, Any]] = [
-            {"job": job.job_id, "rank": r, "world": world, "host": f"node-{hosts[r]}", "device": r % dph,
-             "domains": {d: {"group": gids[d][r], "size": sizes[d], "index": idx[d][r]} for d in gids}}
+            {"job": job.job_id, "rank": r, "world": world, "host": names[hosts[r]], "device": r % dph,
+             "domains": {d: {"group": gids[d][r], "size": sizes[d], "index": idx[d][r]} for d in gids}, **launch}
             for r in range(world)
         ]
         self._keys = [f"{job.job_id}/{r}".encode() for r in range(world)]
-        self._dev_keys = [f"node-{hosts[r]}/{r % dph}".encode() for r in range(world)]
+        self._dev_keys = [f"{names[hosts[r]]}/{r % dph}".encode() for r in range(world)]
         self._static: list[dict[str, Any]] = []
         for k in job.plan.kinds:
             # the shape is in the key ("F2:MxNxK"); repeating it as a dict would cost ~45 B per entry

@@ -186,10 +186,19 @@ class FleetJob:
 
     def __init__(self, job_id: str, topology: Topology, steps: int, faults: Sequence[FaultSpec] = (), seed: int = 0,
                  *, model: ModelConfig | None = None, hardware: Hardware | None = None, noise: Noise | None = None,
-                 start_ns: int = DEFAULT_START_NS, device_hz: float = 1.0, traits: Traits | None = None) -> None:
+                 start_ns: int = DEFAULT_START_NS, device_hz: float = 1.0, traits: Traits | None = None,
+                 attempt: int = 0, first_step: int = 0, host_names: Sequence[str] | None = None) -> None:
         if steps < 1:
             raise ValueError("steps must be >= 1")
+        if not 0 <= first_step < steps:
+            raise ValueError("first_step must be in [0, steps)")
         self.job_id = job_id
+        self.attempt = attempt  # contract 1.4: which launch of the job (producers.simulator.attempts)
+        self.first_step = first_step  # a relaunch restarts from its checkpoint: steps first_step .. steps - 1
+        names = list(host_names) if host_names is not None else [f"node-{h}" for h in range(topology.hosts)]
+        if len(names) != topology.hosts:
+            raise ValueError(f"{len(names)} host names for {topology.hosts} hosts")
+        self.host_names = tuple(names)  # an elastic relaunch keeps the names of the hosts it kept
         self.topology = topology
         self.steps = steps
         self.faults = tuple(faults)
@@ -205,6 +214,13 @@ class FleetJob:
         self.plan: StepPlan = build_plan(self.model, topology, self.hardware)
         for fault in self.faults:
             fault.check(self)
+            if fault.attempt != attempt:
+                raise ValueError(f"a fault of attempt {fault.attempt} given to attempt {attempt}")
+
+    @property
+    def crash_step(self) -> int | None:
+        """The step at which this attempt's processes die (a `job_crash` fault): no frame from it on."""
+        return min((f.start for f in self.faults if f.kind == "job_crash"), default=None)
 
     @property
     def world(self) -> int:
@@ -275,7 +291,10 @@ class FleetJob:
         start_ns = self.start_ns
         nominal_ms: float | None = None
         halted_since: int | None = None
-        for step in range(self.steps):
+        crash = self.crash_step
+        for step in range(self.first_step, self.steps):
+            if crash is not None and step >= crash:
+                return  # the job's processes are gone: no step, no device sample, no `end`
             fx = Effects(world, n_k)
             for fault in self.faults:
                 if fault.covers(step):
@@ -283,7 +302,8 @@ class FleetJob:
             # --- kernels -----------------------------------------------------------------
             noise_k = rng.lognormal(mu, sigma, size=(n_k, world)) if sigma > 0 else np.ones((n_k, world))
             g = float(rng.lognormal(-0.5 * nz.step_jitter**2, nz.step_jitter)) if nz.step_jitter > 0 else 1.0
-            warm = 1.0 + nz.warmup_factor * max(0.0, 1.0 - step / nz.warmup_steps) ** 2 if nz.warmup_steps else 1.0
+            warm = 1.0 + nz.warmup_factor * max(0.0, 1.0 - (step - self.first_step) / nz.warmup_steps) ** 2 \
+                if nz.warmup_steps else 1.0  # every launch warms up again (compile, caches, allocator)
             k_count = np.rint(counts * fx.count_mul).astype(np.int64)
             link = np.ones((n_k, world))
             for i, kind in enumerate(plan.kinds):
@@ -341,7 +361,7 @@ class FleetJob:
                     k_total[dp_i] += np.maximum(dp_wait, 0.0) * 1e6 + fx.stall_ms * 1e6
             if recv_i is not None:
                 k_total[recv_i] += bubble * 1e6
-            if nominal_ms is None and step >= nz.warmup_steps:
+            if nominal_ms is None and step - self.first_step >= nz.warmup_steps:
                 nominal_ms = duration
             completed = not fx.halted
             if fx.halted:

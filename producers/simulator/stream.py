@@ -15,7 +15,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
+from producers.simulator.attempts import Attempt
 from producers.simulator.catalogue import FaultSpec
 from producers.simulator.events import FrameEncoder, Kind, WireEvent
 from producers.simulator.fleet import FleetJob, StepFrame
@@ -50,42 +52,85 @@ def pack(events: list[WireEvent], key_of: Callable[[WireEvent], bytes]) -> Itera
 
 @dataclass(slots=True)
 class SimRun:
-    """One job being streamed; collects what the scorer needs (onsets, rank-steps)."""
+    """One job being streamed; collects what the scorer needs (onsets, rank-steps).
+
+    `job` is its first launch; `later` the relaunches after a crash (producers.simulator.attempts),
+    streamed under the same job id once their gap has passed on the stream's clock."""
 
     job: FleetJob
     include: tuple[Kind, ...] = ("step", "kernel_summary", "device")
     packed: bool = True
+    later: tuple[Attempt, ...] = ()
     onset_ns: dict[int, int] = field(default_factory=dict)
     rank_steps: int = 0
     events: int = 0
     records: int = 0
     last_completed: int = -1
+    _current: FleetJob | None = None
+    _launched: int = 0  # how many of `later` have started
+    _last_end_ns: int = 0
     _frames: Iterator[StepFrame] | None = None
     _encoder: FrameEncoder | None = None
     _pack_keys: dict[bytes, bytes] = field(default_factory=dict)
 
+    @classmethod
+    def of_attempts(cls, attempts: list[Attempt], **kw: Any) -> SimRun:
+        return cls(attempts[0].job, later=tuple(attempts[1:]), **kw)
+
+    @property
+    def current(self) -> FleetJob:
+        """The launch being streamed now."""
+        return self._current or self.job
+
     @property
     def faults(self) -> tuple[FaultSpec, ...]:
-        return self.job.faults
+        """Every launch's faults (the ground truth), the first launch's first."""
+        return (*self.job.faults, *(f for a in self.later for f in a.job.faults))
+
+    def next_attempt(self) -> Attempt | None:
+        """The relaunch that follows the current launch, if it crashed and one is planned."""
+        if self.current.crash_step is None or self._launched >= len(self.later):
+            return None
+        return self.later[self._launched]
+
+    def relaunch(self, start_ns: int) -> None:
+        """Stream the next attempt from now on, its job clock starting at `start_ns`."""
+        attempt = self.next_attempt()
+        if attempt is None:
+            raise RuntimeError("no relaunch planned after this launch")
+        self._launched += 1
+        self._current = attempt.job
+        self._current.start_ns = start_ns
+        self._frames = self._encoder = None
+        self._pack_keys.clear()
+        self.last_completed = -1
 
     def start_event(self) -> bytes:
-        return encode(JobEvent(job=self.job.job_id, phase="start", world=self.job.world, ts_ns=self.job.start_ns,
-                               parallel=self.job.topology.parallel(), model=self.job.model.name,
-                               kernel_summaries="kernel_summary" in self.include))
+        job = self.current
+        return encode(JobEvent(job=job.job_id, phase="start", world=job.world, ts_ns=job.start_ns,
+                               parallel=job.topology.parallel(), model=job.model.name,
+                               kernel_summaries="kernel_summary" in self.include, attempt=job.attempt))
 
     def end_event(self, ts_ns: int) -> bytes:
-        return encode(JobEvent(job=self.job.job_id, phase="end", world=self.job.world, ts_ns=ts_ns,
-                               parallel=self.job.topology.parallel(), model=self.job.model.name,
-                               last_step=max(0, self.last_completed)))
+        job = self.current
+        return encode(JobEvent(job=job.job_id, phase="end", world=job.world, ts_ns=ts_ns,
+                               parallel=job.topology.parallel(), model=job.model.name,
+                               last_step=max(0, self.last_completed), attempt=job.attempt))
 
     def next_frame(self) -> StepFrame | None:
+        job = self.current
         if self._frames is None:
-            self._frames = self.job.iter_frames()
-            self._encoder = FrameEncoder(self.job, self.include)
+            self._frames = job.iter_frames()
+            self._encoder = FrameEncoder(job, self.include)
         frame = next(self._frames, None)
+        if frame is None and job.crash_step is not None:  # the crash's onset: when its last step ended
+            for n, fault in enumerate(self.faults):
+                if fault.kind == "job_crash" and fault.attempt == job.attempt:
+                    self.onset_ns.setdefault(n, self._last_end_ns)
         if frame is not None:
-            for n, fault in enumerate(self.job.faults):
-                if fault.start == frame.step:
+            self._last_end_ns = frame.end_ns
+            for n, fault in enumerate(self.faults):
+                if fault.start == frame.step and fault.attempt == job.attempt:
                     self.onset_ns[n] = frame.start_ns
             if frame.completed:
                 self.last_completed = frame.step
@@ -115,14 +160,33 @@ class SimRun:
             if ev.kind == "device":
                 out = head
             else:
-                out = f"{self.job.job_id}/node-{int(self.job.topology.host_ids[int(tail)])}".encode()
+                job = self.current
+                out = f"{job.job_id}/{job.host_names[int(job.topology.host_ids[int(tail)])]}".encode()
             self._pack_keys[ev.key] = out
         return out
 
 
+@dataclass(slots=True)
+class SimulatedClock:
+    """A clock for `stream_runs` that waits by jumping ahead (a dry run, an in-process replay)."""
+
+    ns: int = 0
+
+    def now(self) -> int:
+        return self.ns
+
+    def advance(self, seconds: float) -> None:
+        self.ns += round(seconds * 1e9)
+
+
 def stream_runs(runs: list[SimRun], topics: Topics, send: Send, *, paced: bool = False,
-                on_step: Callable[[], None] | None = None) -> None:
-    """Send every run's job start, all its frames (interleaved across runs) and its job end."""
+                on_step: Callable[[], None] | None = None, clock: Callable[[], int] = time.monotonic_ns,
+                idle: Callable[[float], None] = time.sleep) -> None:
+    """Send every run's job start, all its frames (interleaved across runs) and its job end.
+
+    A launch that crashed sends no end; its relaunch starts (a new `start`, the same job id)
+    once its gap has passed on `clock` (ns; the in-process replay passes its simulated clock and
+    an `idle` that advances it), while the other runs go on streaming."""
     if paced:
         now = time.time_ns()
         for run in runs:
@@ -130,14 +194,30 @@ def stream_runs(runs: list[SimRun], topics: Topics, send: Send, *, paced: bool =
     for run in runs:
         send(topics.jobs, job_key(run.job.job_id), run.start_event())
     active = list(runs)
+    waiting: list[tuple[int, SimRun]] = []  # (clock ns when it relaunches, run)
     last_end = {id(r): r.job.start_ns for r in runs}
-    while active:
+    while active or waiting:
+        for due in [w for w in waiting if w[0] <= clock()]:
+            waiting.remove(due)
+            run = due[1]
+            gap = run.next_attempt()
+            assert gap is not None
+            run.relaunch(time.time_ns() if paced else last_end[id(run)] + round(gap.gap_s * 1e9))
+            send(topics.jobs, job_key(run.job.job_id), run.start_event())
+            active.append(run)
+        if not active:
+            idle(max(0.0, (min(t for t, _ in waiting) - clock()) / 1e9))
+            continue
         pending: list[tuple[SimRun, StepFrame]] = []
         for run in list(active):
             frame = run.next_frame()
             if frame is None:
                 active.remove(run)
-                send(topics.jobs, job_key(run.job.job_id), run.end_event(last_end[id(run)]))
+                if run.current.crash_step is None:
+                    send(topics.jobs, job_key(run.job.job_id), run.end_event(last_end[id(run)]))
+                following = run.next_attempt()
+                if following is not None:
+                    waiting.append((clock() + round(following.gap_s * 1e9), run))
                 continue
             last_end[id(run)] = frame.end_ns
             pending.append((run, frame))

@@ -386,4 +386,5 @@ class IncidentBook:
             step_first=track.first, step_last=track.last, observed=track.peak, expected=f.expected,
             threshold=f.threshold, unit=f.unit, evidence={**f.evidence, **_bursts(track)}, cause=_cap(f.cause),
             suggestion=_cap(f.suggestion), rules=list(track.rules), link=f.link, stage=f.stage,
+            attempt=self.attempt,
         )

@@ -38,7 +38,7 @@ Snapshot = tuple[JobEngine, Outbox]
 
 log = logging.getLogger(__name__)
 
-FORMAT = b"SLS4"  # SLS4: engines with their job attempt (contract 1.4); SLS3 lacked it (ignored)
+FORMAT = b"SLS5"  # SLS5: engines keep the attempt a relaunch replaced; SLS4 (attempts) and older are ignored
 MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
 
 

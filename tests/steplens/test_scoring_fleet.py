@@ -105,3 +105,26 @@ def test_link_incident_is_localised_by_its_host_token(link: str, ok: bool) -> No
     message = {**inc("l", "SLOW_LINK", "link", 41, 50), "link": link}
     s = run(LINK_FAULT, [message])
     assert s.faults[0].localised is ok and s.faults[0].detected is ok
+
+
+def test_an_incident_of_another_attempt_does_not_match_a_fault() -> None:
+    """A relaunch re-runs step numbers: the first attempt's crash incident at step 60 is not a
+    detection of a slow rank the second attempt has from step 60, and vice versa."""
+    crash = {**HOST_FAULT, "kind": "job_crash", "scope": "job", "start_step": 60, "end_step": 60, "ranks": [],
+             "hosts": [], "rules": ["JOB_STOPPED"], "attempt": 0}
+    slow = {**RANK_FAULT, "start_step": 60, "end_step": None, "attempt": 1}
+    stopped = inc("s", "JOB_STOPPED", "job", 60, 60)
+    slow_rank = {**inc("r", "SLOW_RANK", "rank", 61, 99, ranks=[21]), "attempt": 1}
+    truth = RunTruth(job="j", faults=[crash, slow], total_steps=100, rank_steps=6400)
+    s = score_run(truth, latest_incidents([stopped, slow_rank]))
+    assert [f.incidents for f in s.faults] == [1, 1] and s.false_alarms == 0
+    truth = RunTruth(job="j", faults=[crash], total_steps=100, rank_steps=6400)
+    assert score_run(truth, latest_incidents([stopped, slow_rank])).false_alarms == 1
+
+
+def test_an_event_with_no_rules_is_not_a_fault_and_absorbs_no_alarm() -> None:
+    """A quick restart is in the ground truth (it happened) but nothing should report it: an
+    incident during it is a false alarm, not its detection."""
+    restart = {**HOST_FAULT, "kind": "job_crash", "scope": "job", "start_step": 60, "end_step": 60, "rules": []}
+    s = run(restart, [inc("s", "JOB_STOPPED", "job", 60, 60)])
+    assert s.faults == [] and s.false_alarms == 1

@@ -121,11 +121,12 @@ def wait_topics_visible(s: Settings, names: tuple[str, ...], timeout: float = 60
 
 
 def run_launches(launches: list[tuple[object, bool]], cfg: object = None, *, paced_s: float = 0.5,
-                 gap_s: float = 90.0) -> list[object]:
+                 gap_s: float = 90.0, backlog: bool = False) -> list[object]:
     """Feed the launches of one job (SimulatedJobs of one id, attempts in order) through decode ->
     chunks -> one FleetEngine, paced one step per batch; `(job, True)` ends with the job's `end`,
     `(job, False)` is killed after its last step: nothing more, then `gap_s` of silence (ticks
-    every 0.5 s) before the next launch's `start`."""
+    every 0.5 s) before the next launch's `start`. `backlog`: every chunk says the decode stage
+    reads 30 s behind (the worker's clock cannot judge a silence)."""
     from producers.simulator.cluster import SimulatedJob
     from schemas import encode
     from steplens.config import DetectionConfig
@@ -142,7 +143,7 @@ def run_launches(launches: list[tuple[object, bool]], cfg: object = None, *, pac
         nonlocal now
         chunks, _ = decode_batch(raws, 1 << 20)
         for chunk in chunks:
-            chunk["behind_ns"], chunk["lag"] = 0, 0
+            chunk["behind_ns"], chunk["lag"] = (30_000_000_000, 50_000) if backlog else (0, 0)
             out.extend(fleet.on_chunk(codec.loads(codec.dumps(chunk)), now))
         for _ in range(4):
             now += advance_ns // 4

@@ -132,3 +132,27 @@ def test_a_detect_worker_down_longer_than_job_silence_s_is_not_a_crash() -> None
         now += 500_000_000
         out.extend(after.tick(now))
     assert [i.rule for i in incidents(out, "open")] == ["JOB_STOPPED"]
+
+
+def _crash_then_relaunch(gap_s: float) -> list[object]:
+    """A crash at step 60, relaunched from step 40 `gap_s` later on the job's clock, all read from a
+    backlog: the relaunch's reports reach the engine right after the crashed attempt's last ones."""
+    topo = Topology(dp=4, tp=2, pp=2)
+    first = SimulatedJob("backlogged", topo, steps=60, seed=5)
+    second = SimulatedJob("backlogged", topo, steps=100, seed=6, attempt=1, first_step=40,
+                          start_ns=first.end_ns() + int(gap_s * 1e9))
+    return run_launches([(first, False), (second, True)], gap_s=0.0, backlog=True)
+
+
+def test_a_crash_read_from_a_backlog_is_judged_on_the_job_clock_at_the_relaunch() -> None:
+    opened = incidents(_crash_then_relaunch(90.0), "open")
+    stopped = [i for i in opened if i.rule == "JOB_STOPPED"]
+    assert len(stopped) == 1 and stopped[0].attempt == 0 and stopped[0].step_first == 60, \
+        [(i.rule, i.summary) for i in opened]
+    assert stopped[0].evidence["silent_s"] >= 90.0
+    assert not [i for i in opened if i.rule != "JOB_STOPPED"], [(i.rule, i.summary) for i in opened]
+
+
+def test_a_quick_restart_read_from_a_backlog_is_no_crash() -> None:
+    opened = incidents(_crash_then_relaunch(20.0), "open")
+    assert not opened, [(i.rule, i.summary) for i in opened]
