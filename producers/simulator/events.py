@@ -91,20 +91,29 @@ class FrameEncoder:
             count = frame.k_count.T.tolist()
             total = np.rint(frame.k_total_ns).astype(np.int64).T.tolist()
             kmax = np.rint(frame.k_max_ns).astype(np.int64).T.tolist()
-            flops = (frame.k_count * self._flops).T.tolist()
+            kernel_flops = frame.k_count * self._flops
+            if frame.tokens_mul is not None:  # a replica's FLOPs follow its tokens (variable_length)
+                kernel_flops = kernel_flops * frame.tokens_mul
+            flops = kernel_flops.T.tolist()
             nbytes = np.rint(frame.k_bytes).astype(np.int64).T.tolist()
             lmean = np.round(frame.launch_mean_us, 2).tolist()
             lmad = np.round(frame.launch_mad_us, 2).tolist()
             other = np.rint(frame.other_ns).astype(np.int64).tolist()
             other_count = self.job.plan.other_count
         names = (*PHASES, "comm_exposed_ms")
+        offset = self.job.clock_offset_ns.tolist()  # each host's own clock (clock_offset)
+        if frame.tokens_mul is not None:
+            tokens = np.rint(self._tokens * frame.tokens_mul).astype(np.int64).tolist()
+            step_flops = (self._flops_rank * frame.tokens_mul).tolist()
+        else:
+            tokens, step_flops = [self._tokens] * len(offset), [self._flops_rank] * len(offset)
         for r in reporting:
             ident = self._ident[r]
             if want_steps:
-                step = {"type": "step", "v": v, **ident, "step": frame.step, "start_ns": frame.start_ns,
-                        "end_ns": frame.end_ns, "phases": {p: phases[p][r] for p in names}, "gc_count": gc[r],
-                        "batch_size": self.job.model.micro_batch, "samples": self._samples, "tokens": self._tokens,
-                        "flops": self._flops_rank, "peak_flops": self._peak}
+                step = {"type": "step", "v": v, **ident, "step": frame.step, "start_ns": frame.start_ns + offset[r],
+                        "end_ns": frame.end_ns + offset[r], "phases": {p: phases[p][r] for p in names},
+                        "gc_count": gc[r], "batch_size": self.job.model.micro_batch, "samples": self._samples,
+                        "tokens": tokens[r], "flops": step_flops[r], "peak_flops": self._peak}
                 yield WireEvent("step", self._keys[r], orjson.dumps(step))
             if want_summary:
                 entries = []
@@ -127,13 +136,15 @@ class FrameEncoder:
 
     def _device_events(self, frame: StepFrame) -> Iterator[WireEvent]:
         v = CONTRACT_VERSION
+        offset = self.job.clock_offset_ns.tolist()
         for tick in frame.ticks:
             cols = {name: np.round(getattr(tick, name), 1).tolist() for name in (
                 "power_w", "temp_c", "aicore_pct", "aicpu_pct", "ctrlcpu_pct", "mem_pct", "membw_pct", "freq_mhz")}
             for r in np.flatnonzero(tick.reporting).tolist():
                 ident = self._ident[r]
                 sample = {"type": "device", "v": v, "host": ident["host"], "device": ident["device"],
-                          "ts_ns": tick.ts_ns, "job": self.job.job_id, "rank": r, "device_kind": self._device_kind,
+                          "ts_ns": tick.ts_ns + offset[r], "job": self.job.job_id, "rank": r,
+                          "device_kind": self._device_kind,
                           **{name: col[r] for name, col in cols.items()}}
                 yield WireEvent("device", self._dev_keys[r], orjson.dumps(sample))
 

@@ -36,7 +36,15 @@ import numpy.typing as npt
 
 from producers.simulator.model import Hardware, ModelConfig, StepPlan, build_plan
 from producers.simulator.topology import Topology
-from producers.simulator.traits import Traits
+from producers.simulator.traits import (
+    CLOCK_OFFSET_SIGMA_MS,
+    HEAVY_TAIL_ALPHA,
+    HEAVY_TAIL_CAP_MS,
+    HEAVY_TAIL_MIN_MS,
+    HEAVY_TAIL_P,
+    VARIABLE_LENGTH_SIGMA,
+    Traits,
+)
 from producers.simulator.waits import COUPLING, couple, group_max
 
 if TYPE_CHECKING:
@@ -170,6 +178,7 @@ class StepFrame:
     other_ns: FloatArray
     ticks: list[DeviceTick]
     effects: Effects
+    tokens_mul: FloatArray | None = None  # per rank: its replica's tokens this step / nominal (variable_length)
 
     @property
     def duration_ms(self) -> float:
@@ -179,6 +188,23 @@ class StepFrame:
     def busy_ms(self) -> FloatArray:
         result: FloatArray = np.sum([self.phases[p] for p in PHASES], axis=0)
         return result
+
+
+STALL_PHASES = ("data_ms", "forward_ms", "interstep_cpu_ms")
+
+
+def heavy_tail_stalls(rng: np.random.Generator, world: int) -> dict[str, FloatArray]:
+    """One step's heavy-tailed stalls (the heavy_tail trait): per phase of STALL_PHASES, the ms each
+    rank loses; a rank-step is hit with probability HEAVY_TAIL_P, for HEAVY_TAIL_MIN_MS × a Pareto
+    (alpha HEAVY_TAIL_ALPHA) draw capped at HEAVY_TAIL_CAP_MS, in one phase picked at random."""
+    out = {name: np.zeros(world) for name in STALL_PHASES}
+    hit = np.flatnonzero(rng.random(world) < HEAVY_TAIL_P)
+    if hit.size:
+        lost = np.minimum(HEAVY_TAIL_MIN_MS * (1.0 + rng.pareto(HEAVY_TAIL_ALPHA, hit.size)), HEAVY_TAIL_CAP_MS)
+        where = rng.integers(0, len(STALL_PHASES), hit.size)
+        for i, name in enumerate(STALL_PHASES):
+            out[name][hit[where == i]] = lost[where == i]
+    return out
 
 
 class FleetJob:
@@ -216,6 +242,16 @@ class FleetJob:
             fault.check(self)
             if fault.attempt != attempt:
                 raise ValueError(f"a fault of attempt {fault.attempt} given to attempt {attempt}")
+
+    @cached_property
+    def clock_offset_ns(self) -> IntArray:
+        """Per rank, its host's clock offset (the clock_offset trait; zeros without it)."""
+        if not self.traits.clock_offset:
+            return np.zeros(self.world, dtype=np.int64)
+        rng = np.random.default_rng([self.seed, 4099])
+        per_host = np.rint(rng.normal(0.0, CLOCK_OFFSET_SIGMA_MS * 1e6, self.topology.hosts)).astype(np.int64)
+        offsets: IntArray = per_host[self.topology.host_ids]
+        return offsets
 
     @property
     def crash_step(self) -> int | None:
@@ -292,6 +328,10 @@ class FleetJob:
         nominal_ms: float | None = None
         halted_since: int | None = None
         crash = self.crash_step
+        # each trait draws from its own stream: turning one off leaves every other number as it was
+        length_rng, tail_rng = np.random.default_rng([self.seed, 8191]), np.random.default_rng([self.seed, 8209])
+        compute_k = np.array([k.cat == "compute" for k in plan.kinds])
+        replica = topo.coord_arrays["dp"]
         for step in range(self.first_step, self.steps):
             if crash is not None and step >= crash:
                 return  # the job's processes are gone: no step, no device sample, no `end`
@@ -309,7 +349,14 @@ class FleetJob:
             for i, kind in enumerate(plan.kinds):
                 if kind.domain in fx.comm_group_mul:
                     link[i] = group_max(fx.comm_group_mul[kind.domain], gids[kind.domain])
+            tokens_mul = None
+            if self.traits.variable_length:
+                per_replica = np.clip(length_rng.lognormal(-0.5 * VARIABLE_LENGTH_SIGMA**2, VARIABLE_LENGTH_SIGMA,
+                                                          topo.dp), 0.8, 1.2)
+                tokens_mul = per_replica[replica]
             per_call = call_ns * noise_k * fx.kernel_mul * link * g * warm
+            if tokens_mul is not None:
+                per_call = np.where(compute_k[:, None], per_call * tokens_mul, per_call)
             k_total = k_count * per_call
             # --- phases (ms) ---------------------------------------------------------------
             other = plan.other_ns * noise_k[0] / 1e6 + fx.other_add_ms
@@ -329,6 +376,9 @@ class FleetJob:
                 inter = inter + nz.checkpoint_ms
             phases = {"data_ms": data, "forward_ms": fwd, "backward_ms": bwd, "optimizer_ms": opt, "gc_ms": gc,
                       "interstep_cpu_ms": inter}
+            if self.traits.heavy_tail:
+                for name, stalls in heavy_tail_stalls(tail_rng, world).items():
+                    phases[name] = phases[name] + stalls
             for name, arr in fx.phase_mul.items():
                 phases[name] = phases[name] * arr
             for name, arr in fx.phase_add.items():
@@ -397,5 +447,6 @@ class FleetJob:
                 reporting=~fx.silent & completed, k_count=k_count, k_total_ns=k_total,
                 k_max_ns=longest, k_wait_ns=wait_ns, k_bytes=k_count * np.array(
                     [k.bytes for k in plan.kinds])[:, None] * fx.bytes_mul,
-                launch_mean_us=launch_mean, launch_mad_us=launch_mad, other_ns=other * 1e6, ticks=ticks, effects=fx)
+                launch_mean_us=launch_mean, launch_mad_us=launch_mad, other_ns=other * 1e6, ticks=ticks, effects=fx,
+                tokens_mul=tokens_mul)
             start_ns = end_ns

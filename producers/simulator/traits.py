@@ -11,16 +11,41 @@ behaviour, so a detector's figures can be compared on both rulers.
   every collective the simulator emits: TP, CP and EP (per layer), PP send/recv and the DP
   gradient all-reduce (`producers.simulator.waits`). Off: only the TP all-reduce carries its
   TP group's wait and the DP all-reduce the rest up to the job's slowest rank.
+- `variable_length`: data-dependent work. Each data-parallel replica's batch holds a different
+  number of tokens each step (variable sequence lengths, packing that does not fill every
+  sequence), so its compute kernels, its FLOPs and the tokens it reports vary step to step
+  (lognormal, sigma `VARIABLE_LENGTH_SIGMA` = 3 %, within ±20 %), and the replica the others wait for
+  moves from step to step. Off: every replica computes the same tokens every step.
+- `heavy_tail`: healthy noise with a heavy tail. Now and then a rank-step loses a Pareto-sized
+  stretch (alpha `HEAVY_TAIL_ALPHA`, from `HEAVY_TAIL_MIN_MS`, capped at `HEAVY_TAIL_CAP_MS`) in
+  its data loading, forward pass (host side) or inter-step CPU work: page-cache misses, OS noise, a retransmit, a
+  filesystem stall. Off: the exponential hiccups and gamma GC pauses of `Noise` alone.
+- `clock_offset`: hosts' clocks disagree (NTP/chrony keep them within milliseconds, not
+  nanoseconds): every host has its own offset (normal, sigma `CLOCK_OFFSET_SIGMA_MS`), added to
+  its ranks' step `start_ns`/`end_ns` and its devices' `ts_ns`. Off: one clock for all hosts.
+
+Several jobs at once through the same workers is not a switch: the bench always streams every
+run interleaved through one pipeline (`producers.simulator.stream.stream_runs`).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
 
+VARIABLE_LENGTH_SIGMA = 0.03  # packed sequences, document masking: attention work varies a few %
+HEAVY_TAIL_P = 0.004  # per rank-step
+HEAVY_TAIL_ALPHA = 1.5
+HEAVY_TAIL_MIN_MS = 15.0
+HEAVY_TAIL_CAP_MS = 2_000.0
+CLOCK_OFFSET_SIGMA_MS = 5.0
+
 
 @dataclass(frozen=True, slots=True)
 class Traits:
     collective_wait: bool = True
+    variable_length: bool = True
+    heavy_tail: bool = True
+    clock_offset: bool = True
 
     def to_dict(self) -> dict[str, bool]:
         return asdict(self)

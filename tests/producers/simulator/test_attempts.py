@@ -62,13 +62,13 @@ def test_a_relaunch_re_runs_steps_from_its_checkpoint_after_its_gap() -> None:
     assert clock.ns >= 90 * 10**9  # the stream waited the gap (on the simulated clock)
     starts = [int(str(d["ts_ns"])) for t, d in sent if d.get("type") == "job" and d["phase"] == "start"]
     last_first = max(int(str(d["end_ns"])) for t, d in sent if d.get("type") == "step" and d.get("attempt", 0) == 0)
-    assert starts[1] - last_first == 90 * 10**9  # the job's clock shows the gap too
+    assert abs(starts[1] - last_first - 90 * 10**9) < 50_000_000  # the job clock shows the gap (hosts disagree by ms)
     assert run.onset_ns.keys() == {0, 1}
 
 
 def test_an_elastic_relaunch_drops_the_evicted_host_and_keeps_the_others_names() -> None:
     run, sent, _ = _stream("elastic_relaunch", seed=1)
-    dead, crash = run.faults
+    dead, _ = run.faults
     evicted = dead.hosts[0]
     assert _jobs(sent) == [("start", 0, 64), ("start", 1, 56), ("end", 1, 56)]
     hosts_after = {d["host"] for t, d in sent if d.get("type") == "step" and d.get("attempt") == 1}

@@ -27,6 +27,15 @@ def test_couple_follows_the_late_rank_along_tp_then_pp_then_dp() -> None:
     assert left.tolist() == [0.0] * 8
 
 
+# the waits' mechanism alone: the other traits move the late arriver around (tested on their own)
+WAIT_ONLY = Traits().without(["variable_length", "heavy_tail", "clock_offset"])
+
+
+
+def _wait(on: bool) -> Traits:
+    return WAIT_ONLY if on else WAIT_ONLY.without(["collective_wait"])
+
+
 def _late_job(topo: Topology, model: ModelConfig, rank: int, traits: Traits) -> FleetJob:
     fault = FaultSpec(kind="slow_data_loader", scope="rank", start=8, end=None, ranks=(rank,),
                       magnitude={"data_add_share": LATE_SHARE}, rules=("SLOW_RANK",))
@@ -48,7 +57,7 @@ KINDS = {"allreduce/tp": "tp", "allgather/cp": "cp", "alltoall/ep": "ep", "recv/
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_the_late_arriver_shows_the_transfer_its_peers_the_wait(case: str) -> None:
     topo, model, late = CASES[case]
-    job = _late_job(topo, model, late, Traits())
+    job = _late_job(topo, model, late, WAIT_ONLY)
     frame = _frame(job)
     lateness = LATE_SHARE * job.nominal_ms
     seen = set()
@@ -73,8 +82,8 @@ def test_every_rank_waits_once_for_the_last_arrival() -> None:
     # the trait spreads the same wait over the collectives where it happens (plus the few ms its peers'
     # exposed transfers at the step's end hold it up), it does not count it twice
     topo, model, late = CASES["dense"]
-    on, off = (_frame(_late_job(topo, model, late, Traits(collective_wait=w))) for w in (True, False))
-    comm = [i for i, k in enumerate(_late_job(topo, model, late, Traits()).plan.kinds) if k.cat == "comm"]
+    on, off = (_frame(_late_job(topo, model, late, _wait(w))) for w in (True, False))
+    comm = [i for i, k in enumerate(_late_job(topo, model, late, WAIT_ONLY).plan.kinds) if k.cat == "comm"]
     moved = (on.k_total_ns[comm].sum(axis=0) - off.k_total_ns[comm].sum(axis=0)) / 1e6
     assert np.all(moved >= -1e-6) and np.all(moved < 0.02 * on.duration_ms)
     waits = on.duration_ms - on.busy_ms  # what every rank spends outside its own work
@@ -83,8 +92,8 @@ def test_every_rank_waits_once_for_the_last_arrival() -> None:
 
 def test_longest_call_carries_the_wait_too() -> None:
     topo, model, late = CASES["dense"]
-    frame = _frame(_late_job(topo, model, late, Traits()))
-    i = _late_job(topo, model, late, Traits()).plan.kind_index["allreduce/tp"]
+    frame = _frame(_late_job(topo, model, late, WAIT_ONLY))
+    i = _late_job(topo, model, late, WAIT_ONLY).plan.kind_index["allreduce/tp"]
     peers = np.flatnonzero(topo.group_ids["tp"] == topo.group_ids["tp"][late])
     assert frame.k_max_ns[i, late] == frame.k_max_ns[i, peers].min()
     assert frame.k_max_ns[i, peers].max() > 1.5 * frame.k_max_ns[i, late]
@@ -92,8 +101,8 @@ def test_longest_call_carries_the_wait_too() -> None:
 
 def test_off_is_the_earlier_ruler_pp_recv_without_waits() -> None:
     topo, model, late = CASES["dense"]
-    on, off = (_frame(_late_job(topo, model, late, Traits(collective_wait=w))) for w in (True, False))
-    job = _late_job(topo, model, late, Traits())
+    on, off = (_frame(_late_job(topo, model, late, _wait(w))) for w in (True, False))
+    job = _late_job(topo, model, late, WAIT_ONLY)
     recv = job.plan.kind_index["recv/pp"]
     pipeline = np.flatnonzero(topo.group_ids["pp"] == topo.group_ids["pp"][late])
     stage_peer = int(pipeline[pipeline != late][0])
@@ -103,7 +112,8 @@ def test_off_is_the_earlier_ruler_pp_recv_without_waits() -> None:
 
 
 def test_traits_are_named_and_switched_by_name() -> None:
-    assert Traits().to_dict() == {"collective_wait": True}
+    assert Traits().to_dict() == {"collective_wait": True, "variable_length": True, "heavy_tail": True,
+                                  "clock_offset": True}
     assert Traits().without(["collective_wait"]).collective_wait is False
     with pytest.raises(ValueError, match="unknown trait"):
         Traits().without(["colective_wait"])
