@@ -49,6 +49,8 @@ from sinks.migrations.runner import migrate
 from steplens.config import REPO_ROOT, Settings, load_settings
 
 RESULTS = REPO_ROOT / "bench" / "results" / "soak.json"
+STEADY_RESULTS = REPO_ROOT / "bench" / "results" / "soak-steady.json"
+SERIES_EVERY_S = 60.0
 SIZES = (64, 256, 1024, 128, 512)
 WARM_UP_S = 60.0
 
@@ -63,6 +65,7 @@ class Instance:
     started: float
     rss_warm_mb: float | None = None
     rss_end_mb: float | None = None
+    rss_series: list[tuple[float, float]] = field(default_factory=list)  # (seconds since its start, MB)
 
 
 @dataclass
@@ -86,7 +89,7 @@ def rss_mb(pid: int) -> float | None:
 
 class Soak:
     def __init__(self, harness: Harness, broker: KafkaBroker, server_url: str, mode: str, minutes: float,
-                 restart_every_s: float, concurrent: int, seed: int = 5) -> None:
+                 restart_every_s: float, concurrent: int, seed: int = 5, steady: bool = False) -> None:
         self.harness = harness
         self.broker = broker
         self.server_url = server_url
@@ -104,6 +107,8 @@ class Soak:
         self.broker_restarts = 0
         self.stop = threading.Event()
         self.t0 = 0.0
+        self.steady = steady  # constant load, nothing disturbed: does a worker's memory stay flat?
+        self.next_series_s = 0.0
 
     # --- workers ----------------------------------------------------------------------------------
     def start(self, role: str, name: str | None = None) -> None:
@@ -145,6 +150,12 @@ class Soak:
         for inst in self.instances:
             if inst.rss_warm_mb is None and now - inst.started >= WARM_UP_S and inst.name in self.rig.procs:
                 inst.rss_warm_mb = rss_mb(inst.pid)
+        if now - self.t0 >= self.next_series_s:  # one sample per live worker a minute
+            self.next_series_s += SERIES_EVERY_S
+            for inst in self.instances:
+                mb = rss_mb(inst.pid) if inst.name in self.rig.procs and inst.rss_end_mb is None else None
+                if mb is not None:
+                    inst.rss_series.append((round(now - inst.started, 1), mb))
 
     # --- load -------------------------------------------------------------------------------------
     def job(self, n: int) -> SimulatedJob:
@@ -202,6 +213,8 @@ class Soak:
         workers joining and leaving, the broker restart and the switch of sink."""
         d = self.duration - 300  # the last 5 minutes: the jobs end, nothing is disturbed
         out: list[tuple[float, Any]] = []
+        if self.steady:
+            return [(d, self._mark_end_of_load)]
         roles = ("detect", "land")
         k = 0
         t = self.restart_every_s
@@ -220,6 +233,9 @@ class Soak:
             out.append((0.52 * d, self._leaver("land2", signal.SIGTERM)))
         out.append((0.7 * d + 3, self.restart_broker))
         return sorted(out, key=lambda e: e[0])
+
+    def _mark_end_of_load(self) -> None:
+        """the load stops: no new job starts"""
 
     def _restarter(self, name: str, sig: int) -> Any:
         def act() -> None:
@@ -332,8 +348,30 @@ class Soak:
             "rss_ratio_max": {r: max((i.rss_end_mb / i.rss_warm_mb for i in v if i.rss_end_mb and i.rss_warm_mb),
                                      default=None) for r, v in by_role.items()},
             "idle_cpu_pct": idle,
+            "steady": self.steady,
+            "rss_series_mb": {i.name: i.rss_series for i in self.instances if i.rss_series},
+            "rss_growth_mb_per_hour": {i.name: growth_mb_per_hour(i.rss_series) for i in self.instances
+                                       if i.rss_series},
             "per_job": per_job,
         }
+
+
+def growth_mb_per_hour(series: list[tuple[float, float]]) -> float | None:
+    """Least-squares slope of RSS over a worker's second half under load (warm-up, the first
+    jobs' state and caches excluded), in MB per hour; None with fewer than 5 samples there."""
+    if not series:
+        return None
+    half = series[-1][0] / 2
+    tail = [(t, mb) for t, mb in series if t >= max(half, WARM_UP_S)]
+    if len(tail) < 5:
+        return None
+    n = len(tail)
+    mt = sum(t for t, _ in tail) / n
+    mm = sum(mb for _, mb in tail) / n
+    var = sum((t - mt) ** 2 for t, _ in tail)
+    if var == 0:
+        return None
+    return round(sum((t - mt) * (mb - mm) for t, mb in tail) / var * 3600, 1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -342,8 +380,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--restart-every-s", type=float, default=150.0)
     parser.add_argument("--concurrent", type=int, default=2, help="jobs running at once")
     parser.add_argument("--clickhouse", choices=("both", "embedded", "server"), default="both")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--steady", action="store_true",
+                        help="constant load, no restart, no broker restart, no sink switch: RSS per minute and "
+                             "its growth per hour over the second half (-> soak-steady.json)")
+    parser.add_argument("--out", type=Path, default=None, help=f"default {RESULTS.name} ({STEADY_RESULTS.name} "
+                                                                "with --steady)")
     args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = STEADY_RESULTS if args.steady else RESULTS
+    if args.steady and args.clickhouse == "both":
+        args.clickhouse = "embedded"  # no switch of sink in a steady run
     cfg = InfraConfig.from_env()
     broker = KafkaBroker(cfg)
     broker.install()
@@ -361,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     log(f"soak: {args.minutes} min, logs in {run_dir}")
     soak = Soak(Harness(base, cfg, run_dir, quick=False), broker, server_url, args.clickhouse, args.minutes,
-                args.restart_every_s, args.concurrent)
+                args.restart_every_s, args.concurrent, steady=args.steady)
     result = soak.run()
     result.update(started=started.isoformat(), git=git_commit(), machine=machine(), logs=str(run_dir),
                   loadavg_1m=round(os.getloadavg()[0], 1))

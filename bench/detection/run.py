@@ -329,6 +329,7 @@ def run_record(label: str, run: SimRun) -> dict[str, Any]:
     """What scoring needs of one run, saved next to its ground truth (for --rescore)."""
     return {"label": label, "job": run.job.job_id, "seed": run.job.seed, "ranks": run.job.world,
             "steps": run.job.steps, "rank_steps": run.rank_steps, "paced": label.endswith("@paced"),
+            "attempts": 1 + len(run.later),
             "traits": run.job.traits.to_dict(),
             "onset_ns": {str(k): v for k, v in run.onset_ns.items()},
             "faults": [f.to_dict(run.job.job_id, run.job.seed, run.job.steps) for f in run.faults]}
@@ -343,8 +344,9 @@ def score_records(records: list[dict[str, Any]], messages: list[dict[str, Any]])
         truth = RunTruth(job=rec["job"], faults=rec["faults"], total_steps=rec["steps"], rank_steps=rec["rank_steps"],
                          onset_ns={int(k): int(v) for k, v in rec["onset_ns"].items()}, paced=rec["paced"])
         scores.setdefault(rec["label"], []).append(score_run(truth, incidents))
-        m = meta.setdefault(rec["label"], {"ranks": rec["ranks"], "seeds": 0, "steps": rec["steps"]})
+        m = meta.setdefault(rec["label"], {"ranks": rec["ranks"], "seeds": 0, "steps": rec["steps"], "attempts": 0})
         m["seeds"] += 1
+        m["attempts"] += int(rec.get("attempts", 1))  # launches over the seeds (a relaunch is one more)
     scenarios = {}
     for label, runs_scores in scores.items():
         sc = SCENARIOS[label.split("@")[0]]

@@ -41,6 +41,8 @@ def labels_of(incident: Incident) -> dict[str, str]:
         labels["device"] = str(incident.device)
     if incident.link:
         labels["link"] = incident.link
+    if incident.attempt:
+        labels["attempt"] = str(incident.attempt)  # a relaunch's alerts are told from the crashed launch's
     return labels
 
 

@@ -25,6 +25,11 @@ def test_labels_name_the_incident_and_annotations_describe_it() -> None:
     assert annotations_of(inc, "https://r.example/{job}/{incident_id}")["report"] == "https://r.example/j/i-1"
 
 
+def test_a_relaunch_s_alerts_carry_its_attempt() -> None:
+    assert "attempt" not in labels_of(incident())  # the first launch: the labels of 1.3 jobs
+    assert labels_of(incident(attempt=2))["attempt"] == "2"
+
+
 def test_several_ranks_are_an_annotation_not_a_label() -> None:
     inc = incident(ranks=[3, 7])
     assert "rank" not in labels_of(inc)
