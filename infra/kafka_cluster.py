@@ -30,7 +30,7 @@ from infra.services import (
     kill_and_wait,
     stop_together,
 )
-from steplens.config import Settings
+from infra.settings import Settings
 
 KAFKA_NODES = 3
 MIN_INSYNC = 2

@@ -58,8 +58,8 @@ from infra.secrets import (
     ensure_kafka_passwords,
     secrets_dir,
 )
+from infra.settings import Settings
 from infra.tls import TlsFiles, ensure_tls
-from steplens.config import Settings
 
 log = logging.getLogger("infra")
 

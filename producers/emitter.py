@@ -77,7 +77,7 @@ CLOSE_GRACE_S = 1.0
 
 def default_spool_root() -> Path:
     """$STEPLENS_HOME/spool (the project-local state directory when STEPLENS_HOME is unset)."""
-    from steplens.config import load_settings
+    from infra.settings import load_settings
 
     return load_settings().home / "spool"
 

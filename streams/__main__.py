@@ -4,7 +4,7 @@
 kafka-python loop without Faust, stopped by SIGTERM / SIGINT after the post in hand.
 
 Start-up and shutdown are built for a broker that may be away: topic creation is retried
-(streams/topics_admin.py), Kafka client errors are rate-limited (steplens/lograte.py), and
+(streams/topics_admin.py), Kafka client errors are rate-limited (infra/lograte.py), and
 SIGTERM / SIGINT stop the worker cleanly (exit 0) whether or not the broker answers. Faust's
 own signal handling waits for its services to stop, which never happens while aiokafka is
 stuck connecting to a dead broker; so a watchdog gives the graceful stop `STOP_GRACE_S`
@@ -25,9 +25,9 @@ from typing import Any
 
 from faust import Worker
 
+from infra.lograte import install_rate_limit
+from infra.settings import load_settings
 from schemas import Topics
-from steplens.config import load_settings
-from steplens.lograte import install_rate_limit
 from streams.app import create_app
 from streams.topics_admin import TopicsUnavailable, ensure_topics
 

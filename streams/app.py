@@ -17,7 +17,7 @@ import faust
 
 from infra.clients import faust_broker_config
 from infra.files import private_dir
-from steplens.config import Settings
+from infra.settings import Settings
 
 Role = Literal["detect", "land", "parse"]
 

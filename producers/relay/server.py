@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from infra.settings import Settings
 from producers.emitter import BackgroundEmitter
 from producers.exporter import KafkaExporter, OutRecord
 from producers.relay.framing import (
@@ -46,7 +47,6 @@ from producers.relay.framing import (
     decode_hello,
 )
 from schemas import Topics
-from steplens.config import Settings
 
 if TYPE_CHECKING:
     from producers.relay.control import NodeControl

@@ -24,6 +24,7 @@ from pathlib import Path
 from kafka import KafkaProducer
 
 from infra.clients import kafka_client_config
+from infra.settings import load_settings
 from producers.emitter import DEFAULT_SPOOL, BackgroundEmitter
 from producers.exporter import Exporter, InMemoryExporter, KafkaExporter
 from producers.simulator.catalogue import SCENARIOS, build_faults, write_ground_truth
@@ -35,7 +36,6 @@ from producers.simulator.run import run_simulation
 from producers.simulator.stream import SimRun, stream_runs
 from producers.simulator.topology import Topology
 from schemas import Topics
-from steplens.config import load_settings
 
 
 def parse_steps(text: str) -> list[int]:

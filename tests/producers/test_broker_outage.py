@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from infra import InfraConfig, KafkaBroker
+from infra.settings import Settings
 from producers.emitter import BackgroundEmitter
 from producers.exporter import ExportError, OutRecord
 from producers.simulator.cluster import SimulatedJob
 from producers.simulator.topology import Topology
 from schemas import Topics, encode, job_key, rank_key
-from steplens.config import Settings
 from tests.producers.test_kafka_integration import create_topics, exporter_for, read_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
