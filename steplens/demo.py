@@ -217,7 +217,8 @@ def run(settings: Settings, steps: int, seed: int, use_server: bool) -> int:
               f"{steps} steps, {len(sim.faults)} injected faults", flush=True)
         t_sim = time.monotonic()
         exporter = KafkaExporter(settings.kafka_bootstrap, extra_config=kafka_client_config(settings, "producer"))
-        emitter = BackgroundEmitter(exporter, topics, name="demo")  # spools to $STEPLENS_HOME/spool/demo
+        # spools to $STEPLENS_HOME/spool/demo
+        emitter = BackgroundEmitter(exporter, topics, name="demo", spool_root=settings.hook_spool_dir)
         emitted = 0
         start_event, end_event = sim.job_events()
         emitter.emit(start_event)

@@ -276,7 +276,7 @@ def relay_emitter(settings: Settings, topics: Topics, *, name: str = "steplens-r
     # within ACK_WAIT_S; an in-place wait would hold a batch in memory for the whole outage.
     exporter = KafkaExporter(bootstrap, client_id=f"{name}-{os.getpid()}", extra_config=cfg, redelivery="resend")
     return BackgroundEmitter(exporter, topics, name=name, flush_interval_s=settings.relay_flush_interval_s,
-                             max_queue=max_queue, pack=False)
+                             max_queue=max_queue, pack=False, spool_root=settings.hook_spool_dir)
 
 
 __all__ = ["ACK_WAIT_S", "UNIX_PATH_MAX", "RecordSink", "Relay", "RelayStats", "relay_emitter", "relay_from_settings"]
