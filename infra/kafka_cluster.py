@@ -20,16 +20,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
 
-from infra.services import (
-    LOOPBACK,
-    InfraConfig,
-    InfraError,
-    KafkaBroker,
-    _new_cluster_id,
-    _terminate,
-    kill_and_wait,
-    stop_together,
-)
+from infra.process import InfraError
+from infra.services import LOOPBACK, InfraConfig, KafkaBroker, _new_cluster_id, _terminate, kill_and_wait, stop_together
 from infra.settings import Settings
 
 KAFKA_NODES = 3
