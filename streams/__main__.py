@@ -23,17 +23,33 @@ import threading
 from types import FrameType
 from typing import Any
 
+import faust
 from faust import Worker
 
 from infra.lograte import install_rate_limit
-from infra.settings import load_settings
+from infra.settings import Settings, load_settings
 from schemas import Topics
-from streams.app import create_app
+from streams.app import Role
 from streams.topics_admin import TopicsUnavailable, ensure_topics
 
 log = logging.getLogger("streams.worker")
 
 STOP_GRACE_S = 15.0  # a graceful stop that takes longer than this is cut short (exit 0)
+
+
+def create_app(settings: Settings, role: Role) -> faust.App:
+    """The Faust app of one worker role (each role's module imported only when it runs)."""
+    if role == "detect":
+        from streams.detect_app import create_detect_app
+
+        return create_detect_app(settings)
+    if role == "parse":
+        from streams.parse_app import create_parse_app
+
+        return create_parse_app(settings)
+    from streams.land_app import create_land_app
+
+    return create_land_app(settings)
 
 
 class _Stopper:
