@@ -54,6 +54,8 @@ from bench.chaos_inputs import stream
 from bench.provenance import git_commit, machine
 from infra import ClickHouseServer, InfraConfig, KafkaBroker
 from infra.clients import kafka_client_config
+from infra.progress import Progress
+from infra.settings import REPO_ROOT, Settings, load_settings
 from producers.emitter import BackgroundEmitter
 from producers.exporter import KafkaExporter
 from producers.simulator.cluster import SimulatedJob
@@ -63,8 +65,6 @@ from schemas import ContractError, ControlCommand, Incident, StepEvent, Topics, 
 from schemas.packing import decode_record_as
 from sinks import open_backend
 from sinks.migrations.runner import migrate
-from steplens.config import REPO_ROOT, Settings, load_settings
-from steplens.progress import Progress
 from streams.state.outbox import HEADER as OUTBOX_HEADER
 from streams.topics_admin import ensure_topics
 

@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.helpers is not None:
         if a.core is not None and hasattr(os, "sched_setaffinity"):
             os.sched_setaffinity(0, {a.core})
-        from steplens.config import load_settings
+        from infra.settings import load_settings
 
         doc = helper_threads(load_settings(), pack=a.helpers != "unpacked", steps=a.steps, step_ms=a.step_ms,
                              interval_s=a.interval, relay=a.helpers == "relay", ranks=a.ranks)

@@ -237,8 +237,8 @@ def kafka_for_ranks(pack: bool) -> Iterator[dict[str, str]]:
     """A real Kafka broker (started here unless one runs) with fresh bench topics; yields the ranks'
     environment that points them at it."""
     from infra import InfraConfig, KafkaBroker
+    from infra.settings import load_settings
     from schemas import Topics
-    from steplens.config import load_settings
     from streams.topics_admin import ensure_topics
 
     broker = KafkaBroker(InfraConfig.from_env())

@@ -41,7 +41,7 @@ from typing import Any
 import orjson
 
 from bench.provenance import git_commit, machine
-from steplens.config import REPO_ROOT, Settings, load_settings
+from infra.settings import REPO_ROOT, Settings, load_settings
 from streams.profiles.samples import real_samples_dir
 
 RESULTS = REPO_ROOT / "bench" / "results" / "replay.json"

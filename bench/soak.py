@@ -40,13 +40,13 @@ from bench.chaos import Harness, Offsets, Rig, Sent, emit_job, log, poll_until, 
 from bench.provenance import git_commit, machine
 from bench.restarts import groups, uncommitted
 from infra import ClickHouseServer, InfraConfig, KafkaBroker
+from infra.settings import REPO_ROOT, Settings, load_settings
 from producers.sampler.procfs import process_cpu_ticks
 from producers.simulator.cluster import SimulatedJob
 from producers.simulator.faults import SlowRank
 from producers.simulator.topology import Topology
 from sinks import open_backend
 from sinks.migrations.runner import migrate
-from steplens.config import REPO_ROOT, Settings, load_settings
 
 RESULTS = REPO_ROOT / "bench" / "results" / "soak.json"
 STEADY_RESULTS = REPO_ROOT / "bench" / "results" / "soak-steady.json"

@@ -36,14 +36,14 @@ from kafka.partitioner.default import murmur2
 from bench.provenance import git_commit, machine
 from infra import InfraConfig, KafkaBroker
 from infra.clients import kafka_client_config
+from infra.progress import Progress
+from infra.settings import REPO_ROOT, Settings, load_settings
 from producers.sampler.procfs import process_cpu_ticks
 from producers.simulator.topology import Topology
 from schemas import Topics, rank_key
 from sinks import open_backend
-from steplens.config import REPO_ROOT, Settings, load_settings
 from steplens.demo import start_worker, stop_worker
 from steplens.lag import wait_group_caught_up
-from steplens.progress import Progress
 from streams.metrics import kafka_has_c_crc32c
 from streams.state.store import SnapshotStore
 from streams.topics_admin import DetectTopics, ensure_topics, expire_topics

@@ -4,15 +4,8 @@ Use ``python -m infra up|down|status [--only kafka|clickhouse]`` from a shell, o
 classes below from Python (test fixtures do).  See ``infra/services.py`` for the layout.
 """
 
-from infra.services import (
-    ClickHouseServer,
-    InfraConfig,
-    InfraError,
-    KafkaBroker,
-    down,
-    status,
-    up,
-)
+from infra.process import InfraError
+from infra.services import ClickHouseServer, InfraConfig, KafkaBroker, down, status, up
 
 __all__ = [
     "ClickHouseServer",

@@ -11,8 +11,9 @@ import sys
 import time
 
 from infra.alertmanager import AlertmanagerServer
+from infra.process import InfraError
 from infra.prometheus import PrometheusServer
-from infra.services import InfraConfig, InfraError, _Service, down, status, up
+from infra.services import InfraConfig, _Service, down, status, up
 
 MONITORING: dict[str, type[_Service]] = {"alertmanager": AlertmanagerServer, "prometheus": PrometheusServer}
 

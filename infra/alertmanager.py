@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from infra.apt import apt_install
-from infra.services import LOOPBACK, InfraError, _Service, _which
+from infra.process import InfraError, _which
+from infra.services import LOOPBACK, _Service
 
 ALERTMANAGER_PACKAGES = ("prometheus-alertmanager",)
 GROUP_BY = ("alertname", "job")

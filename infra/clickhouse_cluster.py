@@ -42,8 +42,9 @@ from pathlib import Path
 from typing import ClassVar
 from xml.sax.saxutils import escape as xml_escape
 
+from infra.process import InfraError
 from infra.secrets import CLICKHOUSE_DEFAULT, ensure_clickhouse_passwords
-from infra.services import LOOPBACK, ClickHouseServer, InfraConfig, InfraError, _terminate, kill_and_wait, stop_together
+from infra.services import LOOPBACK, ClickHouseServer, InfraConfig, _terminate, kill_and_wait, stop_together
 from infra.zookeeper import ZOOKEEPER_USER, zookeeper_password
 
 CLUSTER_NAME = "steplens"

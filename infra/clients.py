@@ -31,7 +31,7 @@ from infra.secrets import (
     kafka_password_file,
     read_secret,
 )
-from steplens.config import Settings
+from infra.settings import Settings
 
 Principal = Literal["producer", "detect", "land", "parse", "reader", "admin"]
 Access = Literal["write", "read"]

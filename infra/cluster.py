@@ -20,9 +20,10 @@ from dataclasses import dataclass, replace
 
 from infra.clickhouse_cluster import CLUSTER_NAME, ClickHouseCluster, ClickHouseClusterPorts
 from infra.kafka_cluster import KafkaCluster, KafkaClusterPorts
-from infra.services import InfraConfig, InfraError, _env_port
+from infra.process import InfraError
+from infra.services import InfraConfig, _env_port
+from infra.settings import Settings
 from infra.zookeeper import ZooKeeperServer
-from steplens.config import Settings
 
 
 @dataclass(frozen=True)

@@ -20,17 +20,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
 
-from infra.services import (
-    LOOPBACK,
-    InfraConfig,
-    InfraError,
-    KafkaBroker,
-    _new_cluster_id,
-    _terminate,
-    kill_and_wait,
-    stop_together,
-)
-from steplens.config import Settings
+from infra.process import InfraError
+from infra.services import LOOPBACK, InfraConfig, KafkaBroker, _new_cluster_id, _terminate, kill_and_wait, stop_together
+from infra.settings import Settings
 
 KAFKA_NODES = 3
 MIN_INSYNC = 2

@@ -26,7 +26,8 @@ from typing import Any, ClassVar
 
 from infra.alertmanager import http_ok
 from infra.apt import apt_install
-from infra.services import LOOPBACK, InfraError, _Service, _which
+from infra.process import InfraError, _which
+from infra.services import LOOPBACK, _Service
 
 PROMETHEUS_PACKAGES = ("prometheus",)
 SHIPPED_DIR = Path(__file__).resolve().parent / "prometheus"

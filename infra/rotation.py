@@ -12,6 +12,7 @@ import logging
 from dataclasses import replace
 
 from infra.files import write_private
+from infra.process import InfraError
 from infra.secrets import (
     CLICKHOUSE_USERS,
     KAFKA_PRINCIPALS,
@@ -20,7 +21,7 @@ from infra.secrets import (
     read_secret,
     replace_secret,
 )
-from infra.services import ClickHouseServer, InfraConfig, InfraError, KafkaBroker
+from infra.services import ClickHouseServer, InfraConfig, KafkaBroker
 
 log = logging.getLogger("infra")
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -41,14 +40,24 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, ClassVar
+from typing import ClassVar
 from xml.sax.saxutils import escape as xml_escape
 
+from infra.apt import apt_install
 from infra.files import private_dir, write_private
 from infra.ports import ephemeral_port_warnings, ephemeral_range
+from infra.process import (
+    _SBIN_DIRS,
+    POLL_INTERVAL,
+    TAIL_LINES,
+    InfraError,
+    _file_lock,
+    _tail,
+    _which,
+)
 from infra.secrets import (
     CLICKHOUSE_DEFAULT,
     CLICKHOUSE_READER,
@@ -58,8 +67,8 @@ from infra.secrets import (
     ensure_kafka_passwords,
     secrets_dir,
 )
+from infra.settings import Settings
 from infra.tls import TlsFiles, ensure_tls
-from steplens.config import Settings
 
 log = logging.getLogger("infra")
 
@@ -68,19 +77,12 @@ POM_PATH = Path(__file__).resolve().parent / "kafka" / "pom.xml"
 KAFKA_VERSION = "3.9.1"
 LOOPBACK = "127.0.0.1"
 KAFKA_NODE_ID = 1
-POLL_INTERVAL = 0.25
 STOP_TIMEOUT = 30.0
-LOCK_TIMEOUT = 900.0
 MAVEN_TIMEOUT = 1800.0
-TAIL_LINES = 30
 MAX_OUT_BYTES = 20 * 1024 * 1024
 
 # Exit codes of servers this Python process spawned and has reaped (see _alive).
 _EXIT_CODES: dict[int, int] = {}
-
-
-class InfraError(RuntimeError):
-    """A service could not be installed, started or stopped; the message says what to do."""
 
 
 # --------------------------------------------------------------------------- config
@@ -286,20 +288,6 @@ def _tcp_open(port: int, timeout: float) -> bool:
         return False
 
 
-def _tail(path: Path, lines: int = TAIL_LINES) -> str:
-    """Last ``lines`` lines of a log file (reads only the end of big files)."""
-    try:
-        with path.open("rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - 256 * 1024))
-            data = fh.read()
-    except OSError:
-        return f"(no log at {path})"
-    text = data.decode(errors="replace").splitlines()[-lines:]
-    return "\n".join(text) if text else f"(log {path} is empty)"
-
-
 def _signal(pid: int, sig: int) -> None:
     """Signal the process group when ``pid`` leads one (our launches do), else the pid."""
     try:
@@ -325,40 +313,6 @@ def _terminate(pid: int, timeout: float = STOP_TIMEOUT) -> None:
             time.sleep(0.05)
     if _alive(pid):
         raise InfraError(f"pid {pid} survived SIGKILL; inspect it with `ps -fp {pid}`")
-
-
-def _which(name: str, extra_dirs: tuple[str, ...] = ()) -> str | None:
-    found = shutil.which(name)
-    if found:
-        return found
-    for d in extra_dirs:
-        candidate = Path(d) / name
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
-    return None
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path, what: str) -> Iterator[None]:
-    """Exclusive flock on ``path``, polled against a deadline (other processes may hold it)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as fh:
-        deadline = time.monotonic() + LOCK_TIMEOUT
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise InfraError(
-                        f"{what}: another process holds {path} for more than "
-                        f"{LOCK_TIMEOUT:.0f}s; find it with `fuser {path}`"
-                    ) from None
-                time.sleep(POLL_INTERVAL)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 # --------------------------------------------------------------------------- base class
@@ -1097,19 +1051,6 @@ class KafkaBroker(_Service):
 
 
 CLICKHOUSE_PACKAGES = ("clickhouse-server", "clickhouse-client")
-_SBIN_DIRS = ("/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin")
-
-
-def _run_logged(argv: list[str], out: IO[bytes], env: Mapping[str, str], timeout: float) -> int:
-    out.write(f"\n===== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(argv)}\n".encode())
-    out.flush()
-    try:
-        return subprocess.run(
-            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            env=dict(env), timeout=timeout, check=False,
-        ).returncode  # fmt: skip
-    except subprocess.TimeoutExpired:
-        return -1
 
 
 class ClickHouseServer(_Service):
@@ -1179,8 +1120,6 @@ class ClickHouseServer(_Service):
 
     def install(self) -> None:
         """Install Debian's clickhouse-server with apt if missing, without starting its service."""
-        from infra.apt import apt_install  # infra.apt builds on this module's process helpers
-
         apt_install(CLICKHOUSE_PACKAGES, self.cfg.logs_dir / "apt.log", lambda: self.binary() is not None,
                     "clickhouse", recommends=True)
 

@@ -28,7 +28,6 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 from producers.exporter import Abortable, Exporter, ExportError, OutRecord
 from producers.packing import MAX_PACKED_BYTES, MAX_PACKED_EVENTS, pack_records
@@ -61,7 +60,6 @@ FORKED = "forked"                  # emit in a forked child (e.g. a DataLoader w
 INTERNAL_ERROR = "internal_error"  # a bug in the emitter itself; still never raised to training
 
 DEFAULT_MAX_SPOOL_BYTES = 256 * 1024 * 1024
-DEFAULT_SPOOL: Literal["default"] = "default"  # spool_dir: $STEPLENS_HOME/spool/<name> (0700)
 # While an export is in flight the worker sleeps until it ends or the queue reaches its high-water mark
 # (both wake it); this bound is only a safety net. Polling instead (every 50 ms) cost a rank's helper
 # threads ~10 us per step once exports wait for a relay's durable ack (~0.2 s each).
@@ -75,17 +73,13 @@ DEFAULT_STALL_S = 2.0
 CLOSE_GRACE_S = 1.0
 
 
-def default_spool_root() -> Path:
-    """$STEPLENS_HOME/spool (the project-local state directory when STEPLENS_HOME is unset)."""
-    from steplens.config import load_settings
+def claim_default_spool(name: str, root: Path) -> tuple[Path, int] | None:
+    """`<root>/<name>`, or `<root>/<name>-<pid>` when another live process holds it; with its lock fd.
 
-    return load_settings().home / "spool"
-
-
-def claim_default_spool(name: str, root: Path | None = None) -> tuple[Path, int] | None:
-    """`<root>/<name>`, or `<root>/<name>-<pid>` when another live process holds it; with its lock fd."""
-    base = root if root is not None else default_spool_root()
-    for directory in (base / name, base / f"{name}-{os.getpid()}"):
+    The caller passes the root (entry points: `Settings.hook_spool_dir`, $STEPLENS_HOME/spool): a
+    library reads no settings of its own.
+    """
+    for directory in (root / name, root / f"{name}-{os.getpid()}"):
         fd = claim_directory(directory)
         if fd is not None:
             return directory, fd
@@ -149,7 +143,12 @@ def route(event: Event, topics: Topics, *, pack: bool = False) -> tuple[str, byt
 
 
 class BackgroundEmitter:
-    """Non-blocking emitter: bounded queue, daemon export thread, disk spool, counted drops."""
+    """Non-blocking emitter: bounded queue, daemon export thread, disk spool, counted drops.
+
+    Spool: `spool_dir` is used as given (one writer: a busy one is refused); `spool_root` claims
+    `<spool_root>/<name>` (0700), or `<name>-<pid>` when another live process holds it. Entry points
+    pass `Settings.hook_spool_dir` ($STEPLENS_HOME/spool) as the root; with neither there is no spool.
+    """
 
     def __init__(
         self,
@@ -159,7 +158,8 @@ class BackgroundEmitter:
         max_queue: int = 10_000,
         batch_size: int = 512,
         flush_interval_s: float = 0.2,
-        spool_dir: Path | Literal["default"] | None = DEFAULT_SPOOL,
+        spool_dir: Path | None = None,
+        spool_root: Path | None = None,
         max_spool_bytes: int = DEFAULT_MAX_SPOOL_BYTES,
         retry_backoff_s: float = 0.5,
         retry_backoff_max_s: float = 30.0,
@@ -187,8 +187,10 @@ class BackgroundEmitter:
         self._packable = frozenset((t.steps, t.kernel_summaries, t.device, t.kernels))
         self._spool: Spool | None = None
         self._spool_lock: int | None = None
-        if spool_dir == DEFAULT_SPOOL:
-            spool_dir = self._default_spool(name)
+        if spool_dir is not None and spool_root is not None:
+            raise ValueError("give spool_dir or spool_root, not both")
+        if spool_root is not None:
+            spool_dir = self._default_spool(name, spool_root)
         elif spool_dir is not None:
             spool_dir = self._explicit_spool(spool_dir)
         if spool_dir is not None:
@@ -238,9 +240,9 @@ class BackgroundEmitter:
         self._thread.start()
         _register_fork_guard(self)
 
-    def _default_spool(self, name: str) -> Path | None:
+    def _default_spool(self, name: str, root: Path) -> Path | None:
         try:
-            claimed = claim_default_spool(name)
+            claimed = claim_default_spool(name, root)
         except Exception:  # no usable state directory: run without a spool, as documented
             log.warning("steplens default spool unusable; failed exports will be dropped", exc_info=True)
             return None

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from steplens.lograte import install_rate_limit
+from infra.lograte import install_rate_limit
 
 log = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Literal
 
+from infra.settings import Settings
 from sinks.backend import Backend, SinkError
 from sinks.features import Features
-from steplens.config import Settings
 
 
 def open_backend(settings: Settings, access: Literal["write", "read"] = "write") -> Backend:

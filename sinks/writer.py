@@ -38,9 +38,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from infra.settings import Settings
 from sinks.backend import Backend, SinkError
 from sinks.rows import Row, TableRow
-from steplens.config import Settings
 
 
 class SinkBackpressure(Exception):

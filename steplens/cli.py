@@ -3,7 +3,7 @@
 Exit status: 0 success (a query that returned rows); 1 a query that returned no rows, or
 a command that failed (service error, demo found a miss); 2 usage error (bad arguments);
 3 ClickHouse error (unreachable, bad database). Settings come from STEPLENS_* variables
-over the TOML file named by --config or STEPLENS_CONFIG (steplens/config.py).
+over the TOML file named by --config or STEPLENS_CONFIG (infra/settings.py).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 
 import orjson
 
+from infra.settings import Settings, load_settings
 from steplens import output
-from steplens.config import Settings, load_settings
 
 EXIT_OK, EXIT_EMPTY, EXIT_USAGE, EXIT_BACKEND = 0, 1, 2, 3
 

@@ -25,6 +25,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from infra import ClickHouseServer, InfraConfig, KafkaBroker
 from infra.clients import kafka_client_config
+from infra.settings import REPO_ROOT, Settings, load_settings
 from producers.emitter import BackgroundEmitter
 from producers.exporter import KafkaExporter
 from producers.simulator.cluster import SimulatedJob
@@ -34,7 +35,6 @@ from producers.simulator.topology import Topology
 from schemas import ContractError, Incident, Topics, decode_as, encode, rank_key
 from sinks import Backend, open_backend
 from sinks.backend import qualified
-from steplens.config import REPO_ROOT, Settings, load_settings
 from steplens.lag import end_offsets, wait_pipeline_caught_up
 from steplens.report import plain, render_markdown
 from steplens.scoring import score, steps_in_ranges
@@ -217,7 +217,8 @@ def run(settings: Settings, steps: int, seed: int, use_server: bool) -> int:
               f"{steps} steps, {len(sim.faults)} injected faults", flush=True)
         t_sim = time.monotonic()
         exporter = KafkaExporter(settings.kafka_bootstrap, extra_config=kafka_client_config(settings, "producer"))
-        emitter = BackgroundEmitter(exporter, topics, name="demo")  # spools to $STEPLENS_HOME/spool/demo
+        # spools to $STEPLENS_HOME/spool/demo
+        emitter = BackgroundEmitter(exporter, topics, name="demo", spool_root=settings.hook_spool_dir)
         emitted = 0
         start_event, end_event = sim.job_events()
         emitter.emit(start_event)

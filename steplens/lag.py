@@ -11,7 +11,7 @@ from kafka.admin import KafkaAdminClient
 from kafka.errors import KafkaError
 
 from infra.clients import kafka_client_config
-from steplens.config import Settings
+from infra.settings import Settings
 
 
 def group_lag(settings: Settings, group: str, topics: Sequence[str]) -> dict[str, int]:

@@ -4,7 +4,7 @@
 kafka-python loop without Faust, stopped by SIGTERM / SIGINT after the post in hand.
 
 Start-up and shutdown are built for a broker that may be away: topic creation is retried
-(streams/topics_admin.py), Kafka client errors are rate-limited (steplens/lograte.py), and
+(streams/topics_admin.py), Kafka client errors are rate-limited (infra/lograte.py), and
 SIGTERM / SIGINT stop the worker cleanly (exit 0) whether or not the broker answers. Faust's
 own signal handling waits for its services to stop, which never happens while aiokafka is
 stuck connecting to a dead broker; so a watchdog gives the graceful stop `STOP_GRACE_S`
@@ -23,17 +23,33 @@ import threading
 from types import FrameType
 from typing import Any
 
+import faust
 from faust import Worker
 
+from infra.lograte import install_rate_limit
+from infra.settings import Settings, load_settings
 from schemas import Topics
-from steplens.config import load_settings
-from steplens.lograte import install_rate_limit
-from streams.app import create_app
+from streams.app import Role
 from streams.topics_admin import TopicsUnavailable, ensure_topics
 
 log = logging.getLogger("streams.worker")
 
 STOP_GRACE_S = 15.0  # a graceful stop that takes longer than this is cut short (exit 0)
+
+
+def create_app(settings: Settings, role: Role) -> faust.App:
+    """The Faust app of one worker role (each role's module imported only when it runs)."""
+    if role == "detect":
+        from streams.detect_app import create_detect_app
+
+        return create_detect_app(settings)
+    if role == "parse":
+        from streams.parse_app import create_parse_app
+
+        return create_parse_app(settings)
+    from streams.land_app import create_land_app
+
+    return create_land_app(settings)
 
 
 class _Stopper:

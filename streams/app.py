@@ -1,10 +1,12 @@
-"""The Faust apps' common ground: one base app per role, raw topics, and the role switch.
+"""The Faust apps' common ground: one base app per role, raw topics, the workers' Kafka timeouts.
 
 `detect` (windows + analyses -> alerts, `streams/detect_app.py`) and `land` (everything ->
 ClickHouse, `streams/land_app.py`) are two apps with two consumer groups on purpose: a
 ClickHouse outage stalls landing but never detection, and a burst of detection work never
 delays landing. Agents run with concurrency=1: windows and detectors keep state that must
-see records in order (faust-streaming issue #606).
+see records in order (faust-streaming issue #606). The role switch (`create_app`) is in the
+worker's entry point, streams/__main__.py: here it would put this module, which every app
+imports, in a circle with them.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import faust
 
 from infra.clients import faust_broker_config
 from infra.files import private_dir
-from steplens.config import Settings
+from infra.settings import Settings
 
 Role = Literal["detect", "land", "parse"]
 
@@ -101,16 +103,3 @@ def base_app(settings: Settings, role: Role, timeouts: WorkerTimeouts | None = N
 def raw_topic(app: faust.App, *names: str) -> Any:
     return app.topic(*names, key_type=bytes, value_type=bytes, value_serializer="raw", key_serializer="raw")
 
-
-def create_app(settings: Settings, role: Role) -> faust.App:
-    if role == "detect":
-        from streams.detect_app import create_detect_app
-
-        return create_detect_app(settings)
-    if role == "parse":
-        from streams.parse_app import create_parse_app
-
-        return create_parse_app(settings)
-    from streams.land_app import create_land_app
-
-    return create_land_app(settings)

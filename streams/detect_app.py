@@ -21,8 +21,8 @@ from typing import Any
 
 import faust
 
+from infra.settings import Settings
 from schemas import ControlCommand, Incident, Topics, bounded
-from steplens.config import Settings
 from streams.app import base_app, now_ns, raw_topic
 from streams.combine import chunks as chunk_codec
 from streams.engine import FleetEngine, JobEngine, Output

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from infra.settings import DetectionConfig
 from schemas import ControlCommand, Incident
-from steplens.config import DetectionConfig
 from streams.combine.chunks import StepColumns
 from streams.incidents.book import IncidentBook
 from streams.incidents.join import JoinState, OpenTrack, join

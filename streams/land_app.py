@@ -32,8 +32,8 @@ from typing import Any
 import faust
 from faust.app.base import BootStrategy
 
+from infra.settings import Settings
 from schemas import Topics
-from steplens.config import Settings
 from streams.app import base_app
 from streams.land_loop import LandLoop
 from streams.lander import ClickHouseLander

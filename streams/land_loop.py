@@ -39,8 +39,8 @@ from kafka.errors import KafkaError
 from infra.clients import kafka_client_config
 from infra.consumer_group import REBALANCE_ERRORS, after_failed_commit, group_consumer, heal
 from infra.delivery import OUTAGE_BACKOFF_S, poll_through_outage, retry_through_outage
+from infra.settings import Settings
 from schemas import Topics
-from steplens.config import Settings
 from streams.app import WorkerTimeouts, now_ns
 from streams.ingest.gc_tuning import tune_gc
 from streams.lander import ClickHouseLander

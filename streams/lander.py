@@ -12,11 +12,11 @@ import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
+from infra.settings import Settings
 from sinks import SinkError, open_backend
 from sinks.migrations.runner import migrate
 from sinks.rows import TableRow
 from sinks.writer import BatchingWriter, SinkBackpressure, Source
-from steplens.config import Settings
 
 log = logging.getLogger(__name__)
 

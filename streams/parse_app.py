@@ -19,8 +19,8 @@ from typing import Any
 
 import faust
 
+from infra.settings import Settings
 from schemas import ContractError, ControlCommand, ProfileReady, Topics, decode_as, encode, job_key
-from steplens.config import Settings
 from streams.app import base_app, now_ns, raw_topic
 from streams.lander import ClickHouseLander
 from streams.profiles.worker import CommandIndex, DumpError, DumpResult, analyse_dump, diagnosis_incident

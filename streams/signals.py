@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from steplens.config import DetectionConfig
+from infra.settings import DetectionConfig
 from streams.analysis.advisor import advise
 from streams.ingest.decode import DEVICE_METRICS, DOMAINS
 from streams.rules import r01_static_bounds as r1

@@ -33,8 +33,8 @@ from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from infra.acls import acl_bindings, to_kafka_acls
 from infra.clients import kafka_client_config
+from infra.settings import Settings
 from schemas import Topics
-from steplens.config import Settings
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from infra import ClickHouseServer, InfraConfig, KafkaBroker
 from infra.alertmanager import AlertmanagerServer
 from infra.prometheus import PrometheusServer
 from infra.secrets import CLICKHOUSE_READER, CLICKHOUSE_WRITER
-from steplens.config import Settings
+from infra.settings import Settings
 
 
 class _Service(Protocol):

@@ -31,10 +31,10 @@ from bench.detection.run import (
     write_result,
 )
 from bench.provenance import git_commit, machine
+from infra.progress import Progress
+from infra.settings import DetectionConfig
 from producers.simulator.stream import stream_runs
 from schemas import Incident, Topics, bounded, encode
-from steplens.config import DetectionConfig
-from steplens.progress import Progress
 from streams.combine import chunks as codec
 from streams.engine import FleetEngine
 from streams.ingest.decode import decode_batch

@@ -27,6 +27,8 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from bench.provenance import git_commit, machine
 from infra import InfraConfig, KafkaBroker
 from infra.clients import kafka_client_config
+from infra.progress import Progress
+from infra.settings import REPO_ROOT, Settings, load_settings
 from producers.simulator.attempts import plan_attempts
 from producers.simulator.catalogue import SCENARIOS, build_faults, write_ground_truth
 from producers.simulator.fleet import FleetJob
@@ -36,10 +38,8 @@ from producers.simulator.topology import Topology
 from producers.simulator.traits import Traits
 from schemas import Topics
 from sinks import open_backend
-from steplens.config import REPO_ROOT, Settings, load_settings
 from steplens.demo import start_worker, stop_worker
 from steplens.lag import end_offsets, wait_pipeline_caught_up
-from steplens.progress import Progress
 from steplens.scoring import (
     RunScore,
     RunTruth,

@@ -17,13 +17,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from infra.clients import kafka_client_config
+from infra.settings import HOOK_FLUSH_INTERVAL_S, Settings, load_settings
 from producers.emitter import BackgroundEmitter
 from producers.exporter import Exporter, KafkaExporter
 from producers.hook.core import Emitter, HookStats, RankHook, RankInfo, launcher_attempt
 from producers.hook.profiling import ProfilerBackend, ProfileRequest
 from producers.sampler.ranks import register_device
 from schemas import Domain, Topics
-from steplens.config import HOOK_FLUSH_INTERVAL_S, Settings, load_settings
 
 # How long a rank's events may wait before they are sent (a batch of 512 goes at once): the hook's
 # builder thread wakes at this interval and hands the round's events to the emitter, sent at once

@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any, Self
 
 from infra.clients import kafka_client_config
+from infra.settings import Settings
 from producers.hook.core import RankHook
 from producers.relay.framing import PUSH, FrameError, Hello, decode_push, encode_subscribe
 from schemas import ContractError, ControlCommand, Topics, decode_as
-from steplens.config import Settings
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from infra.settings import load_settings
 from producers.relay.server import relay_emitter, relay_from_settings
 from schemas import Topics
-from steplens.config import load_settings
 
 
 def main(argv: list[str] | None = None) -> int:

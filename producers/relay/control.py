@@ -25,10 +25,10 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
+from infra.settings import Settings
 from producers.hook.control import ControlTopicFollower
 from producers.relay.framing import Hello, encode_push
 from schemas import ContractError, ControlCommand, Topics, decode_as
-from steplens.config import Settings
 
 log = logging.getLogger(__name__)
 

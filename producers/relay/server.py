@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from infra.settings import Settings
 from producers.emitter import BackgroundEmitter
 from producers.exporter import KafkaExporter, OutRecord
 from producers.relay.framing import (
@@ -46,7 +47,6 @@ from producers.relay.framing import (
     decode_hello,
 )
 from schemas import Topics
-from steplens.config import Settings
 
 if TYPE_CHECKING:
     from producers.relay.control import NodeControl
@@ -276,7 +276,7 @@ def relay_emitter(settings: Settings, topics: Topics, *, name: str = "steplens-r
     # within ACK_WAIT_S; an in-place wait would hold a batch in memory for the whole outage.
     exporter = KafkaExporter(bootstrap, client_id=f"{name}-{os.getpid()}", extra_config=cfg, redelivery="resend")
     return BackgroundEmitter(exporter, topics, name=name, flush_interval_s=settings.relay_flush_interval_s,
-                             max_queue=max_queue, pack=False)
+                             max_queue=max_queue, pack=False, spool_root=settings.hook_spool_dir)
 
 
 __all__ = ["ACK_WAIT_S", "UNIX_PATH_MAX", "RecordSink", "Relay", "RelayStats", "relay_emitter", "relay_from_settings"]

@@ -2,7 +2,7 @@
 
 Reads the dumps with the offline importers, converts them (producers/replay/convert.py) and produces
 them to Kafka through the ordinary emitter (settings from STEPLENS_* as every other command), with a
-tqdm progress bar on a terminal and plain lines otherwise (steplens.progress). The steplens topics are
+tqdm progress bar on a terminal and plain lines otherwise (infra.progress). The steplens topics are
 created when missing (as the demo and the workers do). Exit status: 0 every event delivered, 1 some were dropped or not
 delivered (the emitter says why) or Kafka is unreachable, 2 the paths could not be read or converted.
 """
@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from steplens.config import Settings
+from infra.settings import Settings
 
 DESCRIPTION = ("replay real profiler outputs (Kineto .json[.gz], torch_npu *_ascend_pt folders, msprof-analyze "
                "cluster output) through Kafka as contract events, so the live detector judges them")
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace, settings: Settings, out: TextIO | None = None)
     # no spool: a replay is re-run, not recovered; a spool left by an earlier run against another broker or
     # prefix would be replayed first and hold every new record behind records that never deliver
     emitter = BackgroundEmitter(exporter, topics, name="replay", spool_dir=None)
-    from steplens.progress import Progress
+    from infra.progress import Progress
 
     bar = Progress(len(replay.steps), "replay", stream=out, unit="step")
     try:

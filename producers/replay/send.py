@@ -57,7 +57,7 @@ def send(replay: Replay, emitter: BackgroundEmitter, *, speed: float = 1.0, prog
 
 
 def progress_printer(bar: Any) -> Progress:
-    """`send`'s progress on a `steplens.progress.Progress` bar (total: the replay's steps): a tqdm bar on a
+    """`send`'s progress on a `infra.progress.Progress` bar (total: the replay's steps): a tqdm bar on a
     terminal, a plain line every N % elsewhere, each naming the events sent so far."""
 
     def show(done: int, total: int, events: int) -> None:

@@ -9,13 +9,13 @@ import sys
 from dataclasses import replace
 from types import FrameType
 
+from infra.settings import load_settings
 from producers.emitter import BackgroundEmitter
 from producers.hook import kafka_emitter_factory
 from producers.relay import Relay, relay_emitter, relay_from_settings
 from producers.sampler.sampler import NodeSampler
 from producers.sampler.sources import open_source
 from schemas import Topics
-from steplens.config import load_settings
 
 
 def main(argv: list[str] | None = None) -> int:

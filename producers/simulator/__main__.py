@@ -24,7 +24,8 @@ from pathlib import Path
 from kafka import KafkaProducer
 
 from infra.clients import kafka_client_config
-from producers.emitter import DEFAULT_SPOOL, BackgroundEmitter
+from infra.settings import load_settings
+from producers.emitter import BackgroundEmitter
 from producers.exporter import Exporter, InMemoryExporter, KafkaExporter
 from producers.simulator.attempts import plan_attempts
 from producers.simulator.catalogue import SCENARIOS, build_faults, write_ground_truth
@@ -36,7 +37,6 @@ from producers.simulator.run import run_simulation
 from producers.simulator.stream import SimRun, SimulatedClock, stream_runs
 from producers.simulator.topology import Topology
 from schemas import Topics
-from steplens.config import load_settings
 
 
 def parse_steps(text: str) -> list[int]:
@@ -179,8 +179,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     exporter: Exporter = InMemoryExporter() if args.dry_run else KafkaExporter(
         settings.kafka_bootstrap, extra_config=kafka_client_config(settings, "producer"))
     topics = Topics(args.topic_prefix if args.topic_prefix is not None else settings.topic_prefix)
-    spool = None if args.no_spool else (args.spool_dir or DEFAULT_SPOOL)
-    emitter = BackgroundEmitter(exporter, topics, spool_dir=spool, name="simulator")
+    spool_dir = None if args.no_spool else args.spool_dir
+    spool_root = None if args.no_spool or args.spool_dir else settings.hook_spool_dir  # $STEPLENS_HOME/spool
+    emitter = BackgroundEmitter(exporter, topics, spool_dir=spool_dir, spool_root=spool_root, name="simulator")
     stats = run_simulation(job, emitter)
     closed = emitter.close(timeout=30.0)
     print(json.dumps({"job": args.job, "world": topology.world, "steps": args.steps, "emitted": stats.emitted,

@@ -222,12 +222,12 @@ def _rank_main(rank: int, cfg: WorkloadConfig, port: int) -> None:
     import torch.distributed as dist
     from torch import nn
 
+    from infra.settings import load_settings
     from producers.emitter import BackgroundEmitter
     from producers.hook import start as start_hook
     from producers.hook.flops import gpt_train_flops
     from producers.hook.torch import TorchInstrumentation, torch_profiler_factory, torch_rank_info
     from schemas import JobEvent
-    from steplens.config import load_settings
 
     torch.set_num_threads(1)
     cuda = cfg.device == "cuda"

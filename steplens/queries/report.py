@@ -10,8 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from infra.progress import Progress
 from sinks.backend import Backend
-from steplens.progress import Progress
 from steplens.queries import fleet
 from steplens.queries.base import FleetQuery, Result, TimeRange, run
 

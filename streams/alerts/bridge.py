@@ -30,9 +30,9 @@ from kafka import KafkaConsumer, TopicPartition
 
 from infra.clients import kafka_client_config
 from infra.delivery import Backoff, poll_through_outage, retry_through_outage
+from infra.settings import Settings
 from schemas import ContractError, Incident, Topics
 from schemas.codec import decode_as
-from steplens.config import Settings
 from streams.alerts.book import AlertBook
 from streams.alerts.client import AlertmanagerUnavailable, post_alerts
 from streams.metrics import AlertsMetrics

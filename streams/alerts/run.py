@@ -10,7 +10,7 @@ import logging
 import signal
 from types import FrameType
 
-from steplens.config import Settings
+from infra.settings import Settings
 from streams.alerts.bridge import AlertBridge, BridgeStats
 
 log = logging.getLogger(__name__)

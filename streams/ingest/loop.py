@@ -24,8 +24,8 @@ from kafka.errors import KafkaError
 from infra.clients import close_quietly, kafka_client_config
 from infra.consumer_group import after_failed_commit, group_consumer, heal
 from infra.delivery import deliver_all, poll_through_outage
+from infra.settings import Settings
 from schemas import Topics, job_key
-from steplens.config import Settings
 from streams.app import WorkerTimeouts
 from streams.combine import chunks as chunk_codec
 from streams.ingest.decode import decode_batch

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from steplens.config import REPO_ROOT
+from infra.settings import REPO_ROOT
 
 
 def real_samples_dir() -> Path:

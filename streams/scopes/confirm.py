@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from steplens.config import DetectionConfig
+from infra.settings import DetectionConfig
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from steplens.config import DetectionConfig
+from infra.settings import DetectionConfig
 from streams.ingest.decode import DOMAINS
 from streams.scopes.finding import Finding
 from streams.windows.comm_columns import comm_columns

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from steplens.config import DetectionConfig
+from infra.settings import DetectionConfig
 from streams.analysis.advisor import COMPUTE_PHASES, advise
 from streams.ingest.decode import DOMAINS, PHASES
 from streams.scopes.confirm import Deviation, compute_share, host_open_after

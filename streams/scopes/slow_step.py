@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from steplens.config import DetectionConfig
+from infra.settings import DetectionConfig
 from streams.analysis.advisor import advise
 from streams.ingest.decode import PHASES
 from streams.scopes.finding import Finding

@@ -28,9 +28,9 @@ from kafka.errors import KafkaError, KafkaTimeoutError
 
 from infra.clients import close_quietly, kafka_client_config
 from infra.delivery import Record, deliver_all
+from infra.settings import Settings
 from schemas import encode as encode_event
 from schemas import job_key
-from steplens.config import Settings
 from streams.engine import JobEngine
 from streams.state.outbox import HEADER, Outbox, Output, Position
 

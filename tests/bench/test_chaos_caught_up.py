@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.chaos import Rig, caught_up
-from steplens.config import Settings
+from infra.settings import Settings
 
 
 class _Behind:

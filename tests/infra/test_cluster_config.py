@@ -11,9 +11,9 @@ from infra import InfraConfig, KafkaBroker
 from infra.clickhouse_cluster import ClickHouseCluster, ClickHouseClusterPorts
 from infra.cluster import Cluster, ClusterPorts
 from infra.kafka_cluster import KafkaCluster, KafkaClusterPorts
+from infra.settings import load_settings
 from infra.zookeeper import ZooKeeperServer
 from schemas import Topics
-from steplens.config import load_settings
 from streams.topics_admin import topic_configs
 
 

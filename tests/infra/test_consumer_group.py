@@ -24,7 +24,7 @@ from kafka.errors import KafkaError
 
 from infra.clients import kafka_client_config
 from infra.consumer_group import after_failed_commit, group_consumer, heal
-from steplens.config import Settings
+from infra.settings import Settings
 from streams.app import WorkerTimeouts
 
 pytestmark = pytest.mark.kafka

@@ -12,7 +12,7 @@ import pytest
 from infra import InfraConfig, InfraError
 from infra.alertmanager import AlertmanagerServer
 from infra.prometheus import PrometheusServer
-from steplens.config import REPO_ROOT
+from infra.settings import REPO_ROOT
 
 
 def test_ports_come_from_the_environment_and_must_not_collide(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ import pytest
 
 from infra.alertmanager import AlertmanagerServer
 from infra.prometheus import PrometheusServer
-from steplens.config import REPO_ROOT, Settings
+from infra.settings import REPO_ROOT, Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.prometheus, pytest.mark.alertmanager]
 

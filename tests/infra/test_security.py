@@ -29,12 +29,12 @@ from infra.files import mode_of, private_dir, write_private
 from infra.ports import ephemeral_port_warnings, ephemeral_range
 from infra.rotation import rotate
 from infra.secrets import CLICKHOUSE_READER, CLICKHOUSE_WRITER, KAFKA_PRINCIPALS, ensure_secret
+from infra.settings import Settings
 from infra.tls import BROKER_NAME, ensure_tls
 from producers.spool import Spool
 from schemas import Topics
 from sinks import SinkError, open_backend
 from sinks.server import ServerBackend
-from steplens.config import Settings
 from streams.topics_admin import ensure_topics
 
 # --------------------------------------------------------------------------- Kafka, real broker

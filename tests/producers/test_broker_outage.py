@@ -1,7 +1,7 @@
 """The real broker stops and restarts while a producer keeps emitting: every event arrives once.
 
-Uses the default spool ($STEPLENS_HOME/spool/<name>) exactly as the simulator and the demo
-do; the broker is the session's own (infra/, this helper's ports), stopped and started again.
+Uses the default spool (`spool_root`: $STEPLENS_HOME/spool/<name>) exactly as the simulator and
+the demo do; the broker is the session's own (infra/, this helper's ports), stopped and started again.
 The exporter retries in place (KafkaExporter's default), so a batch the broker wrote before it
 stopped, unacknowledged, is not written twice; newer events wait in the spool meanwhile.
 """
@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from infra import InfraConfig, KafkaBroker
+from infra.settings import Settings
 from producers.emitter import BackgroundEmitter
 from producers.exporter import ExportError, OutRecord
 from producers.simulator.cluster import SimulatedJob
 from producers.simulator.topology import Topology
 from schemas import Topics, encode, job_key, rank_key
-from steplens.config import Settings
 from tests.producers.test_kafka_integration import create_topics, exporter_for, read_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
@@ -27,15 +27,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
 def test_events_emitted_across_a_broker_restart_are_not_lost(
     kafka_settings: Settings, infra_config: InfraConfig, unique_name: str, tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("STEPLENS_HOME", str(tmp_path))
     topics = Topics(f"{unique_name}.")
     create_topics(kafka_settings, topics)
     job = SimulatedJob(unique_name, Topology(dp=4, tp=2, pp=2), 120, [], seed=1)
     events = [e for step in job.iter_steps() for e in step]
     emitter = BackgroundEmitter(exporter_for(kafka_settings, export_timeout_s=3.0), topics, name=unique_name,
-                                flush_interval_s=0.05, retry_backoff_max_s=1.0)
+                                flush_interval_s=0.05, retry_backoff_max_s=1.0, spool_root=tmp_path / "spool")
     assert emitter.spool_dir == tmp_path / "spool" / unique_name
     broker = KafkaBroker(infra_config)
     # a second exporter, connected before the outage, whose export is aborted during it

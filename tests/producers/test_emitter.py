@@ -53,7 +53,7 @@ def emitters() -> Iterator[list[BackgroundEmitter]]:
 
 
 def make(made: list[BackgroundEmitter], exporter: object, **kwargs: object) -> BackgroundEmitter:
-    kwargs.setdefault("spool_dir", None)  # these tests choose their spool; the default one has its own test
+    kwargs.setdefault("spool_dir", None)  # these tests choose their spool; the claimed one has its own test
     em = BackgroundEmitter(exporter, Topics("t."), **kwargs)  # type: ignore[arg-type]
     made.append(em)
     return em
@@ -358,15 +358,14 @@ def test_queue_overflow_goes_to_the_spool_while_an_export_hangs(tmp_path: Path,
     assert stats.exported == 500 and stats.dropped_total == 0 and stats.pending == 0
 
 
-def test_default_spool_is_private_under_steplens_home_and_not_shared(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, emitters: list[BackgroundEmitter]
+def test_default_spool_is_private_under_its_root_and_not_shared(
+    tmp_path: Path, emitters: list[BackgroundEmitter]
 ) -> None:
-    monkeypatch.setenv("STEPLENS_HOME", str(tmp_path))
-    monkeypatch.delenv("STEPLENS_CONFIG", raising=False)
+    root = tmp_path / "spool"  # entry points pass Settings.hook_spool_dir ($STEPLENS_HOME/spool)
     first = BackgroundEmitter(InMemoryExporter(failing=True), Topics("t."), name="trainer", flush_interval_s=0.01,
-                              retry_backoff_s=0.001)
+                              retry_backoff_s=0.001, spool_root=root)
     emitters.append(first)
-    second = BackgroundEmitter(InMemoryExporter(), Topics("t."), name="trainer")
+    second = BackgroundEmitter(InMemoryExporter(), Topics("t."), name="trainer", spool_root=root)
     emitters.append(second)
     assert first.spool_dir == tmp_path / "spool" / "trainer"
     assert first.spool_dir.stat().st_mode & 0o777 == 0o700
@@ -374,6 +373,14 @@ def test_default_spool_is_private_under_steplens_home_and_not_shared(
     first.emit(step_event(0))
     assert first.wait_until(lambda s: s.spooled == 1 and settled(s), WAIT)
     assert first.stats().dropped == {}
+
+
+def test_without_a_spool_dir_or_root_there_is_no_spool_and_both_are_refused(tmp_path: Path) -> None:
+    """The library reads no settings: the caller says where to spool, or nothing is spooled."""
+    with BackgroundEmitter(InMemoryExporter(), Topics("t.")) as em:
+        assert em.spool_dir is None
+    with pytest.raises(ValueError, match="not both"):
+        BackgroundEmitter(InMemoryExporter(), Topics("t."), spool_dir=tmp_path / "s", spool_root=tmp_path)
 
 
 def test_an_explicit_spool_has_one_writer(tmp_path: Path, emitters: list[BackgroundEmitter]) -> None:

@@ -11,6 +11,7 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 
 from infra.clients import kafka_client_config
+from infra.settings import Settings
 from producers.emitter import BackgroundEmitter
 from producers.exporter import ExportError, KafkaExporter, OutRecord
 from producers.simulator.cluster import SimulatedJob
@@ -18,7 +19,6 @@ from producers.simulator.faults import SlowRank, gc_pause
 from producers.simulator.run import run_simulation
 from producers.simulator.topology import Topology
 from schemas import JobEvent, StepEvent, Topics, decode_as, rank_key
-from steplens.config import Settings
 from streams.topics_admin import ensure_topics
 
 pytestmark = [pytest.mark.kafka, pytest.mark.integration]

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from infra.settings import Settings
 from producers.emitter import BackgroundEmitter
 from producers.sampler.ranks import register_device
 from producers.sampler.sampler import NodeSampler
 from producers.sampler.sources import HostSource
 from schemas import DeviceSample, JobEvent, StepEvent, Topics, rank_key
-from steplens.config import Settings
 from tests.producers._records import events_of, is_packed
 from tests.producers.test_kafka_integration import Switchable, create_topics, exporter_for, read_all, small_job
 

@@ -23,6 +23,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from infra import ClickHouseServer, InfraConfig
 from infra.clients import kafka_client_config
+from infra.settings import Settings, load_settings
 from schemas import Topics, encode, rank_key
 from sinks.backend import Backend, qualified
 from sinks.embedded import EmbeddedBackend
@@ -30,7 +31,6 @@ from sinks.migrations.runner import migrate
 from sinks.rows import TABLE_COLUMNS, rows_for
 from sinks.server import ServerBackend
 from sinks.writer import BatchingWriter
-from steplens.config import Settings, load_settings
 from streams.lander import ClickHouseLander
 from streams.landing import Landed, LandingProcessor
 from streams.topics_admin import ensure_topics

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from infra.settings import Settings
 from sinks import open_backend
 from sinks.backend import Backend, quote_identifier
 from sinks.embedded import EmbeddedBackend
 from sinks.server import ServerBackend
-from steplens.config import Settings
 
 
 @pytest.mark.clickhouse

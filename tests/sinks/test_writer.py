@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from infra.settings import Settings
 from sinks.backend import Backend, SinkError
 from sinks.rows import row_for
 from sinks.writer import BatchingWriter, SinkBackpressure
-from steplens.config import Settings
 from tests.sinks.fakes import FakeBackend
 from tests.sinks.samples import incident, step
 

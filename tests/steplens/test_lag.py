@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from steplens.config import load_settings
+from infra.settings import load_settings
 from steplens.lag import wait_pipeline_caught_up
 
 

@@ -8,8 +8,8 @@ import numpy as np
 from kafka import KafkaConsumer
 
 from infra.clients import kafka_client_config
+from infra.settings import Settings
 from schemas import Domain, Incident, Phases, StepEvent
-from steplens.config import Settings
 from streams.windows.step_frames import Topology
 
 T0 = 1_700_000_000_000_000_000
@@ -50,9 +50,9 @@ def run_engine(job: object, cfg: object = None, *, paced_s: float = 0.0, drop: o
     hold(event) -> n (paced only): the event arrives n steps late, with the step n later (a partition
     whose reader died, read again once the group gave it to another worker).
     """
+    from infra.settings import DetectionConfig
     from producers.simulator.cluster import SimulatedJob
     from schemas import encode
-    from steplens.config import DetectionConfig
     from streams.combine import chunks as codec
     from streams.engine import FleetEngine
     from streams.ingest.decode import decode_batch
@@ -127,9 +127,9 @@ def run_launches(launches: list[tuple[object, bool]], cfg: object = None, *, pac
     `(job, False)` is killed after its last step: nothing more, then `gap_s` of silence (ticks
     every 0.5 s) before the next launch's `start`. `backlog`: every chunk says the decode stage
     reads 30 s behind (the worker's clock cannot judge a silence)."""
+    from infra.settings import DetectionConfig
     from producers.simulator.cluster import SimulatedJob
     from schemas import encode
-    from steplens.config import DetectionConfig
     from streams.combine import chunks as codec
     from streams.engine import FleetEngine
     from streams.ingest.decode import decode_batch

@@ -14,6 +14,7 @@ import pytest
 from kafka import KafkaConsumer
 
 from infra.clients import kafka_client_config
+from infra.settings import Settings
 from producers.emitter import BackgroundEmitter
 from producers.exporter import KafkaExporter
 from producers.simulator.cluster import SimulatedJob
@@ -21,7 +22,6 @@ from producers.simulator.faults import SlowRank
 from producers.simulator.topology import Topology
 from schemas import Incident, Topics, decode_as
 from sinks.server import ServerBackend
-from steplens.config import Settings
 from steplens.demo import start_worker, stop_worker, wait_caught_up
 from streams.topics_admin import ensure_topics
 

@@ -22,11 +22,11 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
 from infra.clients import kafka_client_config
+from infra.settings import Settings, load_settings
 from schemas import Topics, decode, encode
 from sinks.backend import qualified
 from sinks.embedded import EmbeddedBackend
 from sinks.rows import rows_for
-from steplens.config import Settings, load_settings
 from steplens.demo import start_worker, stop_worker, wait_caught_up
 from streams.landing import landing_types
 from streams.topics_admin import ensure_topics

@@ -18,13 +18,13 @@ import pytest
 from kafka import KafkaConsumer
 
 from infra.clients import kafka_client_config
+from infra.settings import Settings, load_settings
 from producers.emitter import BackgroundEmitter
 from producers.exporter import KafkaExporter
 from producers.simulator.cluster import SimulatedJob
 from producers.simulator.faults import SlowRank, gc_pause
 from producers.simulator.topology import Topology
 from schemas import ControlCommand, Incident, StepEvent, Topics, decode_as
-from steplens.config import Settings, load_settings
 from steplens.demo import start_worker, stop_worker
 from steplens.lag import group_lag
 from streams.state.store import SnapshotStore

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from steplens.config import DetectionConfig, Settings, load_settings
+from infra.settings import DetectionConfig, Settings, load_settings
 from streams.app import base_app
 from streams.detect_app import DetectWorker
 from streams.engine import JobEngine

@@ -52,8 +52,8 @@ def test_an_elastic_relaunch_with_fewer_hosts_raises_no_hang() -> None:
 
 
 def test_a_late_report_of_an_earlier_attempt_is_counted_late_not_applied() -> None:
+    from infra.settings import DetectionConfig
     from schemas import encode
-    from steplens.config import DetectionConfig
     from streams.combine import chunks as codec
     from streams.engine import FleetEngine
     from streams.ingest.decode import decode_batch
@@ -75,8 +75,8 @@ def test_a_late_report_of_an_earlier_attempt_is_counted_late_not_applied() -> No
 def test_a_decode_backlog_is_not_a_crash() -> None:
     """A job's reports stop reaching the engine while the decode stage says it is behind its
     input (other jobs' chunks keep coming, late): the job's reports are queued, not stopped."""
+    from infra.settings import DetectionConfig
     from schemas import encode
-    from steplens.config import DetectionConfig
     from streams.combine import chunks as codec
     from streams.engine import FleetEngine
     from streams.ingest.decode import decode_batch
@@ -103,8 +103,8 @@ def test_a_decode_backlog_is_not_a_crash() -> None:
 def test_a_detect_worker_down_longer_than_job_silence_s_is_not_a_crash() -> None:
     """A job's state restored from a snapshot by a worker that starts minutes later: the silence
     was the worker's, the job's reports are queued; only a silence seen by this worker counts."""
+    from infra.settings import DetectionConfig
     from schemas import encode
-    from steplens.config import DetectionConfig
     from streams.combine import chunks as codec
     from streams.engine import FleetEngine
     from streams.ingest.decode import decode_batch

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from infra.settings import DetectionConfig
 from schemas import encode
-from steplens.config import DetectionConfig
 from streams.combine import chunks as codec
 from streams.engine import LAG_STALE_NS, QUIET_TICKS, FleetEngine
 from streams.ingest.decode import decode_batch

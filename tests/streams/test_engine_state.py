@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from infra.settings import DetectionConfig
 from producers.simulator.cluster import SimulatedJob
 from producers.simulator.faults import SlowRank, gc_pause
 from producers.simulator.topology import Topology
 from schemas import encode
-from steplens.config import DetectionConfig
 from streams.combine import chunks as codec
 from streams.engine import FleetEngine
 from streams.ingest.decode import decode_batch

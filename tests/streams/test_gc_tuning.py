@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from steplens.config import load_settings
+from infra.settings import load_settings
 from streams.ingest.gc_tuning import tune_gc
 
 

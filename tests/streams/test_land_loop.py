@@ -10,10 +10,10 @@ from typing import Any, NamedTuple
 
 from kafka.errors import KafkaTimeoutError, UnsupportedVersionError
 
+from infra.settings import load_settings
 from schemas import Topics, encode
 from sinks.rows import row_for
 from sinks.writer import BatchingWriter
-from steplens.config import load_settings
 from streams.land_app import CRASH_EXIT_CODE
 from streams.land_loop import LandLoop
 from streams.lander import ClickHouseLander

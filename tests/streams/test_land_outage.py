@@ -20,12 +20,12 @@ from kafka.admin import KafkaAdminClient
 
 from infra import InfraConfig, KafkaBroker
 from infra.clients import kafka_client_config
+from infra.settings import Settings, load_settings
 from producers.emitter import BackgroundEmitter
 from producers.simulator.cluster import SimulatedJob
 from producers.simulator.topology import Topology
 from schemas import Topics
 from sinks import open_backend
-from steplens.config import Settings, load_settings
 from steplens.demo import start_worker, stop_worker
 from steplens.lag import wait_group_caught_up
 from streams.landing import landing_types

@@ -9,8 +9,8 @@ import pytest
 from kafka import KafkaConsumer
 
 from infra.clients import kafka_client_config
+from infra.settings import DetectionConfig, Settings, load_settings
 from schemas import ControlCommand, Incident, Topics
-from steplens.config import DetectionConfig, Settings, load_settings
 from streams.engine import JobEngine
 from streams.state.outbox import HEADER, Outbox, output_id, scan_start
 from streams.state.store import SnapshotStore, decode, decode_snapshot, encode

@@ -18,11 +18,11 @@ from kafka import KafkaConsumer, KafkaProducer
 
 from bench.detection.run import read_alerts, run_record, score_records, wait_caught_up, wait_jobs_finished
 from infra.clients import kafka_client_config
+from infra.settings import Settings
 from producers.simulator.catalogue import scenario_job
 from producers.simulator.stream import SimRun, stream_runs
 from schemas import Topics, encode
 from sinks import open_backend
-from steplens.config import Settings
 from steplens.demo import start_worker, stop_worker
 from steplens.lag import end_offsets
 from streams.topics_admin import ensure_topics

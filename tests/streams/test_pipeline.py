@@ -16,6 +16,7 @@ import pytest
 from kafka import KafkaConsumer
 
 from infra.clients import kafka_client_config
+from infra.settings import Settings
 from producers.emitter import BackgroundEmitter
 from producers.exporter import KafkaExporter
 from producers.simulator.cluster import SimulatedJob
@@ -23,7 +24,6 @@ from producers.simulator.faults import SlowRank, SlowSteps
 from producers.simulator.topology import Topology
 from schemas import ControlCommand, Incident, Topics, decode_as
 from sinks.server import ServerBackend
-from steplens.config import Settings
 from steplens.demo import malformed_events, query_results, start_worker, stop_worker, wait_caught_up
 from streams.topics_admin import ensure_topics
 

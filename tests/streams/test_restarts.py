@@ -20,7 +20,7 @@ import pytest
 from bench.chaos import Harness
 from bench.restarts import RestartRun, plan
 from infra import InfraConfig
-from steplens.config import Settings, load_settings
+from infra.settings import Settings, load_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 

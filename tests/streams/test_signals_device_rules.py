@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from steplens.config import DetectionConfig
+from infra.settings import DetectionConfig
 from streams.ingest.decode import DEVICE_METRICS
 from streams.scopes.finding import Finding
 from streams.signals import SignalState, device_findings

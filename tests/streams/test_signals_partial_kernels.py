@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from steplens.config import DetectionConfig
+from infra.settings import DetectionConfig
 from streams.rules.base import Alarms
 from streams.signals import _rank_findings
 from streams.windows.step_frames import Frame

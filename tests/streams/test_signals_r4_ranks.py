@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from steplens.config import DetectionConfig
+from infra.settings import DetectionConfig
 from streams.signals import SignalState, _kernels
 from streams.windows.step_frames import Frame, Topology
 from tests.streams.helpers import hosts_topology

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from steplens.config import DetectionConfig
+from infra.settings import DetectionConfig
 from streams.ingest.decode import DOMAINS
 from streams.scopes.finding import Finding
 from streams.signals import SignalState, _kernels

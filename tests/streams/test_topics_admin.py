@@ -10,8 +10,8 @@ from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource, ConfigResourceType
 
 from infra.clients import kafka_client_config
+from infra.settings import Settings
 from schemas import Topics
-from steplens.config import Settings
 from streams.topics_admin import ensure_topics, expire_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]

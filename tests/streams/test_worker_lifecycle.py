@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from infra.settings import REPO_ROOT, Settings, load_settings
 from schemas import Topics
-from steplens.config import REPO_ROOT, Settings, load_settings
 from streams.topics_admin import TopicsUnavailable, ensure_topics
 
 

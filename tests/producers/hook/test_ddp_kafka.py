@@ -24,11 +24,11 @@ from kafka import KafkaConsumer, KafkaProducer
 
 from infra import InfraConfig, KafkaBroker
 from infra.clients import kafka_client_config
+from infra.settings import Settings, load_settings
 from producers.workloads.ddp_transformer import WorkloadConfig, load_results, run
 from schemas import ControlCommand, Incident, KernelBatch, KernelSummary, ProfileReady, StepEvent, Topics
 from schemas import encode as encode_event
 from sinks import open_backend
-from steplens.config import Settings, load_settings
 from steplens.demo import start_worker, stop_worker
 from steplens.lag import wait_group_caught_up
 from streams.landing import landing_types

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from infra.settings import Settings, load_settings
 from producers.hook import start as start_hook
 from schemas import Topics
-from steplens.config import Settings, load_settings
 from streams.topics_admin import ensure_topics
 from tests.producers._records import steps_of
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from steplens.config import Settings
+from infra.settings import Settings
 from tests.producers.hook.test_ddp_kafka import _env
 
 REPO = Path(__file__).resolve().parents[3]

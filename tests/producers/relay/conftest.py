@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from infra.settings import Settings, load_settings
 from schemas import Topics
-from steplens.config import Settings, load_settings
 
 
 @pytest.fixture

@@ -184,7 +184,7 @@ def test_a_second_relay_on_a_live_socket_is_refused_a_stale_one_replaced(sock_di
 
 
 def test_relay_socket_setting_and_path_limit(tmp_path: Path) -> None:
-    from steplens.config import load_settings
+    from infra.settings import load_settings
 
     s = load_settings({"STEPLENS_HOME": str(tmp_path)})
     assert (s.relay_socket, s.relay_path) == ("", tmp_path / "run" / "relay.sock")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from infra.settings import Settings
 from producers.emitter import BackgroundEmitter
 from producers.exporter import InMemoryExporter
 from producers.hook import start as start_hook
@@ -26,7 +27,6 @@ from producers.relay import Relay
 from producers.relay.control import ControlHub, NodeControl
 from schemas import ControlCommand, Domain, Topics
 from schemas import encode as encode_event
-from steplens.config import Settings
 
 
 def _no_profiler(req: ProfileRequest) -> ProfilerBackend:

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from infra.settings import Settings
 from producers.emitter import BackgroundEmitter
 from producers.relay import RelayExporter
 from producers.workloads.ddp_transformer import WorkloadConfig, load_results, run
 from schemas import StepEvent, Topics, rank_key
-from steplens.config import Settings
 from tests.producers._factories import step_event
 from tests.producers._records import events_of
 from tests.producers.hook.test_ddp_kafka import _env, _read

@@ -26,10 +26,10 @@ from pathlib import Path
 
 import pytest
 
+from infra.settings import Settings
 from producers.emitter import BackgroundEmitter
 from producers.relay import RelayExporter
 from schemas import StepEvent, Topics
-from steplens.config import Settings
 from tests.producers._factories import step_event
 from tests.producers._records import events_of
 from tests.producers.hook.test_ddp_kafka import _read

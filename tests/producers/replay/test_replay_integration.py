@@ -16,12 +16,12 @@ from kafka import KafkaConsumer
 
 from bench.replay import live_verdict, run_live
 from infra.clients import kafka_client_config
+from infra.settings import Settings
 from producers.replay import load_replay
 from schemas import JobEvent, KernelSummary, StepEvent, Topics
 from schemas.codec import decode_mapping
 from schemas.packing import split_record
 from steplens.cli import main
-from steplens.config import Settings
 from streams.profiles.samples import real_samples_dir
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from infra.progress import Progress
 from producers.emitter import BackgroundEmitter
 from producers.exporter import InMemoryExporter
 from producers.replay import load_replay, progress_printer, send
@@ -15,7 +16,6 @@ from schemas import JobEvent, KernelSummary, StepEvent
 from schemas.codec import decode_mapping
 from schemas.packing import split_record
 from steplens.cli import main
-from steplens.progress import Progress
 from streams.profiles.samples import real_samples_dir
 
 KINETO = [real_samples_dir() / "kineto-hta" / f"trace_filter_sampled_rank-{r}.json.gz" for r in (0, 1)]

@@ -10,13 +10,13 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 
 from infra.clients import kafka_client_config
+from infra.settings import Settings
 from producers.simulator.__main__ import main as simulator_main
 from producers.simulator.catalogue import SCENARIOS, build_faults, layout, read_ground_truth
 from producers.simulator.fleet import FleetJob
 from producers.simulator.stream import SimRun, stream_runs
 from schemas import DeviceSample, Event, JobEvent, KernelSummary, StepEvent, Topics, decode, split_record
 from schemas.codec import decode_mapping
-from steplens.config import Settings
 from streams.topics_admin import ensure_topics
 
 TOPICS = Topics("t.")

@@ -23,9 +23,9 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from infra.alertmanager import AlertmanagerServer
 from infra.clients import kafka_client_config
+from infra.settings import REPO_ROOT, Settings
 from schemas import Incident, Topics, job_key
 from schemas.codec import encode
-from steplens.config import REPO_ROOT, Settings
 from steplens.demo import build_job
 from streams.alerts.bridge import AlertBridge, alerts_group
 from streams.topics_admin import ensure_topics

@@ -8,11 +8,11 @@ resolve and reopen under a new id. Judged against the simulator's ground truth.
 
 from __future__ import annotations
 
+from infra.settings import DetectionConfig
 from producers.simulator.cluster import SimulatedJob
 from producers.simulator.faults import SlowRank
 from producers.simulator.topology import Topology
 from schemas import Incident, StepEvent, encode
-from steplens.config import DetectionConfig
 from streams.combine import chunks as codec
 from streams.engine import FleetEngine, Output
 from streams.ingest.decode import decode_batch

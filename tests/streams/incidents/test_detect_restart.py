@@ -19,13 +19,13 @@ import pytest
 from kafka import KafkaConsumer
 
 from infra.clients import kafka_client_config
+from infra.settings import REPO_ROOT, Settings, load_settings
 from producers.emitter import BackgroundEmitter
 from producers.exporter import KafkaExporter
 from producers.simulator.cluster import SimulatedJob
 from producers.simulator.faults import SlowRank
 from producers.simulator.topology import Topology
 from schemas import ControlCommand, Incident, Topics, decode_as
-from steplens.config import REPO_ROOT, Settings, load_settings
 from streams.topics_admin import ensure_topics
 from tests.streams.helpers import wait_topics_visible
 

@@ -19,6 +19,7 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
 from infra.clients import kafka_client_config
+from infra.settings import Settings, load_settings
 from producers.emitter import BackgroundEmitter
 from producers.exporter import KafkaExporter
 from producers.simulator.cluster import SimulatedJob
@@ -26,7 +27,6 @@ from producers.simulator.faults import SlowRank
 from producers.simulator.topology import Topology
 from schemas import ControlCommand, Incident, ProfileReady, Topics, decode_as, encode, rank_key
 from sinks.server import ServerBackend
-from steplens.config import Settings, load_settings
 from steplens.demo import start_worker, stop_worker
 from streams.topics_admin import ensure_topics
 from tests.streams.profiles.conftest import ASCEND

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from steplens.config import Settings
+from infra.settings import Settings
 from streams.profiles.uri import ProfileUriError, resolve_profile_uri
 
 

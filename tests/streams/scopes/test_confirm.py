@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import numpy as np
 
+from infra.settings import DetectionConfig
 from schemas import Domain, Phases, StepEvent, encode
-from steplens.config import DetectionConfig
 from streams.combine import chunks as codec
 from streams.engine import FleetEngine
 from streams.ingest.decode import decode_batch

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from steplens.config import DetectionConfig
+from infra.settings import DetectionConfig
 from streams.incidents.join import join
 from streams.ingest.decode import DOMAINS, PHASES
 from streams.scopes.finding import Finding

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from steplens.config import DetectionConfig
+from infra.settings import DetectionConfig
 from streams.ingest.decode import DOMAINS
 from streams.scopes.slow_link import LinkState, evaluate
 from streams.windows.step_frames import Frame, Topology

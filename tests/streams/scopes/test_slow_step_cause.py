@@ -14,11 +14,11 @@ import numpy as np
 import orjson
 
 from bench.detection.run import run_record, score_records
+from infra.settings import DetectionConfig
 from producers.simulator.catalogue import scenario_job
 from producers.simulator.fleet import FleetJob
 from producers.simulator.stream import SimRun, stream_runs
 from schemas import Incident, Topics, bounded, encode
-from steplens.config import DetectionConfig
 from streams.combine import chunks as codec
 from streams.engine import FleetEngine, Output
 from streams.ingest.decode import PHASES, decode_batch

@@ -1,4 +1,4 @@
-"""steplens.progress: plain lines every N % off a terminal, a tqdm bar on one."""
+"""infra.progress: plain lines every N % off a terminal, a tqdm bar on one."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import io
 import itertools
 from collections.abc import Callable
 
-from steplens.progress import Progress, track
+from infra.progress import Progress, track
 
 
 def _clock() -> Callable[[], float]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from steplens.lograte import CLIENT_LOGGERS, RateLimitFilter, install_rate_limit
+from infra.lograte import CLIENT_LOGGERS, RateLimitFilter, install_rate_limit
 
 
 class _Clock:
