@@ -94,6 +94,10 @@ class DetectionConfig:
     r2_sigma_min_temp_c: float = 1.0   # R2 absolute sigma floors (smooth metrics)
     r2_sigma_min_power_w: float = 10.0
     r2_sigma_min_mem_pct: float = 1.0
+    r2_transition: float = 0.10      # R2: a tick whose job-wide median moved this share from the last one
+    #                                  (a checkpoint, an evaluation, a job-wide stall) and the next tick
+    #                                  are left out: hosts sample at their own phase and clocks, so such
+    #                                  a tick mixes devices sampled before and after the change
     r3_warmup: int = 50              # R3 W
     r3_length: int = 50              # R3 L
     r3_k: float = 2.0                # R3 k (spec: 2–3; 3 missed a 25 % drop behind one eval step in the first window)

@@ -212,6 +212,8 @@ def device_findings(chunk: dict[str, Any], state: SignalState, cfg: DetectionCon
             out.extend(_device_finding("R1", metric, alarms, names, state, cfg))
         peers = _peer_classes(sel, ranks, hosts, stage_of)
         for metric in R2_DEVICE:
+            if _in_transition(values[metric][sel], state, metric, cfg.r2_transition):
+                continue
             x = np.full(n, np.nan)
             x[idx[sel]] = _minus_common_mode(values[metric][sel], peers)
             key = f"r2:{metric}"
@@ -244,6 +246,29 @@ def _peer_classes(sel: IntArray, ranks: list[int], hosts: list[str], stage_of: I
         if np.unique(host_ids[members]).size < PEER_HOSTS:
             cls[members] = -1
     return cls
+
+
+def _in_transition(x: FloatArray, state: SignalState, metric: str, share: float) -> bool:
+    """Whether this tick, or the one before, saw the job's median `metric` move by `share` or more.
+
+    Each host's agent samples at its own phase, on its own clock (milliseconds apart at best), so
+    the samples of one tick span up to a tick interval. When the whole job's load changes inside
+    that window (a checkpoint, an evaluation pass, every rank waiting for one stalled rank), a
+    tick holds devices sampled before and after the change: their differences are the change
+    itself, not drift, and removing the common mode leaves half the fleet "drifted". Such a tick
+    and the next one (the change may straddle it) are left out of R2 (no CUSUM update).
+    """
+    ok = x[np.isfinite(x)]
+    if share <= 0 or not ok.size:
+        return False
+    med = float(np.median(ok))
+    prev = state.rules.get(f"r2med:{metric}")
+    state.rules[f"r2med:{metric}"] = med
+    held = bool(state.rules.pop(f"r2gate:{metric}", False))
+    if isinstance(prev, float) and abs(med - prev) >= share * max(abs(prev), abs(med), 1e-9):
+        state.rules[f"r2gate:{metric}"] = True
+        return True
+    return held
 
 
 def _minus_common_mode(x: FloatArray, peers: IntArray) -> FloatArray:

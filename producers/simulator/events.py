@@ -136,7 +136,7 @@ class FrameEncoder:
 
     def _device_events(self, frame: StepFrame) -> Iterator[WireEvent]:
         v = CONTRACT_VERSION
-        offset = self.job.clock_offset_ns.tolist()
+        offset = (self.job.clock_offset_ns + self.job.sampler_phase_ns).tolist()  # own clock, own phase
         for tick in frame.ticks:
             cols = {name: np.round(getattr(tick, name), 1).tolist() for name in (
                 "power_w", "temp_c", "aicore_pct", "aicpu_pct", "ctrlcpu_pct", "mem_pct", "membw_pct", "freq_mhz")}

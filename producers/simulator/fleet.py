@@ -253,6 +253,17 @@ class FleetJob:
         offsets: IntArray = per_host[self.topology.host_ids]
         return offsets
 
+    @cached_property
+    def sampler_phase_ns(self) -> IntArray:
+        """Per rank, when within each sampling interval its host's device agent samples (the
+        clock_offset trait: every node agent started at its own moment; zeros without it)."""
+        if not self.traits.clock_offset:
+            return np.zeros(self.world, dtype=np.int64)
+        rng = np.random.default_rng([self.seed, 4111])
+        per_host = rng.integers(0, round(1e9 / self.device_hz), self.topology.hosts)
+        phases: IntArray = per_host.astype(np.int64)[self.topology.host_ids]
+        return phases
+
     @property
     def crash_step(self) -> int | None:
         """The step at which this attempt's processes die (a `job_crash` fault): no frame from it on."""

@@ -22,7 +22,10 @@ behaviour, so a detector's figures can be compared on both rulers.
   filesystem stall. Off: the exponential hiccups and gamma GC pauses of `Noise` alone.
 - `clock_offset`: hosts' clocks disagree (NTP/chrony keep them within milliseconds, not
   nanoseconds): every host has its own offset (normal, sigma `CLOCK_OFFSET_SIGMA_MS`), added to
-  its ranks' step `start_ns`/`end_ns` and its devices' `ts_ns`. Off: one clock for all hosts.
+  its ranks' step `start_ns`/`end_ns` and its devices' `ts_ns`; and each host's device agent
+  samples at its own phase within the sampling interval (uniform: every agent started at its own
+  moment), so one second's samples of a job span up to a second. Off: one clock and one
+  sampling instant for all hosts.
 
 Several jobs at once through the same workers is not a switch: the bench always streams every
 run interleaved through one pipeline (`producers.simulator.stream.stream_runs`).

@@ -65,5 +65,9 @@ def test_clock_offset_is_per_host_and_shifts_every_timestamp() -> None:
     step = next(e for e in events if e["type"] == "step" and e["rank"] == 9)
     assert step["start_ns"] - frames[-1].start_ns == off[9]
     sample = next(e for e in events if e["type"] == "device" and e["rank"] == 9)
-    assert sample["ts_ns"] - frames[-1].ticks[0].ts_ns == off[9]
-    assert not FleetJob("t", layout(64), 2, traits=Traits().without(["clock_offset"])).clock_offset_ns.any()
+    phase = job.sampler_phase_ns
+    assert sample["ts_ns"] - frames[-1].ticks[0].ts_ns == off[9] + phase[9]  # its own clock, its own phase
+    assert all(np.ptp(phase[hosts == h]) == 0 for h in range(job.topology.hosts))
+    assert 0 <= phase.min() and phase.max() < 10**9 and np.unique(phase).size > 1
+    plain = FleetJob("t", layout(64), 2, traits=Traits().without(["clock_offset"]))
+    assert not plain.clock_offset_ns.any() and not plain.sampler_phase_ns.any()
