@@ -77,7 +77,8 @@ def join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: int
     `baseline_len`: steps in the slow-step baseline (a culprit older than half of it is in it);
     `state`: the job's join memory (None: this step alone)."""
     out = sorted(_join(findings, world, tracks, step, members, baseline_len, state),
-                 key=lambda f: f.rule != "SLOW_GROUP")  # a split group is its incident's primary rule
+                 key=lambda f: not (f.rule == "SLOW_GROUP" and f.scope == "group"))  # a split group is its
+    # incident's primary rule (one joined to a slow rank or host is that culprit's symptom)
     for f in out:
         if f.key != "job":  # a new step-time baseline ends the job's own incident, never the culprit's
             f.evidence.pop("resolve_now", None)
@@ -91,6 +92,7 @@ def _join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: in
     if members is not None:
         _join_links(findings, tracks, members)
         _join_groups(findings, tracks, members)
+    _join_split_to_culprits(findings, tracks)
     _join_split(findings, tracks)
     findings = _join_pending_links(findings, tracks)
     devices = [f for f in findings if f.scope == "device" and f.family == "perf"]
@@ -224,6 +226,27 @@ def _join_groups(findings: list[Finding], tracks: list[OpenTrack], members: Memb
             if group & ranks:
                 f.key, f.ranks = key, sorted(group & ranks)
                 f.scope = "host" if key.startswith("host:") else "rank"
+                break
+
+
+def _join_split_to_culprits(findings: list[Finding], tracks: list[OpenTrack]) -> None:
+    """A split group whose hot members are all ranks of a slow host or slow rank (open, or flagged
+    now) is that culprit seen from its group: the culprit is slow and its peers wait. Its "cold"
+    members are no imbalance: with data-dependent work (variable sequence lengths) some replicas
+    run below the stage's median every step, a different few each time."""
+    culprits = [(t.key, t.scope, frozenset(t.ranks)) for t in tracks
+                if t.opened and t.scope in ("rank", "host") and set(t.rules) & {"SLOW_RANK", "SLOW_HOST"}]
+    culprits += [(f.key, f.scope, frozenset(f.ranks)) for f in findings
+                 if f.rule in ("SLOW_RANK", "SLOW_HOST") and f.scope in ("rank", "host")]
+    if not culprits:
+        return
+    for f in findings:
+        if f.rule != "SLOW_GROUP" or not f.hot_ranks:
+            continue
+        for key, scope, ranks in culprits:
+            if set(f.hot_ranks) <= ranks:
+                f.key, f.scope, f.ranks = key, scope, sorted(ranks)  # type: ignore[assignment]
+                f.domain, f.group, f.observed = None, None, None  # the culprit's figure stays the headline
                 break
 
 

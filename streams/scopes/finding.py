@@ -47,4 +47,5 @@ class Finding:
     resolve_after: int = 1
     candidate_gap: int = 0
     adopts: str | None = None
+    hot_ranks: list[int] = field(default_factory=list)  # a split group's members the others wait for
     since_step: int | None = None  # the step the problem began, when a later frame confirms it (a hang)

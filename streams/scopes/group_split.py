@@ -77,6 +77,7 @@ def evaluate(frame: Frame, topo: Topology, cfg: DetectionConfig) -> list[Finding
             summary=f"{domain.upper()} group {g} split: ranks {hot} busy up to {1 + hi:.2f}x their stage's "
                     f"median while others idle at {1 + lo:.2f}x",
             evidence={"hot_ratio": round(1.0 + hi, 4), "cold_ratio": round(1.0 + lo, 4), "hot_ranks": len(hot)},
+            hot_ranks=hot,
             cause="load imbalance inside one group: some members work far longer while the others wait "
                   "(MoE expert routing imbalance, uneven sharding)",
             suggestion="rebalance the group's work (expert capacity factor / auxiliary load-balancing loss, "
