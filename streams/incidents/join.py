@@ -257,7 +257,7 @@ def _join_split(findings: list[Finding], tracks: list[OpenTrack]) -> None:
     # member's device finding (R1/R2 open at once) would open beside it (moe_imbalance: a cold expert's
     # R1 lifted a one-step TP-group candidate inside the open EP-group incident to a second incident)
     groups = [(t.key, frozenset(t.ranks)) for t in tracks if t.opened and "SLOW_GROUP" in t.rules]
-    groups += [(f.key, frozenset(f.ranks)) for f in findings if f.rule == "SLOW_GROUP"]
+    groups += [(f.key, frozenset(f.ranks)) for f in findings if f.rule == "SLOW_GROUP" and f.scope == "group"]
     if not groups:
         return
     for f in findings:

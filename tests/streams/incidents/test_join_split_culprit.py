@@ -38,3 +38,10 @@ def test_a_split_whose_hot_ranks_a_host_flagged_now_holds_joins_it() -> None:
 def test_a_split_with_a_hot_rank_outside_the_culprit_stays_the_groups() -> None:
     out = join([_split([9, 25])], 64, [_host_track()], 40)
     assert [(f.key, f.scope) for f in out] == [("group:dp/1", "group")]
+
+
+def test_a_joined_split_claims_no_member_findings() -> None:
+    """Once a split is the host's symptom, its group no longer claims its members' findings."""
+    rank = Finding(rule="R4", key="rank:9", scope="rank", step=40, summary="rank 9 compute", ranks=[9])
+    out = join([_split([9]), rank], 64, [_host_track()], 40)
+    assert {(f.rule, f.scope) for f in out} == {("SLOW_GROUP", "host"), ("R4", "rank")}
