@@ -256,7 +256,8 @@ def _join_split(findings: list[Finding], tracks: list[OpenTrack]) -> None:
     # an open split group claims its members first: a group only flagged now (a candidate) given a
     # member's device finding (R1/R2 open at once) would open beside it (moe_imbalance: a cold expert's
     # R1 lifted a one-step TP-group candidate inside the open EP-group incident to a second incident)
-    groups = [(t.key, frozenset(t.ranks)) for t in tracks if t.opened and "SLOW_GROUP" in t.rules]
+    groups = [(t.key, frozenset(t.ranks)) for t in tracks if t.opened and "SLOW_GROUP" in t.rules
+              and t.scope == "group"]  # a host or rank incident that a split joined is no group
     groups += [(f.key, frozenset(f.ranks)) for f in findings if f.rule == "SLOW_GROUP" and f.scope == "group"]
     if not groups:
         return

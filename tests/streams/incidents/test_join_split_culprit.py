@@ -45,3 +45,11 @@ def test_a_joined_split_claims_no_member_findings() -> None:
     rank = Finding(rule="R4", key="rank:9", scope="rank", step=40, summary="rank 9 compute", ranks=[9])
     out = join([_split([9]), rank], 64, [_host_track()], 40)
     assert {(f.rule, f.scope) for f in out} == {("SLOW_GROUP", "host"), ("R4", "rank")}
+
+
+def test_a_culprit_incident_carrying_slow_group_claims_no_member_findings() -> None:
+    track = OpenTrack(key="host:node-1", scope="host", cause_phase="forward_ms", first=30, ranks=tuple(HOST),
+                      rules=("SLOW_HOST", "SLOW_GROUP"))
+    rank = Finding(rule="R4", key="rank:9", scope="rank", step=41, summary="rank 9 compute", ranks=[9])
+    out = join([rank], 64, [track], 41)
+    assert [f.scope for f in out] == ["rank"]
