@@ -228,6 +228,7 @@ class JobEngine:
         findings: list[Finding] = []
         t = time.perf_counter()
         self.slow_step, found = slow_step.evaluate(frame, self.slow_step, self.cfg)
+        slow_now = bool(found)
         findings.extend(found)
         self._timed("SLOW_STEP", t)
         t = time.perf_counter()
@@ -249,7 +250,11 @@ class JobEngine:
         findings.extend(hung.evaluate(frame, self.frames.topo, self.frames.newest_of, self.frames.heard_ns, now_ns,
                                      self.cfg))
         self._timed("HUNG", t)
-        findings.extend(frame_findings(frame, self.frames.topo, self.signals, self.cfg, self.stats.rule_seconds))
+        step_rules = frame_findings(frame, self.frames.topo, self.signals, self.cfg, self.stats.rule_seconds)
+        if not slow_now:  # the slow-step scope owns step time: R3 on a step it did not find slow (within a
+            # jittery job's noise, or a one-off step of healthy training's kinds) marks no slowdown's onset
+            step_rules = [f for f in step_rules if not (f.rule == "R3" and f.metric == "step_throughput")]
+        findings.extend(step_rules)
         findings.extend(self._device_findings_until(frame))
         findings = join(findings, int(frame.seen.sum()), self._tracks(), frame.step, self._members,
                         len(self.slow_step.history), self.joins)
