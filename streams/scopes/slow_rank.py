@@ -167,6 +167,38 @@ def _excess_phase(frame: Frame, ranks: list[int], medians: dict[int, float]) -> 
     return "forward_ms" if best in COMPUTE_PHASES else best
 
 
+HOST_SIDE = ("interstep_cpu_ms", "data_ms")  # phases run by the host's CPU: contention shows in every rank
+HOST_SIDE_SHARE = 0.03  # of the job's median busy time: what each host peer must spend over the job's median
+HOST_SIDE_Z = 6.0       # ... and how many robust sigmas of the job's spread in that phase
+HOST_SIDE_PEERS = 0.75  # share of the flagged ranks' host peers that must show it
+
+
+def _host_side_shared(frame: Frame, members: np.ndarray, flagged: list[int]) -> str | None:
+    """The host-side phase (inter-step CPU, data loading) in which most of the flagged ranks' host
+    peers run well over the job's median, or None. A slow rank whose host's other ranks all spend
+    extra time in the host's own CPU work is the host's problem (a foreign process, CPU contention,
+    Hermes' node-0 case), although those peers are not late enough to be flagged themselves: the
+    straggler's group waits for it, and data-dependent work hides their few per cent in busy time."""
+    peers = np.asarray([r for r in members.tolist() if r not in flagged and r < frame.seen.size and frame.seen[r]])
+    if peers.size < 2:
+        return None
+    seen = np.flatnonzero(frame.seen)
+    busy = float(np.median(frame.busy_ms[seen]))
+    for name in HOST_SIDE:
+        col = frame.phases[PHASES.index(name)]
+        job = col[seen]
+        job = job[np.isfinite(job)]
+        mine = col[peers]
+        if job.size < 8 or not np.isfinite(mine).all():
+            continue
+        median = float(np.median(job))
+        sigma = 1.4826 * float(np.median(np.abs(job - median)))
+        over = mine - median >= max(HOST_SIDE_SHARE * busy, HOST_SIDE_Z * sigma)
+        if over.sum() >= HOST_SIDE_PEERS * peers.size:
+            return name
+    return None
+
+
 def _findings(frame: Frame, topo: Topology, flagged: dict[int, dict[str, float]], medians: dict[int, float],
               devs: dict[int, list[Deviation]], cfg: DetectionConfig) -> list[Finding]:
     """`devs`: each rank's evidence for graded confirmation (how many flagged steps it needs to open)."""
@@ -177,9 +209,11 @@ def _findings(frame: Frame, topo: Topology, flagged: dict[int, dict[str, float]]
     for host, ranks in sorted(by_host.items()):
         members = topo.ranks_of_host(host)
         host_name = topo.hosts[host] if host >= 0 else None
-        if len(ranks) >= 2 and members.size and len(ranks) >= cfg.slow_host_fraction * members.size:
+        shared = _host_side_shared(frame, members, ranks) if host >= 0 else None
+        if shared is not None or (
+                len(ranks) >= 2 and members.size and len(ranks) >= cfg.slow_host_fraction * members.size):
             ranks.sort()
-            phase = _excess_phase(frame, ranks, medians)
+            phase = shared or _excess_phase(frame, ranks, medians)
             advice = advise(phase)
             busy = float(np.mean([flagged[r]["busy_ms"] for r in ranks]))
             median = float(np.mean([flagged[r]["group_median_ms"] for r in ranks]))
@@ -187,9 +221,12 @@ def _findings(frame: Frame, topo: Topology, flagged: dict[int, dict[str, float]]
                 rule="SLOW_HOST", key=f"host:{host_name}", scope="host", step=frame.step, host=host_name,
                 ranks=ranks, metric="busy_ms", observed=busy, expected=median, unit="ms",
                 threshold=median * (1 + cfg.slow_rank_wait_ratio),
-                summary=f"host {host_name}: {len(ranks)} of its {members.size} ranks are the ones their groups "
-                        f"wait for, busy {busy:.0f} ms vs group median {median:.0f} ms",
-                evidence={"ranks_flagged": float(len(ranks)), "ranks_on_host": float(members.size)},
+                summary=(f"host {host_name}: {len(ranks)} of its {members.size} ranks are the ones their groups "
+                         f"wait for, busy {busy:.0f} ms vs group median {median:.0f} ms")
+                + (f", and its other ranks spend extra time in {shared.removesuffix('_ms').replace('_', ' ')} "
+                   "(the host's own CPU work)" if shared else ""),
+                evidence={"ranks_flagged": float(len(ranks)), "ranks_on_host": float(members.size),
+                          **({"host_side_shared": 1.0} if shared else {})},
                 severity="critical", cause_phase=phase, cause=advice.cause, suggestion=advice.suggestion,
                 open_after=host_open_after([devs[r] for r in ranks], cfg), resolve_after=cfg.resolve_after_steps,
             ))
