@@ -248,6 +248,9 @@ def _peer_classes(sel: IntArray, ranks: list[int], hosts: list[str], stage_of: I
     return cls
 
 
+TRANSITION_HOLD_TICKS = 2  # ticks after a job-wide change still left out (hosts straggling back at their phase)
+
+
 def _in_transition(x: FloatArray, state: SignalState, metric: str, share: float) -> bool:
     """Whether this tick, or the one before, saw the job's median `metric` move by `share` or more.
 
@@ -256,7 +259,7 @@ def _in_transition(x: FloatArray, state: SignalState, metric: str, share: float)
     that window (a checkpoint, an evaluation pass, every rank waiting for one stalled rank), a
     tick holds devices sampled before and after the change: their differences are the change
     itself, not drift, and removing the common mode leaves half the fleet "drifted". Such a tick
-    and the next one (the change may straddle it) are left out of R2 (no CUSUM update).
+    and the TRANSITION_HOLD_TICKS after it (the change may straddle them) are left out of R2.
     """
     ok = x[np.isfinite(x)]
     if share <= 0 or not ok.size:
@@ -264,11 +267,13 @@ def _in_transition(x: FloatArray, state: SignalState, metric: str, share: float)
     med = float(np.median(ok))
     prev = state.rules.get(f"r2med:{metric}")
     state.rules[f"r2med:{metric}"] = med
-    held = bool(state.rules.pop(f"r2gate:{metric}", False))
+    held = int(state.rules.pop(f"r2gate:{metric}", 0))
     if isinstance(prev, float) and abs(med - prev) >= share * max(abs(prev), abs(med), 1e-9):
-        state.rules[f"r2gate:{metric}"] = True
+        state.rules[f"r2gate:{metric}"] = TRANSITION_HOLD_TICKS
         return True
-    return held
+    if held > 1:
+        state.rules[f"r2gate:{metric}"] = held - 1
+    return held > 0
 
 
 def _minus_common_mode(x: FloatArray, peers: IntArray) -> FloatArray:

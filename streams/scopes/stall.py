@@ -27,6 +27,8 @@ from streams.windows.step_frames import FloatArray, IntArray, Topology
 IDLE_PCT = 10.0   # a device below this AI Core utilisation is idle ...
 BUSY_PCT = 50.0   # ... while its peers' median is above this
 MIN_SAMPLES = 3   # device samples per rank past the last step before judging it
+SAMPLE_SLACK_NS = 2_000_000_000  # a silent device's last sample may follow the last step end by this much:
+# each host's agent samples at its own phase (up to one 1 Hz interval late) on its own clock (ms off)
 
 
 @dataclass(slots=True)
@@ -84,7 +86,8 @@ def evaluate(state: StallState, topo: Topology, step: int, timeout_ns: int, stal
         if now_ns - state.seen_since_ns < timeout_ns:
             return []
     sampled = newest > 0
-    silent = sampled & (newest <= state.last_end_ns)
+    slack = min(SAMPLE_SLACK_NS, int(stall_factor * timeout_ns) // 2)  # the others are far past: stall_factor x
+    silent = sampled & (newest <= state.last_end_ns + slack)
     out: list[Finding] = []
     done: set[int] = set()
     for host in np.unique(topo.host_of[:world][silent]).tolist():

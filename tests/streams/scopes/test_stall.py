@@ -54,3 +54,13 @@ def test_steps_resuming_reset_the_stall() -> None:
     st = _state(16, 12, {5: 0.0})
     st.on_steps(np.array([113 * S], dtype=np.int64))
     assert evaluate(st, hosts_topology(), 31, TIMEOUT, 2.0, False, 0, final=True) == []
+
+
+def test_a_silent_host_whose_agent_sampled_once_after_the_last_step_is_still_silent() -> None:
+    """Each host's agent samples at its own phase: the dead host's last sample, taken while the last
+    step was still running by the job's clock, is stamped up to a sampling interval after its end."""
+    st = _state(16, 12, {}, silent=tuple(range(8, 16)))
+    st.on_device(np.arange(8, 16, dtype=np.int64), np.full(8, 100 * S + 800_000_000, dtype=np.int64),
+                 np.full(8, 90.0))
+    found = evaluate(st, hosts_topology(), 30, TIMEOUT, 2.0, False, 0, final=True)
+    assert [(f.rule, f.host, len(f.ranks)) for f in found] == [("HUNG_HOST", "node-1", 8)]
