@@ -8,6 +8,8 @@ from typing import ClassVar
 from schemas.decoding import join, require
 
 PERCENT_FIELDS = ("aicore_pct", "aicpu_pct", "ctrlcpu_pct", "mem_pct", "membw_pct")
+# T1–T7 and the clock (R1 down-clocking, spec §3), in the order detection keeps their columns
+METRICS = ("power_w", "temp_c", "aicore_pct", "aicpu_pct", "ctrlcpu_pct", "mem_pct", "membw_pct", "freq_mhz")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -23,14 +23,16 @@ from typing import Any
 import orjson
 
 from schemas.bounds import INT64, UINT16, UINT32
+from schemas.device import METRICS
+from schemas.identity import DOMAIN_TYPES
 from schemas.packing import MAX_PACKED_EVENTS
+from schemas.step import Phases
 from schemas.version import major_ok
 
-PHASES = ("data_ms", "forward_ms", "backward_ms", "grad_ms", "optimizer_ms", "comm_exposed_ms",
-          "interstep_cpu_ms", "gc_ms")
-DOMAINS = ("dp", "tp", "pp", "ep", "cp")
-DEVICE_METRICS = ("power_w", "temp_c", "aicore_pct", "aicpu_pct", "ctrlcpu_pct", "mem_pct", "membw_pct",
-                  "freq_mhz")  # T1–T7 and the clock (R1 down-clocking, spec §3)
+# the contract's names, from the contract (schemas/): the columns detection keeps, in that order
+PHASES: tuple[str, ...] = Phases.NAMES
+DOMAINS: tuple[str, ...] = DOMAIN_TYPES
+DEVICE_METRICS: tuple[str, ...] = METRICS
 NAN = math.nan
 I64 = INT64[1]  # steps, times: Int64 columns
 U32 = UINT32[1]  # rank, world
