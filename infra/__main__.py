@@ -11,9 +11,11 @@ import sys
 import time
 
 from infra.alertmanager import AlertmanagerServer
+from infra.config import InfraConfig
 from infra.process import InfraError
 from infra.prometheus import PrometheusServer
-from infra.services import InfraConfig, _Service, down, status, up
+from infra.services import down, status, up
+from infra.supervision import _Service
 
 MONITORING: dict[str, type[_Service]] = {"alertmanager": AlertmanagerServer, "prometheus": PrometheusServer}
 

@@ -1,7 +1,7 @@
 """Project-local Prometheus Alertmanager (Debian's ``prometheus-alertmanager``) on loopback.
 
 Why: the alert bridge (``steplens alerts forward``, streams/alerts/) is tested against a
-*real* Alertmanager, started and stopped like Kafka and ClickHouse (infra/services.py):
+*real* Alertmanager, started and stopped like Kafka and ClickHouse (infra/supervision.py):
 config, silences/notification log and output under ``<home>/alertmanager`` and
 ``<home>/logs``, installed with apt when missing, never the system service. Clustering is
 off (``--cluster.listen-address=``): one instance, one port. Its route groups alerts by
@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import ClassVar
 
 from infra.apt import apt_install
+from infra.config import LOOPBACK
 from infra.process import InfraError, _which
-from infra.services import LOOPBACK, _Service
+from infra.supervision import _Service
 
 ALERTMANAGER_PACKAGES = ("prometheus-alertmanager",)
 GROUP_BY = ("alertname", "job")

@@ -42,9 +42,11 @@ from pathlib import Path
 from typing import ClassVar
 from xml.sax.saxutils import escape as xml_escape
 
+from infra.clickhouse_server import ClickHouseServer
+from infra.config import LOOPBACK, InfraConfig
 from infra.process import InfraError
 from infra.secrets import CLICKHOUSE_DEFAULT, ensure_clickhouse_passwords
-from infra.services import LOOPBACK, ClickHouseServer, InfraConfig, _terminate, kill_and_wait, stop_together
+from infra.supervision import _terminate, kill_and_wait, stop_together
 from infra.zookeeper import ZOOKEEPER_USER, zookeeper_password
 
 CLUSTER_NAME = "steplens"

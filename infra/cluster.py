@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from infra.clickhouse_cluster import CLUSTER_NAME, ClickHouseCluster, ClickHouseClusterPorts
+from infra.config import InfraConfig, _env_port
 from infra.kafka_cluster import KafkaCluster, KafkaClusterPorts
 from infra.process import InfraError
-from infra.services import InfraConfig, _env_port
 from infra.settings import Settings
 from infra.zookeeper import ZooKeeperServer
 

@@ -20,9 +20,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
 
+from infra.config import LOOPBACK, InfraConfig
+from infra.kafka_broker import KafkaBroker, _new_cluster_id
 from infra.process import InfraError
-from infra.services import LOOPBACK, InfraConfig, KafkaBroker, _new_cluster_id, _terminate, kill_and_wait, stop_together
 from infra.settings import Settings
+from infra.supervision import _terminate, kill_and_wait, stop_together
 
 KAFKA_NODES = 3
 MIN_INSYNC = 2

@@ -1,9 +1,9 @@
-"""Process helpers shared by the service launchers (infra/services.py) and the package installer
-(infra/apt.py): the error they raise, a machine-wide file lock, a logged subprocess, a log's tail,
-and finding a program.
+"""Process helpers shared by the service launchers (infra/supervision.py and the servers) and the
+package installer (infra/apt.py): the error they raise, a machine-wide file lock, a logged
+subprocess, a log's tail, and finding a program.
 
-Why a module of its own: apt.py needs these and services.py needs apt.py (ClickHouse is installed
-on first start), so they live below both instead of in a circle of imports.
+Why a module of its own: apt.py needs these and clickhouse_server.py needs apt.py (ClickHouse is
+installed on first start), so they live below both instead of in a circle of imports.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Why: the shipped scrape configuration and rules (infra/prometheus/steplens.yml, rules.yml)
 are only worth shipping if a real Prometheus loads them, scrapes real workers and fires
 their alerts. This instance lives under ``<home>/prometheus`` like the other services
-(infra/services.py): installed with apt when missing, never the system service.
+(infra/supervision.py): installed with apt when missing, never the system service.
 
 Its configuration is the shipped one with three changes for a development machine and the
 tests, each checked to apply (a changed shipped file fails loudly here instead of being
@@ -26,8 +26,9 @@ from typing import Any, ClassVar
 
 from infra.alertmanager import http_ok
 from infra.apt import apt_install
+from infra.config import LOOPBACK
 from infra.process import InfraError, _which
-from infra.services import LOOPBACK, _Service
+from infra.supervision import _Service
 
 PROMETHEUS_PACKAGES = ("prometheus",)
 SHIPPED_DIR = Path(__file__).resolve().parent / "prometheus"

@@ -11,7 +11,10 @@ import json
 import logging
 from dataclasses import replace
 
+from infra.clickhouse_server import ClickHouseServer
+from infra.config import InfraConfig
 from infra.files import write_private
+from infra.kafka_broker import KafkaBroker
 from infra.process import InfraError
 from infra.secrets import (
     CLICKHOUSE_USERS,
@@ -21,7 +24,6 @@ from infra.secrets import (
     read_secret,
     replace_secret,
 )
-from infra.services import ClickHouseServer, InfraConfig, KafkaBroker
 
 log = logging.getLogger("infra")
 

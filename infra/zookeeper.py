@@ -21,9 +21,11 @@ import socket
 from pathlib import Path
 from typing import ClassVar
 
+from infra.config import LOOPBACK, InfraConfig
 from infra.files import write_private
+from infra.kafka_broker import KafkaBroker
 from infra.secrets import ensure_secret
-from infra.services import LOOPBACK, InfraConfig, KafkaBroker, _Service
+from infra.supervision import _Service
 
 ZOOKEEPER_USER = "clickhouse"
 

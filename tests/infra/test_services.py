@@ -22,7 +22,8 @@ import pytest
 
 from infra import ClickHouseServer, InfraConfig, InfraError, KafkaBroker, status, up
 from infra.clients import kafka_client_config
-from infra.services import REPO_ROOT, _new_cluster_id
+from infra.config import REPO_ROOT
+from infra.kafka_broker import _new_cluster_id
 
 # --------------------------------------------------------------------------- unit
 
