@@ -15,4 +15,4 @@ def test_device_metrics_are_every_measurement_of_a_sample() -> None:
 
 
 def test_phases_and_domains_are_the_contracts() -> None:
-    assert PHASES == tuple(f.name for f in fields(Phases)) and DOMAINS == ("dp", "tp", "pp", "ep", "cp")
+    assert tuple(f.name for f in fields(Phases)) == PHASES and DOMAINS == ("dp", "tp", "pp", "ep", "cp")
