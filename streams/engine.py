@@ -94,7 +94,8 @@ class JobEngine:
     heard_ns: int = 0  # worker clock of the job's newest report (steps, summaries, device samples)
     stopped: bool = False  # JOB_STOPPED raised for the current silence
     last_step_ts_ns: int = 0  # the job's clock at the end of its newest step report (this attempt's alone)
-    previous: JobEngine | None = None  # the attempt this relaunch replaced, until its first timed report
+    previous: JobEngine | None = None  # the attempt this relaunch replaced, until its reports are all in
+    launch_ts_ns: int = 0  # the job's clock at this attempt's first `start` or step (0: none yet)
 
     @classmethod
     def create(cls, job: str, cfg: DetectionConfig, attempt: int = 0) -> JobEngine:
@@ -107,9 +108,10 @@ class JobEngine:
                                      shift_hold_steps=cfg.baseline_steps, attempt=attempt))
 
     def relaunched(self, attempt: int, now_ns: int) -> tuple[JobEngine, list[Output]]:
-        """A fresh engine for the job's new `attempt`. This attempt's open incidents are resolved at
-        the new one's first timed report (`close_previous`), which also tells how long the job was
-        silent in between on its own clock."""
+        """A fresh engine for the job's new `attempt`; this one stays its `previous` until the
+        decode stage is current (`close_previous`): under a backlog the relaunch's `start`, on the
+        jobs topic, overtakes this attempt's last steps and device samples, still queued on theirs,
+        and they must be judged here (its hang, where it stopped)."""
         fresh = JobEngine.create(self.job, self.cfg, attempt)
         fresh.offsets, fresh.stats = self.offsets, self.stats  # one input, one count, across attempts
         if not self.finished:
@@ -118,17 +120,25 @@ class JobEngine:
         return fresh, []
 
     def close_previous(self, ts_ns: int, now_ns: int) -> list[Output]:
-        """The attempt this one replaced: JOB_STOPPED if it stopped without an `end` and the job's
-        clock ran `job_silence_s` or more from its newest step or device sample to `ts_ns` (this
-        attempt's first timed report), unless already raised; then its open incidents resolved
-        (`attempt_ended`)."""
+        """The attempt this one replaced, once its reports are all in: its last frames released and
+        its stall judged as at an end (a hang before the crash: HUNG_HOST/HUNG_RANK), JOB_STOPPED if
+        it stopped without an `end` and the job's clock ran `job_silence_s` or more from its newest
+        step or device sample to `ts_ns` (this attempt's first timed report), unless already raised;
+        then its open incidents resolved (`attempt_ended`)."""
         prev, self.previous = self.previous, None
         if prev is None:
             return []
         out: list[Output] = []
-        last_ns = max(prev.last_step_ts_ns, int(prev.stall.newest_dev_ns.max(initial=0)))  # a hang's samples count
+        crashed = not prev.ended
+        # device samples carry no attempt: the relaunch's own, read before its `start` or steps, went to the
+        # old attempt (a backlog reads topics apart) and its samples say nothing reliable about its end
+        newest_dev = int(prev.stall.newest_dev_ns.max(initial=0))
+        mixed = newest_dev >= ts_ns
+        if crashed:
+            out.extend(prev.drain(now_ns, judge_stall=not mixed))
+        last_ns = prev.last_step_ts_ns if mixed else max(prev.last_step_ts_ns, newest_dev)  # a hang's samples count
         gap_s = (ts_ns - last_ns) / 1e9
-        if (not prev.ended and not prev.stopped and prev.last_step_ts_ns > 0 and prev.frames.next_step is not None
+        if (crashed and not prev.stopped and prev.last_step_ts_ns > 0 and prev.frames.next_step is not None
                 and gap_s >= self.cfg.job_silence_s):
             prev.stopped = True
             out.extend(prev.book.observe(prev.frames.next_step, [job_stopped(prev.frames.next_step, gap_s)], now_ns,
@@ -147,10 +157,10 @@ class JobEngine:
         if lagging is not None:
             self.frames.input_lagging = lagging
         out: list[Output] = []
-        if self.previous is not None:
-            first_ts = _first_ts(chunk)
-            if first_ts:
-                out.extend(self.close_previous(first_ts, now_ns))
+        if self.previous is not None and not self.launch_ts_ns:
+            self.launch_ts_ns = _first_ts(chunk)
+        if self.previous is not None and self.launch_ts_ns and not self.frames.input_lagging:
+            out.extend(self.close_previous(self.launch_ts_ns, now_ns))
         if kind in ("steps", "kernels", "device"):
             self.heard_ns, self.stopped = now_ns, False
         if kind == "steps":
@@ -174,6 +184,17 @@ class JobEngine:
 
     def tick(self, now_ns: int) -> list[Output]:
         """Release what is ready (complete, settled, timed out); finish an ended job."""
+        if self.previous is not None and not self.frames.input_lagging:
+            if self.launch_ts_ns:
+                return self.close_previous(self.launch_ts_ns, now_ns) + self.tick(now_ns)
+            self.previous.frames.input_lagging = False
+            prior = self.previous.tick(now_ns)  # no timed report of this attempt yet: the old one goes on
+            if self.previous is not None and self.previous.finished:
+                self.previous = None
+            return prior + self._tick(now_ns)
+        return self._tick(now_ns)
+
+    def _tick(self, now_ns: int) -> list[Output]:
         if self.finished:
             return []
         if self.ended and self.frames.input_lagging and self.frames.frames:
@@ -193,7 +214,11 @@ class JobEngine:
                 out.extend(self.book.observe(self.frames.next_step, found, now_ns))
         if self.ended and done and not force and self._stall_samples_in_flight():
             return out  # the job ended stalled: wait (a window timeout at most) for its device samples
+        if self.ended and (done or force) and self.previous is not None and self.frames.input_lagging:
+            return out  # the attempt it replaced may still have reports in the backlog: it goes first
         if self.ended and (done or force):
+            if self.previous is not None:  # the attempt it replaced goes first (its reports are in by now)
+                out.extend(self.close_previous(self.launch_ts_ns or self.end_ts_ns, now_ns))
             out.extend(self.book.finish(now_ns))
             self.finished = True
         elif self._silent(now_ns) and self.frames.next_step is not None:
@@ -201,6 +226,21 @@ class JobEngine:
             silent_s = (now_ns - self.heard_ns) / 1e9
             out.extend(self.book.observe(self.frames.next_step, [job_stopped(self.frames.next_step, silent_s)],
                                          now_ns, np.zeros(self.frames.topo.world, dtype=bool)))
+        return out
+
+    def drain(self, now_ns: int, judge_stall: bool = True) -> list[Output]:
+        """Every report of this attempt judged as at its end (it was replaced, all its reports are in):
+        the open frames released and, with `judge_stall`, the stall past its last step evaluated (a
+        hang before the crash); its incidents stay open for the caller to resolve."""
+        out: list[Output] = []
+        self.frames.input_lagging = False
+        for frame in self.frames.release(now_ns, force=True):
+            out.extend(self._evaluate(frame, now_ns))
+        if judge_stall and self.frames.next_step is not None and not self.frames.frames:
+            found = stall.evaluate(self.stall, self.frames.topo, self.frames.next_step, self.frames.timeout_ns(),
+                                   self.cfg.hang_stall_factor, False, now_ns, True)
+            if found:
+                out.extend(self.book.observe(self.frames.next_step, found, now_ns))
         return out
 
     def _silent(self, now_ns: int) -> bool:
@@ -307,6 +347,23 @@ class JobEngine:
         return take
 
 
+def _split_device(chunk: dict[str, Any], before_ns: int) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """A device chunk cut at `before_ns` (the relaunch's start on the job's clock): the samples taken
+    before it belong to the replaced attempt (they carry no attempt of their own)."""
+    ts = np.asarray(chunk.get("ts_ns") or [], dtype=np.int64)
+    early = ts < before_ns
+    if not early.any():
+        return None, chunk
+    if early.all():
+        return chunk, None
+    parts: list[dict[str, Any]] = []
+    for mask in (early, ~early):
+        idx = np.flatnonzero(mask).tolist()
+        parts.append({k: ([v[i] for i in idx] if isinstance(v, list) and len(v) == ts.size else v)
+                      for k, v in chunk.items()})
+    return parts[0], parts[1]
+
+
 def _first_ts(chunk: dict[str, Any]) -> int:
     """The job's clock at the start of what a chunk reports, from the reports that carry their
     attempt (a job event, steps); 0 for the others (kernel summaries have no time, device samples
@@ -349,12 +406,24 @@ class FleetEngine:
             return []  # device samples nobody attributed to a job: landed, not analysed
         engine = self.job(job)
         out: list[Output] = []
-        attempt = chunk.get("attempt")  # device samples carry none: they go to the current attempt
+        attempt = chunk.get("attempt")  # device samples carry none: they go to the attempt of their time
+        lagging = self.lagging_now(now_ns)
+        prev = engine.previous
+        if prev is not None and chunk.get("kind") == "device" and engine.launch_ts_ns:
+            before, after = _split_device(chunk, engine.launch_ts_ns)
+            if before is not None:
+                out.extend(prev.on_chunk(before, now_ns, lagging))
+            if after is None:
+                return out
+            chunk = after
         if isinstance(attempt, int) and attempt != engine.attempt:
-            if attempt < engine.attempt:  # an earlier attempt's report, after its relaunch began
+            if prev is not None and attempt == prev.attempt:  # the replaced attempt's reports, from a backlog
+                out.extend(prev.on_chunk(chunk, now_ns, lagging))
+                return out
+            if attempt < engine.attempt:  # an earlier attempt's report, after its relaunch's reports were in
                 engine.stats.chunks += 1
                 engine.stats.late += 1
-                return []
+                return out
             engine, out = engine.relaunched(attempt, now_ns)
             self.jobs[job] = engine
         # one judge of "lagging" for chunks and ticks alike: right after a chunk that says, it is that

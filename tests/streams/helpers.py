@@ -160,4 +160,7 @@ def run_launches(launches: list[tuple[object, bool]], cfg: object = None, *, pac
         for _ in range(int(gap_s / 0.5)):
             now += 500_000_000
             out.extend(fleet.tick(now))
+    for _ in range(40):  # the worker goes on ticking after the last report (a backlog's end expires)
+        now += 500_000_000
+        out.extend(fleet.tick(now))
     return out
