@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import faust
@@ -35,6 +36,13 @@ from streams.topics_admin import DetectTopics
 
 log = logging.getLogger(__name__)
 TICK_BUSY_NS = 500_000_000  # a tick longer than the timer interval: the engine was busy
+
+
+def newly_finished(before: set[str], jobs: Mapping[str, JobEngine]) -> set[str]:
+    """Jobs finished now that were not in `before`. A job can finish in a tick without an output (its
+    last frames released clean, a relaunch's replaced attempt closed): without a snapshot of its own
+    it would be evicted with an unfinished snapshot on the state topic, restored on every restart."""
+    return {j for j, e in jobs.items() if e.finished and j not in before}
 
 
 class DetectWorker:
@@ -188,13 +196,16 @@ class DetectWorker:
     async def on_tick(self) -> None:
         async with self.lock:
             now = now_ns()
+            before = {j for j, e in self.fleet.jobs.items() if e.finished}
             outputs = self.fleet.tick(now)
             if now_ns() - now > TICK_BUSY_NS:
                 self.fleet.heard(now_ns())  # a long tick is the engine busy, not the input silent
             self._queue(outputs)
+            ended = newly_finished(before, self.fleet.jobs)
+            self.dirty |= ended  # a job that finished in this tick, even silently, gets its final snapshot first
             # outputs go out now; otherwise snapshots keep to snapshot_interval_s: each one holds the
             # lock for ~25 ms of encoding per changed job, and a chunk completing a frame waits behind it
-            await self._maybe_snapshot(force=bool(outputs))
+            await self._maybe_snapshot(force=bool(outputs) or bool(ended))
             for job in [j for j, e in self.fleet.jobs.items() if e.finished and j not in self.pending
                         and j not in self.dirty and not (j in self.outboxes and self.outboxes[j].pending)]:
                 done = self.fleet.jobs.pop(job)  # its final snapshot (finished, outbox empty) is on the state topic
