@@ -89,7 +89,8 @@ def rss_mb(pid: int) -> float | None:
 
 class Soak:
     def __init__(self, harness: Harness, broker: KafkaBroker, server_url: str, mode: str, minutes: float,
-                 restart_every_s: float, concurrent: int, seed: int = 5, steady: bool = False) -> None:
+                 restart_every_s: float, concurrent: int, seed: int = 5, steady: bool = False,
+                 job_ranks: int = 0) -> None:
         self.harness = harness
         self.broker = broker
         self.server_url = server_url
@@ -108,6 +109,7 @@ class Soak:
         self.stop = threading.Event()
         self.t0 = 0.0
         self.steady = steady  # constant load, nothing disturbed: does a worker's memory stay flat?
+        self.job_ranks = job_ranks  # every job this size (0: the SIZES cycle): a load whose state is the same
         self.next_series_s = 0.0
 
     # --- workers ----------------------------------------------------------------------------------
@@ -159,7 +161,7 @@ class Soak:
 
     # --- load -------------------------------------------------------------------------------------
     def job(self, n: int) -> SimulatedJob:
-        size = SIZES[n % len(SIZES)]
+        size = self.job_ranks or SIZES[n % len(SIZES)]
         slow = self.rng.randrange(size)
         job = SimulatedJob(f"soak-{n}", Topology(dp=size // 8, tp=8, pp=1), self.rng.randint(150, 300),
                            [SlowRank(rank=slow, factor=1.4)], seed=n)
@@ -349,6 +351,7 @@ class Soak:
                                      default=None) for r, v in by_role.items()},
             "idle_cpu_pct": idle,
             "steady": self.steady,
+            "job_ranks": self.job_ranks or None,
             "rss_series_mb": {i.name: i.rss_series for i in self.instances if i.rss_series},
             "rss_growth_mb_per_hour": {i.name: growth_mb_per_hour(i.rss_series) for i in self.instances
                                        if i.rss_series},
@@ -383,6 +386,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steady", action="store_true",
                         help="constant load, no restart, no broker restart, no sink switch: RSS per minute and "
                              "its growth per hour over the second half (-> soak-steady.json)")
+    parser.add_argument("--job-ranks", type=int, default=0, choices=(0, *SIZES),
+                        help="every job of this many ranks (default: the sizes cycle 64, 256, 1,024, 128, 512); "
+                             "with --steady, the same work all along, so RSS after warm-up is the steady state")
     parser.add_argument("--out", type=Path, default=None, help=f"default {RESULTS.name} ({STEADY_RESULTS.name} "
                                                                 "with --steady)")
     args = parser.parse_args(argv)
@@ -407,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     log(f"soak: {args.minutes} min, logs in {run_dir}")
     soak = Soak(Harness(base, cfg, run_dir, quick=False), broker, server_url, args.clickhouse, args.minutes,
-                args.restart_every_s, args.concurrent, steady=args.steady)
+                args.restart_every_s, args.concurrent, steady=args.steady, job_ranks=args.job_ranks)
     result = soak.run()
     result.update(started=started.isoformat(), git=git_commit(), machine=machine(), logs=str(run_dir),
                   loadavg_1m=round(os.getloadavg()[0], 1))
