@@ -399,14 +399,23 @@ def main(argv: list[str] | None = None) -> int:
     cfg = InfraConfig.from_env()
     broker = KafkaBroker(cfg)
     broker.install()
-    broker.start()
+    ours: list[KafkaBroker | ClickHouseServer] = [broker] if broker.start() else []
     server_url = ""
     if args.clickhouse != "embedded":
         from infra.secrets import CLICKHOUSE_WRITER
         server = ClickHouseServer(cfg)
         server.install()
-        server.start()
+        if server.start():
+            ours.append(server)
         server_url = server.url_for(CLICKHOUSE_WRITER)
+    try:
+        return _soak(args, cfg, broker, server_url)
+    finally:
+        for service in ours:  # what this run started, it stops (a broker left behind holds the ports)
+            service.stop()
+
+
+def _soak(args: argparse.Namespace, cfg: InfraConfig, broker: KafkaBroker, server_url: str) -> int:
     base = replace(load_settings(), kafka_bootstrap=broker.bootstrap, secrets_dir=cfg.client_settings().secrets_path)
     started = datetime.now(UTC)
     run_dir = base.home / "soak" / started.strftime("%Y%m%d-%H%M%S")
