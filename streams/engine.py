@@ -8,12 +8,14 @@ The whole `FleetEngine.jobs[job]` object is the job's state snapshot (streams/st
 Job attempts (contract 1.4): a relaunch of a job under the same id (a higher `attempt` on its
 `start` or steps) replaces the job's engine with a fresh one, so the steps it re-runs from its
 checkpoint are analysed and the world it starts with (fewer hosts after an eviction) is the
-only one hangs are judged on; the old attempt's open incidents are resolved with
-`evidence.attempt_ended`. Chunks of an older attempt arriving after that are counted late.
+only one hangs are judged on. The replaced attempt takes its own late reports until the decode
+stage is current, then is judged as at its end and its open incidents are resolved with
+`evidence.attempt_ended`; reports of an attempt older than that are counted late.
 A job silent `job_silence_s` (no rank, no device, no `end`) has stopped: one JOB_STOPPED incident,
 judged by the worker's clock while the input is current, and by the job's own clock when a
-relaunch arrives (its first timed report `job_silence_s` or more after the old attempt's last
-step: the crash is raised then, even if a backlog hid the silence from the worker's clock).
+relaunch replaces it (the relaunch's first timed report `job_silence_s` or more after the old
+attempt's last report: the crash is raised then, even if a backlog hid the silence from the
+worker's clock).
 """
 
 from __future__ import annotations
@@ -107,7 +109,7 @@ class JobEngine:
                                      culprit_hold_down_steps=cfg.culprit_hold_down_steps,
                                      shift_hold_steps=cfg.baseline_steps, attempt=attempt))
 
-    def relaunched(self, attempt: int, now_ns: int) -> tuple[JobEngine, list[Output]]:
+    def relaunched(self, attempt: int) -> JobEngine:
         """A fresh engine for the job's new `attempt`; this one stays its `previous` until the
         decode stage is current (`close_previous`): under a backlog the relaunch's `start`, on the
         jobs topic, overtakes this attempt's last steps and device samples, still queued on theirs,
@@ -117,7 +119,7 @@ class JobEngine:
         if not self.finished:
             fresh.previous = self
             self.previous = None  # one attempt back is all a relaunch needs
-        return fresh, []
+        return fresh
 
     def close_previous(self, ts_ns: int, now_ns: int) -> list[Output]:
         """The attempt this one replaced, once its reports are all in: its last frames released and
@@ -183,16 +185,20 @@ class JobEngine:
         return out + self.tick(now_ns)
 
     def tick(self, now_ns: int) -> list[Output]:
-        """Release what is ready (complete, settled, timed out); finish an ended job."""
-        if self.previous is not None and not self.frames.input_lagging:
-            if self.launch_ts_ns:
-                return self.close_previous(self.launch_ts_ns, now_ns) + self.tick(now_ns)
-            self.previous.frames.input_lagging = False
-            prior = self.previous.tick(now_ns)  # no timed report of this attempt yet: the old one goes on
-            if self.previous is not None and self.previous.finished:
-                self.previous = None
-            return prior + self._tick(now_ns)
-        return self._tick(now_ns)
+        """Release what is ready (complete, settled, timed out); finish an ended job. With the input
+        current, the attempt this one replaced is closed first (or, before any timed report of this
+        one, goes on ticking)."""
+        out: list[Output] = []
+        prev = self.previous
+        if prev is not None and not self.frames.input_lagging:
+            if self.launch_ts_ns or self.ended:
+                out = self.close_previous(self.launch_ts_ns or self.end_ts_ns, now_ns)
+            else:
+                prev.frames.input_lagging = False
+                out = prev.tick(now_ns)
+                if prev.finished:
+                    self.previous = None
+        return out + self._tick(now_ns)
 
     def _tick(self, now_ns: int) -> list[Output]:
         if self.finished:
@@ -214,11 +220,9 @@ class JobEngine:
                 out.extend(self.book.observe(self.frames.next_step, found, now_ns))
         if self.ended and done and not force and self._stall_samples_in_flight():
             return out  # the job ended stalled: wait (a window timeout at most) for its device samples
-        if self.ended and (done or force) and self.previous is not None and self.frames.input_lagging:
-            return out  # the attempt it replaced may still have reports in the backlog: it goes first
+        if self.ended and (done or force) and self.previous is not None:
+            return out  # the attempt it replaced may still have reports in the backlog: it goes first (`tick`)
         if self.ended and (done or force):
-            if self.previous is not None:  # the attempt it replaced goes first (its reports are in by now)
-                out.extend(self.close_previous(self.launch_ts_ns or self.end_ts_ns, now_ns))
             out.extend(self.book.finish(now_ns))
             self.finished = True
         elif self._silent(now_ns) and self.frames.next_step is not None:
@@ -424,10 +428,9 @@ class FleetEngine:
                 engine.stats.chunks += 1
                 engine.stats.late += 1
                 return out
-            engine, out = engine.relaunched(attempt, now_ns)
-            self.jobs[job] = engine
+            engine = self.jobs[job] = engine.relaunched(attempt)
         # one judge of "lagging" for chunks and ticks alike: right after a chunk that says, it is that
-        out.extend(engine.on_chunk(chunk, now_ns, self.lagging_now(now_ns)))
+        out.extend(engine.on_chunk(chunk, now_ns, lagging))
         return out
 
     def heard(self, now_ns: int) -> None:
