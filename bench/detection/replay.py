@@ -41,7 +41,7 @@ from streams.ingest.decode import decode_batch
 
 TICK_NS = 50_000_000  # simulated wall time per decoded batch
 SKEW_PARTITIONS = 4   # the device topic's partitions (keyed per device) for --device-skew
-IDLE_TICK_NS = 500_000_000  # simulated wall time per tick while every run waits for a relaunch
+IDLE_TICK_NS = 500_000_000  # simulated wall time per tick without input (a relaunch's gap, the final drain)
 
 
 def replay(args: argparse.Namespace, cfg: DetectionConfig | None = None, batch: int = 4096) -> dict[str, Any]:
@@ -101,11 +101,14 @@ def replay(args: argparse.Namespace, cfg: DetectionConfig | None = None, batch: 
                         buffer.extend(queue.popleft())
             flush()
 
-    def idle(seconds: float) -> None:  # every run waits for a relaunch: simulated time passes, ticking
-        flush()
-        for _ in range(max(1, round(seconds * 1e9 / IDLE_TICK_NS))):
+    def wait(ticks: int) -> None:  # simulated time passes without input, the engine ticking
+        for _ in range(ticks):
             clock[0] += IDLE_TICK_NS
             messages.extend(orjson.loads(encode(bounded(o))) for o in fleet.tick(clock[0]) if isinstance(o, Incident))
+
+    def idle(seconds: float) -> None:  # every run waits for a relaunch
+        flush()
+        wait(max(1, round(seconds * 1e9 / IDLE_TICK_NS)))
 
     with Progress(max((r.job.steps for _, r in runs), default=0), "replay", unit="steps") as bar:
         stream_runs([r for _, r in runs], Topics(""), send, on_step=bar.update, clock=lambda: clock[0], idle=idle)
@@ -116,9 +119,7 @@ def replay(args: argparse.Namespace, cfg: DetectionConfig | None = None, batch: 
     for i in range(0, len(summaries), batch):
         buffer.extend(summaries[i:i + batch])
         flush()
-    for _ in range(400):
-        clock[0] += 500_000_000
-        messages.extend(orjson.loads(encode(bounded(o))) for o in fleet.tick(clock[0]) if isinstance(o, Incident))
+    wait(400)  # 200 s of simulated time: every job's last frames and silences judged
     records = [run_record(label, run) for label, run in runs]
     result = score_records(records, messages)
     result["traits"] = run_traits(args).to_dict()

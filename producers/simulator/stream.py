@@ -68,7 +68,7 @@ class SimRun:
     last_completed: int = -1
     _current: FleetJob | None = None
     _launched: int = 0  # how many of `later` have started
-    _last_end_ns: int = 0
+    _last_end_ns: int = 0  # the newest frame's end on the job clock (0: none streamed yet)
     _frames: Iterator[StepFrame] | None = None
     _encoder: FrameEncoder | None = None
     _pack_keys: dict[bytes, bytes] = field(default_factory=dict)
@@ -86,6 +86,11 @@ class SimRun:
     def faults(self) -> tuple[FaultSpec, ...]:
         """Every launch's faults (the ground truth), the first launch's first."""
         return (*self.job.faults, *(f for a in self.later for f in a.job.faults))
+
+    @property
+    def last_end_ns(self) -> int:
+        """The job clock at the newest frame's end (its start before any frame)."""
+        return self._last_end_ns or self.job.start_ns
 
     def next_attempt(self) -> Attempt | None:
         """The relaunch that follows the current launch, if it crashed and one is planned."""
@@ -195,14 +200,13 @@ def stream_runs(runs: list[SimRun], topics: Topics, send: Send, *, paced: bool =
         send(topics.jobs, job_key(run.job.job_id), run.start_event())
     active = list(runs)
     waiting: list[tuple[int, SimRun]] = []  # (clock ns when it relaunches, run)
-    last_end = {id(r): r.job.start_ns for r in runs}
     while active or waiting:
         for due in [w for w in waiting if w[0] <= clock()]:
             waiting.remove(due)
             run = due[1]
             gap = run.next_attempt()
             assert gap is not None
-            run.relaunch(time.time_ns() if paced else last_end[id(run)] + round(gap.gap_s * 1e9))
+            run.relaunch(time.time_ns() if paced else run.last_end_ns + round(gap.gap_s * 1e9))
             send(topics.jobs, job_key(run.job.job_id), run.start_event())
             active.append(run)
         if not active:
@@ -214,12 +218,11 @@ def stream_runs(runs: list[SimRun], topics: Topics, send: Send, *, paced: bool =
             if frame is None:
                 active.remove(run)
                 if run.current.crash_step is None:
-                    send(topics.jobs, job_key(run.job.job_id), run.end_event(last_end[id(run)]))
+                    send(topics.jobs, job_key(run.job.job_id), run.end_event(run.last_end_ns))
                 following = run.next_attempt()
                 if following is not None:
                     waiting.append((clock() + round(following.gap_s * 1e9), run))
                 continue
-            last_end[id(run)] = frame.end_ns
             pending.append((run, frame))
         for run, frame in sorted(pending, key=lambda p: p[1].end_ns):
             if paced:
