@@ -164,3 +164,31 @@ def run_launches(launches: list[tuple[object, bool]], cfg: object = None, *, pac
         now += 500_000_000
         out.extend(fleet.tick(now))
     return out
+
+
+def feed_engine(batches: list[list[bytes]], *, batch: int = 2048, behind: tuple[int, int] | None = (0, 0),
+                drain_ticks: int = 100) -> list[object]:
+    """Raw records through decode -> the chunk codec -> one FleetEngine, in the order given: `batch`
+    records per decode call, 50 ms of worker clock each, then `drain_ticks` ticks of 0.5 s without
+    input. `behind`: what every chunk says of the decode stage, (behind_ns, lag); None: nothing."""
+    from infra.settings import DetectionConfig
+    from streams.combine import chunks as codec
+    from streams.engine import FleetEngine
+    from streams.ingest.decode import decode_batch
+
+    fleet = FleetEngine(DetectionConfig())
+    out: list[object] = []
+    now = T0
+    for raws in batches:
+        for i in range(0, len(raws), batch):
+            chunks, _ = decode_batch(raws[i:i + batch], 1 << 20)
+            for chunk in chunks:
+                if behind is not None:
+                    chunk["behind_ns"], chunk["lag"] = behind
+                out.extend(fleet.on_chunk(codec.loads(codec.dumps(chunk)), now))
+            now += 50_000_000
+            out.extend(fleet.tick(now))
+    for _ in range(drain_ticks):
+        now += 500_000_000
+        out.extend(fleet.tick(now))
+    return out

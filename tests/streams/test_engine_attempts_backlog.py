@@ -10,15 +10,11 @@ from __future__ import annotations
 
 import orjson
 
-from infra.settings import DetectionConfig
 from producers.simulator.attempts import plan_attempts
 from producers.simulator.catalogue import SCENARIOS, build_faults
 from producers.simulator.stream import SimRun, SimulatedClock, stream_runs
 from schemas import Incident, Topics
-from streams.combine import chunks as codec
-from streams.engine import FleetEngine
-from streams.ingest.decode import decode_batch
-from tests.streams.helpers import T0
+from tests.streams.helpers import feed_engine
 
 STEPS, CUT = 120, 31  # the reading had got to step CUT of the crashed attempt when the relaunch came
 
@@ -34,7 +30,9 @@ def _overtaken(name: str, seed: int = 0) -> tuple[SimRun, list[Incident]]:
     relaunch_ns = min(orjson.loads(v)["ts_ns"] for t, v in sent if t == topics.jobs
                       and orjson.loads(v).get("attempt", 0) == 1)
     cut_ns = 0
-    head, tail, rest = [], [], []
+    head: list[bytes] = []
+    tail: list[bytes] = []
+    rest: list[bytes] = []
     for t, v in sent:
         doc = orjson.loads(v)
         first = doc[0] if isinstance(doc, list) else doc
@@ -48,20 +46,8 @@ def _overtaken(name: str, seed: int = 0) -> tuple[SimRun, list[Incident]]:
             head.append(v)
         else:
             rest.append(v)
-    fleet = FleetEngine(DetectionConfig())
-    out: list[object] = []
-    now = T0
-    for batch in (head, rest, tail):
-        for j in range(0, len(batch), 256):
-            chunks, _ = decode_batch(batch[j:j + 256], 1 << 20)
-            for chunk in chunks:
-                chunk["behind_ns"], chunk["lag"] = 30_000_000_000, 50_000  # all of it read from a backlog
-                out.extend(fleet.on_chunk(codec.loads(codec.dumps(chunk)), now))
-            now += 50_000_000
-            out.extend(fleet.tick(now))
-    for _ in range(200):  # the backlog drained: the worker ticks on
-        now += 500_000_000
-        out.extend(fleet.tick(now))
+    out = feed_engine([head, rest, tail], batch=256, behind=(30_000_000_000, 50_000),  # all of it from a backlog
+                      drain_ticks=200)  # the backlog drained: the worker ticks on
     latest: dict[str, Incident] = {}
     for o in out:
         if isinstance(o, Incident):

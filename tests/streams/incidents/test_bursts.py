@@ -9,29 +9,16 @@ from typing import Any
 import orjson
 
 from bench.detection.run import run_record, score_records
-from infra.settings import DetectionConfig
 from producers.simulator.catalogue import scenario_job
 from producers.simulator.stream import SimRun, stream_runs
 from schemas import Incident, Topics, bounded, encode
-from streams.combine import chunks as codec
-from streams.engine import FleetEngine
-from streams.ingest.decode import decode_batch
-from tests.streams.helpers import T0
+from tests.streams.helpers import feed_engine
 
 
 def _replay(run: SimRun) -> list[dict[str, Any]]:
-    fleet, raws, out, now = FleetEngine(DetectionConfig()), [], [], T0
+    raws: list[bytes] = []
     stream_runs([run], Topics(""), lambda topic, key, value: raws.append(value))
-    for i in range(0, len(raws), 2048):
-        chunks, _ = decode_batch(raws[i:i + 2048], 1 << 20)
-        for chunk in chunks:
-            chunk["behind_ns"], chunk["lag"] = 0, 0
-            out.extend(fleet.on_chunk(codec.loads(codec.dumps(chunk)), now))
-        now += 50_000_000
-        out.extend(fleet.tick(now))
-    for _ in range(100):
-        now += 500_000_000
-        out.extend(fleet.tick(now))
+    out = feed_engine([raws], behind=(0, 0), drain_ticks=100)
     return [orjson.loads(encode(bounded(o))) for o in out if isinstance(o, Incident)]
 
 

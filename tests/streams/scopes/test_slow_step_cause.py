@@ -19,31 +19,18 @@ from producers.simulator.catalogue import scenario_job
 from producers.simulator.fleet import FleetJob
 from producers.simulator.stream import SimRun, stream_runs
 from schemas import Incident, Topics, bounded, encode
-from streams.combine import chunks as codec
-from streams.engine import FleetEngine, Output
-from streams.ingest.decode import PHASES, decode_batch
+from streams.ingest.decode import PHASES
 from streams.scopes import slow_step
 from streams.windows.step_frames import Frame
-from tests.streams.helpers import T0
+from tests.streams.helpers import T0, feed_engine
 
 TOPICS = Topics("")
 
 
 def _replay(run: SimRun) -> list[dict[str, Any]]:
-    fleet = FleetEngine(DetectionConfig())
     raws: list[bytes] = []
     stream_runs([run], TOPICS, lambda t, k, v: raws.append(v))
-    out: list[Output] = []
-    now = T0
-    for i in range(0, len(raws), 2048):
-        chunks, _ = decode_batch(raws[i:i + 2048], 1 << 20)
-        for chunk in chunks:
-            out.extend(fleet.on_chunk(codec.loads(codec.dumps(chunk)), now))
-        now += 50_000_000
-        out.extend(fleet.tick(now))
-    for _ in range(40):
-        now += 500_000_000
-        out.extend(fleet.tick(now))
+    out = feed_engine([raws], behind=None, drain_ticks=40)
     return [orjson.loads(encode(bounded(o))) for o in out if isinstance(o, Incident)]
 
 
