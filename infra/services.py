@@ -17,8 +17,7 @@ from __future__ import annotations
 from infra.clickhouse_server import ClickHouseServer
 from infra.config import InfraConfig
 from infra.kafka_broker import KafkaBroker
-from infra.process import InfraError
-from infra.supervision import _Service
+from infra.supervision import _Service, stop_each
 
 
 def up(cfg: InfraConfig, kafka: bool = True, clickhouse: bool = True) -> dict[str, bool]:
@@ -37,19 +36,12 @@ def up(cfg: InfraConfig, kafka: bool = True, clickhouse: bool = True) -> dict[st
 
 def down(cfg: InfraConfig, kafka: bool = True, clickhouse: bool = True) -> None:
     """Stop the selected services; tries all of them before reporting failures."""
-    errors: list[str] = []
     services: list[_Service] = []
     if kafka:
         services.append(KafkaBroker(cfg))
     if clickhouse:
         services.append(ClickHouseServer(cfg))
-    for service in services:
-        try:
-            service.stop()
-        except InfraError as exc:
-            errors.append(str(exc))
-    if errors:
-        raise InfraError("\n".join(errors))
+    stop_each(services)
 
 
 def status(cfg: InfraConfig, kafka: bool = True, clickhouse: bool = True) -> str:

@@ -18,6 +18,7 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
@@ -239,14 +240,7 @@ class _Service:
                 log.info("%s: pid %d runs but does not answer yet; waiting", self.name, pid)
                 self._wait_healthy(pid, deadline, timeout)
                 return False
-            self.pid_file.unlink(missing_ok=True)  # stale: process gone or not ours
-            self.cfg.ensure_home()
-            self._warn_ephemeral_ports()
-            self._check_ports()
-            self.install()
-            argv = self._prepare()
-            self._check_ports()
-            pid = self._spawn(argv)
+            pid = self._spawn_fresh()
             log.info("%s: started pid %d, waiting up to %.0fs", self.name, pid, timeout)
             deadline = time.monotonic() + timeout
             try:
@@ -266,16 +260,21 @@ class _Service:
         with self._lock():
             if self.pid() is not None:
                 return None
-            self.pid_file.unlink(missing_ok=True)
-            self.cfg.ensure_home()
-            self._warn_ephemeral_ports()
-            self._check_ports()
-            self.install()
-            argv = self._prepare()
-            self._check_ports()
-            pid = self._spawn(argv)
+            pid = self._spawn_fresh()
             log.info("%s: launched pid %d", self.name, pid)
             return pid
+
+    def _spawn_fresh(self) -> int:
+        """Spawn the server where none of ours runs (a stale pid file is dropped); its pid. Ports are
+        checked before the install and again after it (a slow install leaves time to take them)."""
+        self.pid_file.unlink(missing_ok=True)
+        self.cfg.ensure_home()
+        self._warn_ephemeral_ports()
+        self._check_ports()
+        self.install()
+        argv = self._prepare()
+        self._check_ports()
+        return self._spawn(argv)
 
     def await_ready(self, pid: int | None, deadline: float, timeout: float) -> None:
         """Wait until the launched (or running) server answers; InfraError with its log tails if not."""
@@ -416,6 +415,11 @@ def stop_together(services: list[_Service]) -> None:
     for service in services:
         if (pid := service.pid()) is not None:
             _signal(pid, signal.SIGTERM)
+    stop_each(services)
+
+
+def stop_each(services: Sequence[_Service]) -> None:
+    """Stop each service in turn; tries all before reporting (one InfraError naming every failure)."""
     errors: list[str] = []
     for service in services:
         try:
