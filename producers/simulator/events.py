@@ -72,6 +72,8 @@ class FrameEncoder:
         self._peak = job.hardware.peak_flops
         self._flops_rank = job.plan.model_flops_per_rank
         self._device_kind = job.hardware.device_kind
+        self._clock = job.clock_offset_ns.tolist()  # each host's own clock (clock_offset) ...
+        self._sampled = (job.clock_offset_ns + job.sampler_phase_ns).tolist()  # ... and its agent's phase
 
     def encode(self, frame: StepFrame) -> Iterator[WireEvent]:
         """Every event of one frame, step and summary per rank first, then the device ticks."""
@@ -101,7 +103,7 @@ class FrameEncoder:
             other = np.rint(frame.other_ns).astype(np.int64).tolist()
             other_count = self.job.plan.other_count
         names = (*PHASES, "comm_exposed_ms")
-        offset = self.job.clock_offset_ns.tolist()  # each host's own clock (clock_offset)
+        offset = self._clock
         if frame.tokens_mul is not None:
             tokens = np.rint(self._tokens * frame.tokens_mul).astype(np.int64).tolist()
             step_flops = (self._flops_rank * frame.tokens_mul).tolist()
@@ -136,7 +138,7 @@ class FrameEncoder:
 
     def _device_events(self, frame: StepFrame) -> Iterator[WireEvent]:
         v = CONTRACT_VERSION
-        offset = (self.job.clock_offset_ns + self.job.sampler_phase_ns).tolist()  # own clock, own phase
+        offset = self._sampled
         for tick in frame.ticks:
             cols = {name: np.round(getattr(tick, name), 1).tolist() for name in (
                 "power_w", "temp_c", "aicore_pct", "aicpu_pct", "ctrlcpu_pct", "mem_pct", "membw_pct", "freq_mhz")}
