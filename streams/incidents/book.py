@@ -260,6 +260,7 @@ class IncidentBook:
             self.held.pop(old, None)
         rules = track.rules + [r for r in adopted.rules if r not in track.rules]
         evidence = {**adopted.finding.evidence, **track.finding.evidence, "adopted": 1.0}
+        evidence.pop("resolve_now", None)  # the job's shift ended its own incident, never the culprit's
         track.finding.evidence = evidence
         track.finding.adopts = None
         track.rules = rules
@@ -336,6 +337,19 @@ class IncidentBook:
         self.tracks[host_tid] = track
         return host_tid
 
+    def _adoptee(self, f: Finding) -> Track | None:
+        """The job incident a culprit adopts (`Finding.adopts`): open, or resolved since it was marked
+        (held, or back as a candidate). A shift resolves the job's slow-step incident once the slow
+        steps become its baseline; a group's bandwidth rule may open a step or two after that, and it
+        is still the cause of those slow steps, not a second problem."""
+        if not f.adopts:
+            return None
+        tid = f"{f.family}:{f.adopts}"
+        for adopted in (self.tracks.get(tid), self.held.get(tid)):
+            if adopted is not None and (adopted.opened or adopted.incident_id):
+                return adopted
+        return None
+
     def _host_adoptee(self, f: Finding) -> Track | None:
         """A rank incident of this host, open or held, that the opening host incident continues:
         the one the slow steps joined, else the earliest (the others stay resolved as absorbed)."""
@@ -348,8 +362,8 @@ class IncidentBook:
 
     def _open(self, tid: str, track: Track, now_ns: int) -> list[Output]:
         f = track.finding
-        adopted = self.tracks.get(f"{f.family}:{f.adopts}") if f.adopts else None
-        if adopted is None or not adopted.opened:
+        adopted = self._adoptee(f)
+        if adopted is None:
             adopted = self._host_adoptee(f)
         if adopted is not None and adopted is not track and not track.incident_id:
             return self._adopt(tid, track, adopted, now_ns)

@@ -43,13 +43,16 @@ JOIN_SLACK_STEPS = 2  # a culprit that began at least this many steps before the
 DEVICE_JOB_HOSTS = 3  # one rule and metric on devices of this many hosts in one step: the job's finding
 GC_STORM_WINDOW = 10  # steps over which GC pauses of different ranks count as one storm
 GC_STORM_RANKS = 2    # distinct ranks pausing within the window: a storm, the job's problem (a leak is one rank)
+ONSET_R5_STEPS = 10   # R5 on a group's links this many steps before R6 flags the group: the same onset
 
 
 @dataclass(slots=True)
 class JoinState:
-    """What join remembers between steps of one job: the last step each rank paused for GC."""
+    """What join remembers between steps of one job: the last step each rank paused for GC, and
+    the last step R5 flagged a link of each group ("domain/group")."""
 
     gc_last: dict[int, int] = field(default_factory=dict)
+    r5_last: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,9 +95,10 @@ def _join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: in
     if members is not None:
         _join_links(findings, tracks, members)
         _join_groups(findings, tracks, members)
+    recent = _remember_r5(findings, step, state)
     _join_split_to_culprits(findings, tracks)
     _join_split(findings, tracks)
-    findings = _join_pending_links(findings, tracks)
+    findings = _join_pending_links(findings, tracks, recent)
     devices = [f for f in findings if f.scope == "device" and f.family == "perf"]
     by_metric: dict[tuple[str, str | None], list[Finding]] = {}
     for f in devices:
@@ -274,7 +278,24 @@ def _join_split(findings: list[Finding], tracks: list[OpenTrack]) -> None:
                 break
 
 
-def _join_pending_links(findings: list[Finding], tracks: list[OpenTrack]) -> list[Finding]:
+def _remember_r5(findings: list[Finding], step: int, state: JoinState | None) -> set[str]:
+    """The groups ("domain/group") whose links R5 flagged within `ONSET_R5_STEPS` steps, this one
+    included (only this one without `state`). Read before the other joins re-key the findings."""
+    now = {f"{f.domain}/{f.group}" for f in findings
+           if f.rule == "R5" and f.key.startswith("link:") and f.domain is not None and f.group is not None}
+    if state is None:
+        return now
+    memory = getattr(state, "r5_last", None)  # a state pickled before the field existed has none
+    if memory is None:
+        memory = state.r5_last = {}
+    memory.update((g, step) for g in now)
+    for g in [g for g, s in memory.items() if step - s >= ONSET_R5_STEPS]:
+        del memory[g]
+    return set(memory)
+
+
+def _join_pending_links(findings: list[Finding], tracks: list[OpenTrack],
+                        recent: set[str] | None = None) -> list[Finding]:
     """R5 then R6 on one (domain, group) is one fault: the group's finding carries R5 too.
 
     A group slowing as a whole first moves each member off the group's own history (R5 fires on
@@ -282,9 +303,13 @@ def _join_pending_links(findings: list[Finding], tracks: list[OpenTrack]) -> lis
     step or two later the history has caught up, R5 goes quiet and R6 flags the group against
     the others. The members' R5 candidates never persist to open and are dropped, so without
     this the group's incident lacks R5. Only candidates (not open incidents) of R5 on links of
-    the very group R6 flags now are taken: an R5 incident of its own stays one."""
+    the very group R6 flags now are taken: an R5 incident of its own stays one. `recent`: groups
+    whose links R5 flagged within `ONSET_R5_STEPS` steps (JoinState): with heavy-tailed noise R6 may
+    miss a step, its candidate drop and flag again a few steps on, when the members' R5 candidates of
+    the onset have gone; they were still this fault's onset."""
     pending = [t for t in tracks if not t.opened and t.scope == "link" and "R5" in t.rules]
-    if not pending:
+    recent = recent or set()
+    if not pending and not recent:
         return findings
     extra = []
     for f in findings:
@@ -292,13 +317,15 @@ def _join_pending_links(findings: list[Finding], tracks: list[OpenTrack]) -> lis
             continue
         prefix = "link:" + f.key.removeprefix("group:") + "/"
         links = sorted(t.key for t in pending if t.key.startswith(prefix))
-        if not links:
+        opened = any(t.opened and t.key.startswith(prefix) for t in tracks)  # an R5 incident of its own
+        if not links and (opened or f.key.removeprefix("group:") not in recent):
             continue
         r5 = copy.copy(f)
         r5.rule = "R5"
         r5.ranks = list(f.ranks)
         r5.evidence = {**f.evidence, "r5_candidates": float(len(links))}
-        r5.summary = f"R5 flagged {len(links)} member link(s) of this group at the onset ({', '.join(links[:4])})"[:300]
+        r5.summary = (f"R5 flagged {len(links)} member link(s) of this group at the onset ({', '.join(links[:4])})"
+                      if links else "R5 flagged member links of this group at the onset")[:300]
         extra.append(r5)
     return findings + extra
 

@@ -153,3 +153,25 @@ def test_a_rank_slow_in_bursts_is_one_incident_recording_each_burst() -> None:
     book = IncidentBook(job="j", hold_down_steps=10, culprit_hold_down_steps=50)
     jobs = _run(book, {s: [_job("SLOW_STEP", s)] for b in bursts for s in range(b, b + 5)}, range(0, 120))
     assert len({o.incident_id for o in jobs}) == 4
+
+
+def _group(step: int) -> Finding:
+    return Finding(rule="R6", key="group:dp/3", scope="group", step=step, summary="R6", domain="dp", group=3,
+                   ranks=[3, 7], open_after=3, resolve_after=3, adopts="job")  # type: ignore[arg-type]
+
+
+def test_a_group_adopts_the_job_incident_its_shift_just_resolved() -> None:
+    """The job's slow steps open first, become the new baseline (resolve_now) a step before the slow
+    group's bandwidth finding has persisted: the group still takes that incident over (one incident
+    for one fault, wrong_dp_topology), instead of opening a second one beside the resolved job's."""
+    book = IncidentBook(job="j", hold_down_steps=10, shift_hold_steps=50)
+    plan = {s: [_job("SLOW_STEP", s, open_after=2)] for s in range(10, 13)}
+    plan[13] = [_job("SLOW_STEP", 13, evidence={"resolve_now": 1.0})]
+    plan[14] = [_job("SLOW_STEP", 14)]  # the job's incident back as a candidate (revived from held)
+    for s in range(12, 20):
+        plan.setdefault(s, []).append(_group(s))
+    out = _run(book, plan, range(10, 30))
+    assert len({o.incident_id for o in out}) == 1, [(o.incident_id, o.state) for o in out]
+    last = out[-1]
+    assert last.scope == "group" and last.rules[0] == "R6" and "SLOW_STEP" in last.rules
+    assert last.step_first == 10 and "resolve_now" not in last.evidence

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from streams.incidents.book import IncidentBook
-from streams.incidents.join import OpenTrack, join
+from streams.incidents.join import JoinState, OpenTrack, join
 from streams.scopes.finding import Finding
 
 
@@ -100,7 +100,6 @@ def test_a_joining_slow_step_keeps_the_culprits_persistence() -> None:
 
 
 def test_gc_on_two_ranks_within_the_window_is_a_storm_not_two_incidents() -> None:
-    from streams.incidents.join import JoinState
 
     state = JoinState()
     first = join([_rank("R1", 4, 60, metric="T8", cause_phase="gc_ms")], 64, [], 60, state=state)
@@ -219,3 +218,21 @@ def test_a_member_finding_joins_the_open_split_group_before_a_group_only_flagged
     found = join([tp_now, r1], 64, [open_ep], 72)
     assert next(f for f in found if f.rule == "R1").key == "group:ep/4"
     assert next(f for f in found if f.rule == "SLOW_GROUP").key == "group:tp/7", "the candidate itself stays"
+
+
+def test_r5_at_the_onset_joins_the_group_r6_flags_again_after_a_gap() -> None:
+    """Heavy-tailed noise: R6 flags a slowed group, misses a few steps (its candidate drops, and so
+    do the members' R5 candidates of the onset), then flags again and opens. The onset's R5 was
+    this fault's: the group's finding carries R5 when R6 comes back within ONSET_R5_STEPS."""
+    state = JoinState()
+    members = [3, 7, 11]
+    join([_r5(r, "dp", 3) for r in members] + [_r5(5, "dp", 1)], 64, [], 63, state=state)
+    quiet = join([], 64, [], 64, state=state)
+    assert quiet == []
+    back = join([_r6("dp", 3, members, 67)], 64, [], 67, state=state)
+    assert sorted(f.rule for f in back) == ["R5", "R6"] and {f.key for f in back} == {"group:dp/3"}
+    # too long after the onset: R6 alone; another group's R5 never joins
+    late = join([_r6("dp", 3, members, 80)], 64, [], 80, state=state)
+    assert [f.rule for f in late] == ["R6"]
+    other = join([_r6("dp", 2, [2, 6], 68)], 64, [], 68, state=JoinState(r5_last={"dp/1": 66}))
+    assert [f.rule for f in other] == ["R6"]
