@@ -3,7 +3,11 @@
 V = (T_step − T_interstep_cpu − Σ monitored kernel time) / (T_step − T_interstep_cpu);
 anomaly when V is persistently above `bound` (the scenario table's 40 %: `k` consecutive
 values) or jumps more than `jump` above the median of its last `length` values (after
-`warmup` values). Non-positive denominators give no verdict.
+`warmup` values) and above their upper quartile too. The quartile tells a rise from a
+recovery: when the monitored kernels grow (eight times the gradient bytes, overlapped with
+backward) V drops and its median follows; when that ends V returns to the level it held
+before, which the window's upper quartile still holds, and a return is no anomaly.
+Non-positive denominators give no verdict.
 """
 
 from __future__ import annotations
@@ -47,10 +51,12 @@ def evaluate(v: FloatArray, state: State | None, params: Params) -> tuple[State,
     state.run = np.where(above, state.run + 1, np.where(present, 0, state.run))
     counted = np.sum(np.isfinite(state.buf), axis=1)
     med = np.full(v.size, np.nan)
+    upper = np.full(v.size, np.nan)
     has = counted >= params.warmup
     if has.any():
         med[has] = np.nanmedian(state.buf[has], axis=1)
-    jumped = present & has & (v - np.nan_to_num(med) > params.jump)
+        upper[has] = np.nanpercentile(state.buf[has], 75, axis=1)
+    jumped = present & has & (v - np.nan_to_num(np.maximum(med, upper)) > params.jump)
     alarm = (above & (state.run >= params.k)) | jumped
     threshold = np.where(jumped, med + params.jump, params.bound)
     Ring.push(state.buf, state.pos, v, present & ~alarm)

@@ -243,6 +243,17 @@ def test_r7_gap_bound_persistence_and_jump() -> None:
     assert np.isnan(r7.gap(np.array([5.0]), np.array([5.0]), np.array([1.0]))[0])
 
 
+def test_r7_a_return_to_the_earlier_level_is_no_jump() -> None:
+    """V drops while the monitored kernels grow (uncompressed gradients overlapped with backward) and
+    returns when that ends: the median has followed the drop, the window's upper quartile still holds
+    the level before it, and the return is no anomaly; a rise above that level still is."""
+    params = r7.Params(bound=0.4, k=3, jump=0.15, warmup=10, length=50)
+    _, back = _feed(r7, [0.0] * 20 + [-0.42] * 30 + [0.0] * 5, params)
+    assert back == []
+    _, rise = _feed(r7, [0.0] * 20 + [-0.42] * 30 + [0.3] * 3, params)
+    assert rise and rise[0][0] == 50
+
+
 # R8 -------------------------------------------------------------------------------------
 def test_r8_uniformity_and_small_aggregates() -> None:
     a = r8.evaluate(np.array([10.0, 10.0, 10.0, 0.0]), np.array([1.0, 5.0, 5.0, 0.0]),
