@@ -1,4 +1,4 @@
-"""bench.decode_columns' Arrow decoders accept what today's detect decode accepts, so its timings compare like with like."""
+"""bench.decode_columns' Arrow decoders accept what detect's decode accepts, so the timings compare like with like."""
 
 from __future__ import annotations
 
