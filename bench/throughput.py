@@ -14,6 +14,12 @@ events of one topic and one step as one record (a JSON array keyed `job/host`; d
 samples keyed `host`). `--unpacked-ranks` also runs sizes with one record per event (the
 1.1 form: what a rank hook without packing sends) for a side-by-side figure. Every count
 (events/s, µs per event, the ceiling) is in EVENTS, whatever the records hold.
+
+Per-stage ratios (`stage_ratio_to_ceiling`): ceiling µs/event ÷ stage µs/event for detect and
+land, from the same trial, so runs on faster and slower machines compare (1.0 = the stage
+costs what a plain consumer pays to read and parse the same events). `--find-max START`
+replaces the fixed size list: sizes grow ×1.25 from START until one fails, and `max_ranks`
+is the largest that passed.
 """
 
 from __future__ import annotations
@@ -24,8 +30,10 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -148,20 +156,78 @@ def alerts_listener(settings: Settings, topic: str, seen: dict[int, float], stop
     consumer.close()
 
 
-def ceiling(settings: Settings, topics: list[str], total: int) -> float:
-    """A plain kafka-python consumer + orjson over the same topics: events/s (an array's elements each count)."""
+def ceiling(settings: Settings, topics: list[str], total: int) -> dict[str, float]:
+    """A plain kafka-python consumer + orjson over the same topics (an array's elements each count).
+
+    The rate is timed from the first record, so the consumer's connect (TLS, SASL, metadata,
+    offsets: a fixed cost, most of a small trial's read) does not pose as per-event cost; the
+    start-up and the reader's CPU per event are reported beside it.
+    """
     consumer = KafkaConsumer(*topics, **kafka_client_config(settings, "admin"), auto_offset_reset="earliest",
                              enable_auto_commit=False, consumer_timeout_ms=5000, max_poll_records=5000)
-    n = 0
-    t = time.perf_counter()
+    seen = n = 0
+    t_open = time.perf_counter()
+    t_first = cpu_first = 0.0
     for msg in consumer:
         doc = orjson.loads(msg.value)
-        n += len(doc) if type(doc) is list else 1
-        if n >= total:
+        events = len(doc) if type(doc) is list else 1
+        seen += events
+        if not t_first:  # the clock starts here; this record's events are not counted
+            t_first, cpu_first = time.perf_counter(), time.process_time()
+        else:
+            n += events
+        if seen >= total:
             break
-    elapsed = time.perf_counter() - t
+    elapsed, cpu = time.perf_counter() - t_first, time.process_time() - cpu_first
     consumer.close()
-    return n / elapsed if elapsed > 0 else 0.0
+    return {"events_per_s": n / elapsed if t_first and elapsed > 0 else 0.0,
+            "startup_s": t_first - t_open if t_first else 0.0,
+            "cpu_us_per_event": cpu / n * 1e6 if n else 0.0}
+
+
+def stage_ratios(ceiling_events_per_s: float, cpu_us_per_event: dict[str, float],
+                 stages: tuple[str, ...] = ("detect", "land")) -> dict[str, float | None]:
+    """Ceiling µs/event ÷ stage µs/event per stage: machine speed cancels, so the figure travels.
+
+    None where either side is missing or zero (no ceiling measured, a stage that used no CPU).
+    """
+    out: dict[str, float | None] = {}
+    for stage in stages:
+        us = cpu_us_per_event.get(stage)
+        out[stage] = round(1e6 / ceiling_events_per_s / us, 4) if ceiling_events_per_s > 0 and us else None
+    return out
+
+
+def job_unit(ranks: int) -> int:
+    """The granularity `Job` builds a world in (tp·pp ranks), so a requested size is the size run."""
+    return 16 if ranks >= 64 else 4
+
+
+def next_size(ranks: int, factor: float = 1.25) -> int:
+    """`ranks` × factor rounded up to a whole job, always strictly larger."""
+    grown = max(int(-(-ranks * factor // 1)), ranks + 1)
+    unit = job_unit(grown)
+    return -(-grown // unit) * unit
+
+
+def find_max(passes: Callable[[int], bool], start: int, factor: float = 1.25,
+             limit: int | None = None) -> dict[str, Any]:
+    """Raise the size ×factor from `start` until `passes(size)` is false; the largest that passed.
+
+    `limit` stops the climb (reported as `capped`) on a machine that would otherwise never fail.
+    """
+    tried: list[dict[str, Any]] = []
+    best = 0
+    size = -(-start // job_unit(start)) * job_unit(start)
+    while limit is None or size <= limit:
+        ok = bool(passes(size))
+        tried.append({"ranks": size, "passed": ok})
+        if not ok:
+            break
+        best = size
+        size = next_size(size, factor)
+    return {"max_ranks": best, "start": start, "factor": factor, "tried": tried,
+            "capped": bool(tried) and tried[-1]["passed"]}
 
 
 def trial(base: Settings, ranks: int, steps: int, packed: bool = True, broker_pid: int | None = None) -> dict[str, Any]:
@@ -254,10 +320,13 @@ def trial(base: Settings, ranks: int, steps: int, packed: bool = True, broker_pi
     injected = [s for s in range(steps) if s >= 15 and s % 10 == 5]
     latencies = [seen[s] - sent_at[s] for s in injected if s in seen]
     missed = [s for s in injected if s not in seen]
-    ceil = ceiling(settings, [topics.steps, topics.kernel_summaries, topics.device], events)
+    reader = ceiling(settings, [topics.steps, topics.kernel_summaries, topics.device], events)
+    ceil = reader["events_per_s"]
     expire_topics(settings, topics)  # a 10,240-rank trial writes ~1 GB; the measurement is done
     p99 = float(np.percentile(latencies, 99)) if latencies else float("inf")
-    result = {
+    # land: every message landed (the job start and end too)
+    stage_us = {"detect": cpu["detect"] / events * 1e6, "land": cpu["land"] / (events + 2) * 1e6}
+    result: dict[str, Any] = {
         "ranks": job.world, "steps": steps, "packed": packed, "events": events, "records": records,
         "events_per_s": round(events / max(wall, 1e-9), 1),
         "producer_behind_s": round(behind, 3), "caught_up": caught and landed_caught, "lost": lost,
@@ -265,11 +334,14 @@ def trial(base: Settings, ranks: int, steps: int, packed: bool = True, broker_pi
         "p99_latency_s": round(p99, 3), "p50_latency_s": round(float(np.median(latencies)), 3) if latencies else None,
         "missed_detections": missed,
         "cpu_us_per_event": {"producer": round(producer_cpu / events * 1e6, 2),
-                             "detect": round(cpu["detect"] / events * 1e6, 2),
-                             "land": round(cpu["land"] / (events + 2) * 1e6, 2),  # every message landed
+                             **{stage: round(us, 2) for stage, us in stage_us.items()},
                              # the whole broker process (JVM, TLS) over the same window, lag queries included
                              **({"broker": round(broker_cpu / events * 1e6, 2)} if broker_cpu is not None else {})},
         "ceiling_events_per_s": round(ceil, 1),
+        "ceiling_us_per_event": round(1e6 / ceil, 3) if ceil > 0 else None,
+        "ceiling_startup_s": round(reader["startup_s"], 3),
+        "ceiling_cpu_us_per_event": round(reader["cpu_us_per_event"], 3),
+        "stage_ratio_to_ceiling": stage_ratios(ceil, stage_us),  # same trial: the machine's speed cancels
     }
     result["passed"] = bool(caught and landed_caught and lost == 0 and not missed and p99 <= 5.0 and behind < 1.0)
     return result
@@ -292,6 +364,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--unpacked-ranks", default="",
                         help="also try these sizes with one record per event (contract 1.1 form), ascending")
+    parser.add_argument("--find-max", type=int, default=0, metavar="START",
+                        help="instead of --ranks: grow the size x1.25 from START until one fails")
+    parser.add_argument("--find-max-limit", type=int, default=None, metavar="RANKS",
+                        help="with --find-max: try no size above this (the result says capped)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where the JSON goes")
     args = parser.parse_args(argv)
     started = datetime.now(UTC).isoformat()
     base = load_settings()
@@ -300,19 +377,30 @@ def main(argv: list[str] | None = None) -> None:
     broker.install()
     broker.start()
     base = replace(base, kafka_bootstrap=broker.bootstrap)
-    trials = []
-    for packed, sizes in ((True, args.ranks), (False, args.unpacked_ranks)):
-        for ranks in [int(r) for r in sizes.split(",") if r]:
-            form = "packed" if packed else "unpacked"
-            print(f"• {ranks} ranks x {args.steps} steps at 1 step/s, {form} ...", flush=True)
-            res = trial(base, ranks, args.steps, packed, broker.pid())
-            res["load_average"] = list(os.getloadavg())
-            trials.append(res)
-            print(f"  events/s {res['events_per_s']} ({res['records']} records), p99 {res['p99_latency_s']} s, "
-                  f"lost {res['lost']}, cpu-us/event {res['cpu_us_per_event']}, "
-                  f"ceiling {res['ceiling_events_per_s']}/s, passed {res['passed']}", flush=True)
-            if not res["passed"]:
+    trials: list[dict[str, Any]] = []
+
+    def run(ranks: int, packed: bool) -> dict[str, Any]:
+        form = "packed" if packed else "unpacked"
+        print(f"• {ranks} ranks x {args.steps} steps at 1 step/s, {form} ...", flush=True)
+        res = trial(base, ranks, args.steps, packed, broker.pid())
+        res["load_average"] = list(os.getloadavg())
+        trials.append(res)
+        print(f"  events/s {res['events_per_s']} ({res['records']} records), p99 {res['p99_latency_s']} s, "
+              f"lost {res['lost']}, cpu-us/event {res['cpu_us_per_event']}, "
+              f"ceiling {res['ceiling_events_per_s']}/s, stage/ceiling {res['stage_ratio_to_ceiling']}, "
+              f"passed {res['passed']}", flush=True)
+        return res
+
+    search: dict[str, Any] | None = None
+    if args.find_max:
+        search = find_max(lambda ranks: bool(run(ranks, True)["passed"]), args.find_max, limit=args.find_max_limit)
+    else:
+        for ranks in [int(r) for r in args.ranks.split(",") if r]:
+            if not run(ranks, True)["passed"]:
                 break
+    for ranks in [int(r) for r in args.unpacked_ranks.split(",") if r]:
+        if not run(ranks, False)["passed"]:
+            break
     trials_unpacked = [t for t in trials if not t["packed"]]
     trials = [t for t in trials if t["packed"]]
     best = max((t for t in trials if t["passed"]), key=lambda t: t["ranks"], default=None)
@@ -324,9 +412,14 @@ def main(argv: list[str] | None = None) -> None:
         "max_ranks": best["ranks"] if best else 0,
         "events_per_s": ref["events_per_s"], "cpu_us_per_event": ref["cpu_us_per_event"],
         "p99_latency_s": ref["p99_latency_s"], "lost": ref["lost"],
-        "ceiling_events_per_s": ref["ceiling_events_per_s"],
+        "ceiling_events_per_s": ref["ceiling_events_per_s"], "ceiling_us_per_event": ref["ceiling_us_per_event"],
         "ratio_to_ceiling": round(ref["events_per_s"] / ref["ceiling_events_per_s"], 4)
         if ref["ceiling_events_per_s"] else None,
+        "stage_ratio_to_ceiling": ref["stage_ratio_to_ceiling"], "ratio_ranks": ref["ranks"],
+        **({"find_max": {**search, "tried": [
+            {**step, "p99_latency_s": t["p99_latency_s"], "lost": t["lost"], "events_per_s": t["events_per_s"],
+             "stage_ratio_to_ceiling": t["stage_ratio_to_ceiling"]}
+            for step, t in zip(search["tried"], trials, strict=True)]}} if search else {}),
         "kafka_c_crc32c": kafka_has_c_crc32c(), "steps_per_trial": args.steps, "packed": True, "trials": trials,
         "cores_needed_10240_ranks": {**cores, "total_without_broker": round(sum(v for k, v in cores.items()
                                                                                if k != "broker"), 2),
@@ -335,15 +428,16 @@ def main(argv: list[str] | None = None) -> None:
         **unpacked_summary(trials_unpacked),
         "machine": machine(), "started": started, "git": git_commit(),
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(out, indent=2) + "\n")
-    print("\n| form | ranks | events/s | records | p99 s | lost | us/event producer, detect, land | passed |\n"
-          "|---|---|---|---|---|---|---|---|")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=2) + "\n")
+    print("\n| form | ranks | events/s | records | p99 s | lost | us/event producer, detect, land "
+          "| ceiling us/event | detect, land / ceiling | passed |\n|---|---|---|---|---|---|---|---|---|---|")
     for t in trials + trials_unpacked:
-        us = t["cpu_us_per_event"]
+        us, ratio = t["cpu_us_per_event"], t["stage_ratio_to_ceiling"]
         print(f"| {'packed' if t['packed'] else 'unpacked'} | {t['ranks']} | {t['events_per_s']} | {t['records']} | "
-              f"{t['p99_latency_s']} | {t['lost']} | {us['producer']}, {us['detect']}, {us['land']} | {t['passed']} |")
-    print(f"max_ranks {out['max_ranks']} -> {RESULTS}")
+              f"{t['p99_latency_s']} | {t['lost']} | {us['producer']}, {us['detect']}, {us['land']} | "
+              f"{t['ceiling_us_per_event']} | {ratio['detect']}, {ratio['land']} | {t['passed']} |")
+    print(f"max_ranks {out['max_ranks']} -> {args.out}")
 
 
 if __name__ == "__main__":
