@@ -53,3 +53,9 @@ def test_a_culprit_incident_carrying_slow_group_claims_no_member_findings() -> N
     rank = Finding(rule="R4", key="rank:9", scope="rank", step=41, summary="rank 9 compute", ranks=[9])
     out = join([rank], 64, [track], 41)
     assert [f.scope for f in out] == ["rank"]
+
+
+def test_a_split_whose_hot_ranks_are_mostly_the_culprits_joins_it() -> None:
+    """Two of the slow host's ranks and one noisy replica hot in one DP group: the host's symptom."""
+    out = join([_split([9, 10, 25])], 64, [_host_track()], 40)
+    assert [(f.key, f.scope) for f in out] == [("host:node-1", "host")]
