@@ -30,7 +30,7 @@ from infra.settings import DetectionConfig
 from schemas import ControlCommand, Incident
 from streams.combine.chunks import StepColumns
 from streams.incidents.book import IncidentBook
-from streams.incidents.join import JoinState, OpenTrack, join
+from streams.incidents.join import CULPRIT_RULES, JoinState, OpenTrack, join
 from streams.ingest.decode import DOMAINS
 from streams.scopes import group_split, hung, pp_stage, slow_link, slow_rank, slow_step, stall
 from streams.scopes.finding import Finding
@@ -295,14 +295,20 @@ class JobEngine:
                                      self.cfg))
         self._timed("HUNG", t)
         step_rules = frame_findings(frame, self.frames.topo, self.signals, self.cfg, self.stats.rule_seconds)
-        if not slow_now:  # the slow-step scope owns step time: R3 on a step it did not find slow (within a
-            # jittery job's noise, or a one-off step of healthy training's kinds) marks no slowdown's onset
+        culprit_now = any(f.rule in CULPRIT_RULES for f in findings)
+        if not slow_now and not culprit_now:  # the slow-step scope owns step time: R3 on a step it did not find
+            # slow (within a jittery job's noise, or a one-off step of healthy training's kinds) marks no slowdown's
+            # onset; beside a slow rank, host or stage flagged now it is that culprit's toll on the job's throughput
+            # (a slowdown too small for the slow-step scope's robust sigmas), and the join gives it to the culprit
             step_rules = [f for f in step_rules if not (f.rule == "R3" and f.metric == "step_throughput")]
         findings.extend(step_rules)
         findings.extend(self._device_findings_until(frame))
         findings = join(findings, int(frame.seen.sum()), self._tracks(), frame.step, self._members,
                         len(self.slow_step.history), self.joins)
         findings = name_slow_groups(follow_slow_step(findings))
+        if not slow_now:  # R3 on step throughput that no culprit took: no slowdown's onset (above)
+            findings = [f for f in findings
+                        if not (f.rule == "R3" and f.metric == "step_throughput" and f.key == "job")]
         return list(self.book.observe(frame.step, findings, now_ns, frame.seen))
 
     def _tracks(self) -> list[OpenTrack]:

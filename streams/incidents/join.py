@@ -142,6 +142,8 @@ def _join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: in
     since = first.get("job", step) - max(JOIN_SLACK_STEPS, baseline_len // 2)
     _mark_adoption(findings, open_tracks, first, since)
     explained = _join_explained(findings, open_tracks, slow is not None, since)
+    if slow is None and not explained:
+        _join_throughput(findings, first, step, since, few)
     if slow is None or explained:
         return findings
     if slow.cause_phase == "gc_ms" and gc_ranks and len(gc_ranks) <= few:
@@ -180,6 +182,20 @@ def _mark_adoption(findings: list[Finding], open_tracks: list[OpenTrack], first:
         began = first.get(f.key, f.step)
         if f.rule in ADOPTING_RULES and f.key not in opened and began >= job.first - JOIN_SLACK_STEPS:
             f.adopts = "job"
+
+
+def _join_throughput(findings: list[Finding], first: dict[str, int], step: int, since: int, few: int) -> None:
+    """Job-wide R3 on step throughput in a step the slow-step scope did not find slow, beside a
+    culprit flagged now that began with it (a few keys at most): the culprit's toll on the job's
+    throughput, a slowdown below the slow-step scope's robust sigmas. It joins that culprit; it
+    never opens an incident of its own (a candidate it joins persists by the culprit's findings)."""
+    culprits = [f for rule in CULPRIT_RULES for f in findings
+                if f.rule == rule and f.scope in CULPRIT_SCOPES and first.get(f.key, step) >= since]
+    if not culprits or len({f.key for f in culprits}) > few:
+        return
+    for f in findings:
+        if f.key == "job" and f.rule == "R3" and f.metric == "step_throughput" and f.family == "perf":
+            _attach(f, culprits[0])
 
 
 def _join_explained(findings: list[Finding], open_tracks: list[OpenTrack], slow_now: bool, since: int) -> bool:

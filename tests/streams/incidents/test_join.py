@@ -236,3 +236,18 @@ def test_r5_at_the_onset_joins_the_group_r6_flags_again_after_a_gap() -> None:
     assert [f.rule for f in late] == ["R6"]
     other = join([_r6("dp", 2, [2, 6], 68)], 64, [], 68, state=JoinState(r5_last={"dp/1": 66}))
     assert [f.rule for f in other] == ["R6"]
+
+
+def test_throughput_beside_a_culprit_flagged_now_joins_it_without_a_slow_step() -> None:
+    """A slow host costing the job less than the slow-step scope's robust sigmas: R3 on step
+    throughput is its toll on the job, part of its incident (unbalanced scheduling: R1, R3, R8)."""
+    host = Finding(rule="SLOW_HOST", key="host:node-2", scope="host", step=61, summary="host", ranks=[16, 17],
+                   host="node-2", open_after=3)
+    r3 = Finding(rule="R3", key="job", scope="job", step=61, summary="throughput", metric="step_throughput",
+                 open_after=3)
+    out = join([host, r3], 64, [], 61, baseline_len=20)
+    assert {(f.rule, f.key) for f in out} == {("SLOW_HOST", "host:node-2"), ("R3", "host:node-2")}
+    # no culprit now: R3 stays the job's (the engine drops it when the step was not slow)
+    alone = join([Finding(rule="R3", key="job", scope="job", step=61, summary="t", metric="step_throughput")],
+                 64, [], 61, baseline_len=20)
+    assert [f.key for f in alone] == ["job"]
