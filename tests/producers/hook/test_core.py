@@ -8,7 +8,8 @@ from pathlib import Path
 
 from producers.emitter import BackgroundEmitter
 from producers.exporter import InMemoryExporter
-from producers.hook.core import OTHER_JOB, OTHER_RANK, PAST_STEPS, RankHook, RankInfo
+from producers.hook.commands import OTHER_JOB, OTHER_RANK, PAST_STEPS
+from producers.hook.core import RankHook, RankInfo
 from producers.hook.profiling import ProfileRequest, ProfileResult
 from schemas import ControlCommand, Domain, KernelBatch, KernelRecord, KernelSummary, ProfileReady, StepEvent, decode
 
