@@ -100,6 +100,73 @@ def claim_directory(directory: Path) -> int | None:
     return fd
 
 
+def claim_default_spool(name: str, root: Path) -> tuple[Path, int] | None:
+    """`<root>/<name>`, or `<root>/<name>-<pid>` when another live process holds it; with its lock fd.
+
+    The caller passes the root (entry points: `Settings.hook_spool_dir`, $STEPLENS_HOME/spool): a
+    library reads no settings of its own.
+    """
+    for directory in (root / name, root / f"{name}-{os.getpid()}"):
+        fd = claim_directory(directory)
+        if fd is not None:
+            return directory, fd
+    return None
+
+
+def open_spool(name: str, spool_dir: Path | None, spool_root: Path | None,
+               max_bytes: int) -> tuple[Spool | None, int | None]:
+    """An emitter's spool (None: it runs without one) and the fd of its directory's lock (None: none held).
+
+    `spool_dir` is used as given (one writer: a busy one is refused); `spool_root` claims
+    `<spool_root>/<name>`, or `<name>-<pid>` when another live process holds it. An unusable or busy
+    spool must not stop training: it is logged and the emitter runs without one. The lock is held
+    until the emitter's worker stops (the caller closes the fd).
+    """
+    if spool_dir is not None and spool_root is not None:
+        raise ValueError("give spool_dir or spool_root, not both")
+    claimed: tuple[Path, int] | None = None
+    if spool_root is not None:
+        claimed = _claim_default(name, spool_root)
+    elif spool_dir is not None:
+        claimed = _claim_explicit(spool_dir)
+    if claimed is None:
+        return None, None
+    directory, lock = claimed
+    try:
+        return Spool(directory, max_bytes), lock
+    except OSError:  # an unusable spool directory must not stop training: run without one
+        log.warning("steplens spool at %s unusable; failed exports will be dropped", directory, exc_info=True)
+        return None, lock
+
+
+def _claim_default(name: str, root: Path) -> tuple[Path, int] | None:
+    try:
+        claimed = claim_default_spool(name, root)
+    except Exception:  # no usable state directory: run without a spool, as documented
+        log.warning("steplens default spool unusable; failed exports will be dropped", exc_info=True)
+        return None
+    if claimed is None:
+        log.warning("steplens spool directories for %r are busy; failed exports will be dropped", name)
+        return None
+    return claimed
+
+
+def _claim_explicit(directory: Path) -> tuple[Path, int] | None:
+    """The given spool directory, once this emitter is its one writer: two emitters on one spool
+    read and delete each other's segments (two soak jobs given one directory lost events:
+    "spool unreadable"). A busy one is refused loudly and the emitter runs without a spool."""
+    try:
+        fd = claim_directory(Path(directory))
+    except OSError:
+        log.warning("steplens spool at %s unusable; failed exports will be dropped", directory, exc_info=True)
+        return None
+    if fd is None:
+        log.error("steplens spool at %s is in use by another emitter; this one runs without a spool "
+                  "(failed exports will be dropped): give each emitter its own spool_dir", directory)
+        return None
+    return Path(directory), fd
+
+
 @dataclass(frozen=True, slots=True)
 class _Pos:
     seq: int

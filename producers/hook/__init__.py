@@ -20,7 +20,8 @@ from infra.clients import kafka_client_config
 from infra.settings import HOOK_FLUSH_INTERVAL_S, Settings, load_settings
 from producers.emitter import BackgroundEmitter
 from producers.exporter import Exporter, KafkaExporter
-from producers.hook.core import Emitter, HookStats, RankHook, RankInfo, launcher_attempt
+from producers.hook.core import Emitter, HookStats, RankHook
+from producers.hook.identity import RankInfo, launcher_attempt
 from producers.hook.profiling import ProfilerBackend, ProfileRequest
 from producers.sampler.ranks import register_device
 from schemas import Domain, Topics

@@ -3,6 +3,10 @@
 One `_Agg` per key (metric+shape, op/domain, copy direction), updated in O(1) per kernel;
 launch latencies are kept per step only to compute the mean absolute deviation (R8) and the
 first call of every key over the whole run is excluded as cold (T15).
+
+The rank hook's training thread only appends raw record tuples (`COLL`, `KERNEL`, `OTHER`; at
+most MAX_RAW_RECORDS_PER_STEP per step); its builder thread feeds them here (`add_raw`) and
+sends the step's `kernel_summary`.
 """
 
 from __future__ import annotations
@@ -10,8 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from producers.hook.identity import RankInfo
+from schemas import KernelSummary
 from schemas.kernel import CollectiveOp, CopyDirection, KernelCategory
 from schemas.kernel_summary import MAX_AGGREGATES_PER_SUMMARY, KernelAggregate
+
+MAX_RAW_RECORDS_PER_STEP = 100_000  # kernel/collective records kept per step before counting drops
+COLL, KERNEL, OTHER = 0, 1, 2  # kinds of raw kernel records
 
 
 @dataclass(slots=True)
@@ -135,3 +144,28 @@ def _entries(aggs: dict[str, _Agg]) -> list[KernelAggregate]:
             direction=a.direction, launch_mean_us=mean, launch_mad_us=mad,
         ))
     return out
+
+
+def add_raw(agg: KernelAggregator, records: list[tuple[Any, ...]]) -> None:
+    """Start `agg` afresh and add one step's raw records, as the rank hook appended them:
+    (COLL, op, dur_ns, nbytes, domain, group_size, launch_us),
+    (KERNEL, key, cat, dur_ns, metric, shape, flops, nbytes, direction, launch_us, monitored), (OTHER, dur_ns)."""
+    agg.reset()
+    for rec in records:
+        kind = rec[0]
+        if kind == COLL:
+            _, op, dur, nbytes, domain, group_size, launch_us = rec
+            agg.add(f"{op}/{domain or '-'}", "comm", dur, op=op, domain=domain, group_size=group_size,
+                    nbytes=nbytes, launch_us=launch_us)
+        elif kind == KERNEL:
+            _, key, cat, dur, metric, shape, flops, nbytes, direction, launch_us, _m = rec
+            agg.add(key, cat, dur, metric=metric, shape=shape, flops=flops, nbytes=nbytes, direction=direction,
+                    launch_us=launch_us)
+        else:
+            agg.add_other(rec[1])
+
+
+def kernel_summary(r: RankInfo, step: int, kernels: AggSnapshot) -> KernelSummary:
+    """The step's KernelSummary event."""
+    return KernelSummary(job=r.job, rank=r.rank, world=r.world, host=r.host, device=r.device,
+                         domains=r.domains, step=step, attempt=r.attempt, **kernels.summary_fields())

@@ -1,11 +1,19 @@
-"""The framework-agnostic rank hook: step boundaries, phases, GC, data latency, kernel summary.
+"""The framework-agnostic rank hook: the training thread's entry points and the hook's lifecycle.
 
 Everything here runs on the training thread, so every public entry point is guarded: an
 exception inside the hook is counted (`HookStats.errors`) and swallowed, never raised into the
-training loop. Events leave through an emitter whose `emit` only appends to a bounded queue
-(producers/emitter.py); the hook itself does no I/O on the training thread, except when a
-control command asked for detailed profiling of a step range (then the profiler dump is
-written when the last profiled step ends, which is the price of asking for it).
+training loop. The guard is an inline `try`/`except` in each entry point, not a wrapper: a
+wrapper would cost the training thread one more call per hook call. Events leave through an
+emitter whose `emit` only appends to a bounded queue (producers/emitter.py); the hook itself
+does no I/O on the training thread, except when a control command asked for detailed profiling
+of a step range (then the profiler dump is written when the last profiled step ends, which is
+the price of asking for it).
+
+The hook's other ideas each have a module: identity.py (who the rank is), steps.py (a step as
+the training thread records it, and its StepEvent), aggregate.py (kernel and collective records
+into the kernel summary), builder.py (the thread that builds events off the training thread),
+commands.py (control commands and the profiling they ask for), gc_timing.py (GC pauses),
+contexts.py (the `with` and loader spellings).
 
 Fork safety: a forked child (a DataLoader worker, a launcher) must not share the parent's
 emitter thread, so after a fork the hook forgets its emitter and the child builds a fresh one
@@ -16,45 +24,40 @@ At interpreter exit the hook emits nothing more, flushes the emitter (bounded) a
 from __future__ import annotations
 
 import atexit
-import gc
 import logging
 import os
 import tempfile
 import threading
 import time
 import weakref
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from producers.hook.aggregate import AggSnapshot, KernelAggregator
+from producers.hook.aggregate import (
+    COLL,
+    KERNEL,
+    MAX_RAW_RECORDS_PER_STEP,
+    OTHER,
+    AggSnapshot,
+    KernelAggregator,
+    add_raw,
+    kernel_summary,
+)
+from producers.hook.builder import BUILD_INTERVAL_S, Builder
+from producers.hook.commands import ProfileCommands, profile_events
+from producers.hook.contexts import PhaseContext, StepContext, TimedIterator
+from producers.hook.gc_timing import GcTimer
+from producers.hook.identity import RankInfo, launcher_attempt
 from producers.hook.profiling import ProfilerBackend, ProfileRequest, ProfileResult
-from schemas import ControlCommand, Domain, Event, KernelBatch, KernelSummary, Phases, ProfileReady, StepEvent
-from schemas.bounds import UINT16
+from producers.hook.steps import PHASES, DoneStep, StepState, phase_totals, step_event
+from schemas import ControlCommand, Domain, Event
 from schemas.kernel import CollectiveOp, CopyDirection, KernelCategory
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-# The builder thread polls for finished steps at this interval instead of being woken per step:
-# waking a thread costs the training thread a futex call and often a context switch + GIL hand-off.
-# Each round's events go to the emitter at once and are sent then, so this is also the send
-# cadence; `producers.hook.start()` sets it to Settings.hook_flush_interval_s.
-BUILD_INTERVAL_S = 0.2
-MAX_RAW_RECORDS_PER_STEP = 100_000  # kernel/collective records kept per step before counting drops
-_COLL, _KERNEL, _OTHER = 0, 1, 2  # kinds of raw kernel records
-
-PHASES = ("data", "forward", "backward", "grad", "optimizer", "comm_exposed", "gc")
-
-# Reasons a control command is not acted on (keys of HookStats.commands_ignored).
-OTHER_JOB = "other_job"
-OTHER_RANK = "other_rank"
-PAST_STEPS = "past_steps"
-UNSUPPORTED = "unsupported"
-NO_PROFILER = "no_profiler"
 
 
 class Emitter(Protocol):
@@ -65,26 +68,6 @@ class Emitter(Protocol):
     def flush(self, timeout: float | None = None) -> bool: ...
 
     def close(self, timeout: float | None = 10.0) -> bool: ...
-
-
-@dataclass(frozen=True, slots=True)
-class RankInfo:
-    """Who this process is in the job: the identity every event carries."""
-
-    job: str
-    rank: int
-    world: int
-    host: str
-    device: int
-    domains: dict[str, Domain] = field(default_factory=dict)
-    attempt: int = 0  # the job's launch (contract 1.4): 0 first, counted up by each relaunch
-
-
-def launcher_attempt(env: Mapping[str, str]) -> int:
-    """The job's attempt from the launcher: torchrun / torchelastic export how many times it
-    restarted the workers (TORCHELASTIC_RESTART_COUNT); 0 when absent or not a count."""
-    raw = env.get("TORCHELASTIC_RESTART_COUNT", "")
-    return int(raw) if raw.isascii() and raw.isdigit() and int(raw) <= UINT16[1] else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,44 +90,6 @@ class HookStats:
     @property
     def us_per_event(self) -> float:
         return self.overhead_ns / 1e3 / self.events if self.events else 0.0
-
-
-class _StepState:
-    """The open step, as little as the training thread must write: raw times and appended records.
-
-    Phase durations are appended as (name, ms) and kernel/collective records as raw tuples; the
-    builder thread sums and aggregates them (dicts, dataclasses and maths cost the training thread).
-    """
-
-    __slots__ = ("interstep_ns", "kernels", "open_phases", "phases", "start_ns", "step", "t0")
-
-    def __init__(self, step: int, start_ns: int, t0: int, interstep_ns: int | None) -> None:
-        self.step = step
-        self.start_ns = start_ns
-        self.t0 = t0  # perf_counter_ns at begin
-        self.interstep_ns = interstep_ns
-        self.phases: list[tuple[str, float]] = []
-        self.open_phases: dict[str, int] = {}
-        self.kernels: list[tuple[Any, ...]] = []
-
-
-@dataclass(slots=True)
-class _DoneStep:
-    """What the training thread hands over at step end (numbers only, no event building)."""
-
-    state: _StepState
-    end_ns: int
-    samples: int | None
-    tokens: int | None
-    batch_size: int | None
-    flops: float | None
-    gc_ms: float | None
-    gc_count: int | None
-    profiling: bool
-    rank: RankInfo
-
-
-_STOP: Any = object()
 
 
 class RankHook:
@@ -171,46 +116,32 @@ class RankHook:
         self.rank = rank
         self._emitter_factory = emitter_factory
         self._emitter: Emitter | None = None
-        self._profiler_factory = profiler_factory
         self.profile_root = profile_root or Path(tempfile.gettempdir()) / "steplens-profiles"
         self.peak_flops = peak_flops
         self._close_timeout = close_timeout_s
         self._pid = os.getpid()
         self._closed = False
         self._next_step = 0
-        self._cur: _StepState | None = None
+        self._cur: StepState | None = None
         self._last_end_pc: int | None = None
         self._agg = KernelAggregator()  # builder thread only
         self._kraw: list[tuple[Any, ...]] = []  # the open step's raw kernel records (training thread)
         self._kraw_dropped = 0
         self._build_interval = build_interval_s
-        self._gc_t0 = 0
-        self._gc_ms = 0.0
-        self._gc_n = 0
-        self._track_gc = False
-        # counters (training thread only, except commands which use the lock)
+        self._gc = GcTimer()
+        # counters (training thread only; commands count under their own lock)
         self._steps = 0
         self._events = 0
         self._errors = 0
         self._overhead = 0
         self._calls = 0
         self._profiles = 0
-        self._lock = threading.Lock()
         self._em_lock = threading.Lock()
-        self._requests: deque[ProfileRequest] = deque()
-        self._accepted = 0
-        self._ignored: dict[str, int] = {}
-        self._active: tuple[ProfileRequest, ProfilerBackend] | None = None
+        self._commands = ProfileCommands(profiler_factory)
         self._followers: list[Any] = []
-        self._builder: threading.Thread | None = None
-        self._builder_pid = 0
-        self._done: deque[Any] = deque()
-        self._wake = threading.Event()
-        self._idle = threading.Condition()
-        self._queued = 0
-        self._built = 0
+        self._builder: Builder | None = None
         if track_gc:
-            self._install_gc()
+            self._gc.install()
         _register_lifecycle(self)
 
     # --- identity ------------------------------------------------------------------------
@@ -253,9 +184,9 @@ class RankHook:
     on_step_begin = step_begin
     on_step_end = step_end
 
-    def step(self, step: int | None = None, **totals: Any) -> _StepContext:
+    def step(self, step: int | None = None, **totals: Any) -> StepContext:
         """`with hook.step():` around one training step; `totals` go to step_end (samples=, tokens=...)."""
-        return _StepContext(self, step, totals)
+        return StepContext(self, step, totals)
 
     def phase_begin(self, name: str) -> None:
         t = time.perf_counter_ns()
@@ -291,9 +222,9 @@ class RankHook:
         except Exception:
             self._errors += 1
 
-    def phase(self, name: str) -> _PhaseContext:
+    def phase(self, name: str) -> PhaseContext:
         """`with hook.phase("forward"):` adds the block's wall time to that phase of the current step."""
-        return _PhaseContext(self, name)
+        return PhaseContext(self, name)
 
     def add_phase_ms(self, name: str, ms: float) -> None:
         """Add a measured duration to a phase of the current step (e.g. from a framework callback)."""
@@ -321,7 +252,7 @@ class RankHook:
         """
         kraw = self._kraw
         if len(kraw) < MAX_RAW_RECORDS_PER_STEP:
-            kraw.append((_COLL, op, dur_ns, nbytes, domain, group_size, launch_us))
+            kraw.append((COLL, op, dur_ns, nbytes, domain, group_size, launch_us))
         else:
             self._kraw_dropped += 1
 
@@ -342,8 +273,8 @@ class RankHook:
         """One kernel of the current step; unmonitored kinds only count towards `other` (R7)."""
         kraw = self._kraw
         if len(kraw) < MAX_RAW_RECORDS_PER_STEP:
-            kraw.append((_KERNEL, key, cat, dur_ns, metric, shape, flops, nbytes, direction, launch_us, monitored)
-                        if monitored else (_OTHER, dur_ns))
+            kraw.append((KERNEL, key, cat, dur_ns, metric, shape, flops, nbytes, direction, launch_us, monitored)
+                        if monitored else (OTHER, dur_ns))
         else:
             self._kraw_dropped += 1
 
@@ -354,7 +285,7 @@ class RankHook:
         A batch fetched between steps (the usual `for batch in loader:` shape) is credited to
         the step that follows.
         """
-        return _TimedIterator(self, iter(iterable))
+        return TimedIterator(self, iter(iterable))
 
     def _data_ms(self, ms: float) -> None:
         cur = self._cur
@@ -369,28 +300,7 @@ class RankHook:
     # --- control ----------------------------------------------------------------------------
     def submit_command(self, cmd: ControlCommand) -> bool:
         """Called from the control thread: queue a profiling request for this rank, or count why not."""
-        reason: str | None = None
-        if cmd.job != self.rank.job:
-            reason = OTHER_JOB
-        elif cmd.ranks and self.rank.rank not in cmd.ranks:
-            reason = OTHER_RANK
-        elif cmd.action != "profile_on":
-            reason = UNSUPPORTED
-        elif self._profiler_factory is None:
-            reason = NO_PROFILER
-        elif cmd.step_first + cmd.step_count - 1 < self._next_step:
-            reason = PAST_STEPS
-        with self._lock:
-            if reason is not None:
-                self._ignored[reason] = self._ignored.get(reason, 0) + 1
-                return False
-            self._accepted += 1
-            self._requests.append(ProfileRequest(
-                command_id=cmd.command_id, step_first=cmd.step_first,
-                step_last=cmd.step_first + cmd.step_count - 1, level=cmd.level,
-                out_dir=self.profile_root / self.rank.job / f"rank{self.rank.rank}" / _safe(cmd.command_id),
-            ))
-        return True
+        return self._commands.submit(cmd, self.rank, self._next_step, self.profile_root)
 
     def add_follower(self, follower: Any) -> None:
         """Keep a control follower alive with the hook and stop it at close."""
@@ -439,13 +349,11 @@ class RankHook:
                 f.stop()
             except Exception:
                 log.debug("control follower stop raised", exc_info=True)
-        self._remove_gc()
+        self._gc.remove()
         limit = self._close_timeout if timeout is None else timeout
-        if self._builder is not None and self._builder_pid == os.getpid():
-            self._drain_builder(limit)
-            self._done.append(_STOP)
-            self._wake.set()
-            self._builder.join(limit)
+        builder = self._builder
+        if builder is not None and builder.pid == os.getpid():
+            builder.stop(limit)
         self._closed = True
         em, self._emitter = self._emitter, None
         if em is None or self._pid != os.getpid():
@@ -461,8 +369,7 @@ class RankHook:
         return self._emitter
 
     def stats(self) -> HookStats:
-        with self._lock:
-            accepted, ignored = self._accepted, dict(self._ignored)
+        accepted, ignored = self._commands.counts()
         return HookStats(steps=self._steps, events=self._events, errors=self._errors, overhead_ns=self._overhead,
                          hook_calls=self._calls, commands_accepted=accepted, commands_ignored=ignored,
                          profiles=self._profiles)
@@ -485,25 +392,25 @@ class RankHook:
     def _after_fork(self) -> None:
         self._pid = -1  # forces a fresh emitter on the child's first emit
         self._emitter = None
-        self._lock = threading.Lock()
         self._em_lock = threading.Lock()
-        self._active = None
+        self._commands.after_fork()
         self._followers = []
         self._builder = None  # the parent's builder thread does not exist here
-        self._done = deque()
 
     def _step_begin(self, step: int | None, t: int) -> None:
         idx = self._next_step if step is None else step
         last = self._last_end_pc
-        cur = self._cur = _StepState(idx, time.time_ns(), t, None if last is None else t - last)
+        cur = self._cur = StepState(idx, time.time_ns(), t, None if last is None else t - last)
         self._kraw = cur.kernels
         if self._pending_data_ms:
             cur.phases.append(("data", self._pending_data_ms))
             self._pending_data_ms = 0.0
-        self._gc_ms = 0.0
-        self._gc_n = 0
-        if self._requests and self._active is None:
-            self._maybe_start_profile(idx)
+        gc_timer = self._gc
+        gc_timer.ms = 0.0
+        gc_timer.n = 0
+        commands = self._commands
+        if commands.requests and commands.active is None:
+            commands.start_due(idx)
 
     def _step_end(self, samples: int | None, tokens: int | None, batch_size: int | None,
                   flops: float | None, t: int) -> None:
@@ -512,73 +419,36 @@ class RankHook:
             return
         self._cur = None
         self._kraw = []  # records between steps land here and are dropped at the next begin
-        tracked = self._track_gc
-        self._defer(_DoneStep(cur, cur.start_ns + (t - cur.t0), samples, tokens, batch_size, flops,
-                              self._gc_ms if tracked else None, self._gc_n if tracked else None,
-                              self._active is not None, self.rank))
+        gc_timer = self._gc
+        tracked = gc_timer.installed
+        commands = self._commands
+        self._defer(DoneStep(cur, cur.start_ns + (t - cur.t0), samples, tokens, batch_size, flops,
+                             gc_timer.ms if tracked else None, gc_timer.n if tracked else None,
+                             commands.active is not None, self.rank))
         self._steps += 1
         self._next_step = cur.step + 1
-        active = self._active
-        if active is not None:
-            req, prof = active
-            prof.step(cur.step)
-            if cur.step >= req.step_last:
-                self._finish_profile(req, prof)
+        if commands.active is not None:
+            finished = commands.step_end(cur.step)
+            if finished is not None:
+                self._finish_profile(*finished)
         self._last_end_pc = time.perf_counter_ns()
 
     # --- event building, off the training thread -----------------------------------------------
-    def _defer(self, done: _DoneStep | Callable[[], None]) -> None:
+    def _defer(self, done: DoneStep | Callable[[], None]) -> None:
         """Queue a finished step (or a job for the builder); the builder thread turns it into events.
 
-        Building and encoding the events is most of the hook's cost; doing it on a helper thread
-        lets it overlap with the training thread's GIL-free compute (torch ops, collectives). The
-        append is all the training thread pays: no wake-up (the builder polls), no getpid (a fork
-        handler resets the builder in a child).
+        The append is all the training thread pays (producers/hook/builder.py says why).
         """
         if self._closed:
             return
-        if self._builder is None:
-            self._start_builder()
-        self._queued += 1
-        self._done.append(done)
+        builder = self._builder
+        if builder is None:
+            builder = self._builder = Builder(self._build, self._emit_round, self._count_error, self._build_interval)
+        builder.queued += 1
+        builder.done.append(done)
 
-    def _start_builder(self) -> None:
-        self._builder_pid = os.getpid()
-        self._queued = self._built = 0
-        self._done = deque()
-        self._wake = threading.Event()
-        self._idle = threading.Condition()
-        self._builder = threading.Thread(target=self._build_loop, name="steplens-hook-builder", daemon=True)
-        self._builder.start()
-
-    def _build_loop(self) -> None:
-        done, wake, idle = self._done, self._wake, self._idle
-        while True:
-            wake.wait(self._build_interval)
-            wake.clear()
-            out: list[Event] = []
-            n = 0
-            stop = False
-            while done:
-                item = done.popleft()
-                if item is _STOP:
-                    stop = True
-                    break
-                try:
-                    if isinstance(item, _DoneStep):
-                        self._build(item, out)
-                    else:
-                        item()
-                except Exception:
-                    self._errors += 1
-                n += 1
-            self._emit_round(out)
-            if n or stop:  # an idle round wakes nobody
-                self._built += n
-                with idle:
-                    idle.notify_all()
-            if stop:
-                return
+    def _count_error(self) -> None:
+        self._errors += 1
 
     def _emit_round(self, events: list[Event]) -> None:
         """Hand one builder round's events to the emitter together, due at once: the builder's
@@ -601,176 +471,38 @@ class RankHook:
 
     def _aggregate(self, records: list[tuple[Any, ...]]) -> AggSnapshot | None:
         agg = self._agg
-        agg.reset()
-        for rec in records:
-            kind = rec[0]
-            if kind == _COLL:
-                _, op, dur, nbytes, domain, group_size, launch_us = rec
-                agg.add(f"{op}/{domain or '-'}", "comm", dur, op=op, domain=domain, group_size=group_size,
-                        nbytes=nbytes, launch_us=launch_us)
-            elif kind == _KERNEL:
-                _, key, cat, dur, metric, shape, flops, nbytes, direction, launch_us, _m = rec
-                agg.add(key, cat, dur, metric=metric, shape=shape, flops=flops, nbytes=nbytes, direction=direction,
-                        launch_us=launch_us)
-            else:
-                agg.add_other(rec[1])
+        add_raw(agg, records)
         dropped, self._kraw_dropped = self._kraw_dropped, 0
         agg.dropped += dropped
         return agg.take()
 
-    def _build(self, d: _DoneStep, out: list[Event]) -> None:
-        cur, r = d.state, d.rank
-        ph: dict[str, float] = {}
-        for name, ms in cur.phases:
-            ph[name] = ph.get(name, 0.0) + ms
+    def _build(self, d: DoneStep, out: list[Event]) -> None:
+        ph = phase_totals(d.state)
         try:
-            kernels = self._aggregate(cur.kernels)
+            kernels = self._aggregate(d.state.kernels)
         except Exception:  # a bad record costs the summary, never the step event
             self._errors += 1
             kernels = None
-        out.append(StepEvent(
-            job=r.job, rank=r.rank, world=r.world, host=r.host, device=r.device, domains=r.domains,
-            step=cur.step, start_ns=cur.start_ns, end_ns=d.end_ns,
-            phases=Phases(
-                data_ms=ph.get("data"), forward_ms=ph.get("forward"), backward_ms=ph.get("backward"),
-                grad_ms=ph.get("grad"), optimizer_ms=ph.get("optimizer"), comm_exposed_ms=ph.get("comm_exposed"),
-                interstep_cpu_ms=None if cur.interstep_ns is None else cur.interstep_ns / 1e6, gc_ms=d.gc_ms,
-            ),
-            gc_count=d.gc_count, batch_size=d.batch_size, samples=d.samples, tokens=d.tokens, flops=d.flops,
-            peak_flops=self.peak_flops, profiling=d.profiling, attempt=r.attempt,
-        ))
+        out.append(step_event(d, ph, self.peak_flops))
         if kernels is not None:
-            out.append(KernelSummary(job=r.job, rank=r.rank, world=r.world, host=r.host, device=r.device,
-                                    domains=r.domains, step=cur.step, attempt=r.attempt,
-                                    **kernels.summary_fields()))
+            out.append(kernel_summary(d.rank, d.state.step, kernels))
 
     def _drain_builder(self, timeout: float | None) -> bool:
         """Wait until every finished step was handed to the emitter."""
-        if self._builder is None or self._builder_pid != os.getpid():
+        builder = self._builder
+        if builder is None or builder.pid != os.getpid():
             return True
-        self._wake.set()
-        with self._idle:
-            return self._idle.wait_for(lambda: self._built >= self._queued or not self._builder_alive(), timeout)
+        return builder.drain(timeout)
 
-    def _builder_alive(self) -> bool:
-        return self._builder is not None and self._builder.is_alive()
-
-    def _maybe_start_profile(self, idx: int) -> None:
-        with self._lock:
-            while self._requests and self._requests[0].step_last < idx:
-                self._requests.popleft()
-                self._ignored[PAST_STEPS] = self._ignored.get(PAST_STEPS, 0) + 1
-            if not self._requests or self._requests[0].step_first > idx:
-                return
-            req = self._requests.popleft()
-        if self._profiler_factory is None:
-            return
-        first = max(req.step_first, idx)
-        req = ProfileRequest(command_id=req.command_id, step_first=first, step_last=req.step_last,
-                             level=req.level, out_dir=req.out_dir)
-        prof = self._profiler_factory(req)
-        prof.start(idx)
-        self._active = (req, prof)
-
-    def _finish_profile(self, req: ProfileRequest, prof: ProfilerBackend) -> None:
-        self._active = None
-        result: ProfileResult = prof.stop()
+    def _finish_profile(self, req: ProfileRequest, result: ProfileResult) -> None:
         r = self.rank
         self._profiles += 1
         # emitted by the builder, after the profiled steps' own events (per-rank order on the wire)
         self._defer(lambda: self._emit_profile(req, result, r))
 
     def _emit_profile(self, req: ProfileRequest, result: ProfileResult, r: RankInfo) -> None:
-        for step in range(req.step_first, req.step_last + 1):
-            kernels = result.kernels.get(step, [])
-            self.emit(KernelBatch(job=r.job, rank=r.rank, world=r.world, host=r.host, device=r.device,
-                                  domains=r.domains, step=step, kernels=kernels, dropped=result.dropped.get(step, 0)))
-        self.emit(ProfileReady(job=r.job, rank=r.rank, host=r.host, format=result.format, uri=str(result.uri),
-                               step_first=req.step_first, step_last=req.step_last, ts_ns=time.time_ns(),
-                               bytes=result.nbytes, command_id=req.command_id))
-
-    def _install_gc(self) -> None:
-        ref = weakref.ref(self)
-
-        def on_gc(phase: str, info: dict[str, int]) -> None:
-            hook = ref()
-            if hook is None:
-                return
-            if phase == "start":
-                hook._gc_t0 = time.perf_counter_ns()
-            elif hook._gc_t0:
-                hook._gc_ms += (time.perf_counter_ns() - hook._gc_t0) / 1e6
-                hook._gc_n += 1
-                hook._gc_t0 = 0
-
-        self._gc_cb = on_gc
-        gc.callbacks.append(on_gc)
-        self._track_gc = True
-
-    def _remove_gc(self) -> None:
-        cb = getattr(self, "_gc_cb", None)
-        if cb is not None and cb in gc.callbacks:
-            gc.callbacks.remove(cb)
-
-
-class _StepContext:
-    __slots__ = ("_hook", "_step", "_totals")
-
-    def __init__(self, hook: RankHook, step: int | None, totals: dict[str, Any]) -> None:
-        self._hook = hook
-        self._step = step
-        self._totals = totals
-
-    def __enter__(self) -> RankHook:
-        self._hook.step_begin(self._step)
-        return self._hook
-
-    def __exit__(self, *exc: object) -> None:
-        self._hook.step_end(**self._totals)
-
-
-class _PhaseContext:
-    __slots__ = ("_hook", "_name")
-
-    def __init__(self, hook: RankHook, name: str) -> None:
-        self._hook = hook
-        self._name = name
-
-    def __enter__(self) -> None:
-        self._hook.phase_begin(self._name)
-
-    def __exit__(self, *exc: object) -> None:
-        self._hook.phase_end(self._name)
-
-
-class _TimedIterator(Iterator[T]):
-    __slots__ = ("_hook", "_it")
-
-    def __init__(self, hook: RankHook, it: Iterator[T]) -> None:
-        self._hook = hook
-        self._it = it
-
-    def __iter__(self) -> _TimedIterator[T]:
-        return self
-
-    def __next__(self) -> T:
-        t = time.perf_counter_ns()
-        try:
-            return next(self._it)
-        finally:
-            try:
-                hook = self._hook
-                end = hook._data_end_pc = time.perf_counter_ns()
-                hook._data_ms((end - t) / 1e6)
-            except Exception:
-                self._hook._errors += 1
-
-    def __len__(self) -> int:
-        return len(self._it)  # type: ignore[arg-type]
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:120] or "profile"
+        for event in profile_events(req, result, r):
+            self.emit(event)
 
 
 def _register_lifecycle(hook: RankHook) -> None:
@@ -792,4 +524,6 @@ def _register_lifecycle(hook: RankHook) -> None:
         os.register_at_fork(after_in_child=after_fork)
 
 
-__all__ = ["PHASES", "Emitter", "HookStats", "RankHook", "RankInfo"]
+# RankInfo and launcher_attempt live in producers/hook/identity.py, PHASES in steps.py; named here
+# too, where the hook's users have always found them.
+__all__ = ["PHASES", "Emitter", "HookStats", "RankHook", "RankInfo", "launcher_attempt"]

@@ -46,7 +46,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from producers.hook.core import RankHook, RankInfo, launcher_attempt
+from producers.hook.core import RankHook
+from producers.hook.identity import RankInfo, launcher_attempt
 from producers.hook.profiling import ProfileRequest, ProfileResult, dump_bytes
 from schemas import Domain, KernelRecord
 from schemas.kernel import CollectiveOp, KernelCategory

@@ -1,4 +1,5 @@
-"""BackgroundEmitter: never blocks or raises on the training thread, counts every drop, spools and replays."""
+"""BackgroundEmitter through its threads: never blocks or raises on the training thread, counts every drop,
+spools and replays (the decisions alone, with a fake clock: test_delivery.py)."""
 
 from __future__ import annotations
 
@@ -19,14 +20,12 @@ from producers.emitter import (
     UNROUTABLE,
     BackgroundEmitter,
     EmitterStats,
-    route,
 )
 from producers.exporter import ExportError, InMemoryExporter, OutRecord
 from producers.spool import SEGMENT_SUFFIX
 from schemas import (
     MAX_EVENT_BYTES,
     ControlCommand,
-    DeviceSample,
     JobEvent,
     KernelBatch,
     KernelRecord,
@@ -34,7 +33,6 @@ from schemas import (
     Topics,
     decode,
     encode,
-    job_key,
     rank_key,
 )
 from tests.producers._factories import START_NS, step_event, step_events
@@ -134,18 +132,6 @@ def test_encode_error_too_large_and_unroutable_are_counted_not_raised(emitters: 
     assert stats.dropped == {ENCODE_ERROR: 2, TOO_LARGE: 1, UNROUTABLE: 1}
     assert stats.emitted == 5 and stats.exported == 1
     assert [decode(v) for v in exporter.values()] == [step_event(1)]
-
-
-def test_routing_topics_and_keys() -> None:
-    topics = Topics("p.")
-    assert route(step_event(3, rank=5, job="a"), topics) == ("p.steps", rank_key("a", 5))
-    kb = KernelBatch(job="a", rank=2, world=4, host="h", device=2, step=0, kernels=[])
-    assert route(kb, topics) == ("p.kernels", rank_key("a", 2))
-    dev = DeviceSample(host="node-3", device=6, ts_ns=START_NS)
-    assert route(dev, topics) == ("p.device", b"node-3/6")
-    assert route(dev, topics, pack=True) == ("p.device", b"node-3")  # packed: one record per node and tick
-    job = JobEvent(job="a", phase="start", world=4, ts_ns=START_NS)
-    assert route(job, topics) == ("p.jobs", job_key("a"))
 
 
 def test_spool_then_replay_in_order_exactly_once(tmp_path: Path, emitters: list[BackgroundEmitter]) -> None:

@@ -1,11 +1,14 @@
-"""Spool: FIFO order, byte bound, segment rolling, cursor persistence, torn tails."""
+"""Spool: FIFO order, byte bound, segment rolling, cursor persistence, torn tails, one writer per directory."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import pytest
+
 from producers.exporter import OutRecord
-from producers.spool import CURSOR_FILE, SEGMENT_SUFFIX, Spool, encode_record, iter_frames
+from producers.spool import CURSOR_FILE, SEGMENT_SUFFIX, Spool, encode_record, iter_frames, open_spool
 
 
 def recs(n: int, start: int = 0, size: int = 100) -> list[OutRecord]:
@@ -86,3 +89,20 @@ def test_torn_tail_is_skipped_and_new_records_go_to_a_new_segment(tmp_path: Path
         again.consume(len(batch))
     assert out == recs(5) + recs(3, start=100)
     assert segments(tmp_path) == []
+
+
+def test_open_spool_gives_each_directory_one_writer(tmp_path: Path) -> None:
+    """An explicit directory already held is refused (no spool, no lock); under a root the next process
+    gets `<name>-<pid>`; giving both is a caller's error."""
+    first, lock = open_spool("trainer", None, tmp_path, 1_000_000)
+    assert first is not None and lock is not None and first.directory == tmp_path / "trainer"
+    try:
+        assert open_spool("x", tmp_path / "trainer", None, 1_000_000) == (None, None)
+        second, lock2 = open_spool("trainer", None, tmp_path, 1_000_000)
+        assert second is not None and lock2 is not None
+        assert second.directory == tmp_path / f"trainer-{os.getpid()}"
+        os.close(lock2)
+    finally:
+        os.close(lock)
+    with pytest.raises(ValueError, match="not both"):
+        open_spool("trainer", tmp_path / "a", tmp_path, 1_000_000)

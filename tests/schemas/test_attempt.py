@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from producers.hook.core import launcher_attempt
+from producers.hook.identity import launcher_attempt
 from schemas import ContractError, JobEvent, KernelSummary, StepEvent, decode, encode
 from schemas.version import CONTRACT_VERSION
 from streams.ingest.decode import decode_batch

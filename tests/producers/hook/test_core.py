@@ -1,16 +1,16 @@
-"""The framework-agnostic rank hook, driven by hand (pure unit tests: the in-memory exporter stands in for Kafka)."""
+"""The framework-agnostic rank hook, driven by hand (pure unit tests: the in-memory exporter stands in for Kafka).
+
+Control commands and profiling: test_commands.py; the step and kernel pieces alone: test_steps.py, test_aggregate.py."""
 
 from __future__ import annotations
 
 import gc
 import os
-from pathlib import Path
 
 from producers.emitter import BackgroundEmitter
 from producers.exporter import InMemoryExporter
-from producers.hook.core import OTHER_JOB, OTHER_RANK, PAST_STEPS, RankHook, RankInfo
-from producers.hook.profiling import ProfileRequest, ProfileResult
-from schemas import ControlCommand, Domain, KernelBatch, KernelRecord, KernelSummary, ProfileReady, StepEvent, decode
+from producers.hook.core import RankHook, RankInfo
+from schemas import Domain, KernelSummary, StepEvent, decode
 
 RANK = RankInfo(job="job-u", rank=1, world=4, host="node-0", device=1, domains={"dp": Domain(group=0, size=4, index=1)})
 
@@ -99,64 +99,12 @@ def test_forked_child_builds_its_own_emitter() -> None:
     hook.close()
 
 
-class _ListProfiler:
-    """A profiler backend that records one synthetic kernel per step (the torch one is tested for real)."""
-
-    def __init__(self, req: ProfileRequest) -> None:
-        self.req = req
-        self.steps: list[int] = []
-
-    def start(self, step: int) -> None:
-        self.req.out_dir.mkdir(parents=True)
-
-    def step(self, step: int) -> None:
-        self.steps.append(step)
-
-    def stop(self) -> ProfileResult:
-        dump = self.req.out_dir / "trace.json"
-        dump.write_text("{}")
-        kernels = {s: [KernelRecord(name="k", cat="compute", start_ns=1, dur_ns=5)] for s in self.steps}
-        return ProfileResult(format="kineto", uri=dump, nbytes=2, kernels=kernels)
-
-
-def test_control_commands_profile_exactly_the_requested_steps(tmp_path: Path) -> None:
-    exporter = InMemoryExporter()
-    hook = _hook(exporter, profiler_factory=_ListProfiler, profile_root=tmp_path)
-
-    def cmd(cid: str, ranks: list[int], first: int, count: int, job: str = "job-u") -> ControlCommand:
-        return ControlCommand(command_id=cid, job=job, action="profile_on", ranks=ranks, step_first=first,
-                              step_count=count, issued_ns=1)
-
-    for _ in range(3):
-        with hook.step():
-            pass
-    assert not hook.submit_command(cmd("c-other", [2], 5, 3))
-    assert not hook.submit_command(cmd("c-job", [1], 5, 3, job="job-v"))
-    assert not hook.submit_command(cmd("c-past", [1], 0, 2))
-    assert hook.submit_command(cmd("c-mine", [1], 5, 3))
-    for _ in range(10):
-        with hook.step():
-            pass
-    events = _events(hook, exporter)
-    batches = [e for e in events if isinstance(e, KernelBatch)]
-    (pointer,) = [e for e in events if isinstance(e, ProfileReady)]
-    assert [b.step for b in batches] == [5, 6, 7]
-    assert (pointer.step_first, pointer.step_last, pointer.command_id) == (5, 7, "c-mine")
-    assert Path(pointer.uri).exists()
-    profiled = [e.step for e in events if isinstance(e, StepEvent) and e.profiling]
-    assert profiled == [5, 6, 7]
-    stats = hook.stats()
-    assert stats.commands_accepted == 1 and stats.profiles == 1
-    assert stats.commands_ignored == {OTHER_RANK: 1, OTHER_JOB: 1, PAST_STEPS: 1}
-    hook.close()
-
-
 def test_a_relaunched_ranks_steps_and_summaries_carry_its_attempt() -> None:
     """Contract 1.4: the attempt the launcher's restart count gave the hook is on every step and
     kernel summary, and survives a domain change (set_domains)."""
     from dataclasses import replace
 
-    from producers.hook.core import launcher_attempt
+    from producers.hook.identity import launcher_attempt
 
     exporter = InMemoryExporter()
     hook = RankHook(replace(RANK, attempt=launcher_attempt({"TORCHELASTIC_RESTART_COUNT": "2"})),
