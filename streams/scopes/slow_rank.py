@@ -12,6 +12,8 @@ the slowest rank is the one with the SHORTEST wait):
   jittery but healthy job does not turn noise into alarms. Other members past the same z are flagged too
   (two slow ranks of one host can share a group).
 
+Groups of two have no majority to be an outlier of: `slow_pair.py` judges them by the peer's wait.
+
 Ranks flagged in one step are grouped by host: when >= 2 ranks and at least
 `slow_host_fraction` of a host's ranks are flagged, that is ONE host finding (a host
 problem: thermal, CPU contention, a bad NIC) and its ranks raise no rank findings.
@@ -128,11 +130,11 @@ def evaluate(frame: Frame, topo: Topology, state: SlowRankState, cfg: DetectionC
                          "group_median_ms": round(float(observed.median[rank]), 3)}
     if not flagged or len(state.history) <= cfg.warmup_steps:
         return state, []
-    medians = _phase_medians(frame)
+    medians = phase_medians(frame)
     return state, _findings(frame, topo, flagged, medians, _deviations(frame, flagged, grading, medians), cfg)
 
 
-def _phase_medians(frame: Frame) -> dict[int, float]:
+def phase_medians(frame: Frame) -> dict[int, float]:
     """The job's median per phase (by index into PHASES) over the ranks seen, for the phases any rank
     reported; exposed communication is left out: a late arriver's peers wait, it does not."""
     peers = frame.phases[:, frame.seen]
@@ -154,8 +156,8 @@ def _deviations(frame: Frame, flagged: dict[int, dict[str, float]],
     return out
 
 
-def _excess_phase(frame: Frame, ranks: list[int], medians: dict[int, float]) -> str | None:
-    """The phase in which the flagged ranks exceed the job's median (`_phase_medians`) most."""
+def excess_phase(frame: Frame, ranks: list[int], medians: dict[int, float]) -> str | None:
+    """The phase in which the flagged ranks exceed the job's median (`phase_medians`) most."""
     excess: dict[str, float] = {}
     for i, median in medians.items():
         mine = frame.phases[i, ranks]
@@ -213,7 +215,7 @@ def _findings(frame: Frame, topo: Topology, flagged: dict[int, dict[str, float]]
         if shared is not None or (
                 len(ranks) >= 2 and members.size and len(ranks) >= cfg.slow_host_fraction * members.size):
             ranks.sort()
-            phase = shared or _excess_phase(frame, ranks, medians)
+            phase = shared or excess_phase(frame, ranks, medians)
             advice = advise(phase)
             busy = float(np.mean([flagged[r]["busy_ms"] for r in ranks]))
             median = float(np.mean([flagged[r]["group_median_ms"] for r in ranks]))
@@ -233,7 +235,7 @@ def _findings(frame: Frame, topo: Topology, flagged: dict[int, dict[str, float]]
             continue
         for rank in ranks:
             ev = flagged[rank]
-            phase = _excess_phase(frame, [rank], medians)
+            phase = excess_phase(frame, [rank], medians)
             advice = advise(phase)
             waits = [v for k, v in ev.items() if k.startswith("wait_ratio_")]
             domains = sorted(k.removeprefix("wait_ratio_") for k in ev if k.startswith("wait_ratio_"))
