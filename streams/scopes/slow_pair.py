@@ -10,12 +10,14 @@ names the later of two:
 
 - gap = (peer's exposed communication − the rank's own) / the pair's mean step time: the share
   of the step the peer spent waiting for it;
-- flagged when gap >= `slow_rank_gap_share` (5 %) AND gap >= `slow_rank_z` sigmas of the pair's
-  own step-to-step noise. The noise is read from the successive differences of the pair's gap
-  over the last `NOISE_STEPS` steps (median |Δgap| / (0.6745 √2), the current step excluded):
-  a pair whose lead changes from step to step (data-dependent work, jitter) has a wide one and
-  needs a far larger gap; a rank late by a steady amount has a narrow one and the share
-  decides. Successive differences, not the spread around the median, so the onset of a
+- flagged when gap >= `slow_rank_gap_share` (5 %) AND gap >= 2 x `slow_rank_z` sigmas of the
+  pair's own step-to-step noise: the bar `slow_rank.py` sets for a late arriver that Dixon's Q
+  cannot confirm, and a pair has no Dixon's Q (healthy simulated pairs, whose noise has a heavy
+  tail, pass 3 sigma in ~0.6 % of steps). The noise is read from the successive differences of
+  the pair's gap over the last `NOISE_STEPS` steps (median |Δgap| / (0.6745 √2), the current
+  step excluded): a pair whose lead changes from step to step (data-dependent work, jitter) has
+  a wide one and needs a far larger gap; a rank late by a steady amount has a narrow one and the
+  share decides. Successive differences, not the spread around the median, so the onset of a
   straggler (one jump) does not widen the noise and hide it;
 - only ranks with no comparable group of >= 3 members: where a majority exists, the outlier
   test of `slow_rank.py` decides;
@@ -101,7 +103,7 @@ def evaluate(frame: Frame, topo: Topology, state: PairState, cfg: DetectionConfi
             del history[:-NOISE_STEPS]
             late, peer = (a, b) if gap > 0 else (b, a)
             share = abs(gap)
-            if not judged or share < cfg.slow_rank_gap_share or share < cfg.slow_rank_z * sigma:
+            if not judged or share < cfg.slow_rank_gap_share or share < 2 * cfg.slow_rank_z * sigma:
                 continue
             out.append(_finding(frame, topo, domain, int(group), late, peer, share, sigma, step_ms, cfg))
     return state, out

@@ -75,6 +75,18 @@ def test_a_gap_under_five_percent_of_the_step_is_no_straggler() -> None:
     assert not any(_run([_frame(s, [20.0, 16.0]) for s in range(50)], _topology([2])))
 
 
+def test_healthy_pairs_whose_lead_changes_raise_nothing() -> None:
+    rng = np.random.default_rng(5)
+    topo = _topology([2])
+    for jitter in (0.01, 0.03, 0.08):  # per-rank busy jitter, share of the step
+        frames = []
+        for s in range(5000):
+            busy = 80.0 * (1.0 + rng.normal(0.0, jitter, 2))
+            frames.append(_frame(s, (busy.max() - busy + 10.0).tolist()))
+        flagged = _run(frames, topo)
+        assert not any(flagged), jitter  # 6 sigma of the pair's noise
+
+
 def _longest_run(flagged: list[list[int]]) -> int:
     """The most steps in a row one rank was flagged (what opens an incident: `slow_rank_min_steps`)."""
     best, run, last = 0, 0, None
@@ -86,17 +98,16 @@ def _longest_run(flagged: list[list[int]]) -> int:
     return best
 
 
-def test_healthy_pairs_whose_lead_changes_never_persist() -> None:
-    rng = np.random.default_rng(5)
-    topo = _topology([2])
-    for jitter in (0.01, 0.03, 0.08):  # per-rank busy jitter, share of the step
-        frames = []
-        for s in range(5000):
-            busy = 80.0 * (1.0 + rng.normal(0.0, jitter, 2))
-            frames.append(_frame(s, (busy.max() - busy + 10.0).tolist()))
-        flagged = _run(frames, topo)
-        assert sum(map(bool, flagged)) < 0.01 * len(frames), jitter  # 3 sigma: ~0.3 % of steps
-        assert _longest_run(flagged) < CFG.slow_rank_min_steps, jitter
+def test_heavy_tailed_hiccups_flag_single_steps_that_never_persist() -> None:
+    # one rank-step in 50 (5x the simulator's heavy tail) loses a Pareto-sized stretch (a page-cache miss, OS
+    # noise): a one-step gap far past the pair's noise, flagged for that step, never for 3 steps running
+    rng = np.random.default_rng(21)
+    frames = []
+    for s in range(5000):
+        busy = 80.0 * (1.0 + rng.normal(0.0, 0.03, 2))
+        busy += np.where(rng.random(2) < 0.02, 8.0 * (rng.pareto(1.5, 2) + 1.0), 0.0)
+        frames.append(_frame(s, (busy.max() - busy + 10.0).tolist()))
+    assert _longest_run(_run(frames, _topology([2]))) < CFG.slow_rank_min_steps
 
 
 def test_a_straggler_that_starts_late_in_a_noisy_run_is_found_at_its_onset() -> None:
