@@ -4,9 +4,13 @@ the offline analyser and the tool its users already trust on the same input -> b
 Per trace:
 - live: `steplens replay` (producers/replay) through the real Kafka broker (infra/, this checkout's
   ports) and a real `detect` worker, at the trace's own pace (`--speed`, default 1), its steps
-  played `--repeat` times (default 5: the slow-rank scope opens after 3 flagged steps, and a profile
-  holds 1-2); the verdict is the trace rank of the rank- or host-scoped incidents (SLOW_RANK,
-  SLOW_HOST, R5 ...; hangs excluded), none when there is none; every incident is listed;
+  played until they cover `--steps` steps (default 20; `--repeat N` plays them N times instead): a
+  profile holds 1-2 steps, and the detector judges a job once its warm-up (5 steps) is past, a
+  straggler over a window of 10 steps (`streams/scopes/sustained.py`) and opens an incident after
+  3 flagged steps; the verdict is the trace rank of the rank- or host-scoped incidents (SLOW_RANK,
+  SLOW_HOST, R5 ...; hangs excluded), none when there is none; every incident is listed; for a
+  2-rank trace, each trace step's wait gap (the later arriver and its peer's extra wait in
+  collectives, share of the step: what `streams/scopes/slow_pair.py` judges);
 - offline: the `steplens analyse` code path (loader + diagnose); the verdict is the rank of its
   slow_rank findings of severity warning or critical (an `info` one is an unconfirmed extreme);
 - reference: HolisticTraceAnalysis 0.5.0 `get_potential_stragglers(num_candidates=1)` for Kineto
@@ -248,20 +252,49 @@ def _summary(incident: dict[str, Any], trace_rank: Callable[[int], int]) -> dict
             "summary": incident.get("summary")}
 
 
-def _why_not(trace_ranks: int, live: int | None, reference: int | None) -> str | None:
+def pair_gaps(replay: Any) -> list[dict[str, Any]]:
+    """Per trace step of a 2-rank replay: the later arriver (least exposed communication) and its peer's extra
+    wait over the pair's mean step, as `streams/scopes/slow_pair.py` reads them; [] for other replays."""
+    from schemas import StepEvent
+
+    if len(replay.ranks) != 2:
+        return []
+    out = []
+    for step in replay.steps[: len(replay.steps) // replay.repeats]:
+        events = sorted((e for e in step.events if isinstance(e, StepEvent)), key=lambda e: e.rank)
+        if len(events) != 2:
+            continue
+        first, second = events[0].phases.comm_exposed_ms, events[1].phases.comm_exposed_ms
+        step_ms = sum(e.end_ns - e.start_ns for e in events) / 2e6
+        if first is None or second is None or step_ms <= 0:
+            continue
+        late = events[0] if first < second else events[1]
+        out.append({"step": step.step, "late": replay.trace_rank(late.rank),
+                    "peer_wait_share": round(abs(second - first) / step_ms, 4)})
+    return out
+
+
+def _why_not(trace_ranks: int, live: int | None, reference: int | None, gaps: list[dict[str, Any]]) -> str | None:
     if live == reference:
         return None
-    if trace_ranks < 3:
-        return (f"{trace_ranks} ranks: the live slow-rank scope compares a rank with its group and needs >= 3 "
-                "(two ranks give no majority to be slow against); the reference names the later of the two")
-    return ("the live scopes confirm a slow rank as an outlier of its group (robust z, Dixon's Q at 99.5 %); "
-            "the reference names the extreme rank of a dimension whose spread exceeds its threshold")
+    if trace_ranks == 2:
+        seen = "; ".join(f"step {g['step']}: rank {g['late']} late, its peer waits {100 * g['peer_wait_share']:.1f} %"
+                         for g in gaps)
+        return ("2 ranks: the live pair rule names the later arriver when its peer's extra wait is >= 5 % of the step "
+                "and >= 3 sigma of the pair's step-to-step noise (streams/scopes/slow_pair.py); the trace's steps: "
+                f"{seen}. The reference names the later of the two from per-collective start times, which the "
+                "step events do not carry")
+    return ("the live scopes name a slow rank that is an outlier of its group (robust z, Dixon's Q at 99.5 %) or "
+            "that its group waits for alone >= 5 % of the step, step after step (streams/scopes/sustained.py); the "
+            "reference names the extreme rank of a dimension whose spread exceeds its threshold")
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.replay", description=__doc__.splitlines()[0])
     p.add_argument("--speed", type=float, default=1.0, help="replay pace (1 = the trace's own; 0 = flat out)")
-    p.add_argument("--repeat", type=int, default=5, help="plays of each trace's steps (default 5)")
+    p.add_argument("--steps", type=int, default=20, help="play each trace until it covers this many steps "
+                   "(default 20: warm-up, a 10-step window and 3 flagged steps)")
+    p.add_argument("--repeat", type=int, help="plays of each trace's steps (overrides --steps)")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
     from infra import InfraConfig, KafkaBroker
@@ -282,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tmp_s)
         replays = []
         for i, trace in enumerate(found):
-            replay = load_replay(list(trace.paths), f"replay{stamp}-{i}", time.time_ns(), repeats=args.repeat)
+            repeats = args.repeat or _repeats(trace.paths, args.steps)
+            replay = load_replay(list(trace.paths), f"replay{stamp}-{i}", time.time_ns(), repeats=repeats)
             replays.append(replay)
             work = tmp / str(i)
             work.mkdir()
@@ -297,22 +331,24 @@ def main(argv: list[str] | None = None) -> int:
         logs = cfg.logs_dir
         logs.mkdir(parents=True, exist_ok=True)
         print(f"• live: {len(replays)} replays through Kafka and a detect worker (speed {args.speed:g}, "
-              f"x{args.repeat})", flush=True)
+              f"{'x' + str(args.repeat) if args.repeat else f'>= {args.steps} steps'})", flush=True)
         live = run_live(settings, replays, args.speed, logs)
     for row, replay in zip(rows, replays, strict=True):
         entry = live[replay.job]
         verdict = live_verdict(entry["incidents"], replay.trace_rank)
+        gaps = pair_gaps(replay)
         row["live"] = {"verdict": verdict, "job": replay.job, "events": entry["events"], "dropped": entry["dropped"],
                        "send_seconds": entry["send_seconds"], "finished": entry["finished"],
-                       "incidents": [_summary(i, replay.trace_rank) for i in entry["incidents"]]}
+                       "incidents": [_summary(i, replay.trace_rank) for i in entry["incidents"]],
+                       **({"pair_gaps": gaps} if gaps else {})}
         ref = row["reference"]
         has_ref = "error" not in ref
         live_ok = has_ref and verdict == ref["verdict"]
         offline_ok = has_ref and row["offline"]["verdict"] == ref["verdict"]
         row["agreement"] = {"live": live_ok, "offline": offline_ok, "both": live_ok and offline_ok,
-                            "why_live_differs": _why_not(len(replay.ranks), verdict, ref["verdict"]) if has_ref
+                            "why_live_differs": _why_not(len(replay.ranks), verdict, ref["verdict"], gaps) if has_ref
                             else "no reference verdict"}
-    result = {"traces": rows, "not_replayed": skipped, "speed": args.speed, "repeat": args.repeat,
+    result = {"traces": rows, "not_replayed": skipped, "speed": args.speed, "steps": args.steps, "repeat": args.repeat,
               "agreement": {r["name"]: r["agreement"]["both"] for r in rows},
               "machine": machine(), "started": started, "git": git_commit()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -324,6 +360,14 @@ def main(argv: list[str] | None = None) -> int:
               f"{_show(ref_v):>10} {'yes' if r['agreement']['both'] else 'NO':>6}")
     print(f"wrote {args.out}")
     return 0
+
+
+def _repeats(paths: tuple[Path, ...], steps: int) -> int:
+    """Plays of a trace's steps that cover at least `steps` steps."""
+    from producers.replay import load_replay
+
+    once = load_replay(list(paths), "probe", 0)
+    return max(1, -(-steps // len(once.steps)))
 
 
 def _show(value: Any) -> str:

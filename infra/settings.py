@@ -27,6 +27,7 @@ class DetectionConfig:
     slow_rank_wait_ratio: float = 0.05  # R_wait = 1 - mean(busy)/max(busy) over a group
     slow_rank_z: float = 3.0         # the slowest rank's busy time must also be this many robust sigmas out
     slow_rank_min_steps: int = 3     # consecutive flagged steps before a slow-rank incident opens
+    slow_rank_gap_share: float = 0.05  # a group's wait for its late arriver alone, share of the step (mstt: 5 %)
     # graded confirmation (streams/scopes/confirm.py): a deviation far past every threshold confirms sooner
     slow_rank_strong_min_steps: int = 2  # flagged steps for a strong one (>= slow_rank_min_steps: grading off)
     slow_rank_strong_z: float = 10.0     # strong: robust z at least this ...

@@ -32,7 +32,7 @@ from streams.combine.chunks import StepColumns
 from streams.incidents.book import IncidentBook
 from streams.incidents.join import CULPRIT_RULES, JoinState, OpenTrack, join
 from streams.ingest.decode import DOMAINS
-from streams.scopes import group_split, hung, pp_stage, slow_link, slow_rank, slow_step, stall
+from streams.scopes import group_split, hung, pp_stage, slow_link, slow_pair, slow_rank, slow_step, stall
 from streams.scopes.finding import Finding
 from streams.scopes.stopped import job_stopped
 from streams.signals import (
@@ -80,6 +80,7 @@ class JobEngine:
     book: IncidentBook
     slow_step: slow_step.SlowStepState = field(default_factory=slow_step.SlowStepState)
     slow_rank: slow_rank.SlowRankState = field(default_factory=slow_rank.SlowRankState)
+    pairs: slow_pair.PairState = field(default_factory=slow_pair.PairState)
     stages: pp_stage.StageState = field(default_factory=pp_stage.StageState)
     signals: SignalState = field(default_factory=SignalState)
     stall: stall.StallState = field(default_factory=stall.StallState)
@@ -277,6 +278,8 @@ class JobEngine:
         self._timed("SLOW_STEP", t)
         t = time.perf_counter()
         self.slow_rank, found = slow_rank.evaluate(frame, self.frames.topo, self.slow_rank, self.cfg)
+        findings.extend(found)
+        self.pairs, found = slow_pair.evaluate(frame, self.frames.topo, self.pairs, self.cfg)
         findings.extend(found)
         self._timed("SLOW_RANK", t)
         t = time.perf_counter()

@@ -404,9 +404,12 @@ def default_microbatches(topo: Topology) -> int:
 
 
 def layout(ranks: int, *, moe: bool = False) -> Topology:
-    """A plausible Megatron layout for `ranks` (TP within a host, PP across hosts, rest DP)."""
+    """A plausible Megatron layout for `ranks` (TP within a host, PP across hosts, rest DP); below 8 ranks a
+    data-parallel job (a 2-GPU run: one DP pair, judged by `streams/scopes/slow_pair.py`)."""
+    if ranks < 1:
+        raise ValueError("at least 1 rank")
     if ranks < 8:
-        raise ValueError("at least 8 ranks")
+        return Topology(dp=ranks, tp=1, pp=1, ep=1, devices_per_host=8)
     tp = 2 if moe else 4
     pp = 2 if ranks <= 256 else (4 if ranks <= 4096 else 8)
     if ranks % (tp * pp):

@@ -12,6 +12,10 @@ the slowest rank is the one with the SHORTEST wait):
   jittery but healthy job does not turn noise into alarms. Other members past the same z are flagged too
   (two slow ranks of one host can share a group).
 
+A rank its group waits for step after step, under noise too loud for one step or in a group
+whose members arrive spread out, is found over a window (`sustained.py`). Groups of two have no
+majority to be an outlier of: `slow_pair.py` judges them by the peer's wait.
+
 Ranks flagged in one step are grouped by host: when >= 2 ranks and at least
 `slow_host_fraction` of a host's ranks are flagged, that is ONE host finding (a host
 problem: thermal, CPU contention, a bad NIC) and its ranks raise no rank findings.
@@ -52,6 +56,7 @@ def evaluate(frame: Frame, topo: Topology, state: SlowRankState, cfg: DetectionC
     if seen.size < 3:
         return state, []
     busy = frame.busy_ms[seen]
+    duration = frame.duration_ms[seen]
     flagged: dict[int, dict[str, float]] = {}
     grading: dict[int, list[tuple[float, float, float, float]]] = {}  # rank -> (z, excess, Q, Q crit) per domain
     noises: list[float] = []
@@ -85,10 +90,15 @@ def evaluate(frame: Frame, topo: Topology, state: SlowRankState, cfg: DetectionC
         sorted_vals = values[gs.order]
         is_max = np.zeros(values.size, dtype=bool)
         is_max[gs.starts + gs.counts - 1] = True
+        # each member's busy time minus the latest other member's, over the group's mean step: for the latest
+        # member, the share of the step its group waits for it alone (sustained.py)
+        step_ms = np.add.reduceat(duration[ok][gs.order], gs.starts) / gs.counts
+        latest_other = np.where(is_max, np.repeat(gs.second, gs.counts), np.repeat(gs.maximum, gs.counts))
+        gap = (sorted_vals - latest_other) / np.repeat(np.where(step_ms > 0, step_ms, np.nan), gs.counts)
         observed.add(d_index, ranks[gs.order][member_valid],
                      (sorted_vals / np.repeat(np.where(gs.median > 0, gs.median, 1.0), gs.counts) - 1.0)[member_valid],
                      is_max[member_valid], np.repeat(gs.median, gs.counts)[member_valid],
-                     np.repeat(wait, gs.counts)[member_valid])
+                     np.repeat(wait, gs.counts)[member_valid], gap[member_valid])
         waited = valid & (wait >= cfg.slow_rank_wait_ratio)
         dixon = np.isfinite(q_crit) & (q > q_crit)
         # 3 sigma out of the job's noise, confirmed by Dixon's Q where it applies (n <= 30),
@@ -117,22 +127,22 @@ def evaluate(frame: Frame, topo: Topology, state: SlowRankState, cfg: DetectionC
         state.history.append(float(np.median(noises)))
         del state.history[:-NOISE_STEPS]
         state.noise = float(np.median(state.history))
-    stragglers, excess = sustained_update(state.sustained, observed, state.noise)
-    for rank, over in zip(stragglers.tolist(), excess.tolist(), strict=True):
+    stragglers, excess, gaps = sustained_update(state.sustained, observed, state.noise, cfg.slow_rank_gap_share)
+    for rank, over, gap_share in zip(stragglers.tolist(), excess.tolist(), gaps.tolist(), strict=True):
         if rank in flagged or not frame.seen[rank] or observed.domain[rank] < 0:
             continue
         domain = DOMAINS[int(observed.domain[rank])]
         flagged[rank] = {f"wait_ratio_{domain}": round(float(observed.wait[rank]), 4),
-                         "sustained_median_excess": round(over, 4), "sustained_window": float(WINDOW),
-                         "busy_ms": round(float(frame.busy_ms[rank]), 3),
+                         "sustained_median_excess": round(over, 4), "sustained_median_gap_share": round(gap_share, 4),
+                         "sustained_window": float(WINDOW), "busy_ms": round(float(frame.busy_ms[rank]), 3),
                          "group_median_ms": round(float(observed.median[rank]), 3)}
     if not flagged or len(state.history) <= cfg.warmup_steps:
         return state, []
-    medians = _phase_medians(frame)
+    medians = phase_medians(frame)
     return state, _findings(frame, topo, flagged, medians, _deviations(frame, flagged, grading, medians), cfg)
 
 
-def _phase_medians(frame: Frame) -> dict[int, float]:
+def phase_medians(frame: Frame) -> dict[int, float]:
     """The job's median per phase (by index into PHASES) over the ranks seen, for the phases any rank
     reported; exposed communication is left out: a late arriver's peers wait, it does not."""
     peers = frame.phases[:, frame.seen]
@@ -154,8 +164,8 @@ def _deviations(frame: Frame, flagged: dict[int, dict[str, float]],
     return out
 
 
-def _excess_phase(frame: Frame, ranks: list[int], medians: dict[int, float]) -> str | None:
-    """The phase in which the flagged ranks exceed the job's median (`_phase_medians`) most."""
+def excess_phase(frame: Frame, ranks: list[int], medians: dict[int, float]) -> str | None:
+    """The phase in which the flagged ranks exceed the job's median (`phase_medians`) most."""
     excess: dict[str, float] = {}
     for i, median in medians.items():
         mine = frame.phases[i, ranks]
@@ -213,7 +223,7 @@ def _findings(frame: Frame, topo: Topology, flagged: dict[int, dict[str, float]]
         if shared is not None or (
                 len(ranks) >= 2 and members.size and len(ranks) >= cfg.slow_host_fraction * members.size):
             ranks.sort()
-            phase = shared or _excess_phase(frame, ranks, medians)
+            phase = shared or excess_phase(frame, ranks, medians)
             advice = advise(phase)
             busy = float(np.mean([flagged[r]["busy_ms"] for r in ranks]))
             median = float(np.mean([flagged[r]["group_median_ms"] for r in ranks]))
@@ -233,7 +243,7 @@ def _findings(frame: Frame, topo: Topology, flagged: dict[int, dict[str, float]]
             continue
         for rank in ranks:
             ev = flagged[rank]
-            phase = _excess_phase(frame, [rank], medians)
+            phase = excess_phase(frame, [rank], medians)
             advice = advise(phase)
             waits = [v for k, v in ev.items() if k.startswith("wait_ratio_")]
             domains = sorted(k.removeprefix("wait_ratio_") for k in ev if k.startswith("wait_ratio_"))
@@ -241,7 +251,8 @@ def _findings(frame: Frame, topo: Topology, flagged: dict[int, dict[str, float]]
             if "sustained_median_excess" in ev:
                 summary = (f"rank {rank} ({host_name}) is the one its {groups} wait for, step after step: the "
                            f"slowest in most of the last {WINDOW} steps, busy {100 * ev['sustained_median_excess']:.0f}"
-                           f" % over the group median (median over those steps)")
+                           f" % over the group median and {100 * ev['sustained_median_gap_share']:.0f} % of the step "
+                           "after the next-latest rank (medians over those steps)")
             else:
                 summary = (f"rank {rank} ({host_name}) is the one its {groups} wait for: busy {ev['busy_ms']:.0f} ms "
                            f"vs group median {ev['group_median_ms']:.0f} ms, R_wait {max(waits):.2f}")

@@ -38,7 +38,7 @@ Snapshot = tuple[JobEngine, Outbox]
 
 log = logging.getLogger(__name__)
 
-FORMAT = b"SLS5"  # SLS5: engines keep the attempt a relaunch replaced; SLS4 (attempts) and older are ignored
+FORMAT = b"SLS6"  # SLS6: engines keep their pairs' gaps (slow_pair); SLS5 and older are ignored
 MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
 
 

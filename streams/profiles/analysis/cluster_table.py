@@ -146,6 +146,12 @@ class StageVerdict:
     evidence: dict[str, float]
 
 
+def _excess(value: float, column: list[float]) -> float:
+    """`value` over the column's median; NaN when the table has no such column (no all-NaN median warning)."""
+    known = [v for v in column if not math.isnan(v)]
+    return value - float(np.median(known)) if known else math.nan
+
+
 def _comm_column(rows: list[_RankRow]) -> str:
     if all(not math.isnan(r.get(COMM_NO_EXCL_RECV)) for r in rows):
         return COMM_NO_EXCL_RECV
@@ -184,7 +190,7 @@ def stage_verdicts(table: ClusterTable) -> list[StageVerdict]:
             "comm_not_overlapped_ms": float(comm[late]) / 1e3,
             "others_median_comm_not_overlapped_ms": float(np.median(comm[others])) / 1e3,
             "computing_excess_ms": excess_comp / 1e3, "free_excess_ms": excess_free / 1e3,
-            "preparing_excess_ms": float(r.get(PREPARING) - np.nanmedian([x.get(PREPARING) for x in rows])) / 1e3,
+            "preparing_excess_ms": _excess(r.get(PREPARING), [x.get(PREPARING) for x in rows]) / 1e3,
             "step_ms": float(total[late]) / 1e3,
             "exposed_comm_share": float(comm[late] / total[late]) if total[late] > 0 else 0.0,
             "overlap_ratio": r.get(OVERLAPPED) / comm_total if comm_total and comm_total > 0 else math.nan,

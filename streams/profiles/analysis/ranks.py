@@ -5,21 +5,27 @@ the *shortest* kernel is the one the others waited for. Collectives are matched 
 (group, op, sequence number within the group). Pipeline stages are kept apart: only ranks of the
 same stage are compared, and one-sided point-to-point transfers (the pipeline's own send/recv,
 whose waits are bubbles by design) do not vote. NCCL's SendRecv kernel carries all-to-all and
-does vote.
+does vote. A rank whose dump has no collective list (torch_npu level 0 writes no
+communication.json) is matched by its communication kernels themselves (`hcom_allReduce__868_0_1`,
+`ncclDevKernel_AllReduce_...`): the op from the name, the group from the name's communicator
+suffix (HCCL) or the kernel's stream (NCCL runs each communicator on its own stream).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
 from streams.profiles.analysis.findings import Finding
-from streams.profiles.model import COMMUNICATION, Profile
+from streams.profiles.model import COMMUNICATION, Collective, Profile
 
 P2P_OPS = frozenset(("send", "recv", "receive", "p2p"))  # one-sided transfers (PP); SendRecv is all-to-all
+_HCCL_KERNEL = re.compile(r"^hcom_([A-Za-z]+)_+(\d+)?")  # hcom_allReduce__868_0_1: op, communicator suffix
+_NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")  # ncclDevKernel_AllReduce_Sum_f32_RING_LL
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +39,26 @@ class LateArrival:
 Matched = dict[tuple[int | None, str, str, int], dict[int, tuple[float, float]]]
 
 
+def kernel_collectives(p: Profile) -> list[Collective]:
+    """A dump without a collective list: its communication kernels as collectives (op and group from the
+    kernel's name, or its stream; sizes unknown). Kernels of no recognisable op are left out."""
+    out: list[Collective] = []
+    k = p.kernels
+    for i in np.flatnonzero(k.kind == COMMUNICATION).tolist():
+        name = p.names[int(k.name[i])]
+        hccl = _HCCL_KERNEL.match(name)
+        nccl = None if hccl else _NCCL_KERNEL.match(name)
+        if hccl:
+            op, group = hccl.group(1).lower(), f"hcom:{hccl.group(2) or ''}"
+        elif nccl:
+            op, group = nccl.group(1).lower(), f"stream:{int(k.stream[i])}"
+        else:
+            continue
+        out.append(Collective(name=name, op=op, ts=float(k.ts[i]), dur=float(k.dur[i]), bytes=math.nan, group=group,
+                              seq=-1))
+    return out
+
+
 def matched_collectives(profiles: list[Profile]) -> Matched:
     """(stage, group, op, n-th of that op in the group) -> rank -> (start, duration); p2p left out."""
     table: Matched = {}
@@ -40,7 +66,7 @@ def matched_collectives(profiles: list[Profile]) -> Matched:
         if p.rank is None:
             continue
         seq: dict[tuple[str, str], int] = {}
-        for c in sorted(p.collectives, key=lambda c: c.ts):
+        for c in sorted(p.collectives or kernel_collectives(p), key=lambda c: c.ts):
             if c.op in P2P_OPS:
                 continue
             n = seq.get((c.group, c.op), 0)

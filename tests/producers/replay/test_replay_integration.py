@@ -1,8 +1,11 @@
-"""`steplens replay` end to end: a real two-rank Kineto trace through the real broker and a detect worker.
+"""`steplens replay` end to end: real two-rank traces through the real broker and a detect worker.
 
-What the live detector can say on two ranks: no straggler (its slow-rank scope compares a rank with
-a group of >= 3), and what the trace itself shows job-wide: the GPUs idle half of every step (device
-kernels explain 50 % of the step), R7's minority-kernel gap, opened at the third step of persistence.
+A pair is judged by the peer's wait (streams/scopes/slow_pair.py). The Kineto pair's gap alternates
+(rank 0 waits 6.2 % of step 551 for rank 1, rank 1 0.7 % of step 552 for rank 0): no straggler, and
+what the trace itself shows job-wide: the GPUs idle half of every step (device kernels explain 50 %
+of the step), R7's minority-kernel gap, opened at the third step of persistence. The torch_npu
+level-0 pair: rank 0 waits 16.9 ms (13 % of the step) for rank 1 every step, msprof-analyze's slow
+rank: one SLOW_RANK incident for rank 1.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from streams.profiles.samples import real_samples_dir
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
 KINETO = [real_samples_dir() / "kineto-hta" / f"trace_filter_sampled_rank-{r}.json.gz" for r in (0, 1)]
+LEVEL0 = Path(__file__).resolve().parents[3] / "bench" / "data" / "real" / "msinsight-torch_npu-level0"
 
 
 def test_real_trace_replayed_through_kafka_is_judged_by_the_detect_worker(
@@ -44,6 +48,22 @@ def test_real_trace_replayed_through_kafka_is_judged_by_the_detect_worker(
                                                                         ("resolved", "R7", "job")], log
     assert incidents[0]["step_first"] == 553 and incidents[0]["observed"] == pytest.approx(0.50, abs=0.01)
     assert live_verdict(incidents, replay.trace_rank) is None
+
+
+def test_a_real_pair_whose_peer_waits_opens_one_slow_rank_incident(
+    kafka_settings: Settings, unique_name: str, tmp_path: Path
+) -> None:
+    settings = replace(kafka_settings, home=tmp_path, topic_prefix=f"{unique_name}.", app_id=unique_name,
+                       topic_partitions=2)
+    replay = load_replay([LEVEL0], f"{unique_name}-level0", time.time_ns(), repeats=20)
+    live = run_live(settings, [replay], speed=0.0, logs=tmp_path, stall_s=60.0)[replay.job]
+    log = (tmp_path / "worker-detect.log").read_text(errors="replace")[-3000:]
+    assert live["finished"] and live["dropped"] == 0, log
+    incidents = live["incidents"]
+    assert [(i["state"], i["rule"], i["scope"], i["ranks"]) for i in incidents] == [
+        ("open", "SLOW_RANK", "rank", [1]), ("resolved", "SLOW_RANK", "rank", [1])], log
+    assert incidents[0]["evidence"]["wait_gap_share_dp"] == pytest.approx(0.131, abs=0.002)
+    assert live_verdict(incidents, replay.trace_rank) == 1
 
 
 def test_cli_replay_writes_every_event_to_the_topics(

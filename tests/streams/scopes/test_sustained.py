@@ -27,7 +27,7 @@ def _run(rng: np.random.Generator, steps: int, slow_factor: float, sigma: float)
         busy[2] *= slow_factor
         # the job's typical relative deviation, as slow_rank estimates it (median |x/median - 1|)
         noise = float(np.median(np.abs(busy / np.median(busy) - 1.0)))
-        ranks, _ = update(state, _step(busy), noise=max(noise, sigma * 0.6745))
+        ranks, *_ = update(state, _step(busy), noise=max(noise, sigma * 0.6745))
         hits.append(ranks.tolist())
     return hits
 
@@ -59,5 +59,50 @@ def test_a_rank_missing_from_the_window_gets_no_verdict() -> None:
         if step % 4 == 0:  # rank 2 did not report this step
             obs.excess[2] = np.nan
             obs.slowest[2] = False
-        ranks, _ = update(state, obs, noise=0.01)
+        ranks, *_ = update(state, obs, noise=0.01)
         assert 2 not in ranks.tolist()
+
+
+def _spread_step(busy: np.ndarray, step_ms: float) -> StepObservation:
+    """`_step` with each member's gap to the latest other member, over the step."""
+    obs = _step(busy)
+    order = np.sort(busy)
+    latest_other = np.where(busy == order[-1], order[-2], order[-1])
+    obs.gap[:] = (busy - latest_other) / step_ms
+    return obs
+
+
+def _spread_run(rng: np.random.Generator, steps: int, lead: float, sigma: float, n: int = 8) -> list[list[int]]:
+    """A group whose members arrive spread out every step (fixed offsets 0..30 % of the step, plus noise);
+    the last member is `lead` of the step behind the next-latest one."""
+    state = SustainedState()
+    base = np.linspace(70.0, 100.0, n - 1)
+    hits = []
+    for _ in range(steps):
+        busy = np.append(base, 100.0 + 100.0 * lead) * rng.lognormal(0.0, sigma, n)
+        noise = float(np.median(np.abs(busy / np.median(busy) - 1.0)))  # ~10 %: the spread itself
+        ranks, *_ = update(state, _spread_step(busy, 110.0), noise=noise, gap_share=0.05)
+        hits.append(ranks.tolist())
+    return hits
+
+
+def test_a_rank_its_spread_out_group_waits_for_alone_is_found() -> None:
+    # the latest rank is 8 % of the step behind the next-latest every step: its excess (~25 % over the median) is
+    # less than 4x the group's typical deviation (the spread), but the group loses those 8 % to it alone
+    hits = _spread_run(np.random.default_rng(2), 40, lead=0.088, sigma=0.005)
+    assert all(h == [7] for h in hits[WINDOW:])
+
+
+def test_a_latest_rank_close_behind_the_next_is_not_sustained() -> None:
+    assert not any(_spread_run(np.random.default_rng(2), 200, lead=0.02, sigma=0.005))
+
+
+def test_independent_noise_makes_no_sustained_gap() -> None:
+    rng = np.random.default_rng(13)
+    for n, sigma in ((3, 0.08), (8, 0.08), (8, 0.35), (64, 0.08)):
+        state = SustainedState()
+        for _ in range(2000):
+            busy = 100.0 * rng.lognormal(0.0, sigma, n)
+            noise = float(np.median(np.abs(busy / np.median(busy) - 1.0)))
+            ranks, *_ = update(state, _spread_step(busy, 120.0), noise=max(noise, sigma * 0.6745), gap_share=0.05)
+            assert ranks.size == 0, (n, sigma)
