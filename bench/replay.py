@@ -281,7 +281,8 @@ def _why_not(trace_ranks: int, live: int | None, reference: int | None, gaps: li
         seen = "; ".join(f"step {g['step']}: rank {g['late']} late, its peer waits {100 * g['peer_wait_share']:.1f} %"
                          for g in gaps)
         return ("2 ranks: the live pair rule names the later arriver when its peer's extra wait is >= 5 % of the step "
-                "and >= 3 sigma of the pair's step-to-step noise (streams/scopes/slow_pair.py); the trace's steps: "
+                "and >= 6 sigma (2 x slow_rank_z) of the pair's step-to-step noise (streams/scopes/slow_pair.py); "
+                "the trace's steps: "
                 f"{seen}. The reference names the later of the two from per-collective start times, which the "
                 "step events do not carry")
     return ("the live scopes name a slow rank that is an outlier of its group (robust z, Dixon's Q at 99.5 %) or "
