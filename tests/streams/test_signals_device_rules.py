@@ -137,3 +137,17 @@ def test_r2_a_host_drifting_inside_its_stage_still_alarms() -> None:
     assert _r2_power(host, BY_HOST_PARITY) == set(range(8))
     two_hosts = np.array([r // 16 for r in range(W)], dtype=np.int64)  # a stage on 2 hosts: the job's median
     assert _r2_power(host, two_hosts) == set(range(8))
+
+
+def test_r2_gives_no_verdict_on_a_job_of_fewer_than_a_hosts_worth_of_devices() -> None:
+    """Two devices have no majority to drift from, four a median that moves with each one's share of
+    the work: their own load opened R2 incidents on healthy 2- and 4-rank jobs. A host's worth does."""
+    cfg = DetectionConfig(r2_warmup_power_w=0, r2_history=10)
+    rng = np.random.default_rng(5)
+    for n, expect in ((2, False), (4, False), (8, True)):
+        state = SignalState()
+        hit = False
+        for t in range(40):
+            power = 300.0 + rng.normal(0, 3.0, n) + (60.0 if t >= 20 else 0.0) * (np.arange(n) == 0)
+            hit |= any(f.rule == "R2" for f in device_findings(_job_tick(t, power), state, cfg, {}))
+        assert hit is expect, n
