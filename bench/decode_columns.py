@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    gc.set_threshold(50_000, 20, 100)  # as the workers run (streams.ingest.gc_tuning)
+    gc.set_threshold(50_000, 20, 100)  # as the workers run (streams.gc_tuning)
     gc.freeze()
     by_kind = records(args.ranks, args.steps)
     events = {kind: args.ranks * args.steps for kind in by_kind}

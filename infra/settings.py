@@ -154,7 +154,7 @@ class Settings:
     # fixed cost (steps ~45 ms with its rollups), so a fleet's landing wants few, large batches
     sink_batch_size: int = 20000
     sink_batch_seconds: float = 2.0
-    # workers' gen-0 GC threshold (streams/ingest/gc_tuning.py): a batch parses ~100k JSON objects, and at
+    # workers' gen-0 GC threshold (streams/gc_tuning.py): a batch parses ~100k JSON objects, and at
     # CPython's default (700) collections run ~150 times a batch; 0 keeps the interpreter's default
     worker_gc_threshold: int = 50_000
     # lock-down (docs/security.md): Kafka SASL/SCRAM over TLS and ClickHouse users by default

@@ -42,7 +42,7 @@ from infra.delivery import OUTAGE_BACKOFF_S, poll_through_outage, retry_through_
 from infra.settings import Settings
 from schemas import Topics
 from streams.app import WorkerTimeouts, now_ns
-from streams.ingest.gc_tuning import tune_gc
+from streams.gc_tuning import tune_gc
 from streams.lander import ClickHouseLander
 from streams.landing import Landed, LandingProcessor
 from streams.metrics import LandMetrics

@@ -28,8 +28,8 @@ from infra.settings import Settings
 from schemas import Topics, job_key
 from streams.app import WorkerTimeouts
 from streams.combine import chunks as chunk_codec
+from streams.gc_tuning import tune_gc
 from streams.ingest.decode import decode_batch
-from streams.ingest.gc_tuning import tune_gc
 from streams.metrics import DetectMetrics
 from streams.topics_admin import DetectTopics
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from infra.settings import load_settings
-from streams.ingest.gc_tuning import tune_gc
+from streams.gc_tuning import tune_gc
 
 
 @pytest.fixture
