@@ -65,7 +65,7 @@ from schemas import ContractError, ControlCommand, Incident, StepEvent, Topics, 
 from schemas.packing import decode_record_as
 from sinks import open_backend
 from sinks.migrations.runner import migrate
-from streams.state.outbox import HEADER as OUTBOX_HEADER
+from streams.detect.state.outbox import HEADER as OUTBOX_HEADER
 from streams.topics_admin import ensure_topics
 
 RESULTS = REPO_ROOT / "bench" / "results" / "chaos.json"

@@ -8,7 +8,7 @@ shared box hits every method alike), in CPU time of this process:
 
 - `orjson_ceiling`: `orjson.loads` per record and nothing else (what the throughput bench's
   plain consumer pays per event, less Kafka);
-- `detect_decode`: `streams.ingest.decode.decode_batch` (today's detect decode: dicts, checks,
+- `detect_decode`: `streams.detect.ingest.decode.decode_batch` (today's detect decode: dicts, checks,
   per-job lists);
 - `land_rows`: `streams.landing.LandingProcessor.process` (today's landing: dicts, the fast
   mapping's checks, one row tuple per event); `land_rows_arrow` adds turning those rows into
@@ -48,7 +48,7 @@ from schemas.bounds import INT64, UINT16, UINT32
 from schemas.device import METRICS
 from schemas.identity import DOMAIN_TYPES
 from schemas.step import Phases
-from streams.ingest.decode import decode_batch
+from streams.detect.ingest.decode import decode_batch
 from streams.landing import Landed, LandingProcessor
 
 I64, U32, U16 = INT64[1], UINT32[1], UINT16[1]

@@ -6,11 +6,11 @@ Per trace:
   ports) and a real `detect` worker, at the trace's own pace (`--speed`, default 1), its steps
   played until they cover `--steps` steps (default 20; `--repeat N` plays them N times instead): a
   profile holds 1-2 steps, and the detector judges a job once its warm-up (5 steps) is past, a
-  straggler over a window of 10 steps (`streams/scopes/sustained.py`) and opens an incident after
+  straggler over a window of 10 steps (`streams/detect/scopes/sustained.py`) and opens an incident after
   3 flagged steps; the verdict is the trace rank of the rank- or host-scoped incidents (SLOW_RANK,
   SLOW_HOST, R5 ...; hangs excluded), none when there is none; every incident is listed; for a
   2-rank trace, each trace step's wait gap (the later arriver and its peer's extra wait in
-  collectives, share of the step: what `streams/scopes/slow_pair.py` judges);
+  collectives, share of the step: what `streams/detect/scopes/slow_pair.py` judges);
 - offline: the `steplens analyse` code path (loader + diagnose); the verdict is the rank of its
   slow_rank findings of severity warning or critical (an `info` one is an unconfirmed extreme);
 - reference: HolisticTraceAnalysis 0.5.0 `get_potential_stragglers(num_candidates=1)` for Kineto
@@ -254,7 +254,7 @@ def _summary(incident: dict[str, Any], trace_rank: Callable[[int], int]) -> dict
 
 def pair_gaps(replay: Any) -> list[dict[str, Any]]:
     """Per trace step of a 2-rank replay: the later arriver (least exposed communication) and its peer's extra
-    wait over the pair's mean step, as `streams/scopes/slow_pair.py` reads them; [] for other replays."""
+    wait over the pair's mean step, as `streams/detect/scopes/slow_pair.py` reads them; [] for other replays."""
     from schemas import StepEvent
 
     if len(replay.ranks) != 2:
@@ -281,13 +281,14 @@ def _why_not(trace_ranks: int, live: int | None, reference: int | None, gaps: li
         seen = "; ".join(f"step {g['step']}: rank {g['late']} late, its peer waits {100 * g['peer_wait_share']:.1f} %"
                          for g in gaps)
         return ("2 ranks: the live pair rule names the later arriver when its peer's extra wait is >= 5 % of the step "
-                "and >= 6 sigma (2 x slow_rank_z) of the pair's step-to-step noise (streams/scopes/slow_pair.py); "
-                "the trace's steps: "
+                "and >= 6 sigma (2 x slow_rank_z) of the pair's step-to-step noise "
+                "(streams/detect/scopes/slow_pair.py); the trace's steps: "
                 f"{seen}. The reference names the later of the two from per-collective start times, which the "
                 "step events do not carry")
     return ("the live scopes name a slow rank that is an outlier of its group (robust z, Dixon's Q at 99.5 %) or "
-            "that its group waits for alone >= 5 % of the step, step after step (streams/scopes/sustained.py); the "
-            "reference names the extreme rank of a dimension whose spread exceeds its threshold")
+            "that its group waits for alone >= 5 % of the step, step after step "
+            "(streams/detect/scopes/sustained.py); the reference names the extreme rank of a dimension whose spread "
+            "exceeds its threshold")
 
 
 def main(argv: list[str] | None = None) -> int:

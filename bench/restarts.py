@@ -49,7 +49,7 @@ from bench.chaos import (
     role_groups,
 )
 from infra.clients import kafka_client_config
-from streams.combine import chunks as chunk_codec
+from streams.detect.combine import chunks as chunk_codec
 from streams.topics_admin import DetectTopics
 
 LAG_DEADLINE_S = 30.0

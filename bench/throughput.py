@@ -52,8 +52,8 @@ from schemas import Topics, rank_key
 from sinks import open_backend
 from steplens.demo import start_worker, stop_worker
 from steplens.lag import wait_group_caught_up
+from streams.detect.state.store import SnapshotStore
 from streams.metrics import kafka_has_c_crc32c
-from streams.state.store import SnapshotStore
 from streams.topics_admin import DetectTopics, ensure_topics, expire_topics
 
 RESULTS = REPO_ROOT / "bench" / "results" / "throughput.json"

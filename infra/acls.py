@@ -56,7 +56,7 @@ def acl_bindings(topics: Topics, app_id: str) -> list[Binding]:
     b.append(Binding("User:producer", "GROUP", f"{app_id}-producer", "PREFIXED", "READ"))
     # detect: windows and analyses -> incidents and control
     b += _topics("detect", (*telemetry, *internal), "READ", "DESCRIBE")
-    # detect reads back its own outputs after a crash: each is sent once (streams/state/outbox.py)
+    # detect reads back its own outputs after a crash: each is sent once (streams/detect/state/outbox.py)
     b += _topics("detect", (topics.incidents, topics.control), "READ")
     b += _topics("detect", (topics.incidents, topics.control, topics.deadletter, *internal), "WRITE", "DESCRIBE")
     b += _own_namespace("detect", app_id)

@@ -28,7 +28,7 @@ class DetectionConfig:
     slow_rank_z: float = 3.0         # the slowest rank's busy time must also be this many robust sigmas out
     slow_rank_min_steps: int = 3     # consecutive flagged steps before a slow-rank incident opens
     slow_rank_gap_share: float = 0.05  # a group's wait for its late arriver alone, share of the step (mstt: 5 %)
-    # graded confirmation (streams/scopes/confirm.py): a deviation far past every threshold confirms sooner
+    # graded confirmation (streams/detect/scopes/confirm.py): a deviation far past every threshold confirms sooner
     slow_rank_strong_min_steps: int = 2  # flagged steps for a strong one (>= slow_rank_min_steps: grading off)
     slow_rank_strong_z: float = 10.0     # strong: robust z at least this ...
     slow_rank_strong_excess: float = 0.15  # ... and busy this far over the group median ...
@@ -40,7 +40,7 @@ class DetectionConfig:
     # slow in bursts (5 steps every 25) or a flapping link is one incident recording each burst
     window_lateness_steps: int = 8   # a group's step window closes incomplete this many steps behind the newest
     profile_steps: int = 5           # steps of detailed profiling requested for a slow rank
-    # engine (streams/engine.py) — windows, scopes; docs/detection.md explains each
+    # engine (streams/detect/engine.py) — windows, scopes; docs/detection.md explains each
     slow_step_mad_z: float = 6.0     # a slow step must also be this many robust sigmas above the baseline
     slow_step_open_after: int = 2    # slow steps in a row before a slow-step incident (1 = eval/checkpoint steps alarm)
     shift_steps: int = 10            # a stable run of slow steps this long is a permanent shift: new baseline
@@ -65,7 +65,7 @@ class DetectionConfig:
     # detect take(): a chunk waits at most this for its batch. Faust's take() wakes every `within` even with no
     # input: 0.02 s cost an idle detect worker 1.1 % of a core (50 wake-ups/s); 0.1 s costs ~0.2 %
     detect_within_s: float = 0.1
-    snapshot_interval_s: float = 1.0  # state snapshot period per changed job (streams/state/)
+    snapshot_interval_s: float = 1.0  # state snapshot period per changed job (streams/detect/state/)
     metrics_port: int = 0            # Prometheus self-metrics port of the detect worker; 0 = off
     # rules R1–R10 (spec §2), defaults as the spec gives them; 0 = bound off
     rule_open_after: int = 3         # flagged steps before a rule-only incident opens (R4–R10 per rank)

@@ -56,7 +56,7 @@ class Topics:
 
     @property
     def detect_state(self) -> str:
-        """Internal to detect: compacted per-job engine snapshots (streams/state/store.py)."""
+        """Internal to detect: compacted per-job engine snapshots (streams/detect/state/store.py)."""
         return f"{self.prefix}detect-state"
 
     def inputs(self) -> tuple[str, ...]:

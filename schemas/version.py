@@ -39,7 +39,7 @@ class Version:
 
 def major_ok(value: object) -> bool:
     """parse_version would accept `value` (the same pattern and major), without building anything:
-    for decoders that skip bad input instead of raising (streams/ingest/decode.py)."""
+    for decoders that skip bad input instead of raising (streams/detect/ingest/decode.py)."""
     if not isinstance(value, str):
         return False
     match = _VERSION.fullmatch(value)

@@ -1,5 +1,5 @@
 """Faust workers: regroup step events by communication domain, detect, alert, land.
 
-Pure processors (windows/, analysis/) take records in and give summaries/incidents out
+Pure processors (detect/windows/, detect/scopes/, ...) take records in and give summaries/incidents out
 with no I/O; app.py wires them to Kafka topics and the sinks.
 """

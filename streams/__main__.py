@@ -40,7 +40,7 @@ STOP_GRACE_S = 15.0  # a graceful stop that takes longer than this is cut short 
 def create_app(settings: Settings, role: Role) -> faust.App:
     """The Faust app of one worker role (each role's module imported only when it runs)."""
     if role == "detect":
-        from streams.detect_app import create_detect_app
+        from streams.detect.app import create_detect_app
 
         return create_detect_app(settings)
     if role == "parse":

@@ -69,7 +69,7 @@ class DetectTopics:
 
     @property
     def state(self) -> str:
-        """Compacted per-job engine snapshots (streams/state/store.py)."""
+        """Compacted per-job engine snapshots (streams/detect/state/store.py)."""
         return Topics(self.prefix).detect_state
 
 

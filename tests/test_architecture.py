@@ -21,7 +21,7 @@ TOP = "steplens"
 
 
 def module_name(path: Path) -> str:
-    """`streams/ingest/loop.py` -> `streams.ingest.loop`; a package's `__init__.py` is the package."""
+    """`streams/detect/ingest/loop.py` -> `streams.detect.ingest.loop`; a package's `__init__.py` is the package."""
     parts = list(path.relative_to(REPO).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()

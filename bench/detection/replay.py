@@ -1,7 +1,7 @@
 """In-process replay of `make bench-detection`'s runs: same simulator, decode and engine, no Kafka.
 
 For iterating on detection quality in seconds: every run of the bench plan is encoded as on
-the wire, decoded in batches by `streams.ingest.decode.decode_batch` (what the decode loop
+the wire, decoded in batches by `streams.detect.ingest.decode.decode_batch` (what the decode loop
 does), merged through the chunk codec and fed to one `FleetEngine` on a simulated clock;
 the incidents are scored against the ground truth with the bench's own scorer. The decode
 stage counts as current with its input (no backlog). The Kafka bench stays the reference:
@@ -35,9 +35,9 @@ from infra.progress import Progress
 from infra.settings import DetectionConfig
 from producers.simulator.stream import stream_runs
 from schemas import Incident, Topics, bounded, encode
-from streams.combine import chunks as codec
-from streams.engine import FleetEngine
-from streams.ingest.decode import decode_batch
+from streams.detect.combine import chunks as codec
+from streams.detect.engine import FleetEngine
+from streams.detect.ingest.decode import decode_batch
 
 TICK_NS = 50_000_000  # simulated wall time per decoded batch
 SKEW_PARTITIONS = 4   # the device topic's partitions (keyed per device) for --device-skew

@@ -49,7 +49,7 @@ from steplens.scoring import (
     score_run,
     summarise,
 )
-from streams.state.store import SnapshotStore
+from streams.detect.state.store import SnapshotStore
 from streams.topics_admin import DetectTopics, ensure_topics, expire_topics
 
 QUICK = ("slow_rank", "slow_host", "gc_leak", "link_degradation", "hung_rank", "step_time_shift",

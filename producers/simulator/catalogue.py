@@ -405,7 +405,7 @@ def default_microbatches(topo: Topology) -> int:
 
 def layout(ranks: int, *, moe: bool = False) -> Topology:
     """A plausible Megatron layout for `ranks` (TP within a host, PP across hosts, rest DP); below 8 ranks a
-    data-parallel job (a 2-GPU run: one DP pair, judged by `streams/scopes/slow_pair.py`)."""
+    data-parallel job (a 2-GPU run: one DP pair, judged by `streams/detect/scopes/slow_pair.py`)."""
     if ranks < 1:
         raise ValueError("at least 1 rank")
     if ranks < 8:

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from bench.decode_columns import ARROW, records
-from streams.ingest.decode import decode_batch
+from streams.detect.ingest.decode import decode_batch
 
 
 def _accepted(raws: list[bytes]) -> int:

@@ -42,7 +42,7 @@ def test_templates_and_loggers_are_limited_separately_and_critical_always_passes
 
 def test_prefixes_leave_other_loggers_alone() -> None:
     filt = RateLimitFilter(burst=1, period_s=10.0, prefixes=("kafka",), clock=_Clock())
-    assert all(filt.filter(_record("streams.detect_app", "incident %s", i)) for i in range(100))
+    assert all(filt.filter(_record("streams.detect.app", "incident %s", i)) for i in range(100))
     assert filt.filter(_record("kafka.net", "x"))
     assert not filt.filter(_record("kafka.net", "x"))
     assert filt.filter(_record("kafkaesque", "x"))  # a prefix is a logger name, not a string prefix

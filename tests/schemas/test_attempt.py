@@ -8,7 +8,7 @@ import pytest
 from producers.hook.identity import launcher_attempt
 from schemas import ContractError, JobEvent, KernelSummary, StepEvent, decode, encode
 from schemas.version import CONTRACT_VERSION
-from streams.ingest.decode import decode_batch
+from streams.detect.ingest.decode import decode_batch
 from tests.streams.helpers import step_event
 
 

@@ -6,7 +6,7 @@ from dataclasses import fields
 
 from schemas import DeviceSample, Phases
 from schemas.device import METRICS
-from streams.ingest.decode import DEVICE_METRICS, DOMAINS, PHASES
+from streams.detect.ingest.decode import DEVICE_METRICS, DOMAINS, PHASES
 
 
 def test_device_metrics_are_every_measurement_of_a_sample() -> None:

@@ -10,7 +10,7 @@ from kafka import KafkaConsumer
 from infra.clients import kafka_client_config
 from infra.settings import Settings
 from schemas import Domain, Incident, Phases, StepEvent
-from streams.windows.step_frames import Topology
+from streams.detect.windows.step_frames import Topology
 
 T0 = 1_700_000_000_000_000_000
 
@@ -53,9 +53,9 @@ def run_engine(job: object, cfg: object = None, *, paced_s: float = 0.0, drop: o
     from infra.settings import DetectionConfig
     from producers.simulator.cluster import SimulatedJob
     from schemas import encode
-    from streams.combine import chunks as codec
-    from streams.engine import FleetEngine
-    from streams.ingest.decode import decode_batch
+    from streams.detect.combine import chunks as codec
+    from streams.detect.engine import FleetEngine
+    from streams.detect.ingest.decode import decode_batch
 
     assert isinstance(job, SimulatedJob)
     config = cfg if isinstance(cfg, DetectionConfig) else DetectionConfig()
@@ -130,9 +130,9 @@ def run_launches(launches: list[tuple[object, bool]], cfg: object = None, *, pac
     from infra.settings import DetectionConfig
     from producers.simulator.cluster import SimulatedJob
     from schemas import encode
-    from streams.combine import chunks as codec
-    from streams.engine import FleetEngine
-    from streams.ingest.decode import decode_batch
+    from streams.detect.combine import chunks as codec
+    from streams.detect.engine import FleetEngine
+    from streams.detect.ingest.decode import decode_batch
 
     fleet = FleetEngine(cfg if isinstance(cfg, DetectionConfig) else DetectionConfig())
     out: list[object] = []
@@ -172,9 +172,9 @@ def feed_engine(batches: list[list[bytes]], *, batch: int = 2048, behind: tuple[
     records per decode call, 50 ms of worker clock each, then `drain_ticks` ticks of 0.5 s without
     input. `behind`: what every chunk says of the decode stage, (behind_ns, lag); None: nothing."""
     from infra.settings import DetectionConfig
-    from streams.combine import chunks as codec
-    from streams.engine import FleetEngine
-    from streams.ingest.decode import decode_batch
+    from streams.detect.combine import chunks as codec
+    from streams.detect.engine import FleetEngine
+    from streams.detect.ingest.decode import decode_batch
 
     fleet = FleetEngine(DetectionConfig())
     out: list[object] = []

@@ -14,7 +14,7 @@ and flags a dimension whose max − min exceeds 5 % of the mean step):
   the first task) is the host-side part of Free. Whichever exceeds the stage's median more is the
   stated cause.
 - Confirmation: the late rank's exposed communication must be a low outlier of its stage,
-  Dixon's Q (r10, 99.5 % one-sided, the project's table in `streams/scopes/outliers.py`) for
+  Dixon's Q (r10, 99.5 % one-sided, the project's table in `streams/detect/scopes/outliers.py`) for
   3–30 ranks, 3σ of the other ranks beyond. A difference past mstt's 5 % that the test does not
   confirm is reported as `info`, as mstt's advisor reports it: the column that differs most and its
   extreme rank (the most Computing or Free, the least exposed communication).
@@ -39,9 +39,9 @@ from typing import Any
 
 import numpy as np
 
+from streams.detect.scopes.outliers import DIXON_Q995
 from streams.profiles.analysis.findings import Finding
 from streams.profiles.model import ClusterTable
-from streams.scopes.outliers import DIXON_Q995
 
 GAP_SHARE = 0.05  # mstt: max − min above 5 % of the mean step is an issue
 COMPUTING, COMM_NO, FREE = "Computing", "Communication(Not Overlapped)", "Free"

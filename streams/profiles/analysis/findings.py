@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from streams.analysis.advisor import Advice, advise_cause
+from streams.detect.advice import Advice, advise_cause
 
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    cause: str  # key of the advisor table (streams/analysis/advisor.py CAUSES)
+    cause: str  # key of the advice table (streams/detect/advice.py CAUSES)
     summary: str
     evidence: dict[str, float] = field(default_factory=dict)
     rank: int | None = None

@@ -1,6 +1,6 @@
 """`steplens replay` end to end: real two-rank traces through the real broker and a detect worker.
 
-A pair is judged by the peer's wait (streams/scopes/slow_pair.py). The Kineto pair's gap alternates
+A pair is judged by the peer's wait (streams/detect/scopes/slow_pair.py). The Kineto pair's gap alternates
 (rank 0 waits 6.2 % of step 551 for rank 1, rank 1 0.7 % of step 552 for rank 0): no straggler, and
 what the trace itself shows job-wide: the GPUs idle half of every step (device kernels explain 50 %
 of the step), R7's minority-kernel gap, opened at the third step of persistence. The torch_npu

@@ -1,1 +1,0 @@
-"""One analyzer per question: is this step slow? which rank do the others wait for?"""

@@ -1,0 +1,481 @@
+"""The detection engine, pure: column chunks in, incidents and control commands out.
+
+One `JobEngine` per job owns its step frames (windows), the scopes' and rules' state and its
+incident book; `FleetEngine` routes chunks to jobs. No I/O and no clock inside: `now_ns` is
+passed in, so a test (or a replay after a restart) feeds chunks and gets the same outputs.
+The whole `FleetEngine.jobs[job]` object is the job's state snapshot (streams/detect/state/).
+
+Job attempts (contract 1.4): a relaunch of a job under the same id (a higher `attempt` on its
+`start` or steps) replaces the job's engine with a fresh one, so the steps it re-runs from its
+checkpoint are analysed and the world it starts with (fewer hosts after an eviction) is the
+only one hangs are judged on. The replaced attempt takes its own late reports until the decode
+stage is current, then is judged as at its end and its open incidents are resolved with
+`evidence.attempt_ended`; reports of an attempt older than that are counted late.
+A job silent `job_silence_s` (no rank, no device, no `end`) has stopped: one JOB_STOPPED incident,
+judged by the worker's clock while the input is current, and by the job's own clock when a
+relaunch replaces it (the relaunch's first timed report `job_silence_s` or more after the old
+attempt's last report: the crash is raised then, even if a backlog hid the silence from the
+worker's clock).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from infra.settings import DetectionConfig
+from schemas import ControlCommand, Incident
+from streams.detect.combine.chunks import StepColumns
+from streams.detect.incidents.book import IncidentBook
+from streams.detect.incidents.join import CULPRIT_RULES, JoinState, OpenTrack, join
+from streams.detect.ingest.decode import DOMAINS
+from streams.detect.scopes import group_split, hung, pp_stage, slow_link, slow_pair, slow_rank, slow_step, stall
+from streams.detect.scopes.finding import Finding
+from streams.detect.scopes.stopped import job_stopped
+from streams.detect.signals import (
+    SignalState,
+    device_findings,
+    device_ticks,
+    follow_slow_step,
+    frame_findings,
+    name_slow_groups,
+)
+from streams.detect.windows.step_frames import Frame, StepFrames, WindowParams
+
+Output = Incident | ControlCommand
+LAGGING_NS = 1_000_000_000  # the decode stage is this far behind its input: a backlog, hold timeouts
+LAG_STALE_NS = 5_000_000_000  # no chunk for this long (engine idle) ...
+QUIET_TICKS = 3  # ... and for this many ticks: the decode stage has nothing queued
+
+
+def input_lagging(chunk: dict[str, Any], batch_max: int, now_ns: int) -> bool | None:
+    """Whether `chunk` comes from a backlog (None: not said): the decode stage was behind its input
+    when it made the chunk, or the engine is behind the decode stage (the chunk waited over
+    LAGGING_NS on the internal topic: while a slow batch is evaluated, the next reports queue)."""
+    behind = chunk.get("behind_ns")
+    lag = chunk.get("lag")
+    if not (isinstance(behind, int) and isinstance(lag, int)):
+        return None
+    decoded = chunk.get("decoded_ns")
+    queued = now_ns - decoded if isinstance(decoded, int) and decoded > 0 else 0
+    return behind > LAGGING_NS or queued > LAGGING_NS or lag > batch_max or bool(chunk.get("starved"))
+
+
+@dataclass(slots=True)
+class EngineStats:
+    chunks: int = 0
+    frames: int = 0
+    late: int = 0
+    rule_seconds: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class JobEngine:
+    job: str
+    cfg: DetectionConfig
+    frames: StepFrames
+    book: IncidentBook
+    slow_step: slow_step.SlowStepState = field(default_factory=slow_step.SlowStepState)
+    slow_rank: slow_rank.SlowRankState = field(default_factory=slow_rank.SlowRankState)
+    pairs: slow_pair.PairState = field(default_factory=slow_pair.PairState)
+    stages: pp_stage.StageState = field(default_factory=pp_stage.StageState)
+    signals: SignalState = field(default_factory=SignalState)
+    stall: stall.StallState = field(default_factory=stall.StallState)
+    links: slow_link.LinkState = field(default_factory=slow_link.LinkState)
+    joins: JoinState = field(default_factory=JoinState)
+    last_step: int | None = None
+    ended: bool = False
+    finished: bool = False
+    end_seen_ns: int = 0
+    end_ts_ns: int = 0  # the job's own clock at its end event
+    offsets: dict[int, int] = field(default_factory=dict)  # internal-topic partition -> last offset applied
+    stats: EngineStats = field(default_factory=EngineStats)
+    attempt: int = 0  # the job's launch this state is for (contract 1.4)
+    heard_ns: int = 0  # worker clock of the job's newest report (steps, summaries, device samples)
+    stopped: bool = False  # JOB_STOPPED raised for the current silence
+    last_step_ts_ns: int = 0  # the job's clock at the end of its newest step report (this attempt's alone)
+    previous: JobEngine | None = None  # the attempt this relaunch replaced, until its reports are all in
+    launch_ts_ns: int = 0  # the job's clock at this attempt's first `start` or step (0: none yet)
+
+    @classmethod
+    def create(cls, job: str, cfg: DetectionConfig, attempt: int = 0) -> JobEngine:
+        params = WindowParams(timeout_factor=cfg.window_timeout_factor, timeout_min_s=cfg.window_timeout_min_s,
+                              timeout_max_s=cfg.window_timeout_max_s, max_open_steps=cfg.window_max_open_steps)
+        return cls(job=job, cfg=cfg, frames=StepFrames(params=params), attempt=attempt,
+                   book=IncidentBook(job=job, profile_steps=cfg.profile_steps,
+                                     hold_down_steps=cfg.incident_hold_down_steps,
+                                     culprit_hold_down_steps=cfg.culprit_hold_down_steps,
+                                     shift_hold_steps=cfg.baseline_steps, attempt=attempt))
+
+    def relaunched(self, attempt: int) -> JobEngine:
+        """A fresh engine for the job's new `attempt`; this one stays its `previous` until the
+        decode stage is current (`close_previous`): under a backlog the relaunch's `start`, on the
+        jobs topic, overtakes this attempt's last steps and device samples, still queued on theirs,
+        and they must be judged here (its hang, where it stopped)."""
+        fresh = JobEngine.create(self.job, self.cfg, attempt)
+        fresh.offsets, fresh.stats = self.offsets, self.stats  # one input, one count, across attempts
+        if not self.finished:
+            fresh.previous = self
+            self.previous = None  # one attempt back is all a relaunch needs
+        return fresh
+
+    def close_previous(self, ts_ns: int, now_ns: int) -> list[Output]:
+        """The attempt this one replaced, once its reports are all in: its last frames released and
+        its stall judged as at an end (a hang before the crash: HUNG_HOST/HUNG_RANK), JOB_STOPPED if
+        it stopped without an `end` and the job's clock ran `job_silence_s` or more from its newest
+        step or device sample to `ts_ns` (this attempt's first timed report), unless already raised;
+        then its open incidents resolved (`attempt_ended`)."""
+        prev, self.previous = self.previous, None
+        if prev is None:
+            return []
+        out: list[Output] = []
+        crashed = not prev.ended
+        # device samples carry no attempt: the relaunch's own, read before its `start` or steps, went to the
+        # old attempt (a backlog reads topics apart) and its samples say nothing reliable about its end
+        newest_dev = int(prev.stall.newest_dev_ns.max(initial=0))
+        mixed = newest_dev >= ts_ns
+        if crashed:
+            out.extend(prev.drain(now_ns, judge_stall=not mixed))
+        last_ns = prev.last_step_ts_ns if mixed else max(prev.last_step_ts_ns, newest_dev)  # a hang's samples count
+        gap_s = (ts_ns - last_ns) / 1e9
+        if (crashed and not prev.stopped and prev.last_step_ts_ns > 0 and prev.frames.next_step is not None
+                and gap_s >= self.cfg.job_silence_s):
+            prev.stopped = True
+            out.extend(prev.book.observe(prev.frames.next_step, [job_stopped(prev.frames.next_step, gap_s)], now_ns,
+                                         np.zeros(prev.frames.topo.world, dtype=bool)))
+        out.extend(prev.book.finish(now_ns, attempt_ended=True))
+        return out
+
+    def on_chunk(self, chunk: dict[str, Any], now_ns: int, lagging: bool | None = None) -> list[Output]:
+        """Apply one chunk; `lagging`: what it says of the decode stage's input (`input_lagging`,
+        computed once by the fleet), None when it says nothing."""
+        self.stats.chunks += 1
+        kind = chunk.get("kind")
+        if self.finished:
+            self.stats.late += 1
+            return []
+        if lagging is not None:
+            self.frames.input_lagging = lagging
+        out: list[Output] = []
+        if self.previous is not None and not self.launch_ts_ns:
+            self.launch_ts_ns = _first_ts(chunk)
+        if self.previous is not None and self.launch_ts_ns and not self.frames.input_lagging:
+            out.extend(self.close_previous(self.launch_ts_ns, now_ns))
+        if kind in ("steps", "kernels", "device"):
+            self.heard_ns, self.stopped = now_ns, False
+        if kind == "steps":
+            cols = StepColumns(chunk)
+            self.last_step_ts_ns = max(self.last_step_ts_ns, int(np.max(cols.end_ns, initial=0)))
+            self.frames.add_steps(cols, now_ns)
+            self.stall.on_steps(cols.end_ns)
+        elif kind == "kernels":
+            self.frames.add_kernels(chunk["rows"], now_ns, int(chunk.get("world") or 0))
+        elif kind == "device":
+            return out + self._device(chunk, now_ns)
+        elif kind == "job":
+            if chunk["phase"] == "start":
+                self.frames.summaries_declared = chunk.get("kernel_summaries") is True
+            elif chunk["phase"] == "end":
+                self.ended = True
+                self.end_seen_ns = now_ns
+                self.end_ts_ns = int(chunk.get("ts_ns") or 0)
+                self.last_step = chunk.get("last_step")
+        return out + self.tick(now_ns)
+
+    def tick(self, now_ns: int) -> list[Output]:
+        """Release what is ready (complete, settled, timed out); finish an ended job. With the input
+        current, the attempt this one replaced is closed first (or, before any timed report of this
+        one, goes on ticking)."""
+        out: list[Output] = []
+        prev = self.previous
+        if prev is not None and not self.frames.input_lagging:
+            if self.launch_ts_ns or self.ended:
+                out = self.close_previous(self.launch_ts_ns or self.end_ts_ns, now_ns)
+            else:
+                prev.frames.input_lagging = False
+                out = prev.tick(now_ns)
+                if prev.finished:
+                    self.previous = None
+        return out + self._tick(now_ns)
+
+    def _tick(self, now_ns: int) -> list[Output]:
+        if self.finished:
+            return []
+        if self.ended and self.frames.input_lagging and self.frames.frames:
+            self.end_seen_ns = now_ns  # the job's last reports are still in the backlog: the end waits for them
+        force = self.ended and now_ns - self.end_seen_ns > self.frames.timeout_ns()
+        out: list[Output] = []
+        for frame in self.frames.release(now_ns, force=force):
+            out.extend(self._evaluate(frame, now_ns))
+        done = self.last_step is not None and self.frames.next_step is not None and (
+            self.frames.next_step > self.last_step and not self.frames.frames)
+        if not self.frames.frames and self.frames.next_step is not None and (done or not self.ended):
+            # a stall is judged on all steps released (at the end: every step the job completed)
+            lagging = self.frames.input_lagging and not done
+            found = stall.evaluate(self.stall, self.frames.topo, self.frames.next_step, self.frames.timeout_ns(),
+                                   self.cfg.hang_stall_factor, lagging, now_ns, done)
+            if found:
+                out.extend(self.book.observe(self.frames.next_step, found, now_ns))
+        if self.ended and done and not force and self._stall_samples_in_flight():
+            return out  # the job ended stalled: wait (a window timeout at most) for its device samples
+        if self.ended and (done or force) and self.previous is not None:
+            return out  # the attempt it replaced may still have reports in the backlog: it goes first (`tick`)
+        if self.ended and (done or force):
+            out.extend(self.book.finish(now_ns))
+            self.finished = True
+        elif self._silent(now_ns) and self.frames.next_step is not None:
+            self.stopped = True
+            silent_s = (now_ns - self.heard_ns) / 1e9
+            out.extend(self.book.observe(self.frames.next_step, [job_stopped(self.frames.next_step, silent_s)],
+                                         now_ns, np.zeros(self.frames.topo.world, dtype=bool)))
+        return out
+
+    def drain(self, now_ns: int, judge_stall: bool = True) -> list[Output]:
+        """Every report of this attempt judged as at its end (it was replaced, all its reports are in):
+        the open frames released and, with `judge_stall`, the stall past its last step evaluated (a
+        hang before the crash); its incidents stay open for the caller to resolve."""
+        out: list[Output] = []
+        self.frames.input_lagging = False
+        for frame in self.frames.release(now_ns, force=True):
+            out.extend(self._evaluate(frame, now_ns))
+        if judge_stall and self.frames.next_step is not None and not self.frames.frames:
+            found = stall.evaluate(self.stall, self.frames.topo, self.frames.next_step, self.frames.timeout_ns(),
+                                   self.cfg.hang_stall_factor, False, now_ns, True)
+            if found:
+                out.extend(self.book.observe(self.frames.next_step, found, now_ns))
+        return out
+
+    def _silent(self, now_ns: int) -> bool:
+        """Every rank and device of the job stopped reporting, without an `end` (a crash, a killed
+        job): silent `job_silence_s` by the worker's clock, while the decode stage is current (a
+        backlog delays reports, it does not stop them) and no step is still waiting for reports."""
+        return (not self.ended and not self.stopped and self.heard_ns > 0 and not self.frames.input_lagging
+                and not self.frames.frames and now_ns - self.heard_ns >= int(self.cfg.job_silence_s * 1e9))
+
+    def _stall_samples_in_flight(self) -> bool:
+        """The end event says the job's clock ran well past its last completed step (a stall), but
+        the device samples of that stretch, on their own topic, have not all arrived yet."""
+        st = self.stall
+        if st.reported_for == st.last_end_ns or st.last_end_ns == 0 or not self.end_ts_ns:
+            return False
+        threshold = self.cfg.hang_stall_factor * self.frames.timeout_ns()
+        newest = int(st.newest_dev_ns.max(initial=0))
+        return self.end_ts_ns - st.last_end_ns >= threshold and newest < self.end_ts_ns - threshold // 2
+
+    def _timed(self, name: str, start: float) -> None:
+        self.stats.rule_seconds[name] = self.stats.rule_seconds.get(name, 0.0) + time.perf_counter() - start
+
+    def _evaluate(self, frame: Frame, now_ns: int) -> list[Output]:
+        self.stats.frames += 1
+        findings: list[Finding] = []
+        t = time.perf_counter()
+        self.slow_step, found = slow_step.evaluate(frame, self.slow_step, self.cfg)
+        slow_now = bool(found)
+        findings.extend(found)
+        self._timed("SLOW_STEP", t)
+        t = time.perf_counter()
+        self.slow_rank, found = slow_rank.evaluate(frame, self.frames.topo, self.slow_rank, self.cfg)
+        findings.extend(found)
+        self.pairs, found = slow_pair.evaluate(frame, self.frames.topo, self.pairs, self.cfg)
+        findings.extend(found)
+        self._timed("SLOW_RANK", t)
+        t = time.perf_counter()
+        self.stages, found = pp_stage.evaluate(frame, self.frames.topo, self.stages, self.cfg)
+        findings.extend(found)
+        self._timed("SLOW_STAGE", t)
+        t = time.perf_counter()
+        findings.extend(group_split.evaluate(frame, self.frames.topo, self.cfg))
+        self._timed("SLOW_GROUP", t)
+        t = time.perf_counter()
+        self.links, found = slow_link.evaluate(frame, self.frames.topo, self.links, self.cfg)
+        findings.extend(found)
+        self._timed("SLOW_LINK", t)
+        t = time.perf_counter()
+        findings.extend(hung.evaluate(frame, self.frames.topo, self.frames.newest_of, self.frames.heard_ns, now_ns,
+                                     self.cfg))
+        self._timed("HUNG", t)
+        step_rules = frame_findings(frame, self.frames.topo, self.signals, self.cfg, self.stats.rule_seconds)
+        culprit_now = any(f.rule in CULPRIT_RULES for f in findings)
+        if not slow_now and not culprit_now:  # the slow-step scope owns step time: R3 on a step it did not find
+            # slow (within a jittery job's noise, or a one-off step of healthy training's kinds) marks no slowdown's
+            # onset; beside a slow rank, host or stage flagged now it is that culprit's toll on the job's throughput
+            # (a slowdown too small for the slow-step scope's robust sigmas), and the join gives it to the culprit
+            step_rules = [f for f in step_rules if not (f.rule == "R3" and f.metric == "step_throughput")]
+        findings.extend(step_rules)
+        findings.extend(self._device_findings_until(frame))
+        findings = join(findings, int(frame.seen.sum()), self._tracks(), frame.step, self._members,
+                        len(self.slow_step.history), self.joins)
+        findings = name_slow_groups(follow_slow_step(findings))
+        if not slow_now:  # R3 on step throughput that no culprit took: no slowdown's onset (above)
+            findings = [f for f in findings
+                        if not (f.rule == "R3" and f.metric == "step_throughput" and f.key == "job")]
+        return list(self.book.observe(frame.step, findings, now_ns, frame.seen))
+
+    def _tracks(self) -> list[OpenTrack]:
+        # `first`: the step the current episode began at (a culprit back for another burst is as young as the burst)
+        return [OpenTrack(t.finding.key, t.finding.scope, t.finding.cause_phase,
+                          t.first if t.revived_at is None else t.revived_at, t.opened, tuple(t.finding.ranks),
+                          tuple(t.rules))
+                for t in self.book.tracks.values() if t.finding.family == "perf"]
+
+    def _members(self, domain: str, group: int) -> set[int]:
+        topo = self.frames.topo
+        if domain not in DOMAINS:
+            return set()
+        return set(np.flatnonzero(topo.groups[DOMAINS.index(domain)] == group).tolist())
+
+    def _device(self, chunk: dict[str, Any], now_ns: int) -> list[Output]:
+        # device findings wait for the step of their samples' time (one book cadence: steps)
+        self.stall.on_device(np.asarray(chunk["rank"], dtype=np.int64), np.asarray(chunk["ts_ns"], dtype=np.int64),
+                             np.asarray(chunk["aicore_pct"], dtype=np.float64))
+        pending = self.signals.pending
+        for tick in device_ticks(chunk, self.signals):
+            taken_ns = max(tick["ts_ns"], default=0)
+            pending.extend((taken_ns, f) for f in device_findings(tick, self.signals, self.cfg,
+                                                                  self.stats.rule_seconds, self.frames.topo.stage))
+        del pending[:-1000]
+        return []
+
+    def _device_findings_until(self, frame: Frame) -> list[Finding]:
+        """Device findings whose samples were taken by the end of this step, stamped with it.
+
+        Device samples travel on their own topic and may run ahead of the steps (a backlog on
+        the step topic, a worker catching up): a finding from a sample taken after this step
+        ended waits for the frame of its own time, so a fault is never dated before its onset.
+        Samples that arrive behind the steps join the step being evaluated (the earliest still open).
+        """
+        end = int(frame.end_ns[frame.seen].max(initial=0))
+        take: list[Finding] = []
+        keep: list[tuple[int, Finding]] = []
+        for taken_ns, f in self.signals.pending:
+            if end == 0 or taken_ns <= end:
+                f.step = frame.step
+                take.append(f)
+            else:
+                keep.append((taken_ns, f))
+        self.signals.pending = keep
+        return take
+
+
+def _split_device(chunk: dict[str, Any], before_ns: int) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """A device chunk cut at `before_ns` (the relaunch's start on the job's clock): the samples taken
+    before it belong to the replaced attempt (they carry no attempt of their own)."""
+    ts = np.asarray(chunk.get("ts_ns") or [], dtype=np.int64)
+    early = ts < before_ns
+    if not early.any():
+        return None, chunk
+    if early.all():
+        return chunk, None
+    parts: list[dict[str, Any]] = []
+    for mask in (early, ~early):
+        idx = np.flatnonzero(mask).tolist()
+        parts.append({k: ([v[i] for i in idx] if isinstance(v, list) and len(v) == ts.size else v)
+                      for k, v in chunk.items()})
+    return parts[0], parts[1]
+
+
+def _first_ts(chunk: dict[str, Any]) -> int:
+    """The job's clock at the start of what a chunk reports, from the reports that carry their
+    attempt (a job event, steps); 0 for the others (kernel summaries have no time, device samples
+    no attempt: a late sample of the old attempt must not date the new one)."""
+    kind = chunk.get("kind")
+    if kind == "job":
+        return int(chunk.get("ts_ns") or 0)
+    if kind == "steps":
+        starts = chunk.get("start_ns") or []
+        return int(min(starts)) if len(starts) else 0
+    return 0
+
+
+@dataclass(slots=True)
+class FleetEngine:
+    """Every job this worker owns."""
+
+    cfg: DetectionConfig
+    jobs: dict[str, JobEngine] = field(default_factory=dict)
+
+    def job(self, job: str) -> JobEngine:
+        engine = self.jobs.get(job)
+        if engine is None:
+            engine = self.jobs[job] = JobEngine.create(job, self.cfg)
+        return engine
+
+    lagging: bool = False  # what the newest chunk said of the decode stage's input
+    lag_seen_ns: int = 0
+    quiet_ticks: int = 0  # ticks since the last chunk
+    awake_ns: int = 0  # when this fleet (this worker process) first ran: no job was silent to it before
+
+    def on_chunk(self, chunk: dict[str, Any], now_ns: int) -> list[Output]:
+        self.quiet_ticks = 0
+        self.awake_ns = self.awake_ns or now_ns
+        lagging = input_lagging(chunk, self.cfg.batch_max, now_ns)
+        if lagging is not None:
+            self.lagging, self.lag_seen_ns = lagging, now_ns
+        job = chunk.get("job")
+        if not isinstance(job, str) or not job:
+            return []  # device samples nobody attributed to a job: landed, not analysed
+        engine = self.job(job)
+        out: list[Output] = []
+        attempt = chunk.get("attempt")  # device samples carry none: they go to the attempt of their time
+        lagging = self.lagging_now(now_ns)
+        prev = engine.previous
+        if prev is not None and chunk.get("kind") == "device" and engine.launch_ts_ns:
+            before, after = _split_device(chunk, engine.launch_ts_ns)
+            if before is not None:
+                out.extend(prev.on_chunk(before, now_ns, lagging))
+            if after is None:
+                return out
+            chunk = after
+        if isinstance(attempt, int) and attempt != engine.attempt:
+            if prev is not None and attempt == prev.attempt:  # the replaced attempt's reports, from a backlog
+                out.extend(prev.on_chunk(chunk, now_ns, lagging))
+                return out
+            if attempt < engine.attempt:  # an earlier attempt's report, after its relaunch's reports were in
+                engine.stats.chunks += 1
+                engine.stats.late += 1
+                return out
+            engine = self.jobs[job] = engine.relaunched(attempt)
+        # one judge of "lagging" for chunks and ticks alike: right after a chunk that says, it is that
+        out.extend(engine.on_chunk(chunk, now_ns, lagging))
+        return out
+
+    def heard(self, now_ns: int) -> None:
+        """The engine was busy until `now_ns` (a batch of chunks, a long tick), not waiting for input.
+
+        A batch is stamped with the time it started, and a batch or a tick can take seconds (tens
+        in a large backlog); that time is no silence of the input.
+        """
+        self.lag_seen_ns = max(self.lag_seen_ns, now_ns)
+
+    def lagging_now(self, now_ns: int) -> bool:
+        """Whether the decode stage is behind its input now: the newest chunk said so, and the
+        engine has heard a chunk within LAG_STALE_NS or QUIET_TICKS ticks (see `tick`)."""
+        return self.lagging and (now_ns - self.lag_seen_ns <= LAG_STALE_NS or self.quiet_ticks <= QUIET_TICKS)
+
+    def tick(self, now_ns: int) -> list[Output]:
+        """Release what is ready in every job, each judging "lagging" by the newest input.
+
+        A job's own last chunk may have said "lagging" long ago (its backlog drained, or it just
+        has nothing more to send); the decode stage's state is the fleet's newest chunk, and no
+        chunk for LAG_STALE_NS of idle time and QUIET_TICKS ticks means it has nothing queued:
+        the input is current.
+        """
+        self.quiet_ticks += 1
+        self.awake_ns = self.awake_ns or now_ns
+        lagging = self.lagging_now(now_ns)
+        out: list[Output] = []
+        for engine in list(self.jobs.values()):
+            engine.frames.input_lagging = lagging
+            if 0 < engine.heard_ns < self.awake_ns:  # restored from a snapshot: the worker was down, not the job
+                engine.heard_ns = self.awake_ns
+            out.extend(engine.tick(now_ns))
+        return out
+
+    def open_windows(self) -> int:
+        return sum(len(e.frames.frames) for e in self.jobs.values())
+
+    def open_incidents(self) -> int:
+        return sum(e.book.open_incidents() for e in self.jobs.values())

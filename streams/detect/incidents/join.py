@@ -1,0 +1,359 @@
+"""Which incident a finding joins: one incident per problem, not one per rule or per symptom.
+
+The book merges findings with the same (family, key). This module rewrites keys before the
+book sees them, so that findings describing the same fault share one:
+
+- a device finding of one rank (R1/R2 on its temperature, power, memory) is that rank's finding;
+  on several devices of one host the host's, on a quarter of the devices or more, or on devices
+  of `DEVICE_JOB_HOSTS` hosts or more in one step, the job's;
+- R5/R6 on a group that a slow link's host, a slow rank or a slow host is part of are symptoms
+  of that link, rank or host;
+- R5 candidates on the members of a group that R6 flags now are the onset of the same fault:
+  the group's incident carries R5 (`_join_pending_links`);
+- a slow step (job scope) explained by a few culprit ranks or a host flagged in the same step,
+  or by a rank/host incident already open, joins that incident: in synchronous training the
+  culprit makes the whole job slow, it is one problem;
+- a slow PP stage (SLOW_STAGE) is a culprit like a slow rank or host: the slow steps it
+  causes join it;
+- once the job's slow steps have joined a culprit's incident (it carries SLOW_STEP), every
+  other job-wide perf finding (R3, R4, R7, R10, job-wide R1/R2 …) while it is open is a
+  symptom of that culprit and joins it too: one incident, every rule id;
+- GC: a slow step caused by GC on one rank joins its (leak) incident; GC on two or more
+  different ranks within `GC_STORM_WINDOW` steps (unsynchronised pauses: a storm), or while
+  the job's GC incident is open, folds the ranks' findings into the job's incident instead
+  of one incident per rank. The window needs `JoinState` (the engine keeps it per job).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from streams.detect.scopes.finding import Finding
+
+Members = Callable[[str, int], set[int]]  # (domain, group) -> its ranks
+
+CULPRIT_RULES = ("SLOW_HOST", "SLOW_RANK", "SLOW_STAGE")
+CULPRIT_SCOPES = ("rank", "host", "stage")
+SLOW_CULPRITS = (*CULPRIT_RULES, "R6", "SLOW_GROUP", "SLOW_LINK")  # what explains slow steps: a group, a link
+SLOW_CULPRIT_SCOPES = (*CULPRIT_SCOPES, "group", "link")
+ADOPTING_RULES = ("R6", "SLOW_GROUP", "SLOW_LINK")  # culprits that take over a job incident opened first
+JOIN_SLACK_STEPS = 2  # a culprit that began at least this many steps before the slow steps still explains them
+DEVICE_JOB_HOSTS = 3  # one rule and metric on devices of this many hosts in one step: the job's finding
+GC_STORM_WINDOW = 10  # steps over which GC pauses of different ranks count as one storm
+GC_STORM_RANKS = 2    # distinct ranks pausing within the window: a storm, the job's problem (a leak is one rank)
+ONSET_R5_STEPS = 10   # R5 on a group's links this many steps before R6 flags the group: the same onset
+
+
+@dataclass(slots=True)
+class JoinState:
+    """What join remembers between steps of one job: the last step each rank paused for GC, and
+    the last step R5 flagged a link of each group ("domain/group")."""
+
+    gc_last: dict[int, int] = field(default_factory=dict)
+    r5_last: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class OpenTrack:
+    """An open perf incident as join needs it (from the book)."""
+
+    key: str
+    scope: str
+    cause_phase: str | None
+    first: int  # the step it began at
+    opened: bool = True
+    ranks: tuple[int, ...] = ()
+    rules: tuple[str, ...] = ()
+
+
+def _gc_rank(f: Finding) -> bool:
+    gc = f.rule == "R1" and f.metric == "T8"
+    return (gc or f.rule in ("SLOW_RANK", "R5")) and f.scope in ("rank", "link") and f.cause_phase in ("gc_ms", None)
+
+
+def join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: int,
+         members: Members | None = None, baseline_len: int = 2 * JOIN_SLACK_STEPS,
+         state: JoinState | None = None) -> list[Finding]:
+    """`tracks`: the book's perf tracks, open or candidate; `step`: the step being evaluated;
+    `baseline_len`: steps in the slow-step baseline (a culprit older than half of it is in it);
+    `state`: the job's join memory (None: this step alone)."""
+    out = sorted(_join(findings, world, tracks, step, members, baseline_len, state),
+                 key=lambda f: not (f.rule == "SLOW_GROUP" and f.scope == "group"))  # a split group is its
+    # incident's primary rule (one joined to a slow rank or host is that culprit's symptom)
+    for f in out:
+        if f.key != "job":  # a new step-time baseline ends the job's own incident, never the culprit's
+            f.evidence.pop("resolve_now", None)
+    return out
+
+
+def _join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: int, members: Members | None,
+          baseline_len: int, state: JoinState | None) -> list[Finding]:
+    open_tracks = [t for t in tracks if t.opened]
+    first = {t.key: t.first for t in tracks}
+    if members is not None:
+        _join_links(findings, tracks, members)
+        _join_groups(findings, tracks, members)
+    recent = _remember_r5(findings, step, state)
+    _join_split_to_culprits(findings, tracks)
+    _join_split(findings, tracks)
+    findings = _join_pending_links(findings, tracks, recent)
+    devices = [f for f in findings if f.scope == "device" and f.family == "perf"]
+    by_metric: dict[tuple[str, str | None], list[Finding]] = {}
+    for f in devices:
+        by_metric.setdefault((f.rule, f.metric), []).append(f)
+    for same in by_metric.values():
+        spread = len({f.host for f in same})  # devices of many hosts at once: a job-wide cause (a PP stage's
+        # load shifting every device's power and temperature), not one faulty device per host
+        if len({(f.host, f.device) for f in same}) >= max(2, world // 4) or spread >= DEVICE_JOB_HOSTS:
+            for f in same:
+                f.key, f.scope, f.ranks, f.host, f.device = "job", "job", [], None, None
+            continue
+        per_host: dict[str | None, list[Finding]] = {}
+        for f in same:
+            per_host.setdefault(f.host, []).append(f)
+        for host, fs in per_host.items():
+            if host is not None and len({f.device for f in fs}) >= 2:  # several devices of one host: the host's
+                ranks = sorted({r for f in fs for r in f.ranks})
+                for f in fs:
+                    f.key, f.scope, f.ranks, f.device = f"host:{host}", "host", ranks, None
+                continue
+            for f in fs:
+                if len(f.ranks) == 1:
+                    f.key, f.scope = f"rank:{f.ranks[0]}", "rank"
+    few = max(1, world // 8)
+    slow = next((f for f in findings if f.rule == "SLOW_STEP" and f.scope == "job"), None)
+    gc_ranks = [f for f in findings if f.rule == "R1" and f.metric == "T8" and f.scope == "rank"]
+    storm_open = any(t.key == "job" and t.cause_phase == "gc_ms" for t in open_tracks)
+    pausing = {r for f in gc_ranks for r in f.ranks}
+    if state is not None:
+        for r in pausing:
+            state.gc_last[r] = step
+        for r in [r for r, s in state.gc_last.items() if step - s >= GC_STORM_WINDOW]:
+            del state.gc_last[r]
+        pausing |= set(state.gc_last)
+    if gc_ranks and (len(pausing) >= GC_STORM_RANKS or len(gc_ranks) > few or storm_open):
+        keys = {f.key for f in findings if _gc_rank(f)}
+        for f in findings:  # the pausing ranks' findings and the symptoms joined to them
+            if _gc_rank(f) or (f.key in keys and f.family == "perf"):
+                f.key, f.scope, f.ranks, f.host = "job", "job", [], None
+        return findings
+    since = first.get("job", step) - max(JOIN_SLACK_STEPS, baseline_len // 2)
+    _mark_adoption(findings, open_tracks, first, since)
+    explained = _join_explained(findings, open_tracks, slow is not None, since)
+    if slow is None and not explained:
+        _join_throughput(findings, first, step, since, few)
+    if slow is None or explained:
+        return findings
+    if slow.cause_phase == "gc_ms" and gc_ranks and len(gc_ranks) <= few:
+        _attach(slow, gc_ranks[0])
+        return [f for f in findings if f is not slow] + [slow]  # the rank's rule stays the primary one
+    # a culprit explains the slow steps only if it began with them (a rank slow all along is in the baseline)
+    # same step: only culprits a job-wide slowdown cannot fake (a group's bandwidth or a link can dip
+    # with every step that is slow for another reason: those join once open, or adopt, below)
+    culprits = [f for rule in CULPRIT_RULES for f in findings
+                if f.rule == rule and f.scope in CULPRIT_SCOPES and first.get(f.key, step) >= since]
+    # a slow link (every inter-host group of one host slowed) flagged in an earlier step too
+    culprits += [f for f in findings if f.rule == "SLOW_LINK" and since <= first.get(f.key, step) < step]
+    keys = {f.key for f in culprits}
+    if culprits and len(keys) <= few:
+        for f in findings:  # the other job-wide findings of this step are the culprit's symptoms too
+            if f.key == "job" and f.family == "perf" and f is not slow:
+                _attach(f, culprits[0])
+        _attach(slow, culprits[0])
+        return [f for f in findings if f is not slow] + [slow]
+    joinable = sorted((t for t in open_tracks if t.scope in SLOW_CULPRIT_SCOPES and t.first >= since),
+                      key=lambda t: t.scope != "host")
+    if joinable and len(joinable) <= few:
+        slow.key, slow.scope = joinable[0].key, joinable[0].scope  # type: ignore[assignment]
+    return findings
+
+
+def _mark_adoption(findings: list[Finding], open_tracks: list[OpenTrack], first: dict[str, int], since: int) -> None:
+    """A slow group or link flagged while the job's own slow-step incident is open (and that began
+    with it) takes that incident over if it persists to open (`Finding.adopts`, the book): a
+    group's bandwidth rule needs a few steps more than the step time to show the same fault."""
+    job = next((t for t in open_tracks if t.key == "job" and "SLOW_STEP" in t.rules), None)
+    if job is None or job.first < since:
+        return
+    opened = {t.key for t in open_tracks}
+    for f in findings:
+        began = first.get(f.key, f.step)
+        if f.rule in ADOPTING_RULES and f.key not in opened and began >= job.first - JOIN_SLACK_STEPS:
+            f.adopts = "job"
+
+
+def _join_throughput(findings: list[Finding], first: dict[str, int], step: int, since: int, few: int) -> None:
+    """Job-wide R3 on step throughput in a step the slow-step scope did not find slow, beside a
+    culprit flagged now that began with it (a few keys at most): the culprit's toll on the job's
+    throughput, a slowdown below the slow-step scope's robust sigmas. It joins that culprit; it
+    never opens an incident of its own (a candidate it joins persists by the culprit's findings)."""
+    culprits = [f for rule in CULPRIT_RULES for f in findings
+                if f.rule == rule and f.scope in CULPRIT_SCOPES and first.get(f.key, step) >= since]
+    if not culprits or len({f.key for f in culprits}) > few:
+        return
+    for f in findings:
+        if f.key == "job" and f.rule == "R3" and f.metric == "step_throughput" and f.family == "perf":
+            _attach(f, culprits[0])
+
+
+def _join_explained(findings: list[Finding], open_tracks: list[OpenTrack], slow_now: bool, since: int) -> bool:
+    """Job-wide perf findings join the open culprit incident that the job's slow steps joined.
+
+    True when there is one (the slow step, if any, joined it too). A slow step now that the
+    culprit cannot explain (it began before `since`: in the baseline already, e.g. a GC pause
+    of every rank long after a slow rank's onset) is a problem of its own, and so are the
+    job-wide findings of its step."""
+    culprit = next((t for t in open_tracks if t.scope in SLOW_CULPRIT_SCOPES and "SLOW_STEP" in t.rules), None)
+    if culprit is None or (slow_now and culprit.first < since):
+        return False
+    for f in findings:
+        if f.key == "job" and f.family == "perf":
+            f.key, f.scope, f.ranks = culprit.key, culprit.scope, list(culprit.ranks)  # type: ignore[assignment]
+            f.host = None
+    return True
+
+
+def _join_links(findings: list[Finding], tracks: list[OpenTrack], members: Members) -> None:
+    """R5/R6 on a group that a slow link's host takes part in are symptoms of that link."""
+    links = [(f.key, set(f.ranks)) for f in findings if f.rule == "SLOW_LINK"]
+    links += [(t.key, set(t.ranks)) for t in tracks if t.opened and t.scope == "link" and t.key.endswith("/rdma")]
+    if not links:
+        return
+    for f in findings:
+        if f.rule not in ("R5", "R6") or f.domain is None or f.group is None:
+            continue
+        group = members(f.domain, f.group)
+        for key, ranks in links:
+            if group & ranks:
+                f.key, f.scope, f.ranks = key, "link", sorted(ranks)
+                break
+
+
+def _join_groups(findings: list[Finding], tracks: list[OpenTrack], members: Members) -> None:
+    """R5/R6 on the group of a slow rank or host (flagged now or tracked) are its symptoms."""
+    # only culprits flagged now or already open: a symptom never lifts a noise candidate to an incident
+    culprits = [(f.key, set(f.ranks)) for rule in CULPRIT_RULES for f in findings if f.rule == rule]
+    culprits += [(t.key, set(t.ranks)) for t in tracks if t.opened and t.scope in ("rank", "host") and t.ranks]
+    if not culprits:
+        return
+    for f in findings:
+        if f.rule not in ("R5", "R6") or f.domain is None or f.group is None or f.key.endswith("/rdma"):
+            continue
+        group = members(f.domain, f.group)
+        for key, ranks in culprits:
+            if group & ranks:
+                f.key, f.ranks = key, sorted(group & ranks)
+                f.scope = "host" if key.startswith("host:") else "rank"
+                break
+
+
+def _join_split_to_culprits(findings: list[Finding], tracks: list[OpenTrack]) -> None:
+    """A split group whose hot members are all ranks of a slow host or slow rank (open, or flagged
+    now) is that culprit seen from its group: the culprit is slow and its peers wait. Its "cold"
+    members are no imbalance: with data-dependent work (variable sequence lengths) some replicas
+    run below the stage's median every step, a different few each time. Nor is a hot member
+    beside them when the culprit's ranks are most of the hot ones: heavy-tailed noise puts some
+    other replica above the stage's median now and then (a 1,024-rank job: a DP group of the slow
+    host's two ranks and one such replica opened a second incident). A rank that is really slow
+    is found on its own (SLOW_RANK); a split half of whose hot members are elsewhere stays."""
+    culprits = [(t.key, t.scope, frozenset(t.ranks)) for t in tracks
+                if t.opened and t.scope in ("rank", "host") and set(t.rules) & {"SLOW_RANK", "SLOW_HOST"}]
+    culprits += [(f.key, f.scope, frozenset(f.ranks)) for f in findings
+                 if f.rule in ("SLOW_RANK", "SLOW_HOST") and f.scope in ("rank", "host")]
+    if not culprits:
+        return
+    for f in findings:
+        if f.rule != "SLOW_GROUP" or not f.hot_ranks:
+            continue
+        for key, scope, ranks in culprits:
+            hot = set(f.hot_ranks)
+            if 2 * len(hot & ranks) > len(hot):
+                f.key, f.scope, f.ranks = key, scope, sorted(ranks)  # type: ignore[assignment]
+                f.domain, f.group, f.observed = None, None, None  # the culprit's figure stays the headline
+                break
+
+
+def _join_split(findings: list[Finding], tracks: list[OpenTrack]) -> None:
+    """Rank and link findings inside a split group (SLOW_GROUP flagged now, or open) are its members'
+    symptoms: the slow members of an imbalanced group are not separate problems."""
+    # an open split group claims its members first: a group only flagged now (a candidate) given a
+    # member's device finding (R1/R2 open at once) would open beside it (moe_imbalance: a cold expert's
+    # R1 lifted a one-step TP-group candidate inside the open EP-group incident to a second incident)
+    groups = [(t.key, frozenset(t.ranks)) for t in tracks if t.opened and "SLOW_GROUP" in t.rules
+              and t.scope == "group"]  # a host or rank incident that a split joined is no group
+    groups += [(f.key, frozenset(f.ranks)) for f in findings if f.rule == "SLOW_GROUP" and f.scope == "group"]
+    if not groups:
+        return
+    for f in findings:
+        if f.scope not in ("rank", "link", "device") or f.family != "perf" or not f.ranks:
+            continue
+        for key, ranks in groups:
+            if set(f.ranks) <= ranks:
+                domain, _, group = key.removeprefix("group:").partition("/")
+                if f.rule in ("R5", "R6") and (f.domain, f.group) != (domain, int(group)):
+                    f.observed = None  # another group's bandwidth: a symptom, never the incident's headline figure
+                f.key, f.scope, f.domain, f.group = key, "group", domain, int(group)
+                f.host, f.link, f.device = None, None, None
+                break
+
+
+def _remember_r5(findings: list[Finding], step: int, state: JoinState | None) -> set[str]:
+    """The groups ("domain/group") whose links R5 flagged within `ONSET_R5_STEPS` steps, this one
+    included (only this one without `state`). Read before the other joins re-key the findings."""
+    now = {f"{f.domain}/{f.group}" for f in findings
+           if f.rule == "R5" and f.key.startswith("link:") and f.domain is not None and f.group is not None}
+    if state is None:
+        return now
+    memory = getattr(state, "r5_last", None)  # a state pickled before the field existed has none
+    if memory is None:
+        memory = state.r5_last = {}
+    memory.update((g, step) for g in now)
+    for g in [g for g, s in memory.items() if step - s >= ONSET_R5_STEPS]:
+        del memory[g]
+    return set(memory)
+
+
+def _join_pending_links(findings: list[Finding], tracks: list[OpenTrack],
+                        recent: set[str] | None = None) -> list[Finding]:
+    """R5 then R6 on one (domain, group) is one fault: the group's finding carries R5 too.
+
+    A group slowing as a whole first moves each member off the group's own history (R5 fires on
+    them while that history is still healthy; a group with a candidate is not R6-eligible); a
+    step or two later the history has caught up, R5 goes quiet and R6 flags the group against
+    the others. The members' R5 candidates never persist to open and are dropped, so without
+    this the group's incident lacks R5. Only candidates (not open incidents) of R5 on links of
+    the very group R6 flags now are taken: an R5 incident of its own stays one. `recent`: groups
+    whose links R5 flagged within `ONSET_R5_STEPS` steps (JoinState): with heavy-tailed noise R6 may
+    miss a step, its candidate drop and flag again a few steps on, when the members' R5 candidates of
+    the onset have gone; they were still this fault's onset."""
+    pending = [t for t in tracks if not t.opened and t.scope == "link" and "R5" in t.rules]
+    recent = recent or set()
+    if not pending and not recent:
+        return findings
+    extra = []
+    for f in findings:
+        if f.rule != "R6" or f.scope != "group" or not f.key.startswith("group:") or f.family != "perf":
+            continue
+        prefix = "link:" + f.key.removeprefix("group:") + "/"
+        links = sorted(t.key for t in pending if t.key.startswith(prefix))
+        opened = any(t.opened and t.key.startswith(prefix) for t in tracks)  # an R5 incident of its own
+        if not links and (opened or f.key.removeprefix("group:") not in recent):
+            continue
+        r5 = copy.copy(f)
+        r5.rule = "R5"
+        r5.ranks = list(f.ranks)
+        r5.evidence = {**f.evidence, "r5_candidates": float(len(links))}
+        r5.summary = (f"R5 flagged {len(links)} member link(s) of this group at the onset ({', '.join(links[:4])})"
+                      if links else "R5 flagged member links of this group at the onset")[:300]
+        extra.append(r5)
+    return findings + extra
+
+
+def _attach(slow: Finding, culprit: Finding) -> None:
+    slow.key, slow.scope = culprit.key, culprit.scope
+    slow.domain, slow.group, slow.link, slow.stage = culprit.domain, culprit.group, culprit.link, culprit.stage
+    slow.open_after = max(slow.open_after, culprit.open_after)  # joining never lowers the culprit's persistence
+    slow.candidate_gap = culprit.candidate_gap
+    slow.ranks, slow.host = list(culprit.ranks), culprit.host

@@ -1,0 +1,254 @@
+"""Decode a batch of raw messages straight into per-job column chunks (orjson, no dataclasses).
+
+Full contract decoding costs ~50 µs an event; detection needs only a few fields, so this
+module reads them from the orjson dict and applies the contract's cheap checks on them (type,
+version by the contract's own pattern, identity and time fields within their column ranges,
+non-negative times). Bad input is counted and skipped, never raised: the landing worker is the
+one that dead-letters it with its reason. An event the contract rejects for one of those fields
+must never reach the engine (a forged rank's steps at `end_ns` 2^64-1 or version "1.²" once
+made phantom HUNG_RANK incidents in `make chaos`); the test pins this against schemas.decode. A record may
+pack an array of events (contract 1.2): its elements go to the same columns one by one, a
+bad element is skipped alone.
+
+A chunk is a plain dict of lists (one list per column) for one job, ready to be sent
+as one message on the internal partials topic keyed by job (see streams/detect/combine/).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from schemas.bounds import INT64, UINT16, UINT32
+from schemas.device import METRICS
+from schemas.identity import DOMAIN_TYPES
+from schemas.packing import MAX_PACKED_EVENTS
+from schemas.step import Phases
+from schemas.version import major_ok
+
+# the contract's names, from the contract (schemas/): the columns detection keeps, in that order
+PHASES: tuple[str, ...] = Phases.NAMES
+DOMAINS: tuple[str, ...] = DOMAIN_TYPES
+DEVICE_METRICS: tuple[str, ...] = METRICS
+NAN = math.nan
+I64 = INT64[1]  # steps, times: Int64 columns
+U32 = UINT32[1]  # rank, world
+U16 = UINT16[1]  # device
+
+
+@dataclass(slots=True)
+class DecodeStats:
+    """Counters of one decode call (added into the worker's metrics)."""
+
+    events: int = 0
+    bad: int = 0
+    by_type: dict[str, int] = field(default_factory=dict)
+
+
+def _major_ok(doc: dict[str, Any]) -> bool:
+    return major_ok(doc.get("v"))
+
+
+def _num(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and value >= 0 else NAN
+
+
+def _attempt(doc: dict[str, Any]) -> int | None:
+    """The event's attempt (contract 1.4; 0 when absent, a 1.3 producer), None when out of contract."""
+    attempt = doc.get("attempt", 0)
+    return attempt if type(attempt) is int and 0 <= attempt <= U16 else None
+
+
+def _key(job: str, attempt: int) -> str:
+    """Chunks are per job AND attempt: a batch may hold a relaunch's first steps and the late
+    last steps of the attempt before it, which the engine must tell apart."""
+    return f"{attempt}:{job}"  # attempt first: no job name can make two jobs' keys meet
+
+
+def _new_step_chunk(job: str, attempt: int) -> dict[str, Any]:
+    chunk: dict[str, Any] = {"kind": "steps", "job": job, "attempt": attempt, "world": 0, "rank": [], "step": [],
+                             "host": [], "start_ns": [], "end_ns": [], "samples": [], "batch": []}
+    for name in PHASES:
+        chunk[name] = []
+    for dom in DOMAINS:
+        chunk[f"g_{dom}"] = []
+        chunk[f"n_{dom}"] = []
+    chunk["stage"] = []
+    return chunk
+
+
+def _add_step(chunks: dict[str, dict[str, Any]], doc: dict[str, Any]) -> bool:
+    job = doc.get("job")
+    rank = doc.get("rank")
+    world = doc.get("world")
+    step = doc.get("step")
+    start = doc.get("start_ns")
+    end = doc.get("end_ns")
+    if not (isinstance(job, str) and job and isinstance(rank, int) and isinstance(world, int)
+            and 0 <= rank < world <= U32 and isinstance(step, int) and 0 <= step <= I64
+            and isinstance(start, int) and isinstance(end, int) and 0 < start <= end <= I64):
+        return False
+    phases = doc.get("phases") or {}
+    domains = doc.get("domains") or {}
+    attempt = _attempt(doc)
+    if not isinstance(phases, dict) or not isinstance(domains, dict) or attempt is None:
+        return False
+    key = f"steps:{_key(job, attempt)}"
+    chunk = chunks.get(key)
+    if chunk is None:
+        chunk = chunks[key] = _new_step_chunk(job, attempt)
+    chunk["world"] = max(chunk["world"], world)
+    chunk["rank"].append(rank)
+    chunk["step"].append(step)
+    chunk["host"].append(str(doc.get("host", "")))
+    chunk["start_ns"].append(start)
+    chunk["end_ns"].append(end)
+    chunk["samples"].append(_num(doc.get("samples")))
+    chunk["batch"].append(_num(doc.get("batch_size")))
+    for name in PHASES:
+        chunk[name].append(_num(phases.get(name)))
+    for dom in DOMAINS:
+        d = domains.get(dom)
+        if isinstance(d, dict) and isinstance(d.get("group"), int) and isinstance(d.get("size"), int):
+            chunk[f"g_{dom}"].append(d["group"])
+            chunk[f"n_{dom}"].append(d["size"])
+        else:
+            chunk[f"g_{dom}"].append(-1)
+            chunk[f"n_{dom}"].append(0)
+    pp = domains.get("pp")
+    chunk["stage"].append(pp.get("index", -1) if isinstance(pp, dict) else -1)
+    return True
+
+
+def _add_kernel_summary(chunks: dict[str, dict[str, Any]], doc: dict[str, Any]) -> bool:
+    """Kernel summaries stay row-shaped (variable entries) but trimmed to what R4–R9 read."""
+    job = doc.get("job")
+    rank = doc.get("rank")
+    world = doc.get("world")
+    step = doc.get("step")
+    entries = doc.get("entries")
+    if not (isinstance(job, str) and job and isinstance(rank, int) and isinstance(world, int)
+            and 0 <= rank < world <= U32 and isinstance(step, int) and 0 <= step <= I64 and isinstance(entries, list)):
+        return False
+    attempt = _attempt(doc)
+    if attempt is None:
+        return False
+    key = f"kernels:{_key(job, attempt)}"
+    chunk = chunks.get(key)
+    if chunk is None:
+        chunk = chunks[key] = {"kind": "kernels", "job": job, "attempt": attempt, "world": world, "rows": []}
+    chunk["world"] = max(chunk["world"], world)
+    trimmed = []
+    for e in entries:
+        if not isinstance(e, dict) or not isinstance(e.get("key"), str) or not isinstance(e.get("total_ns"), int):
+            return False
+        trimmed.append([e["key"], e.get("cat"), e.get("count", 0), e["total_ns"], e.get("flops"), e.get("bytes"),
+                        e.get("domain"), e.get("launch_mean_us"), e.get("launch_mad_us"), e.get("direction"),
+                        e.get("max_ns")])
+    chunk["rows"].append([rank, step, trimmed, doc.get("other_ns", 0)])
+    return True
+
+
+def _add_device(chunks: dict[str, dict[str, Any]], doc: dict[str, Any]) -> bool:
+    host = doc.get("host")
+    device = doc.get("device")
+    ts = doc.get("ts_ns")
+    if not (isinstance(host, str) and host and isinstance(device, int) and 0 <= device <= U16
+            and isinstance(ts, int) and 0 < ts <= I64):
+        return False
+    job = doc.get("job") if isinstance(doc.get("job"), str) else ""
+    chunk = chunks.get(f"device:{job}")
+    if chunk is None:
+        chunk = chunks[f"device:{job}"] = {"kind": "device", "job": job, "host": [], "device": [], "rank": [],
+                                           "ts_ns": [], **{m: [] for m in DEVICE_METRICS}}
+    chunk["host"].append(host)
+    chunk["device"].append(device)
+    rank = doc.get("rank")
+    chunk["rank"].append(rank if isinstance(rank, int) else -1)
+    chunk["ts_ns"].append(ts)
+    for m in DEVICE_METRICS:
+        chunk[m].append(_num(doc.get(m)))
+    return True
+
+
+def _add_job(chunks: dict[str, dict[str, Any]], doc: dict[str, Any]) -> bool:
+    job = doc.get("job")
+    phase = doc.get("phase")
+    world = doc.get("world")
+    last = doc.get("last_step")
+    ts = doc.get("ts_ns")
+    if not (isinstance(job, str) and job and phase in ("start", "end") and isinstance(world, int)
+            and 1 <= world <= U32 and isinstance(ts, int) and 0 <= ts <= I64
+            and (last is None or (isinstance(last, int) and 0 <= last <= I64))):
+        return False
+    attempt = _attempt(doc)
+    if attempt is None:
+        return False
+    chunks[f"job:{phase}:{_key(job, attempt)}"] = {
+        "kind": "job", "job": job, "attempt": attempt, "phase": phase, "world": world, "ts_ns": ts, "last_step": last,
+        "parallel": doc.get("parallel") or {}, "kernel_summaries": doc.get("kernel_summaries") is True}
+    return True
+
+
+_HANDLERS = {"step": _add_step, "kernel_summary": _add_kernel_summary, "device": _add_device, "job": _add_job}
+_PACKED_HANDLERS = {kind: handler for kind, handler in _HANDLERS.items() if kind != "job"}
+
+
+def decode_batch(raws: list[bytes], max_event_bytes: int) -> tuple[list[dict[str, Any]], DecodeStats]:
+    """Decode raw messages of any detect input topic into chunks (one per job and kind)."""
+    stats = DecodeStats()
+    chunks: dict[str, dict[str, Any]] = {}
+    by_type = stats.by_type
+    for raw in raws:
+        if raw is None or len(raw) > max_event_bytes:
+            stats.events += 1
+            stats.bad += 1
+            continue
+        try:
+            doc = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            stats.events += 1
+            stats.bad += 1
+            continue
+        # contract 1.2: a record is one event or an array of 1..MAX_PACKED_EVENTS events
+        if type(doc) is list:
+            if not 0 < len(doc) <= MAX_PACKED_EVENTS:
+                stats.events += 1
+                stats.bad += 1
+                continue
+            docs: list[Any] = doc
+            handlers = _PACKED_HANDLERS  # `jobs` records are one object each (landing dead-letters an array)
+        else:
+            docs = [doc]
+            handlers = _HANDLERS
+        stats.events += len(docs)
+        for doc in docs:
+            if type(doc) is not dict or not _major_ok(doc):
+                stats.bad += 1
+                continue
+            kind = doc.get("type")
+            if type(kind) is not str:
+                stats.bad += 1
+                continue
+            handler = handlers.get(kind)
+            if handler is not None and handler(chunks, doc):
+                by_type[kind] = by_type.get(kind, 0) + 1
+            else:
+                stats.bad += 1
+    # step chunks keep a key "job" even for device chunks without one ("" = not attributed).
+    # A batch mixes topics, so a job's `end` may precede its last steps here: job starts go
+    # first and job ends last, so the engine sees every step of the batch before the end.
+    return sorted(chunks.values(), key=_chunk_order), stats
+
+
+def _chunk_order(chunk: dict[str, Any]) -> tuple[int, int]:
+    """Attempts in order (an earlier attempt's last reports, then the relaunch's), and within one
+    attempt its start first and its end last."""
+    attempt = chunk.get("attempt", 0)
+    order = attempt if isinstance(attempt, int) else 0
+    if chunk.get("kind") != "job":
+        return order, 1
+    return order, 2 if chunk.get("phase") == "end" else 0

@@ -1,0 +1,67 @@
+"""Slow pipeline stage: one PP stage slower than ITS OWN history while the others are not.
+
+Stages differ by design (embedding, LM head, bubbles), so stages are never compared with
+each other directly — that would alarm on every healthy pipeline. Instead each stage's
+median busy time is compared with the median of its own last `baseline_steps` values:
+stage k is slow when that ratio exceeds 1 + `slow_stage_ratio` AND exceeds the other
+stages' typical ratio by the same margin (a job-wide slowdown is a slow step, not a stage).
+The median over the stage's ranks keeps a single slow rank out (that is a slow rank).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from infra.settings import DetectionConfig
+from streams.detect.scopes.finding import Finding
+from streams.detect.windows.step_frames import Frame, Topology
+
+
+@dataclass(slots=True)
+class StageState:
+    history: dict[int, list[float]] = field(default_factory=dict)
+
+
+def evaluate(frame: Frame, topo: Topology, state: StageState, cfg: DetectionConfig
+             ) -> tuple[StageState, list[Finding]]:
+    seen = np.flatnonzero(frame.seen)
+    stage = topo.stage[seen]
+    ok = stage >= 0
+    stages = np.unique(stage[ok]).tolist()
+    if len(stages) < 2:
+        return state, []
+    busy = frame.busy_ms[seen]
+    now = {k: float(np.median(busy[ok & (stage == k)])) for k in stages}
+    ratio: dict[int, float] = {}
+    for k, value in now.items():
+        hist = state.history.get(k, [])
+        if len(hist) > cfg.warmup_steps:
+            ratio[k] = value / float(np.median(hist))
+    out: list[Finding] = []
+    flagged: set[int] = set()
+    if len(ratio) >= 2:
+        for k, r in ratio.items():
+            others = float(np.median([v for j, v in ratio.items() if j != k]))
+            if r > 1 + cfg.slow_stage_ratio and r - others > cfg.slow_stage_ratio:
+                flagged.add(k)
+                base = now[k] / r
+                members = seen[ok & (stage == k)].tolist()
+                out.append(Finding(
+                    rule="SLOW_STAGE", key=f"stage:{k}", scope="stage", step=frame.step, stage=k,
+                    ranks=members, metric="busy_ms", observed=now[k], expected=base,
+                    threshold=base * (1 + cfg.slow_stage_ratio), unit="ms",
+                    summary=f"PP stage {k}: median busy {now[k]:.0f} ms, {r:.2f}x its own baseline "
+                            f"{base:.0f} ms while the other stages stay at {others:.2f}x",
+                    evidence={"ratio": round(r, 4), "others_ratio": round(others, 4)},
+                    cause="one pipeline stage got slower (its layers, its devices or its inputs)",
+                    suggestion="profile the stage's ranks; rebalance layers across stages if it persists",
+                    open_after=cfg.slow_rank_min_steps, resolve_after=cfg.resolve_after_steps))
+    for k, value in now.items():
+        if k in flagged:
+            continue  # a slow stage's values do not enter its baseline
+        hist = state.history.setdefault(k, [])
+        hist.append(value)
+        del hist[:-cfg.baseline_steps]
+    return state, out

@@ -1,0 +1,129 @@
+"""Hung job: no rank completes a step while the devices go on sampling (C4D's hang, told apart from slow).
+
+When one rank hangs in synchronous training, every peer blocks in its next collective, so NO
+rank reports a step any more: the frame-based check (streams/detect/scopes/hung.py, peers went on)
+sees nothing. The device samples keep coming, and on the job's own clock (event time, never
+the worker's wall clock, so a backlog in the decode stage is not a hang) they run past the
+last step's end. Once they are `stall_factor` x the adaptive window timeout past it:
+
+- a host whose devices stopped sampling as well is silent: one HUNG_HOST finding;
+- a rank whose device sits idle while its peers' devices are busy (blocked peers spin in the
+  collective; the hung rank does not reach it) is the hung one: HUNG_RANK;
+- nobody singled out: the job stalled together (not reported here; the frame windows wait).
+
+Reported once per stall (keyed by the last step end); the incident resolves when steps resume.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from streams.detect.scopes.finding import Finding
+from streams.detect.scopes.hung import ADVICE, ADVICE_CAUSE
+from streams.detect.windows.step_frames import FloatArray, IntArray, Topology
+
+IDLE_PCT = 10.0   # a device below this AI Core utilisation is idle ...
+BUSY_PCT = 50.0   # ... while its peers' median is above this
+MIN_SAMPLES = 3   # device samples per rank past the last step before judging it
+SAMPLE_SLACK_NS = 2_000_000_000  # a silent device's last sample may follow the last step end by this much:
+# each host's agent samples at its own phase (up to one 1 Hz interval late) on its own clock (ms off)
+
+
+@dataclass(slots=True)
+class StallState:
+    last_end_ns: int = 0      # newest step end (event time) any rank reported
+    newest_dev_ns: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # per rank
+    busy_sum: FloatArray = field(default_factory=lambda: np.zeros(0))  # AI Core % since last_end_ns, per rank
+    busy_n: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    reported_for: int = -1    # last_end_ns of the stall already reported
+    seen_since_ns: int = 0    # worker clock when the stall was first seen (it must hold a window timeout)
+
+    def _grow(self, world: int) -> None:
+        if self.newest_dev_ns.size < world:
+            extra = world - self.newest_dev_ns.size
+            self.newest_dev_ns = np.concatenate([self.newest_dev_ns, np.zeros(extra, dtype=np.int64)])
+            self.busy_sum = np.concatenate([self.busy_sum, np.zeros(extra)])
+            self.busy_n = np.concatenate([self.busy_n, np.zeros(extra, dtype=np.int64)])
+
+    def on_steps(self, end_ns: IntArray) -> None:
+        newest = int(end_ns.max(initial=0))
+        if newest > self.last_end_ns:
+            self.last_end_ns = newest
+            self.busy_sum[:] = 0.0
+            self.busy_n[:] = 0
+
+    def on_device(self, ranks: IntArray, ts_ns: IntArray, aicore: FloatArray) -> None:
+        ok = ranks >= 0
+        ranks, ts_ns, aicore = ranks[ok], ts_ns[ok], aicore[ok]
+        if ranks.size == 0:
+            return
+        self._grow(int(ranks.max()) + 1)
+        np.maximum.at(self.newest_dev_ns, ranks, ts_ns)
+        after = (ts_ns > self.last_end_ns) & np.isfinite(aicore)
+        np.add.at(self.busy_sum, ranks[after], aicore[after])
+        np.add.at(self.busy_n, ranks[after], 1)
+
+
+def evaluate(state: StallState, topo: Topology, step: int, timeout_ns: int, stall_factor: float,
+             input_lagging: bool, now_ns: int, final: bool) -> list[Finding]:
+    """Findings for a stall past the last step end (`step`: the first step that did not complete).
+
+    Steps and device samples come from different partitions, so samples may run ahead of steps
+    still queued: a stall counts once it has held for a window timeout on the worker's clock with
+    the input current, or at once when the job ended (`final`: every step it completed is in).
+    """
+    world = min(topo.world, state.newest_dev_ns.size)
+    newest = state.newest_dev_ns[:world]
+    if (input_lagging or world == 0 or state.last_end_ns == 0 or state.reported_for == state.last_end_ns
+            or int(newest.max()) - state.last_end_ns < stall_factor * timeout_ns):
+        state.seen_since_ns = 0
+        return []
+    if not final:
+        if state.seen_since_ns == 0:
+            state.seen_since_ns = now_ns
+        if now_ns - state.seen_since_ns < timeout_ns:
+            return []
+    sampled = newest > 0
+    slack = min(SAMPLE_SLACK_NS, int(stall_factor * timeout_ns) // 2)  # the others are far past: stall_factor x
+    silent = sampled & (newest <= state.last_end_ns + slack)
+    out: list[Finding] = []
+    done: set[int] = set()
+    for host in np.unique(topo.host_of[:world][silent]).tolist():
+        members = topo.ranks_of_host(int(host))
+        members = members[members < world]
+        if host < 0 or members.size == 0 or not silent[members].all():
+            continue
+        name = topo.hosts[int(host)]
+        done.update(members.tolist())
+        out.append(Finding(
+            rule="HUNG_HOST", key=f"host:{name}", family="hang", scope="host", step=step, host=name,
+            ranks=members.tolist(), severity="critical", metric="reports",
+            summary=f"host {name} went silent: no step completed since step {step - 1} and its {members.size} "
+                    f"devices stopped sampling while the other hosts' went on",
+            evidence={"ranks_silent": float(members.size)}, cause=ADVICE_CAUSE, suggestion=ADVICE,
+            open_after=1, resolve_after=1))
+    enough = state.busy_n[:world] >= MIN_SAMPLES
+    mean = np.where(enough, state.busy_sum[:world] / np.maximum(state.busy_n[:world], 1), np.nan)
+    if enough.sum() >= 2:
+        idle = enough & (mean < IDLE_PCT)
+        peers = mean[enough & ~idle]
+        if peers.size and float(np.median(peers)) > BUSY_PCT and idle.sum() <= max(1, world // 8):
+            for rank in np.flatnonzero(idle).tolist():
+                if rank in done:
+                    continue
+                h = int(topo.host_of[rank])
+                host = topo.hosts[h] if h >= 0 else None
+                out.append(Finding(
+                    rule="HUNG_RANK", key=f"rank:{rank}", family="hang", scope="rank", step=step, host=host,
+                    ranks=[rank], severity="critical", metric="reports",
+                    summary=f"rank {rank} ({host}) hung: no step completed since step {step - 1}; its device is "
+                            f"idle ({mean[rank]:.0f} % AI Core) while its peers' spin in the collective "
+                            f"({float(np.median(peers)):.0f} %)",
+                    observed=float(mean[rank]), expected=float(np.median(peers)), threshold=IDLE_PCT, unit="%",
+                    evidence={"aicore_pct": float(mean[rank])}, cause=ADVICE_CAUSE, suggestion=ADVICE,
+                    open_after=1, resolve_after=1))
+    if out:
+        state.reported_for = state.last_end_ns
+    return out

@@ -1,0 +1,253 @@
+"""One incident per fault: how findings are re-keyed before the book (streams/detect/incidents/join.py)."""
+
+from __future__ import annotations
+
+from streams.detect.incidents.book import IncidentBook
+from streams.detect.incidents.join import JoinState, OpenTrack, join
+from streams.detect.scopes.finding import Finding
+
+
+def _slow_step(step: int, cause: str | None = "backward_ms") -> Finding:
+    return Finding(rule="SLOW_STEP", key="job", scope="job", step=step, summary="slow", cause_phase=cause,
+                   open_after=2, candidate_gap=1, resolve_after=5)
+
+
+def _rank(rule: str, rank: int, step: int, **kw: object) -> Finding:
+    return Finding(rule=rule, key=f"rank:{rank}", scope="rank", step=step, summary=rule, ranks=[rank],
+                   host="node-0", open_after=3, resolve_after=5, **kw)  # type: ignore[arg-type]
+
+
+def test_device_finding_is_its_ranks() -> None:
+    f = Finding(rule="R1", key="device:node-0/3", scope="device", step=1, summary="hot", ranks=[3])
+    assert [(x.key, x.scope) for x in join([f], 64, [], 1)] == [("rank:3", "rank")]
+
+
+def test_slow_step_joins_a_culprit_that_began_with_it() -> None:
+    found = join([_slow_step(30), _rank("SLOW_RANK", 7, 30)], 64, [], 30)
+    assert {f.key for f in found} == {"rank:7"}
+    assert found[0].rule == "SLOW_RANK", "the culprit's rule stays the primary one"
+
+
+def test_slow_step_stays_apart_from_a_rank_slow_all_along() -> None:
+    tracks = [OpenTrack("rank:7", "rank", None, first=3)]
+    found = join([_slow_step(30), _rank("SLOW_RANK", 7, 30)], 64, tracks, 30)
+    assert {f.key for f in found} == {"job", "rank:7"}
+
+
+def test_gc_storm_folds_rank_findings_into_the_job() -> None:
+    gc = [_rank("R1", r, 40, metric="T8") for r in range(16)]
+    found = join([_slow_step(40, "gc_ms"), *gc], 64, [], 40)
+    assert {f.key for f in found} == {"job"}
+    later = join([_rank("R1", 1, 41, metric="T8"), _rank("R1", 2, 41, metric="T8")], 64,
+                 [OpenTrack("job", "job", "gc_ms", first=40)], 41)
+    assert {f.key for f in later} == {"job"}, "while the storm's incident is open"
+
+
+def test_isolated_long_step_opens_nothing_but_two_in_three_do() -> None:
+    book = IncidentBook(job="j")
+    out = []
+    for step in range(10, 20):  # eval step 12, then a fault flapping on at 15, 17
+        out += book.observe(step, [_slow_step(step)] if step in (12, 15, 17) else [], 0)
+    opened = [o for o in out if getattr(o, "state", None) == "open"]
+    assert [(o.step_first, o.step_last) for o in opened] == [(15, 17)]  # type: ignore[attr-defined]
+
+
+def _r5(rank: int, domain: str, group: int) -> Finding:
+    return Finding(rule="R5", key=f"link:{domain}/{group}/{rank}", scope="link", step=30, summary="r5",
+                   ranks=[rank], domain=domain, group=group, open_after=3)
+
+
+def _members(domain: str, group: int) -> set[int]:
+    return {group, group + 4}  # pp pairs (r, r+4)
+
+
+def test_r5_on_a_slow_links_groups_joins_the_link() -> None:
+    link = Finding(rule="SLOW_LINK", key="link:node-2/rdma", scope="link", step=30, summary="link",
+                   ranks=[4, 5], link="node-2/rdma")
+    found = join([link, _r5(0, "pp", 0), _r5(2, "pp", 2)], 8, [], 30, _members)
+    assert [(f.rule, f.key) for f in found] == [("SLOW_LINK", "link:node-2/rdma"), ("R5", "link:node-2/rdma"),
+                                                ("R5", "link:pp/2/2")], "group 2 = ranks 2, 6: not the link's"
+
+
+def test_symptoms_join_open_culprits_never_candidates() -> None:
+    candidate = [OpenTrack("rank:4", "rank", None, first=28, opened=False, ranks=(4,))]
+    assert join([_r5(0, "pp", 0)], 8, candidate, 30, _members)[0].key == "link:pp/0/0"
+    opened = [OpenTrack("rank:4", "rank", None, first=28, opened=True, ranks=(4,))]
+    f = join([_r5(0, "pp", 0)], 8, opened, 30, _members)[0]
+    assert (f.key, f.scope, f.ranks) == ("rank:4", "rank", [4])
+
+
+def _device(rule: str, rank: int, host: str, device: int) -> Finding:
+    return Finding(rule=rule, key=f"device:{host}/{device}", scope="device", step=5, summary="hot", ranks=[rank],
+                   host=host, device=device, metric="T2")
+
+
+def test_devices_of_one_host_are_the_hosts_and_of_the_whole_job_the_jobs() -> None:
+    two = join([_device("R2", 8, "node-1", 0), _device("R2", 9, "node-1", 1)], 64, [], 5)
+    assert {(f.key, f.scope) for f in two} == {("host:node-1", "host")}
+    same_device_twice = join([_device("R2", 8, "node-1", 0), _device("R2", 8, "node-1", 0)], 64, [], 5)
+    assert {f.key for f in same_device_twice} == {"rank:8"}, "two ticks of one device are not a host"
+    many = join([_device("R1", r, f"node-{r // 8}", r % 8) for r in range(16)], 64, [], 5)
+    assert {(f.key, f.scope) for f in many} == {("job", "job")}
+
+
+def test_a_joining_slow_step_keeps_the_culprits_persistence() -> None:
+    book = IncidentBook(job="j")
+    out = []
+    for step in (30, 31):  # a two-step blip on one rank: SLOW_RANK needs 3 steps, joining must not make it 2
+        out += book.observe(step, join([_slow_step(step), _rank("SLOW_RANK", 7, step)], 64, [], step), 0)
+    assert [o for o in out if getattr(o, "state", None) == "open"] == []
+
+
+def test_gc_on_two_ranks_within_the_window_is_a_storm_not_two_incidents() -> None:
+
+    state = JoinState()
+    first = join([_rank("R1", 4, 60, metric="T8", cause_phase="gc_ms")], 64, [], 60, state=state)
+    assert [f.key for f in first] == ["rank:4"], "one rank pausing: its own (leak) incident"
+    second = join([_rank("R1", 12, 62, metric="T8", cause_phase="gc_ms"),
+                   _rank("SLOW_RANK", 12, 62, cause_phase="gc_ms")], 64, [], 62, state=state)
+    assert {f.key for f in second} == {"job"}, "a second rank pausing within the window: the job's storm"
+    later = join([_rank("R1", 30, 80, metric="T8", cause_phase="gc_ms")], 64, [], 80, state=state)
+    assert [f.key for f in later] == ["rank:30"], "the earlier pauses left the window"
+
+
+def test_slow_step_joins_a_slow_stage() -> None:
+    stage = Finding(rule="SLOW_STAGE", key="stage:1", scope="stage", step=60, summary="stage", stage=1,
+                    ranks=[32, 33], open_after=3)
+    found = join([_slow_step(60), stage], 64, [], 60)
+    assert {(f.key, f.scope) for f in found} == {("stage:1", "stage")}
+
+
+def test_job_symptoms_join_the_culprit_that_explains_the_slow_steps() -> None:
+    culprit = [OpenTrack("stage:1", "stage", None, first=60, ranks=(32, 33), rules=("SLOW_STAGE", "SLOW_STEP"))]
+    r4 = Finding(rule="R4", key="job", scope="job", step=70, summary="kernel", open_after=3)
+    found = join([r4], 64, culprit, 70)
+    assert [(f.key, f.scope, f.ranks) for f in found] == [("stage:1", "stage", [32, 33])]
+    unexplained = [OpenTrack("stage:1", "stage", None, first=60, ranks=(32, 33), rules=("SLOW_STAGE",))]
+    r4 = Finding(rule="R4", key="job", scope="job", step=70, summary="kernel", open_after=3)
+    assert join([r4], 64, unexplained, 70)[0].key == "job", "a culprit the slow steps never joined explains nothing"
+
+
+def test_a_slow_group_found_after_the_slow_steps_takes_their_incident_over() -> None:
+    from schemas import Incident
+
+    book = IncidentBook(job="j")
+    out: list[Incident] = []
+    for step in range(60, 70):
+        found = [_slow_step(step)]
+        if step >= 62:  # the group's bandwidth rule needs a few steps more than the step time
+            found.append(Finding(rule="R6", key="group:dp/2", scope="group", step=step, summary="slow group",
+                                 ranks=[2, 6], domain="dp", group=2, open_after=3))
+        tracks = [OpenTrack(t.finding.key, t.finding.scope, t.finding.cause_phase, t.first, t.opened,
+                            tuple(t.finding.ranks), tuple(t.rules)) for t in book.tracks.values()]
+        out += [o for o in book.observe(step, join(found, 64, tracks, step, baseline_len=50), 0)
+                if isinstance(o, Incident)]
+    assert len({o.incident_id for o in out}) == 1, [(o.incident_id, o.state) for o in out]
+    last = out[-1]
+    assert (last.scope, last.domain, last.group) == ("group", "dp", 2)
+    assert {"SLOW_STEP", "R6"} <= set(last.rules) and last.step_first == 60
+
+
+def test_a_later_slow_step_the_old_culprit_cannot_explain_stays_the_jobs() -> None:
+    culprit = [OpenTrack("rank:3", "rank", "backward_ms", first=10, ranks=(3,), rules=("SLOW_RANK", "SLOW_STEP"))]
+    r3 = Finding(rule="R3", key="job", scope="job", step=30, summary="throughput", open_after=3)
+    found = join([_slow_step(30, "gc_ms"), r3], 64, culprit, 30, baseline_len=20)
+    assert {f.key for f in found} == {"job"}, "rank 3 is in the baseline by now: a GC pause of all ranks is apart"
+
+
+def test_devices_of_several_hosts_at_once_are_the_jobs() -> None:
+    spread = join([_device("R2", 8 * h + 1, f"node-{h}", 1) for h in range(3)], 64, [], 5)
+    assert {(f.key, f.scope) for f in spread} == {("job", "job")}, "one device on each of 3 hosts: a common cause"
+    two = join([_device("R2", 1, "node-0", 1), _device("R2", 9, "node-1", 1)], 64, [], 5)
+    assert {f.key for f in two} == {"rank:1", "rank:9"}
+
+
+def _r6(domain: str, group: int, ranks: list[int], step: int) -> Finding:
+    return Finding(rule="R6", key=f"group:{domain}/{group}", scope="group", step=step, summary="r6", ranks=ranks,
+                   domain=domain, group=group, open_after=3, resolve_after=5)
+
+
+def test_r5_candidates_at_the_onset_join_the_group_r6_flags_after() -> None:
+    """A group slowing as a whole: R5 on its members first (their own history is healthy), then R6 once
+    that history caught up. The group's incident carries R5; other groups' and open R5 tracks are untouched."""
+    book = IncidentBook(job="j")
+    members = [2, 6, 10, 14]
+    for step in (60, 61):
+        book.observe(step, [_r5(r, "dp", 2) for r in members] + [_r5(5, "dp", 1)], 0)
+    tracks = [OpenTrack(t.finding.key, t.finding.scope, None, t.first, t.opened, tuple(t.finding.ranks),
+                        tuple(t.rules)) for t in book.tracks.values()]
+    assert len(tracks) == 5 and not any(t.opened for t in tracks)
+    out = []
+    for step in (62, 63, 64):
+        found = join([_r6("dp", 2, members, step)], 64, tracks if step == 62 else [], step)
+        assert {f.key for f in found} == {"group:dp/2"}
+        out += book.observe(step, found, 0)
+        tracks = []
+    opened = [o for o in out if getattr(o, "state", None) == "open"]
+    assert len(opened) == 1 and opened[0].rule == "R6"  # type: ignore[attr-defined]
+    assert set(opened[0].rules) == {"R6", "R5"}  # type: ignore[attr-defined]
+    # without R5 candidates on the group's links (another group's, or none), R6 stays alone
+    lone = join([_r6("dp", 3, [3, 7], 62)], 64, [OpenTrack("link:dp/2/2", "link", None, 60, False, (2,), ("R5",))], 62)
+    assert [f.rule for f in lone] == ["R6"]
+    # an R5 incident already open is a problem of its own, not a candidate to take
+    held = join([_r6("dp", 2, members, 62)], 64, [OpenTrack("link:dp/2/2", "link", None, 60, True, (2,), ("R5",))], 62)
+    assert [f.rule for f in held] == ["R6"]
+
+
+def test_another_groups_bandwidth_joining_a_split_group_is_no_headline() -> None:
+    split = Finding(rule="SLOW_GROUP", key="group:dp/4", scope="group", step=70, summary="split", ranks=[32, 36],
+                    domain="dp", group=4)
+    tp = Finding(rule="R6", key="rank:32", scope="rank", step=70, summary="slow group TP 9", ranks=[32], domain="tp",
+                 group=9, observed=78.6)
+    own = Finding(rule="R5", key="link:dp/4/36", scope="link", step=70, summary="r5", ranks=[36], domain="dp", group=4,
+                  observed=1.8)
+    found = {f.summary: f for f in join([split, tp, own], 64, [], 70)}
+    assert {f.key for f in found.values()} == {"group:dp/4"}
+    assert found["slow group TP 9"].observed is None, "a TP group's figure is not the DP group's evidence"
+    assert found["r5"].observed == 1.8
+
+
+def test_a_member_finding_joins_the_open_split_group_before_a_group_only_flagged_now() -> None:
+    """A cold expert's R1 (opens at once) inside an open EP-group incident must not lift a TP-group
+    candidate flagged in the same step to a second incident (moe_imbalance)."""
+    open_ep = OpenTrack("group:ep/4", "group", None, first=60, ranks=(9, 11, 13, 15), rules=("SLOW_GROUP", "R4"))
+    tp_now = Finding(rule="SLOW_GROUP", key="group:tp/7", scope="group", step=72, summary="split", ranks=[14, 15],
+                     domain="tp", group=7, open_after=3)
+    r1 = Finding(rule="R1", key="device:node-1/7", scope="device", step=72, summary="T3 low", ranks=[15],
+                 host="node-1", device=7, metric="T3", open_after=1)
+    found = join([tp_now, r1], 64, [open_ep], 72)
+    assert next(f for f in found if f.rule == "R1").key == "group:ep/4"
+    assert next(f for f in found if f.rule == "SLOW_GROUP").key == "group:tp/7", "the candidate itself stays"
+
+
+def test_r5_at_the_onset_joins_the_group_r6_flags_again_after_a_gap() -> None:
+    """Heavy-tailed noise: R6 flags a slowed group, misses a few steps (its candidate drops, and so
+    do the members' R5 candidates of the onset), then flags again and opens. The onset's R5 was
+    this fault's: the group's finding carries R5 when R6 comes back within ONSET_R5_STEPS."""
+    state = JoinState()
+    members = [3, 7, 11]
+    join([_r5(r, "dp", 3) for r in members] + [_r5(5, "dp", 1)], 64, [], 63, state=state)
+    quiet = join([], 64, [], 64, state=state)
+    assert quiet == []
+    back = join([_r6("dp", 3, members, 67)], 64, [], 67, state=state)
+    assert sorted(f.rule for f in back) == ["R5", "R6"] and {f.key for f in back} == {"group:dp/3"}
+    # too long after the onset: R6 alone; another group's R5 never joins
+    late = join([_r6("dp", 3, members, 80)], 64, [], 80, state=state)
+    assert [f.rule for f in late] == ["R6"]
+    other = join([_r6("dp", 2, [2, 6], 68)], 64, [], 68, state=JoinState(r5_last={"dp/1": 66}))
+    assert [f.rule for f in other] == ["R6"]
+
+
+def test_throughput_beside_a_culprit_flagged_now_joins_it_without_a_slow_step() -> None:
+    """A slow host costing the job less than the slow-step scope's robust sigmas: R3 on step
+    throughput is its toll on the job, part of its incident (unbalanced scheduling: R1, R3, R8)."""
+    host = Finding(rule="SLOW_HOST", key="host:node-2", scope="host", step=61, summary="host", ranks=[16, 17],
+                   host="node-2", open_after=3)
+    r3 = Finding(rule="R3", key="job", scope="job", step=61, summary="throughput", metric="step_throughput",
+                 open_after=3)
+    out = join([host, r3], 64, [], 61, baseline_len=20)
+    assert {(f.rule, f.key) for f in out} == {("SLOW_HOST", "host:node-2"), ("R3", "host:node-2")}
+    # no culprit now: R3 stays the job's (the engine drops it when the step was not slow)
+    alone = join([Finding(rule="R3", key="job", scope="job", step=61, summary="t", metric="step_throughput")],
+                 64, [], 61, baseline_len=20)
+    assert [f.key for f in alone] == ["job"]

@@ -1,0 +1,145 @@
+"""Scopes of the batch engine judged against the simulator's ground truth (pure, no Kafka)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from producers.simulator.cluster import SimulatedJob, Timings
+from producers.simulator.faults import SlowRank, SlowSteps, gc_pause
+from producers.simulator.topology import Topology
+from schemas import ControlCommand
+from streams.detect.engine import LAG_STALE_NS
+from tests.streams.helpers import T0, incidents, run_engine
+
+
+def _opened(outputs: list[object], rule: str | None = None) -> list[str]:
+    return sorted({i.incident_id for i in incidents(outputs, "open") if rule is None or i.rule == rule})
+
+
+def test_slow_rank_and_gc_steps_match_ground_truth() -> None:
+    job = SimulatedJob("j1", Topology(dp=4, tp=2, pp=2), steps=40, seed=3,
+                       faults=[SlowRank(rank=6, factor=1.3), gc_pause(steps=(20, 21), extra_ms=300.0)])
+    out = run_engine(job)
+    truth = job.ground_truth()
+    ranks = {r for i in incidents(out) if i.rule == "SLOW_RANK" for r in i.ranks}
+    assert ranks == truth.slow_ranks()
+    final = {i.incident_id: i for i in incidents(out)}
+    steps = {s for i in final.values() if i.rule == "SLOW_STEP" for s in range(i.step_first or 0,
+                                                                              (i.step_last or 0) + 1)}
+    assert steps == truth.slow_steps()
+    assert all(i.state == "resolved" for i in final.values()), "every incident resolved when the job ends"
+    commands = [o for o in out if isinstance(o, ControlCommand)]
+    assert [(c.action, c.ranks) for c in commands] == [("profile_on", sorted(truth.slow_ranks()))]
+
+
+def test_jittery_healthy_job_raises_nothing() -> None:
+    job = SimulatedJob("healthy", Topology(dp=8, tp=4, pp=2), steps=300, seed=11,
+                       timings=Timings(noise=0.08))
+    out = run_engine(job)
+    assert incidents(out) == [], [i.summary for i in incidents(out)][:5]
+
+
+def test_slow_host_is_one_host_incident() -> None:
+    topo = Topology(dp=8, tp=4, pp=2)
+    host_ranks = [r for r in range(topo.world) if topo.host(r) == "node-3"]
+    job = SimulatedJob("host", topo, steps=60, seed=5,
+                       faults=[SlowRank(rank=r, factor=1.25, first_step=20) for r in host_ranks])
+    out = run_engine(job)
+    localised = [i for i in _opened(out) if i.split(":")[2] != "job"]
+    assert len(localised) == 1 and localised[0].startswith("SLOW_HOST:"), localised
+    assert not [i for i in incidents(out) if i.rule == "SLOW_RANK"], "the host absorbs its ranks"
+    host_incident = [i for i in incidents(out) if i.rule == "SLOW_HOST"][-1]
+    assert host_incident.host == "node-3" and set(host_incident.ranks) <= set(host_ranks)
+    assert host_incident.step_first is not None and host_incident.step_first >= 20
+
+
+def test_hung_rank_is_told_apart_from_slow() -> None:
+    job = SimulatedJob("hung", Topology(dp=4, tp=2, pp=2), steps=30, seed=2)
+    out = run_engine(job, paced_s=1.0, drop=lambda e: e.rank == 5 and e.step >= 12)
+    opened = [i for i in incidents(out, "open")]
+    assert [(i.rule, i.ranks) for i in opened] == [("HUNG_RANK", [5])]
+    assert opened[0].step_first == 12
+    assert all(i.rule != "SLOW_RANK" for i in incidents(out))
+
+
+def test_ranks_whose_reader_died_are_not_hung() -> None:
+    """A detect worker dies: the ranks on its input partitions (here every 4th rank, across hosts) are
+    silent ~10 s until the group gives the partitions to another worker, which reads their backlog
+    while the peers went on. `make soak` found 73 HUNG_RANK incidents for such a death; a hang is a
+    silence longer than `hang_silence_s`."""
+    job = SimulatedJob("reader", Topology(dp=4, tp=2, pp=2), steps=40, seed=2)
+    out = run_engine(job, paced_s=1.0, hold=lambda e: 10 if e.rank % 4 == 1 and 12 <= e.step < 22 else 0)
+    assert not [i for i in incidents(out) if i.rule.startswith("HUNG")]
+
+
+def test_a_backlog_is_not_a_hang_until_it_is_drained() -> None:
+    """While every chunk says the decode stage is 8 s behind, rank 5's missing reports may still be
+    queued; once no chunk has come for LAG_STALE_NS the backlog is drained, and they never came."""
+    job = SimulatedJob("backlog", Topology(dp=4, tp=2, pp=2), steps=30, seed=2)
+    out = run_engine(job, paced_s=1.0, drop=lambda e: e.rank == 5 and e.step >= 12, behind_s=8.0)
+    hung = [i for i in incidents(out, "open") if i.rule.startswith("HUNG")]
+    fed_until = T0 + (1 + 30 + 1) * 1_000_000_000  # start, 30 paced steps, end: one second each
+    assert [(i.rule, i.ranks, i.step_first) for i in hung] == [("HUNG_RANK", [5], 12)]
+    assert hung[0].detected_ns >= fed_until + LAG_STALE_NS, "judged while the input still lagged"
+
+
+def test_silent_host_is_one_hung_host_incident() -> None:
+    topo = Topology(dp=4, tp=4, pp=2)
+    job = SimulatedJob("hunghost", topo, steps=30, seed=2)
+    out = run_engine(job, paced_s=1.0, drop=lambda e: e.host == "node-1" and e.step >= 10)
+    opened = incidents(out, "open")
+    assert [(i.rule, i.host) for i in opened] == [("HUNG_HOST", "node-1")]
+
+
+def test_permanent_shift_is_one_incident_then_a_new_baseline() -> None:
+    job = SimulatedJob("shift", Topology(dp=4, tp=2, pp=1), steps=120, seed=4,
+                       faults=[SlowSteps(steps=tuple(range(40, 120)), phase="data_ms", extra_ms=150.0,
+                                         cause="data_stall")])
+    out = run_engine(job)
+    opened = _opened(out, "SLOW_STEP")
+    assert len(opened) == 1
+    resolved = [i for i in incidents(out, "resolved") if i.rule == "SLOW_STEP"]
+    assert resolved and resolved[0].evidence.get("shift") == 1.0
+    assert resolved[0].step_first == 40
+
+
+def test_gc_storm_is_one_incident() -> None:
+    storm = [s for s in range(50, 80) if s % 3]
+    job = SimulatedJob("storm", Topology(dp=4, tp=2, pp=2), steps=120, seed=6,
+                       faults=[gc_pause(steps=storm, extra_ms=250.0)])
+    out = run_engine(job)
+    assert len(_opened(out)) == 1
+    final = [i for i in incidents(out, "resolved")]
+    assert final[0].step_first == min(storm) and final[0].step_last == max(storm)
+
+
+def test_slow_pp_stage_without_false_alarm_for_stage_imbalance() -> None:
+    topo = Topology(dp=4, tp=2, pp=4)
+    stage2 = [r for r in range(topo.world) if topo.coords(r).pp == 2]
+    # stages 0 and 3 carry more work by design (embedding, LM head): never an alarm
+    design = [SlowRank(rank=r, factor=1.3) for r in range(topo.world) if topo.coords(r).pp in (0, 3)]
+    healthy = run_engine(SimulatedJob("stages", topo, steps=80, seed=7, faults=design))
+    assert not [i for i in incidents(healthy) if i.rule == "SLOW_STAGE"]
+    job = SimulatedJob("stage2", topo, steps=80, seed=7,
+                       faults=[*design, *(SlowRank(rank=r, factor=1.25, first_step=40) for r in stage2)])
+    out = run_engine(job)
+    stage_ids = _opened(out, "SLOW_STAGE")
+    assert len(stage_ids) == 1
+    opened = next(i for i in incidents(out, "open") if i.rule == "SLOW_STAGE")
+    assert opened.stage == 2 and sorted(opened.ranks) == sorted(stage2) and opened.step_first == 40
+    assert not [i for i in incidents(out) if i.rule in ("SLOW_RANK", "SLOW_HOST")]
+
+
+def test_gc_leak_on_one_rank_and_gc_storm_over_many() -> None:
+    topo = Topology(dp=8, tp=4, pp=2)
+    leak = SimulatedJob("leak", topo, steps=80, seed=3,
+                        faults=[gc_pause(steps=range(40, 60, 3), extra_ms=650.0, ranks=[33])])
+    out = run_engine(leak)
+    opened = incidents(out, "open")
+    assert [i.ranks for i in opened] == [[33]] and "R1" in opened[0].rules, [(i.rule, i.ranks) for i in opened]
+    assert "SLOW_STEP" in [i for i in incidents(out) if i.state == "resolved"][-1].rules
+    rng = np.random.default_rng(0)
+    storm = [gc_pause(steps=(s,), extra_ms=700.0, ranks=rng.choice(topo.world, 16, replace=False).tolist())
+             for s in range(40, 50)]
+    out = run_engine(SimulatedJob("storm2", topo, steps=80, seed=3, faults=storm))
+    assert len(_opened(out)) == 1 and _opened(out)[0].startswith("SLOW_STEP:"), _opened(out)
