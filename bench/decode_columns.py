@@ -10,7 +10,7 @@ shared box hits every method alike), in CPU time of this process:
   plain consumer pays per event, less Kafka);
 - `detect_decode`: `streams.detect.ingest.decode.decode_batch` (today's detect decode: dicts, checks,
   per-job lists);
-- `land_rows`: `streams.landing.LandingProcessor.process` (today's landing: dicts, the fast
+- `land_rows`: `streams.land.processor.LandingProcessor.process` (today's landing: dicts, the fast
   mapping's checks, one row tuple per event); `land_rows_arrow` adds turning those rows into
   Arrow arrays, one per column (types inferred: what an Arrow insert needs at least);
 - `arrow_columns`: the batch as one NDJSON buffer (`{"e": <record>}` per line), read by
@@ -49,7 +49,7 @@ from schemas.device import METRICS
 from schemas.identity import DOMAIN_TYPES
 from schemas.step import Phases
 from streams.detect.ingest.decode import decode_batch
-from streams.landing import Landed, LandingProcessor
+from streams.land.processor import Landed, LandingProcessor
 
 I64, U32, U16 = INT64[1], UINT32[1], UINT16[1]
 _DOMAIN = pa.struct([("group", pa.int64()), ("size", pa.int64()), ("index", pa.int64())])

@@ -38,7 +38,7 @@ from sinks.backend import qualified
 from steplens.lag import end_offsets, wait_pipeline_caught_up
 from steplens.report import plain, render_markdown
 from steplens.scoring import score, steps_in_ranges
-from streams.landing import landing_types
+from streams.land.processor import landing_types
 from streams.topics_admin import DetectTopics, ensure_topics
 
 CATCH_UP_TIMEOUT_S = 240.0

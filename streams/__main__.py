@@ -47,7 +47,7 @@ def create_app(settings: Settings, role: Role) -> faust.App:
         from streams.parse_app import create_parse_app
 
         return create_parse_app(settings)
-    from streams.land_app import create_land_app
+    from streams.land.app import create_land_app
 
     return create_land_app(settings)
 

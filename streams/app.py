@@ -1,7 +1,7 @@
 """The Faust apps' common ground: one base app per role, raw topics, the workers' Kafka timeouts.
 
 `detect` (windows + analyses -> alerts, `streams/detect/app.py`) and `land` (everything ->
-ClickHouse, `streams/land_app.py`) are two apps with two consumer groups on purpose: a
+ClickHouse, `streams/land/app.py`) are two apps with two consumer groups on purpose: a
 ClickHouse outage stalls landing but never detection, and a burst of detection work never
 delays landing. Agents run with concurrency=1: windows and detectors keep state that must
 see records in order (faust-streaming issue #606). The role switch (`create_app`) is in the

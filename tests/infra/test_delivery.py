@@ -1,6 +1,6 @@
 """deliver_all and poll_through_outage (infra/delivery.py) with stand-in clients: pure unit tests of
 the retry rules (the real broker paths are covered by tests/streams/detect/state/test_outbox.py, the restart
-tests and tests/streams/test_land_outage.py)."""
+tests and tests/streams/land/test_outage.py)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from sinks.backend import SinkError
 from sinks.embedded import EmbeddedBackend
 from sinks.migrations.runner import migrate
 from sinks.rows import STEP_COLUMNS, Row, TableRow
-from streams.landing import Landed, LandingProcessor
+from streams.land.processor import Landed, LandingProcessor
 from tests.schemas.test_contract_fuzz import EXAMPLES
 from tests.sinks.samples import step
 

@@ -31,8 +31,8 @@ from sinks.migrations.runner import migrate
 from sinks.rows import TABLE_COLUMNS, rows_for
 from sinks.server import ServerBackend
 from sinks.writer import BatchingWriter
-from streams.lander import ClickHouseLander
-from streams.landing import Landed, LandingProcessor
+from streams.land.lander import ClickHouseLander
+from streams.land.processor import Landed, LandingProcessor
 from streams.topics_admin import ensure_topics
 from tests.steplens.fleet_data import T0, all_events, step_events
 

@@ -22,7 +22,7 @@ from schemas import ContractError, DeviceSample, KernelSummary, StepEvent, Topic
 from sinks import rows
 from sinks.fast_rows import FAST_ROWS
 from sinks.rows import RowError, TableRow
-from streams.landing import Landed, LandingProcessor
+from streams.land.processor import Landed, LandingProcessor
 from tests.schemas.test_contract_fuzz import EXAMPLES, _dumps, json_value, malformed, out_of_range
 
 CLASSES: dict[str, type[Any]] = {"step": StepEvent, "kernel_summary": KernelSummary, "device": DeviceSample}

@@ -28,7 +28,7 @@ from sinks.backend import qualified
 from sinks.embedded import EmbeddedBackend
 from sinks.rows import rows_for
 from steplens.demo import start_worker, stop_worker, wait_caught_up
-from streams.landing import landing_types
+from streams.land.processor import landing_types
 from streams.topics_admin import ensure_topics
 from tests.sinks.samples import incident, job
 from tests.streams.helpers import step_event

@@ -31,7 +31,7 @@ from schemas import encode as encode_event
 from sinks import open_backend
 from steplens.demo import start_worker, stop_worker
 from steplens.lag import wait_group_caught_up
-from streams.landing import landing_types
+from streams.land.processor import landing_types
 from streams.topics_admin import ensure_topics
 from tests.producers._records import events_of, is_packed
 from tests.streams.helpers import wait_topics_visible

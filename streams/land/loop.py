@@ -21,7 +21,7 @@ detect worker's decode stage. Delivery, per batch:
 
 Anything escaping a batch (a bug, a dead letter the broker refused) ends the thread with
 `failed` set and nothing committed; the app's watchdog then exits the process
-(`streams.land_app.crash_process`) and the restart re-reads from the committed offset.
+(`streams.land.app.crash_process`) and the restart re-reads from the committed offset.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ from infra.settings import Settings
 from schemas import Topics
 from streams.app import WorkerTimeouts, now_ns
 from streams.gc_tuning import tune_gc
-from streams.lander import ClickHouseLander
-from streams.landing import Landed, LandingProcessor
+from streams.land.lander import ClickHouseLander
+from streams.land.processor import Landed, LandingProcessor
 from streams.metrics import LandMetrics
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ from schemas import Topics
 from sinks import open_backend
 from steplens.demo import start_worker, stop_worker
 from steplens.lag import wait_group_caught_up
-from streams.landing import landing_types
+from streams.land.processor import landing_types
 from streams.topics_admin import ensure_topics
 from tests.producers.test_kafka_integration import exporter_for
 

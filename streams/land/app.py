@@ -1,6 +1,6 @@
 """The `land` worker: every event to ClickHouse, bad input to the dead-letter topic.
 
-The work happens in `streams.land_loop.LandLoop`, a kafka-python consumer thread (group
+The work happens in `streams.land.loop.LandLoop`, a kafka-python consumer thread (group
 `<app_id>-land`): poll a batch, turn each message into rows or a dead letter
 (`LandingProcessor`, which never raises), send the dead letters (acks=all), insert the rows
 (one insert per table, retried until ClickHouse takes them), confirm the dead letters, and
@@ -35,9 +35,9 @@ from faust.app.base import BootStrategy
 from infra.settings import Settings
 from schemas import Topics
 from streams.app import base_app
-from streams.land_loop import LandLoop
-from streams.lander import ClickHouseLander
-from streams.landing import LandingProcessor
+from streams.land.lander import ClickHouseLander
+from streams.land.loop import LandLoop
+from streams.land.processor import LandingProcessor
 
 log = logging.getLogger(__name__)
 

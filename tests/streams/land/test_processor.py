@@ -7,7 +7,7 @@ from schemas import JobEvent, Topics, encode
 from sinks import rows
 from sinks.rows import RowError
 from streams.detect.ingest.decode import decode_batch
-from streams.landing import DEADLETTER_TOPIC_MAX_BYTES, Landed, LandingProcessor
+from streams.land.processor import DEADLETTER_TOPIC_MAX_BYTES, Landed, LandingProcessor
 from tests.streams.helpers import step_event
 
 TOPICS = Topics("p.")
