@@ -44,7 +44,7 @@ def create_app(settings: Settings, role: Role) -> faust.App:
 
         return create_detect_app(settings)
     if role == "parse":
-        from streams.parse_app import create_parse_app
+        from streams.profiles.app import create_parse_app
 
         return create_parse_app(settings)
     from streams.land.app import create_land_app
