@@ -485,16 +485,19 @@ class ClusterHarness(Harness):
     def case_replica_kill(self, rig: Rig, offsets: Offsets, job: str) -> Outage:
         shard = self.job_shard(job)
         log(f"replica_kill: SIGKILL of ClickHouse s{shard}r2 for {self.down_s:.0f} s")
+        before = self.keys(rig, shard, 2)
         start = Clock()
         self.c.clickhouse.kill_node(shard, 2, signal.SIGKILL)
         time.sleep(self.down_s)
         self.c.clickhouse.start_node(shard, 2)
         up = Clock()
-        target = self.keys(rig, shard, 1)
+        target, at_ready = self.keys(rig, shard, 1), self.keys(rig, shard, 2)
         fetched = poll_until(lambda: self.keys(rig, shard, 2) >= target, 180.0, every=0.5)
+        # keys the replica held before the kill, when it answered again (start-up fetches from its peer
+        # already) and the peer's at that moment: what it had to fetch through replication
         return Outage(start.mono, up.mono, start.wall, up.wall, ("land",), extra={
             "replica": f"s{shard}r2", "replica_caught_up_s": round(time.monotonic() - up.mono, 2) if fetched else None,
-            "replica_keys_at_return": target})
+            "replica_keys": {"before_kill": before, "when_answering": at_ready, "peer_at_return": target}})
 
     def case_zookeeper_down(self, rig: Rig, offsets: Offsets, job: str) -> Outage:
         log(f"zookeeper_down: SIGKILL of ZooKeeper for {self.zk_down_s:.0f} s")
