@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: venv up up-cluster down status demo demo-server test lint typecheck unit integration clean bench-detection bench-query chaos soak bench-replay bench-throughput bench-parse bench-overhead bench-overhead-gpu venv-train
+.PHONY: venv up up-cluster down status demo demo-server test lint typecheck unit integration clean bench-detection bench-query chaos chaos-cluster soak bench-replay bench-throughput bench-scaleout bench-parse bench-overhead bench-overhead-gpu venv-train
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -65,6 +65,9 @@ test: venv venv-train lint typecheck ## lint, types, unit and integration tests 
 chaos: venv       ## hostile input, killed workers, Kafka and ClickHouse outages -> bench/results/chaos.json
 	$(BIN)/python -m bench.chaos
 
+chaos-cluster: venv ## brokers, the KRaft leader, a replica, ZooKeeper, workers killed on the loopback cluster -> bench/results/chaos-cluster.json
+	$(BIN)/python -m bench.chaos_cluster $(CHAOS_ARGS)
+
 soak: venv        ## 30 min of concurrent jobs while workers, the broker and the sink restart -> bench/results/soak.json
 	$(BIN)/python -m bench.soak $(SOAK_ARGS)
 
@@ -87,3 +90,8 @@ clean:
 
 bench-throughput: venv ## largest simulated job sustained at 1 step/s end to end -> bench/results/throughput.json
 	$(BIN)/python -m bench.throughput $(BENCH_ARGS)
+
+SCALEOUT_ARGS ?= --ranks 1024,2048,4096
+
+bench-scaleout: venv ## the same load through 1 and 2 workers of each role -> bench/results/throughput-scaleout.json
+	$(BIN)/python -m bench.throughput --workers 1,2 $(SCALEOUT_ARGS)

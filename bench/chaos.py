@@ -274,6 +274,15 @@ class Sent:
     def valid(self) -> int:
         return len(self.steps) + len(self.jobs)
 
+    def merge(self, other: Sent) -> None:
+        """Add what another sender sent (one `Sent` per producing thread, counted together)."""
+        self.steps |= other.steps
+        self.jobs |= other.jobs
+        for kind, n in other.malformed.items():
+            self.malformed[kind] = self.malformed.get(kind, 0) + n
+        self.dropped += other.dropped
+        self.emitter_pending += other.emitter_pending
+
 
 def new_emitter(rig: Rig, name: str = "") -> BackgroundEmitter:
     """An emitter with its own spool (`name`: one per concurrent sender, as each process on a host has)."""
@@ -335,17 +344,14 @@ def count(rig: Rig, sent: Sent, slow_ranks: set[int], job: str) -> dict[str, Any
     lost_steps = len(sent.steps - landed_steps)
     lost_jobs = len(sent.jobs - landed_jobs)
     per_fault: dict[int, set[str]] = {r: set() for r in slow_ranks}
-    opens: dict[str, int] = {}
     last: dict[str, str] = {}
     for alert in incidents:  # one job: one partition, topic order is publication order
         if "SLOW_RANK" in (alert.rules or [alert.rule]):
             for r in alert.ranks:
                 per_fault.setdefault(int(r), set()).add(alert.incident_id)
-        if alert.state == "open":
-            opens[alert.incident_id] = opens.get(alert.incident_id, 0) + 1
         last[alert.incident_id] = alert.state
     duplicate_ids = sum(max(len(ids) - 1, 0) for r, ids in per_fault.items() if r in slow_ranks)
-    duplicate_opens = sum(n - 1 for n in opens.values() if n > 1)
+    duplicate_opens = repeated_opens(incidents)
     commands = read_commands(rig, job)
     profile_on = {r: sum(1 for c in commands if c.action == "profile_on" and r in c.ranks) for r in slow_ranks}
     expected_dead = sum(n for kind, n in sent.malformed.items() if kind in LAND_TOPICS)
@@ -371,6 +377,15 @@ def count(rig: Rig, sent: Sent, slow_ranks: set[int], job: str) -> dict[str, Any
         "incidents_left_open": sum(1 for state in last.values() if state != "resolved"),
         "duplicate_profile_on": sum(max(n - 1, 0) for n in profile_on.values()),
     }
+
+
+def repeated_opens(incidents: list[Incident]) -> int:
+    """Every `open` beyond the first for one incident id: each one pages a consumer again."""
+    opens: dict[str, int] = {}
+    for alert in incidents:
+        if alert.state == "open":
+            opens[alert.incident_id] = opens.get(alert.incident_id, 0) + 1
+    return sum(n - 1 for n in opens.values() if n > 1)
 
 
 def messages(rig: Rig, topic: str, idle_ms: int = 3000) -> Iterator[Any]:
@@ -464,9 +479,13 @@ class Harness:
         alive = rig.alive()
         codes = rig.stop()
         offsets.close()
+        self.before_count(rig)
         result = count(rig, sent, job.ground_truth().slow_ranks(), job.job_id)
         result.update(workers_alive=alive, caught_up=caught, stop_codes=codes, **extra)
         return result
+
+    def before_count(self, rig: Rig) -> None:
+        """Called once the workers stopped, before counting (a cluster waits for its replicas here)."""
 
     def case_malformed(self) -> dict[str, Any]:
         rig = self.rig("malformed")
@@ -601,14 +620,45 @@ class Harness:
                                                      **topic_copies(rig, job.job_id)})
 
 
-def table(cases: dict[str, dict[str, Any]]) -> str:
-    cols = ("sent", "landed", "lost", "duplicates", "dead_lettered", "dead_letters_expected", "duplicate_incidents",
-            "incidents_left_open", "recovery_s", "workers_alive", "caught_up")
+TABLE_COLUMNS = ("sent", "landed", "lost", "duplicates", "dead_lettered", "dead_letters_expected",
+                 "duplicate_incidents", "incidents_left_open", "recovery_s", "workers_alive", "caught_up")
+
+
+def table(cases: dict[str, dict[str, Any]], cols: tuple[str, ...] = TABLE_COLUMNS) -> str:
     head = "| case | " + " | ".join(cols) + " |"
     lines = [head, "|" + "---|" * (len(cols) + 1)]
     for name, res in cases.items():
         lines.append(f"| {name} | " + " | ".join(str(res.get(c, "")) for c in cols) + " |")
     return "\n".join(lines)
+
+
+def run_cases(runners: dict[str, Callable[[], dict[str, Any]]], names: list[str], cases: dict[str, dict[str, Any]],
+              run_dir: Path) -> None:
+    """Run each named case into `cases`; a case that breaks the harness is reported, the others still run."""
+    for name in names:
+        log(f"case {name} (logs in {run_dir})")
+        t0 = time.monotonic()
+        commit = git_commit()
+        try:
+            cases[name] = runners[name]()
+        except Exception as exc:
+            cases[name] = {"error": repr(exc), "workers_alive": False}
+        cases[name]["duration_s"] = round(time.monotonic() - t0, 1)
+        cases[name]["started"] = datetime.fromtimestamp(time.time() - (time.monotonic() - t0), UTC).isoformat()
+        cases[name]["git"] = commit
+        cases[name]["loadavg_1m"] = round(os.getloadavg()[0], 1)  # 2 cores shared: a load of 30 slows every restart
+        log(f"case {name}: {json.dumps(cases[name], default=str)}")
+
+
+def summarize(cases: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The run's totals over its cases (chaos.json's top-level keys besides provenance)."""
+    return {
+        "failed_cases": sorted(name for name, c in cases.items() if "error" in c),  # not "nothing lost"
+        "lost_total": sum(int(c.get("lost", 0) or 0) for c in cases.values()),
+        "duplicates_total": sum(int(c.get("duplicates", 0) or 0) for c in cases.values()),
+        "duplicate_incidents_total": sum(int(c.get("duplicate_incidents", 0) or 0) for c in cases.values()),
+        "all_workers_alive": all(bool(c.get("workers_alive")) for c in cases.values()),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -642,33 +692,17 @@ def main(argv: list[str] | None = None) -> int:
     cases: dict[str, dict[str, Any]] = {}
     if args.update and args.out.exists():
         cases.update(json.loads(args.out.read_text()).get("cases", {}))
-    for name in args.cases.split(","):
-        log(f"case {name} (logs in {run_dir})")
-        t0 = time.monotonic()
-        commit = git_commit()
-        try:
-            cases[name] = runners[name]()
-        except Exception as exc:  # a case that breaks the harness is reported, the others still run
-            cases[name] = {"error": repr(exc), "workers_alive": False}
-        cases[name]["duration_s"] = round(time.monotonic() - t0, 1)
-        cases[name]["started"] = datetime.fromtimestamp(time.time() - (time.monotonic() - t0), UTC).isoformat()
-        cases[name]["git"] = commit
-        cases[name]["loadavg_1m"] = round(os.getloadavg()[0], 1)  # 2 cores shared: a load of 30 slows every restart
-        log(f"case {name}: {json.dumps(cases[name], default=str)}")
-    failed = sorted(name for name, c in cases.items() if "error" in c)
+    run_cases(runners, args.cases.split(","), cases, run_dir)
     result = {
         "cases": cases,
-        "failed_cases": failed,  # a case that could not run is not "nothing lost"
-        "lost_total": sum(int(c.get("lost", 0) or 0) for c in cases.values()),
-        "duplicates_total": sum(int(c.get("duplicates", 0) or 0) for c in cases.values()),
-        "duplicate_incidents_total": sum(int(c.get("duplicate_incidents", 0) or 0) for c in cases.values()),
-        "all_workers_alive": all(bool(c.get("workers_alive")) for c in cases.values()),
+        **summarize(cases),
         "quick": args.quick,
         "machine": machine(),
         "started": started.isoformat(),
         "git": git_commit(),
         "logs": str(run_dir),
     }
+    failed = result["failed_cases"]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
     print(table(cases))

@@ -39,17 +39,20 @@ from typing import Any
 import numpy as np
 import orjson
 from kafka import KafkaConsumer, KafkaProducer
+from kafka.admin import KafkaAdminClient
 from kafka.partitioner.default import murmur2
 
 from bench.provenance import git_commit, machine
-from infra import InfraConfig, KafkaBroker
+from infra import ClickHouseServer, InfraConfig, KafkaBroker
 from infra.clients import kafka_client_config
+from infra.files import private_dir
 from infra.progress import Progress
 from infra.settings import REPO_ROOT, Settings, load_settings
 from producers.sampler.procfs import process_cpu_ticks
 from producers.simulator.topology import Topology
 from schemas import Topics, rank_key
 from sinks import open_backend
+from sinks.migrations.runner import migrate
 from steplens.demo import start_worker, stop_worker
 from steplens.lag import wait_group_caught_up
 from streams.detect.state.store import SnapshotStore
@@ -57,6 +60,7 @@ from streams.metrics import kafka_has_c_crc32c
 from streams.topics_admin import DetectTopics, ensure_topics, expire_topics
 
 RESULTS = REPO_ROOT / "bench" / "results" / "throughput.json"
+RESULTS_SCALEOUT = REPO_ROOT / "bench" / "results" / "throughput-scaleout.json"
 T0_NS = 1_767_225_600_000_000_000
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -230,24 +234,103 @@ def find_max(passes: Callable[[int], bool], start: int, factor: float = 1.25,
             "capped": bool(tried) and tried[-1]["passed"]}
 
 
-def trial(base: Settings, ranks: int, steps: int, packed: bool = True, broker_pid: int | None = None) -> dict[str, Any]:
+def partition_events(records: list[tuple[str, bytes, bytes]], topic_of: dict[str, str],
+                     partition: Callable[[bytes], int], steps: int) -> dict[tuple[str, int], int]:
+    """Events per (topic, partition) over the trial: one step's records (a packed record holds a JSON
+    array; the same keys, so the same partitions and counts, every step) times `steps`."""
+    out: dict[tuple[str, int], int] = {}
+    for kind, key, value in records:
+        doc = orjson.loads(value)
+        where = (topic_of[kind], partition(key))
+        out[where] = out.get(where, 0) + (len(doc) if type(doc) is list else 1) * steps
+    return out
+
+
+def worker_shares(members: dict[str, list[tuple[str, int]]],
+                  events: dict[tuple[str, int], int]) -> list[dict[str, Any]]:
+    """Each group member's partitions and its share of the events on the group's topics (the
+    members in order of how much they took): an even spread is what more workers buy."""
+    topics = {t for parts in members.values() for t, _ in parts}
+    total = sum(n for (t, _), n in events.items() if t in topics)
+    rows: list[dict[str, Any]] = []
+    for parts in members.values():
+        mine = sum(events.get(tp, 0) for tp in parts)
+        rows.append({"partitions": len(parts), "events": mine, "share": round(mine / total, 3) if total else None})
+    return sorted(rows, key=lambda r: (-r["events"], -r["partitions"]))
+
+
+def group_assignment(settings: Settings, group: str) -> dict[str, list[tuple[str, int]]]:
+    """Member id -> the (topic, partition)s the group's coordinator assigned it (kafka-python decodes
+    the consumer protocol's assignment; a member of a non-consumer protocol shows none)."""
+    admin = KafkaAdminClient(**kafka_client_config(settings, "admin"), client_id="steplens-bench")
+    try:
+        described = admin.describe_groups([group]).get(group, {})
+    finally:
+        admin.close()
+    out: dict[str, list[tuple[str, int]]] = {}
+    for member in described.get("members", []):
+        assignment = member.get("member_assignment")
+        if hasattr(assignment, "partitions"):
+            parts = [(tp.topic, tp.partition) for tp in assignment.partitions()]
+        elif isinstance(assignment, dict):
+            parts = [(a["topic"], int(p)) for a in assignment.get("assigned_partitions", []) for p in a["partitions"]]
+        else:
+            parts = []
+        out[str(member.get("member_id"))] = sorted(parts)
+    return out
+
+
+def scaleout_summary(trials: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per worker count: the largest size that passed, and at the largest size every count passed
+    (the same load through each) the events/s, CPU-µs per event per stage and the spread."""
+    counts = sorted({int(t["workers"]) for t in trials})
+    passed = {w: {int(t["ranks"]) for t in trials if t["workers"] == w and t["passed"]} for w in counts}
+    common = set.intersection(*passed.values()) if passed else set()
+    size = max(common) if common else None
+    out: dict[str, Any] = {"max_ranks": {str(w): max(passed[w], default=0) for w in counts}, "common_ranks": size,
+                           "at_common_ranks": {}}
+    for w in counts:
+        at = next((t for t in trials if t["workers"] == w and t["ranks"] == size and t["passed"]), None)
+        if at is not None:
+            out["at_common_ranks"][str(w)] = {
+                "events_per_s": at["events_per_s"], "cpu_us_per_event": at["cpu_us_per_event"],
+                "p99_latency_s": at["p99_latency_s"],
+                **({"cpu_us_per_event_by_worker": at["cpu_us_per_event_by_worker"], "shares": at["shares"]}
+                   if "shares" in at else {})}
+    return out
+
+
+def trial(base: Settings, ranks: int, steps: int, packed: bool = True, broker_pid: int | None = None,
+          workers: int = 1, server_url: str = "") -> dict[str, Any]:
+    """One size: `workers` processes of each role (landing into `server_url`'s ClickHouse server when set,
+    embedded chdb otherwise, which allows one land process only)."""
     name = f"tp{uuid.uuid4().hex[:8]}"
     home = base.home / "bench" / name
     home.mkdir(parents=True, exist_ok=True)
     settings = replace(base, home=home, secrets_dir=base.secrets_path, topic_prefix=f"{name}.", app_id=name,
-                       chdb_path=home / "chdb")
+                       chdb_path=home / "chdb", clickhouse_url=server_url, clickhouse_database=name)
+    if workers > 1 and not server_url:
+        raise ValueError("several land workers need a ClickHouse server (embedded chdb is one process per directory)")
     topics = Topics(settings.topic_prefix)
     internal = DetectTopics(settings.topic_prefix)
     ensure_topics(settings, topics, settings.topic_partitions)
     env = {**os.environ, "STEPLENS_HOME": str(home), "STEPLENS_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
            "STEPLENS_TOPIC_PREFIX": settings.topic_prefix, "STEPLENS_APP_ID": name,
            "STEPLENS_TOPIC_PARTITIONS": str(settings.topic_partitions), "STEPLENS_CHDB_PATH": str(home / "chdb"),
-           "STEPLENS_CLICKHOUSE_URL": "", "STEPLENS_SECRETS_DIR": str(base.secrets_path)}
+           "STEPLENS_CLICKHOUSE_URL": server_url, "STEPLENS_CLICKHOUSE_DATABASE": name,
+           "STEPLENS_SECRETS_DIR": str(base.secrets_path)}
+    if server_url:  # migrated once, before several land workers would race to do it
+        backend = open_backend(settings)
+        try:
+            migrate(backend)
+        finally:
+            backend.close()
     job = Job(f"bench-{ranks}", ranks)
     producer = KafkaProducer(**kafka_client_config(settings, "producer"), acks=1, linger_ms=5,
                              batch_size=1 << 20, max_request_size=4 << 20)
     topic_of = {"steps": topics.steps, "kernels": topics.kernel_summaries, "device": topics.device}
-    workers = {role: start_worker(role, env, home) for role in ("detect", "land")}
+    procs = {f"{role}{i}": start_worker(role, env, private_dir(home / f"{role}{i}"))
+             for role in ("detect", "land") for i in range(1, workers + 1)}
     seen: dict[int, float] = {}
     stop = threading.Event()
     listener = threading.Thread(target=alerts_listener, args=(settings, topics.incidents, seen, stop), daemon=True)
@@ -268,7 +351,7 @@ def trial(base: Settings, ranks: int, steps: int, packed: bool = True, broker_pi
         if len(counts) != 1:
             raise RuntimeError(f"input topics differ in partition count: {counts}")
         partition = Partitions(list(producer.partitions_for(topics.steps)))
-        cpu0 = {role: cpu_s(p.pid) for role, p in workers.items()}
+        cpu0 = {w: cpu_s(p.pid) for w, p in procs.items()}
         broker0 = cpu_s(broker_pid) if broker_pid else 0.0
         records = 0
         me0 = time.process_time()
@@ -298,10 +381,14 @@ def trial(base: Settings, ranks: int, steps: int, packed: bool = True, broker_pi
         wall = time.time() - t0
         landed_caught = wait_group_caught_up(settings, f"{name}-land", [topics.steps, topics.jobs], 120)
         time.sleep(2.0)
-        cpu = {role: cpu_s(p.pid) - cpu0[role] for role, p in workers.items()}
+        cpu_each = {w: cpu_s(p.pid) - cpu0[w] for w, p in procs.items()}
+        cpu = {role: sum(c for w, c in cpu_each.items() if w.rstrip("0123456789") == role)
+               for role in ("detect", "land")}
         broker_cpu = cpu_s(broker_pid) - broker0 if broker_pid else None
+        assigned = {group: group_assignment(settings, group) for group in (
+            f"{name}-detect-decode", f"{name}-detect", f"{name}-land")} if workers > 1 else {}
     finally:
-        for p in workers.values():
+        for p in procs.values():
             stop_worker(p)
         stop.set()
         listener.join(10)
@@ -310,7 +397,7 @@ def trial(base: Settings, ranks: int, steps: int, packed: bool = True, broker_pi
     engine = SnapshotStore(settings, internal.state).load_all().get(job.job)
     evaluated = engine.stats.frames if engine else 0
     incomplete = engine.frames.stats.incomplete if engine else steps
-    backend = open_backend(replace(settings, clickhouse_url=""))
+    backend = open_backend(settings)
     try:
         rows = int(backend.query(f"SELECT count() FROM {backend.database}.steps FINAL WHERE job = '{job.job}'")[0][0])
     finally:
@@ -320,6 +407,7 @@ def trial(base: Settings, ranks: int, steps: int, packed: bool = True, broker_pi
     injected = [s for s in range(steps) if s >= 15 and s % 10 == 5]
     latencies = [seen[s] - sent_at[s] for s in injected if s in seen]
     missed = [s for s in injected if s not in seen]
+    per_partition = partition_events(job.step(0, 0.0, packed), topic_of, partition, steps)
     reader = ceiling(settings, [topics.steps, topics.kernel_summaries, topics.device], events)
     ceil = reader["events_per_s"]
     expire_topics(settings, topics)  # a 10,240-rank trial writes ~1 GB; the measurement is done
@@ -344,6 +432,12 @@ def trial(base: Settings, ranks: int, steps: int, packed: bool = True, broker_pi
         "stage_ratio_to_ceiling": stage_ratios(ceil, stage_us),  # same trial: the machine's speed cancels
     }
     result["passed"] = bool(caught and landed_caught and lost == 0 and not missed and p99 <= 5.0 and behind < 1.0)
+    result["workers"] = workers
+    result["landing"] = "server" if server_url else "embedded"
+    if workers > 1:
+        result["cpu_us_per_event_by_worker"] = {w: round(c / events * 1e6, 2) for w, c in cpu_each.items()}
+        result["shares"] = {group.removeprefix(f"{name}-"): worker_shares(members, per_partition)
+                            for group, members in assigned.items()}
     return result
 
 
@@ -357,6 +451,40 @@ def unpacked_summary(trials: list[dict[str, Any]]) -> dict[str, Any]:
             "cpu_us_per_event_unpacked": ref["cpu_us_per_event"], "trials_unpacked": trials}
 
 
+def scaleout(base: Settings, cfg: InfraConfig, broker: KafkaBroker, counts: list[int], sizes: list[int], steps: int,
+             out: Path, started: str) -> None:
+    """The same sizes through 1, 2, ... workers of each role (4 partitions), all landing in one ClickHouse
+    server so only the number of workers differs; stops a configuration at its first failing size."""
+    server = ClickHouseServer(cfg)
+    server.install()
+    server.start()
+    trials: list[dict[str, Any]] = []
+    for workers in counts:
+        for ranks in sizes:
+            print(f"• {workers} worker(s) per role, {ranks} ranks x {steps} steps at 1 step/s ...", flush=True)
+            res = trial(base, ranks, steps, True, broker.pid(), workers=workers, server_url=server.url)
+            res["load_average"] = list(os.getloadavg())
+            trials.append(res)
+            print(f"  events/s {res['events_per_s']}, p99 {res['p99_latency_s']} s, lost {res['lost']}, "
+                  f"cpu-us/event {res['cpu_us_per_event']}, shares {json.dumps(res.get('shares'))}, "
+                  f"passed {res['passed']}", flush=True)
+            if not res["passed"]:
+                break
+    doc = {"workers": counts, "topic_partitions": base.topic_partitions, "landing": "server",
+           **scaleout_summary(trials), "steps_per_trial": steps, "trials": trials,
+           "load_average_at_end": list(os.getloadavg()), "machine": machine(), "started": started,
+           "git": git_commit()}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    print("\n| workers per role | ranks | events/s | p99 s | lost | us/event producer, detect, land | passed |\n"
+          "|---|---|---|---|---|---|---|")
+    for t in trials:
+        us = t["cpu_us_per_event"]
+        print(f"| {t['workers']} | {t['ranks']} | {t['events_per_s']} | {t['p99_latency_s']} | {t['lost']} | "
+              f"{us['producer']}, {us['detect']}, {us['land']} | {t['passed']} |")
+    print(f"max_ranks {doc['max_ranks']} -> {out}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="bench.throughput")
     parser.add_argument("--ranks", default="256,512,1024,2048,3072,4096,6144,8192,10240",
@@ -368,15 +496,25 @@ def main(argv: list[str] | None = None) -> None:
                         help="instead of --ranks: grow the size x1.25 from START until one fails")
     parser.add_argument("--find-max-limit", type=int, default=None, metavar="RANKS",
                         help="with --find-max: try no size above this (the result says capped)")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="where the JSON goes")
+    parser.add_argument("--workers", default="", metavar="N,M",
+                        help="scale-out mode: the --ranks sizes through N, then M workers of each role, every "
+                             "configuration landing in infra/'s ClickHouse server (-> throughput-scaleout.json)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where the JSON goes (default throughput.json, throughput-scaleout.json with --workers)")
     args = parser.parse_args(argv)
     started = datetime.now(UTC).isoformat()
     base = load_settings()
     base = replace(base, topic_partitions=4)
-    broker = KafkaBroker(InfraConfig.from_env())
+    cfg = InfraConfig.from_env()
+    broker = KafkaBroker(cfg)
     broker.install()
     broker.start()
     base = replace(base, kafka_bootstrap=broker.bootstrap)
+    if args.workers:
+        scaleout(base, cfg, broker, [int(w) for w in args.workers.split(",") if w],
+                 [int(r) for r in args.ranks.split(",") if r], args.steps, args.out or RESULTS_SCALEOUT, started)
+        return
+    args.out = args.out or RESULTS
     trials: list[dict[str, Any]] = []
 
     def run(ranks: int, packed: bool) -> dict[str, Any]:

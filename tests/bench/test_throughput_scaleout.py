@@ -1,0 +1,61 @@
+"""The scale-out mode's pure parts (`python -m bench.throughput --workers 1,2`): events per partition from
+one step's records, each worker's share, and the per-configuration summary. No broker runs here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from bench.throughput import Job, Partitions, partition_events, scaleout_summary, worker_shares
+
+
+def test_partition_events_count_the_packed_arrays_every_step() -> None:
+    job = Job("j", 64)
+    partition = Partitions([0, 1, 2, 3])
+    records = job.step(0, 0.0, packed=True)
+    topic_of = {"steps": "s", "kernels": "k", "device": "d"}
+    got = partition_events(records, topic_of, partition, steps=10)
+    assert sum(got.values()) == 3 * 64 * 10  # every event of the 10 steps, in some partition
+    assert {t for t, _ in got} == {"s", "k", "d"} and all(0 <= p < 4 for _, p in got)
+    unpacked = partition_events(job.step(1, 0.0, packed=False), topic_of, partition, steps=10)
+    assert sum(unpacked.values()) == 3 * 64 * 10
+
+
+def test_partition_events_of_a_plain_record_is_one() -> None:
+    got = partition_events([("steps", b"a", orjson.dumps({"type": "step"}))], {"steps": "s"}, lambda _k: 2, steps=5)
+    assert got == {("s", 2): 5}
+
+
+def test_worker_shares_over_the_groups_topics() -> None:
+    events = {("s", 0): 30, ("s", 1): 10, ("s", 2): 40, ("s", 3): 20, ("other", 0): 999}
+    got = worker_shares({"m-a": [("s", 0), ("s", 1)], "m-b": [("s", 2), ("s", 3)]}, events)
+    assert got == [{"partitions": 2, "events": 60, "share": 0.6}, {"partitions": 2, "events": 40, "share": 0.4}]
+
+
+def test_worker_shares_of_an_idle_member_and_of_unknown_partitions() -> None:
+    got = worker_shares({"busy": [("p", 0), ("p", 1)], "idle": []}, {})
+    assert got == [{"partitions": 2, "events": 0, "share": None}, {"partitions": 0, "events": 0, "share": None}]
+
+
+def _trial(workers: int, ranks: int, passed: bool, **kw: Any) -> dict[str, Any]:
+    return {"workers": workers, "ranks": ranks, "passed": passed, "events_per_s": ranks * 3.0,
+            "cpu_us_per_event": {"producer": 7.0, "detect": 18.0 + workers, "land": 17.0},
+            "p99_latency_s": 0.5, **kw}
+
+
+def test_scaleout_summary_compares_at_the_largest_size_every_count_held() -> None:
+    trials = [_trial(1, 1024, True), _trial(1, 2048, True), _trial(1, 4096, False),
+              _trial(2, 1024, True, cpu_us_per_event_by_worker={"detect1": 9.0}, shares={"land": []}),
+              _trial(2, 2048, True, cpu_us_per_event_by_worker={"detect1": 9.5}, shares={"land": [{"share": 0.5}]}),
+              _trial(2, 4096, True, cpu_us_per_event_by_worker={}, shares={})]
+    got = scaleout_summary(trials)
+    assert got["max_ranks"] == {"1": 2048, "2": 4096} and got["common_ranks"] == 2048
+    assert got["at_common_ranks"]["1"]["events_per_s"] == 6144.0 and "shares" not in got["at_common_ranks"]["1"]
+    assert got["at_common_ranks"]["2"]["cpu_us_per_event"]["detect"] == 20.0
+    assert got["at_common_ranks"]["2"]["shares"] == {"land": [{"share": 0.5}]}
+
+
+def test_scaleout_summary_without_a_common_size() -> None:
+    got = scaleout_summary([_trial(1, 1024, False), _trial(2, 1024, True)])
+    assert got == {"max_ranks": {"1": 0, "2": 1024}, "common_ranks": None, "at_common_ranks": {}}
