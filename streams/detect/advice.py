@@ -1,4 +1,12 @@
-"""Cause -> optimisation, after Hermes' advisor table (spec §3), keyed by the phase that grew."""
+"""Every piece of advice detection gives, in one place: cause and suggestion per rule, per scope
+and per cause.
+
+- `advise(phase)`: the phase a slow step or slow rank grew in (Hermes' advisor table, spec §3);
+- `RULES`: the rule-only findings R1–R10 (`signals.py`);
+- `SCOPES`: the scopes whose advice does not depend on a phase (hang, stall, slow link, job
+  stopped, split group, slow PP stage);
+- `CAUSES`: the causes a profile analysis names (Hermes Table 4, `streams/profiles/analysis/`).
+"""
 
 from __future__ import annotations
 
@@ -61,8 +69,54 @@ COMPUTE_PHASES = ("forward_ms", "backward_ms", "grad_ms")
 def advise(phase: str | None) -> Advice:
     """Advice for the phase that explains the slowdown (compute phases share one entry)."""
     if phase is None:
-        return Advice("unknown", "enable detailed profiling for the affected ranks and steps")
+        return UNKNOWN
     return _ADVICE.get(phase, _COMPUTE)
+
+
+UNKNOWN = Advice("unknown", "enable detailed profiling for the affected ranks and steps")
+
+# rule-only findings (streams/detect/signals.py)
+RULES: dict[str, Advice] = {
+    "R1": Advice("device metric outside its bounds", "check cooling, power and memory headroom of the device"),
+    "R2": Advice("slow drift of a device metric", "check cooling/power trends; plan maintenance of the device"),
+    "R3": Advice("throughput dropped below its recent window", "check the data pipeline (D1) and the slow-step cause"),
+    "R4": Advice("kernel efficiency off its benchmark", "check down-clocking and thermal throttling; isolate slow "
+                 "nodes; for memory-bound kernels: fusion, quantisation"),
+    "R5": Advice("slow link: collective bandwidth of a rank off its group", "check the NIC/link (RDMA "
+                 "retransmission, port flapping); fix switch/NIC config"),
+    "R6": Advice("slow group: a whole group's collective bandwidth is low", "check the group's links and placement; "
+                 "HCCL/NCCL env vars, congestion control"),
+    "R7": Advice("minority (unmonitored) kernels take a large share", "profile the step; fuse or remove small kernels"),
+    "R8": Advice("non-uniform kernel launch latency (host dispatch)",
+                 "operator fusion, remove sync ops; static shapes"),
+    "R9": Advice("host-device copy rate outside its band", "pin_memory and prefetch; check PCIe/host memory bandwidth"),
+    "R10": Advice("CPU work between steps", "move logging/checkpointing off the step boundary; remove sync ops"),
+}
+
+# scopes whose advice does not depend on a phase (streams/detect/scopes/)
+SCOPES: dict[str, Advice] = {
+    "HUNG": Advice("no progress: the process is stuck (deadlock, failed collective, dead host or NIC)",
+                   "inspect the stack of the hung ranks (py-spy dump), check the NIC/link and the host; restart "
+                   "from checkpoint"),
+    "SLOW_LINK": Advice("network: a degraded or flapping link (retransmissions, a bad port, a down-trained NIC)",
+                        "check the host's NIC and switch port (error counters, link speed), RDMA/HCCL settings; "
+                        "drain the host"),
+    "JOB_STOPPED": Advice("the job's processes stopped (crash, OOM kill, preemption, node failure) or its "
+                          "telemetry path is cut",
+                          "check the launcher and scheduler logs for the exit reason; relaunch from the last "
+                          "checkpoint"),
+    "SLOW_GROUP": Advice("load imbalance inside one group: some members work far longer while the others wait "
+                         "(MoE expert routing imbalance, uneven sharding)",
+                         "rebalance the group's work (expert capacity factor / auxiliary load-balancing loss, "
+                         "even sharding); profile the hot ranks"),
+    "SLOW_STAGE": Advice("one pipeline stage got slower (its layers, its devices or its inputs)",
+                         "profile the stage's ranks; rebalance layers across stages if it persists"),
+}
+
+
+def advise_rule(rule: str) -> Advice:
+    """Advice for a rule-only finding (R1–R10)."""
+    return RULES.get(rule, UNKNOWN)
 
 
 # Hermes Table 4, keyed by the cause a profile analysis names (streams/profiles/analysis/*).

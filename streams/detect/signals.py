@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from infra.settings import DetectionConfig
-from streams.detect.advice import advise
+from streams.detect.advice import advise, advise_rule
 from streams.detect.ingest.decode import DEVICE_METRICS, DOMAINS
 from streams.detect.rules import r01_static_bounds as r1
 from streams.detect.rules import r02_cusum as r2
@@ -40,22 +40,6 @@ from streams.detect.rules.base import Alarms, BoolArray, FloatArray, IntArray
 from streams.detect.scopes.finding import Finding
 from streams.detect.windows.comm_columns import comm_columns, transfer_ns
 from streams.detect.windows.step_frames import PHASE_INDEX, Frame, Topology
-
-ADVICE: dict[str, tuple[str, str]] = {
-    "R1": ("device metric outside its bounds", "check cooling, power and memory headroom of the device"),
-    "R2": ("slow drift of a device metric", "check cooling/power trends; plan maintenance of the device"),
-    "R3": ("throughput dropped below its recent window", "check the data pipeline (D1) and the slow-step cause"),
-    "R4": ("kernel efficiency off its benchmark", "check down-clocking and thermal throttling; isolate slow nodes; "
-           "for memory-bound kernels: fusion, quantisation"),
-    "R5": ("slow link: collective bandwidth of a rank off its group", "check the NIC/link (RDMA retransmission, "
-           "port flapping); fix switch/NIC config"),
-    "R6": ("slow group: a whole group's collective bandwidth is low", "check the group's links and placement; "
-           "HCCL/NCCL env vars, congestion control"),
-    "R7": ("minority (unmonitored) kernels take a large share", "profile the step; fuse or remove small kernels"),
-    "R8": ("non-uniform kernel launch latency (host dispatch)", "operator fusion, remove sync ops; static shapes"),
-    "R9": ("host-device copy rate outside its band", "pin_memory and prefetch; check PCIe/host memory bandwidth"),
-    "R10": ("CPU work between steps", "move logging/checkpointing off the step boundary; remove sync ops"),
-}
 
 # domains whose collectives are point-to-point: a send and its recv are the two ends of one transfer, so R5/R6
 # take their transfer rate from both keys together (a stage's recv waits on both neighbours and holds the
@@ -141,18 +125,14 @@ def device_ticks(chunk: dict[str, Any], state: SignalState, flush: bool = False)
     return out
 
 
-def _advice(rule: str) -> tuple[str, str]:
-    return ADVICE.get(rule, ("unknown", "enable detailed profiling for the affected ranks and steps"))
-
-
 def _finding(rule: str, key: str, scope: str, step: int, summary: str, a: Alarms, i: int, cfg: DetectionConfig,
              **kw: Any) -> Finding:
-    cause, suggestion = _advice(rule)
+    advice = advise_rule(rule)
     base = float(a.baseline[i])
     return Finding(rule=rule, key=key, scope=scope, step=step, summary=summary[:300],  # type: ignore[arg-type]
                    observed=float(a.value[i]), expected=base if np.isfinite(base) else None,
                    threshold=float(a.threshold[i]) if np.isfinite(a.threshold[i]) else None,
-                   cause=cause, suggestion=suggestion, resolve_after=cfg.resolve_after_steps, **kw)
+                   cause=advice.cause, suggestion=advice.suggestion, resolve_after=cfg.resolve_after_steps, **kw)
 
 
 def _timed(timings: dict[str, float], rule: str, start: float) -> None:

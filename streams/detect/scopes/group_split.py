@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from infra.settings import DetectionConfig
+from streams.detect.advice import SCOPES
 from streams.detect.ingest.decode import DOMAINS
 from streams.detect.scopes.finding import Finding
 from streams.detect.windows.step_frames import PHASE_INDEX, Frame, Topology
@@ -78,9 +79,6 @@ def evaluate(frame: Frame, topo: Topology, cfg: DetectionConfig) -> list[Finding
                     f"median while others idle at {1 + lo:.2f}x",
             evidence={"hot_ratio": round(1.0 + hi, 4), "cold_ratio": round(1.0 + lo, 4), "hot_ranks": len(hot)},
             hot_ranks=hot,
-            cause="load imbalance inside one group: some members work far longer while the others wait "
-                  "(MoE expert routing imbalance, uneven sharding)",
-            suggestion="rebalance the group's work (expert capacity factor / auxiliary load-balancing loss, "
-                       "even sharding); profile the hot ranks",
+            cause=SCOPES["SLOW_GROUP"].cause, suggestion=SCOPES["SLOW_GROUP"].suggestion,
             open_after=cfg.slow_rank_min_steps, resolve_after=cfg.resolve_after_steps))
     return out

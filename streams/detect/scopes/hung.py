@@ -15,12 +15,12 @@ from __future__ import annotations
 import numpy as np
 
 from infra.settings import DetectionConfig
+from streams.detect.advice import SCOPES
 from streams.detect.scopes.finding import Finding
 from streams.detect.windows.step_frames import Frame, IntArray, Topology
 
 HUNG_LEAD_STEPS = 2  # peers must have reported this many later steps: they went on without it
-ADVICE_CAUSE = "no progress: the process is stuck (deadlock, failed collective, dead host or NIC)"
-ADVICE = "inspect the stack of the hung ranks (py-spy dump), check the NIC/link and the host; restart from checkpoint"
+ADVICE = SCOPES["HUNG"]
 
 
 def evaluate(frame: Frame, topo: Topology, newest_of: IntArray, heard_ns: IntArray, now_ns: int,
@@ -48,7 +48,7 @@ def evaluate(frame: Frame, topo: Topology, newest_of: IntArray, heard_ns: IntArr
                 ranks=lost.tolist(), severity="critical", metric="reports",
                 summary=f"host {name} went silent: none of its {members.size} ranks reported step {frame.step} "
                         f"while the other ranks did",
-                evidence={"ranks_silent": float(lost.size)}, cause=ADVICE_CAUSE, suggestion=ADVICE,
+                evidence={"ranks_silent": float(lost.size)}, cause=ADVICE.cause, suggestion=ADVICE.suggestion,
                 open_after=1, resolve_after=1, since_step=int(newest_of[lost].max()) + 1))
             done.update(lost.tolist())
     for rank in missing.tolist():
@@ -62,6 +62,6 @@ def evaluate(frame: Frame, topo: Topology, newest_of: IntArray, heard_ns: IntArr
             summary=f"rank {rank} ({host}) stopped reporting after step {int(newest_of[rank])} while its peers "
                     f"went on (silent {(now_ns - int(heard_ns[rank])) / 1e9:.0f} s)",
             evidence={"last_step": float(newest_of[rank]), "silent_s": (now_ns - int(heard_ns[rank])) / 1e9},
-            cause=ADVICE_CAUSE, suggestion=ADVICE, open_after=1, resolve_after=1,
+            cause=ADVICE.cause, suggestion=ADVICE.suggestion, open_after=1, resolve_after=1,
             since_step=int(newest_of[rank]) + 1))
     return out

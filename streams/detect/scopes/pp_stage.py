@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from infra.settings import DetectionConfig
+from streams.detect.advice import SCOPES
 from streams.detect.scopes.finding import Finding
 from streams.detect.windows.step_frames import Frame, Topology
 
@@ -55,8 +56,7 @@ def evaluate(frame: Frame, topo: Topology, state: StageState, cfg: DetectionConf
                     summary=f"PP stage {k}: median busy {now[k]:.0f} ms, {r:.2f}x its own baseline "
                             f"{base:.0f} ms while the other stages stay at {others:.2f}x",
                     evidence={"ratio": round(r, 4), "others_ratio": round(others, 4)},
-                    cause="one pipeline stage got slower (its layers, its devices or its inputs)",
-                    suggestion="profile the stage's ranks; rebalance layers across stages if it persists",
+                    cause=SCOPES["SLOW_STAGE"].cause, suggestion=SCOPES["SLOW_STAGE"].suggestion,
                     open_after=cfg.slow_rank_min_steps, resolve_after=cfg.resolve_after_steps))
     for k, value in now.items():
         if k in flagged:

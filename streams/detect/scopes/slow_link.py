@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from infra.settings import DetectionConfig
+from streams.detect.advice import SCOPES
 from streams.detect.ingest.decode import DOMAINS
 from streams.detect.scopes.finding import Finding
 from streams.detect.windows.comm_columns import comm_columns
 from streams.detect.windows.step_frames import Frame, Topology
 
-CAUSE = "network: a degraded or flapping link (retransmissions, a bad port, a down-trained NIC)"
-ADVICE = "check the host's NIC and switch port (error counters, link speed), RDMA/HCCL settings; drain the host"
+ADVICE = SCOPES["SLOW_LINK"]
 
 
 @dataclass(slots=True)
@@ -113,6 +113,6 @@ def evaluate(frame: Frame, topo: Topology, state: LinkState, cfg: DetectionConfi
             summary=f"link {host}/rdma: all {hit[h]} inter-host collective groups of {host} slowed, up to "
                     f"{worst[h]:.1f}x their own transfer time; groups without {host} are not",
             observed=worst[h], expected=1.0, threshold=cfg.slow_link_ratio, unit="x",
-            evidence={"groups_slowed": float(hit[h]), "worst_ratio": round(worst[h], 3)}, cause=CAUSE,
-            suggestion=ADVICE, open_after=cfg.slow_link_open_after, resolve_after=cfg.resolve_after_steps))
+            evidence={"groups_slowed": float(hit[h]), "worst_ratio": round(worst[h], 3)}, cause=ADVICE.cause,
+            suggestion=ADVICE.suggestion, open_after=cfg.slow_link_open_after, resolve_after=cfg.resolve_after_steps))
     return state, out

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from streams.detect.scopes.finding import Finding
-from streams.detect.scopes.hung import ADVICE, ADVICE_CAUSE
+from streams.detect.scopes.hung import ADVICE
 from streams.detect.windows.step_frames import FloatArray, IntArray, Topology
 
 IDLE_PCT = 10.0   # a device below this AI Core utilisation is idle ...
@@ -102,7 +102,7 @@ def evaluate(state: StallState, topo: Topology, step: int, timeout_ns: int, stal
             ranks=members.tolist(), severity="critical", metric="reports",
             summary=f"host {name} went silent: no step completed since step {step - 1} and its {members.size} "
                     f"devices stopped sampling while the other hosts' went on",
-            evidence={"ranks_silent": float(members.size)}, cause=ADVICE_CAUSE, suggestion=ADVICE,
+            evidence={"ranks_silent": float(members.size)}, cause=ADVICE.cause, suggestion=ADVICE.suggestion,
             open_after=1, resolve_after=1))
     enough = state.busy_n[:world] >= MIN_SAMPLES
     mean = np.where(enough, state.busy_sum[:world] / np.maximum(state.busy_n[:world], 1), np.nan)
@@ -122,7 +122,7 @@ def evaluate(state: StallState, topo: Topology, step: int, timeout_ns: int, stal
                             f"idle ({mean[rank]:.0f} % AI Core) while its peers' spin in the collective "
                             f"({float(np.median(peers)):.0f} %)",
                     observed=float(mean[rank]), expected=float(np.median(peers)), threshold=IDLE_PCT, unit="%",
-                    evidence={"aicore_pct": float(mean[rank])}, cause=ADVICE_CAUSE, suggestion=ADVICE,
+                    evidence={"aicore_pct": float(mean[rank])}, cause=ADVICE.cause, suggestion=ADVICE.suggestion,
                     open_after=1, resolve_after=1))
     if out:
         state.reported_for = state.last_end_ns

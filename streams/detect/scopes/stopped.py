@@ -10,10 +10,10 @@ attempt resolves the old attempt's incidents) or ends.
 
 from __future__ import annotations
 
+from streams.detect.advice import SCOPES
 from streams.detect.scopes.finding import Finding
 
-CAUSE = "the job's processes stopped (crash, OOM kill, preemption, node failure) or its telemetry path is cut"
-ADVICE = "check the launcher and scheduler logs for the exit reason; relaunch from the last checkpoint"
+ADVICE = SCOPES["JOB_STOPPED"]
 
 
 def job_stopped(next_step: int, silent_s: float) -> Finding:
@@ -23,5 +23,5 @@ def job_stopped(next_step: int, silent_s: float) -> Finding:
         rule="JOB_STOPPED", key="job", family="hang", scope="job", step=next_step, severity="critical",
         metric="reports", summary=f"job stopped reporting at step {next_step}: no rank or device reported for "
                                   f"{silent_s:.0f} s since step {last}, and no end",
-        evidence={"last_step": float(last), "silent_s": silent_s}, cause=CAUSE, suggestion=ADVICE,
+        evidence={"last_step": float(last), "silent_s": silent_s}, cause=ADVICE.cause, suggestion=ADVICE.suggestion,
         open_after=1, resolve_after=1)
