@@ -152,8 +152,7 @@ def _join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: in
     # a culprit explains the slow steps only if it began with them (a rank slow all along is in the baseline)
     # same step: only culprits a job-wide slowdown cannot fake (a group's bandwidth or a link can dip
     # with every step that is slow for another reason: those join once open, or adopt, below)
-    culprits = [f for rule in CULPRIT_RULES for f in findings
-                if f.rule == rule and f.scope in CULPRIT_SCOPES and first.get(f.key, step) >= since]
+    culprits = _culprits_now(findings, first, step, since)
     # a slow link (every inter-host group of one host slowed) flagged in an earlier step too
     culprits += [f for f in findings if f.rule == "SLOW_LINK" and since <= first.get(f.key, step) < step]
     keys = {f.key for f in culprits}
@@ -184,13 +183,19 @@ def _mark_adoption(findings: list[Finding], open_tracks: list[OpenTrack], first:
             f.adopts = "job"
 
 
+def _culprits_now(findings: list[Finding], first: dict[str, int], step: int, since: int) -> list[Finding]:
+    """Slow rank, host and stage findings of this step whose episode began at `since` or later (a rank
+    slow all along is in the baseline: it explains no new slowdown), in CULPRIT_RULES order."""
+    return [f for rule in CULPRIT_RULES for f in findings
+            if f.rule == rule and f.scope in CULPRIT_SCOPES and first.get(f.key, step) >= since]
+
+
 def _join_throughput(findings: list[Finding], first: dict[str, int], step: int, since: int, few: int) -> None:
     """Job-wide R3 on step throughput in a step the slow-step scope did not find slow, beside a
     culprit flagged now that began with it (a few keys at most): the culprit's toll on the job's
     throughput, a slowdown below the slow-step scope's robust sigmas. It joins that culprit; it
     never opens an incident of its own (a candidate it joins persists by the culprit's findings)."""
-    culprits = [f for rule in CULPRIT_RULES for f in findings
-                if f.rule == rule and f.scope in CULPRIT_SCOPES and first.get(f.key, step) >= since]
+    culprits = _culprits_now(findings, first, step, since)
     if not culprits or len({f.key for f in culprits}) > few:
         return
     for f in findings:
@@ -306,9 +311,7 @@ def _remember_r5(findings: list[Finding], step: int, state: JoinState | None) ->
            if f.rule == "R5" and f.key.startswith("link:") and f.domain is not None and f.group is not None}
     if state is None:
         return now
-    memory = getattr(state, "r5_last", None)  # a state pickled before the field existed has none
-    if memory is None:
-        memory = state.r5_last = {}
+    memory = state.r5_last
     memory.update((g, step) for g in now)
     for g in [g for g, s in memory.items() if step - s >= ONSET_R5_STEPS]:
         del memory[g]
