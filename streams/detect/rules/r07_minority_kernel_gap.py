@@ -56,8 +56,8 @@ def evaluate(v: FloatArray, state: State | None, params: Params) -> tuple[State,
     if has.any():
         med[has] = np.nanmedian(state.buf[has], axis=1)
         upper[has] = np.nanpercentile(state.buf[has], 75, axis=1)
-    jumped = present & has & (v - np.nan_to_num(np.maximum(med, upper)) > params.jump)
+    jumped = present & has & (v - np.nan_to_num(upper) > params.jump)  # the upper quartile is >= the median
     alarm = (above & (state.run >= params.k)) | jumped
-    threshold = np.where(jumped, med + params.jump, params.bound)
+    threshold = np.where(jumped, upper + params.jump, params.bound)
     Ring.push(state.buf, state.pos, v, present & ~alarm)
     return state, Alarms.where(alarm, v, med, threshold)

@@ -252,6 +252,11 @@ def test_r7_a_return_to_the_earlier_level_is_no_jump() -> None:
     assert back == []
     _, rise = _feed(r7, [0.0] * 20 + [-0.42] * 30 + [0.3] * 3, params)
     assert rise and rise[0][0] == 50
+    state = None
+    for x in [0.0] * 20 + [-0.42] * 30:
+        state, _ = r7.evaluate(np.array([x]), state, params)
+    _, alarms = r7.evaluate(np.array([0.3]), state, params)
+    assert np.isclose(alarms.threshold[0], 0.0 + 0.15), "the threshold reported is the one applied (quartile + jump)"
 
 
 # R8 -------------------------------------------------------------------------------------
