@@ -65,13 +65,10 @@ def create_land_app(settings: Settings) -> faust.App:
     async def start_loop() -> None:
         loop.start()
 
-    def stop_and_close() -> None:
-        loop.stop()
-        if not loop.is_alive():  # chdb crashes the process at exit if its session is still open
-            lander.close()
-
     async def stop_loop(*args: Any, **kwargs: Any) -> None:
-        await asyncio.get_running_loop().run_in_executor(None, stop_and_close)
+        # the loop's thread closes the lander as it ends (chdb crashes the process at exit if its
+        # session is still open, and the session is bound to that thread)
+        await asyncio.get_running_loop().run_in_executor(None, loop.stop)
 
     app.task(start_loop)
     app.on_before_shutdown.connect(stop_loop)

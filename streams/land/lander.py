@@ -1,16 +1,21 @@
-"""Landing, the I/O half: write row batches to ClickHouse from one dedicated thread.
+"""Landing, the I/O half: write a batch of rows to ClickHouse, one insert per table, until it lands.
 
-chdb sessions are bound to the thread that uses them and clickhouse-driver is blocking,
-so every backend call runs on a single-thread executor, off the event loop. A failed
-write is retried with backoff until it succeeds: the caller acks the Kafka messages only
-afterwards, so an outage stalls landing (lag grows, visible) instead of losing rows.
+Synchronous and one-way: the caller's thread (the land loop's, `streams/land/loop.py`) runs
+the inserts itself. chdb sessions are bound to the thread that uses them and clickhouse-driver
+blocks, so a lander is used from one thread only, and closed from it. The batch is the land
+loop's (one batcher): the `BatchingWriter` here only groups each call's rows per table with
+their deduplication tokens and keeps them until their insert succeeds; it is flushed before
+`write` returns, so nothing waits in it between calls.
+
+A failed write is retried with backoff until it succeeds: the caller commits the Kafka offsets
+only afterwards, so an outage stalls landing (lag grows, visible) instead of losing rows.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections.abc import Callable
 
 from infra.settings import Settings
 from sinks import SinkError, open_backend
@@ -22,18 +27,19 @@ log = logging.getLogger(__name__)
 
 
 class ClickHouseLander:
-    """Owns the backend and a `BatchingWriter` on the sink thread.
+    """Owns the backend and a `BatchingWriter`; used from one thread.
 
     Rows handed to the writer stay buffered there until their table's insert succeeds, so a
     retry after a partial failure writes only the tables that did not land (no table is
     inserted twice).
     """
 
-    def __init__(self, settings: Settings, max_backoff_s: float = 10.0) -> None:
+    def __init__(self, settings: Settings, max_backoff_s: float = 10.0,
+                 wait: Callable[[float], object] | None = None) -> None:
         self._settings = settings
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="steplens-sink")
         self._writer: BatchingWriter | None = None
         self._max_backoff = max_backoff_s
+        self._wait = wait or threading.Event().wait  # the pause between retries (a stop event's wait, in a test)
 
     @property
     def rows_written(self) -> dict[str, int]:
@@ -74,39 +80,35 @@ class ClickHouseLander:
             del sources[:accepted]
         writer.flush()
 
-    async def write(self, batch: list[TableRow], sources: list[Source] | None = None) -> None:
+    def write(self, batch: list[TableRow], sources: list[Source] | None = None) -> None:
         """Write `batch`, retrying until it lands; one insert per table per call.
 
         `sources` (parallel to `batch`, from `Landed.sources`) give every insert the
         deduplication token of its Kafka offsets, so a retry cannot duplicate rows. While
-        ClickHouse is unreachable this coroutine does not return: the agent awaiting it
-        takes no further messages and acknowledges nothing, so consumption pauses and
-        nothing is dropped; it resumes where it stopped once an insert succeeds.
+        ClickHouse is unreachable this does not return: the loop calling it takes no further
+        messages and commits nothing, so consumption pauses and nothing is dropped; it
+        resumes where it stopped once an insert succeeds.
 
         Retries only `SinkError` (the backend is down or refused the insert). Anything else
-        is a bug and propagates: the landing worker then exits without acknowledging the
+        is a bug and propagates: the landing worker then exits without committing the
         batch, and its restart re-reads it from the committed offset.
         """
         if not batch:
             return
-        loop = asyncio.get_running_loop()
         pending = list(batch)
         pending_sources: list[Source | None] = list(sources) if sources is not None else [None] * len(batch)
         backoff = 0.5
         while True:
             try:
-                await loop.run_in_executor(self._executor, self._write_now, pending, pending_sources)
+                self._write_now(pending, pending_sources)
                 return
             except SinkError as exc:
                 log.error("landing failed, retrying in %.1fs: %r", backoff, str(exc))
-                await asyncio.sleep(backoff)
+                self._wait(backoff)
                 backoff = min(backoff * 2, self._max_backoff)
 
     def close(self) -> None:
-        def _close() -> None:
-            if self._writer is not None:
-                self._writer.backend.close()
-                self._writer = None
-
-        self._executor.submit(_close).result(timeout=30)
-        self._executor.shutdown(wait=True)
+        """Close the backend (from the thread that wrote: a chdb session is bound to it)."""
+        if self._writer is not None:
+            self._writer.backend.close()
+            self._writer = None

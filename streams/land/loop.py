@@ -9,8 +9,8 @@ detect worker's decode stage. Delivery, per batch:
    (a batch is one insert per table: an insert has a fixed cost of 10-50 ms in chdb);
 2. `LandingProcessor` turns every message into rows or a dead letter (it never raises);
 3. dead letters are sent to the dead-letter topic (acks=all), the rows are inserted
-   (`ClickHouseLander.write` retries until they land: while ClickHouse is down nothing is
-   committed and lag grows), then the dead-letter sends are confirmed;
+   on this thread (`ClickHouseLander.write` retries until they land: while ClickHouse is down
+   nothing is committed and lag grows), then the dead-letter sends are confirmed;
 4. only then are the batch's offsets committed (`commit()` of the consumed positions, which
    are exactly this batch's ends). A rebalance in between makes the commit fail: the new
    owner re-reads the batch (at-least-once; steps, incidents and jobs collapse under FINAL).
@@ -22,11 +22,11 @@ detect worker's decode stage. Delivery, per batch:
 Anything escaping a batch (a bug, a dead letter the broker refused) ends the thread with
 `failed` set and nothing committed; the app's watchdog then exits the process
 (`streams.land.app.crash_process`) and the restart re-reads from the committed offset.
+The thread closes the lander when it ends (its chdb session is bound to this thread).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
@@ -41,9 +41,10 @@ from infra.consumer_group import REBALANCE_ERRORS, after_failed_commit, group_co
 from infra.delivery import OUTAGE_BACKOFF_S, poll_through_outage, retry_through_outage
 from infra.settings import Settings
 from schemas import Topics
+from sinks.rows import TableRow
+from sinks.writer import Source
 from streams.app import WorkerTimeouts, now_ns
 from streams.gc_tuning import tune_gc
-from streams.land.lander import ClickHouseLander
 from streams.land.processor import Landed, LandingProcessor
 from streams.metrics import LandMetrics
 
@@ -76,6 +77,14 @@ class Consumer(Protocol):
     def close(self) -> None: ...
 
 
+class Lander(Protocol):
+    """What the loop uses of `streams.land.lander.ClickHouseLander`."""
+
+    def write(self, batch: list[TableRow], sources: list[Source] | None = None) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class Sender(Protocol):
     def send(self, topic: str, value: bytes, key: bytes | None, headers: list[tuple[str, bytes]]) -> Any: ...
 
@@ -91,7 +100,7 @@ class LandLoop(threading.Thread):
         self,
         settings: Settings,
         processor: LandingProcessor,
-        lander: ClickHouseLander,
+        lander: Lander,
         clients: Callable[[], tuple[Consumer, Sender]] | None = None,
         clock: Callable[[], float] = time.monotonic,
         commit_backoff_s: tuple[float, float] = OUTAGE_BACKOFF_S,
@@ -142,21 +151,19 @@ class LandLoop(threading.Thread):
             self.failed = exc
             log.exception("land loop could not start")
             return
-        aio = asyncio.new_event_loop()  # drives ClickHouseLander.write (its inserts run on its sink thread)
         try:
-            self._run(consumer, sender, aio)
+            self._run(consumer, sender)
         except BaseException as exc:  # the app's watchdog sees it and exits the process
             self.failed = exc
             log.exception("land loop failed")
         finally:
-            aio.close()
-            for close in (sender.close, consumer.close):
+            for close in (sender.close, consumer.close, self.lander.close):
                 try:
                     close()
                 except Exception as exc:  # closing is best effort: nothing is committed here
-                    log.warning("closing a Kafka client failed: %r", exc)
+                    log.warning("closing a client failed: %r", exc)
 
-    def _run(self, consumer: Consumer, sender: Sender, aio: asyncio.AbstractEventLoop) -> None:
+    def _run(self, consumer: Consumer, sender: Sender) -> None:
         size = self.settings.sink_batch_size
         within = self.settings.sink_batch_seconds
         batch: list[Record] = []
@@ -175,7 +182,7 @@ class LandLoop(threading.Thread):
                     batch.extend(records)
                 self._export_lag(consumer)
             if batch and (len(batch) >= size or self._clock() - first_at >= within):
-                self.land(batch, sender, aio)
+                self.land(batch, sender)
                 if self.commit(consumer):
                     self.metrics.batches.inc()
                     self.metrics.last_commit.set(self._wall_clock())
@@ -221,7 +228,7 @@ class LandLoop(threading.Thread):
             return False
         return True
 
-    def land(self, batch: Iterable[Record], sender: Sender, aio: asyncio.AbstractEventLoop) -> None:
+    def land(self, batch: Iterable[Record], sender: Sender) -> None:
         """Rows and dead letters of `batch` stored: returns only once ClickHouse and the broker have them."""
         landed = Landed()
         now = now_ns()
@@ -238,7 +245,7 @@ class LandLoop(threading.Thread):
                                           headers=letter.headers()))
         if deliveries:
             sender.flush()
-        aio.run_until_complete(self.lander.write(landed.rows, landed.sources))
+        self.lander.write(landed.rows, landed.sources)
         for delivery in deliveries:  # acks=all: on the dead-letter topic before the offsets are committed
             delivery.get(timeout=300)
         self.batches += 1

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import multiprocessing
 from collections.abc import AsyncIterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
@@ -33,6 +33,7 @@ def create_parse_app(settings: Settings) -> faust.App:
     topics = Topics(settings.topic_prefix)
     commands = CommandIndex()
     lander = ClickHouseLander(settings)
+    sink = ThreadPoolExecutor(max_workers=1, thread_name_prefix="steplens-sink")  # the lander's one thread
     roots = settings.profile_root_paths
     state: dict[str, Any] = {"pool": None}
     counters = {"profiles": 0, "parsed": 0, "failed": 0, "undecodable": 0, "commands": 0}
@@ -94,7 +95,7 @@ def create_parse_app(settings: Settings) -> faust.App:
             else:
                 assert result is not None
                 counters["parsed"] += 1
-                await lander.write(result.rows)
+                await loop.run_in_executor(sink, lander.write, result.rows)
             command = commands.get(event.command_id)
             incident = diagnosis_incident(event, command, result, error, now_ns())
             log.warning("diagnosis %s %s: %s", incident.state, incident.incident_id, incident.summary)

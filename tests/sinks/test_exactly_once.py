@@ -11,11 +11,10 @@ deduplication tokens) every table, rollups included, is unchanged; on the 18.16 
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -23,7 +22,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from infra import ClickHouseServer, InfraConfig
 from infra.clients import kafka_client_config
-from infra.settings import Settings, load_settings
+from infra.settings import Settings
 from schemas import Topics, encode, rank_key
 from sinks.backend import Backend, qualified
 from sinks.embedded import EmbeddedBackend
@@ -52,9 +51,8 @@ def _topic_of(topics: Topics, event: Any) -> str:
     }[type(event).TYPE]
 
 
-def _settings(kafka_bootstrap: str, prefix: str) -> Settings:
-    return dataclasses.replace(load_settings({}), kafka_bootstrap=kafka_bootstrap, topic_prefix=prefix,
-                               topic_partitions=2)
+def _settings(kafka_settings: Settings, prefix: str) -> Settings:
+    return dataclasses.replace(kafka_settings, topic_prefix=prefix, topic_partitions=2)
 
 
 def _produce(settings: Settings, topics: Topics) -> int:
@@ -123,9 +121,9 @@ def _counts(backend: Backend, final: bool) -> dict[str, Any]:
 @pytest.mark.kafka
 @pytest.mark.integration
 def test_replaying_the_same_offsets_changes_no_table(
-    backend: Backend, kafka_bootstrap: str, unique_name: str
+    backend: Backend, kafka_settings: Settings, unique_name: str
 ) -> None:
-    settings = _settings(kafka_bootstrap, f"{unique_name}.")
+    settings = _settings(kafka_settings, f"{unique_name}.")
     topics = Topics(settings.topic_prefix)
     sent = _produce(settings, topics)
     migrate(backend)
@@ -153,7 +151,7 @@ def test_landing_survives_a_60s_clickhouse_outage(
     clickhouse_server_url: str, infra_config: InfraConfig, unique_name: str
 ) -> None:
     database = f"steplens_{unique_name}"
-    settings = dataclasses.replace(load_settings({}), clickhouse_url=clickhouse_server_url,
+    settings = dataclasses.replace(infra_config.client_settings(), clickhouse_url=clickhouse_server_url,
                                    clickhouse_database=database, sink_batch_size=1000)
     lander = ClickHouseLander(settings, max_backoff_s=2.0)
     server = ClickHouseServer(infra_config)
@@ -162,12 +160,10 @@ def test_landing_survives_a_60s_clickhouse_outage(
     later = [r for e in events[len(events) // 2:] for r in rows_for(e, T0)]
     sources = [("t", 0, i) for i in range(len(rows))]
     later_sources = [("t", 0, len(rows) + i) for i in range(len(later))]
-    loop = asyncio.new_event_loop()
-    runner = threading.Thread(target=loop.run_forever, daemon=True)
-    runner.start()
+    sink = ThreadPoolExecutor(max_workers=1)  # the lander's one thread, as the land loop's
 
     def submit(batch: list[Any], src: list[Any]) -> Any:
-        return asyncio.run_coroutine_threadsafe(lander.write(batch, src), loop)
+        return sink.submit(lander.write, batch, src)
 
     def wait(cond: Callable[[], bool], what: str, timeout: float = 180.0) -> None:
         deadline = time.monotonic() + timeout
@@ -188,9 +184,8 @@ def test_landing_survives_a_60s_clickhouse_outage(
         pending.result(timeout=180)  # resumes and lands once the server is back
     finally:
         server.start()
-        loop.call_soon_threadsafe(loop.stop)
-        runner.join(timeout=10)
-        lander.close()
+        sink.submit(lander.close).result(timeout=60)
+        sink.shutdown(wait=True)
     with ServerBackend(clickhouse_server_url, database) as check:
         landed = check.query(f"SELECT count(), uniqExact(step, rank) FROM {qualified(database, 'steps')} FINAL")
         check.execute(f"DROP DATABASE IF EXISTS {qualified(database, 'x').split('.')[0]}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
 from dataclasses import replace
@@ -82,11 +81,16 @@ class RecordingLander:
         self.offsets: list[int] = []
         self.fail_on = fail_on
 
-    async def write(self, batch: list[Any], sources: list[Any] | None = None) -> None:
+        self.closed = 0
+
+    def write(self, batch: list[Any], sources: list[Any] | None = None) -> None:
         assert sources is not None
         if self.fail_on is not None and any(o == self.fail_on for _, _, o in sources):
             raise RuntimeError("a bug")
         self.offsets.extend(o for _, _, o in sources)
+
+    def close(self) -> None:
+        self.closed += 1
 
 
 def _run_loop(batches: list[list[FakeRecord]], lander: RecordingLander) -> tuple[LandLoop, FakeConsumer, FakeSender]:
@@ -113,6 +117,7 @@ def test_offsets_are_committed_only_after_their_batch_is_landed() -> None:
     assert consumer.commits == [[0, 1], [0, 1, 2, 3]]  # each commit came after its batch's rows
     # the garbage is a dead letter, sent with its batch
     assert sender.sent == [(Topics(loop.settings.topic_prefix).deadletter, b"k")]
+    assert lander.closed == 1  # by the loop's own thread, the one its chdb session is bound to
 
 
 def _sample(loop: LandLoop, name: str) -> float:
@@ -208,24 +213,20 @@ def test_a_partial_batch_is_landed_once_it_is_old_enough() -> None:
 
 def test_the_lander_retries_until_the_rows_land_and_never_writes_a_row_twice() -> None:
     settings = load_settings({})
-    lander = ClickHouseLander(settings, max_backoff_s=0.01)
     backend = FakeBackend()
+    pauses: list[float] = []
+
+    def pause(seconds: float) -> None:  # the backend recovers after the third failed write
+        pauses.append(seconds)
+        backend.fail = len(pauses) < 3
+
+    lander = ClickHouseLander(settings, max_backoff_s=0.01, wait=pause)
     lander._writer = BatchingWriter(backend, max_rows=2, max_seconds=0.01, max_buffered_rows=3)
     backend.fail = True
     batch = [row_for(step(rank=r), 1) for r in range(5)] + [row_for(incident(), 1)]
-
-    async def write_while_down_then_recover() -> None:
-        task = asyncio.create_task(lander.write(batch))
-        while lander.write_failures < 3:  # the backend keeps failing: write keeps retrying
-            await asyncio.sleep(0.01)
-        assert not task.done()
-        backend.fail = False
-        await asyncio.wait_for(task, timeout=60)
-
-    try:
-        asyncio.run(write_while_down_then_recover())
-    finally:
-        lander.close()
+    lander.write(batch)  # returns only once every row landed
+    assert lander.write_failures == 3 and pauses == [0.5, 0.01, 0.01]
+    lander.close()
     assert sorted(backend.rows("steps")) == sorted(tr.row for tr in batch[:5])  # each exactly once
     assert backend.rows("incidents") == [batch[5].row]
 
