@@ -3,7 +3,8 @@
 Faust/aiokafka spend ~100 µs of CPU per message (stream events, ack tracking, one asyncio
 hop per message); every telemetry message of the fleet passes the landing worker, so it
 consumes with kafka-python (C CRC32C) in its own consumer group (`<app_id>-land`), like the
-detect worker's decode stage. Delivery, per batch:
+detect worker's decode stage, on the same consumer runtime (`streams/runtime.py`: batching,
+commit order, outage and rebalance handling live there). Delivery, per batch:
 
 1. poll until `sink_batch_size` records (a packed record holds many events) or `sink_batch_seconds` after the first one
    (a batch is one insert per table: an insert has a fixed cost of 10-50 ms in chdb);
@@ -28,7 +29,6 @@ The thread closes the lander when it ends (its chdb session is bound to this thr
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
@@ -37,16 +37,16 @@ from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
 from infra.clients import kafka_client_config
-from infra.consumer_group import REBALANCE_ERRORS, after_failed_commit, group_consumer, heal
-from infra.delivery import OUTAGE_BACKOFF_S, poll_through_outage, retry_through_outage
+from infra.consumer_group import group_consumer
+from infra.delivery import OUTAGE_BACKOFF_S
 from infra.settings import Settings
 from schemas import Topics
 from sinks.rows import TableRow
 from sinks.writer import Source
 from streams.app import WorkerTimeouts, now_ns
-from streams.gc_tuning import tune_gc
 from streams.land.processor import Landed, LandingProcessor
 from streams.metrics import LandMetrics
+from streams.runtime import Batch, Batching, Consumer, ConsumerLoop, Record
 
 log = logging.getLogger(__name__)
 
@@ -57,24 +57,6 @@ COMMIT_TIMEOUT_MS = 5000
 
 def land_group(settings: Settings) -> str:
     return f"{settings.app_id}-land"
-
-
-class Record(Protocol):
-    """What the loop reads of a kafka-python ConsumerRecord."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-
-
-class Consumer(Protocol):
-    def poll(self, timeout_ms: int = ..., max_records: int | None = ...) -> dict[Any, list[Any]]: ...
-
-    def commit(self, offsets: Any = ..., timeout_ms: int | None = ...) -> None: ...
-
-    def close(self) -> None: ...
 
 
 class Lander(Protocol):
@@ -93,8 +75,8 @@ class Sender(Protocol):
     def close(self) -> None: ...
 
 
-class LandLoop(threading.Thread):
-    """Consume, land, commit; see the module docstring for the guarantee."""
+class LandLoop(ConsumerLoop):
+    """Consume, land, commit on the consumer runtime (`streams/runtime.py`); see the module docstring."""
 
     def __init__(
         self,
@@ -107,22 +89,18 @@ class LandLoop(threading.Thread):
         metrics: LandMetrics | None = None,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
-        super().__init__(name="steplens-land", daemon=True)
-        self.commit_backoff_s = commit_backoff_s
+        super().__init__("land", Batching(settings.sink_batch_size, settings.sink_batch_seconds, accumulate=True),
+                         gc_threshold=settings.worker_gc_threshold, commit_through_outage=True,
+                         commit_timeout_ms=COMMIT_TIMEOUT_MS, commit_backoff_s=commit_backoff_s, clock=clock)
         self.settings = settings
         self.processor = processor
         self.lander = lander
         self.deadletter = Topics(settings.topic_prefix).deadletter
         self._clients = clients or self._kafka_clients
-        self._clock = clock
         self._wall_clock = wall_clock
+        self._sender: Sender | None = None
         self.metrics = metrics or LandMetrics()
-        self.stopping = threading.Event()
-        self.failed: BaseException | None = None
-        self.batches = 0
         self.messages = 0
-        self.commit_failures = 0
-        self.commit_retries = 0
 
     def _kafka_clients(self) -> tuple[Consumer, Sender]:
         base = kafka_client_config(self.settings, "land")
@@ -138,94 +116,45 @@ class LandLoop(threading.Thread):
                                       max_request_size=4_194_304)
         return consumer, producer
 
-    def stop(self, timeout: float = 30.0) -> None:
-        self.stopping.set()
-        if self.is_alive():
-            self.join(timeout)
+    def open_consumer(self) -> Consumer:
+        consumer, self._sender = self._clients()
+        return consumer
 
-    def run(self) -> None:
-        tune_gc(self.settings.worker_gc_threshold)
-        try:
-            consumer, sender = self._clients()
-        except BaseException as exc:
-            self.failed = exc
-            log.exception("land loop could not start")
-            return
-        try:
-            self._run(consumer, sender)
-        except BaseException as exc:  # the app's watchdog sees it and exits the process
-            self.failed = exc
-            log.exception("land loop failed")
-        finally:
-            for close in (sender.close, consumer.close, self.lander.close):
-                try:
-                    close()
-                except Exception as exc:  # closing is best effort: nothing is committed here
-                    log.warning("closing a client failed: %r", exc)
+    def close_clients(self, consumer: Consumer | None) -> None:
+        closes = [self.lander.close] if consumer is None else [consumer.close, self.lander.close]
+        for close in ([self._sender.close] if self._sender is not None else []) + closes:
+            try:
+                close()
+            except Exception as exc:  # closing is best effort: nothing is committed here
+                log.warning("closing a client failed: %r", exc)
 
-    def _run(self, consumer: Consumer, sender: Sender) -> None:
-        size = self.settings.sink_batch_size
-        within = self.settings.sink_batch_seconds
-        batch: list[Record] = []
-        first_at = 0.0
-        while not self.stopping.is_set():
-            wait = within if not batch else max(0.0, within - (self._clock() - first_at))
-            polled = poll_through_outage(consumer, int(wait * 1000), size - len(batch), self.stopping.wait, "land")
-            if polled is None:
-                return  # stopping while the broker was away: the batch in hand is re-read by the next owner
-            heal(consumer)
-            if polled:
-                if not batch:
-                    first_at = self._clock()
-                    self.metrics.pending_since.set(self._wall_clock())
-                for records in polled.values():
-                    batch.extend(records)
-                self._export_lag(consumer)
-            if batch and (len(batch) >= size or self._clock() - first_at >= within):
-                self.land(batch, sender)
-                if self.commit(consumer):
-                    self.metrics.batches.inc()
-                    self.metrics.last_commit.set(self._wall_clock())
-                self.metrics.pending_since.set(0)
-                batch = []
+    def on_polled(self, consumer: Consumer, polled: dict[Any, list[Any]], first: bool) -> None:
+        if first:
+            self.metrics.pending_since.set(self._wall_clock())
+        self._export_lag(consumer)
 
-    def _export_lag(self, consumer: Consumer) -> None:
+    def after_batch(self, committed: bool) -> None:
+        if committed:
+            self.metrics.batches.inc()
+            self.metrics.last_commit.set(self._wall_clock())
+        self.metrics.pending_since.set(0)
+
+    def on_commit_retry(self, exc: KafkaError) -> None:
+        self.metrics.commit_retries.inc()
+
+    def _export_lag(self, consumer: Any) -> None:
         """Records behind the partitions' ends, from what the last fetches told the consumer (no request)."""
         try:
-            parts = consumer.assignment()  # type: ignore[attr-defined]
-            ends = {tp: consumer.highwater(tp) for tp in parts}  # type: ignore[attr-defined]
-            lag = sum(max(0, end - consumer.position(tp)) for tp, end in ends.items()  # type: ignore[attr-defined]
-                      if end is not None)
+            parts = consumer.assignment()
+            ends = {tp: consumer.highwater(tp) for tp in parts}
+            lag = sum(max(0, end - consumer.position(tp)) for tp, end in ends.items() if end is not None)
         except (AttributeError, KafkaError):  # a test double without them, or positions not known yet
             return
         self.metrics.lag.set(lag)
 
-    def commit(self, consumer: Consumer) -> bool:
-        """Commit the landed batch's offsets, waiting out a broker outage (retriable errors, backoff).
-
-        A rebalance (CommitFailedError) leaves the batch to its new owner; stopping meanwhile leaves
-        it uncommitted (re-read, collapsed); a non-retriable error escapes (the process restarts).
-        True when the offsets are committed.
-        """
-        def attempt() -> bool:
-            consumer.commit(timeout_ms=COMMIT_TIMEOUT_MS)
-            return True
-
-        def retried(_: KafkaError) -> None:
-            self.commit_retries += 1
-            self.metrics.commit_retries.inc()
-
-        try:
-            done = retry_through_outage(attempt, self.stopping.wait, "commit after landing", self.commit_backoff_s,
-                                        retried)
-        except REBALANCE_ERRORS as exc:  # rebalanced: the new owner re-reads it; this member rejoins
-            self.commit_failures += 1
-            after_failed_commit(consumer, exc)
-            log.warning("commit after landing failed (rebalance), the batch will be re-read: %r", exc)
-            return False
-        if done is None:
-            log.warning("stopping with a landed batch uncommitted: the next owner re-reads it")
-            return False
+    def handle(self, consumer: Consumer, batch: Batch) -> bool:
+        assert self._sender is not None
+        self.land(batch.records, self._sender)
         return True
 
     def land(self, batch: Iterable[Record], sender: Sender) -> None:
@@ -248,7 +177,6 @@ class LandLoop(threading.Thread):
         self.lander.write(landed.rows, landed.sources)
         for delivery in deliveries:  # acks=all: on the dead-letter topic before the offsets are committed
             delivery.get(timeout=300)
-        self.batches += 1
         self.messages += count
         self.metrics.messages.inc(count)
         self.metrics.dead_letters.inc(len(landed.dead))

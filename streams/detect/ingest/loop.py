@@ -8,36 +8,32 @@ per (job, kind) to the partials topic (keyed by job) → flush → commit. Offse
 committed only after the chunks are on the broker (acks=all): at-least-once; a replayed
 chunk overwrites the same ranks in their frame, or is counted late. Each chunk says how far
 behind the input the stage is (`behind_ns`, `lag`): while it is behind, frames do not time
-out (a backlog is not a hang).
+out (a backlog is not a hang). The loop itself (batching, commit order, outages, rebalances)
+is the consumer runtime's (`streams/runtime.py`), shared with the land worker.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from typing import Any
 
 from kafka import KafkaProducer
-from kafka.errors import KafkaError
 
 from infra.clients import close_quietly, kafka_client_config
-from infra.consumer_group import after_failed_commit, group_consumer, heal
-from infra.delivery import deliver_all, poll_through_outage
+from infra.consumer_group import group_consumer
+from infra.delivery import deliver_all
 from infra.settings import Settings
 from schemas import Topics, job_key
 from streams.app import WorkerTimeouts
 from streams.detect.combine import chunks as chunk_codec
 from streams.detect.ingest.decode import decode_batch
-from streams.gc_tuning import tune_gc
 from streams.metrics import DetectMetrics
+from streams.runtime import Batch, Batching, Consumer, ConsumerLoop
 from streams.topics_admin import DetectTopics
 
 log = logging.getLogger(__name__)
 COMMIT_TIMEOUT_MS = 30_000  # a commit that cannot finish (group gone) is given up: the batch is re-read
-# after an empty poll: a poll returns as soon as records arrive, so a long idle timeout delays nothing and
-# keeps an idle worker idle (5 empty polls a second cost the decode thread ~0.3 % of a core)
-IDLE_POLL_MS = 1000
 
 
 def backlog(consumer: Any, polled: dict[Any, Any]) -> tuple[int, bool]:
@@ -71,21 +67,20 @@ def input_topics(topics: Topics) -> tuple[str, ...]:
     return (topics.steps, topics.kernel_summaries, topics.device, topics.jobs)
 
 
-class DecodeLoop(threading.Thread):
+class DecodeLoop(ConsumerLoop):
+    """Decode each polled batch into chunks on the partials topic, on the consumer runtime."""
+
     def __init__(self, settings: Settings, metrics: DetectMetrics) -> None:
-        super().__init__(name="steplens-decode", daemon=True)
+        cfg = settings.detection
+        # each non-empty poll is a batch: its latency is detection's
+        super().__init__("decode", Batching(cfg.batch_max, cfg.batch_within_s, accumulate=False),
+                         gc_threshold=settings.worker_gc_threshold, commit_through_outage=False,
+                         commit_timeout_ms=COMMIT_TIMEOUT_MS)
         self.settings = settings
         self.metrics = metrics
         self.topics = Topics(settings.topic_prefix)
         self.partials = DetectTopics(settings.topic_prefix).partials
-        self.stopping = threading.Event()
-        self.failed: BaseException | None = None
         self._out: Any = None  # the chunk producer, replaced after a failed delivery
-
-    def stop(self, timeout: float = 30.0) -> None:
-        self.stopping.set()
-        if self.is_alive():
-            self.join(timeout)
 
     def _producer(self) -> Any:
         if self._out is None:
@@ -110,81 +105,62 @@ class DecodeLoop(threading.Thread):
                            self._drop_producer, self.stopping.wait, "decode")
         return sent is not None
 
-    def run(self) -> None:
-        tune_gc(self.settings.worker_gc_threshold)
-        try:
-            self._run()
-        except BaseException as exc:  # the worker's watchdog sees it and exits non-zero
-            self.failed = exc
-            log.exception("decode loop failed")
+    def open_consumer(self) -> Consumer:
+        consumer: Consumer = group_consumer(
+            **kafka_client_config(self.settings, "detect"), group_id=decode_group(self.settings),
+            enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=self.batching.max_records,
+            fetch_max_bytes=64 << 20, max_partition_fetch_bytes=16 << 20, **WorkerTimeouts().kafka_python_consumer())
+        return consumer
 
-    def _await_topics(self, consumer: Any) -> bool:
+    def close_clients(self, consumer: Consumer | None) -> None:
+        self._drop_producer()
+        if consumer is not None:
+            consumer.close()
+
+    def ready(self, consumer: Consumer) -> bool:
         """Subscribe only once every input topic has partitions in the metadata: a group member
         that joins before a fresh topic reaches the metadata is assigned nothing, and the
         rebalance that follows when it appears could leave the loop idle (seen in tests)."""
+        kafka: Any = consumer
         waiting = list(input_topics(self.topics))
         since = time.monotonic()
         while waiting:
-            waiting = [t for t in waiting if not consumer.partitions_for_topic(t)]
+            waiting = [t for t in waiting if not kafka.partitions_for_topic(t)]
             if not waiting:
-                return True
+                break
             if time.monotonic() - since > 10:
                 log.warning("decode waits for input topics in the broker's metadata: %s", ", ".join(waiting))
                 since = time.monotonic()
             if self.stopping.wait(0.5):
                 return False
+        kafka.subscribe(list(input_topics(self.topics)))
         return True
 
-    def _run(self) -> None:
-        cfg = self.settings.detection
-        base = kafka_client_config(self.settings, "detect")
-        consumer: Any = group_consumer(
-            **base, group_id=decode_group(self.settings), enable_auto_commit=False,
-            auto_offset_reset="earliest", max_poll_records=cfg.batch_max, fetch_max_bytes=64 << 20,
-            max_partition_fetch_bytes=16 << 20, **WorkerTimeouts().kafka_python_consumer())
-        busy_ms = int(cfg.batch_within_s * 1000)
-        timeout_ms = busy_ms
-        try:
-            if not self._await_topics(consumer):
-                return
-            consumer.subscribe(list(input_topics(self.topics)))
-            while not self.stopping.is_set():
-                polled = poll_through_outage(consumer, timeout_ms, cfg.batch_max, self.stopping.wait, "decode")
-                heal(consumer)
-                timeout_ms = busy_ms if polled else max(busy_ms, IDLE_POLL_MS)
-                if not polled:
-                    continue
-                raws: list[bytes] = []
-                newest_ms: list[int] = []
-                for tp, records in polled.items():
-                    self.metrics.events_in.labels(tp.topic).inc(len(records))
-                    raws.extend(r.value for r in records)
-                    newest_ms.append(max(r.timestamp for r in records))
-                lag, starved = backlog(consumer, polled)
-                # how far behind the input this batch is: the slowest polled partition's newest record
-                behind_ns = max(0, time.time_ns() - min(newest_ms) * 1_000_000) if newest_ms else 0
-                self.metrics.batch.labels("decode").observe(len(raws))
-                chunks, stats = decode_batch(raws, self.settings.max_event_bytes)
-                self.metrics.bad.inc(stats.bad)
-                out: list[tuple[bytes, bytes]] = []
-                decoded_ns = time.time_ns()
-                for chunk in chunks:
-                    job = chunk.get("job") or ""
-                    if not job:
-                        continue  # device samples with no job: landed, not analysed
-                    chunk["behind_ns"] = behind_ns
-                    chunk["decoded_ns"] = decoded_ns
-                    chunk["lag"] = lag
-                    chunk["starved"] = starved
-                    out.extend((job_key(job), value) for value in chunk_codec.dumps_split(chunk))
-                if not self._deliver(out):
-                    return  # stopping before the chunks were on the broker: commit nothing, they are re-read
-                self.metrics.events_out.labels(self.partials).inc(len(out))
-                try:
-                    consumer.commit(timeout_ms=COMMIT_TIMEOUT_MS)
-                except KafkaError as exc:  # the group moved on (a rebalance, a long outage): re-read, at-least-once
-                    log.warning("decode commit failed, the batch will be re-read: %r", exc)
-                    after_failed_commit(consumer, exc)  # a rebalance: the next poll rejoins
-        finally:
-            self._drop_producer()
-            consumer.close()
+    def handle(self, consumer: Consumer, batch: Batch) -> bool:
+        raws: list[bytes] = []
+        newest_ms: list[int] = []
+        for tp, records in batch.polled.items():
+            self.metrics.events_in.labels(tp.topic).inc(len(records))
+            raws.extend(r.value for r in records)
+            newest_ms.append(max(r.timestamp for r in records))
+        lag, starved = backlog(consumer, batch.polled)
+        # how far behind the input this batch is: the slowest polled partition's newest record
+        behind_ns = max(0, time.time_ns() - min(newest_ms) * 1_000_000) if newest_ms else 0
+        self.metrics.batch.labels("decode").observe(len(raws))
+        chunks, stats = decode_batch(raws, self.settings.max_event_bytes)
+        self.metrics.bad.inc(stats.bad)
+        out: list[tuple[bytes, bytes]] = []
+        decoded_ns = time.time_ns()
+        for chunk in chunks:
+            job = chunk.get("job") or ""
+            if not job:
+                continue  # device samples with no job: landed, not analysed
+            chunk["behind_ns"] = behind_ns
+            chunk["decoded_ns"] = decoded_ns
+            chunk["lag"] = lag
+            chunk["starved"] = starved
+            out.extend((job_key(job), value) for value in chunk_codec.dumps_split(chunk))
+        if not self._deliver(out):
+            return False  # stopping before the chunks were on the broker: commit nothing, they are re-read
+        self.metrics.events_out.labels(self.partials).inc(len(out))
+        return True

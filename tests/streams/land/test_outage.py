@@ -34,7 +34,7 @@ from tests.producers.test_kafka_integration import exporter_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
-RETRIED = (b"commit after landing failed", b"land poll failed")  # the loop's log lines when it retries
+RETRIED = (b"land commit failed", b"land poll failed")  # the runtime's log lines when it retries (streams/runtime.py)
 
 
 def _committed(settings: Settings, topic: str) -> int:

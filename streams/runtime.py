@@ -1,0 +1,244 @@
+"""One consumer runtime for the per-event stages: poll → process → sink → commit.
+
+Every event of the fleet passes the detect worker's decode stage and the land worker, so both
+read with a plain kafka-python consumer thread (Faust/aiokafka cost ~100 µs per message) and
+both need the same delivery discipline. It lives here, once; a stage supplies its clients and
+`handle` (process the batch and put the results on their sink), and the runtime owns the rest:
+
+- **batching**: each non-empty poll is a batch (`Batching.accumulate` False: decode, whose
+  latency is detection's) or polls add up to `max_records` or `within_s` after the first
+  record (True: land, where a batch is one insert per table);
+- **commit order**: the batch's offsets (the consumed positions: exactly its ends) are
+  committed only after `handle` returned True, i.e. its outputs are on the broker or in
+  ClickHouse; False (the stage stops before its sink confirmed) commits nothing, and the next
+  owner re-reads the batch;
+- **outages**: polls are retried through a broker outage (`poll_through_outage`); a commit is
+  either retried through it (`commit_through_outage`: land, whose batch is landed already) or
+  given up after `commit_timeout_ms` and re-read (decode, whose replayed chunks the engine
+  absorbs);
+- **rebalances**: `heal` after every poll (a member left out of its group rejoins), and a
+  commit refused by a rebalance leaves the batch to its new owner (`after_failed_commit`);
+- **failure**: anything escaping a batch ends the thread with `failed` set and nothing
+  committed; the worker's watchdog exits the process and its restart re-reads.
+
+Faust stays for what it serves: the per-job detect agent, the parse agent, worker lifecycle.
+The detect state store is not a loop of this kind: it restores by reading a compacted topic to
+its end by assignment (no group, nothing committed), see `streams/detect/state/store.py`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kafka.errors import KafkaError
+
+from infra.consumer_group import REBALANCE_ERRORS, after_failed_commit, heal
+from infra.delivery import OUTAGE_BACKOFF_S, poll_through_outage, retry_through_outage
+from streams.gc_tuning import tune_gc
+
+log = logging.getLogger(__name__)
+
+# after an empty poll: a poll returns as soon as records arrive, so a long idle timeout delays nothing and
+# keeps an idle worker idle (5 empty polls a second cost the decode thread ~0.3 % of a core)
+IDLE_POLL_MS = 1000
+
+
+class Record(Protocol):
+    """What the runtime and its stages read of a kafka-python ConsumerRecord."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+class Consumer(Protocol):
+    def poll(self, timeout_ms: int = ..., max_records: int | None = ...) -> dict[Any, list[Any]]: ...
+
+    def commit(self, offsets: Any = ..., timeout_ms: int | None = ...) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Batching:
+    """How polls make a batch (see the module docstring)."""
+
+    max_records: int
+    within_s: float
+    accumulate: bool
+    idle_poll_ms: int = IDLE_POLL_MS
+
+
+@dataclass(slots=True)
+class Batch:
+    """The records of one batch in the order they were polled, and per partition."""
+
+    records: list[Any] = field(default_factory=list)
+    polled: dict[Any, list[Any]] = field(default_factory=dict)
+    first_at: float = 0.0
+
+    def add(self, polled: dict[Any, list[Any]], now: float) -> None:
+        if not self.records:
+            self.first_at = now
+        for tp, records in polled.items():
+            self.records.extend(records)
+            self.polled.setdefault(tp, []).extend(records)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+
+class ConsumerLoop(threading.Thread):
+    """The runtime's thread; a stage subclasses it and supplies `open_consumer` and `handle`."""
+
+    def __init__(self, name: str, batching: Batching, *, gc_threshold: int, commit_through_outage: bool,
+                 commit_timeout_ms: int, commit_backoff_s: tuple[float, float] = OUTAGE_BACKOFF_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(name=f"steplens-{name}", daemon=True)
+        self.stage = name
+        self.batching = batching
+        self.gc_threshold = gc_threshold
+        self.commit_through_outage = commit_through_outage
+        self.commit_timeout_ms = commit_timeout_ms
+        self.commit_backoff_s = commit_backoff_s
+        self._clock = clock
+        self.stopping = threading.Event()
+        self.failed: BaseException | None = None
+        self.batches = 0  # batches handled (their outputs on the sink)
+        self.commit_failures = 0  # commits refused (a rebalance, or given up): those batches are re-read
+        self.commit_retries = 0  # commit attempts that met a broker outage and were retried
+
+    # -- what a stage supplies -------------------------------------------------------------------------------
+
+    def open_consumer(self) -> Consumer:
+        """The stage's group consumer (and whatever clients its sink needs), subscribed or about to be."""
+        raise NotImplementedError
+
+    def ready(self, consumer: Consumer) -> bool:
+        """Called once before the first poll; False: stopping before the stage could start."""
+        return True
+
+    def handle(self, consumer: Consumer, batch: Batch) -> bool:
+        """Process `batch` and put its outputs on their sink; True once the sink has them all (the
+        offsets may be committed), False when stopping first (nothing is committed)."""
+        raise NotImplementedError
+
+    def on_polled(self, consumer: Consumer, polled: dict[Any, list[Any]], first: bool) -> None:
+        """After a non-empty poll; `first`: it began a batch (metrics)."""
+
+    def after_batch(self, committed: bool) -> None:
+        """After a handled batch's commit, done or refused (metrics)."""
+
+    def on_commit_retry(self, exc: KafkaError) -> None:
+        """A commit met a broker outage and will be retried (metrics)."""
+
+    def close_clients(self, consumer: Consumer | None) -> None:
+        """Close what `open_consumer` opened; runs on this thread as it ends, whatever happened."""
+        if consumer is not None:
+            consumer.close()
+
+    # -- the runtime -----------------------------------------------------------------------------------------
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self.stopping.set()
+        if self.is_alive():
+            self.join(timeout)
+
+    def run(self) -> None:
+        tune_gc(self.gc_threshold)
+        consumer: Consumer | None = None
+        try:
+            consumer = self.open_consumer()
+            if self.ready(consumer):
+                self._loop(consumer)
+        except BaseException as exc:  # the worker's watchdog sees it and exits the process
+            self.failed = exc
+            log.exception("%s loop failed", self.stage)
+        finally:
+            try:
+                self.close_clients(consumer)
+            except Exception as exc:  # closing is best effort: nothing is committed here
+                log.warning("closing the %s clients failed: %r", self.stage, exc)
+
+    def _poll_timeout_ms(self, batch: Batch, last_empty: bool) -> int:
+        within_ms = int(self.batching.within_s * 1000)
+        if not self.batching.accumulate:
+            return max(within_ms, self.batching.idle_poll_ms) if last_empty else within_ms
+        if not batch:
+            return within_ms
+        return int(max(0.0, self.batching.within_s - (self._clock() - batch.first_at)) * 1000)
+
+    def _due(self, batch: Batch) -> bool:
+        if not batch:
+            return False
+        if not self.batching.accumulate:
+            return True
+        return len(batch) >= self.batching.max_records or self._clock() - batch.first_at >= self.batching.within_s
+
+    def _loop(self, consumer: Consumer) -> None:
+        batch = Batch()
+        last_empty = False
+        while not self.stopping.is_set():
+            room = self.batching.max_records - len(batch)
+            polled = poll_through_outage(consumer, self._poll_timeout_ms(batch, last_empty), room,
+                                         self.stopping.wait, self.stage)
+            if polled is None:
+                return  # stopping while the broker was away: the batch in hand is re-read by the next owner
+            heal(consumer)
+            last_empty = not polled
+            if polled:
+                first = not batch
+                batch.add(polled, self._clock())
+                self.on_polled(consumer, polled, first)
+            if self._due(batch):
+                if not self.handle(consumer, batch):
+                    return  # stopping before the sink had the outputs: commit nothing, they are re-read
+                self.batches += 1
+                self.after_batch(self.commit(consumer))
+                batch = Batch()
+
+    def commit(self, consumer: Consumer) -> bool:
+        """Commit the handled batch's offsets; True when committed.
+
+        A rebalance (or, without `commit_through_outage`, any Kafka error) leaves the batch to be
+        re-read and rejoins the group; with `commit_through_outage` a broker outage (a retriable
+        error) is waited out with backoff, and stopping meanwhile leaves the batch uncommitted.
+        A non-retriable error escapes (the process restarts).
+        """
+        if not self.commit_through_outage:
+            try:
+                consumer.commit(timeout_ms=self.commit_timeout_ms)
+                return True
+            except KafkaError as exc:  # the group moved on (a rebalance, a long outage): re-read, at-least-once
+                self.commit_failures += 1
+                log.warning("%s commit failed, the batch will be re-read: %r", self.stage, exc)
+                after_failed_commit(consumer, exc)  # a rebalance: the next poll rejoins
+                return False
+
+        def attempt() -> bool:
+            consumer.commit(timeout_ms=self.commit_timeout_ms)
+            return True
+
+        def retried(exc: KafkaError) -> None:
+            self.commit_retries += 1
+            self.on_commit_retry(exc)
+
+        try:
+            done = retry_through_outage(attempt, self.stopping.wait, f"{self.stage} commit", self.commit_backoff_s,
+                                        retried)
+        except REBALANCE_ERRORS as exc:  # rebalanced: the new owner re-reads it; this member rejoins
+            self.commit_failures += 1
+            after_failed_commit(consumer, exc)
+            log.warning("%s commit failed (rebalance), the batch will be re-read: %r", self.stage, exc)
+            return False
+        if done is None:
+            log.warning("stopping with a handled %s batch uncommitted: the next owner re-reads it", self.stage)
+            return False
+        return True
