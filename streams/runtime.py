@@ -13,8 +13,8 @@ both need the same delivery discipline. It lives here, once; a stage supplies it
   ClickHouse; False (the stage stops before its sink confirmed) commits nothing, and the next
   owner re-reads the batch;
 - **outages**: polls are retried through a broker outage (`poll_through_outage`); a commit is
-  either retried through it (`commit_through_outage`: land, whose batch is landed already) or
-  given up after `commit_timeout_ms` and re-read (decode, whose replayed chunks the engine
+  either retried through it (`Commits.through_outage`: land, whose batch is landed already) or
+  given up after `Commits.timeout_ms` and re-read (decode, whose replayed chunks the engine
   absorbs);
 - **rebalances**: `heal` after every poll (a member left out of its group rejoins), and a
   commit refused by a rebalance leaves the batch to its new owner (`after_failed_commit`);
@@ -76,6 +76,15 @@ class Batching:
     idle_poll_ms: int = IDLE_POLL_MS
 
 
+@dataclass(frozen=True, slots=True)
+class Commits:
+    """How a handled batch's offsets are committed (see the module docstring)."""
+
+    through_outage: bool  # retry a broker outage with backoff (True) or give the batch up to be re-read
+    timeout_ms: int  # one attempt's bound
+    backoff_s: tuple[float, float] = OUTAGE_BACKOFF_S
+
+
 @dataclass(slots=True)
 class Batch:
     """The records of one batch in the order they were polled, and per partition."""
@@ -98,17 +107,11 @@ class Batch:
 class ConsumerLoop(threading.Thread):
     """The runtime's thread; a stage subclasses it and supplies `open_consumer` and `handle`."""
 
-    def __init__(self, name: str, batching: Batching, *, gc_threshold: int, commit_through_outage: bool,
-                 commit_timeout_ms: int, commit_backoff_s: tuple[float, float] = OUTAGE_BACKOFF_S,
+    def __init__(self, name: str, batching: Batching, commits: Commits, *, gc_threshold: int,
                  clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(name=f"steplens-{name}", daemon=True)
-        self.stage = name
-        self.batching = batching
-        self.gc_threshold = gc_threshold
-        self.commit_through_outage = commit_through_outage
-        self.commit_timeout_ms = commit_timeout_ms
-        self.commit_backoff_s = commit_backoff_s
-        self._clock = clock
+        self.stage, self.batching, self.commits = name, batching, commits
+        self.gc_threshold, self._clock = gc_threshold, clock
         self.stopping = threading.Event()
         self.failed: BaseException | None = None
         self.batches = 0  # batches handled (their outputs on the sink)
@@ -207,14 +210,14 @@ class ConsumerLoop(threading.Thread):
     def commit(self, consumer: Consumer) -> bool:
         """Commit the handled batch's offsets; True when committed.
 
-        A rebalance (or, without `commit_through_outage`, any Kafka error) leaves the batch to be
-        re-read and rejoins the group; with `commit_through_outage` a broker outage (a retriable
+        A rebalance (or, without `Commits.through_outage`, any Kafka error) leaves the batch to be
+        re-read and rejoins the group; with `Commits.through_outage` a broker outage (a retriable
         error) is waited out with backoff, and stopping meanwhile leaves the batch uncommitted.
         A non-retriable error escapes (the process restarts).
         """
-        if not self.commit_through_outage:
+        if not self.commits.through_outage:
             try:
-                consumer.commit(timeout_ms=self.commit_timeout_ms)
+                consumer.commit(timeout_ms=self.commits.timeout_ms)
                 return True
             except KafkaError as exc:  # the group moved on (a rebalance, a long outage): re-read, at-least-once
                 self.commit_failures += 1
@@ -223,7 +226,7 @@ class ConsumerLoop(threading.Thread):
                 return False
 
         def attempt() -> bool:
-            consumer.commit(timeout_ms=self.commit_timeout_ms)
+            consumer.commit(timeout_ms=self.commits.timeout_ms)
             return True
 
         def retried(exc: KafkaError) -> None:
@@ -231,7 +234,7 @@ class ConsumerLoop(threading.Thread):
             self.on_commit_retry(exc)
 
         try:
-            done = retry_through_outage(attempt, self.stopping.wait, f"{self.stage} commit", self.commit_backoff_s,
+            done = retry_through_outage(attempt, self.stopping.wait, f"{self.stage} commit", self.commits.backoff_s,
                                         retried)
         except REBALANCE_ERRORS as exc:  # rebalanced: the new owner re-reads it; this member rejoins
             self.commit_failures += 1

@@ -46,7 +46,7 @@ from sinks.writer import Source
 from streams.app import WorkerTimeouts, now_ns
 from streams.land.processor import Landed, LandingProcessor
 from streams.metrics import LandMetrics
-from streams.runtime import Batch, Batching, Consumer, ConsumerLoop, Record
+from streams.runtime import Batch, Batching, Commits, Consumer, ConsumerLoop, Record
 
 log = logging.getLogger(__name__)
 
@@ -89,9 +89,11 @@ class LandLoop(ConsumerLoop):
         metrics: LandMetrics | None = None,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
+        # a landed batch's commit waits out a broker outage: a worker that exited there would leave the
+        # fleet without landing for the whole outage
         super().__init__("land", Batching(settings.sink_batch_size, settings.sink_batch_seconds, accumulate=True),
-                         gc_threshold=settings.worker_gc_threshold, commit_through_outage=True,
-                         commit_timeout_ms=COMMIT_TIMEOUT_MS, commit_backoff_s=commit_backoff_s, clock=clock)
+                         Commits(through_outage=True, timeout_ms=COMMIT_TIMEOUT_MS, backoff_s=commit_backoff_s),
+                         gc_threshold=settings.worker_gc_threshold, clock=clock)
         self.settings = settings
         self.processor = processor
         self.lander = lander

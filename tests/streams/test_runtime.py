@@ -6,7 +6,7 @@ from typing import Any, NamedTuple
 
 from kafka.errors import CommitFailedError, KafkaTimeoutError
 
-from streams.runtime import Batch, Batching, Consumer, ConsumerLoop
+from streams.runtime import Batch, Batching, Commits, Consumer, ConsumerLoop
 
 
 class Rec(NamedTuple):
@@ -52,8 +52,8 @@ class ScriptedConsumer:
 class Stage(ConsumerLoop):
     def __init__(self, batching: Batching, polls: list[list[int] | None], *, through_outage: bool = False,
                  commit_errors: list[Exception] | None = None, sink_ok: bool = True) -> None:
-        super().__init__("test", batching, gc_threshold=0, commit_through_outage=through_outage,
-                         commit_timeout_ms=1000, commit_backoff_s=(0.001, 0.002))
+        super().__init__("test", batching, Commits(through_outage=through_outage, timeout_ms=1000,
+                                                   backoff_s=(0.001, 0.002)), gc_threshold=0)
         self.consumer = ScriptedConsumer(self, polls, commit_errors or [])
         self.handled: list[int] = []
         self.batch_sizes: list[int] = []

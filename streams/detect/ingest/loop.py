@@ -29,7 +29,7 @@ from streams.app import WorkerTimeouts
 from streams.detect.combine import chunks as chunk_codec
 from streams.detect.ingest.decode import decode_batch
 from streams.metrics import DetectMetrics
-from streams.runtime import Batch, Batching, Consumer, ConsumerLoop
+from streams.runtime import Batch, Batching, Commits, Consumer, ConsumerLoop
 from streams.topics_admin import DetectTopics
 
 log = logging.getLogger(__name__)
@@ -73,9 +73,10 @@ class DecodeLoop(ConsumerLoop):
     def __init__(self, settings: Settings, metrics: DetectMetrics) -> None:
         cfg = settings.detection
         # each non-empty poll is a batch: its latency is detection's
+        # a commit that cannot finish is given up: the batch is re-read (the engine absorbs repeated chunks)
         super().__init__("decode", Batching(cfg.batch_max, cfg.batch_within_s, accumulate=False),
-                         gc_threshold=settings.worker_gc_threshold, commit_through_outage=False,
-                         commit_timeout_ms=COMMIT_TIMEOUT_MS)
+                         Commits(through_outage=False, timeout_ms=COMMIT_TIMEOUT_MS),
+                         gc_threshold=settings.worker_gc_threshold)
         self.settings = settings
         self.metrics = metrics
         self.topics = Topics(settings.topic_prefix)
