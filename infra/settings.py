@@ -62,6 +62,7 @@ class DetectionConfig:
     window_max_open_steps: int = 64      # open frames per job before the oldest is closed
     batch_max: int = 10_000          # raw messages per take() of the decode stage
     batch_within_s: float = 0.2      # decode poll timeout (kafka-python returns at once when records are there)
+    columnar_decode: bool = True     # step and device records read to columns by pyarrow (same chunks, less CPU)
     # detect take(): a chunk waits at most this for its batch. Faust's take() wakes every `within` even with no
     # input: 0.02 s cost an idle detect worker 1.1 % of a core (50 wake-ups/s); 0.1 s costs ~0.2 %
     detect_within_s: float = 0.1
