@@ -164,7 +164,7 @@ class DecodeLoop(threading.Thread):
                 # how far behind the input this batch is: the slowest polled partition's newest record
                 behind_ns = max(0, time.time_ns() - min(newest_ms) * 1_000_000) if newest_ms else 0
                 self.metrics.batch.labels("decode").observe(len(raws))
-                chunks, stats = decode_batch(raws, self.settings.max_event_bytes, cfg.columnar_decode)
+                chunks, stats = decode_batch(raws, self.settings.max_event_bytes, self.settings.detect_columnar_decode)
                 self.metrics.bad.inc(stats.bad)
                 out: list[tuple[bytes, bytes]] = []
                 decoded_ns = time.time_ns()

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
+from infra.settings import load_settings
 from producers.simulator.attempts import plan_attempts
 from producers.simulator.catalogue import SCENARIOS, build_faults, layout, scenario_job
 from producers.simulator.stream import SimRun, stream_runs
@@ -212,3 +213,8 @@ def test_random_mutations_decode_alike() -> None:
         batch = [_pack(*docs[0][:2]), _pack(*docs[1]), _pack(*docs[0][2:])]
         old, new, _ = _both(batch)
         assert old == new, (name, target.get(name))
+
+
+def test_the_columnar_decode_is_on_by_default_and_a_variable_turns_it_off() -> None:
+    assert load_settings(env={}).detect_columnar_decode is True
+    assert load_settings(env={"STEPLENS_DETECT_COLUMNAR_DECODE": "false"}).detect_columnar_decode is False
