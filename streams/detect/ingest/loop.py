@@ -28,7 +28,7 @@ from infra.settings import Settings
 from schemas import Topics, job_key
 from streams.app import WorkerTimeouts
 from streams.detect.combine import chunks as chunk_codec
-from streams.detect.ingest.decode import decode_batch
+from streams.detect.ingest.decode import ColumnarBackoff, decode_batch
 from streams.gc_tuning import tune_gc
 from streams.metrics import DetectMetrics
 from streams.topics_admin import DetectTopics
@@ -144,6 +144,7 @@ class DecodeLoop(threading.Thread):
             max_partition_fetch_bytes=16 << 20, **WorkerTimeouts().kafka_python_consumer())
         busy_ms = int(cfg.batch_within_s * 1000)
         timeout_ms = busy_ms
+        backoff = ColumnarBackoff()
         try:
             if not self._await_topics(consumer):
                 return
@@ -164,7 +165,9 @@ class DecodeLoop(threading.Thread):
                 # how far behind the input this batch is: the slowest polled partition's newest record
                 behind_ns = max(0, time.time_ns() - min(newest_ms) * 1_000_000) if newest_ms else 0
                 self.metrics.batch.labels("decode").observe(len(raws))
-                chunks, stats = decode_batch(raws, self.settings.max_event_bytes, self.settings.detect_columnar_decode)
+                columnar = self.settings.detect_columnar_decode and backoff.use()
+                chunks, stats = decode_batch(raws, self.settings.max_event_bytes, columnar)
+                backoff.after(stats)
                 self.metrics.bad.inc(stats.bad)
                 out: list[tuple[bytes, bytes]] = []
                 decoded_ns = time.time_ns()

@@ -21,7 +21,7 @@ from producers.simulator.catalogue import SCENARIOS, build_faults, layout, scena
 from producers.simulator.stream import SimRun, stream_runs
 from schemas import Topics
 from streams.detect.ingest import decode as decode_module
-from streams.detect.ingest.decode import decode_batch
+from streams.detect.ingest.decode import ColumnarBackoff, decode_batch
 
 MAX = 1 << 20
 
@@ -218,3 +218,16 @@ def test_random_mutations_decode_alike() -> None:
 def test_the_columnar_decode_is_on_by_default_and_a_variable_turns_it_off() -> None:
     assert load_settings(env={}).detect_columnar_decode is True
     assert load_settings(env={"STEPLENS_DETECT_COLUMNAR_DECODE": "false"}).detect_columnar_decode is False
+
+
+def test_a_declined_batch_is_marked_and_the_backoff_skips_the_next_ones() -> None:
+    assert decode_batch(GOOD, MAX)[1].declined is False
+    assert decode_batch([*GOOD, BAD_RECORDS["rank-outside-world"]], MAX)[1].declined is True
+    assert decode_batch([*GOOD, BAD_RECORDS["rank-outside-world"]], MAX, columnar=False)[1].declined is False
+    backoff = ColumnarBackoff(skip=2)
+    tried = []
+    for bad in (False, True, False, False, False, True, True, False, False, False):
+        use = backoff.use()
+        tried.append(use)
+        backoff.after(decode_batch([*GOOD, BAD_RECORDS["rank-outside-world"]] if bad else GOOD, MAX, use)[1])
+    assert tried == [True, True, False, False, True, True, False, False, True, True]
