@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 import orjson
@@ -28,6 +29,8 @@ from schemas.identity import DOMAIN_TYPES
 from schemas.packing import MAX_PACKED_EVENTS
 from schemas.step import Phases
 from schemas.version import major_ok
+from streams.detect.ingest import columns
+from streams.detect.ingest.columns import attempt_key
 
 # the contract's names, from the contract (schemas/): the columns detection keeps, in that order
 PHASES: tuple[str, ...] = Phases.NAMES
@@ -46,6 +49,28 @@ class DecodeStats:
     events: int = 0
     bad: int = 0
     by_type: dict[str, int] = field(default_factory=dict)
+    declined: bool = False  # the columnar path was tried and handed the batch back (decoded event by event)
+
+
+@dataclass(slots=True)
+class ColumnarBackoff:
+    """Whether the next batch tries the columnar path: after it declined a batch, the next `skip`
+    batches go straight to the per-event path. A batch it declines pays the columnar read for nothing
+    (~3 µs a step event), so a stream with a bad record in every batch would cost more than before;
+    with the backoff it costs at most 1/(skip+1) of that read more, and a clean stream none."""
+
+    skip: int = 8
+    left: int = 0
+
+    def use(self) -> bool:
+        if self.left:
+            self.left -= 1
+            return False
+        return True
+
+    def after(self, stats: DecodeStats) -> None:
+        if stats.declined:
+            self.left = self.skip
 
 
 def _major_ok(doc: dict[str, Any]) -> bool:
@@ -60,12 +85,6 @@ def _attempt(doc: dict[str, Any]) -> int | None:
     """The event's attempt (contract 1.4; 0 when absent, a 1.3 producer), None when out of contract."""
     attempt = doc.get("attempt", 0)
     return attempt if type(attempt) is int and 0 <= attempt <= U16 else None
-
-
-def _key(job: str, attempt: int) -> str:
-    """Chunks are per job AND attempt: a batch may hold a relaunch's first steps and the late
-    last steps of the attempt before it, which the engine must tell apart."""
-    return f"{attempt}:{job}"  # attempt first: no job name can make two jobs' keys meet
 
 
 def _new_step_chunk(job: str, attempt: int) -> dict[str, Any]:
@@ -96,7 +115,7 @@ def _add_step(chunks: dict[str, dict[str, Any]], doc: dict[str, Any]) -> bool:
     attempt = _attempt(doc)
     if not isinstance(phases, dict) or not isinstance(domains, dict) or attempt is None:
         return False
-    key = f"steps:{_key(job, attempt)}"
+    key = f"steps:{attempt_key(job, attempt)}"
     chunk = chunks.get(key)
     if chunk is None:
         chunk = chunks[key] = _new_step_chunk(job, attempt)
@@ -136,7 +155,7 @@ def _add_kernel_summary(chunks: dict[str, dict[str, Any]], doc: dict[str, Any]) 
     attempt = _attempt(doc)
     if attempt is None:
         return False
-    key = f"kernels:{_key(job, attempt)}"
+    key = f"kernels:{attempt_key(job, attempt)}"
     chunk = chunks.get(key)
     if chunk is None:
         chunk = chunks[key] = {"kind": "kernels", "job": job, "attempt": attempt, "world": world, "rows": []}
@@ -187,7 +206,7 @@ def _add_job(chunks: dict[str, dict[str, Any]], doc: dict[str, Any]) -> bool:
     attempt = _attempt(doc)
     if attempt is None:
         return False
-    chunks[f"job:{phase}:{_key(job, attempt)}"] = {
+    chunks[f"job:{phase}:{attempt_key(job, attempt)}"] = {
         "kind": "job", "job": job, "attempt": attempt, "phase": phase, "world": world, "ts_ns": ts, "last_step": last,
         "parallel": doc.get("parallel") or {}, "kernel_summaries": doc.get("kernel_summaries") is True}
     return True
@@ -197,51 +216,102 @@ _HANDLERS = {"step": _add_step, "kernel_summary": _add_kernel_summary, "device":
 _PACKED_HANDLERS = {kind: handler for kind, handler in _HANDLERS.items() if kind != "job"}
 
 
-def decode_batch(raws: list[bytes], max_event_bytes: int) -> tuple[list[dict[str, Any]], DecodeStats]:
-    """Decode raw messages of any detect input topic into chunks (one per job and kind)."""
-    stats = DecodeStats()
+def decode_batch(raws: list[bytes], max_event_bytes: int, columnar: bool = True
+                 ) -> tuple[list[dict[str, Any]], DecodeStats]:
+    """Decode raw messages of any detect input topic into chunks (one per job and kind).
+
+    `columnar`: step and device records are read to columns in C (streams/detect/ingest/columns.py)
+    when the whole batch allows it; the chunks are the same either way."""
+    if columnar:
+        fast = _decode_columnar(raws, max_event_bytes)
+        if fast is not None:
+            return fast
+    stats = DecodeStats(declined=columnar)
     chunks: dict[str, dict[str, Any]] = {}
-    by_type = stats.by_type
     for raw in raws:
-        if raw is None or len(raw) > max_event_bytes:
-            stats.events += 1
-            stats.bad += 1
-            continue
-        try:
-            doc = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            stats.events += 1
-            stats.bad += 1
-            continue
-        # contract 1.2: a record is one event or an array of 1..MAX_PACKED_EVENTS events
-        if type(doc) is list:
-            if not 0 < len(doc) <= MAX_PACKED_EVENTS:
-                stats.events += 1
-                stats.bad += 1
-                continue
-            docs: list[Any] = doc
-            handlers = _PACKED_HANDLERS  # `jobs` records are one object each (landing dead-letters an array)
-        else:
-            docs = [doc]
-            handlers = _HANDLERS
-        stats.events += len(docs)
-        for doc in docs:
-            if type(doc) is not dict or not _major_ok(doc):
-                stats.bad += 1
-                continue
-            kind = doc.get("type")
-            if type(kind) is not str:
-                stats.bad += 1
-                continue
-            handler = handlers.get(kind)
-            if handler is not None and handler(chunks, doc):
-                by_type[kind] = by_type.get(kind, 0) + 1
-            else:
-                stats.bad += 1
+        _decode_record(raw, max_event_bytes, chunks, stats)
     # step chunks keep a key "job" even for device chunks without one ("" = not attributed).
     # A batch mixes topics, so a job's `end` may precede its last steps here: job starts go
     # first and job ends last, so the engine sees every step of the batch before the end.
     return sorted(chunks.values(), key=_chunk_order), stats
+
+
+def _decode_columnar(raws: list[bytes], max_event_bytes: int) -> tuple[list[dict[str, Any]], DecodeStats] | None:
+    """The batch's step and device records read to columns, the rest event by event; None: the caller
+    decodes the whole batch event by event (a record the columns cannot vouch for).
+
+    The chunks come out in the per-event path's order: each chunk placed where its first element
+    stands in the batch (what the per-event path's dict insertion order is), then `_chunk_order`."""
+    stats = DecodeStats()
+    chunks: dict[str, dict[str, Any]] = {}
+    placed: list[tuple[tuple[int, int], str]] = []
+    fast: dict[str, tuple[list[int], list[bytes]]] = {}
+    for i, raw in enumerate(raws):
+        kind = columns.sniff(raw) if type(raw) is bytes and len(raw) <= max_event_bytes else None
+        if kind is not None and kind in columns.DECODERS:
+            ids, records = fast.setdefault(kind, ([], []))
+            ids.append(i)
+            records.append(raw)
+            continue
+        before = len(chunks)
+        _decode_record(raw, max_event_bytes, chunks, stats)
+        placed.extend(((i, k), key) for k, key in enumerate(islice(chunks, before, None)))
+    by_key: dict[str, dict[str, Any]] = {}
+    for kind, (ids, records) in fast.items():
+        decoded = columns.DECODERS[kind](ids, records)
+        if decoded is None:
+            return None
+        for position, key, chunk in decoded:
+            if key in chunks or key in by_key:
+                return None  # rows of one chunk from both paths: their order is the per-event path's to keep
+            by_key[key] = chunk
+            placed.append((position, key))
+            n = len(chunk["rank"])
+            stats.events += n
+            stats.by_type[kind] = stats.by_type.get(kind, 0) + n
+    placed.sort()
+    ordered = [by_key[key] if key in by_key else chunks[key] for _, key in placed]
+    return sorted(ordered, key=_chunk_order), stats
+
+
+def _decode_record(raw: bytes, max_event_bytes: int, chunks: dict[str, dict[str, Any]], stats: DecodeStats) -> None:
+    """One raw message's events into `chunks`, event by event; bad ones counted in `stats`."""
+    if raw is None or len(raw) > max_event_bytes:
+        stats.events += 1
+        stats.bad += 1
+        return
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        stats.events += 1
+        stats.bad += 1
+        return
+    # contract 1.2: a record is one event or an array of 1..MAX_PACKED_EVENTS events
+    if type(doc) is list:
+        if not 0 < len(doc) <= MAX_PACKED_EVENTS:
+            stats.events += 1
+            stats.bad += 1
+            return
+        docs: list[Any] = doc
+        handlers = _PACKED_HANDLERS  # `jobs` records are one object each (landing dead-letters an array)
+    else:
+        docs = [doc]
+        handlers = _HANDLERS
+    stats.events += len(docs)
+    by_type = stats.by_type
+    for doc in docs:
+        if type(doc) is not dict or not _major_ok(doc):
+            stats.bad += 1
+            continue
+        kind = doc.get("type")
+        if type(kind) is not str:
+            stats.bad += 1
+            continue
+        handler = handlers.get(kind)
+        if handler is not None and handler(chunks, doc):
+            by_type[kind] = by_type.get(kind, 0) + 1
+        else:
+            stats.bad += 1
 
 
 def _chunk_order(chunk: dict[str, Any]) -> tuple[int, int]:

@@ -27,7 +27,7 @@ from infra.settings import Settings
 from schemas import Topics, job_key
 from streams.app import WorkerTimeouts
 from streams.detect.combine import chunks as chunk_codec
-from streams.detect.ingest.decode import decode_batch
+from streams.detect.ingest.decode import ColumnarBackoff, decode_batch
 from streams.metrics import DetectMetrics
 from streams.runtime import Batch, Batching, Commits, Consumer, ConsumerLoop
 from streams.topics_admin import DetectTopics
@@ -82,6 +82,7 @@ class DecodeLoop(ConsumerLoop):
         self.topics = Topics(settings.topic_prefix)
         self.partials = DetectTopics(settings.topic_prefix).partials
         self._out: Any = None  # the chunk producer, replaced after a failed delivery
+        self._columnar = ColumnarBackoff()  # event by event for a while after the columnar read declined a batch
 
     def _producer(self) -> Any:
         if self._out is None:
@@ -148,7 +149,9 @@ class DecodeLoop(ConsumerLoop):
         # how far behind the input this batch is: the slowest polled partition's newest record
         behind_ns = max(0, time.time_ns() - min(newest_ms) * 1_000_000) if newest_ms else 0
         self.metrics.batch.labels("decode").observe(len(raws))
-        chunks, stats = decode_batch(raws, self.settings.max_event_bytes)
+        columnar = self.settings.detect_columnar_decode and self._columnar.use()
+        chunks, stats = decode_batch(raws, self.settings.max_event_bytes, columnar)
+        self._columnar.after(stats)
         self.metrics.bad.inc(stats.bad)
         out: list[tuple[bytes, bytes]] = []
         decoded_ns = time.time_ns()

@@ -1,0 +1,233 @@
+"""The columnar decode (step and device records read by pyarrow) gives exactly the per-event path's chunks.
+
+Same chunks in the same order with the same keys, values and types (an int stays an int, NaN stays
+NaN and None None), and the same counts, on the simulator's batches (faults, relaunches, job events)
+and on hand-built bad batches, where the columnar path must hand the batch back to the per-event
+path, which counts each bad element alone.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+import orjson
+import pytest
+
+from infra.settings import load_settings
+from producers.simulator.attempts import plan_attempts
+from producers.simulator.catalogue import SCENARIOS, build_faults, layout, scenario_job
+from producers.simulator.stream import SimRun, stream_runs
+from schemas import Topics
+from streams.detect.ingest import decode as decode_module
+from streams.detect.ingest.decode import ColumnarBackoff, decode_batch
+
+MAX = 1 << 20
+
+
+def _canon(value: Any) -> Any:
+    """A value with NaN spelled out, so that orjson's bytes tell NaN from None (it writes both as null)."""
+    if isinstance(value, float) and math.isnan(value):
+        return "<NaN>"
+    if isinstance(value, dict):
+        return {k: _canon(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_canon(v) for v in value]
+    return value
+
+
+def _both(raws: list[Any]) -> tuple[bytes, bytes, bool]:
+    """(per-event result, columnar result, whether the columnar path kept the batch) as comparable bytes."""
+    old_chunks, old = decode_batch(raws, MAX, columnar=False)
+    new_chunks, new = decode_batch(raws, MAX, columnar=True)
+    kept = decode_module._decode_columnar(raws, MAX) is not None
+    as_bytes = [orjson.dumps([_canon(old_chunks), old.events, old.bad, sorted(old.by_type.items())]),
+                orjson.dumps([_canon(new_chunks), new.events, new.bad, sorted(new.by_type.items())])]
+    return as_bytes[0], as_bytes[1], kept
+
+
+def _stream(runs: list[SimRun]) -> list[bytes]:
+    raws: list[bytes] = []
+    stream_runs(runs, Topics(""), lambda topic, key, value: raws.append(value))
+    return raws
+
+
+def _batches(raws: list[bytes], size: int) -> list[list[bytes]]:
+    return [raws[i:i + size] for i in range(0, len(raws), size)]
+
+
+@pytest.mark.parametrize("scenario", ["healthy", "hung_rank", "dead_host", "slow_pp_stage", "unstable_power",
+                                      "bad_batch_size", "moe_imbalance"])
+def test_simulator_batches_decode_alike(scenario: str) -> None:
+    raws = _stream([SimRun(scenario_job(scenario, ranks=64, steps=30, seed=3, job_id=f"j-{scenario}"))])
+    kept = 0
+    for batch in _batches(raws, 97):  # odd cuts: a job's records split across batches, job events inside
+        old, new, fast = _both(batch)
+        assert old == new
+        kept += fast
+    assert kept > 0  # the columnar path did take batches
+
+
+def test_relaunches_and_interleaved_jobs_decode_alike() -> None:
+    """Two attempts of one job in a batch (their chunks per attempt, in order) and two jobs interleaved."""
+    topo = layout(64)
+    runs = [SimRun.of_attempts(plan_attempts(name, topo, 40, build_faults(SCENARIOS[name], topo, 40, 1), 1))
+            for name in ("job_crash", "elastic_relaunch")]
+    runs.append(SimRun(scenario_job("healthy", ranks=64, steps=40, seed=2, job_id="other")))
+    raws = _stream(runs)
+    for size in (50, 400, 5000):
+        for batch in _batches(raws, size):
+            old, new, _ = _both(batch)
+            assert old == new
+
+
+def _step(rank: int = 0, **over: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {"type": "step", "v": "1.4", "job": "j", "rank": rank, "world": 4, "host": "node-0",
+                           "device": rank, "domains": {"dp": {"group": 0, "size": 4, "index": rank},
+                                                       "pp": {"group": 0, "size": 1, "index": 0}},
+                           "step": 7, "start_ns": 10**18, "end_ns": 10**18 + 5,
+                           "phases": {"forward_ms": 1.5, "backward_ms": 3, "gc_ms": -1.0}, "samples": 8}
+    doc.update(over)
+    return doc
+
+
+def _device(device: int = 0, **over: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {"type": "device", "v": "1.1", "host": "node-0", "device": device, "ts_ns": 10**18,
+                           "job": "j", "rank": device, "power_w": 300.0, "temp_c": 60}
+    doc.update(over)
+    return doc
+
+
+def _pack(*docs: dict[str, Any]) -> bytes:
+    return orjson.dumps(list(docs))
+
+
+GOOD = [_pack(_step(0), _step(1)), _pack(_device(0), _device(1)), _pack(_step(2), _step(3))]
+
+BAD_RECORDS: dict[str, bytes] = {
+    "rank-outside-world": _pack(_step(0), _step(9)),
+    "float-rank": _pack(_step(0), _step(1.0)),  # type: ignore[arg-type]
+    "bool-rank": _pack(_step(True)),  # type: ignore[arg-type]
+    "string-step": _pack(_step(0, step="7")),
+    "huge-end": _pack(_step(0, end_ns=2**64 - 1)),
+    "start-after-end": _pack(_step(0, start_ns=10**18 + 9)),
+    "version-2": _pack(_step(0, v="2.0")),
+    "version-unicode": _pack(_step(0, v="1.²")),
+    "version-number": _pack(_step(0, v=1.0)),
+    "empty-job": _pack(_step(0, job="")),
+    "null-attempt": _pack(_step(0, attempt=None), _step(1)),
+    "attempt-out-of-range": _pack(_step(0, attempt=70_000)),
+    "attempt-1": _pack(_step(0, attempt=1), _step(1)),
+    "null-host": _pack(_step(0, host=None)),
+    "no-host": _pack({k: v for k, v in _step(0).items() if k != "host"}),
+    "null-phases": _pack(_step(0, phases=None)),
+    "list-phases": _pack(_step(0, phases=[])),
+    "null-phase": _pack(_step(0, phases={"forward_ms": None})),
+    "bool-phase": _pack(_step(0, phases={"forward_ms": True})),
+    "null-domains": _pack(_step(0, domains=None)),
+    "float-group": _pack(_step(0, domains={"dp": {"group": 1.0, "size": 4, "index": 0}})),
+    "null-pp-index": _pack(_step(0, domains={"pp": {"group": 0, "size": 1, "index": None}})),
+    "no-pp-index": _pack(_step(0, domains={"pp": {"group": 0, "size": 1}})),
+    "no-pp": _pack(_step(0, domains={"dp": {"group": 0, "size": 4, "index": 0}})),
+    "unknown-field": _pack(_step(0, extra=1)),
+    "unknown-domain": _pack(_step(0, domains={"xx": {"group": 0, "size": 4, "index": 0}})),
+    "mixed-types": _pack(_step(0), _device(0)),
+    "kernel-in-steps": _pack(_step(0), {"type": "kernel_summary", "v": "1.1", "job": "j", "rank": 1, "world": 4,
+                                        "host": "h", "device": 1, "step": 7, "entries": []}),
+    "null-element": b'[' + orjson.dumps(_step(0)) + b',null]',
+    "empty-array": b"[]",
+    "not-json": orjson.dumps([_step(0)])[:-5],
+    "nan": orjson.dumps([_step(0)]).replace(b'"samples":8', b'"samples":NaN'),
+    "infinity-in-phase": orjson.dumps([_step(0)]).replace(b'"forward_ms":1.5', b'"forward_ms":Infinity'),
+    "nan-flops": orjson.dumps([_step(0, flops=1.0)]).replace(b'"flops":1.0', b'"flops":NaN'),
+    "duplicate-key": orjson.dumps([_step(0)]).replace(b'"rank":0', b'"rank":0,"rank":1'),
+    "content-after-array": orjson.dumps([_step(0)]) + b',"x":1',
+    "second-row": orjson.dumps([_step(0)]) + b'}\n{"e":' + orjson.dumps([_step(1)]),
+    "second-row-cr": orjson.dumps([_step(0)]) + b'}\r{"e":' + orjson.dumps([_step(1)]),
+    "line-break-inside": orjson.dumps([_step(0)], option=orjson.OPT_INDENT_2),
+    "space-first": b" " + orjson.dumps([_step(0)]),
+    "non-ascii-host": orjson.dumps([_step(0, host="nöde-0")]),
+    "escaped-host": orjson.dumps([_step(0, host='no"de\\0')]),
+    "invalid-utf8": orjson.dumps([_step(0)]).replace(b"node-0", b"node-\xff"),
+    "deep-field": orjson.dumps([_step(0)]).replace(b'"samples":8', b'"samples":8,"x":' + b"[" * 1100 + b"]" * 1100),
+    "object-step": orjson.dumps(_step(0)),
+    "object-device": orjson.dumps(_device(3)),
+    "negative-samples": _pack(_step(0, samples=-3)),
+    "huge-int-in-float": _pack(_step(0)).replace(b'"samples":8', b'"samples":100000000000000000000000'),
+    "device-big": _pack(_device(70_000)),
+    "device-no-job": _pack(_device(0, job=None), {k: v for k, v in _device(1).items() if k != "job"}),
+    "device-float-rank": _pack(_device(0, rank=1.5)),
+    "device-null-rank": _pack(_device(0, rank=None)),
+    "device-zero-ts": _pack(_device(0, ts_ns=0)),
+    "device-empty-host": _pack(_device(0, host="")),
+    "device-nan": _pack(_device(0)).replace(b'"power_w":300.0', b'"power_w":NaN'),
+    "job-start": orjson.dumps({"type": "job", "v": "1.4", "job": "j", "phase": "start", "world": 4, "ts_ns": 10**18}),
+    "job-end": orjson.dumps({"type": "job", "v": "1.4", "job": "j", "phase": "end", "world": 4, "ts_ns": 10**18,
+                             "last_step": 7}),
+    "too-big": _pack(*[_step(r % 4, step=r) for r in range(3000)]),
+    "tombstone": None,  # type: ignore[dict-item]
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_RECORDS))
+@pytest.mark.parametrize("where", [0, 1, 3])
+def test_a_hand_built_record_decodes_alike_anywhere_in_a_batch(name: str, where: int) -> None:
+    batch: list[Any] = list(GOOD)
+    batch.insert(where, BAD_RECORDS[name])
+    old, new, _ = _both(batch)
+    assert old == new
+
+
+def test_the_per_event_path_counts_what_the_columns_hand_back() -> None:
+    """A batch with one bad element among good ones: the columnar path declines, the good ones go through."""
+    batch = [*GOOD, BAD_RECORDS["rank-outside-world"]]
+    assert decode_module._decode_columnar(batch, MAX) is None
+    chunks, stats = decode_batch(batch, MAX)
+    assert (stats.events, stats.bad) == (8, 1)
+    assert [r for c in chunks if c["kind"] == "steps" for r in c["rank"]] == [0, 1, 2, 3, 0]
+
+
+def test_a_clean_batch_stays_columnar() -> None:
+    assert decode_module._decode_columnar(GOOD, MAX) is not None
+    assert decode_module._decode_columnar([*GOOD, BAD_RECORDS["job-start"], BAD_RECORDS["object-step"]],
+                                          MAX) is not None
+
+
+MUTANTS: list[Any] = [None, -1, 0, 1, 2**63, 2**64 - 1, 1.5, -0.0, 1e300, "", "x", "1.4", True, [], {}, {"group": 1}]
+FIELDS = ["type", "v", "job", "rank", "world", "host", "device", "step", "start_ns", "end_ns", "attempt",
+          "samples", "batch_size", "phases", "domains", "ts_ns", "power_w", "flops", "profiling"]
+
+
+def test_random_mutations_decode_alike() -> None:
+    """One field of one element set to an odd value (or dropped), many times over: always the same result."""
+    rng = random.Random(25)
+    for _ in range(400):
+        docs = [[_step(r) for r in range(4)], [_device(d) for d in range(4)]]
+        target = rng.choice(docs)[rng.randrange(4)]
+        name = rng.choice(FIELDS)
+        if rng.random() < 0.2:
+            target.pop(name, None)
+        else:
+            target[name] = rng.choice(MUTANTS)
+        batch = [_pack(*docs[0][:2]), _pack(*docs[1]), _pack(*docs[0][2:])]
+        old, new, _ = _both(batch)
+        assert old == new, (name, target.get(name))
+
+
+def test_the_columnar_decode_is_on_by_default_and_a_variable_turns_it_off() -> None:
+    assert load_settings(env={}).detect_columnar_decode is True
+    assert load_settings(env={"STEPLENS_DETECT_COLUMNAR_DECODE": "false"}).detect_columnar_decode is False
+
+
+def test_a_declined_batch_is_marked_and_the_backoff_skips_the_next_ones() -> None:
+    assert decode_batch(GOOD, MAX)[1].declined is False
+    assert decode_batch([*GOOD, BAD_RECORDS["rank-outside-world"]], MAX)[1].declined is True
+    assert decode_batch([*GOOD, BAD_RECORDS["rank-outside-world"]], MAX, columnar=False)[1].declined is False
+    backoff = ColumnarBackoff(skip=2)
+    tried = []
+    for bad in (False, True, False, False, False, True, True, False, False, False):
+        use = backoff.use()
+        tried.append(use)
+        backoff.after(decode_batch([*GOOD, BAD_RECORDS["rank-outside-world"]] if bad else GOOD, MAX, use)[1])
+    assert tried == [True, True, False, False, True, True, False, False, True, True]
