@@ -28,10 +28,10 @@ import numpy as np
 
 from infra.settings import DetectionConfig
 from schemas import ControlCommand, Incident
+from schemas.columns import DOMAINS
 from streams.detect.combine.chunks import StepColumns
 from streams.detect.incidents.book import IncidentBook
 from streams.detect.incidents.join import CULPRIT_RULES, JoinState, OpenTrack, join
-from streams.detect.ingest.decode import DOMAINS
 from streams.detect.scopes import group_split, hung, pp_stage, slow_link, slow_pair, slow_rank, slow_step, stall
 from streams.detect.scopes.finding import Finding
 from streams.detect.scopes.stopped import job_stopped

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from infra.settings import DetectionConfig
+from schemas.columns import DEVICE_METRICS, DOMAINS
 from streams.detect.advice import advise, advise_rule
-from streams.detect.ingest.decode import DEVICE_METRICS, DOMAINS
 from streams.detect.rules import r01_static_bounds as r1
 from streams.detect.rules import r02_cusum as r2
 from streams.detect.rules import r03_throughput_window as r3

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from streams.detect.ingest.decode import DOMAINS, PHASES
+from schemas.columns import DOMAINS, PHASES
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]

@@ -23,16 +23,10 @@ from typing import Any
 import orjson
 
 from schemas.bounds import INT64, UINT16, UINT32
-from schemas.device import METRICS
-from schemas.identity import DOMAIN_TYPES
+from schemas.columns import DEVICE_METRICS, DOMAINS, PHASES
 from schemas.packing import MAX_PACKED_EVENTS
-from schemas.step import Phases
 from schemas.version import major_ok
 
-# the contract's names, from the contract (schemas/): the columns detection keeps, in that order
-PHASES: tuple[str, ...] = Phases.NAMES
-DOMAINS: tuple[str, ...] = DOMAIN_TYPES
-DEVICE_METRICS: tuple[str, ...] = METRICS
 NAN = math.nan
 I64 = INT64[1]  # steps, times: Int64 columns
 U32 = UINT32[1]  # rank, world

@@ -22,8 +22,8 @@ from __future__ import annotations
 import numpy as np
 
 from infra.settings import DetectionConfig
+from schemas.columns import DOMAINS
 from streams.detect.advice import SCOPES
-from streams.detect.ingest.decode import DOMAINS
 from streams.detect.scopes.finding import Finding
 from streams.detect.windows.step_frames import PHASE_INDEX, Frame, Topology
 

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from infra.settings import DetectionConfig
+from schemas.columns import DOMAINS
 from streams.detect.advice import SCOPES
-from streams.detect.ingest.decode import DOMAINS
 from streams.detect.scopes.finding import Finding
 from streams.detect.windows.comm_columns import comm_columns
 from streams.detect.windows.step_frames import Frame, Topology

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from infra.settings import DetectionConfig
+from schemas.columns import DOMAINS
 from streams.detect.advice import advise
-from streams.detect.ingest.decode import DOMAINS
 from streams.detect.scopes.finding import Finding
 from streams.detect.scopes.slow_rank import excess_phase, phase_medians
 from streams.detect.windows.step_frames import PHASE_INDEX, Frame, Topology

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from infra.settings import DetectionConfig
+from schemas.columns import DOMAINS, PHASES
 from streams.detect.advice import COMPUTE_PHASES, advise
-from streams.detect.ingest.decode import DOMAINS, PHASES
 from streams.detect.scopes.confirm import Deviation, compute_share, host_open_after
 from streams.detect.scopes.confirm import open_after as graded_open_after
 from streams.detect.scopes.finding import Finding

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from infra.settings import DetectionConfig
+from schemas.columns import PHASES
 from streams.detect.advice import advise
-from streams.detect.ingest.decode import PHASES
 from streams.detect.scopes.finding import Finding
 from streams.detect.windows.comm_columns import comm_columns
 from streams.detect.windows.step_frames import Frame

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from infra.settings import DetectionConfig
+from schemas.columns import DOMAINS, PHASES
 from streams.detect.incidents.join import join
-from streams.detect.ingest.decode import DOMAINS, PHASES
 from streams.detect.scopes.finding import Finding
 from streams.detect.scopes.group_split import evaluate
 from streams.detect.windows.step_frames import Frame, Topology

@@ -8,7 +8,7 @@ from infra.settings import DetectionConfig
 from producers.simulator.cluster import SimulatedJob, Timings
 from producers.simulator.faults import SlowRank
 from producers.simulator.topology import Topology as SimTopology
-from streams.detect.ingest.decode import DOMAINS
+from schemas.columns import DOMAINS
 from streams.detect.scopes.slow_pair import PairState, evaluate, noise
 from streams.detect.windows.step_frames import PHASE_INDEX, Frame, Topology
 from tests.streams.helpers import incidents, run_engine

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from infra.settings import DetectionConfig
-from streams.detect.ingest.decode import DOMAINS
+from schemas.columns import DOMAINS
 from streams.detect.scopes.slow_rank import SlowRankState, evaluate
 from streams.detect.windows.step_frames import PHASE_INDEX, Frame, Topology
 

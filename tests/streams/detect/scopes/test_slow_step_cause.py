@@ -19,7 +19,7 @@ from producers.simulator.catalogue import scenario_job
 from producers.simulator.fleet import FleetJob
 from producers.simulator.stream import SimRun, stream_runs
 from schemas import Incident, Topics, bounded, encode
-from streams.detect.ingest.decode import PHASES
+from schemas.columns import PHASES
 from streams.detect.scopes import slow_step
 from streams.detect.windows.step_frames import Frame
 from tests.streams.helpers import T0, feed_engine
