@@ -216,7 +216,7 @@ class JobEngine:
             # a stall is judged on all steps released (at the end: every step the job completed)
             lagging = self.frames.input_lagging and not done
             found = stall.evaluate(self.stall, self.frames.topo, self.frames.next_step, self.frames.timeout_ns(),
-                                   self.cfg.hang_stall_factor, lagging, now_ns, done)
+                                   self.cfg.params(stall.Params), lagging, now_ns, done)
             if found:
                 out.extend(self.book.observe(self.frames.next_step, found, now_ns))
         if self.ended and done and not force and self._stall_samples_in_flight():
@@ -243,7 +243,7 @@ class JobEngine:
             out.extend(self._evaluate(frame, now_ns))
         if judge_stall and self.frames.next_step is not None and not self.frames.frames:
             found = stall.evaluate(self.stall, self.frames.topo, self.frames.next_step, self.frames.timeout_ns(),
-                                   self.cfg.hang_stall_factor, False, now_ns, True)
+                                   self.cfg.params(stall.Params), False, now_ns, True)
             if found:
                 out.extend(self.book.observe(self.frames.next_step, found, now_ns))
         return out
@@ -272,30 +272,31 @@ class JobEngine:
         self.stats.frames += 1
         findings: list[Finding] = []
         t = time.perf_counter()
-        self.slow_step, found = slow_step.evaluate(frame, self.slow_step, self.cfg)
+        self.slow_step, found = slow_step.evaluate(frame, self.slow_step, self.cfg.params(slow_step.Params))
         slow_now = bool(found)
         findings.extend(found)
         self._timed("SLOW_STEP", t)
         t = time.perf_counter()
-        self.slow_rank, found = slow_rank.evaluate(frame, self.frames.topo, self.slow_rank, self.cfg)
+        self.slow_rank, found = slow_rank.evaluate(frame, self.frames.topo, self.slow_rank,
+                                                    self.cfg.params(slow_rank.Params))
         findings.extend(found)
-        self.pairs, found = slow_pair.evaluate(frame, self.frames.topo, self.pairs, self.cfg)
+        self.pairs, found = slow_pair.evaluate(frame, self.frames.topo, self.pairs, self.cfg.params(slow_pair.Params))
         findings.extend(found)
         self._timed("SLOW_RANK", t)
         t = time.perf_counter()
-        self.stages, found = pp_stage.evaluate(frame, self.frames.topo, self.stages, self.cfg)
+        self.stages, found = pp_stage.evaluate(frame, self.frames.topo, self.stages, self.cfg.params(pp_stage.Params))
         findings.extend(found)
         self._timed("SLOW_STAGE", t)
         t = time.perf_counter()
-        findings.extend(group_split.evaluate(frame, self.frames.topo, self.cfg))
+        findings.extend(group_split.evaluate(frame, self.frames.topo, self.cfg.params(group_split.Params)))
         self._timed("SLOW_GROUP", t)
         t = time.perf_counter()
-        self.links, found = slow_link.evaluate(frame, self.frames.topo, self.links, self.cfg)
+        self.links, found = slow_link.evaluate(frame, self.frames.topo, self.links, self.cfg.params(slow_link.Params))
         findings.extend(found)
         self._timed("SLOW_LINK", t)
         t = time.perf_counter()
         findings.extend(hung.evaluate(frame, self.frames.topo, self.frames.newest_of, self.frames.heard_ns, now_ns,
-                                     self.cfg))
+                                     self.cfg.params(hung.Params)))
         self._timed("HUNG", t)
         step_rules = frame_findings(frame, self.frames.topo, self.signals, self.cfg, self.stats.rule_seconds)
         culprit_now = any(f.rule in CULPRIT_RULES for f in findings)
