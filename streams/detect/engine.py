@@ -21,8 +21,9 @@ worker's clock).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 
@@ -43,7 +44,10 @@ from streams.detect.signals import (
     frame_findings,
     name_slow_groups,
 )
-from streams.detect.windows.step_frames import Frame, StepFrames, WindowParams
+from streams.detect.windows.step_frames import Frame, StepFrames, Topology, WindowParams
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 Output = Incident | ControlCommand
 LAGGING_NS = 1_000_000_000  # the decode stage is this far behind its input: a backlog, hold timeouts
@@ -62,6 +66,56 @@ def input_lagging(chunk: dict[str, Any], batch_max: int, now_ns: int) -> bool | 
     decoded = chunk.get("decoded_ns")
     queued = now_ns - decoded if isinstance(decoded, int) and decoded > 0 else 0
     return behind > LAGGING_NS or queued > LAGGING_NS or lag > batch_max or bool(chunk.get("starved"))
+
+
+S = TypeVar("S")
+P = TypeVar("P", bound="DataclassInstance")
+
+
+@dataclass(frozen=True, slots=True)
+class StatefulScope(Generic[S, P]):
+    """A scope judged on each released frame with the job's topology and state of its own:
+    `evaluate(frame, topo, state, params) -> (state, findings)`. Its state stays a field of the
+    JobEngine (`state` names it), so a snapshot keeps each scope's state under its own name."""
+
+    label: str  # its time counts under this name in EngineStats.rule_seconds
+    state: str
+    evaluate: Callable[[Frame, Topology, S, P], tuple[S, list[Finding]]]
+    params: type[P]
+
+    def run(self, engine: JobEngine, frame: Frame) -> list[Finding]:
+        state, found = self.evaluate(frame, engine.frames.topo, getattr(engine, self.state),
+                                     engine.cfg.params(self.params))
+        setattr(engine, self.state, state)
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class StatelessScope(Generic[P]):
+    """A scope judged on each released frame from the frame and the job's topology alone:
+    `evaluate(frame, topo, params) -> findings`."""
+
+    label: str
+    evaluate: Callable[[Frame, Topology, P], list[Finding]]
+    params: type[P]
+
+    def run(self, engine: JobEngine, frame: Frame) -> list[Finding]:
+        return self.evaluate(frame, engine.frames.topo, engine.cfg.params(self.params))
+
+
+# The scopes that share a shape, in the order their findings go to the join: who is slow in a frame
+# against whom. Two frame scopes stay outside the list as their calls differ: the slow-step scope runs
+# first and sees no topology (its verdict, slow or not, decides what R3 may say), and the hung scope
+# reads when each rank last reported and the worker's clock. The stall scope is judged between
+# frames (past the last step), JOB_STOPPED by the job's silence. Left unannotated: mypy then checks each
+# entry's evaluate against its state and Params.
+FRAME_SCOPES = (
+    StatefulScope("SLOW_RANK", "slow_rank", slow_rank.evaluate, slow_rank.Params),
+    StatefulScope("SLOW_RANK", "pairs", slow_pair.evaluate, slow_pair.Params),
+    StatefulScope("SLOW_STAGE", "stages", pp_stage.evaluate, pp_stage.Params),
+    StatelessScope("SLOW_GROUP", group_split.evaluate, group_split.Params),
+    StatefulScope("SLOW_LINK", "links", slow_link.evaluate, slow_link.Params),
+)
 
 
 @dataclass(slots=True)
@@ -276,24 +330,10 @@ class JobEngine:
         slow_now = bool(found)
         findings.extend(found)
         self._timed("SLOW_STEP", t)
-        t = time.perf_counter()
-        self.slow_rank, found = slow_rank.evaluate(frame, self.frames.topo, self.slow_rank,
-                                                    self.cfg.params(slow_rank.Params))
-        findings.extend(found)
-        self.pairs, found = slow_pair.evaluate(frame, self.frames.topo, self.pairs, self.cfg.params(slow_pair.Params))
-        findings.extend(found)
-        self._timed("SLOW_RANK", t)
-        t = time.perf_counter()
-        self.stages, found = pp_stage.evaluate(frame, self.frames.topo, self.stages, self.cfg.params(pp_stage.Params))
-        findings.extend(found)
-        self._timed("SLOW_STAGE", t)
-        t = time.perf_counter()
-        findings.extend(group_split.evaluate(frame, self.frames.topo, self.cfg.params(group_split.Params)))
-        self._timed("SLOW_GROUP", t)
-        t = time.perf_counter()
-        self.links, found = slow_link.evaluate(frame, self.frames.topo, self.links, self.cfg.params(slow_link.Params))
-        findings.extend(found)
-        self._timed("SLOW_LINK", t)
+        for scope in FRAME_SCOPES:
+            t = time.perf_counter()
+            findings.extend(scope.run(self, frame))
+            self._timed(scope.label, t)
         t = time.perf_counter()
         findings.extend(hung.evaluate(frame, self.frames.topo, self.frames.newest_of, self.frames.heard_ns, now_ns,
                                      self.cfg.params(hung.Params)))
