@@ -11,14 +11,16 @@ pack an array of events (contract 1.2): its elements go to the same columns one 
 bad element is skipped alone.
 
 A chunk is a plain dict of lists (one list per column) for one job, ready to be sent
-as one message on the internal partials topic keyed by job (see streams/detect/combine/).
+as one message on the internal partials topic keyed by job; its keys per kind are the
+TypedDicts of streams/detect/combine/chunks.py. The builders here write columns by name
+(phases, domains, metrics) on plain dicts; what `decode_batch` returns is typed.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -26,6 +28,7 @@ from schemas.bounds import INT64, UINT16, UINT32
 from schemas.columns import DEVICE_METRICS, DOMAINS, PHASES
 from schemas.packing import MAX_PACKED_EVENTS
 from schemas.version import major_ok
+from streams.detect.combine.chunks import Chunk
 
 NAN = math.nan
 I64 = INT64[1]  # steps, times: Int64 columns
@@ -191,7 +194,7 @@ _HANDLERS = {"step": _add_step, "kernel_summary": _add_kernel_summary, "device":
 _PACKED_HANDLERS = {kind: handler for kind, handler in _HANDLERS.items() if kind != "job"}
 
 
-def decode_batch(raws: list[bytes], max_event_bytes: int) -> tuple[list[dict[str, Any]], DecodeStats]:
+def decode_batch(raws: list[bytes], max_event_bytes: int) -> tuple[list[Chunk], DecodeStats]:
     """Decode raw messages of any detect input topic into chunks (one per job and kind)."""
     stats = DecodeStats()
     chunks: dict[str, dict[str, Any]] = {}
@@ -235,7 +238,7 @@ def decode_batch(raws: list[bytes], max_event_bytes: int) -> tuple[list[dict[str
     # step chunks keep a key "job" even for device chunks without one ("" = not attributed).
     # A batch mixes topics, so a job's `end` may precede its last steps here: job starts go
     # first and job ends last, so the engine sees every step of the batch before the end.
-    return sorted(chunks.values(), key=_chunk_order), stats
+    return cast(list[Chunk], sorted(chunks.values(), key=_chunk_order)), stats
 
 
 def _chunk_order(chunk: dict[str, Any]) -> tuple[int, int]:
