@@ -20,6 +20,7 @@ reported (CPU time of this process). `--profile` adds cProfile's top functions p
 from __future__ import annotations
 
 import argparse
+import copy
 import cProfile
 import gc
 import io
@@ -53,7 +54,7 @@ def stages(data: list[list[bytes]]) -> dict[str, Callable[[], None]]:
     decoded = [decode_batch(raws, 1 << 20)[0] for raws in data]
     for chunks in decoded:
         for chunk in chunks:
-            chunk.update(behind_ns=0, decoded_ns=0, lag=0, starved=False)
+            chunk["behind_ns"], chunk["decoded_ns"], chunk["lag"], chunk["starved"] = 0, 0, 0, False
     wire = [[raw for chunk in chunks for raw in codec.dumps_split(chunk)] for chunks in decoded]
     loaded = [[codec.loads(raw) for raw in raws] for raws in wire]
 
@@ -82,7 +83,7 @@ def stages(data: list[list[bytes]]) -> dict[str, Callable[[], None]]:
         for chunks in loaded:
             now += STEP_NS
             for chunk in chunks:
-                fleet.on_chunk(dict(chunk), now)  # a copy: the engine may keep or change what it is given
+                fleet.on_chunk(copy.copy(chunk), now)  # a copy: the engine may keep or change what it is given
             fleet.tick(now)
 
     return {"ceiling": ceiling, "decode": dec, "decode_per_event": dec_events, "codec": wire_codec, "engine": engine}

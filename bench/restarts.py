@@ -130,7 +130,7 @@ def step_reports(rig: Rig, job: str) -> tuple[int, int]:
             chunk = chunk_codec.loads(msg.value)
         except ValueError:
             continue
-        if chunk.get("kind") != "steps" or chunk.get("job") != job:
+        if not chunk_codec.is_steps(chunk) or chunk.get("job") != job:
             continue
         pairs = list(zip(chunk["rank"], chunk["step"], strict=True))
         total += len(pairs)

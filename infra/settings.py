@@ -12,9 +12,13 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+P = TypeVar("P", bound="DataclassInstance")
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +131,15 @@ class DetectionConfig:
     r10_severe: float = 0.5
     r10_k: float = 5.0
     r10_min_ratio: float = 0.1
+
+    def params(self, cls: type[P]) -> P:
+        """A scope's `Params` (streams/detect/scopes/) filled from these settings.
+
+        Each scope declares only the thresholds it reads, named as the settings here: the
+        settings (env, TOML, defaults) stay one flat documented table, and a scope can be read,
+        tested and called without the other ninety.
+        """
+        return cls(**{f.name: getattr(self, f.name) for f in fields(cls)})
 
 
 HOOK_FLUSH_INTERVAL_S = 0.5  # default of Settings.hook_flush_interval_s (why 0.5 s: producers/hook/__init__.py)

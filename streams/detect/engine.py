@@ -21,17 +21,26 @@ worker's clock).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Generic, TypeVar, cast
 
 import numpy as np
 
 from infra.settings import DetectionConfig
 from schemas import ControlCommand, Incident
-from streams.detect.combine.chunks import StepColumns
+from schemas.columns import DOMAINS
+from streams.detect.combine.chunks import (
+    Chunk,
+    DeviceChunk,
+    StepColumns,
+    is_device,
+    is_job,
+    is_kernels,
+    is_steps,
+)
 from streams.detect.incidents.book import IncidentBook
 from streams.detect.incidents.join import CULPRIT_RULES, JoinState, OpenTrack, join
-from streams.detect.ingest.decode import DOMAINS
 from streams.detect.scopes import group_split, hung, pp_stage, slow_link, slow_pair, slow_rank, slow_step, stall
 from streams.detect.scopes.finding import Finding
 from streams.detect.scopes.stopped import job_stopped
@@ -43,7 +52,10 @@ from streams.detect.signals import (
     frame_findings,
     name_slow_groups,
 )
-from streams.detect.windows.step_frames import Frame, StepFrames, WindowParams
+from streams.detect.windows.step_frames import Frame, StepFrames, Topology, WindowParams
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 Output = Incident | ControlCommand
 LAGGING_NS = 1_000_000_000  # the decode stage is this far behind its input: a backlog, hold timeouts
@@ -51,7 +63,7 @@ LAG_STALE_NS = 5_000_000_000  # no chunk for this long (engine idle) ...
 QUIET_TICKS = 3  # ... and for this many ticks: the decode stage has nothing queued
 
 
-def input_lagging(chunk: dict[str, Any], batch_max: int, now_ns: int) -> bool | None:
+def input_lagging(chunk: Chunk, batch_max: int, now_ns: int) -> bool | None:
     """Whether `chunk` comes from a backlog (None: not said): the decode stage was behind its input
     when it made the chunk, or the engine is behind the decode stage (the chunk waited over
     LAGGING_NS on the internal topic: while a slow batch is evaluated, the next reports queue)."""
@@ -62,6 +74,56 @@ def input_lagging(chunk: dict[str, Any], batch_max: int, now_ns: int) -> bool | 
     decoded = chunk.get("decoded_ns")
     queued = now_ns - decoded if isinstance(decoded, int) and decoded > 0 else 0
     return behind > LAGGING_NS or queued > LAGGING_NS or lag > batch_max or bool(chunk.get("starved"))
+
+
+S = TypeVar("S")
+P = TypeVar("P", bound="DataclassInstance")
+
+
+@dataclass(frozen=True, slots=True)
+class StatefulScope(Generic[S, P]):
+    """A scope judged on each released frame with the job's topology and state of its own:
+    `evaluate(frame, topo, state, params) -> (state, findings)`. Its state stays a field of the
+    JobEngine (`state` names it), so a snapshot keeps each scope's state under its own name."""
+
+    label: str  # its time counts under this name in EngineStats.rule_seconds
+    state: str
+    evaluate: Callable[[Frame, Topology, S, P], tuple[S, list[Finding]]]
+    params: type[P]
+
+    def run(self, engine: JobEngine, frame: Frame) -> list[Finding]:
+        state, found = self.evaluate(frame, engine.frames.topo, getattr(engine, self.state),
+                                     engine.cfg.params(self.params))
+        setattr(engine, self.state, state)
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class StatelessScope(Generic[P]):
+    """A scope judged on each released frame from the frame and the job's topology alone:
+    `evaluate(frame, topo, params) -> findings`."""
+
+    label: str
+    evaluate: Callable[[Frame, Topology, P], list[Finding]]
+    params: type[P]
+
+    def run(self, engine: JobEngine, frame: Frame) -> list[Finding]:
+        return self.evaluate(frame, engine.frames.topo, engine.cfg.params(self.params))
+
+
+# The scopes that share a shape, in the order their findings go to the join: who is slow in a frame
+# against whom. Two frame scopes stay outside the list as their calls differ: the slow-step scope runs
+# first and sees no topology (its verdict, slow or not, decides what R3 may say), and the hung scope
+# reads when each rank last reported and the worker's clock. The stall scope is judged between
+# frames (past the last step), JOB_STOPPED by the job's silence. Left unannotated: mypy then checks each
+# entry's evaluate against its state and Params.
+FRAME_SCOPES = (
+    StatefulScope("SLOW_RANK", "slow_rank", slow_rank.evaluate, slow_rank.Params),
+    StatefulScope("SLOW_RANK", "pairs", slow_pair.evaluate, slow_pair.Params),
+    StatefulScope("SLOW_STAGE", "stages", pp_stage.evaluate, pp_stage.Params),
+    StatelessScope("SLOW_GROUP", group_split.evaluate, group_split.Params),
+    StatefulScope("SLOW_LINK", "links", slow_link.evaluate, slow_link.Params),
+)
 
 
 @dataclass(slots=True)
@@ -149,11 +211,10 @@ class JobEngine:
         out.extend(prev.book.finish(now_ns, attempt_ended=True))
         return out
 
-    def on_chunk(self, chunk: dict[str, Any], now_ns: int, lagging: bool | None = None) -> list[Output]:
+    def on_chunk(self, chunk: Chunk, now_ns: int, lagging: bool | None = None) -> list[Output]:
         """Apply one chunk; `lagging`: what it says of the decode stage's input (`input_lagging`,
         computed once by the fleet), None when it says nothing."""
         self.stats.chunks += 1
-        kind = chunk.get("kind")
         if self.finished:
             self.stats.late += 1
             return []
@@ -164,18 +225,18 @@ class JobEngine:
             self.launch_ts_ns = _first_ts(chunk)
         if self.previous is not None and self.launch_ts_ns and not self.frames.input_lagging:
             out.extend(self.close_previous(self.launch_ts_ns, now_ns))
-        if kind in ("steps", "kernels", "device"):
+        if is_steps(chunk) or is_kernels(chunk) or is_device(chunk):
             self.heard_ns, self.stopped = now_ns, False
-        if kind == "steps":
+        if is_steps(chunk):
             cols = StepColumns(chunk)
             self.last_step_ts_ns = max(self.last_step_ts_ns, int(np.max(cols.end_ns, initial=0)))
             self.frames.add_steps(cols, now_ns)
             self.stall.on_steps(cols.end_ns)
-        elif kind == "kernels":
+        elif is_kernels(chunk):
             self.frames.add_kernels(chunk["rows"], now_ns, int(chunk.get("world") or 0))
-        elif kind == "device":
+        elif is_device(chunk):
             return out + self._device(chunk, now_ns)
-        elif kind == "job":
+        elif is_job(chunk):
             if chunk["phase"] == "start":
                 self.frames.summaries_declared = chunk.get("kernel_summaries") is True
             elif chunk["phase"] == "end":
@@ -216,7 +277,7 @@ class JobEngine:
             # a stall is judged on all steps released (at the end: every step the job completed)
             lagging = self.frames.input_lagging and not done
             found = stall.evaluate(self.stall, self.frames.topo, self.frames.next_step, self.frames.timeout_ns(),
-                                   self.cfg.hang_stall_factor, lagging, now_ns, done)
+                                   self.cfg.params(stall.Params), lagging, now_ns, done)
             if found:
                 out.extend(self.book.observe(self.frames.next_step, found, now_ns))
         if self.ended and done and not force and self._stall_samples_in_flight():
@@ -243,7 +304,7 @@ class JobEngine:
             out.extend(self._evaluate(frame, now_ns))
         if judge_stall and self.frames.next_step is not None and not self.frames.frames:
             found = stall.evaluate(self.stall, self.frames.topo, self.frames.next_step, self.frames.timeout_ns(),
-                                   self.cfg.hang_stall_factor, False, now_ns, True)
+                                   self.cfg.params(stall.Params), False, now_ns, True)
             if found:
                 out.extend(self.book.observe(self.frames.next_step, found, now_ns))
         return out
@@ -272,30 +333,17 @@ class JobEngine:
         self.stats.frames += 1
         findings: list[Finding] = []
         t = time.perf_counter()
-        self.slow_step, found = slow_step.evaluate(frame, self.slow_step, self.cfg)
+        self.slow_step, found = slow_step.evaluate(frame, self.slow_step, self.cfg.params(slow_step.Params))
         slow_now = bool(found)
         findings.extend(found)
         self._timed("SLOW_STEP", t)
-        t = time.perf_counter()
-        self.slow_rank, found = slow_rank.evaluate(frame, self.frames.topo, self.slow_rank, self.cfg)
-        findings.extend(found)
-        self.pairs, found = slow_pair.evaluate(frame, self.frames.topo, self.pairs, self.cfg)
-        findings.extend(found)
-        self._timed("SLOW_RANK", t)
-        t = time.perf_counter()
-        self.stages, found = pp_stage.evaluate(frame, self.frames.topo, self.stages, self.cfg)
-        findings.extend(found)
-        self._timed("SLOW_STAGE", t)
-        t = time.perf_counter()
-        findings.extend(group_split.evaluate(frame, self.frames.topo, self.cfg))
-        self._timed("SLOW_GROUP", t)
-        t = time.perf_counter()
-        self.links, found = slow_link.evaluate(frame, self.frames.topo, self.links, self.cfg)
-        findings.extend(found)
-        self._timed("SLOW_LINK", t)
+        for scope in FRAME_SCOPES:
+            t = time.perf_counter()
+            findings.extend(scope.run(self, frame))
+            self._timed(scope.label, t)
         t = time.perf_counter()
         findings.extend(hung.evaluate(frame, self.frames.topo, self.frames.newest_of, self.frames.heard_ns, now_ns,
-                                     self.cfg))
+                                     self.cfg.params(hung.Params)))
         self._timed("HUNG", t)
         step_rules = frame_findings(frame, self.frames.topo, self.signals, self.cfg, self.stats.rule_seconds)
         culprit_now = any(f.rule in CULPRIT_RULES for f in findings)
@@ -327,7 +375,7 @@ class JobEngine:
             return set()
         return set(np.flatnonzero(topo.groups[DOMAINS.index(domain)] == group).tolist())
 
-    def _device(self, chunk: dict[str, Any], now_ns: int) -> list[Output]:
+    def _device(self, chunk: DeviceChunk, now_ns: int) -> list[Output]:
         # device findings wait for the step of their samples' time (one book cadence: steps)
         self.stall.on_device(np.asarray(chunk["rank"], dtype=np.int64), np.asarray(chunk["ts_ns"], dtype=np.int64),
                              np.asarray(chunk["aicore_pct"], dtype=np.float64))
@@ -360,7 +408,7 @@ class JobEngine:
         return take
 
 
-def _split_device(chunk: dict[str, Any], before_ns: int) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+def _split_device(chunk: DeviceChunk, before_ns: int) -> tuple[DeviceChunk | None, DeviceChunk | None]:
     """A device chunk cut at `before_ns` (the relaunch's start on the job's clock): the samples taken
     before it belong to the replaced attempt (they carry no attempt of their own)."""
     ts = np.asarray(chunk.get("ts_ns") or [], dtype=np.int64)
@@ -369,22 +417,21 @@ def _split_device(chunk: dict[str, Any], before_ns: int) -> tuple[dict[str, Any]
         return None, chunk
     if early.all():
         return chunk, None
-    parts: list[dict[str, Any]] = []
+    parts: list[DeviceChunk] = []
     for mask in (early, ~early):
         idx = np.flatnonzero(mask).tolist()
-        parts.append({k: ([v[i] for i in idx] if isinstance(v, list) and len(v) == ts.size else v)
-                      for k, v in chunk.items()})
+        parts.append(cast(DeviceChunk, {k: ([v[i] for i in idx] if isinstance(v, list) and len(v) == ts.size else v)
+                                        for k, v in chunk.items()}))
     return parts[0], parts[1]
 
 
-def _first_ts(chunk: dict[str, Any]) -> int:
+def _first_ts(chunk: Chunk) -> int:
     """The job's clock at the start of what a chunk reports, from the reports that carry their
     attempt (a job event, steps); 0 for the others (kernel summaries have no time, device samples
     no attempt: a late sample of the old attempt must not date the new one)."""
-    kind = chunk.get("kind")
-    if kind == "job":
+    if is_job(chunk):
         return int(chunk.get("ts_ns") or 0)
-    if kind == "steps":
+    if is_steps(chunk):
         starts = chunk.get("start_ns") or []
         return int(min(starts)) if len(starts) else 0
     return 0
@@ -408,7 +455,7 @@ class FleetEngine:
     quiet_ticks: int = 0  # ticks since the last chunk
     awake_ns: int = 0  # when this fleet (this worker process) first ran: no job was silent to it before
 
-    def on_chunk(self, chunk: dict[str, Any], now_ns: int) -> list[Output]:
+    def on_chunk(self, chunk: Chunk, now_ns: int) -> list[Output]:
         self.quiet_ticks = 0
         self.awake_ns = self.awake_ns or now_ns
         lagging = input_lagging(chunk, self.cfg.batch_max, now_ns)
@@ -422,7 +469,7 @@ class FleetEngine:
         attempt = chunk.get("attempt")  # device samples carry none: they go to the attempt of their time
         lagging = self.lagging_now(now_ns)
         prev = engine.previous
-        if prev is not None and chunk.get("kind") == "device" and engine.launch_ts_ns:
+        if prev is not None and is_device(chunk) and engine.launch_ts_ns:
             before, after = _split_device(chunk, engine.launch_ts_ns)
             if before is not None:
                 out.extend(prev.on_chunk(before, now_ns, lagging))

@@ -20,13 +20,14 @@ import copy
 import time
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from infra.settings import DetectionConfig
+from schemas.columns import DEVICE_METRICS, DOMAINS
 from streams.detect.advice import advise, advise_rule
-from streams.detect.ingest.decode import DEVICE_METRICS, DOMAINS
+from streams.detect.combine.chunks import DeviceChunk, column
 from streams.detect.rules import r01_static_bounds as r1
 from streams.detect.rules import r02_cusum as r2
 from streams.detect.rules import r03_throughput_window as r3
@@ -74,7 +75,7 @@ HOLD_TICKS = 2           # a tick is evaluated once samples this many ticks newe
 WAIT_TICKS = 30          # ... and every device reporting lately is in it, or at the latest this many ticks on
 
 
-def device_ticks(chunk: dict[str, Any], state: SignalState, flush: bool = False) -> list[dict[str, Any]]:
+def device_ticks(chunk: DeviceChunk, state: SignalState, flush: bool = False) -> list[DeviceChunk]:
     """Device samples regrouped per tick, released once the tick is whole.
 
     R2 removes the common mode (the job's median device at the same tick): evaluated on part
@@ -93,8 +94,9 @@ def device_ticks(chunk: dict[str, Any], state: SignalState, flush: bool = False)
     never saw a device of a lagging partition (`replay --device-skew 4`: cooling_loss lost R1
     and R2 on the rank whose device was in it).
     """
-    if not _regroup_columns(chunk, state):
-        _regroup_each(chunk, state)
+    columns = cast(dict[str, Any], chunk)  # its columns are read by run-time names (metrics)
+    if not _regroup_columns(columns, state):
+        _regroup_each(columns, state)
     newest = max(state.ticks, default=max(state.released_tick, 0))
     for d in [d for d, t in state.device_tick.items() if t <= newest - WAIT_TICKS]:
         del state.device_tick[d]  # silent for WAIT_TICKS: no longer waited for
@@ -107,9 +109,9 @@ def device_ticks(chunk: dict[str, Any], state: SignalState, flush: bool = False)
         ready.append(t)
     if ready:
         state.released_tick = max(state.released_tick, ready[-1])
-    out = []
+    out: list[DeviceChunk] = []
     for t in ready:
-        out.append({"kind": "device", "job": chunk.get("job", ""), **state.ticks.pop(t)})
+        out.append(cast(DeviceChunk, {"kind": "device", "job": chunk.get("job", ""), **state.ticks.pop(t)}))
     return out
 
 
@@ -191,7 +193,7 @@ def _grow(state: Any, size: int, attr: str) -> Any:
 
 
 # ---- device samples ---------------------------------------------------------------------
-def device_findings(chunk: dict[str, Any], state: SignalState, cfg: DetectionConfig,
+def device_findings(chunk: DeviceChunk, state: SignalState, cfg: DetectionConfig,
                     timings: dict[str, float], stage_of: IntArray | None = None) -> list[Finding]:
     """R1/R2 on one tick of a job's device samples. `stage_of`: the PP stage of each rank (the
     engine's topology, -1 or absent = unknown): R2's common mode is the device's stage."""
@@ -210,7 +212,7 @@ def device_findings(chunk: dict[str, Any], state: SignalState, cfg: DetectionCon
             state.device_rank[j] = ranks[i]
     n = len(state.devices)
     names = list(state.devices)
-    values = {m: np.asarray(chunk[m], dtype=np.float64) for m in DEVICE_METRICS}
+    values = {m: np.asarray(column(chunk, m), dtype=np.float64) for m in DEVICE_METRICS}
     # rounds: a device sampled several times in one chunk is evaluated in order
     order = np.argsort(np.asarray(chunk["ts_ns"], dtype=np.int64), kind="stable")
     seen_count: dict[int, int] = {}

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import fields
 
 from schemas import DeviceSample, Phases
+from schemas.columns import DEVICE_METRICS, DOMAINS, PHASES
 from schemas.device import METRICS
-from streams.detect.ingest.decode import DEVICE_METRICS, DOMAINS, PHASES
 
 
 def test_device_metrics_are_every_measurement_of_a_sample() -> None:

@@ -9,39 +9,167 @@ ranks meet in the one worker that owns the job's partition.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Literal, TypedDict, TypeGuard, cast
 
 import numpy as np
 import numpy.typing as npt
 import orjson
 
-from streams.detect.ingest.decode import DOMAINS, PHASES
+from schemas.columns import DOMAINS, PHASES
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 
+# a measurement: NaN where not measured, which the wire (JSON) turns into null (None); read with
+# np.asarray(..., dtype=np.float64), which makes it NaN again
+Measured = float | None
+
+
+class Progress(TypedDict, total=False):
+    """How far the decode stage was behind its input when it made the chunk (streams/detect/ingest/loop.py)."""
+
+    behind_ns: int
+    decoded_ns: int
+    lag: int
+    starved: bool
+
+
+class StepChunk(Progress):
+    """One job attempt's step reports of a batch: one list per column, one row per (rank, step) report."""
+
+    kind: Literal["steps"]
+    job: str
+    attempt: int
+    world: int
+    rank: list[int]
+    step: list[int]
+    host: list[str]
+    start_ns: list[int]
+    end_ns: list[int]
+    samples: list[Measured]
+    batch: list[Measured]
+    stage: list[int]  # the PP stage (-1: none)
+    # one column per phase of schemas.columns.PHASES (ms) ...
+    data_ms: list[Measured]
+    forward_ms: list[Measured]
+    backward_ms: list[Measured]
+    grad_ms: list[Measured]
+    optimizer_ms: list[Measured]
+    comm_exposed_ms: list[Measured]
+    interstep_cpu_ms: list[Measured]
+    gc_ms: list[Measured]
+    # ... and per domain of schemas.columns.DOMAINS the rank's group (g_, -1: none) and its size (n_, 0: none)
+    g_dp: list[int]
+    n_dp: list[int]
+    g_tp: list[int]
+    n_tp: list[int]
+    g_pp: list[int]
+    n_pp: list[int]
+    g_ep: list[int]
+    n_ep: list[int]
+    g_cp: list[int]
+    n_cp: list[int]
+
+
+# a kernel summary, trimmed to what R4-R9 read: [rank, step, entries, other_ns], each entry
+# [key, cat, count, total_ns, flops, bytes, domain, launch_mean_us, launch_mad_us, direction, max_ns]
+KernelRow = list[Any]
+
+
+class KernelChunk(Progress):
+    """One job attempt's kernel summaries of a batch, row-shaped (a summary's entries vary)."""
+
+    kind: Literal["kernels"]
+    job: str
+    attempt: int
+    world: int
+    rows: list[KernelRow]
+
+
+class DeviceChunk(Progress):
+    """One job's device samples of a batch (job "": samples nobody attributed to a job). No attempt:
+    a sample belongs to the attempt of its time."""
+
+    kind: Literal["device"]
+    job: str
+    host: list[str]
+    device: list[int]
+    rank: list[int]  # -1: not attributed to a rank
+    ts_ns: list[int]
+    # one column per measurement of schemas.columns.DEVICE_METRICS
+    power_w: list[Measured]
+    temp_c: list[Measured]
+    aicore_pct: list[Measured]
+    aicpu_pct: list[Measured]
+    ctrlcpu_pct: list[Measured]
+    mem_pct: list[Measured]
+    membw_pct: list[Measured]
+    freq_mhz: list[Measured]
+
+
+class JobChunk(Progress):
+    """A job attempt's `start` or `end` event."""
+
+    kind: Literal["job"]
+    job: str
+    attempt: int
+    phase: Literal["start", "end"]
+    world: int
+    ts_ns: int
+    last_step: int | None
+    parallel: dict[str, Any]
+    kernel_summaries: bool
+
+
+Chunk = StepChunk | KernelChunk | DeviceChunk | JobChunk
+
+
+# Chunks are dispatched on `kind` read with `.get`: a chunk without one is applied as an empty
+# chunk (counted, ticked), as it always was, where `chunk["kind"]` would raise.
+def is_steps(chunk: Chunk) -> TypeGuard[StepChunk]:
+    return chunk.get("kind") == "steps"
+
+
+def is_kernels(chunk: Chunk) -> TypeGuard[KernelChunk]:
+    return chunk.get("kind") == "kernels"
+
+
+def is_device(chunk: Chunk) -> TypeGuard[DeviceChunk]:
+    return chunk.get("kind") == "device"
+
+
+def is_job(chunk: Chunk) -> TypeGuard[JobChunk]:
+    return chunk.get("kind") == "job"
+
+
+def column(chunk: Mapping[str, object], name: str) -> list[Any]:
+    """A column named at run time (a phase, a domain's groups, a device metric): TypedDict keys are literals."""
+    return cast(list[Any], chunk[name])
+
+
 MAX_CHUNK_BYTES = 1_000_000  # well under the partials topic's max.message.bytes (4 MB)
 
 
-def dumps(chunk: dict[str, Any]) -> bytes:
+def dumps(chunk: Chunk) -> bytes:
     return orjson.dumps(chunk)
 
 
-def _rows(chunk: dict[str, Any]) -> int:
-    if chunk.get("kind") == "kernels":
+def _rows(chunk: Chunk) -> int:
+    if is_kernels(chunk):
         return len(chunk["rows"])
-    if chunk.get("kind") in ("steps", "device"):
+    if is_steps(chunk) or is_device(chunk):
         return len(chunk["rank"])
     return 1
 
 
-def _part(chunk: dict[str, Any], lo: int, hi: int) -> dict[str, Any]:
+def _part(chunk: Chunk, lo: int, hi: int) -> Chunk:
     n = _rows(chunk)
-    return {k: (v[lo:hi] if isinstance(v, list) and len(v) == n else v) for k, v in chunk.items()}
+    return cast(Chunk, {k: (v[lo:hi] if isinstance(v, list) and len(v) == n else v) for k, v in chunk.items()})
 
 
-def dumps_split(chunk: dict[str, Any], limit: int = MAX_CHUNK_BYTES) -> list[bytes]:
+def dumps_split(chunk: Chunk, limit: int = MAX_CHUNK_BYTES) -> list[bytes]:
     """The chunk as one message, or as several (row ranges in order) when it would be too large."""
     raw = orjson.dumps(chunk)
     n = _rows(chunk)
@@ -51,14 +179,16 @@ def dumps_split(chunk: dict[str, Any], limit: int = MAX_CHUNK_BYTES) -> list[byt
     return dumps_split(_part(chunk, 0, mid), limit) + dumps_split(_part(chunk, mid, n), limit)
 
 
-def loads(raw: bytes | None) -> dict[str, Any]:
-    """One chunk from the partials topic; ValueError for anything that is not a JSON object."""
+def loads(raw: bytes | None) -> Chunk:
+    """One chunk from the partials topic; ValueError for anything that is not a JSON object.
+
+    Only the shape is checked: the partials topic is written by the decode stage alone."""
     if not isinstance(raw, (bytes, bytearray, memoryview, str)):
         raise ValueError(f"a chunk must be JSON bytes, got {type(raw).__name__}")
     data = orjson.loads(raw)  # orjson.JSONDecodeError is a ValueError
     if not isinstance(data, dict):
         raise ValueError("a chunk must be a JSON object")
-    return data
+    return cast(Chunk, data)
 
 
 class StepColumns:
@@ -80,7 +210,7 @@ class StepColumns:
         "world",
     )
 
-    def __init__(self, chunk: dict[str, Any]) -> None:
+    def __init__(self, chunk: StepChunk) -> None:
         self.job: str = chunk["job"]
         self.world: int = int(chunk["world"])
         self.rank: IntArray = np.asarray(chunk["rank"], dtype=np.int64)
@@ -90,10 +220,11 @@ class StepColumns:
         self.end_ns: IntArray = np.asarray(chunk["end_ns"], dtype=np.int64)
         self.samples: FloatArray = np.asarray(chunk["samples"], dtype=np.float64)
         self.batch: FloatArray = np.asarray(chunk["batch"], dtype=np.float64)
-        self.phases: FloatArray = np.asarray([chunk[p] for p in PHASES], dtype=np.float64).reshape(len(PHASES), -1)
-        self.groups: IntArray = np.asarray([chunk[f"g_{d}"] for d in DOMAINS], dtype=np.int64).reshape(
+        self.phases: FloatArray = np.asarray([column(chunk, p) for p in PHASES], dtype=np.float64).reshape(
+            len(PHASES), -1)
+        self.groups: IntArray = np.asarray([column(chunk, f"g_{d}") for d in DOMAINS], dtype=np.int64).reshape(
             len(DOMAINS), -1)
-        self.sizes: IntArray = np.asarray([chunk[f"n_{d}"] for d in DOMAINS], dtype=np.int64).reshape(
+        self.sizes: IntArray = np.asarray([column(chunk, f"n_{d}") for d in DOMAINS], dtype=np.int64).reshape(
             len(DOMAINS), -1)
         self.stage: IntArray = np.asarray(chunk["stage"], dtype=np.int64)
 

@@ -11,7 +11,9 @@ pack an array of events (contract 1.2): its elements go to the same columns one 
 bad element is skipped alone.
 
 A chunk is a plain dict of lists (one list per column) for one job, ready to be sent
-as one message on the internal partials topic keyed by job (see streams/detect/combine/).
+as one message on the internal partials topic keyed by job; its keys per kind are the
+TypedDicts of streams/detect/combine/chunks.py. The builders here write columns by name
+(phases, domains, metrics) on plain dicts; what `decode_batch` returns is typed.
 """
 
 from __future__ import annotations
@@ -19,23 +21,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
 from schemas.bounds import INT64, UINT16, UINT32
-from schemas.device import METRICS
-from schemas.identity import DOMAIN_TYPES
+from schemas.columns import DEVICE_METRICS, DOMAINS, PHASES
 from schemas.packing import MAX_PACKED_EVENTS
-from schemas.step import Phases
 from schemas.version import major_ok
+from streams.detect.combine.chunks import Chunk
 from streams.detect.ingest import columns
 from streams.detect.ingest.columns import attempt_key
 
-# the contract's names, from the contract (schemas/): the columns detection keeps, in that order
-PHASES: tuple[str, ...] = Phases.NAMES
-DOMAINS: tuple[str, ...] = DOMAIN_TYPES
-DEVICE_METRICS: tuple[str, ...] = METRICS
 NAN = math.nan
 I64 = INT64[1]  # steps, times: Int64 columns
 U32 = UINT32[1]  # rank, world
@@ -217,7 +214,7 @@ _PACKED_HANDLERS = {kind: handler for kind, handler in _HANDLERS.items() if kind
 
 
 def decode_batch(raws: list[bytes], max_event_bytes: int, columnar: bool = True
-                 ) -> tuple[list[dict[str, Any]], DecodeStats]:
+                 ) -> tuple[list[Chunk], DecodeStats]:
     """Decode raw messages of any detect input topic into chunks (one per job and kind).
 
     `columnar`: step and device records are read to columns in C (streams/detect/ingest/columns.py)
@@ -233,10 +230,10 @@ def decode_batch(raws: list[bytes], max_event_bytes: int, columnar: bool = True
     # step chunks keep a key "job" even for device chunks without one ("" = not attributed).
     # A batch mixes topics, so a job's `end` may precede its last steps here: job starts go
     # first and job ends last, so the engine sees every step of the batch before the end.
-    return sorted(chunks.values(), key=_chunk_order), stats
+    return cast(list[Chunk], sorted(chunks.values(), key=_chunk_order)), stats
 
 
-def _decode_columnar(raws: list[bytes], max_event_bytes: int) -> tuple[list[dict[str, Any]], DecodeStats] | None:
+def _decode_columnar(raws: list[bytes], max_event_bytes: int) -> tuple[list[Chunk], DecodeStats] | None:
     """The batch's step and device records read to columns, the rest event by event; None: the caller
     decodes the whole batch event by event (a record the columns cannot vouch for).
 
@@ -271,7 +268,7 @@ def _decode_columnar(raws: list[bytes], max_event_bytes: int) -> tuple[list[dict
             stats.by_type[kind] = stats.by_type.get(kind, 0) + n
     placed.sort()
     ordered = [by_key[key] if key in by_key else chunks[key] for _, key in placed]
-    return sorted(ordered, key=_chunk_order), stats
+    return cast(list[Chunk], sorted(ordered, key=_chunk_order)), stats
 
 
 def _decode_record(raw: bytes, max_event_bytes: int, chunks: dict[str, dict[str, Any]], stats: DecodeStats) -> None:

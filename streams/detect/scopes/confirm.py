@@ -34,8 +34,24 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Protocol
 
-from infra.settings import DetectionConfig
+
+class Grading(Protocol):
+    """The settings graded confirmation reads: slow_rank's `Params` holds them (so does `DetectionConfig`)."""
+
+    @property
+    def slow_rank_min_steps(self) -> int: ...
+    @property
+    def slow_rank_strong_min_steps(self) -> int: ...
+    @property
+    def slow_rank_strong_z(self) -> float: ...
+    @property
+    def slow_rank_strong_excess(self) -> float: ...
+    @property
+    def slow_rank_strong_q_margin(self) -> float: ...
+    @property
+    def slow_rank_strong_compute_share(self) -> float: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,37 +65,37 @@ class Deviation:
     compute_share: float  # share of its positive per-phase excess that is device compute (0..1)
 
 
-def is_strong(dev: Deviation, cfg: DetectionConfig, dixon: bool = True) -> bool:
+def is_strong(dev: Deviation, params: Grading, dixon: bool = True) -> bool:
     """Far beyond every threshold at once (see the module docstring); `dixon=False`: skip Dixon's test."""
-    if not (dev.z >= cfg.slow_rank_strong_z and dev.excess >= cfg.slow_rank_strong_excess
-            and dev.compute_share >= cfg.slow_rank_strong_compute_share):
+    if not (dev.z >= params.slow_rank_strong_z and dev.excess >= params.slow_rank_strong_excess
+            and dev.compute_share >= params.slow_rank_strong_compute_share):
         return False
     if not dixon or math.isnan(dev.dixon_crit):
         return True
-    return dev.dixon_q >= dev.dixon_crit + cfg.slow_rank_strong_q_margin * (1.0 - dev.dixon_crit)
+    return dev.dixon_q >= dev.dixon_crit + params.slow_rank_strong_q_margin * (1.0 - dev.dixon_crit)
 
 
-def open_after(devs: list[Deviation], cfg: DetectionConfig) -> int:
+def open_after(devs: list[Deviation], params: Grading) -> int:
     """Flagged steps needed for a rank flagged with this evidence (one entry per domain it was flagged in).
 
     Strong in any domain is strong: the rank is unmistakably the late arriver of that group.
     No evidence (e.g. a sustained straggler found over a window) gets the full persistence.
     """
-    base = cfg.slow_rank_min_steps
-    strong = max(1, min(cfg.slow_rank_strong_min_steps, base))
-    return strong if any(is_strong(d, cfg) for d in devs) else base
+    base = params.slow_rank_min_steps
+    strong = max(1, min(params.slow_rank_strong_min_steps, base))
+    return strong if any(is_strong(d, params) for d in devs) else base
 
 
-def host_open_after(per_rank: list[list[Deviation]], cfg: DetectionConfig) -> int:
+def host_open_after(per_rank: list[list[Deviation]], params: Grading) -> int:
     """A host finding (one entry per flagged rank of the host): strong when at least half its flagged ranks are.
 
     Dixon's Q is not asked here: a host's ranks are slow together, so in a group holding
     several of them the latest is not apart from the second latest. Several ranks of one
     host far out in compute in the same step is itself the confirmation a lone rank lacks.
     """
-    base = cfg.slow_rank_min_steps
-    strong = max(1, min(cfg.slow_rank_strong_min_steps, base))
-    n_strong = sum(any(is_strong(d, cfg, dixon=False) for d in devs) for devs in per_rank)
+    base = params.slow_rank_min_steps
+    strong = max(1, min(params.slow_rank_strong_min_steps, base))
+    n_strong = sum(any(is_strong(d, params, dixon=False) for d in devs) for devs in per_rank)
     return strong if per_rank and 2 * n_strong >= len(per_rank) else base
 
 

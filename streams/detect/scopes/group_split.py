@@ -19,11 +19,12 @@ slow ranks.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from infra.settings import DetectionConfig
+from schemas.columns import DOMAINS
 from streams.detect.advice import SCOPES
-from streams.detect.ingest.decode import DOMAINS
 from streams.detect.scopes.finding import Finding
 from streams.detect.windows.step_frames import PHASE_INDEX, Frame, Topology
 
@@ -34,7 +35,15 @@ SPREAD = 0.20  # ... at least this far apart (healthy jitter within one group st
 HOT_Z, COLD_Z, SPREAD_Z = 4.0, 3.0, 7.0  # the same in robust sigmas of the job's spread (a jittery job)
 
 
-def evaluate(frame: Frame, topo: Topology, cfg: DetectionConfig) -> list[Finding]:
+@dataclass(frozen=True, slots=True)
+class Params:
+    """The settings this scope reads (infra/settings.py `DetectionConfig.params` fills them)."""
+
+    slow_rank_min_steps: int
+    resolve_after_steps: int
+
+
+def evaluate(frame: Frame, topo: Topology, params: Params) -> list[Finding]:
     seen = frame.seen
     if int(seen.sum()) < 4:
         return []
@@ -80,5 +89,5 @@ def evaluate(frame: Frame, topo: Topology, cfg: DetectionConfig) -> list[Finding
             evidence={"hot_ratio": round(1.0 + hi, 4), "cold_ratio": round(1.0 + lo, 4), "hot_ranks": len(hot)},
             hot_ranks=hot,
             cause=SCOPES["SLOW_GROUP"].cause, suggestion=SCOPES["SLOW_GROUP"].suggestion,
-            open_after=cfg.slow_rank_min_steps, resolve_after=cfg.resolve_after_steps))
+            open_after=params.slow_rank_min_steps, resolve_after=params.resolve_after_steps))
     return out

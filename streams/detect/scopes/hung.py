@@ -12,9 +12,10 @@ when the rank reports again.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from infra.settings import DetectionConfig
 from streams.detect.advice import SCOPES
 from streams.detect.scopes.finding import Finding
 from streams.detect.windows.step_frames import Frame, IntArray, Topology
@@ -23,14 +24,21 @@ HUNG_LEAD_STEPS = 2  # peers must have reported this many later steps: they went
 ADVICE = SCOPES["HUNG"]
 
 
+@dataclass(frozen=True, slots=True)
+class Params:
+    """The settings this scope reads (infra/settings.py `DetectionConfig.params` fills them)."""
+
+    hang_silence_s: float
+
+
 def evaluate(frame: Frame, topo: Topology, newest_of: IntArray, heard_ns: IntArray, now_ns: int,
-             cfg: DetectionConfig) -> list[Finding]:
+             params: Params) -> list[Finding]:
     if frame.closed_by != "timeout" or not frame.seen.any():
         return []
     world = frame.seen.size
     if int(newest_of[:world].max(initial=-1)) < frame.step + HUNG_LEAD_STEPS:
         return []  # the peers have not gone on (a slow producer, or the whole job stalled together)
-    silent = now_ns - heard_ns[:world] >= int(cfg.hang_silence_s * 1e9)
+    silent = now_ns - heard_ns[:world] >= int(params.hang_silence_s * 1e9)
     missing = np.flatnonzero(~frame.seen & (newest_of[:world] < frame.step) & silent)
     if missing.size == 0:
         return []

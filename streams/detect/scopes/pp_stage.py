@@ -14,10 +14,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from infra.settings import DetectionConfig
 from streams.detect.advice import SCOPES
 from streams.detect.scopes.finding import Finding
 from streams.detect.windows.step_frames import Frame, Topology
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    """The settings this scope reads (infra/settings.py `DetectionConfig.params` fills them)."""
+
+    warmup_steps: int
+    baseline_steps: int
+    slow_stage_ratio: float
+    slow_rank_min_steps: int
+    resolve_after_steps: int
 
 
 @dataclass(slots=True)
@@ -25,7 +35,7 @@ class StageState:
     history: dict[int, list[float]] = field(default_factory=dict)
 
 
-def evaluate(frame: Frame, topo: Topology, state: StageState, cfg: DetectionConfig
+def evaluate(frame: Frame, topo: Topology, state: StageState, params: Params
              ) -> tuple[StageState, list[Finding]]:
     seen = np.flatnonzero(frame.seen)
     stage = topo.stage[seen]
@@ -38,30 +48,30 @@ def evaluate(frame: Frame, topo: Topology, state: StageState, cfg: DetectionConf
     ratio: dict[int, float] = {}
     for k, value in now.items():
         hist = state.history.get(k, [])
-        if len(hist) > cfg.warmup_steps:
+        if len(hist) > params.warmup_steps:
             ratio[k] = value / float(np.median(hist))
     out: list[Finding] = []
     flagged: set[int] = set()
     if len(ratio) >= 2:
         for k, r in ratio.items():
             others = float(np.median([v for j, v in ratio.items() if j != k]))
-            if r > 1 + cfg.slow_stage_ratio and r - others > cfg.slow_stage_ratio:
+            if r > 1 + params.slow_stage_ratio and r - others > params.slow_stage_ratio:
                 flagged.add(k)
                 base = now[k] / r
                 members = seen[ok & (stage == k)].tolist()
                 out.append(Finding(
                     rule="SLOW_STAGE", key=f"stage:{k}", scope="stage", step=frame.step, stage=k,
                     ranks=members, metric="busy_ms", observed=now[k], expected=base,
-                    threshold=base * (1 + cfg.slow_stage_ratio), unit="ms",
+                    threshold=base * (1 + params.slow_stage_ratio), unit="ms",
                     summary=f"PP stage {k}: median busy {now[k]:.0f} ms, {r:.2f}x its own baseline "
                             f"{base:.0f} ms while the other stages stay at {others:.2f}x",
                     evidence={"ratio": round(r, 4), "others_ratio": round(others, 4)},
                     cause=SCOPES["SLOW_STAGE"].cause, suggestion=SCOPES["SLOW_STAGE"].suggestion,
-                    open_after=cfg.slow_rank_min_steps, resolve_after=cfg.resolve_after_steps))
+                    open_after=params.slow_rank_min_steps, resolve_after=params.resolve_after_steps))
     for k, value in now.items():
         if k in flagged:
             continue  # a slow stage's values do not enter its baseline
         hist = state.history.setdefault(k, [])
         hist.append(value)
-        del hist[:-cfg.baseline_steps]
+        del hist[:-params.baseline_steps]
     return state, out

@@ -23,14 +23,24 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from infra.settings import DetectionConfig
+from schemas.columns import DOMAINS
 from streams.detect.advice import SCOPES
-from streams.detect.ingest.decode import DOMAINS
 from streams.detect.scopes.finding import Finding
 from streams.detect.windows.comm_columns import comm_columns
 from streams.detect.windows.step_frames import Frame, Topology
 
 ADVICE = SCOPES["SLOW_LINK"]
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    """The settings this scope reads (infra/settings.py `DetectionConfig.params` fills them)."""
+
+    warmup_steps: int
+    baseline_steps: int
+    slow_link_ratio: float
+    slow_link_open_after: int
+    resolve_after_steps: int
 
 
 @dataclass(slots=True)
@@ -64,7 +74,7 @@ def _group_times(frame: Frame, topo: Topology) -> dict[str, tuple[str, int, floa
     return best
 
 
-def evaluate(frame: Frame, topo: Topology, state: LinkState, cfg: DetectionConfig) -> tuple[LinkState, list[Finding]]:
+def evaluate(frame: Frame, topo: Topology, state: LinkState, params: Params) -> tuple[LinkState, list[Finding]]:
     if not frame.kernels or topo.world == 0:
         return state, []
     state.seen += 1
@@ -78,13 +88,13 @@ def evaluate(frame: Frame, topo: Topology, state: LinkState, cfg: DetectionConfi
         if hosts.size <= 1:
             continue
         hist = state.history.setdefault(name, [])
-        if state.seen > cfg.warmup_steps and len(hist) >= 3:
+        if state.seen > params.warmup_steps and len(hist) >= 3:
             ratio = t / float(np.median(hist))
-            if ratio >= cfg.slow_link_ratio:
+            if ratio >= params.slow_link_ratio:
                 slowed[name] = ratio
                 continue
         hist.append(t)
-        del hist[:-cfg.baseline_steps]
+        del hist[:-params.baseline_steps]
     if not slowed:
         return state, []
     # per host: how many of its inter-host groups (per collective) are slowed
@@ -112,7 +122,8 @@ def evaluate(frame: Frame, topo: Topology, state: LinkState, cfg: DetectionConfi
             link=f"{host}/rdma", severity="critical" if worst[h] >= 2.0 else "warning", metric="comm_per_call_ms",
             summary=f"link {host}/rdma: all {hit[h]} inter-host collective groups of {host} slowed, up to "
                     f"{worst[h]:.1f}x their own transfer time; groups without {host} are not",
-            observed=worst[h], expected=1.0, threshold=cfg.slow_link_ratio, unit="x",
+            observed=worst[h], expected=1.0, threshold=params.slow_link_ratio, unit="x",
             evidence={"groups_slowed": float(hit[h]), "worst_ratio": round(worst[h], 3)}, cause=ADVICE.cause,
-            suggestion=ADVICE.suggestion, open_after=cfg.slow_link_open_after, resolve_after=cfg.resolve_after_steps))
+            suggestion=ADVICE.suggestion, open_after=params.slow_link_open_after,
+            resolve_after=params.resolve_after_steps))
     return state, out

@@ -35,9 +35,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from infra.settings import DetectionConfig
+from schemas.columns import DOMAINS
 from streams.detect.advice import advise
-from streams.detect.ingest.decode import DOMAINS
 from streams.detect.scopes.finding import Finding
 from streams.detect.scopes.slow_rank import excess_phase, phase_medians
 from streams.detect.windows.step_frames import PHASE_INDEX, Frame, Topology
@@ -46,6 +45,17 @@ COMPARABLE = ("dp", "tp", "ep", "cp")  # as slow_rank.py: PP stages differ by de
 NOISE_STEPS = 50
 NOISE_FLOOR = 1e-3  # a perfectly steady gap (a replayed trace) still has a noise scale
 _DIFF_SCALE = 1.0 / (0.6745 * math.sqrt(2.0))  # median |x_t - x_(t-1)| of normal noise -> sigma
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    """The settings this scope reads (infra/settings.py `DetectionConfig.params` fills them)."""
+
+    warmup_steps: int
+    slow_rank_gap_share: float
+    slow_rank_z: float
+    slow_rank_min_steps: int
+    resolve_after_steps: int
 
 
 @dataclass(slots=True)
@@ -72,7 +82,7 @@ def _majority_ranks(topo: Topology) -> np.ndarray:
     return out
 
 
-def evaluate(frame: Frame, topo: Topology, state: PairState, cfg: DetectionConfig) -> tuple[PairState, list[Finding]]:
+def evaluate(frame: Frame, topo: Topology, state: PairState, params: Params) -> tuple[PairState, list[Finding]]:
     world = min(frame.seen.size, topo.world)
     if world < 2:
         return state, []
@@ -98,19 +108,19 @@ def evaluate(frame: Frame, topo: Topology, state: PairState, cfg: DetectionConfi
             gap = float(wait[b] - wait[a]) / step_ms  # > 0: b waited for a
             history = state.gaps.setdefault((d_index, int(group)), [])
             sigma = noise(history)
-            judged = len(history) >= cfg.warmup_steps
+            judged = len(history) >= params.warmup_steps
             history.append(gap)
             del history[:-NOISE_STEPS]
             late, peer = (a, b) if gap > 0 else (b, a)
             share = abs(gap)
-            if not judged or share < cfg.slow_rank_gap_share or share < 2 * cfg.slow_rank_z * sigma:
+            if not judged or share < params.slow_rank_gap_share or share < 2 * params.slow_rank_z * sigma:
                 continue
-            out.append(_finding(frame, topo, domain, int(group), late, peer, share, sigma, step_ms, cfg))
+            out.append(_finding(frame, topo, domain, int(group), late, peer, share, sigma, step_ms, params))
     return state, out
 
 
 def _finding(frame: Frame, topo: Topology, domain: str, group: int, late: int, peer: int, share: float, sigma: float,
-             step_ms: float, cfg: DetectionConfig) -> Finding:
+             step_ms: float, params: Params) -> Finding:
     wait = frame.phases[PHASE_INDEX["comm_exposed_ms"]]
     host = int(topo.host_of[late]) if late < topo.host_of.size else -1
     host_name = topo.hosts[host] if 0 <= host < len(topo.hosts) else None
@@ -120,7 +130,7 @@ def _finding(frame: Frame, topo: Topology, domain: str, group: int, late: int, p
     return Finding(
         rule="SLOW_RANK", key=f"rank:{late}", scope="rank", step=frame.step, ranks=[late], host=host_name,
         domain=domain, metric="peer_wait_share", observed=round(share, 4), expected=0.0,
-        threshold=cfg.slow_rank_gap_share, unit="ratio",
+        threshold=params.slow_rank_gap_share, unit="ratio",
         summary=(f"rank {late} ({host_name}) is the one its {domain.upper()} pair waits for: rank {peer} waits "
                  f"{peer_wait - own_wait:.1f} ms more in collectives ({100 * share:.0f} % of the {step_ms:.0f} ms "
                  "step)"),
@@ -129,5 +139,5 @@ def _finding(frame: Frame, topo: Topology, domain: str, group: int, late: int, p
                   f"group_{domain}": float(group), "peer": float(peer)},
         severity="critical" if share > 0.3 else "warning", cause_phase=phase, cause=advice.cause,
         suggestion=advice.suggestion,
-        open_after=cfg.slow_rank_min_steps, resolve_after=cfg.resolve_after_steps,
+        open_after=params.slow_rank_min_steps, resolve_after=params.resolve_after_steps,
     )

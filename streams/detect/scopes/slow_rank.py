@@ -27,9 +27,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from infra.settings import DetectionConfig
+from schemas.columns import DOMAINS, PHASES
 from streams.detect.advice import COMPUTE_PHASES, advise
-from streams.detect.ingest.decode import DOMAINS, PHASES
 from streams.detect.scopes.confirm import Deviation, compute_share, host_open_after
 from streams.detect.scopes.confirm import open_after as graded_open_after
 from streams.detect.scopes.finding import Finding
@@ -43,6 +42,24 @@ NOISE_STEPS = 50
 DEVICE_COMPUTE = (*COMPUTE_PHASES, "optimizer_ms")  # phases without a healthy heavy tail (confirm.py)
 
 
+@dataclass(frozen=True, slots=True)
+class Params:
+    """The settings this scope reads (infra/settings.py `DetectionConfig.params` fills them)."""
+
+    warmup_steps: int
+    slow_rank_wait_ratio: float
+    slow_rank_z: float
+    slow_rank_gap_share: float
+    slow_host_fraction: float
+    resolve_after_steps: int
+    slow_rank_min_steps: int
+    slow_rank_strong_min_steps: int
+    slow_rank_strong_z: float
+    slow_rank_strong_excess: float
+    slow_rank_strong_q_margin: float
+    slow_rank_strong_compute_share: float
+
+
 @dataclass(slots=True)
 class SlowRankState:
     noise: float = 0.0  # typical relative deviation of busy time from its group's median
@@ -50,7 +67,7 @@ class SlowRankState:
     sustained: SustainedState = field(default_factory=SustainedState)
 
 
-def evaluate(frame: Frame, topo: Topology, state: SlowRankState, cfg: DetectionConfig
+def evaluate(frame: Frame, topo: Topology, state: SlowRankState, params: Params
              ) -> tuple[SlowRankState, list[Finding]]:
     seen = np.flatnonzero(frame.seen)
     if seen.size < 3:
@@ -99,18 +116,18 @@ def evaluate(frame: Frame, topo: Topology, state: SlowRankState, cfg: DetectionC
                      (sorted_vals / np.repeat(np.where(gs.median > 0, gs.median, 1.0), gs.counts) - 1.0)[member_valid],
                      is_max[member_valid], np.repeat(gs.median, gs.counts)[member_valid],
                      np.repeat(wait, gs.counts)[member_valid], gap[member_valid])
-        waited = valid & (wait >= cfg.slow_rank_wait_ratio)
+        waited = valid & (wait >= params.slow_rank_wait_ratio)
         dixon = np.isfinite(q_crit) & (q > q_crit)
         # 3 sigma out of the job's noise, confirmed by Dixon's Q where it applies (n <= 30),
         # unless it is twice that far out (Dixon alone flags 1 in 200 healthy small groups)
-        confirmed = dixon | ~np.isfinite(q_crit) | (z_max >= 2 * cfg.slow_rank_z)
-        outlier_group = waited & (z_max >= cfg.slow_rank_z) & confirmed
+        confirmed = dixon | ~np.isfinite(q_crit) | (z_max >= 2 * params.slow_rank_z)
+        outlier_group = waited & (z_max >= params.slow_rank_z) & confirmed
         if not outlier_group.any():
             continue
         # members of waiting groups past the z threshold (the maximum always, when its group is an outlier)
         z_member = (sorted_vals - np.repeat(gs.median, gs.counts)) / np.repeat(
             np.where(sigma > 0, sigma, np.inf), gs.counts)
-        pick = outlier_group[member_group] & ((z_member >= cfg.slow_rank_z) | is_max)
+        pick = outlier_group[member_group] & ((z_member >= params.slow_rank_z) | is_max)
         for pos in np.flatnonzero(pick).tolist():
             g = int(member_group[pos])
             rank = int(ranks[gs.order[pos]])
@@ -127,7 +144,7 @@ def evaluate(frame: Frame, topo: Topology, state: SlowRankState, cfg: DetectionC
         state.history.append(float(np.median(noises)))
         del state.history[:-NOISE_STEPS]
         state.noise = float(np.median(state.history))
-    stragglers, excess, gaps = sustained_update(state.sustained, observed, state.noise, cfg.slow_rank_gap_share)
+    stragglers, excess, gaps = sustained_update(state.sustained, observed, state.noise, params.slow_rank_gap_share)
     for rank, over, gap_share in zip(stragglers.tolist(), excess.tolist(), gaps.tolist(), strict=True):
         if rank in flagged or not frame.seen[rank] or observed.domain[rank] < 0:
             continue
@@ -136,10 +153,10 @@ def evaluate(frame: Frame, topo: Topology, state: SlowRankState, cfg: DetectionC
                          "sustained_median_excess": round(over, 4), "sustained_median_gap_share": round(gap_share, 4),
                          "sustained_window": float(WINDOW), "busy_ms": round(float(frame.busy_ms[rank]), 3),
                          "group_median_ms": round(float(observed.median[rank]), 3)}
-    if not flagged or len(state.history) <= cfg.warmup_steps:
+    if not flagged or len(state.history) <= params.warmup_steps:
         return state, []
     medians = phase_medians(frame)
-    return state, _findings(frame, topo, flagged, medians, _deviations(frame, flagged, grading, medians), cfg)
+    return state, _findings(frame, topo, flagged, medians, _deviations(frame, flagged, grading, medians), params)
 
 
 def phase_medians(frame: Frame) -> dict[int, float]:
@@ -210,7 +227,7 @@ def _host_side_shared(frame: Frame, members: np.ndarray, flagged: list[int]) -> 
 
 
 def _findings(frame: Frame, topo: Topology, flagged: dict[int, dict[str, float]], medians: dict[int, float],
-              devs: dict[int, list[Deviation]], cfg: DetectionConfig) -> list[Finding]:
+              devs: dict[int, list[Deviation]], params: Params) -> list[Finding]:
     """`devs`: each rank's evidence for graded confirmation (how many flagged steps it needs to open)."""
     out: list[Finding] = []
     by_host: dict[int, list[int]] = {}
@@ -221,7 +238,7 @@ def _findings(frame: Frame, topo: Topology, flagged: dict[int, dict[str, float]]
         host_name = topo.hosts[host] if host >= 0 else None
         shared = _host_side_shared(frame, members, ranks) if host >= 0 else None
         if shared is not None or (
-                len(ranks) >= 2 and members.size and len(ranks) >= cfg.slow_host_fraction * members.size):
+                len(ranks) >= 2 and members.size and len(ranks) >= params.slow_host_fraction * members.size):
             ranks.sort()
             phase = shared or excess_phase(frame, ranks, medians)
             advice = advise(phase)
@@ -230,7 +247,7 @@ def _findings(frame: Frame, topo: Topology, flagged: dict[int, dict[str, float]]
             out.append(Finding(
                 rule="SLOW_HOST", key=f"host:{host_name}", scope="host", step=frame.step, host=host_name,
                 ranks=ranks, metric="busy_ms", observed=busy, expected=median, unit="ms",
-                threshold=median * (1 + cfg.slow_rank_wait_ratio),
+                threshold=median * (1 + params.slow_rank_wait_ratio),
                 summary=(f"host {host_name}: {len(ranks)} of its {members.size} ranks are the ones their groups "
                          f"wait for, busy {busy:.0f} ms vs group median {median:.0f} ms")
                 + (f", and its other ranks spend extra time in {shared.removesuffix('_ms').replace('_', ' ')} "
@@ -238,7 +255,7 @@ def _findings(frame: Frame, topo: Topology, flagged: dict[int, dict[str, float]]
                 evidence={"ranks_flagged": float(len(ranks)), "ranks_on_host": float(members.size),
                           **({"host_side_shared": 1.0} if shared else {})},
                 severity="critical", cause_phase=phase, cause=advice.cause, suggestion=advice.suggestion,
-                open_after=host_open_after([devs[r] for r in ranks], cfg), resolve_after=cfg.resolve_after_steps,
+                open_after=host_open_after([devs[r] for r in ranks], params), resolve_after=params.resolve_after_steps,
             ))
             continue
         for rank in ranks:
@@ -259,10 +276,10 @@ def _findings(frame: Frame, topo: Topology, flagged: dict[int, dict[str, float]]
             out.append(Finding(
                 rule="SLOW_RANK", key=f"rank:{rank}", scope="rank", step=frame.step, ranks=[rank], host=host_name,
                 domain=domains[0], metric="busy_ms", observed=ev["busy_ms"], expected=ev["group_median_ms"],
-                threshold=ev["group_median_ms"] * (1 + cfg.slow_rank_wait_ratio), unit="ms",
+                threshold=ev["group_median_ms"] * (1 + params.slow_rank_wait_ratio), unit="ms",
                 summary=summary,
                 evidence=dict(ev), severity="critical" if max(waits) > 0.3 else "warning",
                 cause_phase=phase, cause=advice.cause, suggestion=advice.suggestion,
-                open_after=graded_open_after(devs[rank], cfg), resolve_after=cfg.resolve_after_steps,
+                open_after=graded_open_after(devs[rank], params), resolve_after=params.resolve_after_steps,
             ))
     return out

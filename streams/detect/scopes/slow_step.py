@@ -35,9 +35,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from infra.settings import DetectionConfig
+from schemas.columns import PHASES
 from streams.detect.advice import advise
-from streams.detect.ingest.decode import PHASES
 from streams.detect.scopes.finding import Finding
 from streams.detect.windows.comm_columns import comm_columns
 from streams.detect.windows.step_frames import Frame
@@ -48,6 +47,22 @@ COMM_CAUSES = ("comm_volume", "comm_bandwidth", "comm_stall")  # the collectives
 # (inter-step CPU), a slow batch (data). Slow steps of any other cause that come and go, a few steps
 # apart, are one intermittent fault (spec §4 timing conflicts: 1-3 s stalls): `stall_gap_steps`
 PLANNED_CAUSES = ("forward_ms", "interstep_cpu_ms", "data_ms")
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    """The settings this scope reads (infra/settings.py `DetectionConfig.params` fills them)."""
+
+    warmup_steps: int
+    baseline_steps: int
+    slow_step_ratio: float
+    slow_step_mad_z: float
+    slow_step_open_after: int
+    shift_steps: int
+    shift_spread: float
+    comm_volume_ratio: float
+    stall_gap_steps: int
+    resolve_after_steps: int
 
 
 @dataclass(slots=True)
@@ -75,7 +90,7 @@ def comm_per_step(frame: Frame) -> dict[str, tuple[float, float]]:
     return out
 
 
-def evaluate(frame: Frame, state: SlowStepState, cfg: DetectionConfig) -> tuple[SlowStepState, list[Finding]]:
+def evaluate(frame: Frame, state: SlowStepState, params: Params) -> tuple[SlowStepState, list[Finding]]:
     if not frame.seen.any():
         return state, []
     step_ms = float(np.nanmax(frame.duration_ms))
@@ -83,34 +98,34 @@ def evaluate(frame: Frame, state: SlowStepState, cfg: DetectionConfig) -> tuple[
         np.isfinite(frame.phases), frame.phases, -np.inf), axis=1)]
     comm = comm_per_step(frame)
     state.seen += 1
-    if state.seen <= cfg.warmup_steps or len(state.history) < 2:
-        _remember(state, step_ms, phase_max, comm, cfg)
+    if state.seen <= params.warmup_steps or len(state.history) < 2:
+        _remember(state, step_ms, phase_max, comm, params)
         return state, []
     hist = np.asarray(state.history)
     baseline = float(np.median(hist))
     sigma = 1.4826 * float(np.median(np.abs(hist - baseline)))
-    threshold = max(cfg.slow_step_ratio * baseline, baseline + cfg.slow_step_mad_z * sigma)
+    threshold = max(params.slow_step_ratio * baseline, baseline + params.slow_step_mad_z * sigma)
     if step_ms <= threshold:
         state.run.clear()
-        _remember(state, step_ms, phase_max, comm, cfg)
+        _remember(state, step_ms, phase_max, comm, params)
         return state, []
     state.run.append(step_ms)
     phase_hist = np.asarray(state.phase_history)
     excess = {name: phase_max[i] - float(np.median(phase_hist[:, i]))
               for i, name in enumerate(PHASES) if name not in IGNORED_CAUSES}
     evidence: dict[str, float] = {}
-    comm_cause, comm_key = _comm_cause(state, comm, cfg, evidence)
+    comm_cause, comm_key = _comm_cause(state, comm, params, evidence)
     if comm_cause is not None:
         excess[comm_cause] = evidence["excess_comm_transfer_ms"]
     cause = max(excess, key=lambda k: excess[k]) if excess and max(excess.values()) > 0 else None
     advice = advise(cause)
     ratio = step_ms / baseline
     evidence.update({f"excess_{k}": round(v, 3) for k, v in excess.items() if v > 0 and k != comm_cause})
-    shifted = cause != "gc_ms" and _is_shift(state, cfg)  # GC pauses are never a healthy new normal
+    shifted = cause != "gc_ms" and _is_shift(state, params)  # GC pauses are never a healthy new normal
     if shifted:
         evidence["shift"] = 1.0
         state.shifts += 1
-        state.history = list(state.run[-cfg.shift_steps:])
+        state.history = list(state.run[-params.shift_steps:])
         state.run.clear()
     finding = Finding(
         rule="SLOW_STEP", key="job", scope="job", step=frame.step,
@@ -120,20 +135,20 @@ def evaluate(frame: Frame, state: SlowStepState, cfg: DetectionConfig) -> tuple[
         severity="critical" if ratio > 1.5 else "warning", metric="step_ms",
         observed=step_ms, expected=baseline, threshold=threshold, unit="ms", evidence=evidence,
         cause_phase=cause, cause=advice.cause, suggestion=advice.suggestion,
-        open_after=1 if cause == "gc_ms" else cfg.slow_step_open_after, resolve_after=cfg.resolve_after_steps,
-        candidate_gap=1 if cause in PLANNED_CAUSES or cause == "gc_ms" else cfg.stall_gap_steps,
+        open_after=1 if cause == "gc_ms" else params.slow_step_open_after, resolve_after=params.resolve_after_steps,
+        candidate_gap=1 if cause in PLANNED_CAUSES or cause == "gc_ms" else params.stall_gap_steps,
     )
     if shifted:
         finding.evidence["resolve_now"] = 1.0
     return state, [finding]
 
 
-def _is_shift(state: SlowStepState, cfg: DetectionConfig) -> bool:
-    if len(state.run) < cfg.shift_steps:
+def _is_shift(state: SlowStepState, params: Params) -> bool:
+    if len(state.run) < params.shift_steps:
         return False
-    tail = np.asarray(state.run[-cfg.shift_steps:])
+    tail = np.asarray(state.run[-params.shift_steps:])
     med = float(np.median(tail))
-    return float(np.median(np.abs(tail - med))) / med < cfg.shift_spread
+    return float(np.median(np.abs(tail - med))) / med < params.shift_spread
 
 
 def _growth(cause: str, excess_ms: float, evidence: dict[str, float], key: str | None) -> str:
@@ -145,7 +160,7 @@ def _growth(cause: str, excess_ms: float, evidence: dict[str, float], key: str |
     return text + ")"
 
 
-def _comm_cause(state: SlowStepState, comm: dict[str, tuple[float, float]], cfg: DetectionConfig,
+def _comm_cause(state: SlowStepState, comm: dict[str, tuple[float, float]], params: Params,
                 evidence: dict[str, float]) -> tuple[str | None, str | None]:
     """(a COMM_CAUSES cause or None, the collective key) for the key whose transfer time grew most
     against its history; its figures go into `evidence` (transfer ms excess, time and bytes ratios).
@@ -168,17 +183,17 @@ def _comm_cause(state: SlowStepState, comm: dict[str, tuple[float, float]], cfg:
         evidence["comm_bytes_ratio"] = round(nbytes / base_bytes, 4)
     if excess <= 0:
         return None, key
-    if base_bytes > 0 and nbytes >= cfg.comm_volume_ratio * base_bytes:
+    if base_bytes > 0 and nbytes >= params.comm_volume_ratio * base_bytes:
         return "comm_volume", key
     # the same traffic taking longer: a lasting bandwidth loss, or (the step before was not slow) a stall
     return ("comm_bandwidth" if len(state.run) > 1 else "comm_stall"), key
 
 
 def _remember(state: SlowStepState, step_ms: float, phase_max: list[float], comm: dict[str, tuple[float, float]],
-              cfg: DetectionConfig) -> None:
+              params: Params) -> None:
     state.history.append(step_ms)
     state.phase_history.append(phase_max)
     state.comm_history.append(comm)
-    del state.history[:-cfg.baseline_steps]
-    del state.phase_history[:-cfg.baseline_steps]
-    del state.comm_history[:-cfg.baseline_steps]
+    del state.history[:-params.baseline_steps]
+    del state.phase_history[:-params.baseline_steps]
+    del state.comm_history[:-params.baseline_steps]

@@ -4,7 +4,7 @@ When one rank hangs in synchronous training, every peer blocks in its next colle
 rank reports a step any more: the frame-based check (streams/detect/scopes/hung.py, peers went on)
 sees nothing. The device samples keep coming, and on the job's own clock (event time, never
 the worker's wall clock, so a backlog in the decode stage is not a hang) they run past the
-last step's end. Once they are `stall_factor` x the adaptive window timeout past it:
+last step's end. Once they are `hang_stall_factor` x the adaptive window timeout past it:
 
 - a host whose devices stopped sampling as well is silent: one HUNG_HOST finding;
 - a rank whose device sits idle while its peers' devices are busy (blocked peers spin in the
@@ -29,6 +29,13 @@ BUSY_PCT = 50.0   # ... while its peers' median is above this
 MIN_SAMPLES = 3   # device samples per rank past the last step before judging it
 SAMPLE_SLACK_NS = 2_000_000_000  # a silent device's last sample may follow the last step end by this much:
 # each host's agent samples at its own phase (up to one 1 Hz interval late) on its own clock (ms off)
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    """The settings this scope reads (infra/settings.py `DetectionConfig.params` fills them)."""
+
+    hang_stall_factor: float
 
 
 @dataclass(slots=True)
@@ -66,7 +73,7 @@ class StallState:
         np.add.at(self.busy_n, ranks[after], 1)
 
 
-def evaluate(state: StallState, topo: Topology, step: int, timeout_ns: int, stall_factor: float,
+def evaluate(state: StallState, topo: Topology, step: int, timeout_ns: int, params: Params,
              input_lagging: bool, now_ns: int, final: bool) -> list[Finding]:
     """Findings for a stall past the last step end (`step`: the first step that did not complete).
 
@@ -77,7 +84,7 @@ def evaluate(state: StallState, topo: Topology, step: int, timeout_ns: int, stal
     world = min(topo.world, state.newest_dev_ns.size)
     newest = state.newest_dev_ns[:world]
     if (input_lagging or world == 0 or state.last_end_ns == 0 or state.reported_for == state.last_end_ns
-            or int(newest.max()) - state.last_end_ns < stall_factor * timeout_ns):
+            or int(newest.max()) - state.last_end_ns < params.hang_stall_factor * timeout_ns):
         state.seen_since_ns = 0
         return []
     if not final:
@@ -86,7 +93,8 @@ def evaluate(state: StallState, topo: Topology, step: int, timeout_ns: int, stal
         if now_ns - state.seen_since_ns < timeout_ns:
             return []
     sampled = newest > 0
-    slack = min(SAMPLE_SLACK_NS, int(stall_factor * timeout_ns) // 2)  # the others are far past: stall_factor x
+    # the others are far past: hang_stall_factor x
+    slack = min(SAMPLE_SLACK_NS, int(params.hang_stall_factor * timeout_ns) // 2)
     silent = sampled & (newest <= state.last_end_ns + slack)
     out: list[Finding] = []
     done: set[int] = set()

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from schemas.columns import DOMAINS, PHASES
 from streams.detect.combine.chunks import StepColumns
-from streams.detect.ingest.decode import DOMAINS, PHASES
 
 if TYPE_CHECKING:
     from streams.detect.windows.comm_columns import CommColumn

@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import numpy as np
 
 from producers.simulator.cluster import SimulatedJob, Timings
 from producers.simulator.faults import SlowRank, SlowSteps, gc_pause
 from producers.simulator.topology import Topology
 from schemas import ControlCommand
-from streams.detect.engine import LAG_STALE_NS
+from streams.detect.engine import FRAME_SCOPES, LAG_STALE_NS, JobEngine, StatefulScope
 from tests.streams.helpers import T0, incidents, run_engine
 
 
 def _opened(outputs: list[object], rule: str | None = None) -> list[str]:
     return sorted({i.incident_id for i in incidents(outputs, "open") if rule is None or i.rule == rule})
+
+
+def test_frame_scopes_keep_their_state_in_engine_fields() -> None:
+    """A snapshot pickles the JobEngine: each scope's state is a field of it, under its own name."""
+    engine_fields = {f.name for f in fields(JobEngine)}
+    stateful = [s.state for s in FRAME_SCOPES if isinstance(s, StatefulScope)]
+    assert stateful and set(stateful) <= engine_fields and len(set(stateful)) == len(stateful)
 
 
 def test_slow_rank_and_gc_steps_match_ground_truth() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from infra.settings import DetectionConfig
-from streams.detect.ingest.decode import DEVICE_METRICS
+from schemas.columns import DEVICE_METRICS
 from streams.detect.scopes.finding import Finding
 from streams.detect.signals import SignalState, device_findings
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from infra.settings import DetectionConfig
-from streams.detect.ingest.decode import DOMAINS
+from schemas.columns import DOMAINS
 from streams.detect.scopes.finding import Finding
 from streams.detect.signals import SignalState, _kernels
 from streams.detect.windows.comm_columns import CommColumn, transfer_ns

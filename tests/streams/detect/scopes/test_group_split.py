@@ -7,14 +7,14 @@ from __future__ import annotations
 import numpy as np
 
 from infra.settings import DetectionConfig
+from schemas.columns import DOMAINS, PHASES
 from streams.detect.incidents.join import join
-from streams.detect.ingest.decode import DOMAINS, PHASES
 from streams.detect.scopes.finding import Finding
-from streams.detect.scopes.group_split import evaluate
+from streams.detect.scopes.group_split import Params, evaluate
 from streams.detect.windows.step_frames import Frame, Topology
 
 WORLD = 16
-CFG = DetectionConfig()
+PARAMS = DetectionConfig().params(Params)
 
 
 def _topo() -> Topology:
@@ -47,26 +47,26 @@ def test_hot_and_idle_members_of_one_group_are_that_groups_finding() -> None:
     busy = _healthy(0)
     busy[[8, 10]] *= 1.3   # EP group 2 = {8, 10, 12, 14}: hot experts
     busy[[12, 14]] *= 0.85  # ... and idle ones
-    found = evaluate(_frame(busy), _topo(), CFG)
+    found = evaluate(_frame(busy), _topo(), PARAMS)
     assert [(f.key, f.scope, f.domain, f.group, f.ranks) for f in found] == [
         ("group:ep/2", "group", "ep", 2, [8, 10, 12, 14])], "the DP half holding it too is not reported"
 
 
 def test_structural_stage_imbalance_and_jitter_are_no_split() -> None:
     for seed in range(200):
-        assert evaluate(_frame(_healthy(seed)), _topo(), CFG) == []
+        assert evaluate(_frame(_healthy(seed)), _topo(), PARAMS) == []
 
 
 def test_a_slow_rank_or_a_gc_pause_is_no_split() -> None:
     busy = _healthy(1)
     busy[5] *= 1.4  # a straggler: its peers are not faster than usual
-    assert evaluate(_frame(busy), _topo(), CFG) == []
+    assert evaluate(_frame(busy), _topo(), PARAMS) == []
     busy = _healthy(2)
     gc = np.zeros(WORLD)
     gc[[8, 10]] = 700.0
     busy[[8, 10]] += 700.0  # GC pauses on two members (a storm), while two others happen to be quick
     busy[[12, 14]] *= 0.9
-    assert evaluate(_frame(busy, gc), _topo(), CFG) == []
+    assert evaluate(_frame(busy, gc), _topo(), PARAMS) == []
 
 
 def test_a_member_missing_means_no_verdict() -> None:
@@ -75,14 +75,14 @@ def test_a_member_missing_means_no_verdict() -> None:
     busy[[12, 14]] *= 0.85
     frame = _frame(busy)
     frame.seen[14] = False
-    assert [f.key for f in evaluate(frame, _topo(), CFG)] == []
+    assert [f.key for f in evaluate(frame, _topo(), PARAMS)] == []
 
 
 def test_slow_ranks_inside_a_split_group_join_it() -> None:
     busy = _healthy(0)
     busy[[8, 10]] *= 1.3
     busy[[12, 14]] *= 0.85
-    split = evaluate(_frame(busy), _topo(), CFG)
+    split = evaluate(_frame(busy), _topo(), PARAMS)
     ranks = [Finding(rule="SLOW_RANK", key=f"rank:{r}", scope="rank", step=7, summary="slow", ranks=[r],
                      host="node-1") for r in (8, 10)]
     other = Finding(rule="SLOW_RANK", key="rank:3", scope="rank", step=7, summary="slow", ranks=[3], host="node-0")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from infra.settings import DetectionConfig
-from streams.detect.ingest.decode import DOMAINS
-from streams.detect.scopes.slow_link import LinkState, evaluate
+from schemas.columns import DOMAINS
+from streams.detect.scopes.slow_link import LinkState, Params, evaluate
 from streams.detect.windows.step_frames import Frame, Topology
 
 WORLD = 8
@@ -44,10 +44,10 @@ def _frame(step: int, slow_host: int | None, factor: float = 2.0, seed: int = 0)
 
 
 def _run(faulty: int | None, steps: range, factor: float = 2.0) -> list[list[str]]:
-    cfg, state, out = DetectionConfig(), LinkState(), []
+    params, state, out = DetectionConfig().params(Params), LinkState(), []
     for step in steps:
         fault = faulty if step >= 20 else None
-        state, found = evaluate(_frame(step, fault, factor), _topo(), state, cfg)
+        state, found = evaluate(_frame(step, fault, factor), _topo(), state, params)
         out.append([f.link or "" for f in found])
     return out
 
@@ -65,4 +65,4 @@ def test_healthy_jitter_and_mild_slowdown_raise_nothing() -> None:
 
 def test_no_kernels_no_findings() -> None:
     frame = Frame.empty(3, WORLD, 0)
-    assert evaluate(frame, _topo(), LinkState(), DetectionConfig())[1] == []
+    assert evaluate(frame, _topo(), LinkState(), DetectionConfig().params(Params))[1] == []

@@ -8,12 +8,12 @@ from infra.settings import DetectionConfig
 from producers.simulator.cluster import SimulatedJob, Timings
 from producers.simulator.faults import SlowRank
 from producers.simulator.topology import Topology as SimTopology
-from streams.detect.ingest.decode import DOMAINS
-from streams.detect.scopes.slow_pair import PairState, evaluate, noise
+from schemas.columns import DOMAINS
+from streams.detect.scopes.slow_pair import PairState, Params, evaluate, noise
 from streams.detect.windows.step_frames import PHASE_INDEX, Frame, Topology
 from tests.streams.helpers import incidents, run_engine
 
-CFG = DetectionConfig()
+PARAMS = DetectionConfig().params(Params)
 DP = DOMAINS.index("dp")
 
 
@@ -49,7 +49,7 @@ def _run(frames: list[Frame], topo: Topology) -> list[list[int]]:
     state = PairState()
     flagged = []
     for f in frames:
-        state, found = evaluate(f, topo, state, CFG)
+        state, found = evaluate(f, topo, state, PARAMS)
         flagged.append([r for x in found for r in x.ranks])
     return flagged
 
@@ -57,8 +57,8 @@ def _run(frames: list[Frame], topo: Topology) -> list[list[int]]:
 def test_the_rank_its_peer_waits_for_is_named_by_the_wait() -> None:
     # rank 1 arrives 12 ms late at every step: rank 0 waits 20 ms in collectives, rank 1 8 ms (12 % of the step)
     flagged = _run([_frame(s, [20.0, 8.0]) for s in range(20)], _topology([2]))
-    assert flagged[: CFG.warmup_steps] == [[]] * CFG.warmup_steps, "no verdict before the pair has a history"
-    assert flagged[CFG.warmup_steps:] == [[1]] * (20 - CFG.warmup_steps)
+    assert flagged[: PARAMS.warmup_steps] == [[]] * PARAMS.warmup_steps, "no verdict before the pair has a history"
+    assert flagged[PARAMS.warmup_steps:] == [[1]] * (20 - PARAMS.warmup_steps)
 
 
 def test_a_late_start_with_equal_busy_time_is_still_a_wait() -> None:
@@ -107,7 +107,7 @@ def test_heavy_tailed_hiccups_flag_single_steps_that_never_persist() -> None:
         busy = 80.0 * (1.0 + rng.normal(0.0, 0.03, 2))
         busy += np.where(rng.random(2) < 0.02, 8.0 * (rng.pareto(1.5, 2) + 1.0), 0.0)
         frames.append(_frame(s, (busy.max() - busy + 10.0).tolist()))
-    assert _longest_run(_run(frames, _topology([2]))) < CFG.slow_rank_min_steps
+    assert _longest_run(_run(frames, _topology([2]))) < PARAMS.slow_rank_min_steps
 
 
 def test_a_straggler_that_starts_late_in_a_noisy_run_is_found_at_its_onset() -> None:

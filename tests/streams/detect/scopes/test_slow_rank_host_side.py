@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from streams.detect.ingest.decode import PHASES
+from schemas.columns import PHASES
 from streams.detect.scopes.slow_rank import _host_side_shared
 from streams.detect.windows.step_frames import Frame
 

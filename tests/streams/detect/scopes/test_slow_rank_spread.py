@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 
 from infra.settings import DetectionConfig
-from streams.detect.ingest.decode import DOMAINS
-from streams.detect.scopes.slow_rank import SlowRankState, evaluate
+from schemas.columns import DOMAINS
+from streams.detect.scopes.slow_rank import Params, SlowRankState, evaluate
 from streams.detect.windows.step_frames import PHASE_INDEX, Frame, Topology
 
 WORLD = 8
-CFG = DetectionConfig()
+PARAMS = DetectionConfig().params(Params)
 
 
 def _topology() -> Topology:
@@ -45,7 +45,7 @@ def _run(latest_ms: float, steps: int = 30) -> list[list[int]]:
         busy = base.copy()
         busy[5] = latest_ms
         busy *= rng.lognormal(0.0, 0.003, WORLD)
-        state, found = evaluate(_frame(step, busy), topo, state, CFG)
+        state, found = evaluate(_frame(step, busy), topo, state, PARAMS)
         out.append([r for f in found for r in f.ranks])
     return out
 

@@ -19,7 +19,7 @@ from producers.simulator.catalogue import scenario_job
 from producers.simulator.fleet import FleetJob
 from producers.simulator.stream import SimRun, stream_runs
 from schemas import Incident, Topics, bounded, encode
-from streams.detect.ingest.decode import PHASES
+from schemas.columns import PHASES
 from streams.detect.scopes import slow_step
 from streams.detect.windows.step_frames import Frame
 from tests.streams.helpers import T0, feed_engine
@@ -89,7 +89,7 @@ def _frame(step: int, comm_ns: list[int], comm_bytes: int, forward_ms: float = 6
     return f
 
 
-def _history(state: slow_step.SlowStepState, cfg: DetectionConfig, steps: int = 30) -> None:
+def _history(state: slow_step.SlowStepState, cfg: slow_step.Params, steps: int = 30) -> None:
     rng = np.random.default_rng(0)
     for s in range(steps):
         comm = [int(200e6 * rng.uniform(0.98, 1.02)) + r * 20_000_000 for r in range(8)]  # waits grow by rank
@@ -97,7 +97,7 @@ def _history(state: slow_step.SlowStepState, cfg: DetectionConfig, steps: int = 
 
 
 def test_same_traffic_in_more_time_on_every_rank_is_bandwidth_or_a_stall() -> None:
-    cfg = DetectionConfig()
+    cfg = DetectionConfig().params(slow_step.Params)
     state = slow_step.SlowStepState()
     _history(state, cfg)
     comm = [int(200e6 * 3) + r * 20_000_000 for r in range(8)]  # every transfer 3x, same bytes
@@ -110,7 +110,7 @@ def test_same_traffic_in_more_time_on_every_rank_is_bandwidth_or_a_stall() -> No
 
 
 def test_more_bytes_is_volume() -> None:
-    cfg = DetectionConfig()
+    cfg = DetectionConfig().params(slow_step.Params)
     state = slow_step.SlowStepState()
     _history(state, cfg)
     comm = [int(200e6 * 6) + r * 20_000_000 for r in range(8)]
@@ -121,7 +121,7 @@ def test_more_bytes_is_volume() -> None:
 
 def test_peers_waiting_on_a_slow_forward_name_the_forward() -> None:
     """Rank 0 computes 400 ms longer; every other rank's collective waits that long, rank 0's does not."""
-    cfg = DetectionConfig()
+    cfg = DetectionConfig().params(slow_step.Params)
     state = slow_step.SlowStepState()
     _history(state, cfg)
     comm = [200_000_000] + [200_000_000 + 400_000_000 + r * 20_000_000 for r in range(1, 8)]
@@ -130,7 +130,7 @@ def test_peers_waiting_on_a_slow_forward_name_the_forward() -> None:
 
 
 def test_no_summaries_no_communication_verdict() -> None:
-    cfg = DetectionConfig()
+    cfg = DetectionConfig().params(slow_step.Params)
     state = slow_step.SlowStepState()
     _history(state, cfg)
     frame = _frame(30, [200_000_000] * 8, 1 << 30, forward_ms=1000.0, step_ms=1400.0)

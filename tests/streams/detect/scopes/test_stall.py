@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from streams.detect.scopes.stall import StallState, evaluate
+from streams.detect.scopes.stall import Params, StallState, evaluate
 from tests.streams.helpers import hosts_topology
 
 S = 1_000_000_000
 TIMEOUT = 5 * S
+FACTOR_2 = Params(hang_stall_factor=2.0)  # devices sampling 2 window timeouts past the last step
 
 
 def _state(world: int, seconds: int, busy: dict[int, float], silent: tuple[int, ...] = ()) -> StallState:
@@ -24,36 +25,36 @@ def _state(world: int, seconds: int, busy: dict[int, float], silent: tuple[int, 
 
 def test_idle_rank_among_spinning_peers_is_hung() -> None:
     st = _state(16, 12, {5: 0.0})
-    found = evaluate(st, hosts_topology(), 30, TIMEOUT, 2.0, False, 0, final=True)
+    found = evaluate(st, hosts_topology(), 30, TIMEOUT, FACTOR_2, False, 0, final=True)
     assert [(f.rule, f.ranks) for f in found] == [("HUNG_RANK", [5])]
-    assert evaluate(st, hosts_topology(), 30, TIMEOUT, 2.0, False, 0, final=True) == [], "reported once per stall"
+    assert evaluate(st, hosts_topology(), 30, TIMEOUT, FACTOR_2, False, 0, final=True) == [], "reported once per stall"
 
 
 def test_silent_host_is_one_host_finding() -> None:
     st = _state(16, 12, {}, silent=tuple(range(8, 16)))
-    found = evaluate(st, hosts_topology(), 30, TIMEOUT, 2.0, False, 0, final=True)
+    found = evaluate(st, hosts_topology(), 30, TIMEOUT, FACTOR_2, False, 0, final=True)
     assert [(f.rule, f.host, len(f.ranks)) for f in found] == [("HUNG_HOST", "node-1", 8)]
 
 
 def test_short_pause_or_whole_job_idle_is_not_a_hang() -> None:
-    assert evaluate(_state(16, 8, {5: 0.0}), hosts_topology(), 30, TIMEOUT, 2.0, False, 0, final=True) == []
+    assert evaluate(_state(16, 8, {5: 0.0}), hosts_topology(), 30, TIMEOUT, FACTOR_2, False, 0, final=True) == []
     idle = {r: 0.0 for r in range(16)}
-    assert evaluate(_state(16, 12, idle), hosts_topology(), 30, TIMEOUT, 2.0, False, 0, final=True) == []
+    assert evaluate(_state(16, 12, idle), hosts_topology(), 30, TIMEOUT, FACTOR_2, False, 0, final=True) == []
 
 
 def test_live_stall_must_hold_a_timeout_with_input_current() -> None:
     st = _state(16, 12, {5: 0.0})
-    assert evaluate(st, hosts_topology(), 30, TIMEOUT, 2.0, True, 0, final=False) == [], "a backlog is not a hang"
-    assert evaluate(st, hosts_topology(), 30, TIMEOUT, 2.0, False, 1 * S, final=False) == []
-    assert evaluate(st, hosts_topology(), 30, TIMEOUT, 2.0, False, 3 * S, final=False) == []
-    found = evaluate(st, hosts_topology(), 30, TIMEOUT, 2.0, False, 7 * S, final=False)
+    assert evaluate(st, hosts_topology(), 30, TIMEOUT, FACTOR_2, True, 0, final=False) == [], "a backlog is not a hang"
+    assert evaluate(st, hosts_topology(), 30, TIMEOUT, FACTOR_2, False, 1 * S, final=False) == []
+    assert evaluate(st, hosts_topology(), 30, TIMEOUT, FACTOR_2, False, 3 * S, final=False) == []
+    found = evaluate(st, hosts_topology(), 30, TIMEOUT, FACTOR_2, False, 7 * S, final=False)
     assert [f.rule for f in found] == ["HUNG_RANK"]
 
 
 def test_steps_resuming_reset_the_stall() -> None:
     st = _state(16, 12, {5: 0.0})
     st.on_steps(np.array([113 * S], dtype=np.int64))
-    assert evaluate(st, hosts_topology(), 31, TIMEOUT, 2.0, False, 0, final=True) == []
+    assert evaluate(st, hosts_topology(), 31, TIMEOUT, FACTOR_2, False, 0, final=True) == []
 
 
 def test_a_silent_host_whose_agent_sampled_once_after_the_last_step_is_still_silent() -> None:
@@ -62,5 +63,5 @@ def test_a_silent_host_whose_agent_sampled_once_after_the_last_step_is_still_sil
     st = _state(16, 12, {}, silent=tuple(range(8, 16)))
     st.on_device(np.arange(8, 16, dtype=np.int64), np.full(8, 100 * S + 800_000_000, dtype=np.int64),
                  np.full(8, 90.0))
-    found = evaluate(st, hosts_topology(), 30, TIMEOUT, 2.0, False, 0, final=True)
+    found = evaluate(st, hosts_topology(), 30, TIMEOUT, FACTOR_2, False, 0, final=True)
     assert [(f.rule, f.host, len(f.ranks)) for f in found] == [("HUNG_HOST", "node-1", 8)]
