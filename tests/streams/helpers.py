@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import time
+from typing import Any
 
 import numpy as np
 from kafka import KafkaConsumer
@@ -13,6 +15,19 @@ from schemas import Domain, Incident, Phases, StepEvent
 from streams.detect.windows.step_frames import Topology
 
 T0 = 1_700_000_000_000_000_000
+
+
+def nan_spelled(value: Any) -> Any:
+    """`value` with NaN spelled out: chunks compare by value (a NaN is unequal to itself unless it is the same
+    object, which the per-event decode's constant is and the columnar read's are not), and orjson's bytes tell
+    NaN from None (it writes both as null)."""
+    if isinstance(value, float) and math.isnan(value):
+        return "<NaN>"
+    if isinstance(value, dict):
+        return {k: nan_spelled(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [nan_spelled(v) for v in value]
+    return value
 
 
 def hosts_topology(world: int = 16, per_host: int = 8) -> Topology:

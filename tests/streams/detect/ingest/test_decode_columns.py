@@ -8,7 +8,6 @@ path, which counts each bad element alone.
 
 from __future__ import annotations
 
-import math
 import random
 from typing import Any
 
@@ -22,19 +21,9 @@ from producers.simulator.stream import SimRun, stream_runs
 from schemas import Topics
 from streams.detect.ingest import decode as decode_module
 from streams.detect.ingest.decode import ColumnarBackoff, decode_batch
+from tests.streams.helpers import nan_spelled
 
 MAX = 1 << 20
-
-
-def _canon(value: Any) -> Any:
-    """A value with NaN spelled out, so that orjson's bytes tell NaN from None (it writes both as null)."""
-    if isinstance(value, float) and math.isnan(value):
-        return "<NaN>"
-    if isinstance(value, dict):
-        return {k: _canon(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_canon(v) for v in value]
-    return value
 
 
 def _both(raws: list[Any]) -> tuple[bytes, bytes, bool]:
@@ -42,8 +31,8 @@ def _both(raws: list[Any]) -> tuple[bytes, bytes, bool]:
     old_chunks, old = decode_batch(raws, MAX, columnar=False)
     new_chunks, new = decode_batch(raws, MAX, columnar=True)
     kept = decode_module._decode_columnar(raws, MAX) is not None
-    as_bytes = [orjson.dumps([_canon(old_chunks), old.events, old.bad, sorted(old.by_type.items())]),
-                orjson.dumps([_canon(new_chunks), new.events, new.bad, sorted(new.by_type.items())])]
+    as_bytes = [orjson.dumps([nan_spelled(old_chunks), old.events, old.bad, sorted(old.by_type.items())]),
+                orjson.dumps([nan_spelled(new_chunks), new.events, new.bad, sorted(new.by_type.items())])]
     return as_bytes[0], as_bytes[1], kept
 
 
