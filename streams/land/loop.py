@@ -42,7 +42,7 @@ from infra.delivery import OUTAGE_BACKOFF_S
 from infra.settings import Settings
 from schemas import Topics
 from sinks.rows import TableRow
-from sinks.writer import Source
+from sinks.writer import Block, Source
 from streams.app import WorkerTimeouts, now_ns
 from streams.land.processor import Landed, LandingProcessor
 from streams.metrics import LandMetrics
@@ -62,7 +62,8 @@ def land_group(settings: Settings) -> str:
 class Lander(Protocol):
     """What the loop uses of `streams.land.lander.ClickHouseLander`."""
 
-    def write(self, batch: list[TableRow], sources: list[Source] | None = None) -> None: ...
+    def write(self, batch: list[TableRow], sources: list[Source] | None = None,
+              blocks: list[Block] | None = None) -> None: ...
 
     def close(self) -> None: ...
 
@@ -162,12 +163,9 @@ class LandLoop(ConsumerLoop):
     def land(self, batch: Iterable[Record], sender: Sender) -> None:
         """Rows and dead letters of `batch` stored: returns only once ClickHouse and the broker have them."""
         landed = Landed()
-        now = now_ns()
-        process = self.processor.process
-        count = 0
-        for r in batch:
-            process(r.topic, r.partition, r.offset, r.key, r.value, now, landed)
-            count += 1
+        records = list(batch)
+        self.processor.process_batch(records, now_ns(), landed)
+        count = len(records)
         deliveries = []
         for letter in landed.dead:
             log.warning("dead letter %r[%d]@%d: field %r %r", letter.topic, letter.partition,
@@ -176,7 +174,7 @@ class LandLoop(ConsumerLoop):
                                           headers=letter.headers()))
         if deliveries:
             sender.flush()
-        self.lander.write(landed.rows, landed.sources)
+        self.lander.write(landed.rows, landed.sources, landed.blocks)
         for delivery in deliveries:  # acks=all: on the dead-letter topic before the offsets are committed
             delivery.get(timeout=300)
         self.messages += count
