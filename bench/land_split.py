@@ -22,12 +22,13 @@ import argparse
 import gc
 import statistics
 import tempfile
-import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
+from bench.detect_split import interleave
 from bench.throughput import Job
 from schemas import Topics
 from sinks.embedded import EmbeddedBackend
@@ -38,7 +39,8 @@ from streams.land.processor import Landed, LandingProcessor
 TOPICS = Topics("bench")
 
 
-class Message(NamedTuple):
+@dataclass(slots=True)
+class Message:
     topic: str
     partition: int
     offset: int
@@ -98,21 +100,6 @@ def stages(data: list[list[Message]], backend: EmbeddedBackend) -> dict[str, Cal
     return {"ceiling": ceiling, "rows_old": rows_old, "rows_new": rows_new, "insert": insert}
 
 
-def measure(data: list[list[Message]], backend: EmbeddedBackend, rounds: int) -> dict[str, list[float]]:
-    runs = stages(data, backend)
-    events = sum(len(orjson.loads(m.value or b"")) for batch in data for m in batch)
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for fn in runs.values():
-        fn()  # warm-up
-    for _ in range(rounds):
-        for name, fn in runs.items():
-            gc.collect()
-            t = time.process_time()
-            fn()
-            times[name].append((time.process_time() - t) / events * 1e6)
-    return times
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="bench.land_split")
     parser.add_argument("--ranks", type=int, default=4096)
@@ -126,7 +113,8 @@ def main(argv: list[str] | None = None) -> None:
         backend = EmbeddedBackend(tmp)
         try:
             migrate(backend)
-            times = measure(data, backend, args.rounds)
+            events = sum(len(orjson.loads(m.value or b"")) for batch in data for m in batch)
+            times = interleave(stages(data, backend), events, args.rounds)
         finally:
             backend.close()
     result: dict[str, Any] = {name: statistics.median(v) for name, v in times.items()}

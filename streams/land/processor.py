@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
@@ -44,9 +44,10 @@ from schemas.errors import MAX_REASON_CHARS, clip
 from schemas.packing import MAX_PACKED_EVENTS, PACKED_TOPIC_TYPES
 from sinks import rows
 from sinks.fast_rows import FAST_ROWS, FastMapping
-from sinks.rows import STEP_COLUMNS, STEPS_TABLE, RowError, TableRow
+from sinks.rows import DEVICE_SAMPLE_COLUMNS, DEVICE_SAMPLES_TABLE, STEP_COLUMNS, STEPS_TABLE, RowError, TableRow
 from sinks.writer import Block, Span
-from streams.land.columns import step_block
+from streams.land.columns import device_block, step_block
+from streams.runtime import Record
 
 UNEXPECTED_FIELD = "<processing>"
 
@@ -100,28 +101,10 @@ class Landed:
     blocks: list[Block] = field(default_factory=list)  # rows of whole batches, as Arrow tables (columnar path)
 
 
-class Message(Protocol):
-    """What `LandingProcessor.process_batch` reads of a consumed record."""
-
-    @property
-    def topic(self) -> str: ...
-
-    @property
-    def partition(self) -> int: ...
-
-    @property
-    def offset(self) -> int: ...
-
-    @property
-    def key(self) -> bytes | None: ...
-
-    @property
-    def value(self) -> bytes | None: ...
-
-
 # event type -> (its table, columns, and the columnar reader of a batch of its records)
 _COLUMNAR: dict[str, tuple[str, tuple[str, ...], Callable[[list[bytes], int], Any]]] = {
     "step": (STEPS_TABLE, STEP_COLUMNS, step_block),
+    "device": (DEVICE_SAMPLES_TABLE, DEVICE_SAMPLE_COLUMNS, device_block),
 }
 
 
@@ -230,12 +213,12 @@ class LandingProcessor:
         for index, doc in enumerate(elements):
             self._element(cls, doc, index, topic, partition, offset, key_bytes, None, now_ns, out)
 
-    def process_batch(self, batch: Sequence[Message], now_ns: int, out: Landed) -> None:
+    def process_batch(self, batch: Sequence[Record], now_ns: int, out: Landed) -> None:
         """`process` for every message of `batch`, in order, except that a topic's messages that read to
         one Arrow block (`streams.land.columns`) land as that block in `out.blocks`, sourced by each
         partition's offset span: the same rows and tokens, no row per event. A topic whose messages the
         columnar reader cannot vouch for lands message by message, as `process` does."""
-        held: dict[str, list[Message]] = {}
+        held: dict[str, list[Record]] = {}
         if self._columnar:
             for message in batch:
                 if message.topic in self._columnar:
@@ -245,7 +228,7 @@ class LandingProcessor:
             if m.topic not in done:
                 self.process(m.topic, m.partition, m.offset, m.key, m.value, now_ns, out)
 
-    def _block(self, topic: str, messages: list[Message], now_ns: int, out: Landed) -> bool:
+    def _block(self, topic: str, messages: list[Record], now_ns: int, out: Landed) -> bool:
         """Land `messages` (one topic's, in consumed order) as one block; False: not sure, nothing landed."""
         raws: list[bytes] = []
         spans: dict[tuple[str, int], list[int]] = {}

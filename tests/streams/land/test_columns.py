@@ -8,8 +8,11 @@ landed into two embedded stores the tables' contents too.
 
 from __future__ import annotations
 
+import random
+import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import pytest
 
@@ -18,11 +21,11 @@ from producers.simulator.stream import SimRun, stream_runs
 from schemas import Topics
 from sinks.embedded import EmbeddedBackend
 from sinks.migrations.runner import migrate
-from sinks.rows import DEAD_LETTERS_TABLE, STEPS_TABLE
+from sinks.rows import DEAD_LETTERS_TABLE, DEVICE_SAMPLES_TABLE, STEPS_TABLE
 from sinks.writer import BatchingWriter
 from streams.land.processor import DeadLetter, Landed, LandingProcessor
 from tests.sinks.fakes import FakeBackend
-from tests.streams.detect.ingest.test_decode_columns import BAD_RECORDS, MUTANTS, _pack, _step
+from tests.streams.detect.ingest.test_decode_columns import BAD_RECORDS, MUTANTS, _device, _pack, _step
 
 TOPICS = Topics("")
 MAX = 1 << 20
@@ -33,7 +36,8 @@ def _clean(rank: int, **over: Any) -> dict[str, Any]:
     return _step(rank, **{"phases": {"forward_ms": 1.5, "backward_ms": 3}, **over})
 
 
-class Msg(NamedTuple):
+@dataclass(slots=True)
+class Msg:
     topic: str
     partition: int
     offset: int
@@ -92,28 +96,68 @@ def test_simulator_batches_land_alike(scenario: str) -> None:
     assert blocks > 0  # the columnar path did take batches
 
 
-@pytest.mark.parametrize("name", list(BAD_RECORDS))
-def test_a_hand_built_record_lands_alike(name: str) -> None:
-    good = [_pack(_clean(0), _clean(1)), _pack(_clean(2), _clean(3))]
-    assert _alike(_msgs(good)) == 1
-    _alike(_msgs([good[0], BAD_RECORDS[name], good[1]]))
+GOOD = {TOPICS.steps: [_pack(_clean(0), _clean(1)), _pack(_clean(2), _clean(3))],
+        TOPICS.device: [_pack(_device(0), _device(1, device_kind="npu", freq_mhz=1800)), _pack(_device(2))]}
 
 
-def test_random_mutations_land_alike() -> None:
-    import random
+_BIG = {"world": 40_000}
+# the edges of the landing's own ranges (ClickHouse column types, Date), beside the detect side's set
+LAND_RECORDS: dict[str, bytes] = {
+    "pp-stage-over-int16": _pack(_clean(39_999, **_BIG, domains={"pp": {"group": 0, "size": 40_000, "index": 39_999}})),
+    "pp-stage-at-int16": _pack(_clean(39_999, **_BIG, domains={"pp": {"group": 0, "size": 40_000, "index": 32_767}})),
+    "group-over-int32": _pack(_clean(0, domains={"dp": {"group": 2**31, "size": 4, "index": 0}})),
+    "size-over-world": _pack(_clean(0, domains={"dp": {"group": 0, "size": 5, "index": 0}})),
+    "job-too-long": _pack(_clean(0, job="j" * 1000)),
+    "host-non-ascii": _pack(_clean(0, host="hôte-0")),
+    "far-future": _pack(_clean(0, start_ns=2**63 - 10, end_ns=2**63 - 1)),
+    "unknown-phase": _pack(_clean(0, phases={"think_ms": 1.0})),
+    "negative-gc-count": _pack(_clean(0, gc_count=-1)),
+    "float-tokens": _pack(_clean(0, tokens=1.5)),
+    "all-optionals": _pack(_clean(0, gc_count=1, batch_size=2, samples=3, tokens=4, flops=5.5, peak_flops=6,
+                                  profiling=False, attempt=3)),
+    "device-percent-over": _pack(_device(0, aicore_pct=100.5)),
+    "device-percent-at": _pack(_device(0, aicore_pct=100)),
+    "device-negative-power": _pack(_device(0, power_w=-1.0)),
+    "device-negative-temp": _pack(_device(0, temp_c=-5)),
+    "device-negative-rank": _pack(_device(0, rank=-1)),
+    "device-no-rank": _pack({k: v for k, v in _device(0).items() if k != "rank"}),
+    "device-kind-too-long": _pack(_device(0, device_kind="k" * 1000)),
+    "device-far-future": _pack(_device(0, ts_ns=2**63 - 1)),
+}
 
+
+@pytest.mark.parametrize("name", [*BAD_RECORDS, *LAND_RECORDS])
+@pytest.mark.parametrize("topic", [TOPICS.steps, TOPICS.device])
+def test_a_hand_built_record_lands_alike(name: str, topic: str) -> None:
+    good = GOOD[topic]
+    assert _alike(_msgs(good, topic)) == 1
+    _alike(_msgs([good[0], BAD_RECORDS[name] if name in BAD_RECORDS else LAND_RECORDS[name], good[1]], topic))
+
+
+STEP_FIELDS = ["type", "v", "job", "rank", "world", "host", "device", "step", "start_ns", "end_ns", "attempt",
+               "samples", "batch_size", "gc_count", "tokens", "phases", "domains", "flops", "peak_flops", "profiling"]
+DEVICE_FIELDS = ["type", "v", "host", "device", "ts_ns", "job", "rank", "device_kind", "power_w", "temp_c",
+                 "aicore_pct", "mem_pct", "freq_mhz"]
+
+
+@pytest.mark.parametrize("topic", [TOPICS.steps, TOPICS.device])
+def test_random_mutations_land_alike(topic: str) -> None:
+    """One field of one element set to an odd value (or dropped), many times over: always the same landing."""
     rng = random.Random(2)
-    fields = ["type", "v", "job", "rank", "world", "host", "device", "step", "start_ns", "end_ns", "attempt",
-              "samples", "batch_size", "gc_count", "tokens", "phases", "domains", "flops", "peak_flops", "profiling"]
+    columnar = 0
     for _ in range(300):
-        docs = [_clean(r, profiling=True, gc_count=3, flops=2.0) for r in range(4)]
+        if topic == TOPICS.steps:
+            docs, fields = [_clean(r, profiling=True, gc_count=3, flops=2.0) for r in range(4)], STEP_FIELDS
+        else:
+            docs, fields = [_device(d, device_kind="npu", mem_pct=50.0) for d in range(4)], DEVICE_FIELDS
         target = docs[rng.randrange(4)]
         name = rng.choice(fields)
         if rng.random() < 0.2:
             target.pop(name, None)
         else:
-            target[name] = rng.choice(MUTANTS)
-        _alike(_msgs([_pack(*docs[:2]), _pack(*docs[2:])]))
+            target[name] = rng.choice([*MUTANTS, 101.0, 100, -0.5, "x" * 300])
+        columnar += _alike(_msgs([_pack(*docs[:2]), _pack(*docs[2:])], topic))
+    assert 0 < columnar < 300  # both paths taken
 
 
 def test_a_clean_batch_lands_as_one_block() -> None:
@@ -121,6 +165,11 @@ def test_a_clean_batch_lands_as_one_block() -> None:
     out, processor = _land(batch, columnar=True)
     assert (len(out.blocks), out.rows, processor.counts) == (1, [], {"step": 4})
     assert out.blocks[0].spans == ((TOPICS.steps, 0, 0, 0), (TOPICS.steps, 1, 1, 1))
+
+
+def test_a_device_batch_lands_as_one_block() -> None:
+    out, processor = _land(_msgs(GOOD[TOPICS.device], TOPICS.device), columnar=True)
+    assert (len(out.blocks), out.rows, processor.counts) == (1, [], {"device": 3})
 
 
 def _contents(path: Path, batches: list[list[Msg]], columnar: bool) -> list[list[tuple[Any, ...]]]:
@@ -132,15 +181,19 @@ def _contents(path: Path, batches: list[list[Msg]], columnar: bool) -> list[list
             _write(out, backend)
             _write(out, backend)  # a retry of the same blocks: dropped by their tokens
         return [backend.query(f"SELECT * FROM {backend.database}.{table} ORDER BY ALL")
-                for table in (STEPS_TABLE, DEAD_LETTERS_TABLE)]
+                for table in (STEPS_TABLE, DEVICE_SAMPLES_TABLE, DEAD_LETTERS_TABLE)]
     finally:
         backend.close()
 
 
 def test_embedded_stores_hold_the_same_tables(tmp_path: Path) -> None:
     messages = [m for m in _simulated("hung_rank") if m.topic == TOPICS.steps]
+    now = time.time_ns()  # device samples live 90 days: the simulator's would be gone at once
+    devices = _msgs([_pack(*[_device(d, ts_ns=now + 10**9 * r + d, rank=d) for d in range(8)]) for r in range(6)],
+                    TOPICS.device, first=1000)
     bad = _msgs([BAD_RECORDS["rank-outside-world"], BAD_RECORDS["null-host"]], first=len(messages))
-    batches = [messages[:40], messages[40:] + bad]
+    bad += _msgs([BAD_RECORDS["device-nan"]], TOPICS.device, first=2000)
+    batches = [messages[:40] + devices[:3], messages[40:] + devices[3:] + bad]
     old = _contents(tmp_path / "old", batches, columnar=False)
     new = _contents(tmp_path / "new", batches, columnar=True)
-    assert old == new and len(old[0]) > 0 and len(old[1]) > 0
+    assert old == new and all(old)
