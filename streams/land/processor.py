@@ -46,6 +46,7 @@ from sinks import rows
 from sinks.fast_rows import FAST_ROWS, FastMapping
 from sinks.rows import DEVICE_SAMPLE_COLUMNS, DEVICE_SAMPLES_TABLE, STEP_COLUMNS, STEPS_TABLE, RowError, TableRow
 from sinks.writer import Block, Span
+from streams.detect.ingest.decode import ColumnarBackoff
 from streams.land.columns import device_block, step_block
 from streams.runtime import Record
 
@@ -161,6 +162,8 @@ class LandingProcessor:
         }
         self._columnar = {topic: _COLUMNAR[cls.TYPE] for topic, cls in self._types.items()
                           if fast and columnar and cls.TYPE in _COLUMNAR}
+        self._backoff = {topic: ColumnarBackoff() for topic in self._columnar}
+        self.declined = 0  # batches (per topic) the columnar path read and handed back
         self.counts: dict[str, int] = {}
 
     @property
@@ -217,13 +220,23 @@ class LandingProcessor:
         """`process` for every message of `batch`, in order, except that a topic's messages that read to
         one Arrow block (`streams.land.columns`) land as that block in `out.blocks`, sourced by each
         partition's offset span: the same rows and tokens, no row per event. A topic whose messages the
-        columnar reader cannot vouch for lands message by message, as `process` does."""
+        columnar reader cannot vouch for lands message by message, as `process` does, and so do that
+        topic's next `ColumnarBackoff.skip` batches (a declined read is paid for nothing)."""
         held: dict[str, list[Record]] = {}
         if self._columnar:
             for message in batch:
                 if message.topic in self._columnar:
                     held.setdefault(message.topic, []).append(message)
-        done = {topic for topic, messages in held.items() if self._block(topic, messages, now_ns, out)}
+        done: set[str] = set()
+        for topic, messages in held.items():
+            backoff = self._backoff[topic]
+            if not backoff.use():
+                continue
+            if self._block(topic, messages, now_ns, out):
+                done.add(topic)
+            else:
+                self.declined += 1
+                backoff.left = backoff.skip
         for m in batch:
             if m.topic not in done:
                 self.process(m.topic, m.partition, m.offset, m.key, m.value, now_ns, out)

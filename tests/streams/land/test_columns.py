@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from infra.settings import load_settings
 from producers.simulator.catalogue import scenario_job
 from producers.simulator.stream import SimRun, stream_runs
 from schemas import Topics
@@ -197,3 +198,22 @@ def test_embedded_stores_hold_the_same_tables(tmp_path: Path) -> None:
     old = _contents(tmp_path / "old", batches, columnar=False)
     new = _contents(tmp_path / "new", batches, columnar=True)
     assert old == new and all(old)
+
+
+def test_a_declined_batch_sends_the_topic_s_next_batches_event_by_event() -> None:
+    """The backoff: a declined read is paid for nothing, so the next `skip` batches of that topic skip it."""
+    processor = LandingProcessor(TOPICS, MAX)
+    good = _msgs(GOOD[TOPICS.steps])
+    devices = _msgs(GOOD[TOPICS.device], TOPICS.device)
+    blocks = []
+    for batch in [good[:1] + _msgs([LAND_RECORDS["negative-gc-count"]], first=5) + devices, *[good + devices] * 9]:
+        out = Landed()
+        processor.process_batch(batch, 1, out)
+        blocks.append(sorted(b.table for b in out.blocks))
+    assert processor.declined == 1
+    assert blocks == [[DEVICE_SAMPLES_TABLE]] * 9 + [[DEVICE_SAMPLES_TABLE, STEPS_TABLE]]
+
+
+def test_the_columnar_landing_is_on_by_default_and_a_variable_turns_it_off() -> None:
+    assert load_settings(env={}).land_columnar is True
+    assert load_settings(env={"STEPLENS_LAND_COLUMNAR": "false"}).land_columnar is False
