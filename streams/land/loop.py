@@ -8,7 +8,8 @@ commit order, outage and rebalance handling live there). Delivery, per batch:
 
 1. poll until `sink_batch_size` records (a packed record holds many events) or `sink_batch_seconds` after the first one
    (a batch is one insert per table: an insert has a fixed cost of 10-50 ms in chdb);
-2. `LandingProcessor` turns every message into rows or a dead letter (it never raises);
+2. `LandingProcessor.process_batch` turns every message into rows or a dead letter (it never raises),
+   a batch's step and device records into one Arrow block per table when the columns vouch for them;
 3. dead letters are sent to the dead-letter topic (acks=all), the rows are inserted
    on this thread (`ClickHouseLander.write` retries until they land: while ClickHouse is down
    nothing is committed and lag grows), then the dead-letter sends are confirmed;
