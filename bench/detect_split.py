@@ -90,8 +90,11 @@ def stages(data: list[list[bytes]]) -> dict[str, Callable[[], None]]:
 
 
 def measure(data: list[list[bytes]], rounds: int) -> dict[str, list[float]]:
-    runs = stages(data)
-    events = _events(data)
+    return interleave(stages(data), _events(data), rounds)
+
+
+def interleave(runs: dict[str, Callable[[], None]], events: int, rounds: int) -> dict[str, list[float]]:
+    """CPU-µs per event of each run, `rounds` times, the runs interleaved (after one warm-up each)."""
     times: dict[str, list[float]] = {name: [] for name in runs}
     for fn in runs.values():
         fn()  # warm-up

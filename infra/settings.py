@@ -205,6 +205,9 @@ class Settings:
     # detect decode: packed step and device records read to columns by pyarrow, the same chunks for less CPU
     # (streams/detect/ingest/columns.py); off: every record decoded event by event
     detect_columnar_decode: bool = True
+    # landing: a batch's packed step and device records read to one Arrow block per table by pyarrow, the same
+    # rows for less CPU (streams/land/columns.py); off: every record mapped to rows event by event
+    land_columnar: bool = True
     parse_workers: int = 1            # processes parsing profile dumps (the parse worker's pool)
     land_metrics_port: int = 0        # Prometheus self-metrics port of the land worker; 0 = off
     # the Alertmanager bridge (`steplens alerts forward`, streams/alerts/, docs/operations.md)
@@ -267,6 +270,7 @@ _ENV = {
     "STEPLENS_SINK_BATCH_SECONDS": ("", "sink_batch_seconds"),
     "STEPLENS_WORKER_GC_THRESHOLD": ("", "worker_gc_threshold"),
     "STEPLENS_DETECT_COLUMNAR_DECODE": ("", "detect_columnar_decode"),
+    "STEPLENS_LAND_COLUMNAR": ("", "land_columnar"),
     "STEPLENS_KAFKA_SECURITY": ("", "kafka_security"),
     "STEPLENS_KAFKA_USER": ("", "kafka_user"),
     "STEPLENS_KAFKA_PASSWORD": ("", "kafka_password"),

@@ -142,6 +142,21 @@ def check_rows(backend: str, table: str, columns: Sequence[str], rows: Sequence[
             )
 
 
+def arrow_rows(data: Any) -> list[tuple[Any, ...]]:
+    """An Arrow table's rows as tuples of Python values (dates as datetime.date), columns in order:
+    what a backend without an Arrow insert is given."""
+    return list(zip(*(column.to_pylist() for column in data.columns), strict=True))
+
+
+@runtime_checkable
+class ArrowInserts(Protocol):
+    """A backend that also takes a block as an Arrow table (the embedded one), without a row per event."""
+
+    def insert_arrow(self, table: str, columns: Sequence[str], data: Any, *, dedup_token: str | None = None) -> None:
+        """As `Backend.insert`, the rows as a pyarrow Table whose columns are `columns`, in order."""
+        ...
+
+
 class BackendBase:
     """What both backends share: the cached engine version and use as a context manager."""
 

@@ -51,6 +51,7 @@ from clickhouse_driver.util.escape import escape_params
 from sinks.backend import (
     BackendBase,
     SinkError,
+    arrow_rows,
     check_rows,
     column_list,
     qualified,
@@ -135,7 +136,6 @@ class _ArrowLayout:
     def encode(self, rows: Sequence[Sequence[Any]]) -> bytes | None:
         """`rows` as one ArrowStream message, or None when Arrow cannot hold them exactly (use JSON)."""
         import pyarrow as pa
-        import pyarrow.ipc as ipc
 
         columns = list(zip(*rows, strict=True))
         for values, text in zip(columns, self.text, strict=True):
@@ -149,6 +149,25 @@ class _ArrowLayout:
         for array, nullable in zip(arrays, self.nullable, strict=True):
             if array.null_count and not nullable:
                 return None  # JSON decides (null as the column default, as ClickHouse does there)
+        return self._stream(arrays)
+
+    def encode_table(self, data: Any) -> bytes | None:
+        """An Arrow table (columns in this layout's order) as one ArrowStream message, cast to the
+        table's column types; None when a value does not fit its type or a non-Nullable column has a null."""
+        import pyarrow as pa
+
+        try:
+            arrays = [column.combine_chunks().cast(f.type) for column, f in zip(data.columns, self.schema, strict=True)]
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            return None
+        if any(array.null_count and not nullable for array, nullable in zip(arrays, self.nullable, strict=True)):
+            return None
+        return self._stream(arrays)
+
+    def _stream(self, arrays: list[Any]) -> bytes:
+        import pyarrow as pa
+        import pyarrow.ipc as ipc
+
         sink = pa.BufferOutputStream()
         with ipc.new_stream(sink, self.schema) as writer:
             writer.write_batch(pa.record_batch(arrays, schema=self.schema))
@@ -266,6 +285,25 @@ class EmbeddedBackend(BackendBase):
         if not rows:
             return
         check_rows(self.name, table, columns, rows)
+        layout = self._layout(table, columns) if self._columnar else None
+        self._insert(table, columns, len(rows), layout.encode(rows) if layout is not None else None,
+                     lambda: rows, dedup_token)
+
+    def insert_arrow(self, table: str, columns: Sequence[str], data: Any, *, dedup_token: str | None = None) -> None:
+        """As `insert`, the rows given as an Arrow table (columns in `columns` order): sent as they are,
+        cast to the table's types, without a Python value per cell; as rows when Arrow cannot hold them."""
+        if data.num_rows == 0:
+            return
+        layout = self._layout(table, columns) if self._columnar else None
+        arrow = layout.encode_table(data) if layout is not None else None
+        if arrow is None:
+            self.insert(table, columns, arrow_rows(data), dedup_token=dedup_token)
+            return
+        self._insert(table, columns, data.num_rows, arrow, lambda: arrow_rows(data), dedup_token)
+
+    def _insert(self, table: str, columns: Sequence[str], count: int, arrow: bytes | None,
+                rows_of: Callable[[], Sequence[Sequence[Any]]], dedup_token: str | None) -> None:
+        """Send `arrow` (ArrowStream), or the rows as JSON when there is none or Arrow fails with a token."""
         sql = f"INSERT INTO {qualified(self.database, table)} ({column_list(columns)})"
         if dedup_token is not None:
             token = escape_params({"t": dedup_token}, None)["t"]
@@ -273,11 +311,9 @@ class EmbeddedBackend(BackendBase):
                 f" SETTINGS insert_deduplication_token = {token},"
                 " deduplicate_blocks_in_dependent_materialized_views = 1"
             )
-        layout = self._layout(table, columns) if self._columnar else None
-        arrow = layout.encode(rows) if layout is not None else None
         if arrow is not None:
             try:
-                self._send(sql, "ArrowStream", arrow, table, len(rows), dedup_token)
+                self._send(sql, "ArrowStream", arrow, table, count, dedup_token)
                 return
             except SinkError:
                 # e.g. the table changed under the cached layout: look it up again next time. With a
@@ -286,6 +322,7 @@ class EmbeddedBackend(BackendBase):
                 self._layouts.pop((table, tuple(columns)), None)
                 if dedup_token is None or self._session is None:
                     raise
+        rows = rows_of()
         try:
             # JSONCompactEachRow (one JSON array per row, values in `columns` order): ~1 µs a row
             # to encode against ~8 µs for JSONEachRow's per-row dict.

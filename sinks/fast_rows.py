@@ -44,7 +44,7 @@ FastMapping = Callable[[Doc, int], list[TableRow] | None]
 
 # Versions decoded strictly by the full path (minor <= ours): unknown fields are errors there,
 # so a key outside the sets below can only mean "take the full path".
-_VERSIONS = frozenset(f"{CONTRACT_MAJOR}.{minor}" for minor in range(CONTRACT_MINOR + 1))
+VERSIONS = frozenset(f"{CONTRACT_MAJOR}.{minor}" for minor in range(CONTRACT_MINOR + 1))
 _I64 = bounds.INT64[1]
 _U32 = bounds.UINT32[1]
 _U16 = bounds.UINT16[1]
@@ -119,7 +119,7 @@ def _opt_str(value: Any, allowed: frozenset[str] | None = None) -> str | None:
 
 
 def _header(doc: Doc, kind: str, keys: frozenset[str]) -> None:
-    if doc.get("type") != kind or doc.get("v") not in _VERSIONS or not keys.issuperset(doc):
+    if doc.get("type") != kind or doc.get("v") not in VERSIONS or not keys.issuperset(doc):
         raise _Reject
 
 

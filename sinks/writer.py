@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infra.settings import Settings
-from sinks.backend import Backend, SinkError
+from sinks.backend import ArrowInserts, Backend, SinkError, arrow_rows
 from sinks.rows import Row, TableRow
 
 
@@ -61,7 +61,26 @@ class SinkBackpressure(Exception):
 
 
 Source = tuple[str, int, int]  # (topic, partition, offset) of the message a row came from
+Span = tuple[str, int, int, int]  # (topic, partition, first offset, last offset) of a block's messages
 _Key = tuple[str, bool]  # (table, whether the rows have a source)
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """Rows of one table as an Arrow table (columns in `columns` order), from the messages `spans` name.
+
+    The landing worker's columnar path hands these over instead of one tuple per event; the writer
+    batches and tokens them exactly as it would the same rows added one by one from those messages."""
+
+    table: str
+    columns: tuple[str, ...]
+    data: Any  # pyarrow.Table
+    spans: tuple[Span, ...]
+
+    @property
+    def num_rows(self) -> int:
+        count: int = self.data.num_rows
+        return count
 
 
 @dataclass(slots=True)
@@ -70,6 +89,26 @@ class _Batch:
     since: float
     rows: list[Row] = field(default_factory=list)
     ranges: dict[tuple[str, int], list[int]] = field(default_factory=dict)  # (topic, partition) -> [first, last]
+    blocks: list[Any] = field(default_factory=list)  # Arrow tables, only while `rows` is empty
+    block_rows: int = 0
+
+    def __len__(self) -> int:
+        return len(self.rows) + self.block_rows
+
+    def unblock(self) -> None:
+        """The Arrow blocks as rows, in order (a row joins a batch of blocks: rare, kept exact)."""
+        rows = [row for data in self.blocks for row in arrow_rows(data)]
+        self.rows[:0] = rows
+        self.blocks, self.block_rows = [], 0
+
+    def extend(self, topic: str, partition: int, first: int, last: int) -> None:
+        span = self.ranges.get((topic, partition))
+        if span is None:
+            self.ranges[(topic, partition)] = [first, last]
+        elif first < span[1]:
+            raise ValueError(f"{topic}[{partition}]: offset {first} added after {span[1]}")
+        else:
+            span[1] = last
 
     def token(self) -> str | None:
         """``topic:partition:first-last`` per source partition, sorted, joined by ``;``; None without a source."""
@@ -129,7 +168,7 @@ class BatchingWriter:
         return self._buffered
 
     def buffered_rows(self, table: str) -> int:
-        return sum(len(batch.rows) for key, batch in self._batches.items() if key[0] == table)
+        return sum(len(batch) for key, batch in self._batches.items() if key[0] == table)
 
     def add(self, table: str, columns: Sequence[str], row: Sequence[Any], source: Source | None = None) -> None:
         """Buffer `row` for `table`, or raise `SinkBackpressure` (the row is then NOT buffered).
@@ -150,15 +189,36 @@ class BatchingWriter:
             raise ValueError(f"table {table}: columns {cols} differ from the buffered rows' {batch.columns}")
         if source is not None:
             topic, partition, offset = source
-            span = batch.ranges.get((topic, partition))
-            if span is None:
-                batch.ranges[(topic, partition)] = [offset, offset]
-            elif offset < span[1]:
-                raise ValueError(f"{topic}[{partition}]: offset {offset} added after {span[1]}")
-            else:
-                span[1] = offset
+            batch.extend(topic, partition, offset, offset)
+        if batch.blocks:
+            batch.unblock()
         batch.rows.append(row if type(row) is tuple else tuple(row))
         self._buffered += 1
+
+    def add_block(self, block: Block) -> None:
+        """Buffer `block`'s rows, batched and tokened as if added one by one from its `spans`
+        (in order), or raise `SinkBackpressure` (nothing buffered); the buffer may go past its
+        limit by one block."""
+        if self._buffered >= self.max_buffered_rows:
+            raise SinkBackpressure(self._buffered, self.max_buffered_rows, self.max_seconds, self.last_error)
+        if block.data.num_columns != len(block.columns):
+            raise ValueError(f"table {block.table}: block has {block.data.num_columns} columns for "
+                             f"{len(block.columns)}")
+        key: _Key = (block.table, bool(block.spans))
+        batch = self._batches.get(key)
+        if batch is None:
+            batch = self._batches[key] = _Batch(block.columns, self._clock())
+        elif batch.columns != block.columns:
+            raise ValueError(f"table {block.table}: columns {block.columns} differ from the buffered rows' "
+                             f"{batch.columns}")
+        for topic, partition, first, last in block.spans:
+            batch.extend(topic, partition, first, last)
+        if batch.rows:
+            batch.rows.extend(arrow_rows(block.data))
+        else:
+            batch.blocks.append(block.data)
+            batch.block_rows += block.num_rows
+        self._buffered += block.num_rows
 
     def add_row(self, table_row: TableRow, source: Source | None = None) -> None:
         self.add(table_row.table, table_row.columns, table_row.row, source)
@@ -174,9 +234,9 @@ class BatchingWriter:
         if self._retry_at is not None:
             return now >= self._retry_at
         return any(
-            len(batch.rows) >= self.max_rows or now - batch.since >= self.max_seconds
+            len(batch) >= self.max_rows or now - batch.since >= self.max_seconds
             for batch in self._batches.values()
-            if batch.rows
+            if len(batch)
         )
 
     def flush(self) -> dict[str, int]:
@@ -190,20 +250,16 @@ class BatchingWriter:
         written: dict[str, int] = {}
         first_error: SinkError | None = None
         for key, batch in list(self._batches.items()):
-            if not batch.rows:
+            if not len(batch):
                 continue
             table = key[0]
-            token = batch.token()
             try:
-                if token is None:
-                    self.backend.insert(table, batch.columns, batch.rows)
-                else:
-                    self.backend.insert(table, batch.columns, batch.rows, dedup_token=token)
+                self._insert(table, batch)
             except SinkError as exc:
                 if first_error is None:
                     first_error = exc
                 continue
-            count = len(batch.rows)
+            count = len(batch)
             del self._batches[key]
             self._buffered -= count
             written[table] = written.get(table, 0) + count
@@ -216,3 +272,19 @@ class BatchingWriter:
         self._retry_at = None
         self.last_error = None
         return written
+
+    def _insert(self, table: str, batch: _Batch) -> None:
+        """One insert of the batch: its Arrow blocks as one Arrow table when the backend takes that."""
+        token = batch.token()
+        if batch.blocks and isinstance(self.backend, ArrowInserts):
+            import pyarrow as pa
+
+            data = batch.blocks[0] if len(batch.blocks) == 1 else pa.concat_tables(batch.blocks)
+            self.backend.insert_arrow(table, batch.columns, data, dedup_token=token)
+            return
+        if batch.blocks:
+            batch.unblock()
+        if token is None:
+            self.backend.insert(table, batch.columns, batch.rows)
+        else:
+            self.backend.insert(table, batch.columns, batch.rows, dedup_token=token)

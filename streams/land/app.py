@@ -57,7 +57,8 @@ def create_land_app(settings: Settings) -> faust.App:
     app = base_app(settings, "land")
     # No Faust consumer or producer: the loop has its own clients (group `<app_id>-land`).
     app.boot_strategy = BootStrategy(app, enable_kafka=False)
-    processor = LandingProcessor(Topics(settings.topic_prefix), settings.max_event_bytes)
+    processor = LandingProcessor(Topics(settings.topic_prefix), settings.max_event_bytes,
+                                 columnar=settings.land_columnar)
     lander = ClickHouseLander(settings)
     loop = LandLoop(settings, processor, lander)
     loop.metrics.serve(settings.land_metrics_port)

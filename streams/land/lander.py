@@ -21,7 +21,7 @@ from infra.settings import Settings
 from sinks import SinkError, open_backend
 from sinks.migrations.runner import migrate
 from sinks.rows import TableRow
-from sinks.writer import BatchingWriter, SinkBackpressure, Source
+from sinks.writer import BatchingWriter, Block, SinkBackpressure, Source
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class ClickHouseLander:
             self._writer = BatchingWriter.from_settings(backend, self._settings)
         return self._writer
 
-    def _write_now(self, pending: list[TableRow], sources: list[Source | None]) -> None:
+    def _write_now(self, pending: list[TableRow], sources: list[Source | None], blocks: list[Block]) -> None:
         """Hand `pending` (with their `sources`) to the writer and flush; raises SinkError on failure.
 
         Rows the writer accepted are removed from `pending` even when this raises, so a retry
@@ -78,10 +78,19 @@ class ClickHouseLander:
         finally:
             del pending[:accepted]
             del sources[:accepted]
+        while blocks:
+            try:
+                writer.add_block(blocks[0])
+            except SinkBackpressure:
+                writer.flush()
+                continue
+            del blocks[0]
         writer.flush()
 
-    def write(self, batch: list[TableRow], sources: list[Source] | None = None) -> None:
-        """Write `batch`, retrying until it lands; one insert per table per call.
+    def write(self, batch: list[TableRow], sources: list[Source] | None = None,
+              blocks: list[Block] | None = None) -> None:
+        """Write `batch` and `blocks` (Arrow rows of whole tables), retrying until they land; one insert per
+        table per call.
 
         `sources` (parallel to `batch`, from `Landed.sources`) give every insert the
         deduplication token of its Kafka offsets, so a retry cannot duplicate rows. While
@@ -93,14 +102,15 @@ class ClickHouseLander:
         is a bug and propagates: the landing worker then exits without committing the
         batch, and its restart re-reads it from the committed offset.
         """
-        if not batch:
+        if not batch and not blocks:
             return
+        pending_blocks = list(blocks or ())
         pending = list(batch)
         pending_sources: list[Source | None] = list(sources) if sources is not None else [None] * len(batch)
         backoff = 0.5
         while True:
             try:
-                self._write_now(pending, pending_sources)
+                self._write_now(pending, pending_sources, pending_blocks)
                 return
             except SinkError as exc:
                 log.error("landing failed, retrying in %.1fs: %r", backoff, str(exc))

@@ -8,7 +8,8 @@ commit order, outage and rebalance handling live there). Delivery, per batch:
 
 1. poll until `sink_batch_size` records (a packed record holds many events) or `sink_batch_seconds` after the first one
    (a batch is one insert per table: an insert has a fixed cost of 10-50 ms in chdb);
-2. `LandingProcessor` turns every message into rows or a dead letter (it never raises);
+2. `LandingProcessor.process_batch` turns every message into rows or a dead letter (it never raises),
+   a batch's step and device records into one Arrow block per table when the columns vouch for them;
 3. dead letters are sent to the dead-letter topic (acks=all), the rows are inserted
    on this thread (`ClickHouseLander.write` retries until they land: while ClickHouse is down
    nothing is committed and lag grows), then the dead-letter sends are confirmed;
@@ -42,7 +43,7 @@ from infra.delivery import OUTAGE_BACKOFF_S
 from infra.settings import Settings
 from schemas import Topics
 from sinks.rows import TableRow
-from sinks.writer import Source
+from sinks.writer import Block, Source
 from streams.app import WorkerTimeouts, now_ns
 from streams.land.processor import Landed, LandingProcessor
 from streams.metrics import LandMetrics
@@ -62,7 +63,8 @@ def land_group(settings: Settings) -> str:
 class Lander(Protocol):
     """What the loop uses of `streams.land.lander.ClickHouseLander`."""
 
-    def write(self, batch: list[TableRow], sources: list[Source] | None = None) -> None: ...
+    def write(self, batch: list[TableRow], sources: list[Source] | None = None,
+              blocks: list[Block] | None = None) -> None: ...
 
     def close(self) -> None: ...
 
@@ -162,12 +164,9 @@ class LandLoop(ConsumerLoop):
     def land(self, batch: Iterable[Record], sender: Sender) -> None:
         """Rows and dead letters of `batch` stored: returns only once ClickHouse and the broker have them."""
         landed = Landed()
-        now = now_ns()
-        process = self.processor.process
-        count = 0
-        for r in batch:
-            process(r.topic, r.partition, r.offset, r.key, r.value, now, landed)
-            count += 1
+        records = list(batch)
+        self.processor.process_batch(records, now_ns(), landed)
+        count = len(records)
         deliveries = []
         for letter in landed.dead:
             log.warning("dead letter %r[%d]@%d: field %r %r", letter.topic, letter.partition,
@@ -176,7 +175,7 @@ class LandLoop(ConsumerLoop):
                                           headers=letter.headers()))
         if deliveries:
             sender.flush()
-        self.lander.write(landed.rows, landed.sources)
+        self.lander.write(landed.rows, landed.sources, landed.blocks)
         for delivery in deliveries:  # acks=all: on the dead-letter topic before the offsets are committed
             delivery.get(timeout=300)
         self.messages += count

@@ -15,11 +15,14 @@ and never raises, so one bad message can never stop the batch it arrived in.
 Steps, kernel summaries and device samples (three messages per rank per second) first try
 `sinks.fast_rows`, which maps the plain shape of a current-version event from the orjson
 dict in a few µs; anything else, every out-of-contract message included, takes the full
-contract decoder, which lands it or dead-letters it with its reason.
+contract decoder, which lands it or dead-letters it with its reason. `process_batch` first tries a
+batch's step and device records as one columnar read (`streams.land.columns`): one Arrow block per
+table, the same rows, no tuple per event.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +46,11 @@ from schemas.errors import MAX_REASON_CHARS, clip
 from schemas.packing import MAX_PACKED_EVENTS, PACKED_TOPIC_TYPES
 from sinks import rows
 from sinks.fast_rows import FAST_ROWS, FastMapping
-from sinks.rows import RowError, TableRow
+from sinks.rows import DEVICE_SAMPLE_COLUMNS, DEVICE_SAMPLES_TABLE, STEP_COLUMNS, STEPS_TABLE, RowError, TableRow
+from sinks.writer import Block, Span
+from streams.detect.ingest.decode import ColumnarBackoff
+from streams.land.columns import device_block, step_block
+from streams.runtime import Record
 
 UNEXPECTED_FIELD = "<processing>"
 
@@ -94,6 +101,14 @@ class Landed:
     rows: list[TableRow] = field(default_factory=list)
     dead: list[DeadLetter] = field(default_factory=list)
     sources: list[Source] = field(default_factory=list)  # parallel to `rows`: the message each came from
+    blocks: list[Block] = field(default_factory=list)  # rows of whole batches, as Arrow tables (columnar path)
+
+
+# event type -> (its table, columns, and the columnar reader of a batch of its records)
+_COLUMNAR: dict[str, tuple[str, tuple[str, ...], Callable[[list[bytes], int], Any]]] = {
+    "step": (STEPS_TABLE, STEP_COLUMNS, step_block),
+    "device": (DEVICE_SAMPLES_TABLE, DEVICE_SAMPLE_COLUMNS, device_block),
+}
 
 
 def landing_types(topics: Topics) -> dict[str, type[Any]]:
@@ -137,8 +152,9 @@ class LandingProcessor:
     elements each count) plus the records dead-lettered whole.
     """
 
-    def __init__(self, topics: Topics, max_event_bytes: int, *, fast: bool = True) -> None:
-        """`fast=False` sends every message through the full contract decoder (tests of that path)."""
+    def __init__(self, topics: Topics, max_event_bytes: int, *, fast: bool = True, columnar: bool = True) -> None:
+        """`fast=False` sends every message through the full contract decoder (tests of that path);
+        `columnar=False` makes `process_batch` land every message on its own (the reference)."""
         self._max = max_event_bytes
         self._types = landing_types(topics)
         self._fast: dict[str, tuple[FastMapping, str]] = {
@@ -146,6 +162,10 @@ class LandingProcessor:
             for topic, cls in self._types.items()
             if fast and cls.TYPE in FAST_ROWS
         }
+        self._columnar = {topic: _COLUMNAR[cls.TYPE] for topic, cls in self._types.items()
+                          if fast and columnar and cls.TYPE in _COLUMNAR}
+        self._backoff = {topic: ColumnarBackoff() for topic in self._columnar}
+        self.declined = 0  # batches (per topic) the columnar path read and handed back
         self.counts: dict[str, int] = {}
 
     @property
@@ -197,6 +217,55 @@ class LandingProcessor:
             return
         for index, doc in enumerate(elements):
             self._element(cls, doc, index, topic, partition, offset, key_bytes, None, now_ns, out)
+
+    def process_batch(self, batch: Sequence[Record], now_ns: int, out: Landed) -> None:
+        """`process` for every message of `batch`, in order, except that a topic's messages that read to
+        one Arrow block (`streams.land.columns`) land as that block in `out.blocks`, sourced by each
+        partition's offset span: the same rows and tokens, no row per event. A topic whose messages the
+        columnar reader cannot vouch for lands message by message, as `process` does, and so do that
+        topic's next `ColumnarBackoff.skip` batches (a declined read is paid for nothing)."""
+        held: dict[str, list[Record]] = {}
+        if self._columnar:
+            for message in batch:
+                if message.topic in self._columnar:
+                    held.setdefault(message.topic, []).append(message)
+        done: set[str] = set()
+        for topic, messages in held.items():
+            backoff = self._backoff[topic]
+            if not backoff.use():
+                continue
+            if self._block(topic, messages, now_ns, out):
+                done.add(topic)
+            else:
+                self.declined += 1
+                backoff.left = backoff.skip
+        for m in batch:
+            if m.topic not in done:
+                self.process(m.topic, m.partition, m.offset, m.key, m.value, now_ns, out)
+
+    def _block(self, topic: str, messages: list[Record], now_ns: int, out: Landed) -> bool:
+        """Land `messages` (one topic's, in consumed order) as one block; False: not sure, nothing landed."""
+        raws: list[bytes] = []
+        spans: dict[tuple[str, int], list[int]] = {}
+        for m in messages:
+            raw = m.value
+            if type(raw) is not bytes or len(raw) > self._max:
+                return False
+            raws.append(raw)
+            span = spans.get((m.topic, m.partition))
+            if span is None:
+                spans[(m.topic, m.partition)] = [m.offset, m.offset]
+            else:
+                span[1] = m.offset
+        table, columns, read = self._columnar[topic]
+        data = read(raws, now_ns)
+        if data is None:
+            return False
+        block_spans: tuple[Span, ...] = tuple((t, p, first, last) for (t, p), (first, last) in spans.items())
+        out.blocks.append(Block(table, columns, data, block_spans))
+        kind = self._types[topic].TYPE
+        self.counts[kind] = self.counts.get(kind, 0) + int(data.num_rows)
+        return True
 
     def _packed(self, topic: str, partition: int, offset: int, key: object, docs: list[Any],
                 fast: tuple[FastMapping, str], now_ns: int, out: Landed) -> None:

@@ -38,6 +38,12 @@ FloatArray = npt.NDArray[np.float64]
 U32 = UINT32[1]
 U16 = UINT16[1]
 
+
+def packed_schema(element: pa.DataType) -> pa.Schema:
+    """The schema `read` gives pyarrow: one line per record, its elements as the list `e`."""
+    return pa.schema([("e", pa.list_(element))])
+
+
 _DOMAIN = pa.struct([("group", pa.int64()), ("size", pa.int64()), ("index", pa.int64())])
 _IDENTITY = [("type", pa.string()), ("v", pa.string()), ("job", pa.string()), ("rank", pa.int64()),
              ("world", pa.int64()), ("host", pa.string()), ("device", pa.int64()),
@@ -53,7 +59,7 @@ DEVICE = pa.struct([("type", pa.string()), ("v", pa.string()), ("host", pa.strin
                     ("ts_ns", pa.int64()), ("job", pa.string()), ("rank", pa.int64()),
                     ("device_kind", pa.string()), *[(m, pa.float64()) for m in METRICS]])
 KINDS: dict[str, pa.DataType] = {"step": STEP, "device": DEVICE}
-_SCHEMAS = {kind: pa.schema([("e", pa.list_(element))]) for kind, element in KINDS.items()}
+_SCHEMAS = {kind: packed_schema(element) for kind, element in KINDS.items()}
 # fields whose `null` the per-event path reads unlike their absence: present only when not null
 _NOT_NULL = {"step": (b'"attempt"', "attempt"), "device": None}
 
@@ -81,13 +87,15 @@ def sniff(raw: bytes) -> str | None:
 Placed = tuple[tuple[int, int], str, dict[str, Any]]
 
 
-def read(kind: str, raws: list[bytes]) -> tuple[pa.StructArray, IntArray] | None:
-    """The records' elements as one struct array, and each record's element count; None: not sure."""
+def read(kind: str, raws: list[bytes], schema: pa.Schema | None = None) -> tuple[pa.StructArray, IntArray] | None:
+    """The records' elements as one struct array, and each record's element count; None: not sure.
+
+    `schema` (from `packed_schema`) replaces `kind`'s when a reader needs other column types (landing)."""
     buf = b'{"e":' + b'}\n{"e":'.join([raw if raw[:1] == b"[" else b"[" + raw + b"]" for raw in raws]) + b"}\n"
     try:
         table = pj.read_json(pa.BufferReader(buf),
                              read_options=pj.ReadOptions(use_threads=False, block_size=len(buf) + 1),
-                             parse_options=pj.ParseOptions(explicit_schema=_SCHEMAS[kind],
+                             parse_options=pj.ParseOptions(explicit_schema=schema or _SCHEMAS[kind],
                                                            unexpected_field_behavior="error"))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, UnicodeDecodeError):
         return None

@@ -83,11 +83,13 @@ class RecordingLander:
 
         self.closed = 0
 
-    def write(self, batch: list[Any], sources: list[Any] | None = None) -> None:
+    def write(self, batch: list[Any], sources: list[Any] | None = None, blocks: list[Any] | None = None) -> None:
         assert sources is not None
-        if self.fail_on is not None and any(o == self.fail_on for _, _, o in sources):
+        offsets = [o for _, _, o in sources]  # a block's spans: every offset between (this test's are dense)
+        offsets += [o for b in blocks or () for _, _, first, last in b.spans for o in range(first, last + 1)]
+        if self.fail_on is not None and self.fail_on in offsets:
             raise RuntimeError("a bug")
-        self.offsets.extend(o for _, _, o in sources)
+        self.offsets.extend(offsets)
 
     def close(self) -> None:
         self.closed += 1

@@ -1,0 +1,180 @@
+"""A batch's step (device) records straight to one Arrow block of the steps (device_samples) table: no dict,
+tuple or row per event.
+
+Why: per event, landing paid an orjson dict, `sinks.fast_rows`' checks in Python, a row tuple, and
+then the embedded backend turned the tuples back into Arrow columns (issue #25). Here a batch's
+records of one of these topics are read as one buffer by pyarrow with an explicit schema (the detect
+side's reader, `streams.detect.ingest.columns.read`, with the landing's column types) and the table's
+columns are computed on the columns.
+
+This path only ever yields the rows `sinks.fast_rows` would yield, for a batch in which every
+element is one the fast mapping accepts; whenever it cannot be sure of that it returns None and the
+processor lands that topic's records of the batch one by one, as before (the full decoder then finds and
+dead-letters the bad elements alone). None on: anything `read` refuses (a wrong-typed, unknown or
+duplicate field, invalid JSON or UTF-8, NaN or infinity, an empty or oversized array), any value out
+of the fast mapping's ranges, a version it does not take, and any record that says `null` anywhere:
+pyarrow reads a null like a missing field, which the fast mapping tells apart (`"profiling": null`
+is declined there), so a batch without the word has no nulls but missing fields.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from schemas import bounds
+from schemas.device import METRICS, PERCENT_FIELDS
+from schemas.identity import DOMAIN_TYPES
+from schemas.step import Phases
+from sinks.fast_rows import VERSIONS
+from sinks.rows import DEVICE_SAMPLE_COLUMNS, NO_GROUP, NO_RANK, STEP_COLUMNS
+from streams.detect.ingest.columns import DEVICE, STEP, packed_schema, read
+
+# the detect reader's step fields, with the integer fields landed as integers (batch_size, samples)
+_STEP = pa.struct([pa.field(f.name, pa.int64()) if f.name in ("batch_size", "samples") else f for f in STEP])
+_SCHEMA = packed_schema(_STEP)
+_DEVICE_SCHEMA = packed_schema(DEVICE)
+_VERSIONS = pa.array(sorted(VERSIONS))  # the versions the fast mapping takes
+_I64, _U32, _I32 = bounds.INT64[1], bounds.UINT32[1], bounds.INT32[1]
+_NS_DAY = 86_400_000_000_000
+_LAST_DAY = 65_535  # 2149-06-06, the last ClickHouse Date (sinks.rows.event_date clamps there)
+_COUNTS = ("gc_count", "batch_size", "samples", "tokens")
+
+
+def _np(array: pa.Array, fill: int = 0) -> np.ndarray:
+    """An integer column as int64 numpy, nulls as `fill` (checks then ignore them)."""
+    if array.null_count:
+        array = pc.fill_null(array, fill)
+    return np.asarray(array.to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _ids_ok(array: pa.Array) -> bool:
+    """Every value present, 1 to MAX_ID_CHARS characters (the fast mapping's `_id`)."""
+    if array.null_count:
+        return False
+    length = pc.utf8_length(array)
+    return bool(pc.min(length).as_py() >= 1 and pc.max(length).as_py() <= bounds.MAX_ID_CHARS)
+
+
+def _at_least(array: pa.Array, low: float) -> bool:
+    """Every present value >= low (None when all are missing counts as fine)."""
+    if array.null_count == len(array):
+        return True
+    smallest = pc.min(array).as_py()
+    return smallest is None or smallest >= low
+
+
+def _fields(kind: str, raws: list[bytes], ingested_ns: int, element: pa.DataType, schema: pa.Schema,
+            required: tuple[str, ...]) -> dict[str, pa.Array] | None:
+    """The elements' fields by name when they read, are all `kind` of a version the fast mapping takes, and
+    have every `required` field; None otherwise."""
+    if not 0 <= ingested_ns <= _I64 or any(b"null" in raw for raw in raws):
+        return None
+    got = read(kind, raws, schema)
+    if got is None:
+        return None
+    events = got[0]
+    f = {field.name: events.field(i) for i, field in enumerate(element)}
+    if any(f[name].null_count for name in required):
+        return None
+    if not pc.all(pc.equal(f["type"], kind)).as_py() or not pc.all(pc.is_in(f["v"], _VERSIONS)).as_py():
+        return None
+    return f
+
+
+def _days(ns: np.ndarray) -> pa.Array:
+    """`sinks.rows.event_date` of positive epoch-ns timestamps, as a Date column."""
+    return pa.array(np.minimum(ns // _NS_DAY, _LAST_DAY).astype(np.int32)).cast(pa.date32())
+
+
+def step_block(raws: list[bytes], ingested_ns: int) -> pa.Table | None:
+    """The steps table's rows of `raws` (step records, objects or arrays) as one Arrow table in
+    `STEP_COLUMNS` order, the same values `sinks.fast_rows` gives them; None: not sure (land them one by one)."""
+    f = _fields("step", raws, ingested_ns, _STEP, _SCHEMA,
+                ("type", "v", "job", "rank", "world", "host", "device", "step", "start_ns", "end_ns"))
+    if f is None or not (_ids_ok(f["job"]) and _ids_ok(f["host"])):
+        return None
+    count = len(f["type"])
+    world, rank, device = _np(f["world"]), _np(f["rank"]), _np(f["device"])
+    step, start, end = _np(f["step"]), _np(f["start_ns"]), _np(f["end_ns"])
+    attempt = _np(f["attempt"])
+    ok = ((world >= 1) & (world <= _U32) & (rank >= 0) & (rank < world) & (device >= 0) & (device <= bounds.UINT16[1])
+          & (step >= 0) & (start >= 1) & (end >= start) & (attempt >= 0) & (attempt <= bounds.UINT16[1]))
+    if not ok.all():
+        return None
+    domains = f["domains"].flatten() if f["domains"].null_count else [f["domains"].field(i)
+                                                                       for i in range(len(DOMAIN_TYPES))]
+    groups: list[np.ndarray] = []
+    absent = np.full(count, NO_GROUP, dtype=np.int64)
+    stage = absent
+    for name, dom in zip(DOMAIN_TYPES, domains, strict=True):
+        present = np.asarray(dom.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        if not present.any():
+            groups.append(absent)
+            continue
+        parts = dom.flatten()  # group, size, index with the domain's own nulls
+        if any(int(pc.sum(pc.and_(dom.is_valid(), part.is_null())).as_py() or 0) for part in parts):
+            return None  # a domain without all three of group, size, index
+        group, size, index = (_np(part) for part in parts)
+        ok = ~present | ((size >= 1) & (size <= world) & (index >= 0) & (index < size)
+                         & (group >= 0) & (group <= _I32))
+        if name == "pp":
+            ok &= ~present | (index <= bounds.INT16[1])
+            stage = np.where(present, index, NO_GROUP)
+        if not ok.all():
+            return None
+        groups.append(np.where(present, group, NO_GROUP))
+    phases = f["phases"].flatten() if f["phases"].null_count else [f["phases"].field(i)
+                                                                   for i in range(len(Phases.NAMES))]
+    if not all(_at_least(p, 0.0) for p in phases):
+        return None
+    if not all(_at_least(f[name], 0) for name in _COUNTS) or not all(
+            _at_least(f[name], 0.0) for name in ("flops", "peak_flops")):
+        return None
+    profiling = pc.cast(pc.fill_null(f["profiling"], False), pa.uint8())
+    columns = [
+        f["job"], rank, step, world, f["host"], device, *groups, stage, start, end, (end - start) / 1e6,
+        *phases, *(f[name] for name in _COUNTS), f["flops"], f["peak_flops"], profiling,
+        _days(start), np.full(count, ingested_ns, dtype=np.int64), attempt,
+    ]
+    arrays = [c if isinstance(c, pa.Array) else pa.array(c) for c in columns]
+    return pa.Table.from_arrays(arrays, names=list(STEP_COLUMNS))
+
+
+def _at_most(array: pa.Array, high: float) -> bool:
+    """Every present value <= high."""
+    if array.null_count == len(array):
+        return True
+    largest = pc.max(array).as_py()
+    return largest is None or largest <= high
+
+
+def _opt_text(array: pa.Array) -> pa.Array | None:
+    """An optional text column as the fast mapping lands it (missing: ""), or None when one is too long."""
+    if array.null_count < len(array) and not _at_most(pc.utf8_length(array), bounds.MAX_ID_CHARS):
+        return None
+    return pc.fill_null(array, "") if array.null_count else array
+
+
+def device_block(raws: list[bytes], ingested_ns: int) -> pa.Table | None:
+    """The device_samples table's rows of `raws` as one Arrow table in `DEVICE_SAMPLE_COLUMNS` order, the
+    values `sinks.fast_rows` gives them; None: not sure (land them one by one)."""
+    f = _fields("device", raws, ingested_ns, DEVICE, _DEVICE_SCHEMA, ("type", "v", "host", "device", "ts_ns"))
+    if f is None or not _ids_ok(f["host"]):
+        return None
+    device, ts = _np(f["device"]), _np(f["ts_ns"])
+    rank = _np(f["rank"], NO_RANK)
+    present = np.asarray(f["rank"].is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    if not ((device >= 0) & (device <= bounds.UINT16[1]) & (ts >= 1)
+            & (~present | ((rank >= 0) & (rank <= _U32)))).all():
+        return None
+    job, kind = _opt_text(f["job"]), _opt_text(f["device_kind"])
+    if job is None or kind is None or not _at_least(f["power_w"], 0.0):
+        return None
+    if not all(_at_least(f[name], 0.0) and _at_most(f[name], 100.0) for name in PERCENT_FIELDS):
+        return None
+    columns = [f["host"], device, ts, job, rank, kind, *(f[name] for name in METRICS), _days(ts),
+               np.full(len(ts), ingested_ns, dtype=np.int64)]
+    arrays = [c if isinstance(c, pa.Array) else pa.array(c) for c in columns]
+    return pa.Table.from_arrays(arrays, names=list(DEVICE_SAMPLE_COLUMNS))
