@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from bench.detect_split import interleave
 from bench.provenance import git_commit, machine
 from bench.throughput import Job
 from schemas import Topics
@@ -212,16 +213,9 @@ def methods(kind: str, raws: list[bytes]) -> dict[str, Callable[[], int]]:
 def measure(kind: str, raws: list[bytes], events: int, rounds: int) -> dict[str, Any]:
     """CPU-µs per event of each method: median and min over `rounds` interleaved rounds."""
     runs = methods(kind, raws)
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    accepted: dict[str, int] = {}
-    for name, fn in runs.items():  # warm-up: imports, caches, the first allocation of every arena
-        accepted[name] = fn()
-    for _ in range(rounds):
-        for name, fn in runs.items():
-            gc.collect()
-            t = time.process_time()
-            fn()
-            times[name].append((time.process_time() - t) / events * 1e6)
+    # warm-up (imports, caches, the first allocation of every arena), which also says what each method accepted
+    accepted: dict[str, int] = {name: fn() for name, fn in runs.items()}
+    times = interleave(runs, events, rounds, warm_up=False)
     med = {name: statistics.median(v) for name, v in times.items()}
     return {
         "records": len(raws), "events": events, "bytes_per_event": round(sum(map(len, raws)) / events, 1),

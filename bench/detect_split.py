@@ -27,7 +27,7 @@ import io
 import pstats
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import orjson
 
@@ -93,11 +93,13 @@ def measure(data: list[list[bytes]], rounds: int) -> dict[str, list[float]]:
     return interleave(stages(data), _events(data), rounds)
 
 
-def interleave(runs: dict[str, Callable[[], None]], events: int, rounds: int) -> dict[str, list[float]]:
-    """CPU-µs per event of each run, `rounds` times, the runs interleaved (after one warm-up each)."""
+def interleave(runs: Mapping[str, Callable[[], object]], events: int, rounds: int,
+               warm_up: bool = True) -> dict[str, list[float]]:
+    """CPU-µs per event of each run, `rounds` times, the runs interleaved (after one warm-up each unless the
+    caller warmed them up)."""
     times: dict[str, list[float]] = {name: [] for name in runs}
-    for fn in runs.values():
-        fn()  # warm-up
+    for fn in runs.values() if warm_up else ():
+        fn()
     for _ in range(rounds):
         for name, fn in runs.items():
             gc.collect()
