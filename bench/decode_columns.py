@@ -49,22 +49,19 @@ from schemas.bounds import INT64, UINT16, UINT32
 from schemas.device import METRICS
 from schemas.identity import DOMAIN_TYPES
 from schemas.step import Phases
+from streams.detect.ingest.columns import IDENTITY
 from streams.detect.ingest.decode import decode_batch
 from streams.land.processor import Landed, LandingProcessor
 
 I64, U32, U16 = INT64[1], UINT32[1], UINT16[1]
-_DOMAIN = pa.struct([("group", pa.int64()), ("size", pa.int64()), ("index", pa.int64())])
-_IDENTITY = [("type", pa.string()), ("v", pa.string()), ("job", pa.string()), ("rank", pa.int64()),
-             ("world", pa.int64()), ("host", pa.string()), ("device", pa.int64()),
-             ("domains", pa.struct([(d, _DOMAIN) for d in DOMAIN_TYPES])), ("attempt", pa.int64())]
-STEP = pa.struct([*_IDENTITY, ("step", pa.int64()), ("start_ns", pa.int64()), ("end_ns", pa.int64()),
+STEP = pa.struct([*IDENTITY, ("step", pa.int64()), ("start_ns", pa.int64()), ("end_ns", pa.int64()),
                   ("phases", pa.struct([(p, pa.float64()) for p in Phases.NAMES])),
                   ("batch_size", pa.int64()), ("samples", pa.int64())])
 _ENTRY = pa.struct([("key", pa.string()), ("cat", pa.string()), ("count", pa.int64()), ("total_ns", pa.int64()),
                     ("max_ns", pa.int64()), ("flops", pa.float64()), ("op", pa.string()), ("domain", pa.string()),
                     ("bytes", pa.int64()), ("direction", pa.string()), ("launch_mean_us", pa.float64()),
                     ("launch_mad_us", pa.float64())])
-SUMMARY = pa.struct([*_IDENTITY, ("step", pa.int64()), ("other_ns", pa.int64()), ("entries", pa.list_(_ENTRY))])
+SUMMARY = pa.struct([*IDENTITY, ("step", pa.int64()), ("other_ns", pa.int64()), ("entries", pa.list_(_ENTRY))])
 DEVICE = pa.struct([("type", pa.string()), ("v", pa.string()), ("host", pa.string()), ("device", pa.int64()),
                     ("ts_ns", pa.int64()), ("job", pa.string()), ("rank", pa.int64()),
                     *[(m, pa.float64()) for m in METRICS]])

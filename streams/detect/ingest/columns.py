@@ -44,13 +44,13 @@ def packed_schema(element: pa.DataType) -> pa.Schema:
     return pa.schema([("e", pa.list_(element))])
 
 
-_DOMAIN = pa.struct([("group", pa.int64()), ("size", pa.int64()), ("index", pa.int64())])
-_IDENTITY = [("type", pa.string()), ("v", pa.string()), ("job", pa.string()), ("rank", pa.int64()),
+DOMAIN = pa.struct([("group", pa.int64()), ("size", pa.int64()), ("index", pa.int64())])
+IDENTITY = [("type", pa.string()), ("v", pa.string()), ("job", pa.string()), ("rank", pa.int64()),
              ("world", pa.int64()), ("host", pa.string()), ("device", pa.int64()),
-             ("domains", pa.struct([(d, _DOMAIN) for d in DOMAIN_TYPES])), ("attempt", pa.int64())]
+             ("domains", pa.struct([(d, DOMAIN) for d in DOMAIN_TYPES])), ("attempt", pa.int64())]
 # every field of the contract's step event (schemas/step.py); the ones detection reads through `_num`
 # (samples, batch_size) as doubles, since the per-event path takes an int or a float there alike
-STEP = pa.struct([*_IDENTITY, ("step", pa.int64()), ("start_ns", pa.int64()), ("end_ns", pa.int64()),
+STEP = pa.struct([*IDENTITY, ("step", pa.int64()), ("start_ns", pa.int64()), ("end_ns", pa.int64()),
                   ("phases", pa.struct([(p, pa.float64()) for p in Phases.NAMES])),
                   ("gc_count", pa.int64()), ("batch_size", pa.float64()), ("samples", pa.float64()),
                   ("tokens", pa.int64()), ("flops", pa.float64()), ("peak_flops", pa.float64()),
