@@ -29,7 +29,7 @@ from schemas.identity import DOMAIN_TYPES
 from schemas.step import Phases
 from sinks.fast_rows import VERSIONS
 from sinks.rows import DEVICE_SAMPLE_COLUMNS, NO_GROUP, NO_RANK, STEP_COLUMNS
-from streams.detect.ingest.columns import DEVICE, STEP, packed_schema, read
+from streams.detect.ingest.columns import DEVICE, STEP, int_column, packed_schema, read
 
 # the detect reader's step fields, with the integer fields landed as integers (batch_size, samples)
 _STEP = pa.struct([pa.field(f.name, pa.int64()) if f.name in ("batch_size", "samples") else f for f in STEP])
@@ -40,13 +40,6 @@ _I64, _U32, _I32 = bounds.INT64[1], bounds.UINT32[1], bounds.INT32[1]
 _NS_DAY = 86_400_000_000_000
 _LAST_DAY = 65_535  # 2149-06-06, the last ClickHouse Date (sinks.rows.event_date clamps there)
 _COUNTS = ("gc_count", "batch_size", "samples", "tokens")
-
-
-def _np(array: pa.Array, fill: int = 0) -> np.ndarray:
-    """An integer column as int64 numpy, nulls as `fill` (checks then ignore them)."""
-    if array.null_count:
-        array = pc.fill_null(array, fill)
-    return np.asarray(array.to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
 def _ids_ok(array: pa.Array) -> bool:
@@ -96,9 +89,9 @@ def step_block(raws: list[bytes], ingested_ns: int) -> pa.Table | None:
     if f is None or not (_ids_ok(f["job"]) and _ids_ok(f["host"])):
         return None
     count = len(f["type"])
-    world, rank, device = _np(f["world"]), _np(f["rank"]), _np(f["device"])
-    step, start, end = _np(f["step"]), _np(f["start_ns"]), _np(f["end_ns"])
-    attempt = _np(f["attempt"])
+    world, rank, device = int_column(f["world"], 0), int_column(f["rank"], 0), int_column(f["device"], 0)
+    step, start, end = int_column(f["step"], 0), int_column(f["start_ns"], 0), int_column(f["end_ns"], 0)
+    attempt = int_column(f["attempt"], 0)
     ok = ((world >= 1) & (world <= _U32) & (rank >= 0) & (rank < world) & (device >= 0) & (device <= bounds.UINT16[1])
           & (step >= 0) & (start >= 1) & (end >= start) & (attempt >= 0) & (attempt <= bounds.UINT16[1]))
     if not ok.all():
@@ -116,7 +109,7 @@ def step_block(raws: list[bytes], ingested_ns: int) -> pa.Table | None:
         parts = dom.flatten()  # group, size, index with the domain's own nulls
         if any(int(pc.sum(pc.and_(dom.is_valid(), part.is_null())).as_py() or 0) for part in parts):
             return None  # a domain without all three of group, size, index
-        group, size, index = (_np(part) for part in parts)
+        group, size, index = (int_column(part, 0) for part in parts)
         ok = ~present | ((size >= 1) & (size <= world) & (index >= 0) & (index < size)
                          & (group >= 0) & (group <= _I32))
         if name == "pp":
@@ -163,8 +156,8 @@ def device_block(raws: list[bytes], ingested_ns: int) -> pa.Table | None:
     f = _fields("device", raws, ingested_ns, DEVICE, _DEVICE_SCHEMA, ("type", "v", "host", "device", "ts_ns"))
     if f is None or not _ids_ok(f["host"]):
         return None
-    device, ts = _np(f["device"]), _np(f["ts_ns"])
-    rank = _np(f["rank"], NO_RANK)
+    device, ts = int_column(f["device"], 0), int_column(f["ts_ns"], 0)
+    rank = int_column(f["rank"], NO_RANK)
     present = np.asarray(f["rank"].is_valid().to_numpy(zero_copy_only=False), dtype=bool)
     if not ((device >= 0) & (device <= bounds.UINT16[1]) & (ts >= 1)
             & (~present | ((rank >= 0) & (rank <= _U32)))).all():

@@ -125,8 +125,8 @@ class LandLoop(ConsumerLoop):
         return consumer
 
     def close_clients(self, consumer: Consumer | None) -> None:
-        closes = [self.lander.close] if consumer is None else [consumer.close, self.lander.close]
-        for close in ([self._sender.close] if self._sender is not None else []) + closes:
+        opened = [client.close for client in (self._sender, consumer) if client is not None]
+        for close in [*opened, self.lander.close]:
             try:
                 close()
             except Exception as exc:  # closing is best effort: nothing is committed here

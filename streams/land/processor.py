@@ -238,7 +238,7 @@ class LandingProcessor:
                 done.add(topic)
             else:
                 self.declined += 1
-                backoff.left = backoff.skip
+                backoff.declined()
         for m in batch:
             if m.topic not in done:
                 self.process(m.topic, m.partition, m.offset, m.key, m.value, now_ns, out)

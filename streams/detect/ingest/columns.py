@@ -134,13 +134,18 @@ def _finite(array: pa.Array) -> bool:
     return True
 
 
-def _ints(array: pa.Array, fill: int | None = None) -> IntArray | None:
-    """An int64 column as numpy; nulls become `fill`, or None (not sure) when there is no fill."""
+def int_column(array: pa.Array, fill: int) -> IntArray:
+    """An integer column as int64 numpy, nulls as `fill`."""
     if array.null_count:
-        if fill is None:
-            return None
         array = pc.fill_null(array, fill)
     return np.asarray(array.to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _ints(array: pa.Array, fill: int | None = None) -> IntArray | None:
+    """`int_column`, or None (not sure) when a value is missing and there is no fill."""
+    if array.null_count and fill is None:
+        return None
+    return int_column(array, 0 if fill is None else fill)
 
 
 def _nums(array: pa.Array) -> FloatArray:

@@ -67,7 +67,11 @@ class ColumnarBackoff:
 
     def after(self, stats: DecodeStats) -> None:
         if stats.declined:
-            self.left = self.skip
+            self.declined()
+
+    def declined(self) -> None:
+        """The columnar path handed a batch back: the next `skip` batches skip it."""
+        self.left = self.skip
 
 
 def _major_ok(doc: dict[str, Any]) -> bool:
