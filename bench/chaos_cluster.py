@@ -75,7 +75,7 @@ from bench.chaos import (
 from bench.provenance import git_commit, machine
 from infra import InfraConfig
 from infra.clickhouse_cluster import CLUSTER_NAME
-from infra.clients import kafka_client_config
+from infra.clients import kafka_client_config, request_timeout_ms
 from infra.cluster import Cluster
 from infra.secrets import CLICKHOUSE_DEFAULT
 from infra.settings import REPO_ROOT, Settings, load_settings
@@ -186,6 +186,7 @@ class AlertClock:
     def __init__(self, settings: Settings, topic: str, job: str) -> None:
         self.settings, self.topic, self.job = settings, topic, job
         self.seen: dict[int, float] = {}
+        self.detected: dict[int, float] = {}  # step -> the incident's detected_ns (the engine's wall clock), s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"alerts-{job}", daemon=True)
 
@@ -204,7 +205,10 @@ class AlertClock:
         while not self._stop.is_set():
             consumer: KafkaConsumer | None = None
             try:
+                # an alert reader's request timeout (the admin principal keeps kafka-python's 30 s): a fetch
+                # from a broker that stopped answering would hold the incidents it leads for 30 s
                 consumer = KafkaConsumer(self.topic, **kafka_client_config(self.settings, "admin"),
+                                         request_timeout_ms=request_timeout_ms(self.settings),
                                          auto_offset_reset="earliest", enable_auto_commit=False,
                                          consumer_timeout_ms=200)
                 while not self._stop.is_set():
@@ -226,6 +230,8 @@ class AlertClock:
             return
         if "SLOW_STEP" in (doc.get("rules") or [doc.get("rule")]) and doc.get("state") in ("open", "update"):
             self.seen.setdefault(int(doc["step_last"]), now)
+            if isinstance(doc.get("detected_ns"), int):
+                self.detected.setdefault(int(doc["step_last"]), doc["detected_ns"] / 1e9)
 
 
 @dataclass
@@ -436,10 +442,18 @@ class ClusterHarness(Harness):
         probe_repeats = repeated_opens(probe_alerts)
         during = latency_stats(sent_at, clock.seen, (out.wall_down, out.wall_up))
         whole = latency_stats(sent_at, clock.seen)
+        # where the time went: emitted -> detected by the engine (the rest is the outputs' way to the reader)
+        detected = latency_stats(sent_at, clock.detected, (out.wall_down, out.wall_up))
+        # each probe: seconds from the fault's start, alert latency, emitted -> detected (None: no alert)
+        timeline = [[round(t - out.wall_down, 2),
+                     round(clock.seen[s] - t, 3) if s in clock.seen else None,
+                     round(clock.detected[s] - t, 3) if s in clock.detected else None]
+                    for s, t in sorted(sent_at.items())]
         result.update(
+            alert_timeline=timeline,
             duplicate_incidents=result["duplicate_incidents"] + probe_repeats, probe_duplicate_opens=probe_repeats,
             outage_s=round(out.t_up - out.t_down, 1), alert_p99_outage_s=during["p99_s"], alert_outage=during,
-            alert_p99_s=whole["p99_s"], alert=whole, alerts_missed=whole["missed"],
+            alert_p99_s=whole["p99_s"], alert=whole, alerts_missed=whole["missed"], detected_outage=detected,
             replicas_agree=self._agree.get(rig.name, False), workers=sorted(rig.procs))
         return result
 

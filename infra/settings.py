@@ -175,6 +175,11 @@ class Settings:
     kafka_user: str = ""              # empty: the principal the client acts as (producer, detect, ...)
     kafka_password: str = ""          # empty: <secrets_dir>/kafka-<user>.password
     kafka_ca_file: Path | None = None  # default: <secrets_dir>/ca.pem
+    # request timeout of every non-admin Kafka client (telemetry producers, the workers' kafka-python
+    # clients, alert readers): a broker that stopped answering (SIGSTOP, a network partition) holds a
+    # request this long before the client gives it up, refreshes metadata and moves to the partition's
+    # new leader. It bounds alert latency while a broker hangs (infra/clients.py, docs/deployment.md).
+    kafka_request_timeout_s: float = 2.5
     secrets_dir: Path | None = None   # default: <home>/secrets
     clickhouse_user: str = ""         # empty: steplens_writer to land, steplens_reader to query
     clickhouse_password: str = ""     # empty: <secrets_dir>/clickhouse-<user>.password
@@ -275,6 +280,7 @@ _ENV = {
     "STEPLENS_KAFKA_USER": ("", "kafka_user"),
     "STEPLENS_KAFKA_PASSWORD": ("", "kafka_password"),
     "STEPLENS_KAFKA_CA_FILE": ("", "kafka_ca_file"),
+    "STEPLENS_KAFKA_REQUEST_TIMEOUT_S": ("", "kafka_request_timeout_s"),
     "STEPLENS_SECRETS_DIR": ("", "secrets_dir"),
     "STEPLENS_CLICKHOUSE_USER": ("", "clickhouse_user"),
     "STEPLENS_CLICKHOUSE_PASSWORD": ("", "clickhouse_password"),

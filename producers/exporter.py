@@ -226,6 +226,9 @@ class KafkaExporter:
         }
         if extra_config:
             self._config.update(extra_config)
+            # a client-wide request timeout (kafka_request_timeout_s) may only shorten this one: the
+            # delivery timeout above must stay >= linger + request timeout
+            self._config["request_timeout_ms"] = min(int(self._config["request_timeout_ms"]), request_timeout_ms)
         self._producer: Any = None
         self._closed = False
         self._abort = threading.Event()

@@ -20,6 +20,7 @@ import faust
 from infra.clients import faust_broker_config
 from infra.files import private_dir
 from infra.settings import Settings
+from streams.faust_transport import App
 
 Role = Literal["detect", "land", "parse"]
 
@@ -47,25 +48,30 @@ class WorkerTimeouts:
     max_poll_interval: float = 120.0  # broker_max_poll_interval: a consumer loop stuck longer is a livelock
     producer_request: float = 300.0   # producer_request_timeout: outlives a broker restart
     metadata_max_age: float = 10.0    # kafka-python consumers: partitions added to a topic are consumed within this
+    # Faust's (aiokafka) consumer: a fetch from a broker that stopped answering is held for `request`,
+    # and only fresh metadata sends the partitions it led to their new leader; refreshed this often
+    # (aiokafka's default, 5 min, held the detect worker's input for the whole of a broker's SIGSTOP)
+    faust_metadata_max_age: float = 1.0
 
     def faust_settings(self) -> dict[str, Any]:
         names = {"session": "broker_session_timeout", "heartbeat": "broker_heartbeat_interval",
                  "rebalance": "broker_rebalance_timeout", "request": "broker_request_timeout",
                  "max_poll_interval": "broker_max_poll_interval", "producer_request": "producer_request_timeout"}
-        return {names[k]: v for k, v in asdict(self).items() if k in names}
+        return {**{names[k]: v for k, v in asdict(self).items() if k in names},
+                "consumer_metadata_max_age_ms": int(self.faust_metadata_max_age * 1000)}
 
     def kafka_python_consumer(self) -> dict[str, Any]:
         """The same group timeouts for a plain kafka-python consumer (the detect decode loop).
 
         kafka-python 3.x defaults to a 45 s session: a SIGKILLed decode loop then holds its
-        partitions for 45 s, and a JoinGroup blocked that long outlives the 30 s request
-        timeout and starts over (measured: 40–80 s of stalled detection per kill). Its
-        rebalance timeout is `max_poll_interval_ms`.
+        partitions for 45 s (measured: 40–80 s of stalled detection per kill). Its rebalance
+        timeout is `max_poll_interval_ms`, and it waits for a JoinGroup max(request timeout,
+        rebalance timeout + 5 s), so the request timeout is the clients' own short one
+        (`kafka_request_timeout_s`, from infra.clients.kafka_client_config).
         """
         return {"session_timeout_ms": int(self.session * 1000),
                 "heartbeat_interval_ms": int(self.heartbeat * 1000),
                 "max_poll_interval_ms": int(self.max_poll_interval * 1000),
-                "request_timeout_ms": int(max(self.request, self.session + self.rebalance) * 1000),
                 "metadata_max_age_ms": int(self.metadata_max_age * 1000)}
 
 
@@ -73,8 +79,9 @@ def base_app(settings: Settings, role: Role, timeouts: WorkerTimeouts | None = N
     private_dir(settings.home)
     datadir = settings.home / "faust" / role
     datadir.mkdir(parents=True, exist_ok=True)
-    return faust.App(
+    return App(
         f"{settings.app_id}-{role}",
+        data_request_timeout_s=settings.kafka_request_timeout_s,
         datadir=str(datadir),
         store="memory://",
         web_enabled=False,

@@ -120,3 +120,4 @@ def test_alert_clock_keeps_the_first_slow_step_alert_of_its_job(tmp_path: Any) -
     clock._note(encode(_incident("r", "open", 60, rule="SLOW_RANK")), 15.0)
     clock._note(b"not json", 16.0)
     assert clock.seen == {20: 10.0, 30: 12.0}
+    assert set(clock.detected) == {20, 30}  # the engine's own time of each, for the split of the latency

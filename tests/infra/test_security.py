@@ -29,7 +29,7 @@ from infra.files import mode_of, private_dir, write_private
 from infra.ports import ephemeral_port_warnings, ephemeral_range
 from infra.rotation import rotate
 from infra.secrets import CLICKHOUSE_READER, CLICKHOUSE_WRITER, KAFKA_PRINCIPALS, ensure_secret
-from infra.settings import Settings
+from infra.settings import Settings, load_settings
 from infra.tls import BROKER_NAME, ensure_tls
 from producers.spool import Spool
 from schemas import Topics
@@ -427,3 +427,15 @@ def test_pre_lockdown_instances_are_recognised_for_a_restart(tmp_path: Path) -> 
     server.users_xml.write_text(server.render_users_xml())
     assert not broker._outdated() and not server._outdated()
     assert f"super.users=User:admin;User:CN={BROKER_NAME}" in broker.server_properties.read_text()
+
+
+def test_every_client_but_admin_gives_a_hung_request_up_after_the_request_timeout(tmp_path: Path) -> None:
+    """A broker that stopped answering (SIGSTOP) held kafka-python's 30 s default request: 34 s
+    alerts in make chaos-cluster's broker_stop. Admin calls keep the library's default."""
+    plain = Settings(home=tmp_path, kafka_bootstrap="127.0.0.1:1", kafka_security="plaintext")
+    for principal in ("producer", "detect", "land", "parse", "reader"):
+        assert kafka_client_config(plain, principal)["request_timeout_ms"] == 2500  # type: ignore[arg-type]
+    assert "request_timeout_ms" not in kafka_client_config(plain, "admin")
+    assert kafka_client_config(replace(plain, kafka_request_timeout_s=4.0), "detect")["request_timeout_ms"] == 4000
+    assert kafka_client_config(replace(plain, kafka_request_timeout_s=0.1), "detect")["request_timeout_ms"] == 1000
+    assert load_settings({"STEPLENS_KAFKA_REQUEST_TIMEOUT_S": "3.5"}).kafka_request_timeout_s == 3.5

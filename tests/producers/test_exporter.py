@@ -49,6 +49,18 @@ def test_kafka_exporter_is_lazy_and_configured_for_safe_delivery() -> None:
     ex.close()
 
 
+def test_a_client_wide_request_timeout_only_shortens_the_exporters() -> None:
+    short = KafkaExporter("127.0.0.1:1", export_timeout_s=10.0, extra_config={"request_timeout_ms": 2500})
+    long = KafkaExporter("127.0.0.1:1", export_timeout_s=1.0, extra_config={"request_timeout_ms": 2500},
+                         redelivery="resend")
+    assert short._config["request_timeout_ms"] == 2500
+    assert long._config["request_timeout_ms"] == 1000  # the export timeout's own bound stays
+    for ex in (short, long):
+        cfg = ex._config
+        assert cfg["delivery_timeout_ms"] >= cfg["linger_ms"] + cfg["request_timeout_ms"]
+        ex.close()
+
+
 def test_kafka_exporter_lz4_only_when_available() -> None:
     ex = KafkaExporter("127.0.0.1:1", compression="lz4")
     assert ex.compression == ("lz4" if lz4_available() else "none")

@@ -1,0 +1,63 @@
+"""Faust's consumer gives a hung broker up after the short data timeout, its coordinator requests keep
+the long one (streams/faust_transport.py); and aiokafka still has the internals that relies on."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from pathlib import Path
+from typing import Any
+
+import aiokafka
+from aiokafka.client import AIOKafkaClient, ConnectionGroup
+from aiokafka.conn import AIOKafkaConnection, create_conn
+
+from infra.settings import Settings
+from streams.app import base_app
+from streams.faust_transport import ConsumerThread, Transport, split_request_timeouts
+
+
+class _Conn:
+    def __init__(self, timeout_s: float) -> None:
+        self._request_timeout = timeout_s
+
+
+def test_data_connections_get_the_short_timeout_coordinator_connections_the_long_one() -> None:
+    async def run() -> tuple[int, float, float]:
+        consumer = aiokafka.AIOKafkaConsumer(bootstrap_servers="127.0.0.1:1", request_timeout_ms=20_000)
+        client: Any = consumer._client
+        made: dict[Any, _Conn] = {}
+
+        async def get_conn(node_id: Any, *, group: ConnectionGroup = ConnectionGroup.DEFAULT,
+                           no_hint: bool = False) -> _Conn:  # the library's: a conn made with the client's timeout
+            return made.setdefault((node_id, group), _Conn(client._request_timeout_ms / 1000))
+
+        client._get_conn = get_conn
+        split_request_timeouts(consumer, 2.5, 20.0)
+        data = await client._get_conn(1)
+        coordination = await client._get_conn(1, group=ConnectionGroup.COORDINATION)
+        return client._request_timeout_ms, data._request_timeout, coordination._request_timeout
+
+    assert asyncio.run(run()) == (2500, 2.5, 20.0)
+
+
+def test_aiokafka_still_has_what_the_split_relies_on() -> None:
+    """A newer aiokafka that renamed these would silently bring the 20 s stall back."""
+    assert "request_timeout_ms" in inspect.signature(create_conn).parameters
+    assert list(inspect.signature(AIOKafkaClient._get_conn).parameters) == ["self", "node_id", "group", "no_hint"]
+    assert "self._request_timeout_ms" in inspect.getsource(AIOKafkaClient._get_conn)
+    assert "wait_for(fut, self._request_timeout)" in inspect.getsource(AIOKafkaConnection.send)
+    assert "group=ConnectionGroup.COORDINATION" in inspect.getsource(
+        aiokafka.consumer.group_coordinator.GroupCoordinator._send_req)
+
+    async def client_of() -> Any:
+        return aiokafka.AIOKafkaConsumer(bootstrap_servers="127.0.0.1:1")._client
+
+    assert isinstance(asyncio.run(client_of()), AIOKafkaClient)
+
+
+def test_every_worker_app_uses_the_transport(tmp_path: Path) -> None:
+    app = base_app(Settings(home=tmp_path, kafka_security="plaintext", kafka_request_timeout_s=0.5), "detect")
+    assert isinstance(app.transport, Transport)
+    assert app.data_request_timeout_s == 2.5  # never below Faust's 1.5 s fetch wait + 1 s
+    assert isinstance(app.consumer._thread, ConsumerThread)
