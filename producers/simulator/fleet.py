@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from producers.simulator.ground_truth import GroundTruth
 from producers.simulator.model import Hardware, ModelConfig, StepPlan, build_plan
 from producers.simulator.topology import Topology
 from producers.simulator.traits import (
@@ -46,7 +47,7 @@ from producers.simulator.traits import (
     Traits,
 )
 from producers.simulator.waits import COUPLING, couple, group_max
-from schemas import JobEvent, StepEvent, decode_as
+from schemas import JobEvent, StepEvent
 
 if TYPE_CHECKING:
     from producers.simulator.catalogue import FaultSpec
@@ -285,14 +286,14 @@ class FleetJob:
     def iter_steps(self) -> Iterator[list[StepEvent]]:
         """Every completed step's StepEvents, one list per step (the reporting ranks, in rank order).
 
-        Decoded from the bytes the stream sends (events.FrameEncoder), so a typed consumer and the
-        wire see the same fields; a halted step (a hung rank) has no step events and no list."""
+        Built by the encoder the stream sends with (events.FrameEncoder.step_events), so a typed
+        consumer and the wire see the same fields; a halted step (a hung rank) has no list."""
         from producers.simulator.events import FrameEncoder  # events.py builds on this module
 
         encoder = FrameEncoder(self, ("step",))
         for frame in self.iter_frames():
             if frame.completed:
-                yield [decode_as(StepEvent, ev.value) for ev in encoder.encode(frame)]
+                yield encoder.step_events(frame)
 
     def step_durations_ms(self) -> list[float]:
         """Each simulated step's duration (halted steps included), from the timing model alone."""
@@ -319,6 +320,10 @@ class FleetJob:
         end = JobEvent(job=self.job_id, phase="end", world=self.world, ts_ns=end_ns, parallel=parallel,
                        last_step=last, model=self.model.name, attempt=self.attempt)
         return start, end
+
+    def ground_truth(self) -> GroundTruth:
+        """This launch's faults as the ground truth a detector is scored against (catalogue JSONL lines)."""
+        return GroundTruth.of(self.job_id, self.faults, self.seed, self.steps)
 
     @cached_property
     def nominal_ms(self) -> float:

@@ -12,7 +12,7 @@ import pytest
 from producers.simulator.catalogue import FaultSpec, data_stalls, gc_pauses, straggler
 from producers.simulator.fleet import FleetJob, Noise
 from producers.simulator.topology import Topology
-from schemas import StepEvent, decode, encode
+from schemas import StepEvent, decode, decode_as, encode
 
 TOPO = Topology(dp=4, tp=4, pp=4)
 SLOW = 21
@@ -167,3 +167,14 @@ def test_invalid_faults_are_rejected() -> None:
         gc_pauses(TOPO, (-1,), 100.0)
     with pytest.raises(ValueError):
         data_stalls(TOPO, (1,), 0.0)
+
+
+def test_typed_step_events_are_the_wire_events() -> None:
+    """iter_steps builds StepEvents without a JSON round trip: they decode from the stream's bytes as they are."""
+    from producers.simulator.events import FrameEncoder
+
+    job = FleetJob("j", Topology(dp=2, tp=2, pp=2), 8, [straggler(Topology(dp=2, tp=2, pp=2), 3, 1.3, attempt=2)], 5,
+                   attempt=2, first_step=3)
+    encoder = FrameEncoder(job, ("step",))
+    wire = [[decode_as(StepEvent, ev.value) for ev in encoder.encode(f)] for f in job.iter_frames() if f.completed]
+    assert list(job.iter_steps()) == wire and wire[0][0].attempt == 2
