@@ -22,7 +22,7 @@ from infra.settings import Settings, load_settings
 from producers.emitter import BackgroundEmitter
 from producers.exporter import KafkaExporter
 from producers.simulator.catalogue import gc_pauses, straggler
-from producers.simulator.fleet import FleetJob
+from producers.simulator.fleet import FleetJob, Noise
 from producers.simulator.topology import Topology
 from schemas import ControlCommand, Incident, StepEvent, Topics, decode_as
 from steplens.demo import start_worker, stop_worker
@@ -93,7 +93,8 @@ def _caught_up(s: Settings) -> bool:
 def _job() -> FleetJob:
     topo = Topology(dp=4, tp=2, pp=2)
     return FleetJob("restart-job", topo, steps=60, seed=9,
-                    faults=[straggler(topo, 5, 1.3), *gc_pauses(topo, (45,), 0.66 * step_ms(topo))])
+                    faults=[straggler(topo, 5, 1.3), *gc_pauses(topo, (45,), 0.66 * step_ms(topo))],
+                    noise=Noise.quiet())  # exact slow steps: no eval step (50) to extend the GC incident
 
 
 def _alerts(s: Settings) -> list[Incident]:
