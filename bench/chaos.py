@@ -58,8 +58,8 @@ from infra.progress import Progress
 from infra.settings import REPO_ROOT, Settings, load_settings
 from producers.emitter import BackgroundEmitter
 from producers.exporter import KafkaExporter
-from producers.simulator.cluster import SimulatedJob
-from producers.simulator.faults import SlowRank
+from producers.simulator.catalogue import straggler
+from producers.simulator.fleet import FleetJob
 from producers.simulator.topology import Topology
 from schemas import ContractError, ControlCommand, Incident, StepEvent, Topics, decode_as
 from schemas.packing import decode_record_as
@@ -294,7 +294,7 @@ def new_emitter(rig: Rig, name: str = "") -> BackgroundEmitter:
                              retry_backoff_max_s=2.0)
 
 
-def emit_job(rig: Rig, job: SimulatedJob, sent: Sent, pace_s: float, stop: threading.Event | None = None,
+def emit_job(rig: Rig, job: FleetJob, sent: Sent, pace_s: float, stop: threading.Event | None = None,
              on_step: Callable[[int], None] | None = None) -> None:
     """Emit the whole job (start, steps, end) at `pace_s` per step through one emitter (its spool named
     after the job); record what went out."""
@@ -469,11 +469,12 @@ class Harness:
         ensure_topics(settings, Topics(settings.topic_prefix), settings.topic_partitions)
         return Rig(name, settings, self.run_dir)
 
-    def job(self, name: str, steps: int, slow_rank: int | None = None) -> SimulatedJob:
-        faults = [SlowRank(rank=slow_rank, factor=1.4)] if slow_rank is not None else []
-        return SimulatedJob(f"chaos-{name}", Topology(dp=4, tp=2, pp=1), steps, faults, seed=11)
+    def job(self, name: str, steps: int, slow_rank: int | None = None) -> FleetJob:
+        topo = Topology(dp=4, tp=2, pp=1)
+        faults = [straggler(topo, slow_rank, 1.4)] if slow_rank is not None else []
+        return FleetJob(f"chaos-{name}", topo, steps, faults, 11)
 
-    def finish(self, rig: Rig, offsets: Offsets, sent: Sent, job: SimulatedJob,
+    def finish(self, rig: Rig, offsets: Offsets, sent: Sent, job: FleetJob,
                extra: dict[str, Any]) -> dict[str, Any]:
         caught = wait_caught_up(rig, offsets)
         alive = rig.alive()

@@ -80,8 +80,8 @@ from infra.cluster import Cluster
 from infra.secrets import CLICKHOUSE_DEFAULT
 from infra.settings import REPO_ROOT, Settings, load_settings
 from infra.supervision import kill_and_wait
-from producers.simulator.cluster import SimulatedJob
-from producers.simulator.faults import gc_pause
+from producers.simulator.catalogue import gc_pauses
+from producers.simulator.fleet import FleetJob
 from producers.simulator.topology import Topology
 from schemas import Topics
 from sinks import open_backend
@@ -96,7 +96,7 @@ WARM_S = 12.0
 TAIL_S = 20.0
 PROBE_FIRST = 20
 PROBE_EVERY = 10
-PROBE_PAUSE_MS = 300.0
+PROBE_PAUSE_SHARE = 0.66  # a GC pause of 66 % of the probe job's nominal step (≈ 2.5 s of its ≈ 3.8 s): a slow step
 SLOW_RANK = 5
 ALERT_TARGET_S = 5.0
 BROKER_CASES = ("broker_kill", "controller_kill", "broker_stop")
@@ -395,8 +395,10 @@ class ClusterHarness(Harness):
         offsets = Offsets(rig.settings)
         steps = int((WARM_S + outage_s + TAIL_S) / PACE_S)
         job = self.job(name, steps=steps, slow_rank=SLOW_RANK)
-        probe = SimulatedJob(f"chaos-{name}-probe", Topology(dp=4, tp=2, pp=1), steps,
-                             [gc_pause(range(PROBE_FIRST, steps, PROBE_EVERY), PROBE_PAUSE_MS)], seed=12)
+        probe_topo = Topology(dp=4, tp=2, pp=1)
+        pause_ms = PROBE_PAUSE_SHARE * FleetJob("probe", probe_topo, 1).nominal_ms
+        probe = FleetJob(f"chaos-{name}-probe", probe_topo, steps,
+                         gc_pauses(probe_topo, range(PROBE_FIRST, steps, PROBE_EVERY), pause_ms), 12)
         probe_steps = set(range(PROBE_FIRST, steps, PROBE_EVERY))
         sent, sent_probe = Sent(), Sent()
         sent_at: dict[int, float] = {}

@@ -42,8 +42,8 @@ from bench.restarts import groups, uncommitted
 from infra import ClickHouseServer, InfraConfig, KafkaBroker
 from infra.settings import REPO_ROOT, Settings, load_settings
 from producers.sampler.procfs import process_cpu_ticks
-from producers.simulator.cluster import SimulatedJob
-from producers.simulator.faults import SlowRank
+from producers.simulator.catalogue import straggler
+from producers.simulator.fleet import FleetJob
 from producers.simulator.topology import Topology
 from sinks import open_backend
 from sinks.migrations.runner import migrate
@@ -160,11 +160,11 @@ class Soak:
                     inst.rss_series.append((round(now - inst.started, 1), mb))
 
     # --- load -------------------------------------------------------------------------------------
-    def job(self, n: int) -> SimulatedJob:
+    def job(self, n: int) -> FleetJob:
         size = self.job_ranks or SIZES[n % len(SIZES)]
         slow = self.rng.randrange(size)
-        job = SimulatedJob(f"soak-{n}", Topology(dp=size // 8, tp=8, pp=1), self.rng.randint(150, 300),
-                           [SlowRank(rank=slow, factor=1.4)], seed=n)
+        topo = Topology(dp=size // 8, tp=8, pp=1)
+        job = FleetJob(f"soak-{n}", topo, self.rng.randint(150, 300), [straggler(topo, slow, 1.4)], n)
         self.fleet.slow[job.job_id] = slow
         return job
 

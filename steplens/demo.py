@@ -28,8 +28,8 @@ from infra.clients import kafka_client_config
 from infra.settings import REPO_ROOT, Settings, load_settings
 from producers.emitter import BackgroundEmitter
 from producers.exporter import KafkaExporter
-from producers.simulator.cluster import SimulatedJob
-from producers.simulator.faults import SlowRank, SlowSteps
+from producers.simulator.catalogue import data_stalls, gc_pauses, straggler
+from producers.simulator.fleet import FleetJob
 from producers.simulator.ground_truth import GroundTruth
 from producers.simulator.topology import Topology
 from schemas import ContractError, Incident, Topics, decode_as, encode, rank_key
@@ -53,19 +53,19 @@ class DemoRun:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def build_job(job_id: str, steps: int, seed: int) -> SimulatedJob:
-    """The demo job: a straggler on rank 37 throughout, a GC storm and a data stall.
+def build_job(job_id: str, steps: int, seed: int) -> FleetJob:
+    """The demo job, as catalogue faults on the fleet simulator (its realistic healthy noise: warm-up,
+    checkpoints, evaluation, hiccups, GC): a straggler on rank 37 throughout (compute ×1.25), three
+    steps of 350 ms GC pauses on every rank and three of a 450 ms data stall.
 
     The data stall lasts three steps: one slow batch on its own is part of healthy training
     (the slow step opens only when it persists: `slow_step_open_after`, docs/detection.md), and
     a demo that injected a single one failed its own check (tests/steplens/test_demo_job.py
     now replays this job through the engine)."""
-    faults = [
-        SlowRank(rank=37, factor=1.25, first_step=0, last_step=steps - 1),
-        SlowSteps(steps=(40, 41, 42), phase="gc_ms", extra_ms=350.0, cause="gc"),
-        SlowSteps(steps=(77, 78, 79), phase="data_ms", extra_ms=450.0, cause="data stall"),
-    ]
-    return SimulatedJob(job_id=job_id, topology=Topology(dp=8, tp=4, pp=2), steps=steps, faults=faults, seed=seed)
+    topo = Topology(dp=8, tp=4, pp=2)
+    faults = [straggler(topo, 37, 1.25, 0, steps - 1), *gc_pauses(topo, (40, 41, 42), 350.0),
+              *data_stalls(topo, (77, 78, 79), 450.0)]
+    return FleetJob(job_id, topo, steps, faults, seed)
 
 
 def malformed_events(job: str) -> list[tuple[bytes, bytes]]:
@@ -184,7 +184,7 @@ def run(settings: Settings, steps: int, seed: int, use_server: bool) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     sim = build_job(job_id, steps, seed)
     run_state = DemoRun(job=job_id, truth=sim.ground_truth())
-    run_state.truth.write(out_dir / "ground_truth.json")
+    run_state.truth.write(out_dir / "ground_truth.jsonl")
 
     alert_start = end_offsets(settings, topics.incidents)
     env = {**os.environ, "STEPLENS_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,

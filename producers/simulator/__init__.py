@@ -1,8 +1,10 @@
 """Deterministic cluster simulators with injected, known faults.
 
-`FleetJob` (fleet.py) is the fleet simulator: 8 to 10,240+ ranks, a Llama-style model, step,
-kernel_summary and device events, every fault of the catalogue (catalogue.py) with JSONL
-ground truth. `SimulatedJob` (cluster.py) is the classic step-only simulator the demo uses.
+`FleetJob` (fleet.py) is the one simulator: 2 to 10,240+ ranks, a Llama-style model, step,
+kernel_summary and device events (or typed StepEvents, `iter_steps`), every fault of the
+catalogue (catalogue.py, hand-placed ones through `straggler`, `gc_pauses`, `data_stalls`)
+with JSONL ground truth. `Noise.quiet()` turns the healthy warm-up, checkpoints, evaluation,
+hiccups and GC pauses off where a test needs plain, countable steps.
 """
 
 from producers.simulator.catalogue import (
@@ -10,22 +12,14 @@ from producers.simulator.catalogue import (
     FaultSpec,
     Scenario,
     build_faults,
+    data_stalls,
+    gc_pauses,
     layout,
     scenario_job,
+    straggler,
     write_ground_truth,
 )
-from producers.simulator.cluster import DEFAULT_START_NS, SimStep, SimulatedJob, Timings, Workload
-from producers.simulator.faults import (
-    FAULT_KINDS,
-    Fault,
-    InjectedFault,
-    SlowRank,
-    SlowSteps,
-    StepState,
-    data_stall,
-    gc_pause,
-)
-from producers.simulator.fleet import FleetJob, Noise
+from producers.simulator.fleet import DEFAULT_START_NS, FleetJob, Noise
 from producers.simulator.ground_truth import GroundTruth
 from producers.simulator.model import Hardware, ModelConfig
 from producers.simulator.run import run_simulation
@@ -33,30 +27,22 @@ from producers.simulator.topology import Coords, Topology
 
 __all__ = [
     "DEFAULT_START_NS",
-    "FAULT_KINDS",
     "SCENARIOS",
     "Coords",
-    "Fault",
     "FaultSpec",
     "FleetJob",
     "GroundTruth",
     "Hardware",
-    "InjectedFault",
     "ModelConfig",
     "Noise",
     "Scenario",
-    "SimStep",
-    "SimulatedJob",
-    "SlowRank",
-    "SlowSteps",
-    "StepState",
-    "Timings",
     "Topology",
-    "Workload",
     "build_faults",
-    "data_stall",
-    "gc_pause",
+    "data_stalls",
+    "gc_pauses",
     "layout",
     "run_simulation",
-    "scenario_job", "write_ground_truth",
+    "scenario_job",
+    "straggler",
+    "write_ground_truth",
 ]

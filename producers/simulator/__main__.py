@@ -1,15 +1,18 @@
-"""`python -m producers.simulator`: send a simulated job to Kafka and write its ground truth.
+"""`python -m producers.simulator`: send a simulated job (a FleetJob) to Kafka and write its ground truth.
 
-Fleet mode (the fault catalogue; step, kernel_summary and device events; JSONL ground truth)::
+Scenario mode (a catalogue scenario; step, kernel_summary and device events)::
 
     python -m producers.simulator --list-scenarios
     python -m producers.simulator --scenario slow_host --ranks 1024 --steps 200 --seed 3 \\
         --ground-truth run/gt.jsonl [--paced] [--streams step,kernel_summary,device] [--dry-run]
 
-Classic mode (step events only, hand-placed faults, the demo's JSON ground truth)::
+Hand-placed mode (step events through the emitter and its spool, like a rank hook; faults placed
+by hand as catalogue specs: `straggler`, `gc_pauses`, `data_stalls`)::
 
     python -m producers.simulator --job demo --dp 4 --tp 4 --pp 4 --steps 200 \\
-        --slow-rank 21:1.3 --gc-pause 50,51:150 --data-stall 120-122:200 --ground-truth run/gt.json
+        --slow-rank 21:1.3 --gc-pause 50,51:350 --data-stall 120-122:450 --ground-truth run/gt.jsonl [--quiet]
+
+Both write the catalogue's JSONL ground truth (one line per fault).
 """
 
 from __future__ import annotations
@@ -28,10 +31,17 @@ from infra.settings import load_settings
 from producers.emitter import BackgroundEmitter
 from producers.exporter import Exporter, InMemoryExporter, KafkaExporter
 from producers.simulator.attempts import plan_attempts
-from producers.simulator.catalogue import SCENARIOS, build_faults, write_ground_truth
-from producers.simulator.cluster import SimulatedJob
-from producers.simulator.faults import Fault, SlowRank, data_stall, gc_pause
-from producers.simulator.fleet import Noise
+from producers.simulator.catalogue import (
+    SCENARIOS,
+    FaultSpec,
+    build_faults,
+    data_stalls,
+    default_microbatches,
+    gc_pauses,
+    straggler,
+    write_ground_truth,
+)
+from producers.simulator.fleet import FleetJob, Noise
 from producers.simulator.model import ModelConfig
 from producers.simulator.run import run_simulation
 from producers.simulator.stream import SimRun, SimulatedClock, stream_runs
@@ -51,14 +61,14 @@ def parse_steps(text: str) -> list[int]:
     return out
 
 
-def parse_slow_rank(text: str) -> SlowRank:
+def parse_slow_rank(topo: Topology, text: str) -> FaultSpec:
     """'RANK:FACTOR[:FIRST[:LAST]]'."""
     parts = text.split(":")
     if not 2 <= len(parts) <= 4:
         raise argparse.ArgumentTypeError(f"expected RANK:FACTOR[:FIRST[:LAST]], got {text!r}")
     first = int(parts[2]) if len(parts) > 2 else 0
     last = int(parts[3]) if len(parts) > 3 else None
-    return SlowRank(rank=int(parts[0]), factor=float(parts[1]), first_step=first, last_step=last)
+    return straggler(topo, int(parts[0]), float(parts[1]), first, last)
 
 
 def _parse_steps_ms(text: str) -> tuple[list[int], float, list[int] | None]:
@@ -85,17 +95,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spool-dir", type=Path,
                    help="disk spool for events Kafka cannot take now (default: $STEPLENS_HOME/spool/simulator)")
     p.add_argument("--no-spool", action="store_true", help="drop (and count) events while Kafka is down")
-    p.add_argument("--ground-truth", type=Path, help="where to write the ground-truth JSON")
+    p.add_argument("--ground-truth", type=Path, help="where to write the ground truth (JSONL, one line per fault)")
     p.add_argument("--dry-run", action="store_true", help="export to memory instead of Kafka")
-    fleet = p.add_argument_group("fleet mode")
+    p.add_argument("--jitter", type=float, default=None,
+                   help=f"per-phase healthy jitter (≤ 0.08; default: the scenario's, else {Noise().jitter})")
+    p.add_argument("--quiet", action="store_true",
+                   help="no warm-up, checkpoint, eval, hiccup or GC steps (Noise.quiet); jitter only")
+    fleet = p.add_argument_group("scenario mode")
     fleet.add_argument("--scenario", choices=sorted(SCENARIOS), help="a catalogue scenario (see --list-scenarios)")
     fleet.add_argument("--list-scenarios", action="store_true", help="print the catalogue and exit")
     fleet.add_argument("--ranks", type=int, default=64, help="world size; the layout follows (TP in a host, PP, DP)")
     fleet.add_argument("--paced", action="store_true", help="real time: each step is sent when it ends")
     fleet.add_argument("--unpacked", action="store_true",
                        help="one record per event (contract 1.1 form) instead of one array per host per topic per step")
-    fleet.add_argument("--jitter", type=float, default=None,
-                       help=f"per-phase healthy jitter (≤ 0.08; default: the scenario's, else {Noise().jitter})")
     fleet.add_argument("--streams", default="step,kernel_summary,device", help="event types to send")
     for name in ("layers", "hidden", "heads", "kv-heads", "ffn", "seq", "micro-batch", "vocab", "microbatches"):
         fleet.add_argument(f"--{name}", type=int, help=f"model: {name} (default: the scenario's Llama-style model)")
@@ -114,6 +126,13 @@ def list_scenarios() -> str:
                      for s in SCENARIOS.values())
 
 
+def noise_for(args: argparse.Namespace, default: Noise | None) -> Noise | None:
+    """The healthy behaviour the options ask for (None: FleetJob's default)."""
+    if args.quiet:
+        return Noise.quiet() if args.jitter is None else Noise.quiet(args.jitter)
+    return Noise(jitter=args.jitter) if args.jitter is not None else default
+
+
 def run_fleet(args: argparse.Namespace) -> int:
     """One catalogue scenario through Kafka (or memory with --dry-run)."""
     settings = load_settings()
@@ -121,7 +140,7 @@ def run_fleet(args: argparse.Namespace) -> int:
     topo = sc.topology(args.ranks)
     faults = build_faults(sc, topo, args.steps, args.seed)
     attempts = plan_attempts(args.job, topo, args.steps, faults, args.seed, model=model_for(args, sc.model(topo)),
-                             noise=Noise(jitter=args.jitter) if args.jitter is not None else sc.noise())
+                             noise=noise_for(args, sc.noise()))
     if args.ground_truth:
         write_ground_truth(args.ground_truth, faults, args.job, args.seed, args.steps)
     include = tuple(k for k in args.streams.split(",") if k)
@@ -163,15 +182,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.scenario:
         return run_fleet(args)
     settings = load_settings()
-    faults: list[Fault] = [parse_slow_rank(s) for s in args.slow_rank]
+    topology = Topology(dp=args.dp, tp=args.tp, pp=args.pp, ep=args.ep, cp=args.cp)
+    faults: list[FaultSpec] = [parse_slow_rank(topology, s) for s in args.slow_rank]
     for spec in args.gc_pause:
         steps, ms, ranks = _parse_steps_ms(spec)
-        faults.append(gc_pause(steps, ms, ranks))
+        faults += gc_pauses(topology, steps, ms, ranks)
     for spec in args.data_stall:
         steps, ms, ranks = _parse_steps_ms(spec)
-        faults.append(data_stall(steps, ms, ranks))
-    topology = Topology(dp=args.dp, tp=args.tp, pp=args.pp, ep=args.ep, cp=args.cp)
-    job = SimulatedJob(args.job, topology, args.steps, faults, seed=args.seed)
+        faults += data_stalls(topology, steps, ms, ranks)
+    job = FleetJob(args.job, topology, args.steps, faults, args.seed,
+                   model=model_for(args, ModelConfig(microbatches=default_microbatches(topology))),
+                   noise=noise_for(args, None))
     if args.ground_truth:
         job.ground_truth().write(args.ground_truth)
     if args.bootstrap:

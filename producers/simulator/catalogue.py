@@ -11,7 +11,7 @@ one JSON line per fault (`FaultSpec.to_dict`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -350,8 +350,12 @@ def _job_crash(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.rand
 @kind("slow_data_loader")
 def _slow_data_loader(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
     # one rank's input pipeline is slow (a starved DataLoader worker, a slow disk): it reaches its first
-    # collective late every step, and its peers wait for it in theirs; its own kernels are all fine
-    fx.add("data_ms", _r(f), _m(f, "data_add_share", 0.3) * job.nominal_ms)
+    # collective late every step, and its peers wait for it in theirs; its own kernels are all fine.
+    # `data_add_share` of the nominal step, or `data_add_ms` when given (a hand-placed stall, `data_stalls`);
+    # on every rank of the job it is a job-wide data stall (a slow step)
+    share = _m(f, "data_add_share", 0.3)
+    extra = f.magnitude["data_add_ms"] if "data_add_ms" in f.magnitude else share * job.nominal_ms
+    fx.add("data_ms", _r(f), extra)
 
 
 @kind("slow_bursts")
@@ -365,6 +369,62 @@ def _slow_bursts(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.ra
 @kind("slow_compute")
 def _slow_compute(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
     _compute(fx, job, _r(f), _m(f, "compute_factor", 1.3))
+
+
+# --- hand-placed faults (the demo, tests, the chaos and soak benches) ----------------------
+def straggler(topo: Topology, rank: int, factor: float, start: int = 0, end: int | None = None, *,
+              attempt: int = 0) -> FaultSpec:
+    """One slow rank (`slow_compute`): its compute kernels take `factor` times longer on steps
+    [start, end] (end None: to the end), so every collective it is in waits for it."""
+    if factor <= 0:
+        raise ValueError("factor must be > 0")
+    return FaultSpec(kind="slow_compute", scope="rank", start=start, end=end, ranks=(rank,),
+                     hosts=(f"node-{rank // topo.devices_per_host}",), magnitude={"compute_factor": factor},
+                     rules=("SLOW_RANK", "R4"), row="slow rank", attempt=attempt)
+
+
+def _runs(steps: Iterable[int]) -> list[tuple[int, int]]:
+    """Sorted steps as (first, last) runs of consecutive steps."""
+    out: list[tuple[int, int]] = []
+    for s in sorted({int(s) for s in steps}):
+        if s < 0:
+            raise ValueError("steps must be >= 0")
+        if out and s == out[-1][1] + 1:
+            out[-1] = (out[-1][0], s)
+        else:
+            out.append((s, s))
+    return out
+
+
+def _pauses(topo: Topology, steps: Iterable[int], ranks: Iterable[int] | None, kind_: str,
+            magnitude: dict[str, float], row: str) -> list[FaultSpec]:
+    members = tuple(range(topo.world)) if ranks is None else tuple(sorted({int(r) for r in ranks}))
+    every = ranks is None or len(members) == topo.world
+    # a pause on some ranks makes the step slow all the same: the rest of the job waits for them
+    hosts = () if every else tuple(sorted({f"node-{r // topo.devices_per_host}" for r in members}))
+    return [FaultSpec(kind=kind_, scope="job" if every else "rank", start=first, end=last, ranks=members,
+                      hosts=hosts, magnitude=magnitude, rules=("SLOW_STEP",), row=row) for first, last in _runs(steps)]
+
+
+def gc_pauses(topo: Topology, steps: Iterable[int], pause_ms: float,
+              ranks: Iterable[int] | None = None) -> list[FaultSpec]:
+    """A Python GC pause of `pause_ms` on each of `steps`, on every rank (a job-wide slow step) or the
+    listed ones: `gc_leak` pausing every step of its window, without the leak's memory growth; one
+    spec per run of consecutive steps."""
+    if pause_ms <= 0:
+        raise ValueError("pause_ms must be > 0")
+    return _pauses(topo, steps, ranks, "gc_leak",
+                   {"pause_ms": pause_ms, "every_steps": 1, "mem_pct_per_100_steps": 0.0}, "GC pause")
+
+
+def data_stalls(topo: Topology, steps: Iterable[int], stall_ms: float,
+                ranks: Iterable[int] | None = None) -> list[FaultSpec]:
+    """The input pipeline stalls for `stall_ms` (DataLoader `__next__` latency) on each of `steps`, on
+    every rank (a job-wide slow step) or the listed ones: `slow_data_loader` with `data_add_ms`; one
+    spec per run of consecutive steps."""
+    if stall_ms <= 0:
+        raise ValueError("stall_ms must be > 0")
+    return _pauses(topo, steps, ranks, "slow_data_loader", {"data_add_ms": stall_ms}, "data stall")
 
 
 # --- scenarios -----------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from producers.simulator.ground_truth import GroundTruth
 from producers.simulator.model import Hardware, ModelConfig, StepPlan, build_plan
 from producers.simulator.topology import Topology
 from producers.simulator.traits import (
@@ -46,6 +47,7 @@ from producers.simulator.traits import (
     Traits,
 )
 from producers.simulator.waits import COUPLING, couple, group_max
+from schemas import JobEvent, StepEvent
 
 if TYPE_CHECKING:
     from producers.simulator.catalogue import FaultSpec
@@ -78,6 +80,13 @@ class Noise:
     gc_ms: float = 30.0
     interstep_ms: float = 4.0
     optimizer_frac: float = 0.03
+
+    @classmethod
+    def quiet(cls, jitter: float = 0.015) -> Noise:
+        """Per-rank and per-step jitter only: no warm-up, checkpoint, evaluation, data-loader hiccup or
+        GC step. For tests that count steps or need a clean healthy baseline; the catalogue's
+        scenarios (and bench-detection) keep the default, realistic healthy behaviour."""
+        return cls(jitter=jitter, warmup_steps=0, checkpoint_every=0, eval_every=0, hiccup_p=0.0, gc_p=0.0)
 
 
 @dataclass(slots=True)
@@ -272,6 +281,49 @@ class FleetJob:
     @property
     def world(self) -> int:
         return self.topology.world
+
+    # --- the job as typed events (the demo, the emitter, engine tests) ----------------------------
+    def iter_steps(self) -> Iterator[list[StepEvent]]:
+        """Every completed step's StepEvents, one list per step (the reporting ranks, in rank order).
+
+        Built by the encoder the stream sends with (events.FrameEncoder.step_events), so a typed
+        consumer and the wire see the same fields; a halted step (a hung rank) has no list."""
+        from producers.simulator.events import FrameEncoder  # events.py builds on this module
+
+        encoder = FrameEncoder(self, ("step",))
+        for frame in self.iter_frames():
+            if frame.completed:
+                yield encoder.step_events(frame)
+
+    def step_durations_ms(self) -> list[float]:
+        """Each simulated step's duration (halted steps included), from the timing model alone."""
+        return [frame.duration_ms for frame in self.iter_frames()]
+
+    def end_ns(self) -> int:
+        """When the last step ends on the job clock (runs the timing model, builds no events)."""
+        end = self.start_ns
+        for frame in self.iter_frames():
+            end = frame.end_ns
+        return end
+
+    def job_events(self) -> tuple[JobEvent, JobEvent]:
+        """The launch's `start` and `end` lifecycle events (step events only: no kernel summaries
+        declared). `end` carries the last completed step; a launch that crashes (`job_crash`) sends
+        no `end` in a real fleet, so its callers leave it out."""
+        end_ns, last = self.start_ns, self.first_step
+        for frame in self.iter_frames():
+            end_ns = frame.end_ns
+            last = frame.step if frame.completed else last
+        parallel = self.topology.parallel()
+        start = JobEvent(job=self.job_id, phase="start", world=self.world, ts_ns=self.start_ns, parallel=parallel,
+                         model=self.model.name, attempt=self.attempt)
+        end = JobEvent(job=self.job_id, phase="end", world=self.world, ts_ns=end_ns, parallel=parallel,
+                       last_step=last, model=self.model.name, attempt=self.attempt)
+        return start, end
+
+    def ground_truth(self) -> GroundTruth:
+        """This launch's faults as the ground truth a detector is scored against (catalogue JSONL lines)."""
+        return GroundTruth.of(self.job_id, self.faults, self.seed, self.steps)
 
     @cached_property
     def nominal_ms(self) -> float:

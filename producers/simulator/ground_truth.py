@@ -1,79 +1,72 @@
 """What was injected into a simulated run, so detector output can be scored against it.
 
-Written as JSON next to the run. `slow_steps()` are exactly the steps where a slow-step fault
-adds time. A straggler present from step 0 makes every step equally slower, so it is not a
-slow step at all: it is only visible by comparing ranks inside their communication domains
-(`slow_ranks()`), like the straggler Hermes found that had been there all along.
+The faults are the catalogue's `FaultSpec`s, written as its JSONL ground truth (one line per
+fault, `FaultSpec.to_dict`, the end step resolved against the run's length), the same file
+bench-detection scores. Which detector output a fault calls for is in its `rules`: a
+`SLOW_RANK` fault names ranks a slow-rank detector must find (`slow_ranks()`), a `SLOW_STEP`
+fault the steps a slow-step detector must flag (`slow_steps()`). A straggler present from
+step 0 makes every step equally slower, so it is no slow step at all: it is only visible by
+comparing ranks inside their communication domains, like the straggler Hermes found that
+had been there all along.
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from producers.simulator.faults import InjectedFault
+import orjson
 
-FORMAT_VERSION = 1
+from producers.simulator.catalogue import FaultSpec, read_ground_truth
 
 
 @dataclass(frozen=True, slots=True)
 class GroundTruth:
-    """A simulated job's identity, shape and injected faults."""
+    """A simulated run's identity and its injected faults, as ground-truth lines."""
 
     job: str
-    topology: dict[str, int]
-    steps: int
     seed: int
-    start_ns: int
-    faults: list[InjectedFault] = field(default_factory=list)
+    steps: int
+    faults: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, job: str, faults: Iterable[FaultSpec], seed: int, steps: int) -> GroundTruth:
+        return cls(job=job, seed=seed, steps=steps, faults=[f.to_dict(job, seed, steps) for f in faults])
+
+    def _expecting(self, rule: str) -> list[dict[str, Any]]:
+        return [f for f in self.faults if rule in f["rules"]]
 
     def slow_ranks(self) -> set[int]:
         """Ranks a slow-rank detector must name."""
-        return {r for f in self.faults if f.effect == "slow_rank" for r in (f.ranks or [])}
+        return {int(r) for f in self._expecting("SLOW_RANK") for r in f["ranks"]}
 
     def slow_steps(self) -> set[int]:
-        """Steps a slow-step detector must flag."""
-        return {s for f in self.faults if f.effect == "slow_step" for s in f.steps}
+        """Steps a slow-step detector must flag (every step of each such fault's window)."""
+        return {s for f in self._expecting("SLOW_STEP") for s in range(int(f["start_step"]), int(f["end_step"]) + 1)}
 
     def slow_rank_steps(self) -> dict[int, set[int]]:
         """For each slow rank, the steps on which it is slow."""
         out: dict[int, set[int]] = {}
-        for f in self.faults:
-            if f.effect == "slow_rank":
-                for r in f.ranks or []:
-                    out.setdefault(r, set()).update(f.steps)
+        for f in self._expecting("SLOW_RANK"):
+            for r in f["ranks"]:
+                out.setdefault(int(r), set()).update(range(int(f["start_step"]), int(f["end_step"]) + 1))
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "format": FORMAT_VERSION, "job": self.job, "topology": self.topology, "steps": self.steps,
-            "seed": self.seed, "start_ns": self.start_ns, "faults": [f.to_dict() for f in self.faults],
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> GroundTruth:
-        if data.get("format") != FORMAT_VERSION:
-            raise ValueError(f"unsupported ground-truth format {data.get('format')!r}")
-        return cls(
-            job=str(data["job"]), topology={k: int(v) for k, v in data["topology"].items()},
-            steps=int(data["steps"]), seed=int(data["seed"]), start_ns=int(data["start_ns"]),
-            faults=[InjectedFault.from_dict(f) for f in data["faults"]],
-        )
+        return {"job": self.job, "seed": self.seed, "steps": self.steps, "faults": self.faults}
 
     def write(self, path: Path) -> Path:
-        """Write atomically (readers never see half a file); returns `path`."""
+        """The JSONL ground truth, written atomically (readers never see half a file); returns `path`."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+        tmp.write_bytes(b"".join(orjson.dumps(f) + b"\n" for f in self.faults))
         tmp.replace(path)
         return path
 
     @classmethod
-    def load(cls, path: Path) -> GroundTruth:
-        data = json.loads(Path(path).read_text())
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: ground truth must be a JSON object")
-        return cls.from_dict(data)
+    def load(cls, path: Path, job: str, seed: int, steps: int) -> GroundTruth:
+        """A JSONL ground truth back; the run's identity comes from the caller (a healthy run's file is empty)."""
+        return cls(job=job, seed=seed, steps=steps, faults=read_ground_truth(Path(path)))

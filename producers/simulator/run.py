@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from producers.emitter import BackgroundEmitter, EmitterStats
-from producers.simulator.cluster import SimulatedJob
+from producers.simulator.fleet import FleetJob
 
 
 def run_simulation(
-    job: SimulatedJob,
+    job: FleetJob,
     emitter: BackgroundEmitter,
     *,
     flush_timeout: float = 60.0,
@@ -18,7 +18,8 @@ def run_simulation(
 
     The simulator produces events far faster than a cluster, so with `pace` it waits for room
     in the emitter's queue before each step instead of overflowing it (a real training loop
-    never waits; this is a load generator). Returns the emitter's stats after the flush.
+    never waits; this is a load generator). A launch that crashes (a `job_crash` fault) emits
+    no `end`, as its processes are gone. Returns the emitter's stats after the flush.
     """
     start, end = job.job_events()
     emitter.emit(start)
@@ -33,6 +34,7 @@ def run_simulation(
             emitter.wait_until(has_room, pace_timeout)
         for event in events:
             emitter.emit(event)
-    emitter.emit(end)
+    if job.crash_step is None:
+        emitter.emit(end)
     emitter.flush(flush_timeout)
     return emitter.stats()

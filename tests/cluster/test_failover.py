@@ -20,8 +20,8 @@ import pytest
 from bench.chaos import Offsets, Rig, Sent, count, emit_job, poll_until, wait_caught_up
 from infra.cluster import Cluster
 from infra.secrets import CLICKHOUSE_DEFAULT
-from producers.simulator.cluster import SimulatedJob
-from producers.simulator.faults import SlowRank
+from producers.simulator.catalogue import straggler
+from producers.simulator.fleet import FleetJob
 from producers.simulator.topology import Topology
 from schemas import Topics
 from sinks import open_backend
@@ -75,8 +75,8 @@ def test_broker_and_replica_killed_mid_job_lose_nothing(loopback_cluster: Cluste
     offsets = Offsets(settings)
     try:
         assert rig.wait_ready(("detect1", "detect2", "land1", "land2")), f"workers not ready; logs in {tmp_path}"
-        job = SimulatedJob(f"cluster-{unique_name}", Topology(dp=4, tp=2, pp=1), STEPS,
-                           [SlowRank(rank=SLOW_RANK, factor=1.4)], seed=11)
+        topo = Topology(dp=4, tp=2, pp=1)
+        job = FleetJob(f"cluster-{unique_name}", topo, STEPS, [straggler(topo, SLOW_RANK, 1.4)], seed=11)
         shard = _job_shard(cluster, job.job_id)
         sent = Sent()
         producer = threading.Thread(target=emit_job, args=(rig, job, sent, PACE_S), daemon=True)

@@ -17,7 +17,7 @@ from infra import InfraConfig, KafkaBroker
 from infra.settings import Settings
 from producers.emitter import BackgroundEmitter
 from producers.exporter import ExportError, OutRecord
-from producers.simulator.cluster import SimulatedJob
+from producers.simulator.fleet import FleetJob
 from producers.simulator.topology import Topology
 from schemas import Topics, encode, job_key, rank_key
 from tests.producers.test_kafka_integration import create_topics, exporter_for, read_all
@@ -30,7 +30,7 @@ def test_events_emitted_across_a_broker_restart_are_not_lost(
 ) -> None:
     topics = Topics(f"{unique_name}.")
     create_topics(kafka_settings, topics)
-    job = SimulatedJob(unique_name, Topology(dp=4, tp=2, pp=2), 120, [], seed=1)
+    job = FleetJob(unique_name, Topology(dp=4, tp=2, pp=2), 120, [], seed=1)
     events = [e for step in job.iter_steps() for e in step]
     emitter = BackgroundEmitter(exporter_for(kafka_settings, export_timeout_s=3.0), topics, name=unique_name,
                                 flush_interval_s=0.05, retry_backoff_max_s=1.0, spool_root=tmp_path / "spool")

@@ -14,8 +14,8 @@ from infra.clients import kafka_client_config
 from infra.settings import Settings
 from producers.emitter import BackgroundEmitter
 from producers.exporter import ExportError, KafkaExporter, OutRecord
-from producers.simulator.cluster import SimulatedJob
-from producers.simulator.faults import SlowRank, gc_pause
+from producers.simulator.catalogue import gc_pauses, straggler
+from producers.simulator.fleet import FleetJob
 from producers.simulator.run import run_simulation
 from producers.simulator.topology import Topology
 from schemas import JobEvent, StepEvent, Topics, decode_as, rank_key
@@ -55,12 +55,12 @@ def read_all(settings: Settings, names: Sequence[str], expected: int) -> list[tu
         consumer.close()
 
 
-def small_job(job_id: str) -> SimulatedJob:
-    return SimulatedJob(job_id, Topology(dp=2, tp=2, pp=2), 25,
-                        [SlowRank(rank=5, factor=1.3), gc_pause([10], 150.0)], seed=5)
+def small_job(job_id: str) -> FleetJob:
+    topo = Topology(dp=2, tp=2, pp=2)
+    return FleetJob(job_id, topo, 25, [straggler(topo, 5, 1.3), *gc_pauses(topo, [10], 150.0)], seed=5)
 
 
-def check_delivery(job: SimulatedJob, topics: Topics, got: list[tuple[str, bytes | None, bytes]]) -> None:
+def check_delivery(job: FleetJob, topics: Topics, got: list[tuple[str, bytes | None, bytes]]) -> None:
     n_steps = job.world * job.steps
     assert len(got) == n_steps + 2
     steps = [(key, decode_as(StepEvent, value)) for topic, key, value in got if topic == topics.steps]

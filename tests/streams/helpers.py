@@ -53,10 +53,20 @@ def step_event(rank: int, step: int, busy: float, comm: float = 40.0, world: int
     )
 
 
+def step_ms(topo: object) -> float:
+    """The healthy step time (ms) of a FleetJob on `topo`: engine tests size hand-placed pauses and
+    stalls as shares of it, so a fault is as big next to the step on any layout."""
+    from producers.simulator.fleet import FleetJob
+    from producers.simulator.topology import Topology as SimTopology
+
+    assert isinstance(topo, SimTopology)
+    return FleetJob("nominal", topo, 1).nominal_ms
+
+
 def run_engine(job: object, cfg: object = None, *, paced_s: float = 0.0, drop: object = None,
                with_end: bool = True, batch: int = 4096, behind_s: float = 0.0,
                hold: object = None) -> list[object]:
-    """Feed a SimulatedJob through decode -> chunks -> FleetEngine, as the worker does.
+    """Feed a FleetJob's step events through decode -> chunks -> FleetEngine, as the worker does.
 
     paced_s = 0: fast replay in batches of `batch` messages; > 0: one step per batch,
     the clock advancing `paced_s` per step (timeouts and hangs behave as in production).
@@ -66,13 +76,13 @@ def run_engine(job: object, cfg: object = None, *, paced_s: float = 0.0, drop: o
     whose reader died, read again once the group gave it to another worker).
     """
     from infra.settings import DetectionConfig
-    from producers.simulator.cluster import SimulatedJob
+    from producers.simulator.fleet import FleetJob
     from schemas import encode
     from streams.detect.combine import chunks as codec
     from streams.detect.engine import FleetEngine
     from streams.detect.ingest.decode import decode_batch
 
-    assert isinstance(job, SimulatedJob)
+    assert isinstance(job, FleetJob)
     config = cfg if isinstance(cfg, DetectionConfig) else DetectionConfig()
     fleet = FleetEngine(config)
     start, end = job.job_events()
@@ -137,13 +147,13 @@ def wait_topics_visible(s: Settings, names: tuple[str, ...], timeout: float = 60
 
 def run_launches(launches: list[tuple[object, bool]], cfg: object = None, *, paced_s: float = 0.5,
                  gap_s: float = 90.0, backlog: bool = False) -> list[object]:
-    """Feed the launches of one job (SimulatedJobs of one id, attempts in order) through decode ->
+    """Feed the launches of one job (FleetJobs of one id, attempts in order) through decode ->
     chunks -> one FleetEngine, paced one step per batch; `(job, True)` ends with the job's `end`,
     `(job, False)` is killed after its last step: nothing more, then `gap_s` of silence (ticks
     every 0.5 s) before the next launch's `start`. `backlog`: every chunk says the decode stage
     reads 30 s behind (the worker's clock cannot judge a silence)."""
     from infra.settings import DetectionConfig
-    from producers.simulator.cluster import SimulatedJob
+    from producers.simulator.fleet import FleetJob
     from schemas import encode
     from streams.detect.combine import chunks as codec
     from streams.detect.engine import FleetEngine
@@ -165,7 +175,7 @@ def run_launches(launches: list[tuple[object, bool]], cfg: object = None, *, pac
             out.extend(fleet.tick(now))
 
     for job, ends in launches:
-        assert isinstance(job, SimulatedJob)
+        assert isinstance(job, FleetJob)
         start, end = job.job_events()
         feed([encode(start)], step_ns)
         for events in job.iter_steps():

@@ -17,8 +17,8 @@ from infra.clients import kafka_client_config
 from infra.settings import Settings
 from producers.emitter import BackgroundEmitter
 from producers.exporter import KafkaExporter
-from producers.simulator.cluster import SimulatedJob
-from producers.simulator.faults import SlowRank
+from producers.simulator.catalogue import straggler
+from producers.simulator.fleet import FleetJob
 from producers.simulator.topology import Topology
 from schemas import Incident, Topics, decode_as
 from sinks.server import ServerBackend
@@ -65,10 +65,10 @@ def _alerts(s: Settings) -> list[Incident]:
 def test_a_crash_and_a_relaunch_with_a_slow_rank_live(settings: Settings) -> None:
     s = settings
     topo = Topology(dp=4, tp=2, pp=2)
-    first = SimulatedJob("relaunch-job", topo, steps=30, seed=1)  # killed after step 29: no end
-    second = SimulatedJob("relaunch-job", topo, steps=60, seed=2, attempt=1, first_step=20,
-                          start_ns=first.end_ns() + 60 * 10**9, faults=[SlowRank(rank=5, factor=1.3,
-                                                                                 first_step=ONSET)])
+    first = FleetJob("relaunch-job", topo, steps=30, seed=1)  # killed after step 29: no end
+    second = FleetJob("relaunch-job", topo, steps=60, seed=2, attempt=1, first_step=20,
+                          start_ns=first.end_ns() + 60 * 10**9,
+                      faults=[straggler(topo, 5, 1.3, start=ONSET, attempt=1)])
     env = {**os.environ, "STEPLENS_HOME": str(s.home), "STEPLENS_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
            "STEPLENS_CLICKHOUSE_URL": s.clickhouse_url, "STEPLENS_CLICKHOUSE_DATABASE": s.clickhouse_database,
            "STEPLENS_TOPIC_PREFIX": s.topic_prefix, "STEPLENS_APP_ID": s.app_id,

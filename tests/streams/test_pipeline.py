@@ -19,13 +19,14 @@ from infra.clients import kafka_client_config
 from infra.settings import Settings
 from producers.emitter import BackgroundEmitter
 from producers.exporter import KafkaExporter
-from producers.simulator.cluster import SimulatedJob
-from producers.simulator.faults import SlowRank, SlowSteps
+from producers.simulator.catalogue import gc_pauses, straggler
+from producers.simulator.fleet import FleetJob
 from producers.simulator.topology import Topology
 from schemas import ControlCommand, Incident, Topics, decode_as
 from sinks.server import ServerBackend
 from steplens.demo import malformed_events, query_results, start_worker, stop_worker, wait_caught_up
 from streams.topics_admin import ensure_topics
+from tests.streams.helpers import step_ms
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.clickhouse]
 
@@ -58,10 +59,9 @@ def test_slow_rank_and_slow_steps_are_found_landed_and_alerted(pipeline_settings
     settings = pipeline_settings
     topics = Topics(settings.topic_prefix)
     ensure_topics(settings, topics, settings.topic_partitions)
-    job = SimulatedJob(
-        job_id="pipeline-job", topology=Topology(dp=4, tp=2, pp=2), steps=40, seed=3,
-        faults=[SlowRank(rank=6, factor=1.3), SlowSteps(steps=(20, 21), phase="gc_ms", extra_ms=300.0)],
-    )
+    topo = Topology(dp=4, tp=2, pp=2)
+    job = FleetJob(job_id="pipeline-job", topology=topo, steps=40, seed=3,
+                   faults=[straggler(topo, 6, 1.3), *gc_pauses(topo, (20, 21), 0.66 * step_ms(topo))])
     truth = job.ground_truth()
     env = {**os.environ, "STEPLENS_HOME": str(settings.home), "STEPLENS_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
            "STEPLENS_CLICKHOUSE_URL": settings.clickhouse_url,

@@ -5,7 +5,7 @@ evicted with an unfinished snapshot on the state topic (`make bench-detection`: 
 from __future__ import annotations
 
 from infra.settings import DetectionConfig
-from producers.simulator.cluster import SimulatedJob
+from producers.simulator.fleet import FleetJob
 from producers.simulator.topology import Topology
 from streams.detect.app import newly_finished
 from streams.detect.engine import JobEngine
@@ -20,8 +20,8 @@ def test_only_jobs_that_finished_now_are_new() -> None:
 
 def test_a_clean_relaunch_finishes_without_an_output() -> None:
     """The case the worker must snapshot: no incident at all, yet the job ends (in a tick)."""
-    first = SimulatedJob("quiet", Topology(dp=4, tp=2, pp=2), steps=40, seed=1)
-    second = SimulatedJob("quiet", Topology(dp=4, tp=2, pp=2), steps=80, seed=2, attempt=1, first_step=30,
+    first = FleetJob("quiet", Topology(dp=4, tp=2, pp=2), steps=40, seed=1)
+    second = FleetJob("quiet", Topology(dp=4, tp=2, pp=2), steps=80, seed=2, attempt=1, first_step=30,
                           start_ns=first.end_ns() + 10 * 10**9)
     out = run_launches([(first, False), (second, True)], gap_s=10.0)
     assert not out

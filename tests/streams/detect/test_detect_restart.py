@@ -21,14 +21,15 @@ from infra.clients import kafka_client_config
 from infra.settings import Settings, load_settings
 from producers.emitter import BackgroundEmitter
 from producers.exporter import KafkaExporter
-from producers.simulator.cluster import SimulatedJob
-from producers.simulator.faults import SlowRank, gc_pause
+from producers.simulator.catalogue import gc_pauses, straggler
+from producers.simulator.fleet import FleetJob, Noise
 from producers.simulator.topology import Topology
 from schemas import ControlCommand, Incident, StepEvent, Topics, decode_as
 from steplens.demo import start_worker, stop_worker
 from steplens.lag import group_lag
 from streams.detect.state.store import SnapshotStore
 from streams.topics_admin import DetectTopics, ensure_topics
+from tests.streams.helpers import step_ms
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
@@ -89,16 +90,18 @@ def _caught_up(s: Settings) -> bool:
         return False
 
 
-def _job() -> SimulatedJob:
-    return SimulatedJob("restart-job", Topology(dp=4, tp=2, pp=2), steps=60, seed=9,
-                        faults=[SlowRank(rank=5, factor=1.3), gc_pause(steps=(45,), extra_ms=300.0)])
+def _job() -> FleetJob:
+    topo = Topology(dp=4, tp=2, pp=2)
+    return FleetJob("restart-job", topo, steps=60, seed=9,
+                    faults=[straggler(topo, 5, 1.3), *gc_pauses(topo, (45,), 0.66 * step_ms(topo))],
+                    noise=Noise.quiet())  # exact slow steps: no eval step (50) to extend the GC incident
 
 
 def _alerts(s: Settings) -> list[Incident]:
     return [decode_as(Incident, v) for v in _read(s, Topics(s.topic_prefix).incidents)]
 
 
-def _check_outcome(s: Settings, job: SimulatedJob) -> None:
+def _check_outcome(s: Settings, job: FleetJob) -> None:
     """What a consumer of the alerts and control topics saw, against the simulator's ground truth.
 
     A duplicate is a second incident (another id) for one fault, or a second `open`,
@@ -126,7 +129,7 @@ def _check_outcome(s: Settings, job: SimulatedJob) -> None:
     assert engine.frames.stats.incomplete == 0, "no rank's report lost"
 
 
-def _events(job: SimulatedJob) -> tuple[list[object], list[object], list[object]]:
+def _events(job: FleetJob) -> tuple[list[object], list[object], list[object]]:
     start, end = job.job_events()
     steps: list[StepEvent] = [e for events in job.iter_steps() for e in events]
     return [start], list(steps), [end]

@@ -68,7 +68,7 @@ def test_chunks_wait_for_the_restore_of_their_jobs(kafka_settings: Settings, tmp
     chunk applied meanwhile made a fresh engine for its job, which the restore then kept as "newer"
     than the snapshot (its offset was later): the job's open incidents and outbox numbering were lost
     and its incidents opened again under new ids (make soak, after a detect worker was SIGKILLed)."""
-    from producers.simulator.cluster import SimulatedJob
+    from producers.simulator.fleet import FleetJob
     from producers.simulator.topology import Topology
     from schemas import Topics, encode
     from streams.detect.combine import chunks as chunk_codec
@@ -82,7 +82,7 @@ def test_chunks_wait_for_the_restore_of_their_jobs(kafka_settings: Settings, tmp
     ensure_topics(settings, Topics(settings.topic_prefix), 1)
     worker = DetectWorker(base_app(settings, "detect"), settings)
     worker.stream = _Stream()
-    job = SimulatedJob("j", Topology(dp=2, tp=2, pp=1), steps=3, seed=1)
+    job = FleetJob("j", Topology(dp=2, tp=2, pp=1), steps=3, seed=1)
     history = JobEngine.create("j", DetectionConfig())
     history.offsets[0] = 10
     history.stats.chunks = 7

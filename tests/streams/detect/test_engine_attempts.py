@@ -3,8 +3,8 @@ same id is analysed afresh, an elastic relaunch with fewer hosts raises no hang 
 
 from __future__ import annotations
 
-from producers.simulator.cluster import DEFAULT_START_NS, SimulatedJob
-from producers.simulator.faults import SlowRank
+from producers.simulator.catalogue import straggler
+from producers.simulator.fleet import DEFAULT_START_NS, FleetJob
 from producers.simulator.topology import Topology
 from schemas import Incident
 from tests.streams.helpers import incidents, run_launches
@@ -17,10 +17,10 @@ def _by_id(outputs: list[object]) -> dict[str, Incident]:
 
 
 def test_a_crashed_job_is_one_incident_that_resolves_when_it_is_relaunched() -> None:
-    first = SimulatedJob("crashy", Topology(dp=8, tp=4, pp=2), steps=200, seed=1)  # killed after step 199
-    second = SimulatedJob("crashy", Topology(dp=8, tp=4, pp=2), steps=260, seed=2, attempt=1, first_step=150,
-                          start_ns=first.end_ns() + 90 * 10**9, faults=[SlowRank(rank=5, factor=1.3,
-                                                                                  first_step=ONSET)])
+    first = FleetJob("crashy", Topology(dp=8, tp=4, pp=2), steps=200, seed=1)  # killed after step 199
+    second = FleetJob("crashy", Topology(dp=8, tp=4, pp=2), steps=260, seed=2, attempt=1, first_step=150,
+                          start_ns=first.end_ns() + 90 * 10**9,
+                      faults=[straggler(Topology(dp=8, tp=4, pp=2), 5, 1.3, start=ONSET, attempt=1)])
     out = run_launches([(first, False), (second, True)])
     opened = incidents(out, "open")
     stopped = [i for i in opened if i.rule == "JOB_STOPPED"]
@@ -42,8 +42,8 @@ def test_a_crashed_job_is_one_incident_that_resolves_when_it_is_relaunched() -> 
 def test_an_elastic_relaunch_with_fewer_hosts_raises_no_hang() -> None:
     """One host evicted: the job crashes at 64 ranks (8 hosts) and comes back at 56 (7 hosts)
     from an earlier checkpoint; the evicted host's ranks 56-63 are no hang."""
-    first = SimulatedJob("elastic", Topology(dp=8, tp=4, pp=2), steps=100, seed=3)
-    second = SimulatedJob("elastic", Topology(dp=7, tp=4, pp=2), steps=200, seed=4, attempt=1, first_step=80,
+    first = FleetJob("elastic", Topology(dp=8, tp=4, pp=2), steps=100, seed=3)
+    second = FleetJob("elastic", Topology(dp=7, tp=4, pp=2), steps=200, seed=4, attempt=1, first_step=80,
                           start_ns=first.end_ns() + 90 * 10**9)
     out = run_launches([(first, False), (second, True)], gap_s=30.0)
     opened = incidents(out, "open")
@@ -58,8 +58,8 @@ def test_a_late_report_of_an_earlier_attempt_is_counted_late_not_applied() -> No
     from streams.detect.engine import FleetEngine
     from streams.detect.ingest.decode import decode_batch
 
-    first = SimulatedJob("late", Topology(dp=4, tp=2, pp=1), steps=20, seed=5)
-    second = SimulatedJob("late", Topology(dp=4, tp=2, pp=1), steps=20, seed=6, attempt=1, first_step=10,
+    first = FleetJob("late", Topology(dp=4, tp=2, pp=1), steps=20, seed=5)
+    second = FleetJob("late", Topology(dp=4, tp=2, pp=1), steps=20, seed=6, attempt=1, first_step=10,
                           start_ns=DEFAULT_START_NS + 60 * 10**9)
     fleet = FleetEngine(DetectionConfig())
     old_steps = list(first.iter_steps())
@@ -82,8 +82,8 @@ def test_a_decode_backlog_is_not_a_crash() -> None:
     from streams.detect.ingest.decode import decode_batch
     from tests.streams.helpers import T0
 
-    quiet = SimulatedJob("queued", Topology(dp=4, tp=2, pp=1), steps=20, seed=7)
-    busy = SimulatedJob("other", Topology(dp=4, tp=2, pp=1), steps=400, seed=8)
+    quiet = FleetJob("queued", Topology(dp=4, tp=2, pp=1), steps=20, seed=7)
+    busy = FleetJob("other", Topology(dp=4, tp=2, pp=1), steps=400, seed=8)
     fleet = FleetEngine(DetectionConfig())
     out: list[object] = []
     now = T0
@@ -110,7 +110,7 @@ def test_a_detect_worker_down_longer_than_job_silence_s_is_not_a_crash() -> None
     from streams.detect.ingest.decode import decode_batch
     from tests.streams.helpers import T0
 
-    job = SimulatedJob("restored", Topology(dp=4, tp=2, pp=1), steps=20, seed=9)
+    job = FleetJob("restored", Topology(dp=4, tp=2, pp=1), steps=20, seed=9)
     cfg = DetectionConfig()
     before = FleetEngine(cfg)
     now = T0
@@ -138,8 +138,8 @@ def _crash_then_relaunch(gap_s: float) -> list[object]:
     """A crash at step 60, relaunched from step 40 `gap_s` later on the job's clock, all read from a
     backlog: the relaunch's reports reach the engine right after the crashed attempt's last ones."""
     topo = Topology(dp=4, tp=2, pp=2)
-    first = SimulatedJob("backlogged", topo, steps=60, seed=5)
-    second = SimulatedJob("backlogged", topo, steps=100, seed=6, attempt=1, first_step=40,
+    first = FleetJob("backlogged", topo, steps=60, seed=5)
+    second = FleetJob("backlogged", topo, steps=100, seed=6, attempt=1, first_step=40,
                           start_ns=first.end_ns() + int(gap_s * 1e9))
     return run_launches([(first, False), (second, True)], gap_s=0.0, backlog=True)
 
@@ -149,7 +149,7 @@ def test_a_crash_read_from_a_backlog_is_judged_on_the_job_clock_at_the_relaunch(
     stopped = [i for i in opened if i.rule == "JOB_STOPPED"]
     assert len(stopped) == 1 and stopped[0].attempt == 0 and stopped[0].step_first == 60, \
         [(i.rule, i.summary) for i in opened]
-    assert stopped[0].evidence["silent_s"] >= 90.0
+    assert stopped[0].evidence["silent_s"] >= 90.0 - 0.05  # hosts' clocks differ by ms (the clock_offset trait)
     assert not [i for i in opened if i.rule != "JOB_STOPPED"], [(i.rule, i.summary) for i in opened]
 
 

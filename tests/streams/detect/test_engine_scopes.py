@@ -6,12 +6,12 @@ from dataclasses import fields
 
 import numpy as np
 
-from producers.simulator.cluster import SimulatedJob, Timings
-from producers.simulator.faults import SlowRank, SlowSteps, gc_pause
+from producers.simulator.catalogue import data_stalls, gc_pauses, straggler
+from producers.simulator.fleet import FleetJob, Noise
 from producers.simulator.topology import Topology
 from schemas import ControlCommand
 from streams.detect.engine import FRAME_SCOPES, LAG_STALE_NS, JobEngine, StatefulScope
-from tests.streams.helpers import T0, incidents, run_engine
+from tests.streams.helpers import T0, incidents, run_engine, step_ms
 
 
 def _opened(outputs: list[object], rule: str | None = None) -> list[str]:
@@ -26,8 +26,8 @@ def test_frame_scopes_keep_their_state_in_engine_fields() -> None:
 
 
 def test_slow_rank_and_gc_steps_match_ground_truth() -> None:
-    job = SimulatedJob("j1", Topology(dp=4, tp=2, pp=2), steps=40, seed=3,
-                       faults=[SlowRank(rank=6, factor=1.3), gc_pause(steps=(20, 21), extra_ms=300.0)])
+    topo = Topology(dp=4, tp=2, pp=2)
+    job = FleetJob("j1", topo, 40, [straggler(topo, 6, 1.3), *gc_pauses(topo, (20, 21), 0.66 * step_ms(topo))], 3)
     out = run_engine(job)
     truth = job.ground_truth()
     ranks = {r for i in incidents(out) if i.rule == "SLOW_RANK" for r in i.ranks}
@@ -42,8 +42,7 @@ def test_slow_rank_and_gc_steps_match_ground_truth() -> None:
 
 
 def test_jittery_healthy_job_raises_nothing() -> None:
-    job = SimulatedJob("healthy", Topology(dp=8, tp=4, pp=2), steps=300, seed=11,
-                       timings=Timings(noise=0.08))
+    job = FleetJob("healthy", Topology(dp=8, tp=4, pp=2), 300, seed=11, noise=Noise(jitter=0.08))
     out = run_engine(job)
     assert incidents(out) == [], [i.summary for i in incidents(out)][:5]
 
@@ -51,8 +50,7 @@ def test_jittery_healthy_job_raises_nothing() -> None:
 def test_slow_host_is_one_host_incident() -> None:
     topo = Topology(dp=8, tp=4, pp=2)
     host_ranks = [r for r in range(topo.world) if topo.host(r) == "node-3"]
-    job = SimulatedJob("host", topo, steps=60, seed=5,
-                       faults=[SlowRank(rank=r, factor=1.25, first_step=20) for r in host_ranks])
+    job = FleetJob("host", topo, 60, [straggler(topo, r, 1.25, start=20) for r in host_ranks], 5)
     out = run_engine(job)
     localised = [i for i in _opened(out) if i.split(":")[2] != "job"]
     assert len(localised) == 1 and localised[0].startswith("SLOW_HOST:"), localised
@@ -63,7 +61,7 @@ def test_slow_host_is_one_host_incident() -> None:
 
 
 def test_hung_rank_is_told_apart_from_slow() -> None:
-    job = SimulatedJob("hung", Topology(dp=4, tp=2, pp=2), steps=30, seed=2)
+    job = FleetJob("hung", Topology(dp=4, tp=2, pp=2), 30, seed=2)
     out = run_engine(job, paced_s=1.0, drop=lambda e: e.rank == 5 and e.step >= 12)
     opened = [i for i in incidents(out, "open")]
     assert [(i.rule, i.ranks) for i in opened] == [("HUNG_RANK", [5])]
@@ -76,7 +74,7 @@ def test_ranks_whose_reader_died_are_not_hung() -> None:
     silent ~10 s until the group gives the partitions to another worker, which reads their backlog
     while the peers went on. `make soak` found 73 HUNG_RANK incidents for such a death; a hang is a
     silence longer than `hang_silence_s`."""
-    job = SimulatedJob("reader", Topology(dp=4, tp=2, pp=2), steps=40, seed=2)
+    job = FleetJob("reader", Topology(dp=4, tp=2, pp=2), 40, seed=2)
     out = run_engine(job, paced_s=1.0, hold=lambda e: 10 if e.rank % 4 == 1 and 12 <= e.step < 22 else 0)
     assert not [i for i in incidents(out) if i.rule.startswith("HUNG")]
 
@@ -84,7 +82,7 @@ def test_ranks_whose_reader_died_are_not_hung() -> None:
 def test_a_backlog_is_not_a_hang_until_it_is_drained() -> None:
     """While every chunk says the decode stage is 8 s behind, rank 5's missing reports may still be
     queued; once no chunk has come for LAG_STALE_NS the backlog is drained, and they never came."""
-    job = SimulatedJob("backlog", Topology(dp=4, tp=2, pp=2), steps=30, seed=2)
+    job = FleetJob("backlog", Topology(dp=4, tp=2, pp=2), 30, seed=2)
     out = run_engine(job, paced_s=1.0, drop=lambda e: e.rank == 5 and e.step >= 12, behind_s=8.0)
     hung = [i for i in incidents(out, "open") if i.rule.startswith("HUNG")]
     fed_until = T0 + (1 + 30 + 1) * 1_000_000_000  # start, 30 paced steps, end: one second each
@@ -94,16 +92,15 @@ def test_a_backlog_is_not_a_hang_until_it_is_drained() -> None:
 
 def test_silent_host_is_one_hung_host_incident() -> None:
     topo = Topology(dp=4, tp=4, pp=2)
-    job = SimulatedJob("hunghost", topo, steps=30, seed=2)
+    job = FleetJob("hunghost", topo, 30, seed=2)
     out = run_engine(job, paced_s=1.0, drop=lambda e: e.host == "node-1" and e.step >= 10)
     opened = incidents(out, "open")
     assert [(i.rule, i.host) for i in opened] == [("HUNG_HOST", "node-1")]
 
 
 def test_permanent_shift_is_one_incident_then_a_new_baseline() -> None:
-    job = SimulatedJob("shift", Topology(dp=4, tp=2, pp=1), steps=120, seed=4,
-                       faults=[SlowSteps(steps=tuple(range(40, 120)), phase="data_ms", extra_ms=150.0,
-                                         cause="data_stall")])
+    topo = Topology(dp=4, tp=2, pp=1)
+    job = FleetJob("shift", topo, 120, data_stalls(topo, range(40, 120), 0.33 * step_ms(topo)), 4)
     out = run_engine(job)
     opened = _opened(out, "SLOW_STEP")
     assert len(opened) == 1
@@ -114,8 +111,8 @@ def test_permanent_shift_is_one_incident_then_a_new_baseline() -> None:
 
 def test_gc_storm_is_one_incident() -> None:
     storm = [s for s in range(50, 80) if s % 3]
-    job = SimulatedJob("storm", Topology(dp=4, tp=2, pp=2), steps=120, seed=6,
-                       faults=[gc_pause(steps=storm, extra_ms=250.0)])
+    topo = Topology(dp=4, tp=2, pp=2)
+    job = FleetJob("storm", topo, 120, gc_pauses(topo, storm, 0.55 * step_ms(topo)), 6)
     out = run_engine(job)
     assert len(_opened(out)) == 1
     final = [i for i in incidents(out, "resolved")]
@@ -126,11 +123,10 @@ def test_slow_pp_stage_without_false_alarm_for_stage_imbalance() -> None:
     topo = Topology(dp=4, tp=2, pp=4)
     stage2 = [r for r in range(topo.world) if topo.coords(r).pp == 2]
     # stages 0 and 3 carry more work by design (embedding, LM head): never an alarm
-    design = [SlowRank(rank=r, factor=1.3) for r in range(topo.world) if topo.coords(r).pp in (0, 3)]
-    healthy = run_engine(SimulatedJob("stages", topo, steps=80, seed=7, faults=design))
+    design = [straggler(topo, r, 1.3) for r in range(topo.world) if topo.coords(r).pp in (0, 3)]
+    healthy = run_engine(FleetJob("stages", topo, 80, design, 7))
     assert not [i for i in incidents(healthy) if i.rule == "SLOW_STAGE"]
-    job = SimulatedJob("stage2", topo, steps=80, seed=7,
-                       faults=[*design, *(SlowRank(rank=r, factor=1.25, first_step=40) for r in stage2)])
+    job = FleetJob("stage2", topo, 80, [*design, *(straggler(topo, r, 1.25, start=40) for r in stage2)], 7)
     out = run_engine(job)
     stage_ids = _opened(out, "SLOW_STAGE")
     assert len(stage_ids) == 1
@@ -141,14 +137,13 @@ def test_slow_pp_stage_without_false_alarm_for_stage_imbalance() -> None:
 
 def test_gc_leak_on_one_rank_and_gc_storm_over_many() -> None:
     topo = Topology(dp=8, tp=4, pp=2)
-    leak = SimulatedJob("leak", topo, steps=80, seed=3,
-                        faults=[gc_pause(steps=range(40, 60, 3), extra_ms=650.0, ranks=[33])])
+    leak = FleetJob("leak", topo, 80, gc_pauses(topo, range(40, 60, 3), 1.44 * step_ms(topo), ranks=[33]), 3)
     out = run_engine(leak)
     opened = incidents(out, "open")
     assert [i.ranks for i in opened] == [[33]] and "R1" in opened[0].rules, [(i.rule, i.ranks) for i in opened]
     assert "SLOW_STEP" in [i for i in incidents(out) if i.state == "resolved"][-1].rules
     rng = np.random.default_rng(0)
-    storm = [gc_pause(steps=(s,), extra_ms=700.0, ranks=rng.choice(topo.world, 16, replace=False).tolist())
-             for s in range(40, 50)]
-    out = run_engine(SimulatedJob("storm2", topo, steps=80, seed=3, faults=storm))
+    storm = [f for s in range(40, 50) for f in gc_pauses(topo, (s,), 1.55 * step_ms(topo),
+                                                         ranks=rng.choice(topo.world, 16, replace=False).tolist())]
+    out = run_engine(FleetJob("storm2", topo, 80, storm, 3))
     assert len(_opened(out)) == 1 and _opened(out)[0].startswith("SLOW_STEP:"), _opened(out)

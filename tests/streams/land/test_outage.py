@@ -22,7 +22,7 @@ from infra import InfraConfig, KafkaBroker
 from infra.clients import kafka_client_config
 from infra.settings import Settings, load_settings
 from producers.emitter import BackgroundEmitter
-from producers.simulator.cluster import SimulatedJob
+from producers.simulator.fleet import FleetJob
 from producers.simulator.topology import Topology
 from schemas import Topics
 from sinks import open_backend
@@ -72,7 +72,7 @@ def test_the_land_worker_lives_through_a_broker_outage(kafka_settings: Settings,
            "STEPLENS_CHDB_PATH": str(chdb), "STEPLENS_SINK_BATCH_SECONDS": "3"}
     log = settings.home / "worker-land.log"
     land = start_worker("land", env, settings.home)
-    job = SimulatedJob(unique_name, Topology(dp=4, tp=2, pp=1), 1200, [], seed=3)
+    job = FleetJob(unique_name, Topology(dp=4, tp=2, pp=1), 1200, [], seed=3)
     emitter = BackgroundEmitter(exporter_for(settings), topics, spool_dir=tmp_path / "spool", flush_interval_s=0.05,
                                 retry_backoff_max_s=1.0)
     stop = threading.Event()

@@ -22,8 +22,8 @@ from infra.clients import kafka_client_config
 from infra.settings import Settings, load_settings
 from producers.emitter import BackgroundEmitter
 from producers.exporter import KafkaExporter
-from producers.simulator.cluster import SimulatedJob
-from producers.simulator.faults import SlowRank
+from producers.simulator.catalogue import straggler
+from producers.simulator.fleet import FleetJob
 from producers.simulator.topology import Topology
 from schemas import ControlCommand, Incident, ProfileReady, Topics, decode_as, encode, rank_key
 from sinks.server import ServerBackend
@@ -72,8 +72,8 @@ def test_incident_profile_diagnosis_loop(loop_settings: Settings, real_samples: 
            "STEPLENS_CLICKHOUSE_DATABASE": settings.clickhouse_database, "STEPLENS_TOPIC_PREFIX": settings.topic_prefix,
            "STEPLENS_APP_ID": settings.app_id, "STEPLENS_TOPIC_PARTITIONS": str(settings.topic_partitions),
            "STEPLENS_PROFILE_ROOTS": str(root)}
-    job = SimulatedJob(job_id="loop-job", topology=Topology(dp=4, tp=2, pp=1), steps=30, seed=5,
-                       faults=[SlowRank(rank=3, factor=1.3)])
+    topo = Topology(dp=4, tp=2, pp=1)
+    job = FleetJob(job_id="loop-job", topology=topo, steps=30, seed=5, faults=[straggler(topo, 3, 1.3)])
     workers = [start_worker(role, env, settings.home) for role in ("detect", "land", "parse")]
     config = kafka_client_config(settings, "admin")
     control = KafkaConsumer(topics.control, auto_offset_reset="earliest", enable_auto_commit=False, **config)

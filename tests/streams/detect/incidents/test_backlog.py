@@ -9,8 +9,8 @@ resolve and reopen under a new id. Judged against the simulator's ground truth.
 from __future__ import annotations
 
 from infra.settings import DetectionConfig
-from producers.simulator.cluster import SimulatedJob
-from producers.simulator.faults import SlowRank
+from producers.simulator.catalogue import straggler
+from producers.simulator.fleet import FleetJob
 from producers.simulator.topology import Topology
 from schemas import Incident, StepEvent, encode
 from streams.detect.combine import chunks as codec
@@ -20,7 +20,8 @@ from tests.streams.helpers import T0
 
 
 def test_a_partition_skewed_backlog_keeps_one_incident_per_fault() -> None:
-    job = SimulatedJob("backlog", Topology(dp=4, tp=2, pp=1), 800, [SlowRank(rank=5, factor=1.4)], seed=11)
+    topo = Topology(dp=4, tp=2, pp=1)
+    job = FleetJob("backlog", topo, 800, [straggler(topo, 5, 1.4)], seed=11)
     truth = job.ground_truth()
     fleet = FleetEngine(DetectionConfig())
     steps = list(job.iter_steps())

@@ -22,8 +22,8 @@ from infra.clients import kafka_client_config
 from infra.settings import REPO_ROOT, Settings, load_settings
 from producers.emitter import BackgroundEmitter
 from producers.exporter import KafkaExporter
-from producers.simulator.cluster import SimulatedJob
-from producers.simulator.faults import SlowRank
+from producers.simulator.catalogue import straggler
+from producers.simulator.fleet import FleetJob
 from producers.simulator.topology import Topology
 from schemas import ControlCommand, Incident, Topics, decode_as
 from streams.topics_admin import ensure_topics
@@ -67,8 +67,8 @@ def test_a_killed_and_restarted_detect_worker_keeps_one_incident_per_fault(
                        topic_prefix=f"{unique_name}.", app_id=unique_name, topic_partitions=2)
     topics = Topics(settings.topic_prefix)
     ensure_topics(settings, topics, settings.topic_partitions)
-    job = SimulatedJob(job_id=f"{unique_name}-job", topology=Topology(dp=4, tp=2, pp=1), steps=60, seed=5,
-                       faults=[SlowRank(rank=5, factor=1.4)])
+    topo = Topology(dp=4, tp=2, pp=1)
+    job = FleetJob(job_id=f"{unique_name}-job", topology=topo, steps=60, seed=5, faults=[straggler(topo, 5, 1.4)])
     truth = job.ground_truth()
     log = tmp_path / "detect.log"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from infra.settings import DetectionConfig
-from producers.simulator.cluster import SimulatedJob, Timings
-from producers.simulator.faults import SlowRank
+from producers.simulator.catalogue import straggler
+from producers.simulator.fleet import FleetJob, Noise
 from producers.simulator.topology import Topology as SimTopology
 from schemas.columns import DOMAINS
 from streams.detect.scopes.slow_pair import PairState, Params, evaluate, noise
@@ -144,13 +144,12 @@ def test_noise_is_read_from_successive_differences() -> None:
 
 
 def test_a_two_rank_job_with_a_straggler_opens_one_slow_rank_incident() -> None:
-    job = SimulatedJob("pair", SimTopology(dp=2, tp=1, pp=1), steps=60, seed=4,
-                       faults=[SlowRank(rank=1, factor=1.3)])
+    topo = SimTopology(dp=2, tp=1, pp=1)
+    job = FleetJob("pair", topo, steps=60, seed=4, faults=[straggler(topo, 1, 1.3)])
     found = [i for i in incidents(run_engine(job), "open") if i.rule == "SLOW_RANK"]
     assert [(i.scope, i.ranks) for i in found] == [("rank", [1])]
 
 
 def test_a_jittery_healthy_two_rank_job_raises_no_slow_rank() -> None:
-    job = SimulatedJob("pair-healthy", SimTopology(dp=2, tp=1, pp=1), steps=300, seed=11,
-                       timings=Timings(noise=0.08))
+    job = FleetJob("pair-healthy", SimTopology(dp=2, tp=1, pp=1), steps=300, seed=11, noise=Noise(jitter=0.08))
     assert [i.summary for i in incidents(run_engine(job)) if i.rule == "SLOW_RANK"] == []

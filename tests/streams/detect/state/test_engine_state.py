@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from infra.settings import DetectionConfig
-from producers.simulator.cluster import SimulatedJob
-from producers.simulator.faults import SlowRank, gc_pause
+from producers.simulator.catalogue import gc_pauses, straggler
+from producers.simulator.fleet import FleetJob
 from producers.simulator.topology import Topology
 from schemas import encode
 from streams.detect.combine import chunks as codec
@@ -12,10 +12,10 @@ from streams.detect.engine import FleetEngine
 from streams.detect.ingest.decode import decode_batch
 from streams.detect.state.store import decode
 from streams.detect.state.store import encode as encode_state
-from tests.streams.helpers import T0
+from tests.streams.helpers import T0, step_ms
 
 
-def _chunks(job: SimulatedJob) -> list[dict[str, object]]:
+def _chunks(job: FleetJob) -> list[dict[str, object]]:
     start, end = job.job_events()
     out: list[dict[str, object]] = []
     batches = [[encode(start)]] + [[encode(e) for e in events] for events in job.iter_steps()] + [[encode(end)]]
@@ -34,9 +34,10 @@ def _run(fleet: FleetEngine, chunks: list[dict[str, object]], t: int) -> list[ob
     return out
 
 
-def _restart_job() -> SimulatedJob:
-    return SimulatedJob("restart", Topology(dp=4, tp=2, pp=2), steps=50, seed=8,
-                        faults=[SlowRank(rank=3, factor=1.3, first_step=10), gc_pause(steps=(30,), extra_ms=300.0)])
+def _restart_job() -> FleetJob:
+    topo = Topology(dp=4, tp=2, pp=2)
+    return FleetJob("restart", topo, steps=50, seed=8,
+                    faults=[straggler(topo, 3, 1.3, start=10), *gc_pauses(topo, (30,), 0.66 * step_ms(topo))])
 
 
 CUT = 22  # inside the open slow-rank incident of `_restart_job`, before the GC step
@@ -77,7 +78,7 @@ def test_large_chunks_split_in_order_under_the_limit() -> None:
 
 def test_a_batch_delivers_its_steps_before_the_job_end_it_carries() -> None:
     """Topics interleave freely in one batch: an `end` read before the last steps must not finish the job first."""
-    job = SimulatedJob("order-job", Topology(dp=4, tp=2, pp=1), steps=12, seed=2)
+    job = FleetJob("order-job", Topology(dp=4, tp=2, pp=1), steps=12, seed=2)
     start, end = job.job_events()
     steps = [encode(e) for batch in job.iter_steps() for e in batch]
     chunks, _ = decode_batch([encode(start), encode(end), *steps], 1 << 20)
