@@ -30,8 +30,9 @@ from infra.clients import kafka_client_config
 from infra.progress import Progress
 from infra.settings import REPO_ROOT, Settings, load_settings
 from producers.simulator.attempts import plan_attempts
-from producers.simulator.catalogue import SCENARIOS, build_faults, write_ground_truth
+from producers.simulator.catalogue import SCENARIOS, build_faults
 from producers.simulator.fleet import FleetJob
+from producers.simulator.ground_truth import write_ground_truth
 from producers.simulator.model import ModelConfig
 from producers.simulator.stream import SimRun, stream_runs
 from producers.simulator.topology import Topology

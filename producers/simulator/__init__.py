@@ -17,10 +17,9 @@ from producers.simulator.catalogue import (
     layout,
     scenario_job,
     straggler,
-    write_ground_truth,
 )
 from producers.simulator.fleet import DEFAULT_START_NS, FleetJob, Noise
-from producers.simulator.ground_truth import GroundTruth
+from producers.simulator.ground_truth import GroundTruth, write_ground_truth
 from producers.simulator.model import Hardware, ModelConfig
 from producers.simulator.run import run_simulation
 from producers.simulator.topology import Coords, Topology

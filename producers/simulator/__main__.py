@@ -39,9 +39,9 @@ from producers.simulator.catalogue import (
     default_microbatches,
     gc_pauses,
     straggler,
-    write_ground_truth,
 )
 from producers.simulator.fleet import FleetJob, Noise
+from producers.simulator.ground_truth import write_ground_truth
 from producers.simulator.model import ModelConfig
 from producers.simulator.run import run_simulation
 from producers.simulator.stream import SimRun, SimulatedClock, stream_runs

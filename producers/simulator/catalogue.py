@@ -13,11 +13,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import orjson
 
 from producers.simulator.model import ModelConfig, bus_factor
 from producers.simulator.topology import Topology
@@ -761,14 +759,3 @@ def scenario_job(name: str, ranks: int = 64, steps: int = 120, seed: int = 0, jo
     topo = sc.topology(ranks)
     return FleetJob(job_id or f"{name}-{ranks}-s{seed}", topo, steps, build_faults(sc, topo, steps, seed), seed,
                     model=sc.model(topo), noise=sc.noise())
-
-
-def write_ground_truth(path: Path, faults: list[FaultSpec], job: str, seed: int, total_steps: int) -> Path:
-    """One JSON line per fault (an empty file for a healthy run)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"".join(orjson.dumps(f.to_dict(job, seed, total_steps)) + b"\n" for f in faults))
-    return path
-
-
-def read_ground_truth(path: Path) -> list[dict[str, Any]]:
-    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import orjson
 
-from producers.simulator.fleet import PHASES, FleetJob, StepFrame
+from producers.simulator.model import PHASES
 from schemas import Domain, Phases, StepEvent
 from schemas.version import CONTRACT_VERSION
+
+if TYPE_CHECKING:  # fleet.py builds its typed events with this module
+    from producers.simulator.fleet import FleetJob, StepFrame
 
 Kind = Literal["step", "kernel_summary", "device"]
 

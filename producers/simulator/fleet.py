@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from producers.simulator.ground_truth import GroundTruth
-from producers.simulator.model import Hardware, ModelConfig, StepPlan, build_plan
+from producers.simulator.model import PHASES, Hardware, ModelConfig, StepPlan, build_plan
 from producers.simulator.topology import Topology
 from producers.simulator.traits import (
     CLOCK_OFFSET_SIGMA_MS,
@@ -57,7 +57,6 @@ BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.int64]
 
 DEFAULT_START_NS = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z
-PHASES = ("data_ms", "forward_ms", "backward_ms", "optimizer_ms", "gc_ms", "interstep_cpu_ms")
 EP_EXPOSED = 0.39  # MoE paper: only ≈ 61 % of EP communication is hidden behind compute
 
 

@@ -15,11 +15,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from producers.simulator.catalogue import FaultSpec, read_ground_truth
+if TYPE_CHECKING:  # catalogue.py re-exports this module's file functions
+    from producers.simulator.catalogue import FaultSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,3 +71,13 @@ class GroundTruth:
     def load(cls, path: Path, job: str, seed: int, steps: int) -> GroundTruth:
         """A JSONL ground truth back; the run's identity comes from the caller (a healthy run's file is empty)."""
         return cls(job=job, seed=seed, steps=steps, faults=read_ground_truth(Path(path)))
+
+def write_ground_truth(path: Path, faults: list[FaultSpec], job: str, seed: int, total_steps: int) -> Path:
+    """One JSON line per fault (an empty file for a healthy run)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(orjson.dumps(f.to_dict(job, seed, total_steps)) + b"\n" for f in faults))
+    return path
+
+
+def read_ground_truth(path: Path) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]

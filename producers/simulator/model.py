@@ -18,6 +18,9 @@ import numpy.typing as npt
 
 from producers.simulator.topology import Topology
 
+# a rank's busy phases of a step, in the order the simulator writes them (exposed communication is the rest)
+PHASES = ("data_ms", "forward_ms", "backward_ms", "optimizer_ms", "gc_ms", "interstep_cpu_ms")
+
 IntArray = npt.NDArray[np.int64]
 
 BF16 = 2

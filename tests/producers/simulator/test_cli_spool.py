@@ -27,7 +27,7 @@ def test_no_spool_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_hand_placed_faults_become_catalogue_ground_truth(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from producers.simulator.catalogue import read_ground_truth
+    from producers.simulator.ground_truth import read_ground_truth
 
     monkeypatch.setenv("STEPLENS_HOME", str(tmp_path))
     monkeypatch.delenv("STEPLENS_CONFIG", raising=False)

@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from producers.simulator.catalogue import SCENARIOS, build_faults, layout, read_ground_truth, write_ground_truth
+from producers.simulator.catalogue import SCENARIOS, build_faults, layout
 from producers.simulator.events import FrameEncoder, bytes_per_rank_step
 from producers.simulator.fleet import FleetJob, Noise
+from producers.simulator.ground_truth import read_ground_truth, write_ground_truth
 from producers.simulator.model import INTER_HOST, ModelConfig
 from producers.simulator.traits import Traits
 from schemas import DeviceSample, KernelSummary, StepEvent, decode

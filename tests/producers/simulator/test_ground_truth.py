@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from producers.simulator.catalogue import FaultSpec, data_stalls, gc_pauses, read_ground_truth, straggler
+from producers.simulator.catalogue import FaultSpec, data_stalls, gc_pauses, straggler
 from producers.simulator.fleet import FleetJob
-from producers.simulator.ground_truth import GroundTruth
+from producers.simulator.ground_truth import GroundTruth, read_ground_truth
 from producers.simulator.topology import Topology
 
 TOPO = Topology(dp=4, tp=2, pp=2)

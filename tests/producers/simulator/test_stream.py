@@ -12,8 +12,9 @@ from kafka import KafkaConsumer, TopicPartition
 from infra.clients import kafka_client_config
 from infra.settings import Settings
 from producers.simulator.__main__ import main as simulator_main
-from producers.simulator.catalogue import SCENARIOS, build_faults, layout, read_ground_truth
+from producers.simulator.catalogue import SCENARIOS, build_faults, layout
 from producers.simulator.fleet import FleetJob
+from producers.simulator.ground_truth import read_ground_truth
 from producers.simulator.stream import SimRun, stream_runs
 from schemas import DeviceSample, Event, JobEvent, KernelSummary, StepEvent, Topics, decode, split_record
 from schemas.codec import decode_mapping

@@ -17,8 +17,13 @@ from tests.streams.helpers import T0, step_ms
 
 def _chunks(job: FleetJob) -> list[dict[str, object]]:
     start, end = job.job_events()
+    return chunks_of([[encode(start)]] + [[encode(e) for e in events] for events in job.iter_steps()]
+                     + [[encode(end)]])
+
+
+def chunks_of(batches: list[list[bytes]]) -> list[dict[str, object]]:
+    """Each batch of wire events decoded to the engine's chunks, as the detect worker hands them on."""
     out: list[dict[str, object]] = []
-    batches = [[encode(start)]] + [[encode(e) for e in events] for events in job.iter_steps()] + [[encode(end)]]
     for raws in batches:
         chunks, _ = decode_batch(raws, 1 << 20)
         out.extend(codec.loads(codec.dumps(c)) for c in chunks)

@@ -4,9 +4,12 @@ into the moved classes (streams/detect/state/store.py `MOVED_MODULES`)."""
 
 from __future__ import annotations
 
+import gzip
 import io
 import zlib
 from pathlib import Path
+
+import orjson
 
 from infra.settings import DetectionConfig
 from streams.detect.engine import FleetEngine, JobEngine
@@ -14,12 +17,20 @@ from streams.detect.state.outbox import Outbox
 from streams.detect.state.store import FORMAT, MOVED_MODULES, SnapshotUnpickler, current_module, decode_snapshot
 from streams.detect.state.store import encode as encode_state
 from streams.detect.windows.step_frames import StepFrames
-from tests.streams.detect.state.test_engine_state import CUT, _chunks, _restart_job, _run
+from tests.streams.detect.state.test_engine_state import CUT, _chunks, _restart_job, _run, chunks_of
 
 # `encode(engine, outbox)` of `_restart_job` after CUT chunks, its first 3 outputs pending in the outbox, written by
 # main 000a825, before the detect stage moved under streams/detect/: its classes are pickled as
 # streams.engine.JobEngine, streams.scopes.slow_rank..., streams.state.outbox.Outbox and so on.
 BEFORE_MOVE = Path(__file__).parent / "fixtures" / "sls6_before_move.bin"
+# the wire events of that job as the simulator of that time made them (SimulatedJob: the snapshot's engine state
+# is of these events; the one simulator of today makes other ones), one list per decode batch
+BEFORE_MOVE_EVENTS = Path(__file__).parent / "fixtures" / "sls6_before_move.events.json.gz"
+
+
+def _before_move_chunks() -> list[dict[str, object]]:
+    batches = orjson.loads(gzip.decompress(BEFORE_MOVE_EVENTS.read_bytes()))
+    return chunks_of([[raw.encode() for raw in batch] for batch in batches])
 
 
 def test_moved_modules_map_old_class_paths_to_the_moved_classes() -> None:
@@ -63,7 +74,7 @@ def test_a_snapshot_written_before_the_move_restores_and_runs_on() -> None:
     engine, outbox = snap
     assert type(engine) is JobEngine and type(outbox) is Outbox and outbox.job == engine.job == "restart"
     assert [seq for seq, _ in outbox.pending] == [1, 2, 3]
-    chunks = _chunks(_restart_job())
+    chunks = _before_move_chunks()
     whole = _run(FleetEngine(DetectionConfig()), chunks, 0)
     restored = FleetEngine(DetectionConfig())
     restored.jobs["restart"] = engine
