@@ -28,6 +28,22 @@ def test_slow_step_joins_a_culprit_that_began_with_it() -> None:
     assert found[0].rule == "SLOW_RANK", "the culprit's rule stays the primary one"
 
 
+def test_a_rank_whose_lag_is_a_fraction_of_the_steps_growth_does_not_take_the_slow_step() -> None:
+    """A GC pause of every rank (+800 ms) beside a rank flagged 100 ms behind its peers (at 1,024
+    ranks noise flags a few ranks every step): the slow step stays the job's. A rank that accounts
+    for the growth still takes it."""
+    slow = _slow_step(30, "gc_ms")
+    slow.observed, slow.expected = 1716.0, 928.0
+    bystander = _rank("SLOW_RANK", 82, 30, observed=771.0, expected=657.0)
+    found = join([slow, bystander], 1024, [], 30)
+    assert {(f.rule, f.key) for f in found} == {("SLOW_STEP", "job"), ("SLOW_RANK", "rank:82")}
+    slow = _slow_step(30)
+    slow.observed, slow.expected = 1150.0, 928.0
+    culprit = _rank("SLOW_RANK", 82, 30, observed=880.0, expected=657.0)
+    assert {(f.rule, f.key) for f in join([slow, culprit], 1024, [], 30)} == {("SLOW_STEP", "rank:82"),
+                                                                                ("SLOW_RANK", "rank:82")}
+
+
 def test_slow_step_stays_apart_from_a_rank_slow_all_along() -> None:
     tracks = [OpenTrack("rank:7", "rank", None, first=3)]
     found = join([_slow_step(30), _rank("SLOW_RANK", 7, 30)], 64, tracks, 30)
