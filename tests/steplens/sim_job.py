@@ -29,8 +29,8 @@ TOPOLOGY = Topology(dp=32, tp=8, pp=4)  # 1,024 ranks on 128 hosts
 def build(steps: int = 120, seed: int = 11) -> FleetJob:
     """Started an hour ago (inside every table's TTL), a few minutes long. Pauses and stalls are sized
     as shares of the healthy step; quiet healthy noise (no warm-up, checkpoint, eval, hiccup or GC
-    steps: at 1,024 ranks the engine reports no SLOW_STEP incident for them under the default noise)
-    and no heavy-tailed stalls (one would outshine the straggler in the heatmap's hottest cell)."""
+    steps: the report's pictures show the injected faults alone) and no heavy-tailed stalls (one would
+    outshine the straggler in the heatmap's hottest cell)."""
     start_ns = (int(time.time()) - 3600) * 1_000_000_000
     step = FleetJob(JOB, TOPOLOGY, 1).nominal_ms
     faults = [straggler(TOPOLOGY, SLOW_RANK, 1.3, 0, steps - 1), *gc_pauses(TOPOLOGY, (30, 31, 32), 0.88 * step),
