@@ -100,6 +100,8 @@ class DetectWorker:
         async with self.lock:
             if not self.out_pos:
                 self.out_pos = await loop.run_in_executor(None, self.store.end_offsets, names)
+            if owned is not None:
+                self._drop_foreign(owned)
             restored: list[Outbox] = []
             for job, (engine, outbox) in snaps.items():
                 if owned is not None and engine.offsets and not set(engine.offsets) & owned:
@@ -123,6 +125,23 @@ class DetectWorker:
             self.restored = True
         log.info("restored %d job states", len(self.fleet.jobs))
 
+    def _drop_foreign(self, owned: set[int]) -> None:
+        """Jobs whose partials partitions this worker does not own now are another worker's.
+
+        The agent's first restore, before any assignment, loads every job on the state topic. A
+        copy of a job another worker owns then stayed here, ticking without input and writing its
+        snapshots over the owner's: the owner, restoring after the next rebalance, lost the job's
+        open incidents and opened them again under new ids (make chaos-cluster, workers_kill).
+        A job without input yet (no partition known) stays.
+        """
+        for job, engine in list(self.fleet.jobs.items()):
+            if engine.offsets and not set(engine.offsets) & owned:
+                del self.fleet.jobs[job]
+                self.outboxes.pop(job, None)
+                self.pending.pop(job, None)
+                self.dirty.discard(job)
+                log.info("job %r belongs to another worker: dropped", job)
+
     async def on_revoked(self, partitions: set[int]) -> None:
         """Jobs whose partials partitions went to another worker: last snapshot, then let go.
 
@@ -130,6 +149,11 @@ class DetectWorker:
         into false hangs, and incidents the new owner also emits would go out twice. The forced
         snapshot hands the new owner this worker's latest state and sends its outboxes first.
         """
+        # chunks wait for the next assignment's restore: one applied in between (fetched before the
+        # revoke, or of a partition assigned back) made a fresh engine for its dropped job, which that
+        # restore kept as newer than the job's snapshot: its open incidents opened again under new ids
+        # (make chaos-cluster, workers_kill)
+        self.restore_done.clear()
         if not partitions:
             return
         async with self.lock:
@@ -157,41 +181,48 @@ class DetectWorker:
             self.dirty.add(item.job)
 
     async def on_chunks(self, events: list[Any]) -> None:
-        await self.restore_done.wait()  # the jobs' restored state first, then their input
-        async with self.lock:
-            now = now_ns()
-            outputs: list[Output] = []
-            for event in events:
-                msg = event.message
-                try:
-                    chunk = chunk_codec.loads(msg.value)
-                except ValueError:
-                    self.metrics.bad.inc()
-                    await self.stream.ack(event)
-                    continue
-                job = chunk.get("job") or ""
-                engine = self.fleet.jobs.get(job) if job else None
-                if engine is not None and msg.offset <= engine.offsets.get(msg.partition, -1):
-                    await self.stream.ack(event)  # already inside the restored snapshot
-                    continue
-                try:
-                    outputs.extend(self.fleet.on_chunk(chunk, now))
-                except Exception as exc:  # a chunk this worker's decode stage did not write: skip, keep going
-                    self.metrics.bad.inc()
-                    log.warning("skipped a malformed chunk at %r[%d]@%d: %r", msg.topic, msg.partition, msg.offset,
-                                f"{type(exc).__name__}: {exc}"[:300])
-                    await self.stream.ack(event)
-                    continue
-                engine = self.fleet.jobs.get(job) if job else None
-                if engine is None:
-                    await self.stream.ack(event)
-                    continue
-                engine.offsets[msg.partition] = msg.offset
-                self.pending.setdefault(job, []).append(event)
-                self.dirty.add(job)
-            self.fleet.heard(now_ns())
-            self._queue(outputs)
-            await self._maybe_snapshot(force=bool(outputs))
+        while True:
+            await self.restore_done.wait()  # the jobs' restored state first, then their input
+            async with self.lock:
+                if self.restore_done.is_set():  # no rebalance began while this batch waited for the lock
+                    await self._apply_chunks(events)
+                    return
+
+    async def _apply_chunks(self, events: list[Any]) -> None:
+        """Chunks into their jobs' engines (under the lock, after the owned jobs' restore)."""
+        now = now_ns()
+        outputs: list[Output] = []
+        for event in events:
+            msg = event.message
+            try:
+                chunk = chunk_codec.loads(msg.value)
+            except ValueError:
+                self.metrics.bad.inc()
+                await self.stream.ack(event)
+                continue
+            job = chunk.get("job") or ""
+            engine = self.fleet.jobs.get(job) if job else None
+            if engine is not None and msg.offset <= engine.offsets.get(msg.partition, -1):
+                await self.stream.ack(event)  # already inside the restored snapshot
+                continue
+            try:
+                outputs.extend(self.fleet.on_chunk(chunk, now))
+            except Exception as exc:  # a chunk this worker's decode stage did not write: skip, keep going
+                self.metrics.bad.inc()
+                log.warning("skipped a malformed chunk at %r[%d]@%d: %r", msg.topic, msg.partition, msg.offset,
+                            f"{type(exc).__name__}: {exc}"[:300])
+                await self.stream.ack(event)
+                continue
+            engine = self.fleet.jobs.get(job) if job else None
+            if engine is None:
+                await self.stream.ack(event)
+                continue
+            engine.offsets[msg.partition] = msg.offset
+            self.pending.setdefault(job, []).append(event)
+            self.dirty.add(job)
+        self.fleet.heard(now_ns())
+        self._queue(outputs)
+        await self._maybe_snapshot(force=bool(outputs))
 
     async def on_tick(self) -> None:
         async with self.lock:

@@ -57,6 +57,31 @@ class _Event:
         self.message = _Message(value, partition, offset)
 
 
+def test_an_assignment_drops_the_jobs_of_partitions_this_worker_does_not_own(
+        kafka_settings: Settings, tmp_path: Path, unique_name: str) -> None:
+    """The agent's first restore loads every job on the state topic; the copy of a job another
+    worker owns stayed, ticked without input and wrote snapshots over the owner's (the owner then
+    opened the job's incidents again under new ids: make chaos-cluster, workers_kill)."""
+    from schemas import Topics
+    from streams.topics_admin import ensure_topics
+
+    settings = replace(load_settings({}), home=tmp_path, app_id=unique_name, topic_prefix=f"{unique_name}.",
+                       kafka_bootstrap=kafka_settings.kafka_bootstrap, secrets_dir=kafka_settings.secrets_path)
+    ensure_topics(settings, Topics(settings.topic_prefix), 2)
+    worker = DetectWorker(base_app(settings, "detect"), settings)
+    for job, partition in (("mine", 0), ("theirs", 1)):
+        engine = JobEngine.create(job, DetectionConfig())
+        engine.offsets[partition] = 41
+        worker.fleet.jobs[job] = engine
+        worker.pending[job] = []
+    worker.fleet.jobs["new"] = JobEngine.create("new", DetectionConfig())  # no input yet: its partition unknown
+    try:
+        asyncio.run(worker.restore({0}))
+    finally:
+        worker.store.close()
+    assert sorted(worker.fleet.jobs) == ["mine", "new"] and sorted(worker.pending) == ["mine"]
+
+
 class _Stream:
     async def ack(self, event: object) -> None:
         return None
@@ -96,6 +121,47 @@ def test_chunks_wait_for_the_restore_of_their_jobs(kafka_settings: Settings, tmp
 
     try:
         asyncio.run(assigned_then_chunk())
+    finally:
+        worker.store.close()
+    engine = worker.fleet.jobs["j"]
+    assert worker.outboxes["j"].seq == 5, "the job's outbox numbering was lost"
+    assert engine.stats.chunks == 8 and engine.offsets[0] == 11, "the chunk did not land on the restored state"
+
+
+def test_chunks_after_a_revoke_wait_for_the_next_assignments_restore(kafka_settings: Settings, tmp_path: Path,
+                                                                     unique_name: str) -> None:
+    """A chunk applied between a revoke (which drops the job) and the next assignment's restore made a
+    fresh engine for the job, which that restore kept as newer than the job's snapshot: the job's
+    open incidents opened again under new ids (make chaos-cluster, workers_kill)."""
+    from producers.simulator.fleet import FleetJob
+    from producers.simulator.topology import Topology
+    from schemas import Topics, encode
+    from streams.detect.combine import chunks as chunk_codec
+    from streams.detect.ingest.decode import decode_batch
+    from streams.detect.state.outbox import Outbox
+    from streams.detect.state.store import encode as encode_snapshot
+    from streams.topics_admin import ensure_topics
+
+    settings = replace(load_settings({}), home=tmp_path, app_id=unique_name, topic_prefix=f"{unique_name}.",
+                       kafka_bootstrap=kafka_settings.kafka_bootstrap, secrets_dir=kafka_settings.secrets_path)
+    ensure_topics(settings, Topics(settings.topic_prefix), 1)
+    worker = DetectWorker(base_app(settings, "detect"), settings)
+    worker.stream = _Stream()
+    history = JobEngine.create("j", DetectionConfig())
+    history.offsets[0] = 10
+    history.stats.chunks = 7
+    worker.store.write({"j": encode_snapshot(history, Outbox("j", seq=5))})
+    job = FleetJob("j", Topology(dp=2, tp=2, pp=1), steps=3, seed=1)
+    chunks, _ = decode_batch([encode(e) for e in next(iter(job.iter_steps()))], 1 << 20)
+    events = [_Event(chunk_codec.dumps(c), 0, 11) for c in chunks if c["kind"] == "steps"]
+
+    async def rebalance_with_a_chunk_in_between() -> None:
+        await worker.restore({0})
+        await worker.on_revoked({0})  # the job goes (its snapshot is on the topic) ...
+        await asyncio.gather(worker.on_chunks(events), worker.restore({0}))  # ... and comes back
+
+    try:
+        asyncio.run(rebalance_with_a_chunk_in_between())
     finally:
         worker.store.close()
     engine = worker.fleet.jobs["j"]
