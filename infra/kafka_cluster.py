@@ -86,21 +86,21 @@ class KafkaClusterNode(KafkaBroker):
             f"default.replication.factor={KAFKA_NODES}",
             f"min.insync.replicas={MIN_INSYNC}",
             "unclean.leader.election.enable=false",
-            # Failover in ~1.5 s instead of ~10 s: the controller fences a silent broker (and moves its
+            # Failover in ~1.2 s instead of ~10 s: the controller fences a silent broker (and moves its
             # leaderships, shrinks the ISRs it was in) after broker.session.timeout.ms (default 9 s), and
             # a lagging follower leaves the ISR after replica.lag.time.max.ms (default 30 s); until then
             # its partitions stall and acks=all writes wait. The clients give a hung request up after
             # kafka_request_timeout_s (2.5 s), by when the new leader is in the metadata they refresh.
-            "broker.heartbeat.interval.ms=375",
-            "broker.session.timeout.ms=1500",
+            "broker.heartbeat.interval.ms=300",
+            "broker.session.timeout.ms=1200",
             "replica.lag.time.max.ms=5000",
-            # A new KRaft leader within ~1.2 s instead of ~3 s when the active controller dies: voters
+            # A new KRaft leader within ~1 s instead of ~3 s when the active controller dies: voters
             # call an election after fetch.timeout (default 2 s) without the leader, each after a
             # random backoff up to election.timeout (default 1 s). The new leader then fences the dead
             # node after its session timeout: alerts within 5 s through a controller kill.
-            "controller.quorum.fetch.timeout.ms=800",
-            "controller.quorum.election.timeout.ms=400",
-            "controller.quorum.election.backoff.max.ms=400",
+            "controller.quorum.fetch.timeout.ms=600",
+            "controller.quorum.election.timeout.ms=300",
+            "controller.quorum.election.backoff.max.ms=300",
             # Loopback has no network to ride out; a real cluster's values: docs/deployment.md.
         ]
 

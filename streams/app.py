@@ -51,7 +51,7 @@ class WorkerTimeouts:
     # Faust's (aiokafka) consumer: a fetch from a broker that stopped answering is held for `request`,
     # and only fresh metadata sends the partitions it led to their new leader; refreshed this often
     # (aiokafka's default, 5 min, held the detect worker's input for the whole of a broker's SIGSTOP)
-    faust_metadata_max_age: float = 1.0
+    faust_metadata_max_age: float = 0.5
 
     def faust_settings(self) -> dict[str, Any]:
         names = {"session": "broker_session_timeout", "heartbeat": "broker_heartbeat_interval",
