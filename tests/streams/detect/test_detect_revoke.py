@@ -87,12 +87,9 @@ class _Stream:
         return None
 
 
-def test_chunks_wait_for_the_restore_of_their_jobs(kafka_settings: Settings, tmp_path: Path,
-                                                   unique_name: str) -> None:
-    """Faust resumes the flow before the on_partitions_assigned handler has restored the snapshots. A
-    chunk applied meanwhile made a fresh engine for its job, which the restore then kept as "newer"
-    than the snapshot (its offset was later): the job's open incidents and outbox numbering were lost
-    and its incidents opened again under new ids (make soak, after a detect worker was SIGKILLed)."""
+def _restorable(kafka_settings: Settings, tmp_path: Path, unique_name: str) -> tuple[DetectWorker, list[_Event]]:
+    """A worker whose state topic holds job "j" (input offset 10, outbox at seq 5), and a chunk of "j" at
+    offset 11 of partials partition 0."""
     from producers.simulator.fleet import FleetJob
     from producers.simulator.topology import Topology
     from schemas import Topics, encode
@@ -113,7 +110,22 @@ def test_chunks_wait_for_the_restore_of_their_jobs(kafka_settings: Settings, tmp
     history.stats.chunks = 7
     worker.store.write({"j": encode_snapshot(history, Outbox("j", seq=5))})
     chunks, _ = decode_batch([encode(e) for e in next(iter(job.iter_steps()))], 1 << 20)
-    events = [_Event(chunk_codec.dumps(c), 0, 11) for c in chunks if c["kind"] == "steps"]
+    return worker, [_Event(chunk_codec.dumps(c), 0, 11) for c in chunks if c["kind"] == "steps"]
+
+
+def _landed_on_the_restored_state(worker: DetectWorker) -> None:
+    engine = worker.fleet.jobs["j"]
+    assert worker.outboxes["j"].seq == 5, "the job's outbox numbering was lost"
+    assert engine.stats.chunks == 8 and engine.offsets[0] == 11, "the chunk did not land on the restored state"
+
+
+def test_chunks_wait_for_the_restore_of_their_jobs(kafka_settings: Settings, tmp_path: Path,
+                                                   unique_name: str) -> None:
+    """Faust resumes the flow before the on_partitions_assigned handler has restored the snapshots. A
+    chunk applied meanwhile made a fresh engine for its job, which the restore then kept as "newer"
+    than the snapshot (its offset was later): the job's open incidents and outbox numbering were lost
+    and its incidents opened again under new ids (make soak, after a detect worker was SIGKILLed)."""
+    worker, events = _restorable(kafka_settings, tmp_path, unique_name)
 
     async def assigned_then_chunk() -> None:
         worker.restore_done.clear()  # what the assignment handler does first
@@ -123,9 +135,7 @@ def test_chunks_wait_for_the_restore_of_their_jobs(kafka_settings: Settings, tmp
         asyncio.run(assigned_then_chunk())
     finally:
         worker.store.close()
-    engine = worker.fleet.jobs["j"]
-    assert worker.outboxes["j"].seq == 5, "the job's outbox numbering was lost"
-    assert engine.stats.chunks == 8 and engine.offsets[0] == 11, "the chunk did not land on the restored state"
+    _landed_on_the_restored_state(worker)
 
 
 def test_chunks_after_a_revoke_wait_for_the_next_assignments_restore(kafka_settings: Settings, tmp_path: Path,
@@ -133,27 +143,7 @@ def test_chunks_after_a_revoke_wait_for_the_next_assignments_restore(kafka_setti
     """A chunk applied between a revoke (which drops the job) and the next assignment's restore made a
     fresh engine for the job, which that restore kept as newer than the job's snapshot: the job's
     open incidents opened again under new ids (make chaos-cluster, workers_kill)."""
-    from producers.simulator.fleet import FleetJob
-    from producers.simulator.topology import Topology
-    from schemas import Topics, encode
-    from streams.detect.combine import chunks as chunk_codec
-    from streams.detect.ingest.decode import decode_batch
-    from streams.detect.state.outbox import Outbox
-    from streams.detect.state.store import encode as encode_snapshot
-    from streams.topics_admin import ensure_topics
-
-    settings = replace(load_settings({}), home=tmp_path, app_id=unique_name, topic_prefix=f"{unique_name}.",
-                       kafka_bootstrap=kafka_settings.kafka_bootstrap, secrets_dir=kafka_settings.secrets_path)
-    ensure_topics(settings, Topics(settings.topic_prefix), 1)
-    worker = DetectWorker(base_app(settings, "detect"), settings)
-    worker.stream = _Stream()
-    history = JobEngine.create("j", DetectionConfig())
-    history.offsets[0] = 10
-    history.stats.chunks = 7
-    worker.store.write({"j": encode_snapshot(history, Outbox("j", seq=5))})
-    job = FleetJob("j", Topology(dp=2, tp=2, pp=1), steps=3, seed=1)
-    chunks, _ = decode_batch([encode(e) for e in next(iter(job.iter_steps()))], 1 << 20)
-    events = [_Event(chunk_codec.dumps(c), 0, 11) for c in chunks if c["kind"] == "steps"]
+    worker, events = _restorable(kafka_settings, tmp_path, unique_name)
 
     async def rebalance_with_a_chunk_in_between() -> None:
         await worker.restore({0})
@@ -164,6 +154,4 @@ def test_chunks_after_a_revoke_wait_for_the_next_assignments_restore(kafka_setti
         asyncio.run(rebalance_with_a_chunk_in_between())
     finally:
         worker.store.close()
-    engine = worker.fleet.jobs["j"]
-    assert worker.outboxes["j"].seq == 5, "the job's outbox numbering was lost"
-    assert engine.stats.chunks == 8 and engine.offsets[0] == 11, "the chunk did not land on the restored state"
+    _landed_on_the_restored_state(worker)
