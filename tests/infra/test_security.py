@@ -59,8 +59,8 @@ def _end_offsets(settings: Settings, names: list[str]) -> dict[str, int]:
 
 def _send(config: dict[str, Any], topic: str, connect_s: float = 20.0) -> None:
     ms = int(connect_s * 1000)
-    producer = KafkaProducer(**config, acks="all", max_block_ms=ms, bootstrap_timeout_ms=ms,
-                             request_timeout_ms=10_000, retries=0)
+    producer = KafkaProducer(**{**config, "request_timeout_ms": 10_000}, acks="all", max_block_ms=ms,
+                             bootstrap_timeout_ms=ms, retries=0)
     try:
         producer.send(topic, key=b"forged", value=b'{"type":"incident"}').get(timeout=30)
     finally:
