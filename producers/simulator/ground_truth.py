@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-if TYPE_CHECKING:  # catalogue.py re-exports this module's file functions
+if TYPE_CHECKING:  # catalogue.py imports nothing of this module: types only, no import cycle
     from producers.simulator.catalogue import FaultSpec
 
 
@@ -45,14 +45,14 @@ class GroundTruth:
 
     def slow_steps(self) -> set[int]:
         """Steps a slow-step detector must flag (every step of each such fault's window)."""
-        return {s for f in self._expecting("SLOW_STEP") for s in range(int(f["start_step"]), int(f["end_step"]) + 1)}
+        return {s for f in self._expecting("SLOW_STEP") for s in _window(f)}
 
     def slow_rank_steps(self) -> dict[int, set[int]]:
         """For each slow rank, the steps on which it is slow."""
         out: dict[int, set[int]] = {}
         for f in self._expecting("SLOW_RANK"):
             for r in f["ranks"]:
-                out.setdefault(int(r), set()).update(range(int(f["start_step"]), int(f["end_step"]) + 1))
+                out.setdefault(int(r), set()).update(_window(f))
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -72,11 +72,15 @@ class GroundTruth:
         """A JSONL ground truth back; the run's identity comes from the caller (a healthy run's file is empty)."""
         return cls(job=job, seed=seed, steps=steps, faults=read_ground_truth(Path(path)))
 
+
+def _window(fault: dict[str, Any]) -> range:
+    """The steps of one ground-truth line's window (both ends included)."""
+    return range(int(fault["start_step"]), int(fault["end_step"]) + 1)
+
+
 def write_ground_truth(path: Path, faults: list[FaultSpec], job: str, seed: int, total_steps: int) -> Path:
-    """One JSON line per fault (an empty file for a healthy run)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"".join(orjson.dumps(f.to_dict(job, seed, total_steps)) + b"\n" for f in faults))
-    return path
+    """One JSON line per fault (an empty file for a healthy run), written as `GroundTruth.write` does."""
+    return GroundTruth.of(job, faults, seed, total_steps).write(path)
 
 
 def read_ground_truth(path: Path) -> list[dict[str, Any]]:

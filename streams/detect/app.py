@@ -45,6 +45,12 @@ def newly_finished(before: set[str], jobs: Mapping[str, JobEngine]) -> set[str]:
     return {j for j, e in jobs.items() if e.finished and j not in before}
 
 
+def _foreign(engine: JobEngine, owned: set[int]) -> bool:
+    """A job whose input came from none of the `owned` partials partitions (one without input yet
+    has no known partition: not foreign)."""
+    return bool(engine.offsets) and not set(engine.offsets) & owned
+
+
 class DetectWorker:
     """The I/O around the pure engine: pending acks per job, snapshots with outboxes, output topics.
 
@@ -104,7 +110,7 @@ class DetectWorker:
                 self._drop_foreign(owned)
             restored: list[Outbox] = []
             for job, (engine, outbox) in snaps.items():
-                if owned is not None and engine.offsets and not set(engine.offsets) & owned:
+                if owned is not None and _foreign(engine, owned):
                     continue
                 live = self.fleet.jobs.get(job)
                 if live is not None and self._newer(live, engine):
@@ -135,12 +141,16 @@ class DetectWorker:
         A job without input yet (no partition known) stays.
         """
         for job, engine in list(self.fleet.jobs.items()):
-            if engine.offsets and not set(engine.offsets) & owned:
-                del self.fleet.jobs[job]
-                self.outboxes.pop(job, None)
-                self.pending.pop(job, None)
-                self.dirty.discard(job)
-                log.info("job %r belongs to another worker: dropped", job)
+            if _foreign(engine, owned):
+                self._let_go(job, "belongs to another worker: dropped")
+
+    def _let_go(self, job: str, why: str) -> None:
+        """Forget a job another worker owns (its state is on the state topic)."""
+        del self.fleet.jobs[job]
+        self.outboxes.pop(job, None)
+        self.pending.pop(job, None)
+        self.dirty.discard(job)
+        log.info("job %r %s", job, why)
 
     async def on_revoked(self, partitions: set[int]) -> None:
         """Jobs whose partials partitions went to another worker: last snapshot, then let go.
@@ -160,11 +170,7 @@ class DetectWorker:
             await self._maybe_snapshot(force=True)
             for job, engine in list(self.fleet.jobs.items()):
                 if engine.offsets and set(engine.offsets) <= partitions:
-                    del self.fleet.jobs[job]
-                    self.outboxes.pop(job, None)
-                    self.pending.pop(job, None)
-                    self.dirty.discard(job)
-                    log.info("job %r moved to another worker: state handed over", job)
+                    self._let_go(job, "moved to another worker: state handed over")
 
     @staticmethod
     def _newer(live: JobEngine, snap: JobEngine) -> bool:

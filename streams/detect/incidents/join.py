@@ -192,12 +192,15 @@ def _explains(culprit: Finding, slow: Finding) -> bool:
     1,024 ranks a few ranks of every step are flagged by noise, and a GC pause of every rank (+88 %
     step time) went to one of them, another each step, so no incident ever opened. Without the
     figures (a finding that carries none) it explains, as before."""
-    if None in (culprit.observed, culprit.expected, slow.observed, slow.expected):
+    own, growth = _excess(culprit), _excess(slow)
+    if own is None or growth is None:
         return True
-    assert culprit.observed is not None and culprit.expected is not None  # for mypy, checked above
-    assert slow.observed is not None and slow.expected is not None
-    growth = slow.observed - slow.expected
-    return growth <= 0 or culprit.observed - culprit.expected >= EXPLAINS_SHARE * growth
+    return growth <= 0 or own >= EXPLAINS_SHARE * growth
+
+
+def _excess(f: Finding) -> float | None:
+    """observed - expected, None when a finding carries either not."""
+    return None if f.observed is None or f.expected is None else f.observed - f.expected
 
 
 def _culprits_now(findings: list[Finding], first: dict[str, int], step: int, since: int) -> list[Finding]:
