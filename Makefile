@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: venv up up-cluster down status demo demo-server test lint typecheck unit integration clean bench-detection bench-query chaos chaos-cluster soak bench-replay bench-throughput bench-scaleout bench-parse bench-overhead bench-overhead-gpu venv-train
+.PHONY: venv up up-cluster down status demo demo-server test lint typecheck unit integration clean bench-detection bench-query chaos chaos-cluster soak bench-replay bench-throughput bench-scaleout bench-scaleout-cluster bench-parse bench-overhead bench-overhead-gpu venv-train
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -95,3 +95,6 @@ SCALEOUT_ARGS ?= --ranks 1024,2048,4096
 
 bench-scaleout: venv ## the same load through 1 and 2 workers of each role -> bench/results/throughput-scaleout.json
 	$(BIN)/python -m bench.throughput --workers 1,2 $(SCALEOUT_ARGS)
+
+bench-scaleout-cluster: venv ## the same through the loopback cluster (3 brokers RF 3, ClickHouse 2x2) -> bench/results/throughput-scaleout-cluster.json
+	$(BIN)/python -m bench.throughput --cluster --workers 1,2 $(SCALEOUT_ARGS)

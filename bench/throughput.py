@@ -20,6 +20,12 @@ land, from the same trial, so runs on faster and slower machines compare (1.0 = 
 costs what a plain consumer pays to read and parse the same events). `--find-max START`
 replaces the fixed size list: sizes grow ×1.25 from START until one fails, and `max_ranks`
 is the largest that passed.
+
+Scale-out (`--workers 1,2`, `make bench-scaleout`): the sizes through 1, then 2 workers of each
+role, landing in one ClickHouse server; with `--cluster` (`make bench-scaleout-cluster`) through
+`python -m infra up --cluster` instead: 3 brokers (RF 3, min ISR 2, every broker's CPU counted)
+and ClickHouse 2 shards x 2 replicas (land workers entering through each shard, inserting
+through the Distributed tables).
 """
 
 from __future__ import annotations
@@ -30,8 +36,8 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -45,6 +51,7 @@ from kafka.partitioner.default import murmur2
 from bench.provenance import git_commit, machine
 from infra import ClickHouseServer, InfraConfig, KafkaBroker
 from infra.clients import kafka_client_config
+from infra.cluster import Cluster
 from infra.files import private_dir
 from infra.progress import Progress
 from infra.settings import REPO_ROOT, Settings, load_settings
@@ -61,6 +68,7 @@ from streams.topics_admin import DetectTopics, ensure_topics, expire_topics
 
 RESULTS = REPO_ROOT / "bench" / "results" / "throughput.json"
 RESULTS_SCALEOUT = REPO_ROOT / "bench" / "results" / "throughput-scaleout.json"
+RESULTS_SCALEOUT_CLUSTER = REPO_ROOT / "bench" / "results" / "throughput-scaleout-cluster.json"
 T0_NS = 1_767_225_600_000_000_000
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -300,10 +308,27 @@ def scaleout_summary(trials: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def trial(base: Settings, ranks: int, steps: int, packed: bool = True, broker_pid: int | None = None,
-          workers: int = 1, server_url: str = "") -> dict[str, Any]:
+def worker_env(settings: Settings, home: Path) -> dict[str, str]:
+    """A worker's environment for `settings` (topics, Kafka, ClickHouse, replication: the cluster's too)."""
+    env = {**os.environ, "STEPLENS_HOME": str(home), "STEPLENS_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+           "STEPLENS_TOPIC_PREFIX": settings.topic_prefix, "STEPLENS_APP_ID": settings.app_id,
+           "STEPLENS_TOPIC_PARTITIONS": str(settings.topic_partitions), "STEPLENS_CHDB_PATH": str(home / "chdb"),
+           "STEPLENS_CLICKHOUSE_URL": settings.clickhouse_url,
+           "STEPLENS_CLICKHOUSE_DATABASE": settings.clickhouse_database,
+           "STEPLENS_SECRETS_DIR": str(settings.secrets_path),
+           "STEPLENS_TOPIC_REPLICATION_FACTOR": str(settings.topic_replication_factor),
+           "STEPLENS_TOPIC_MIN_INSYNC_REPLICAS": str(settings.topic_min_insync_replicas),
+           "STEPLENS_CLICKHOUSE_CLUSTER": settings.clickhouse_cluster}
+    env.pop("STEPLENS_CONFIG", None)
+    return env
+
+
+def trial(base: Settings, ranks: int, steps: int, packed: bool = True, broker_pids: Sequence[int] = (),
+          workers: int = 1, server_url: str = "", land_urls: Sequence[str] = ()) -> dict[str, Any]:
     """One size: `workers` processes of each role (landing into `server_url`'s ClickHouse server when set,
-    embedded chdb otherwise, which allows one land process only)."""
+    embedded chdb otherwise, which allows one land process only). `land_urls`: the ClickHouse node
+    each land worker enters through (a cluster's replicas; default `server_url`); `broker_pids`:
+    every broker process whose CPU counts as the broker's."""
     name = f"tp{uuid.uuid4().hex[:8]}"
     home = base.home / "bench" / name
     home.mkdir(parents=True, exist_ok=True)
@@ -314,22 +339,21 @@ def trial(base: Settings, ranks: int, steps: int, packed: bool = True, broker_pi
     topics = Topics(settings.topic_prefix)
     internal = DetectTopics(settings.topic_prefix)
     ensure_topics(settings, topics, settings.topic_partitions)
-    env = {**os.environ, "STEPLENS_HOME": str(home), "STEPLENS_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-           "STEPLENS_TOPIC_PREFIX": settings.topic_prefix, "STEPLENS_APP_ID": name,
-           "STEPLENS_TOPIC_PARTITIONS": str(settings.topic_partitions), "STEPLENS_CHDB_PATH": str(home / "chdb"),
-           "STEPLENS_CLICKHOUSE_URL": server_url, "STEPLENS_CLICKHOUSE_DATABASE": name,
-           "STEPLENS_SECRETS_DIR": str(base.secrets_path)}
-    if server_url:  # migrated once, before several land workers would race to do it
+    env = worker_env(settings, home)
+    if server_url:  # migrated once (on the cluster: ON CLUSTER), before several land workers would race to do it
         backend = open_backend(settings)
         try:
-            migrate(backend)
+            migrate(backend, cluster=settings.clickhouse_cluster)
         finally:
             backend.close()
     job = Job(f"bench-{ranks}", ranks)
     producer = KafkaProducer(**kafka_client_config(settings, "producer"), acks=1, linger_ms=5,
                              batch_size=1 << 20, max_request_size=4 << 20)
     topic_of = {"steps": topics.steps, "kernels": topics.kernel_summaries, "device": topics.device}
-    procs = {f"{role}{i}": start_worker(role, env, private_dir(home / f"{role}{i}"))
+    entry = {i: land_urls[(i - 1) % len(land_urls)] for i in range(1, workers + 1)} if land_urls else {}
+    procs = {f"{role}{i}": start_worker(role, {**env, **({"STEPLENS_CLICKHOUSE_URL": entry[i]}
+                                                          if role == "land" and i in entry else {})},
+                                        private_dir(home / f"{role}{i}"))
              for role in ("detect", "land") for i in range(1, workers + 1)}
     seen: dict[int, float] = {}
     stop = threading.Event()
@@ -352,7 +376,7 @@ def trial(base: Settings, ranks: int, steps: int, packed: bool = True, broker_pi
             raise RuntimeError(f"input topics differ in partition count: {counts}")
         partition = Partitions(list(producer.partitions_for(topics.steps)))
         cpu0 = {w: cpu_s(p.pid) for w, p in procs.items()}
-        broker0 = cpu_s(broker_pid) if broker_pid else 0.0
+        broker0 = sum(cpu_s(pid) for pid in broker_pids)
         records = 0
         me0 = time.process_time()
         t0 = time.time()
@@ -384,7 +408,7 @@ def trial(base: Settings, ranks: int, steps: int, packed: bool = True, broker_pi
         cpu_each = {w: cpu_s(p.pid) - cpu0[w] for w, p in procs.items()}
         cpu = {role: sum(c for w, c in cpu_each.items() if w.rstrip("0123456789") == role)
                for role in ("detect", "land")}
-        broker_cpu = cpu_s(broker_pid) - broker0 if broker_pid else None
+        broker_cpu = sum(cpu_s(pid) for pid in broker_pids) - broker0 if broker_pids else None
         assigned = {group: group_assignment(settings, group) for group in (
             f"{name}-detect-decode", f"{name}-detect", f"{name}-land")} if workers > 1 else {}
     finally:
@@ -423,7 +447,8 @@ def trial(base: Settings, ranks: int, steps: int, packed: bool = True, broker_pi
         "missed_detections": missed,
         "cpu_us_per_event": {"producer": round(producer_cpu / events * 1e6, 2),
                              **{stage: round(us, 2) for stage, us in stage_us.items()},
-                             # the whole broker process (JVM, TLS) over the same window, lag queries included
+                             # every broker process (JVM, TLS; replication on a cluster) over the same window,
+                             # lag queries included
                              **({"broker": round(broker_cpu / events * 1e6, 2)} if broker_cpu is not None else {})},
         "ceiling_events_per_s": round(ceil, 1),
         "ceiling_us_per_event": round(1e6 / ceil, 3) if ceil > 0 else None,
@@ -451,18 +476,52 @@ def unpacked_summary(trials: list[dict[str, Any]]) -> dict[str, Any]:
             "cpu_us_per_event_unpacked": ref["cpu_us_per_event"], "trials_unpacked": trials}
 
 
-def scaleout(base: Settings, cfg: InfraConfig, broker: KafkaBroker, counts: list[int], sizes: list[int], steps: int,
-             out: Path, started: str) -> None:
-    """The same sizes through 1, 2, ... workers of each role (4 partitions), all landing in one ClickHouse
-    server so only the number of workers differs; stops a configuration at its first failing size."""
+@dataclass(frozen=True)
+class Stack:
+    """What a scale-out run goes through: Kafka's settings, the ClickHouse node(s) the land workers
+    enter by, the broker processes whose CPU is counted, and a description for the result."""
+
+    settings: Settings
+    server_url: str
+    land_urls: tuple[str, ...]
+    broker_pids: Callable[[], list[int]]
+    topology: dict[str, Any]
+
+
+def single_stack(base: Settings, cfg: InfraConfig, broker: KafkaBroker) -> Stack:
+    """One broker (replication factor 1) and one ClickHouse server."""
     server = ClickHouseServer(cfg)
     server.install()
     server.start()
+    return Stack(base, server.url, (server.url,), lambda: [pid] if (pid := broker.pid()) else [],
+                 {"brokers": 1, "replication_factor": 1, "min_insync_replicas": 1, "clickhouse": "one server"})
+
+
+def cluster_stack(base: Settings, cluster: Cluster) -> Stack:
+    """`python -m infra up --cluster`: 3 brokers (topics RF 3, min ISR 2) and 2 shards x 2 replicas; land
+    worker i enters through shard ((i - 1) mod 2) + 1's first replica and inserts through the Distributed
+    tables, as in `make chaos-cluster`."""
+    settings = replace(cluster.client_settings(), home=base.home, secrets_dir=base.secrets_path,
+                       topic_partitions=base.topic_partitions)
+    entries = tuple(cluster.clickhouse.node(shard, 1).url for shard in (1, 2))
+    return Stack(settings, entries[0], entries,
+                 lambda: [pid for node in cluster.kafka.nodes if (pid := node.pid())],
+                 {"brokers": len(cluster.kafka.nodes), "replication_factor": settings.topic_replication_factor,
+                  "min_insync_replicas": settings.topic_min_insync_replicas,
+                  "clickhouse": f"cluster {settings.clickhouse_cluster}: 2 shards x 2 replicas"})
+
+
+def scaleout(stack: Stack, counts: list[int], sizes: list[int], steps: int, out: Path, started: str) -> None:
+    """The same sizes through 1, 2, ... workers of each role (4 partitions), all landing in the same
+    ClickHouse (one server or the cluster) so only the number of workers differs; stops a
+    configuration at its first failing size."""
+    base = stack.settings
     trials: list[dict[str, Any]] = []
     for workers in counts:
         for ranks in sizes:
             print(f"• {workers} worker(s) per role, {ranks} ranks x {steps} steps at 1 step/s ...", flush=True)
-            res = trial(base, ranks, steps, True, broker.pid(), workers=workers, server_url=server.url)
+            res = trial(base, ranks, steps, True, stack.broker_pids(), workers=workers, server_url=stack.server_url,
+                        land_urls=stack.land_urls)
             res["load_average"] = list(os.getloadavg())
             trials.append(res)
             print(f"  events/s {res['events_per_s']}, p99 {res['p99_latency_s']} s, lost {res['lost']}, "
@@ -471,17 +530,19 @@ def scaleout(base: Settings, cfg: InfraConfig, broker: KafkaBroker, counts: list
             if not res["passed"]:
                 break
     doc = {"workers": counts, "topic_partitions": base.topic_partitions, "landing": "server",
+           "topology": stack.topology,
            **scaleout_summary(trials), "steps_per_trial": steps, "trials": trials,
            "load_average_at_end": list(os.getloadavg()), "machine": machine(), "started": started,
            "git": git_commit()}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=2) + "\n")
-    print("\n| workers per role | ranks | events/s | p99 s | lost | us/event producer, detect, land | passed |\n"
-          "|---|---|---|---|---|---|---|")
+    print("\n| workers per role | ranks | events/s | p99 s | lost | us/event producer, detect, land, broker "
+          "| ceiling us/event | passed |\n|---|---|---|---|---|---|---|---|")
     for t in trials:
         us = t["cpu_us_per_event"]
         print(f"| {t['workers']} | {t['ranks']} | {t['events_per_s']} | {t['p99_latency_s']} | {t['lost']} | "
-              f"{us['producer']}, {us['detect']}, {us['land']} | {t['passed']} |")
+              f"{us['producer']}, {us['detect']}, {us['land']}, {us.get('broker')} | {t['ceiling_us_per_event']} | "
+              f"{t['passed']} |")
     print(f"max_ranks {doc['max_ranks']} -> {out}")
 
 
@@ -499,20 +560,37 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", default="", metavar="N,M",
                         help="scale-out mode: the --ranks sizes through N, then M workers of each role, every "
                              "configuration landing in infra/'s ClickHouse server (-> throughput-scaleout.json)")
+    parser.add_argument("--cluster", action="store_true",
+                        help="with --workers: through `python -m infra up --cluster` (3 brokers, RF 3, ClickHouse "
+                             "2 shards x 2 replicas; -> throughput-scaleout-cluster.json)")
+    parser.add_argument("--keep", action="store_true", help="with --cluster: leave the cluster running at the end")
     parser.add_argument("--out", type=Path, default=None,
                         help="where the JSON goes (default throughput.json, throughput-scaleout.json with --workers)")
     args = parser.parse_args(argv)
+    if args.cluster and not args.workers:
+        parser.error("--cluster needs --workers")
     started = datetime.now(UTC).isoformat()
     base = load_settings()
     base = replace(base, topic_partitions=4)
     cfg = InfraConfig.from_env()
+    counts = [int(w) for w in args.workers.split(",") if w]
+    sizes = [int(r) for r in args.ranks.split(",") if r]
+    if args.cluster:
+        cluster = Cluster(cfg)
+        started_cluster = any(cluster.start().values())
+        try:
+            scaleout(cluster_stack(base, cluster), counts, sizes, args.steps, args.out or RESULTS_SCALEOUT_CLUSTER,
+                     started)
+        finally:
+            if started_cluster and not args.keep:
+                cluster.stop()
+        return
     broker = KafkaBroker(cfg)
     broker.install()
     broker.start()
     base = replace(base, kafka_bootstrap=broker.bootstrap)
     if args.workers:
-        scaleout(base, cfg, broker, [int(w) for w in args.workers.split(",") if w],
-                 [int(r) for r in args.ranks.split(",") if r], args.steps, args.out or RESULTS_SCALEOUT, started)
+        scaleout(single_stack(base, cfg, broker), counts, sizes, args.steps, args.out or RESULTS_SCALEOUT, started)
         return
     args.out = args.out or RESULTS
     trials: list[dict[str, Any]] = []
@@ -520,7 +598,7 @@ def main(argv: list[str] | None = None) -> None:
     def run(ranks: int, packed: bool) -> dict[str, Any]:
         form = "packed" if packed else "unpacked"
         print(f"• {ranks} ranks x {args.steps} steps at 1 step/s, {form} ...", flush=True)
-        res = trial(base, ranks, args.steps, packed, broker.pid())
+        res = trial(base, ranks, args.steps, packed, [pid] if (pid := broker.pid()) else [])
         res["load_average"] = list(os.getloadavg())
         trials.append(res)
         print(f"  events/s {res['events_per_s']} ({res['records']} records), p99 {res['p99_latency_s']} s, "

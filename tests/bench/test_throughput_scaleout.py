@@ -59,3 +59,22 @@ def test_scaleout_summary_compares_at_the_largest_size_every_count_held() -> Non
 def test_scaleout_summary_without_a_common_size() -> None:
     got = scaleout_summary([_trial(1, 1024, False), _trial(2, 1024, True)])
     assert got == {"max_ranks": {"1": 0, "2": 1024}, "common_ranks": None, "at_common_ranks": {}}
+
+
+def test_worker_env_carries_the_clusters_replication_and_clickhouse_cluster(tmp_path: Any) -> None:
+    """Workers of a cluster run create their internal topics with RF 3 / min ISR 2 and migrate ON CLUSTER:
+    their environment must say so (a single-broker env would make them RF 1 on a 3-broker cluster)."""
+    from dataclasses import replace
+
+    from bench.throughput import worker_env
+    from infra.settings import Settings
+
+    settings = replace(Settings(), kafka_bootstrap="127.0.0.1:29092,127.0.0.1:29192", topic_prefix="tpx.",
+                       app_id="tpx", topic_replication_factor=3, topic_min_insync_replicas=2,
+                       clickhouse_url="clickhouse://127.0.0.1:29000", clickhouse_database="tpx",
+                       clickhouse_cluster="steplens")
+    env = worker_env(settings, tmp_path)
+    assert env["STEPLENS_TOPIC_REPLICATION_FACTOR"] == "3" and env["STEPLENS_TOPIC_MIN_INSYNC_REPLICAS"] == "2"
+    assert env["STEPLENS_CLICKHOUSE_CLUSTER"] == "steplens" and env["STEPLENS_KAFKA_BOOTSTRAP"].count(",") == 1
+    assert env["STEPLENS_HOME"] == str(tmp_path) and env["STEPLENS_APP_ID"] == "tpx"
+    assert "STEPLENS_CONFIG" not in env
