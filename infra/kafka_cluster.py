@@ -105,7 +105,10 @@ class KafkaClusterNode(KafkaBroker):
         ]
 
     def heap(self) -> list[str]:
-        return ["-Xms128m", "-Xmx384m"]
+        """The single broker's heap ceiling: at RF 3 every node holds a replica of every partition, i.e.
+        the whole load one broker carries (at 384 MiB a node died of OutOfMemoryError under the
+        4,096-rank scale-out load). It starts small; the JVM grows it only as needed."""
+        return ["-Xms128m", KafkaBroker.heap(self)[-1]]
 
     def client_settings(self) -> Settings:
         return replace(self.cfg.client_settings(), kafka_bootstrap=self.bootstrap)

@@ -42,6 +42,15 @@ def test_three_voters_each_on_its_own_ports_and_directory(tmp_path: Path) -> Non
     assert (settings.topic_replication_factor, settings.topic_min_insync_replicas) == (3, 2)
 
 
+def test_each_node_may_grow_its_heap_as_far_as_the_single_broker() -> None:
+    """At RF 3 every node carries a replica of every partition: the single broker's whole load (a node
+    capped at 384 MiB died of OutOfMemoryError under `make bench-scaleout-cluster`'s 4,096 ranks)."""
+    cfg = InfraConfig()
+    single = KafkaBroker(cfg).heap()
+    for node in KafkaCluster(cfg).nodes:
+        assert [a for a in node.heap() if a.startswith("-Xmx")] == [a for a in single if a.startswith("-Xmx")]
+
+
 def test_the_single_broker_keeps_its_properties(tmp_path: Path) -> None:
     props = _props(KafkaBroker(InfraConfig(home=tmp_path)).render_server_properties("pw"))
     assert props["node.id"] == "1" and props["controller.quorum.voters"] == "1@127.0.0.1:19093"
