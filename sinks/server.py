@@ -5,6 +5,11 @@ TLS). The port defaults to 9000 (9440 with TLS). The database in the URL path wi
 one passed in; either way it is created on open when missing (unless ``create_database``
 is False: a read-only user may not run DDL). Credentials in the URL win over ``user`` /
 ``password``; without either the server's ``default`` user is used.
+
+Arrow blocks (the landing worker's steps and device samples, `insert_arrow`) go column by column:
+cast exactly to the table's types, then numpy arrays (clickhouse-driver's ``use_numpy``) where every
+column type has one, else a Python list per column; 2.6x less client CPU than a tuple per event on
+18.16 (BENCHMARKS.md). Whatever Arrow cannot hold exactly goes as rows.
 """
 
 from __future__ import annotations
