@@ -291,7 +291,10 @@ class ServerBackend(BackendBase):
         """The Arrow layout of inserting `columns` into `table` (cached; None: insert rows)."""
         key = (table, tuple(columns))
         if key not in self._layouts:
-            self._layouts[key] = _ArrowLayout.of(column_types(self, table), columns, self._numpy)
+            types = column_types(self, table)
+            if not types:
+                return None  # no such table (yet): the row insert says so; look again next time
+            self._layouts[key] = _ArrowLayout.of(types, columns, self._numpy)
         return self._layouts[key]
 
     def _insert(self, table: str, columns: Sequence[str], values: list[Any], kind: str, dedup_token: str | None,

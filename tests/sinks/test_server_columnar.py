@@ -137,9 +137,11 @@ def test_the_server_takes_arrow_blocks_and_stores_what_its_row_insert_stores(
 
 
 def test_a_block_arrow_cannot_hold_takes_the_row_insert(server_backend: ServerBackend) -> None:
+    (good,) = blocks(batches(4, 1, "step"))
+    with pytest.raises(SinkError, match="Code: 60"):  # no table yet: the row insert's UNKNOWN_TABLE
+        server_backend.insert_arrow("steps", STEP_COLUMNS, good.data)
     migrate(server_backend)
     server_backend.inserts_by_kind.clear()
-    (good,) = blocks(batches(4, 1, "step"))
     rank = STEP_COLUMNS.index("rank")
     negative = good.data.set_column(rank, "rank", pa.array([-1, 0, 1, 2], pa.int64()))  # UInt32
     with pytest.raises(SinkError) as by_arrow:
