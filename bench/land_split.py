@@ -13,7 +13,20 @@ embedded store in a temporary directory:
 
 Rounds interleave the stages; medians of CPU time of this process per event.
 
+`--server URL` times the insert into a ClickHouse server instead (`sinks.server.ServerBackend`, a
+database of its own, dropped at the end): each batch's step block and device block (both kinds, one
+4,096-rank batch per step by default), built once beforehand, inserted
+
+- `insert_rows`: as rows (`arrow_rows`: a Python tuple per event, what the writer sent before the
+  server took Arrow blocks);
+- `insert_columns`: `insert_arrow` with a Python list per column (`ServerBackend(numpy=False)`);
+- `insert_numpy`: `insert_arrow` with numpy arrays (clickhouse-driver's ``use_numpy``; the default);
+
+beside the `orjson.loads` ceiling on the same records. CPU of this process per event; with
+`--server-pid` also the server process's CPU per event over the same stage (from /proc).
+
 `python -m bench.land_split [--ranks 4096 --steps 10 --rounds 5 --kind step|device]`
+`python -m bench.land_split --server clickhouse://user:pw@host:port [--server-pid PID] [--ranks --steps --rounds]`
 """
 
 from __future__ import annotations
@@ -22,6 +35,8 @@ import argparse
 import gc
 import statistics
 import tempfile
+import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,9 +46,12 @@ import orjson
 from bench.detect_split import interleave
 from bench.throughput import Job
 from schemas import Topics
+from sinks.backend import arrow_rows, quote_identifier
 from sinks.embedded import EmbeddedBackend
 from sinks.migrations.runner import migrate
 from sinks.rows import DEVICE_SAMPLE_COLUMNS, DEVICE_SAMPLES_TABLE, STEP_COLUMNS, STEPS_TABLE
+from sinks.server import ServerBackend
+from sinks.writer import Block
 from streams.land.processor import Landed, LandingProcessor
 
 TOPICS = Topics("bench")
@@ -107,15 +125,114 @@ def stages(data: list[list[Message]], backend: EmbeddedBackend,
     return {"ceiling": ceiling, "rows_old": rows_old, "rows_new": rows_new, "insert": insert}
 
 
+def blocks(data: list[list[Message]]) -> list[Block]:
+    """Each batch's Arrow block (`process_batch`), in batch order."""
+    proc = LandingProcessor(TOPICS, 1 << 22)
+    out: list[Block] = []
+    for batch in data:
+        landed = Landed()
+        proc.process_batch(batch, 1, landed)
+        assert not landed.rows and len(landed.blocks) == 1
+        out.extend(landed.blocks)
+    return out
+
+
+def server_stages(data: list[list[Message]], numpy: ServerBackend,
+                  lists: ServerBackend) -> dict[str, Callable[[], None]]:
+    """The ceiling and the three ways of inserting the batches' blocks (`data`: step and device batches)."""
+    built = blocks(data)
+
+    def ceiling() -> None:
+        for batch in data:
+            for m in batch:
+                orjson.loads(m.value or b"")
+
+    def insert_rows() -> None:
+        for block in built:
+            numpy.insert(block.table, block.columns, arrow_rows(block.data))
+
+    def insert_columns() -> None:
+        for block in built:
+            lists.insert_arrow(block.table, block.columns, block.data)
+
+    def insert_numpy() -> None:
+        for block in built:
+            numpy.insert_arrow(block.table, block.columns, block.data)
+
+    return {"ceiling": ceiling, "insert_rows": insert_rows, "insert_columns": insert_columns,
+            "insert_numpy": insert_numpy}
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process `pid` so far (Linux /proc)."""
+    import os
+    from pathlib import Path
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def interleave_server(runs: dict[str, Callable[[], None]], events: int, rounds: int,
+                      pid: int | None) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """As `bench.detect_split.interleave`, and the server's CPU-µs per event of each run (when `pid`)."""
+    client: dict[str, list[float]] = {name: [] for name in runs}
+    server: dict[str, list[float]] = {name: [] for name in runs}
+    for fn in runs.values():
+        fn()
+    for _ in range(rounds):
+        for name, fn in runs.items():
+            gc.collect()
+            s0 = _cpu_s(pid) if pid else 0.0
+            t = time.process_time()
+            fn()
+            client[name].append((time.process_time() - t) / events * 1e6)
+            if pid:
+                server[name].append((_cpu_s(pid) - s0) / events * 1e6)
+    return client, server
+
+
+def main_server(args: argparse.Namespace) -> None:
+    data = batches(args.ranks, args.steps, "step") + batches(args.ranks, args.steps, "device")
+    events = sum(len(orjson.loads(m.value or b"")) for batch in data for m in batch)
+    database = f"bench_land_{uuid.uuid4().hex[:8]}"
+    numpy = ServerBackend(args.server, database)
+    lists = ServerBackend(args.server, database, numpy=False)
+    try:
+        migrate(numpy)
+        client, server = interleave_server(server_stages(data, numpy, lists), events, args.rounds,
+                                           args.server_pid)
+        assert numpy.inserts_by_kind.keys() == {"rows", "numpy"} and lists.inserts_by_kind.keys() == {"columns"}
+    finally:
+        lists.close()
+        numpy.execute(f"DROP DATABASE IF EXISTS {quote_identifier(database)}")
+        numpy.close()
+    print(f"{args.ranks} ranks x {args.steps} steps (step + device blocks, {events} events), server "
+          f"{'.'.join(map(str, numpy.version()))}, {args.rounds} rounds: CPU-µs per event")
+    medians = {name: statistics.median(v) for name, v in client.items()}
+    for name, v in client.items():
+        line = f"  {name:15s} median {medians[name]:7.3f}  min {min(v):7.3f}  all {[round(x, 2) for x in v]}"
+        if server[name]:
+            line += f"  | server median {statistics.median(server[name]):7.3f}"
+        print(line)
+    print(f"  rows / numpy: {medians['insert_rows'] / medians['insert_numpy']:.2f}x, rows / columns: "
+          f"{medians['insert_rows'] / medians['insert_columns']:.2f}x, ceiling / numpy: "
+          f"{medians['ceiling'] / medians['insert_numpy']:.2f}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="bench.land_split")
     parser.add_argument("--ranks", type=int, default=4096)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--kind", choices=sorted(KINDS), default="step")
+    parser.add_argument("--server", help="clickhouse:// URL: time the server inserts instead (both kinds)")
+    parser.add_argument("--server-pid", type=int, help="with --server: also the server process's CPU")
     args = parser.parse_args(argv)
     gc.set_threshold(50_000, 20, 100)  # as the workers run (streams.gc_tuning)
     gc.freeze()
+    if args.server:
+        main_server(args)
+        return
     data = batches(args.ranks, args.steps, args.kind)
     with tempfile.TemporaryDirectory() as tmp:
         backend = EmbeddedBackend(tmp)

@@ -148,9 +148,42 @@ def arrow_rows(data: Any) -> list[tuple[Any, ...]]:
     return list(zip(*(column.to_pylist() for column in data.columns), strict=True))
 
 
+TYPE_WRAPPER = re.compile(r"^(Nullable|LowCardinality|Array)\((.*)\)$")
+ARROW_SCALARS = ("String", "UInt8", "UInt16", "UInt32", "UInt64", "Int8", "Int16", "Int32", "Int64",
+                 "Float32", "Float64", "Date")
+
+
+def arrow_type(ch_type: str) -> tuple[Any, bool] | None:
+    """(pyarrow type, nullable) for a ClickHouse column type, or None when it has no exact mapping here."""
+    import pyarrow as pa
+
+    match = TYPE_WRAPPER.match(ch_type)
+    if match is not None:
+        wrapper, inner_type = match.groups()
+        inner = arrow_type(inner_type)
+        if inner is None:
+            return None
+        if wrapper == "Array":
+            return pa.list_(inner[0]), False
+        if wrapper == "Nullable":
+            return inner[0], True
+        return inner  # LowCardinality: the engine builds the dictionary
+    if ch_type not in ARROW_SCALARS:
+        return None
+    scalar = {"String": pa.string(), "Float32": pa.float32(), "Float64": pa.float64(), "Date": pa.date32()}
+    return scalar.get(ch_type) or getattr(pa, ch_type.lower())(), False
+
+
+def column_types(backend: Backend, table: str) -> dict[str, str]:
+    """`table`'s column types by name, as the engine spells them (``Nullable(Float64)``); {} when it is missing."""
+    rows = backend.query("SELECT name, type FROM system.columns WHERE database = %(db)s AND table = %(t)s",
+                         {"db": backend.database, "t": table})
+    return {str(name): str(ch_type) for name, ch_type in rows}
+
+
 @runtime_checkable
 class ArrowInserts(Protocol):
-    """A backend that also takes a block as an Arrow table (the embedded one), without a row per event."""
+    """A backend that also takes a block as an Arrow table (both backends), without a row per event."""
 
     def insert_arrow(self, table: str, columns: Sequence[str], data: Any, *, dedup_token: str | None = None) -> None:
         """As `Backend.insert`, the rows as a pyarrow Table whose columns are `columns`, in order."""

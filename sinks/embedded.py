@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from itertools import chain
@@ -49,11 +48,14 @@ import orjson
 from clickhouse_driver.util.escape import escape_params
 
 from sinks.backend import (
+    TYPE_WRAPPER,
     BackendBase,
     SinkError,
     arrow_rows,
+    arrow_type,
     check_rows,
     column_list,
+    column_types,
     qualified,
     quote_identifier,
     substitute_params,
@@ -62,14 +64,9 @@ from sinks.backend import (
 # Query-level settings applied to this session (chdb passes URL parameters of the path to it).
 _SESSION_SETTINGS = "output_format_json_quote_64bit_integers=0&output_format_json_quote_denormals=0"
 
-_WRAPPER = re.compile(r"^(Nullable|LowCardinality|Array)\((.*)\)$")
-
-
 Convert = Callable[[Any], Any]
 
 _RAW = frozenset((bytes, bytearray, memoryview))
-_ARROW_SCALARS = ("String", "UInt8", "UInt16", "UInt32", "UInt64", "Int8", "Int16", "Int32", "Int64",
-                  "Float32", "Float64", "Date")
 
 
 def in_use_by_another_process(path: Path) -> bool:
@@ -98,27 +95,6 @@ def in_use_by_another_process(path: Path) -> bool:
         return False
     finally:
         os.close(fd)
-
-
-def _arrow_type(ch_type: str) -> tuple[Any, bool] | None:
-    """(pyarrow type, nullable) for a ClickHouse column type, or None when it has no exact mapping here."""
-    import pyarrow as pa  # chdb's own dependency; only needed by the embedded backend
-
-    match = _WRAPPER.match(ch_type)
-    if match is not None:
-        wrapper, inner_type = match.groups()
-        inner = _arrow_type(inner_type)
-        if inner is None:
-            return None
-        if wrapper == "Array":
-            return pa.list_(inner[0]), False
-        if wrapper == "Nullable":
-            return inner[0], True
-        return inner  # LowCardinality: the engine builds the dictionary
-    if ch_type not in _ARROW_SCALARS:
-        return None
-    scalar = {"String": pa.string(), "Float32": pa.float32(), "Float64": pa.float64(), "Date": pa.date32()}
-    return scalar.get(ch_type) or getattr(pa, ch_type.lower())(), False
 
 
 class _ArrowLayout:
@@ -177,7 +153,7 @@ class _ArrowLayout:
 
 def _converter(ch_type: str) -> Convert | None:
     """A function turning one JSONCompact value of `ch_type` into its Python value, or None for identity."""
-    match = _WRAPPER.match(ch_type)
+    match = TYPE_WRAPPER.match(ch_type)
     if match is not None:
         wrapper, inner_type = match.groups()
         inner = _converter(inner_type)
@@ -268,10 +244,8 @@ class EmbeddedBackend(BackendBase):
         if key not in self._layouts:
             import pyarrow as pa
 
-            types = dict(self.query(
-                "SELECT name, type FROM system.columns WHERE database = %(db)s AND table = %(t)s",
-                {"db": self.database, "t": table}))
-            mapped = [_arrow_type(str(types[c])) if c in types else None for c in columns]
+            types = column_types(self, table)
+            mapped = [arrow_type(types[c]) if c in types else None for c in columns]
             layout = None
             if all(m is not None for m in mapped):
                 fields = [pa.field(c, m[0], nullable=True) for c, m in zip(columns, mapped, strict=True) if m]

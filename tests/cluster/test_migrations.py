@@ -3,7 +3,8 @@
 `tests/sinks/migrations/test_cluster.py` checks the DDL text; here it runs: every table is a
 Replicated local on all four servers behind a Distributed table, and a replayed landing batch
 (the same rows, the same dedup token, as the land worker re-inserts after a crash) lands once,
-without FINAL: the replicated tables drop the repeated blocks.
+without FINAL: the replicated tables drop the repeated blocks. The same holds for the land worker's
+Arrow blocks, which the server backend inserts column by column through the Distributed table.
 """
 
 from __future__ import annotations
@@ -11,14 +12,19 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import replace
 
+import pyarrow as pa
 import pytest
 
 from bench.chaos import poll_until
+from bench.land_split import batches, blocks
 from infra.cluster import Cluster
 from infra.secrets import CLICKHOUSE_DEFAULT
 from sinks import open_backend
+from sinks.backend import arrow_rows, column_list
 from sinks.migrations import MIGRATIONS
 from sinks.migrations.runner import migrate
+from sinks.rows import STEP_COLUMNS
+from sinks.server import ServerBackend
 
 pytestmark = [pytest.mark.integration, pytest.mark.clickhouse, pytest.mark.cluster]
 
@@ -69,10 +75,10 @@ def test_migrate_creates_replicated_locals_and_distributed_tables_on_every_node(
                                                 (("r2",), ("02",))]
 
 
-def _replicas_agree(cluster: Cluster, db: str, rows: int) -> bool:
+def _replicas_agree(cluster: Cluster, db: str, rows: int, table: str = "jobs") -> bool:
     """Both replicas of each shard hold the same rows, some, `rows` in all (replication is asynchronous:
     a Distributed insert returns once ONE replica of each shard has the block)."""
-    local = [int(r[0][0]) for r in _on_every_node(cluster, f"SELECT count() FROM `{db}`.`jobs_local`")]  # type: ignore[call-overload]
+    local = [int(r[0][0]) for r in _on_every_node(cluster, f"SELECT count() FROM `{db}`.`{table}_local`")]  # type: ignore[call-overload]
     return local[0] == local[1] > 0 and local[2] == local[3] > 0 and local[0] + local[2] == rows  # both shards
 
 
@@ -94,5 +100,26 @@ def test_a_replayed_batch_lands_once_through_the_distributed_table(loopback_clus
         assert poll_until(lambda: _replicas_agree(loopback_cluster, unique_name, 17), 30.0, every=0.2)
         assert backend.query(f"SELECT count() FROM {table}") == [(17,)]
         assert backend.query(f"SELECT count() FROM {table} FINAL") == [(12,)]
+    finally:
+        backend.close()
+
+
+def test_a_replayed_arrow_block_lands_once_through_the_distributed_table(loopback_cluster: Cluster,
+                                                                         unique_name: str) -> None:
+    settings = replace(loopback_cluster.client_settings(), clickhouse_database=unique_name)
+    backend = open_backend(settings)
+    assert isinstance(backend, ServerBackend)
+    # six jobs' step blocks (land-4 ... land-9), as the land worker builds them: rows on both shards
+    data = pa.concat_tables([b.data for ranks in range(4, 10) for b in blocks(batches(ranks, 1, "step"))])
+    table = f"`{unique_name}`.`steps`"
+    try:
+        migrate(backend, cluster=settings.clickhouse_cluster)
+        backend.insert_arrow("steps", STEP_COLUMNS, data, dedup_token="land-0-5")
+        backend.insert_arrow("steps", STEP_COLUMNS, data, dedup_token="land-0-5")  # the replay after a crash
+        assert backend.inserts_by_kind["numpy"] == 2
+        assert poll_until(lambda: _replicas_agree(loopback_cluster, unique_name, data.num_rows, "steps"), 30.0,
+                          every=0.2)
+        stored = backend.query(f"SELECT {column_list(STEP_COLUMNS)} FROM {table}")
+        assert sorted(stored, key=repr) == sorted(arrow_rows(data), key=repr)
     finally:
         backend.close()
