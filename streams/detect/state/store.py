@@ -11,9 +11,13 @@ same ids: no duplicate incident, no second `profile_on`.
 
 Snapshots are pickled engine objects: the topic is internal to the detect workers
 (never a contract), written and read only by the same code version. A snapshot whose
-version does not match is ignored (the job starts afresh). Pickle names each class by its
-module path, so a module that moves without a format change is listed in `MOVED_MODULES`:
-snapshots written before the detect stage moved under streams/detect/ still restore.
+version does not match is ignored (the job starts afresh). They are compressed with zstd at
+level 1: a 10,240-rank job's 18.7 MB pickle compresses in ~10 ms to 3.4 MB, where zlib at
+level 1 took ~80 ms for 3.5 MB (the snapshot, once a second under the worker's lock, was 12 %
+of the detect worker's CPU at 10,240 ranks). SLS6 snapshots (the same pickle, zlib) still restore.
+Pickle names each class by its module path, so a module that moves without a format change is
+listed in `MOVED_MODULES`: snapshots written before the detect stage moved under streams/detect/
+still restore.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import zstandard
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError, KafkaTimeoutError
 
@@ -41,7 +46,12 @@ Snapshot = tuple[JobEngine, Outbox]
 
 log = logging.getLogger(__name__)
 
-FORMAT = b"SLS6"  # SLS6: engines keep their pairs' gaps (slow_pair); SLS5 and older are ignored
+FORMAT = b"SLS7"  # SLS7: SLS6's pickle, zstd-compressed; SLS6: engines keep their pairs' gaps (slow_pair)
+# every format this code reads -> how its pickle is compressed (SLS5 and older are ignored)
+DECOMPRESS: dict[bytes, Callable[[bytes], bytes]] = {
+    b"SLS7": lambda data: zstandard.ZstdDecompressor().decompress(data),
+    b"SLS6": zlib.decompress,
+}
 MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
 
 # Where the classes of snapshots written by older code live now (module or package, old -> new):
@@ -78,14 +88,17 @@ def _sleep(seconds: float) -> bool:
 
 def encode(engine: JobEngine, outbox: Outbox | None = None) -> bytes:
     state = (engine, outbox if outbox is not None else Outbox(engine.job))
-    return FORMAT + zlib.compress(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL), 1)
+    return FORMAT + zstandard.ZstdCompressor(level=1).compress(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def decode_snapshot(raw: bytes | None) -> Snapshot | None:
-    if not raw or not raw.startswith(FORMAT):
+    if not raw:
+        return None
+    decompress = DECOMPRESS.get(bytes(raw[:4]))
+    if decompress is None:
         return None
     try:
-        state = SnapshotUnpickler(io.BytesIO(zlib.decompress(raw[len(FORMAT):]))).load()
+        state = SnapshotUnpickler(io.BytesIO(decompress(raw[4:]))).load()
     except Exception:
         log.warning("ignoring an unreadable snapshot")
         return None

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gzip
 import io
-import zlib
 from pathlib import Path
 
 import orjson
@@ -14,7 +13,7 @@ import orjson
 from infra.settings import DetectionConfig
 from streams.detect.engine import FleetEngine, JobEngine
 from streams.detect.state.outbox import Outbox
-from streams.detect.state.store import FORMAT, MOVED_MODULES, SnapshotUnpickler, current_module, decode_snapshot
+from streams.detect.state.store import DECOMPRESS, MOVED_MODULES, SnapshotUnpickler, current_module, decode_snapshot
 from streams.detect.state.store import encode as encode_state
 from streams.detect.windows.step_frames import StepFrames
 from tests.streams.detect.state.test_engine_state import CUT, _chunks, _restart_job, _run, chunks_of
@@ -60,14 +59,14 @@ def test_a_snapshot_round_trips_under_the_new_paths() -> None:
 
 
 def pickle_of(raw: bytes) -> bytes:
-    return zlib.decompress(raw[len(FORMAT):])
+    return DECOMPRESS[raw[:4]](raw[4:])
 
 
 def test_a_snapshot_written_before_the_move_restores_and_runs_on() -> None:
     """The restored job goes on exactly as the job that never stopped (same outputs after CUT)."""
     raw = BEFORE_MOVE.read_bytes()
-    assert raw.startswith(FORMAT), ("FORMAT changed: snapshots from before the move are ignored now; "
-                                    "drop MOVED_MODULES (streams/detect/state/store.py) and this fixture")
+    assert raw[:4] in DECOMPRESS, ("its format is no longer read: snapshots from before the move are ignored now; "
+                                   "drop MOVED_MODULES (streams/detect/state/store.py) and this fixture")
     assert b"streams.engine" in pickle_of(raw) and b"streams.detect" not in pickle_of(raw)
     snap = decode_snapshot(raw)
     assert snap is not None
