@@ -46,7 +46,8 @@ FORMAT = b"SLS6"  # SLS6: engines keep their pairs' gaps (slow_pair); SLS5 and o
 MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
 
 # Where the classes of snapshots written by older code live now (module or package, old -> new):
-# the detect stage moved from the streams/ root into streams/detect/ with FORMAT SLS6 unchanged.
+# the detect stage moved from the streams/ root into streams/detect/ with FORMAT SLS6 unchanged. A module split
+# into a package of the same name (streams/detect/signals/) re-exports its pickled classes from the package instead.
 MOVED_MODULES: dict[str, str] = {
     "streams.engine": "streams.detect.engine",
     "streams.signals": "streams.detect.signals",

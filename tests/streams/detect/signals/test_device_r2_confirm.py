@@ -1,4 +1,4 @@
-"""R2 at fleet scale: a device counts after repeated CUSUM alarms (streams/detect/signals.py `_confirmed`)."""
+"""R2 at fleet scale: a device counts after repeated CUSUM alarms (streams/detect/signals/device.py `_confirmed`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import numpy as np
 
 from infra.settings import DetectionConfig
 from streams.detect.rules.base import Alarms
-from streams.detect.signals import SignalState, _confirmed
+from streams.detect.signals.device import _confirmed
+from streams.detect.signals.shared import SignalState
 
 
 def _alarms(idx: list[int], n: int = 4) -> Alarms:
@@ -46,7 +47,7 @@ def _tick_chunk(ts: list[int], devices: list[int]) -> dict[str, object]:
 
 
 def test_device_samples_are_released_per_complete_tick() -> None:
-    from streams.detect.signals import TICK_NS, device_ticks
+    from streams.detect.signals.device import TICK_NS, device_ticks
     state = SignalState()
     assert device_ticks(_tick_chunk([0, 0], [0, 1]), state) == []
     assert device_ticks(_tick_chunk([0, TICK_NS], [2, 0]), state) == [], "tick 0 may still be completing"
@@ -58,7 +59,7 @@ def test_device_samples_are_released_per_complete_tick() -> None:
 def test_a_lagging_partition_holds_the_tick_until_its_devices_report_it() -> None:
     """The device topic's partitions run apart under a backlog: devices 0 and 1 are seconds ahead
     of device 2. A tick is evaluated whole (R2's common mode is the median device), never split."""
-    from streams.detect.signals import TICK_NS, device_ticks
+    from streams.detect.signals.device import TICK_NS, device_ticks
     state = SignalState()
     device_ticks(_tick_chunk([0, 0, 0], [0, 1, 2]), state)
     ahead = [t * TICK_NS for t in range(1, 6) for _ in (0, 1)]
@@ -72,7 +73,7 @@ def test_a_lagging_partition_holds_the_tick_until_its_devices_report_it() -> Non
 
 
 def test_a_silent_device_holds_the_ticks_a_bounded_time() -> None:
-    from streams.detect.signals import TICK_NS, WAIT_TICKS, device_ticks
+    from streams.detect.signals.device import TICK_NS, WAIT_TICKS, device_ticks
     state = SignalState()
     device_ticks(_tick_chunk([0, 0], [0, 1]), state)  # device 1 then goes silent (a dead host)
     first_release: dict[int, int] = {}
@@ -87,7 +88,7 @@ def test_a_device_whose_first_samples_come_late_is_waited_for_from_then_on() -> 
     """Device 2 sits on a partition that lags from the start: its first sample belongs to a tick
     already evaluated. From then on the job's ticks wait for it, so its later samples are in the
     rules (before, it was never registered and every sample of it came late)."""
-    from streams.detect.signals import TICK_NS, device_ticks
+    from streams.detect.signals.device import TICK_NS, device_ticks
     state = SignalState()
     device_ticks(_tick_chunk([0, 0], [0, 1]), state)
     ahead = [t * TICK_NS for t in range(1, 6) for _ in (0, 1)]

@@ -1,4 +1,4 @@
-"""R1/R2 on device samples (streams/detect/signals.py): R1 lower bounds only on busy devices/jobs, the
+"""R1/R2 on device samples (streams/detect/signals/device.py): R1 lower bounds only on busy devices/jobs, the
 down-clock bound; R2's warm-up per metric."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import numpy as np
 from infra.settings import DetectionConfig
 from schemas.columns import DEVICE_METRICS
 from streams.detect.scopes.finding import Finding
-from streams.detect.signals import SignalState, device_findings
+from streams.detect.signals.device import device_findings
+from streams.detect.signals.shared import SignalState
 
 N = 8
 

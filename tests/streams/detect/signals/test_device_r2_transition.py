@@ -1,4 +1,4 @@
-"""R2 leaves out ticks that straddle a job-wide load change (streams/detect/signals.py `_in_transition`).
+"""R2 leaves out ticks that straddle a job-wide load change (streams/detect/signals/device.py `_in_transition`).
 
 Each host's agent samples at its own phase, so at a checkpoint or an evaluation pass one tick
 holds devices sampled before the change and devices sampled after it. Removing the common mode
@@ -8,7 +8,8 @@ checkpoint of every simulated run once the simulator's hosts sampled at their ow
 from __future__ import annotations
 
 from infra.settings import DetectionConfig
-from streams.detect.signals import SignalState, device_findings
+from streams.detect.signals.device import device_findings
+from streams.detect.signals.shared import SignalState
 
 HOSTS, PER_HOST = 4, 4
 HIGH, LOW = 300.0, 150.0
