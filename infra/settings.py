@@ -133,10 +133,11 @@ class DetectionConfig:
     r10_min_ratio: float = 0.1
 
     def params(self, cls: type[P]) -> P:
-        """A scope's `Params` (streams/detect/scopes/) filled from these settings.
+        """A scope's or a rule feed's `Params` (streams/detect/scopes/, streams/detect/signals/)
+        filled from these settings.
 
-        Each scope declares only the thresholds it reads, named as the settings here: the
-        settings (env, TOML, defaults) stay one flat documented table, and a scope can be read,
+        Each declares only the thresholds it reads, named as the settings here: the settings
+        (env, TOML, defaults) stay one flat documented table, and a scope or feed can be read,
         tested and called without the other ninety.
         """
         return cls(**{f.name: getattr(self, f.name) for f in fields(cls)})

@@ -16,14 +16,18 @@ One module per feed:
   key and group (SLOW_LINK / SLOW_GROUP), R7 (job median gap), R8 per rank, R9 per direction;
 
 `frames.py` runs the two frame feeds and places job-wide rule findings after the join, `shared.py`
-holds the job's `SignalState` and the findings built from alarms.
+holds the job's `SignalState` and the findings built from alarms. Each feed takes its own `Params`
+(`DeviceParams`, `StepParams`, `KernelParams`): the settings it reads, named as in
+`infra.settings.DetectionConfig`, whose `params` fills them (the engine does, per frame or tick).
 """
 
-from streams.detect.signals.device import _Hits, device_findings, device_ticks
+from streams.detect.signals.device import DeviceParams, _Hits, device_findings, device_ticks
 from streams.detect.signals.frames import follow_slow_step, frame_findings, name_slow_groups
+from streams.detect.signals.kernels import KernelParams
 from streams.detect.signals.shared import SignalState
+from streams.detect.signals.steps import StepParams
 
 # SignalState and _Hits are pickled in engine snapshots (streams/detect/state/store.py): snapshots written while
 # they were classes of the module streams.detect.signals (streams.signals before) find them here
-__all__ = ["SignalState", "_Hits", "device_findings", "device_ticks", "follow_slow_step", "frame_findings",
-           "name_slow_groups"]
+__all__ = ["DeviceParams", "KernelParams", "SignalState", "StepParams", "_Hits", "device_findings", "device_ticks",
+           "follow_slow_step", "frame_findings", "name_slow_groups"]

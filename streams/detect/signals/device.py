@@ -13,7 +13,6 @@ from typing import Any, cast
 
 import numpy as np
 
-from infra.settings import DetectionConfig
 from schemas.columns import DEVICE_METRICS
 from streams.detect.combine.chunks import DeviceChunk, column
 from streams.detect.rules import r01_static_bounds as r1
@@ -22,14 +21,57 @@ from streams.detect.rules.base import Alarms, BoolArray, FloatArray, IntArray
 from streams.detect.scopes.finding import Finding
 from streams.detect.signals.shared import SignalState, grow, rule_finding, timed
 
-# R1 bounds per device metric: (metric, config field of the bound, lower?, where a lower bound applies:
-# "job" while the job is busy, "device" while the device itself is busy)
-R1_DEVICE = (("temp_c", "r1_temp_max_c", False, None), ("mem_pct", "r1_mem_max_pct", False, None),
-             ("power_w", "r1_power_max_w", False, None), ("aicore_pct", "r1_aicore_min_pct", True, "job"),
-             ("membw_pct", "r1_membw_min_pct", True, "device"))
-R2_DEVICE = ("power_w", "temp_c", "mem_pct")
+R2_DEVICE = ("power_w", "temp_c", "mem_pct")  # the metrics R2 runs on (DeviceParams.r2_params)
 METRIC_IDS = {"power_w": "T1", "temp_c": "T2", "aicore_pct": "T3", "aicpu_pct": "T4", "ctrlcpu_pct": "T5",
               "mem_pct": "T6", "membw_pct": "T7", "freq_mhz": "clock"}
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceParams:
+    """The settings the device feed reads (infra/settings.py `DetectionConfig.params` fills them, by the
+    settings' names); `r1_bounds` and `r2_params` give them per device metric."""
+
+    resolve_after_steps: int
+    r1_k: int
+    r1_temp_max_c: float
+    r1_mem_max_pct: float
+    r1_power_max_w: float
+    r1_aicore_min_pct: float
+    r1_membw_min_pct: float
+    r1_busy_min_pct: float
+    r1_job_busy_min_pct: float
+    r1_downclock_pct: float
+    r2_k: float
+    r2_h: float
+    r2_history: int
+    r2_warmup: int
+    r2_warmup_power_w: int
+    r2_warmup_mem_pct: int
+    r2_confirm: int
+    r2_confirm_window: int
+    r2_sigma_min_temp_c: float
+    r2_sigma_min_power_w: float
+    r2_sigma_min_mem_pct: float
+    r2_transition: float
+
+    def r1_bounds(self) -> tuple[tuple[str, float, bool, str | None], ...]:
+        """R1's configured bound per device metric (0 = off): (metric, bound, lower?, where a lower bound
+        applies: "job" while the job is busy, "device" while the device itself is busy)."""
+        return (("temp_c", self.r1_temp_max_c, False, None), ("mem_pct", self.r1_mem_max_pct, False, None),
+                ("power_w", self.r1_power_max_w, False, None), ("aicore_pct", self.r1_aicore_min_pct, True, "job"),
+                ("membw_pct", self.r1_membw_min_pct, True, "device"))
+
+    def r2_params(self) -> dict[str, r2.Params]:
+        """R2's parameters per metric of `R2_DEVICE`: power and memory follow the load at once and have
+        their own warm-up, the temperature lags it (thermal lag) and takes `r2_warmup`; each metric has
+        its own absolute sigma floor."""
+        warmup = {"power_w": self.r2_warmup_power_w, "temp_c": self.r2_warmup, "mem_pct": self.r2_warmup_mem_pct}
+        sigma_min = {"power_w": self.r2_sigma_min_power_w, "temp_c": self.r2_sigma_min_temp_c,
+                     "mem_pct": self.r2_sigma_min_mem_pct}
+        return {metric: r2.Params(k=self.r2_k, h=self.r2_h, history=self.r2_history, warmup=int(warmup[metric]),
+                                  sigma_min=float(sigma_min[metric]))
+                for metric in R2_DEVICE}
+
 
 TICK_NS = 1_000_000_000  # device samples are bucketed per second of their own timestamps
 HOLD_TICKS = 2           # a tick is evaluated once samples this many ticks newer arrived ...
@@ -134,7 +176,7 @@ def _regroup_columns(chunk: dict[str, Any], state: SignalState) -> bool:
     return True
 
 
-def device_findings(chunk: DeviceChunk, state: SignalState, cfg: DetectionConfig,
+def device_findings(chunk: DeviceChunk, state: SignalState, params: DeviceParams,
                     timings: dict[str, float], stage_of: IntArray | None = None) -> list[Finding]:
     """R1/R2 on one tick of a job's device samples. `stage_of`: the PP stage of each rank (the
     engine's topology, -1 or absent = unknown): R2's common mode is the device's stage."""
@@ -164,35 +206,33 @@ def device_findings(chunk: DeviceChunk, state: SignalState, cfg: DetectionConfig
         if r == len(rounds):
             rounds.append([])
         rounds[r].append(pos)
+    r2_params = params.r2_params()
     out: list[Finding] = []
     for rows in rounds:
         sel = np.asarray(rows, dtype=np.int64)
         aicore = np.full(n, np.nan)
         aicore[idx[sel]] = values["aicore_pct"][sel]
-        active = _busy(aicore, cfg)
-        for metric, bound, lower, gate in _r1_bounds(values["freq_mhz"][sel], state, cfg):
+        active = _busy(aicore, params)
+        for metric, bound, lower, gate in _r1_bounds(values["freq_mhz"][sel], state, params):
             x = np.full(n, np.nan)
             x[idx[sel]] = values[metric][sel]
-            params = r1.Params(lower=bound if lower else np.nan, upper=np.nan if lower else bound, k=cfg.r1_k)
+            r1_params = r1.Params(lower=bound if lower else np.nan, upper=np.nan if lower else bound, k=params.r1_k)
             key = f"r1:{metric}"
-            st, alarms = r1.evaluate(x, grow(state.rules.get(key), n, "run"), params,
+            st, alarms = r1.evaluate(x, grow(state.rules.get(key), n, "run"), r1_params,
                                      active=active.get(gate, True))
             state.rules[key] = st
-            out.extend(_device_finding("R1", metric, alarms, names, state, cfg))
+            out.extend(_device_finding("R1", metric, alarms, names, state, params.resolve_after_steps))
         peers = _peer_classes(sel, ranks, hosts, stage_of)
         for metric in R2_DEVICE:
-            if _in_transition(values[metric][sel], state, metric, cfg.r2_transition):
+            if _in_transition(values[metric][sel], state, metric, params.r2_transition):
                 continue
             x = np.full(n, np.nan)
             x[idx[sel]] = _minus_common_mode(values[metric][sel], peers)
             key = f"r2:{metric}"
-            floor = float(getattr(cfg, f"r2_sigma_min_{metric}", 0.0))
-            st2, alarms = r2.evaluate(x, grow(state.rules.get(key), n, "n"),
-                                      r2.Params(k=cfg.r2_k, h=cfg.r2_h, history=cfg.r2_history,
-                                                warmup=int(getattr(cfg, f"r2_warmup_{metric}", cfg.r2_warmup)),
-                                                sigma_min=floor))
+            st2, alarms = r2.evaluate(x, grow(state.rules.get(key), n, "n"), r2_params[metric])
             state.rules[key] = st2
-            out.extend(_device_finding("R2", metric, _confirmed(alarms, x, state, key, cfg), names, state, cfg))
+            out.extend(_device_finding("R2", metric, _confirmed(alarms, x, state, key, params), names, state,
+                                       params.resolve_after_steps))
     timed(timings, "R1/R2", t0)
     return out
 
@@ -269,7 +309,7 @@ def _minus_common_mode(x: FloatArray, peers: IntArray) -> FloatArray:
     return out
 
 
-def _busy(aicore: FloatArray, cfg: DetectionConfig) -> dict[str | None, BoolArray | bool]:
+def _busy(aicore: FloatArray, params: DeviceParams) -> dict[str | None, BoolArray | bool]:
     """Where R1's lower bounds apply at this tick (a utilisation under its bound is only news on a
     device meant to be busy). "job": the job's median AI Core is at least `r1_job_busy_min_pct`
     (a checkpoint or an evaluation pause idles every device at once, 3 ticks at ~25 % in the
@@ -277,29 +317,29 @@ def _busy(aicore: FloatArray, cfg: DetectionConfig) -> dict[str | None, BoolArra
     at least `r1_busy_min_pct` (memory bandwidth and clock follow the load: a device waiting for a
     straggler, or idle, is neither memory-starved nor throttled; an idle GPU lowers its clock)."""
     ok = aicore[np.isfinite(aicore)]
-    job = bool(ok.size) and float(np.median(ok)) >= cfg.r1_job_busy_min_pct
-    device = np.isfinite(aicore) & (np.nan_to_num(aicore) >= cfg.r1_busy_min_pct)
+    job = bool(ok.size) and float(np.median(ok)) >= params.r1_job_busy_min_pct
+    device = np.isfinite(aicore) & (np.nan_to_num(aicore) >= params.r1_busy_min_pct)
     return {"job": job, "device": device}
 
 
 def _r1_bounds(freq: FloatArray, state: SignalState,
-               cfg: DetectionConfig) -> list[tuple[str, float, bool, str | None]]:
+               params: DeviceParams) -> list[tuple[str, float, bool, str | None]]:
     """(metric, bound, lower?, gate) of R1 on device samples: the configured T1–T7 bounds, and the
     clock's down-clocking bound (spec §3: > 5 %) under the highest clock the job's devices reported
     (their rated clock: the devices of one job are of one kind, so a chip down-clocked from its
     first sample on still sits under its peers')."""
-    out = [(metric, float(getattr(cfg, name)), lower, gate) for metric, name, lower, gate in R1_DEVICE
-           if float(getattr(cfg, name)) > 0]
+    out = [(metric, float(bound), lower, gate) for metric, bound, lower, gate in params.r1_bounds()
+           if float(bound) > 0]
     ok = freq[np.isfinite(freq) & (freq > 0)]
     ref = max(float(state.rules.get("r1:freq_ref", 0.0)), float(ok.max()) if ok.size else 0.0)
     if ref > 0:
         state.rules["r1:freq_ref"] = ref
-        if cfg.r1_downclock_pct > 0:
-            out.append(("freq_mhz", ref * (1.0 - cfg.r1_downclock_pct / 100.0), True, "device"))
+        if params.r1_downclock_pct > 0:
+            out.append(("freq_mhz", ref * (1.0 - params.r1_downclock_pct / 100.0), True, "device"))
     return out
 
 
-def _confirmed(a: Alarms, x: FloatArray, state: SignalState, key: str, cfg: DetectionConfig) -> Alarms:
+def _confirmed(a: Alarms, x: FloatArray, state: SignalState, key: str, params: DeviceParams) -> Alarms:
     """R2 alarms of devices that alarmed `r2_confirm` times within their last `r2_confirm_window` samples.
 
     CUSUM resets after an alarm; a real drift alarms again within a few samples, one odd sample
@@ -307,18 +347,18 @@ def _confirmed(a: Alarms, x: FloatArray, state: SignalState, key: str, cfg: Dete
     in-control run length of a few hundred samples; over a fleet of devices that is an alarm a
     minute, so a device needs repeated alarms before it counts (k-of-n confirmation).
     """
-    if cfg.r2_confirm <= 1:
+    if params.r2_confirm <= 1:
         return a
     hist = grow(state.rules.get(f"{key}:hits"), x.size, "bits")
     if hist is None:
         hist = _Hits(bits=np.zeros(x.size, dtype=np.int64))
         state.rules[f"{key}:hits"] = hist
-    window_mask = (1 << cfg.r2_confirm_window) - 1
+    window_mask = (1 << params.r2_confirm_window) - 1
     sampled = np.isfinite(x)
     hist.bits = np.where(sampled, (hist.bits << 1) & window_mask, hist.bits)
     hist.bits[a.index] |= 1
     counts = np.array([bin(int(b)).count("1") for b in hist.bits[a.index]], dtype=np.int64)
-    keep = counts >= cfg.r2_confirm
+    keep = counts >= params.r2_confirm
     return Alarms(index=a.index[keep], value=a.value[keep], baseline=a.baseline[keep], threshold=a.threshold[keep])
 
 
@@ -328,7 +368,7 @@ class _Hits:
 
 
 def _device_finding(rule: str, metric: str, a: Alarms, names: list[str], state: SignalState,
-                    cfg: DetectionConfig) -> list[Finding]:
+                    resolve_after: int) -> list[Finding]:
     out = []
     for i, j in enumerate(a.index.tolist()):
         host, dev = names[j].rsplit("/", 1)
@@ -337,6 +377,7 @@ def _device_finding(rule: str, metric: str, a: Alarms, names: list[str], state: 
             rule, f"device:{names[j]}", "device", 0,
             f"{METRIC_IDS[metric]} {metric} of {host} device {dev} at {a.value[i]:.1f} "
             f"({'beyond bound' if rule == 'R1' else 'CUSUM drift from'} {a.threshold[i]:.1f})",
-            a, i, cfg, metric=METRIC_IDS[metric], host=host, device=int(dev), ranks=[rank] if rank is not None else [],
+            a, i, resolve_after, metric=METRIC_IDS[metric], host=host, device=int(dev),
+            ranks=[rank] if rank is not None else [],
             open_after=1, severity="critical" if rule == "R1" else "warning"))
     return out

@@ -5,22 +5,22 @@ from __future__ import annotations
 
 import copy
 
-from infra.settings import DetectionConfig
 from streams.detect.scopes.finding import Finding
-from streams.detect.signals.kernels import kernel_findings
+from streams.detect.signals.kernels import KernelParams, kernel_findings
 from streams.detect.signals.shared import SignalState
-from streams.detect.signals.steps import step_findings
+from streams.detect.signals.steps import StepParams, step_findings
 from streams.detect.windows.step_frames import Frame, Topology
 
 
-def frame_findings(frame: Frame, topo: Topology, state: SignalState, cfg: DetectionConfig,
+def frame_findings(frame: Frame, topo: Topology, state: SignalState, steps: StepParams, kernels: KernelParams,
                    timings: dict[str, float]) -> list[Finding]:
+    """The step feed's findings on a released frame, then the kernel feed's (when it has kernel summaries)."""
     if not frame.seen.any():
         return []
     out: list[Finding] = []
-    out.extend(step_findings(frame, topo, state, cfg, timings))
+    out.extend(step_findings(frame, topo, state, steps, timings))
     if frame.kernels:
-        out.extend(kernel_findings(frame, topo, state, cfg, timings))
+        out.extend(kernel_findings(frame, topo, state, kernels, timings))
     return out
 
 

@@ -6,7 +6,7 @@ import numpy as np
 
 from infra.settings import DetectionConfig
 from streams.detect.rules.base import Alarms
-from streams.detect.signals.device import _confirmed
+from streams.detect.signals.device import DeviceParams, _confirmed
 from streams.detect.signals.shared import SignalState
 
 
@@ -17,27 +17,27 @@ def _alarms(idx: list[int], n: int = 4) -> Alarms:
 
 
 def test_one_odd_sample_never_counts_a_sustained_drift_does() -> None:
-    cfg, state, x = DetectionConfig(), SignalState(), np.ones(4)
-    kept = [_confirmed(_alarms([0, 1] if t == 0 else [1]), x, state, "r2:temp_c", cfg).index.tolist()
+    params, state, x = DetectionConfig().params(DeviceParams), SignalState(), np.ones(4)
+    kept = [_confirmed(_alarms([0, 1] if t == 0 else [1]), x, state, "r2:temp_c", params).index.tolist()
             for t in range(5)]
     assert all(0 not in k for k in kept), "device 0 alarmed once"
-    assert kept[cfg.r2_confirm - 1] == [1], "device 1 alarming every sample counts from the confirm-th one"
+    assert kept[params.r2_confirm - 1] == [1], "device 1 alarming every sample counts from the confirm-th one"
 
 
 def test_confirm_one_is_the_bare_rule() -> None:
-    cfg = DetectionConfig(r2_confirm=1)
-    assert _confirmed(_alarms([2]), np.ones(4), SignalState(), "k", cfg).index.tolist() == [2]
+    params = DetectionConfig(r2_confirm=1).params(DeviceParams)
+    assert _confirmed(_alarms([2]), np.ones(4), SignalState(), "k", params).index.tolist() == [2]
 
 
 def test_unsampled_device_keeps_its_history() -> None:
-    cfg, state = DetectionConfig(), SignalState()
+    params, state = DetectionConfig().params(DeviceParams), SignalState()
     x = np.ones(4)
     gap = np.array([1.0, np.nan, 1.0, 1.0])
-    _confirmed(_alarms([1]), x, state, "k", cfg)
+    _confirmed(_alarms([1]), x, state, "k", params)
     for _ in range(5):
-        _confirmed(_alarms([]), gap, state, "k", cfg)  # device 1 not sampled: its window does not move
-    _confirmed(_alarms([1]), x, state, "k", cfg)
-    assert _confirmed(_alarms([1]), x, state, "k", cfg).index.tolist() == [1]
+        _confirmed(_alarms([]), gap, state, "k", params)  # device 1 not sampled: its window does not move
+    _confirmed(_alarms([1]), x, state, "k", params)
+    assert _confirmed(_alarms([1]), x, state, "k", params).index.tolist() == [1]
 
 
 def _tick_chunk(ts: list[int], devices: list[int]) -> dict[str, object]:

@@ -8,7 +8,7 @@ checkpoint of every simulated run once the simulator's hosts sampled at their ow
 from __future__ import annotations
 
 from infra.settings import DetectionConfig
-from streams.detect.signals.device import device_findings
+from streams.detect.signals.device import DeviceParams, device_findings
 from streams.detect.signals.shared import SignalState
 
 HOSTS, PER_HOST = 4, 4
@@ -33,7 +33,7 @@ def _r2_power(cfg: DetectionConfig) -> list[str]:
     for _ in range(4):  # an evaluation pass and a checkpoint: the load drops and comes back every other second
         plan += [half, [LOW] * 16, back, [HIGH + (i % 3) for i in range(16)]]
     for t, powers in enumerate(plan):
-        found += [f"{f.host}/{f.device}" for f in device_findings(_tick(t, powers), state, cfg, {})
+        found += [f"{f.host}/{f.device}" for f in device_findings(_tick(t, powers), state, cfg.params(DeviceParams), {})
                   if f.rule == "R2" and f.metric == "T1"]
     return found
 

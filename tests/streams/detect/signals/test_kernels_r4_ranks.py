@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from infra.settings import DetectionConfig
-from streams.detect.signals.kernels import kernel_findings
+from streams.detect.signals.kernels import KernelParams, kernel_findings
 from streams.detect.signals.shared import SignalState
 from streams.detect.windows.step_frames import Frame, Topology
 from tests.streams.helpers import hosts_topology
@@ -32,7 +32,7 @@ def _rank_r4(steps: int, jitter: float, slow: dict[int, float], seed: int) -> se
     rng, state, cfg, topo = np.random.default_rng(seed), SignalState(), DetectionConfig(), _topo()
     keys: set[str] = set()
     for step in range(steps):
-        for f in kernel_findings(_frame(step, rng, jitter, slow), topo, state, cfg, {}):
+        for f in kernel_findings(_frame(step, rng, jitter, slow), topo, state, cfg.params(KernelParams), {}):
             if f.rule == "R4" and f.key != "job":
                 keys.add(f.key)
     return keys
@@ -61,7 +61,7 @@ def _job_r4(steps: int, jitter: float, step_jitter: float, slow_from: int, facto
         for _rank, rows, _other in frame.kernels:
             for r in rows:
                 r[2], r[3], r[4] = int(r[2]) * n, int(int(r[3]) * g * n), float(r[4]) * n  # type: ignore[call-overload,arg-type]
-        found += [(step, f.metric) for f in kernel_findings(frame, topo, state, cfg, {})
+        found += [(step, f.metric) for f in kernel_findings(frame, topo, state, cfg.params(KernelParams), {})
                   if f.rule == "R4" and f.key == "job"]
     return found
 

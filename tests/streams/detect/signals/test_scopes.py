@@ -8,9 +8,11 @@ from infra.settings import DetectionConfig
 from streams.detect.rules.base import Alarms
 from streams.detect.scopes.finding import Finding
 from streams.detect.signals.frames import follow_slow_step, name_slow_groups
-from streams.detect.signals.shared import rank_findings
+from streams.detect.signals.shared import FindingParams, rank_findings
 from streams.detect.windows.step_frames import Frame
 from tests.streams.helpers import hosts_topology
+
+PARAMS = DetectionConfig().params(FindingParams)
 
 
 def _frame(world: int = 16) -> Frame:
@@ -27,7 +29,7 @@ def _alarms(ranks: list[int], world: int = 16) -> Alarms:
 
 
 def _run(ranks: list[int]) -> list[Finding]:
-    return rank_findings("R10", _alarms(ranks), hosts_topology(), _frame(), DetectionConfig(),
+    return rank_findings("R10", _alarms(ranks), hosts_topology(), _frame(), PARAMS,
                          "inter-step CPU share", "x")
 
 
@@ -47,7 +49,7 @@ def test_half_the_world_is_one_job_finding_and_none_is_nothing() -> None:
 
 
 def test_gc_stays_per_rank() -> None:
-    out = rank_findings("R1", _alarms([8, 9, 10, 11]), hosts_topology(), _frame(), DetectionConfig(), "GC", "T8",
+    out = rank_findings("R1", _alarms([8, 9, 10, 11]), hosts_topology(), _frame(), PARAMS, "GC", "T8",
                         by_host=False)
     assert sorted(f.key for f in out) == ["rank:10", "rank:11", "rank:8", "rank:9"]
 
