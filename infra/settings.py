@@ -138,9 +138,12 @@ class DetectionConfig:
 
         Each declares only the thresholds it reads, named as the settings here: the settings
         (env, TOML, defaults) stay one flat documented table, and a scope or feed can be read,
-        tested and called without the other ninety.
+        tested and called without the other ninety. The engine builds them per frame: the values
+        go in positionally, in the order of the dataclass's fields (`__match_args__`: its fields'
+        names in its `__init__`'s order), half the cost of `fields()` and keywords.
         """
-        return cls(**{f.name: getattr(self, f.name) for f in fields(cls)})
+        names: tuple[str, ...] = cls.__match_args__  # type: ignore[attr-defined]  # every dataclass has them
+        return cls(*[getattr(self, name) for name in names])
 
 
 HOOK_FLUSH_INTERVAL_S = 0.5  # default of Settings.hook_flush_interval_s (why 0.5 s: producers/hook/__init__.py)
