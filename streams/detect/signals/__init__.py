@@ -18,7 +18,8 @@ One module per feed:
 `frames.py` runs the two frame feeds and places job-wide rule findings after the join, `shared.py`
 holds the job's `SignalState` and the findings built from alarms. Each feed takes its own `Params`
 (`DeviceParams`, `StepParams`, `KernelParams`): the settings it reads, named as in
-`infra.settings.DetectionConfig`, whose `params` fills them (the engine does, per frame or tick).
+`infra.settings.DetectionConfig`, whose `params` fills them (the engine: per frame, and per device
+chunk that releases ticks).
 """
 
 from streams.detect.signals.device import DeviceParams, _Hits, device_findings, device_ticks
