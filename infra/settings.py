@@ -133,13 +133,17 @@ class DetectionConfig:
     r10_min_ratio: float = 0.1
 
     def params(self, cls: type[P]) -> P:
-        """A scope's `Params` (streams/detect/scopes/) filled from these settings.
+        """A scope's or a rule feed's `Params` (streams/detect/scopes/, streams/detect/signals/)
+        filled from these settings.
 
-        Each scope declares only the thresholds it reads, named as the settings here: the
-        settings (env, TOML, defaults) stay one flat documented table, and a scope can be read,
-        tested and called without the other ninety.
+        Each declares only the thresholds it reads, named as the settings here: the settings
+        (env, TOML, defaults) stay one flat documented table, and a scope or feed can be read,
+        tested and called without the other ninety. The engine builds them per frame: the values
+        go in positionally, in the order of the dataclass's fields (`__match_args__`: its fields'
+        names in its `__init__`'s order), half the cost of `fields()` and keywords.
         """
-        return cls(**{f.name: getattr(self, f.name) for f in fields(cls)})
+        names: tuple[str, ...] = cls.__match_args__  # type: ignore[attr-defined]  # every dataclass has them
+        return cls(*[getattr(self, name) for name in names])
 
 
 HOOK_FLUSH_INTERVAL_S = 0.5  # default of Settings.hook_flush_interval_s (why 0.5 s: producers/hook/__init__.py)

@@ -22,8 +22,9 @@ both need the same delivery discipline. It lives here, once; a stage supplies it
   committed; the worker's watchdog exits the process and its restart re-reads.
 
 Faust stays for what it serves: the per-job detect agent, the parse agent, worker lifecycle.
-The detect state store is not a loop of this kind: it restores by reading a compacted topic to
-its end by assignment (no group, nothing committed), see `streams/detect/state/store.py`.
+The detect state store's reads are no loop of this kind: it restores by reading a compacted
+topic to its end by assignment (no group, nothing committed); `read_to_end` is that read
+(`streams/detect/state/store.py` uses it).
 """
 
 from __future__ import annotations
@@ -31,11 +32,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from kafka.errors import KafkaError
+from kafka import TopicPartition
+from kafka.errors import KafkaError, KafkaTimeoutError
 
 from infra.consumer_group import REBALANCE_ERRORS, after_failed_commit, heal
 from infra.delivery import OUTAGE_BACKOFF_S, poll_through_outage, retry_through_outage
@@ -64,6 +66,41 @@ class Consumer(Protocol):
     def commit(self, offsets: Any = ..., timeout_ms: int | None = ...) -> None: ...
 
     def close(self) -> None: ...
+
+
+class PositionedConsumer(Protocol):
+    """What `read_to_end` uses of a kafka-python consumer with assigned partitions."""
+
+    def poll(self, timeout_ms: int = ..., max_records: int | None = ...) -> dict[Any, list[Any]]: ...
+
+    def position(self, partition: TopicPartition) -> int: ...
+
+
+# read_to_end: a read that gets nothing this long means the broker is away (the caller's retry decides what then)
+READ_STALL_S = 60.0
+
+
+def read_to_end(consumer: PositionedConsumer, parts: Sequence[TopicPartition], end: Mapping[TopicPartition, int],
+                stall_s: float = READ_STALL_S, *, poll_ms: int = IDLE_POLL_MS,
+                clock: Callable[[], float] = time.monotonic) -> Iterator[Any]:
+    """The records of `parts` (assigned and positioned by the caller) until each partition's
+    position reaches its offset in `end`; raises KafkaTimeoutError when no poll returned a record
+    for `stall_s`.
+
+    A read by assignment, for restoring state from a compacted topic (no group, nothing
+    committed): unlike a `ConsumerLoop` it ends, at the ends the caller took before it began
+    (records written meanwhile are not waited for), and it does not wait through an outage
+    forever: the caller decides whether to try again.
+    """
+    last = clock()
+    while any(consumer.position(tp) < end[tp] for tp in parts):
+        polled = consumer.poll(timeout_ms=poll_ms)
+        if polled:
+            last = clock()
+        elif clock() - last > stall_s:
+            raise KafkaTimeoutError(f"reading {parts[0].topic} made no progress for {stall_s:.0f} s")
+        for records in polled.values():
+            yield from records
 
 
 @dataclass(frozen=True, slots=True)

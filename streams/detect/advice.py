@@ -2,7 +2,7 @@
 and per cause.
 
 - `advise(phase)`: the phase a slow step or slow rank grew in (Hermes' advisor table, spec §3);
-- `RULES`: the rule-only findings R1–R10 (`signals.py`);
+- `RULES`: the rule-only findings R1–R10 (`signals/`);
 - `SCOPES`: the scopes whose advice does not depend on a phase (hang, stall, slow link, job
   stopped, split group, slow PP stage);
 - `CAUSES`: the causes a profile analysis names (Hermes Table 4, `streams/profiles/analysis/`).
@@ -75,7 +75,7 @@ def advise(phase: str | None) -> Advice:
 
 UNKNOWN = Advice("unknown", "enable detailed profiling for the affected ranks and steps")
 
-# rule-only findings (streams/detect/signals.py)
+# rule-only findings (streams/detect/signals/)
 RULES: dict[str, Advice] = {
     "R1": Advice("device metric outside its bounds", "check cooling, power and memory headroom of the device"),
     "R2": Advice("slow drift of a device metric", "check cooling/power trends; plan maintenance of the device"),

@@ -45,7 +45,10 @@ from streams.detect.scopes import group_split, hung, pp_stage, slow_link, slow_p
 from streams.detect.scopes.finding import Finding
 from streams.detect.scopes.stopped import job_stopped
 from streams.detect.signals import (
+    DeviceParams,
+    KernelParams,
     SignalState,
+    StepParams,
     device_findings,
     device_ticks,
     follow_slow_step,
@@ -345,7 +348,8 @@ class JobEngine:
         findings.extend(hung.evaluate(frame, self.frames.topo, self.frames.newest_of, self.frames.heard_ns, now_ns,
                                      self.cfg.params(hung.Params)))
         self._timed("HUNG", t)
-        step_rules = frame_findings(frame, self.frames.topo, self.signals, self.cfg, self.stats.rule_seconds)
+        step_rules = frame_findings(frame, self.frames.topo, self.signals, self.cfg.params(StepParams),
+                                    self.cfg.params(KernelParams), self.stats.rule_seconds)
         culprit_now = any(f.rule in CULPRIT_RULES for f in findings)
         if not slow_now and not culprit_now:  # the slow-step scope owns step time: R3 on a step it did not find
             # slow (within a jittery job's noise, or a one-off step of healthy training's kinds) marks no slowdown's
@@ -380,10 +384,14 @@ class JobEngine:
         self.stall.on_device(np.asarray(chunk["rank"], dtype=np.int64), np.asarray(chunk["ts_ns"], dtype=np.int64),
                              np.asarray(chunk["aicore_pct"], dtype=np.float64))
         pending = self.signals.pending
-        for tick in device_ticks(chunk, self.signals):
-            taken_ns = max(tick["ts_ns"], default=0)
-            pending.extend((taken_ns, f) for f in device_findings(tick, self.signals, self.cfg,
-                                                                  self.stats.rule_seconds, self.frames.topo.stage))
+        ticks = device_ticks(chunk, self.signals)
+        if ticks:  # the device feed's Params once per chunk that releases ticks
+            params = self.cfg.params(DeviceParams)
+            for tick in ticks:
+                taken_ns = max(tick["ts_ns"], default=0)
+                pending.extend((taken_ns, f) for f in device_findings(tick, self.signals, params,
+                                                                      self.stats.rule_seconds,
+                                                                      self.frames.topo.stage))
         del pending[:-1000]
         return []
 

@@ -1,12 +1,15 @@
-"""The consumer runtime's batching, commit order and commit policies, with an in-memory consumer (pure unit tests)."""
+"""The consumer runtime's batching, commit order and commit policies, and its read to a topic's end, with
+in-memory consumers (pure unit tests)."""
 
 from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import pytest
+from kafka import TopicPartition
 from kafka.errors import CommitFailedError, KafkaTimeoutError
 
-from streams.runtime import Batch, Batching, Commits, Consumer, ConsumerLoop
+from streams.runtime import Batch, Batching, Commits, Consumer, ConsumerLoop, read_to_end
 
 
 class Rec(NamedTuple):
@@ -131,3 +134,57 @@ def test_an_error_in_a_batch_ends_the_loop_with_failed_set_and_the_clients_close
     stage.run()
     assert isinstance(stage.failed, RuntimeError)
     assert stage.consumer.commits == [] and stage.consumer.closed
+
+
+class AssignedConsumer:
+    """Partitions assigned by hand: each poll returns the next scripted records (None: an empty poll, which
+    advances the fake clock by the poll's timeout) and moves each partition's position past them."""
+
+    def __init__(self, polls: list[list[tuple[TopicPartition, int]] | None], clock: list[float]) -> None:
+        self.polls = polls
+        self.clock = clock
+        self.positions: dict[TopicPartition, int] = {}
+        self.timeouts: list[int] = []
+
+    def position(self, partition: TopicPartition) -> int:
+        return self.positions.get(partition, 0)
+
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> dict[Any, list[Any]]:
+        self.timeouts.append(timeout_ms)
+        batch = self.polls.pop(0) if self.polls else None
+        if batch is None:
+            self.clock[0] += timeout_ms / 1000
+            return {}
+        out: dict[Any, list[Any]] = {}
+        for tp, offset in batch:
+            out.setdefault(tp, []).append(Rec(tp.topic, tp.partition, offset, None, b""))
+            self.positions[tp] = offset + 1
+        return out
+
+
+A, B = TopicPartition("state", 0), TopicPartition("state", 1)
+
+
+def test_read_to_end_yields_every_record_up_to_the_ends_and_stops_there() -> None:
+    clock = [0.0]
+    consumer = AssignedConsumer([[(A, 0), (B, 0)], None, [(A, 1)], [(B, 1)], [(A, 2)]], clock)
+    got = [(r.partition, r.offset) for r in read_to_end(consumer, [A, B], {A: 2, B: 2}, clock=lambda: clock[0])]
+    assert got == [(0, 0), (1, 0), (0, 1), (1, 1)]  # (A, 2) is past the end taken before the read: not polled
+    assert consumer.polls == [[(A, 2)]] and consumer.timeouts == [1000] * 4
+
+
+def test_read_to_end_of_partitions_already_at_their_ends_polls_nothing() -> None:
+    consumer = AssignedConsumer([[(A, 0)]], [0.0])
+    assert list(read_to_end(consumer, [A], {A: 0})) == [] and consumer.timeouts == []
+
+
+def test_read_to_end_raises_when_nothing_arrives_for_stall_s_and_an_empty_poll_before_that_waits_on() -> None:
+    clock = [0.0]
+    waited = AssignedConsumer([None, None, [(A, 0)]], clock)
+    assert [r.offset for r in read_to_end(waited, [A], {A: 1}, stall_s=2.0, clock=lambda: clock[0])] == [0]
+    stalled = AssignedConsumer([[(A, 0)], None, None, None, [(A, 1)]], clock)
+    read = read_to_end(stalled, [A], {A: 2}, stall_s=2.0, clock=lambda: clock[0])
+    assert next(read).offset == 0
+    with pytest.raises(KafkaTimeoutError, match="reading state made no progress for 2 s"):
+        next(read)
+    assert len(stalled.timeouts) == 4  # 2 s after the last record is no stall yet; the third empty poll, 3 s, is

@@ -27,12 +27,12 @@ import logging
 import pickle
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import zstandard
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.errors import KafkaError, KafkaTimeoutError
+from kafka.errors import KafkaError
 
 from infra.clients import close_quietly, kafka_client_config
 from infra.delivery import Record, deliver_all
@@ -41,6 +41,7 @@ from schemas import encode as encode_event
 from schemas import job_key
 from streams.detect.engine import JobEngine
 from streams.detect.state.outbox import HEADER, Outbox, Output, Position
+from streams.runtime import read_to_end
 
 Snapshot = tuple[JobEngine, Outbox]
 
@@ -55,7 +56,8 @@ DECOMPRESS: dict[bytes, Callable[[bytes], bytes]] = {
 MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
 
 # Where the classes of snapshots written by older code live now (module or package, old -> new):
-# the detect stage moved from the streams/ root into streams/detect/ with FORMAT SLS6 unchanged.
+# the detect stage moved from the streams/ root into streams/detect/ with FORMAT SLS6 unchanged. A module split
+# into a package of the same name (streams/detect/signals/) re-exports its pickled classes from the package instead.
 MOVED_MODULES: dict[str, str] = {
     "streams.engine": "streams.detect.engine",
     "streams.signals": "streams.detect.signals",
@@ -111,20 +113,6 @@ def decode_snapshot(raw: bytes | None) -> Snapshot | None:
 def decode(raw: bytes | None) -> JobEngine | None:
     snap = decode_snapshot(raw)
     return snap[0] if snap is not None else None
-
-
-def _read_to(consumer: Any, parts: list[TopicPartition], end: dict[TopicPartition, int],
-             stall_s: float = 60.0) -> Iterator[Any]:
-    """Records of `parts` up to `end`; raises if nothing arrives for `stall_s` (the broker is away)."""
-    last = time.monotonic()
-    while any(consumer.position(tp) < end[tp] for tp in parts):
-        polled = consumer.poll(timeout_ms=1000)
-        if polled:
-            last = time.monotonic()
-        elif time.monotonic() - last > stall_s:
-            raise KafkaTimeoutError(f"reading {parts[0].topic} made no progress for {stall_s:.0f} s")
-        for records in polled.values():
-            yield from records
 
 
 class SnapshotStore:
@@ -212,7 +200,7 @@ class SnapshotStore:
                     consumer.seek_to_beginning(tp)
                 else:
                     consumer.seek(tp, min(offset, end[tp]))
-            for rec in _read_to(consumer, parts, end):
+            for rec in read_to_end(consumer, parts, end):
                 found.update(v for k, v in (rec.headers or ()) if k == HEADER)
             return found
         finally:
@@ -238,7 +226,7 @@ class SnapshotStore:
             consumer.seek_to_beginning(*parts)
             end = consumer.end_offsets(parts)
             latest: dict[str, bytes] = {}
-            for rec in _read_to(consumer, parts, end):
+            for rec in read_to_end(consumer, parts, end):
                 if rec.key is not None:
                     latest[rec.key.decode()] = rec.value
             out: dict[str, Snapshot] = {}

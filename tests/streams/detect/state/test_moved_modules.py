@@ -12,6 +12,8 @@ import orjson
 
 from infra.settings import DetectionConfig
 from streams.detect.engine import FleetEngine, JobEngine
+from streams.detect.signals.device import _Hits
+from streams.detect.signals.shared import SignalState
 from streams.detect.state.outbox import Outbox
 from streams.detect.state.store import DECOMPRESS, MOVED_MODULES, SnapshotUnpickler, current_module, decode_snapshot
 from streams.detect.state.store import encode as encode_state
@@ -38,6 +40,10 @@ def test_moved_modules_map_old_class_paths_to_the_moved_classes() -> None:
     assert unpickler.find_class("streams.state.outbox", "Outbox") is Outbox
     assert unpickler.find_class("streams.windows.step_frames", "StepFrames") is StepFrames
     assert unpickler.find_class("streams.detect.engine", "JobEngine") is JobEngine  # today's paths as they are
+    # signals.py became a package: its pickled classes are still found under the module path they had
+    assert unpickler.find_class("streams.signals", "SignalState") is SignalState
+    assert unpickler.find_class("streams.detect.signals", "SignalState") is SignalState
+    assert unpickler.find_class("streams.detect.signals", "_Hits") is _Hits
     assert current_module("streams.analysis.advisor") == "streams.detect.advice"
     assert current_module("streams.scopes.slow_rank") == "streams.detect.scopes.slow_rank"
     assert current_module("schemas.events") == "schemas.events"

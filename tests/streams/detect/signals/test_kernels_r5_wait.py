@@ -1,4 +1,4 @@
-"""R5/R6 judge transfer time, not waiting (streams/detect/signals.py `_kernels`, comm_columns.transfer_ns).
+"""R5/R6 judge transfer time, not waiting (streams/detect/signals/kernels.py, comm_columns.transfer_ns).
 
 A collective kernel spins until the group's last member arrives, so a rank that waited for a
 late peer shows a long kernel although its link is fine. Hand-built frames: 16 ranks, TP groups
@@ -12,7 +12,8 @@ import numpy as np
 from infra.settings import DetectionConfig
 from schemas.columns import DOMAINS
 from streams.detect.scopes.finding import Finding
-from streams.detect.signals import SignalState, _kernels
+from streams.detect.signals.kernels import KernelParams, kernel_findings
+from streams.detect.signals.shared import SignalState
 from streams.detect.windows.comm_columns import CommColumn, transfer_ns
 from streams.detect.windows.step_frames import Frame, Topology
 from tests.streams.helpers import hosts_topology
@@ -62,7 +63,7 @@ def _findings(steps: int, onset: int, *, late: dict[int, float] | None = None, d
         on = step >= onset
         frame = _frame(step, rng, late=(late or {}) if on else {}, dp_slow=(dp_slow or {}) if on else {},
                        spread_ms=spread_ms)
-        out += [f for f in _kernels(frame, topo, state, cfg, {}) if f.rule in ("R5", "R6")]
+        out += [f for f in kernel_findings(frame, topo, state, cfg.params(KernelParams), {}) if f.rule in ("R5", "R6")]
     return out
 
 

@@ -1,11 +1,12 @@
-"""R4 across ranks (streams/detect/signals.py `_kernels`): ranks are compared on all their compute kernels at once."""
+"""R4 across ranks (streams/detect/signals/kernels.py): ranks are compared on all their compute kernels at once."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from infra.settings import DetectionConfig
-from streams.detect.signals import SignalState, _kernels
+from streams.detect.signals.kernels import KernelParams, kernel_findings
+from streams.detect.signals.shared import SignalState
 from streams.detect.windows.step_frames import Frame, Topology
 from tests.streams.helpers import hosts_topology
 
@@ -31,7 +32,7 @@ def _rank_r4(steps: int, jitter: float, slow: dict[int, float], seed: int) -> se
     rng, state, cfg, topo = np.random.default_rng(seed), SignalState(), DetectionConfig(), _topo()
     keys: set[str] = set()
     for step in range(steps):
-        for f in _kernels(_frame(step, rng, jitter, slow), topo, state, cfg, {}):
+        for f in kernel_findings(_frame(step, rng, jitter, slow), topo, state, cfg.params(KernelParams), {}):
             if f.rule == "R4" and f.key != "job":
                 keys.add(f.key)
     return keys
@@ -60,7 +61,8 @@ def _job_r4(steps: int, jitter: float, step_jitter: float, slow_from: int, facto
         for _rank, rows, _other in frame.kernels:
             for r in rows:
                 r[2], r[3], r[4] = int(r[2]) * n, int(int(r[3]) * g * n), float(r[4]) * n  # type: ignore[call-overload,arg-type]
-        found += [(step, f.metric) for f in _kernels(frame, topo, state, cfg, {}) if f.rule == "R4" and f.key == "job"]
+        found += [(step, f.metric) for f in kernel_findings(frame, topo, state, cfg.params(KernelParams), {})
+                  if f.rule == "R4" and f.key == "job"]
     return found
 
 

@@ -1,4 +1,4 @@
-"""Where rule findings land (streams/detect/signals.py): host-wide rank alarms, slow steps' rules, slow groups."""
+"""Where rule findings land (streams/detect/signals/): host-wide rank alarms, slow steps' rules, slow groups."""
 
 from __future__ import annotations
 
@@ -7,9 +7,12 @@ import numpy as np
 from infra.settings import DetectionConfig
 from streams.detect.rules.base import Alarms
 from streams.detect.scopes.finding import Finding
-from streams.detect.signals import _rank_findings, follow_slow_step, name_slow_groups
+from streams.detect.signals.frames import follow_slow_step, name_slow_groups
+from streams.detect.signals.shared import FindingParams, rank_findings
 from streams.detect.windows.step_frames import Frame
 from tests.streams.helpers import hosts_topology
+
+PARAMS = DetectionConfig().params(FindingParams)
 
 
 def _frame(world: int = 16) -> Frame:
@@ -26,8 +29,8 @@ def _alarms(ranks: list[int], world: int = 16) -> Alarms:
 
 
 def _run(ranks: list[int]) -> list[Finding]:
-    return _rank_findings("R10", _alarms(ranks), hosts_topology(), _frame(), DetectionConfig(),
-                          "inter-step CPU share", "x")
+    return rank_findings("R10", _alarms(ranks), hosts_topology(), _frame(), PARAMS,
+                         "inter-step CPU share", "x")
 
 
 def test_half_a_host_alarming_is_one_host_finding() -> None:
@@ -46,8 +49,8 @@ def test_half_the_world_is_one_job_finding_and_none_is_nothing() -> None:
 
 
 def test_gc_stays_per_rank() -> None:
-    out = _rank_findings("R1", _alarms([8, 9, 10, 11]), hosts_topology(), _frame(), DetectionConfig(), "GC", "T8",
-                         by_host=False)
+    out = rank_findings("R1", _alarms([8, 9, 10, 11]), hosts_topology(), _frame(), PARAMS, "GC", "T8",
+                        by_host=False)
     assert sorted(f.key for f in out) == ["rank:10", "rank:11", "rank:8", "rank:9"]
 
 

@@ -7,7 +7,8 @@ import copy
 import random
 from typing import Any
 
-from streams.detect.signals import TICK_NS, SignalState, _regroup_columns, _regroup_each, device_ticks
+from streams.detect.signals.device import TICK_NS, _regroup_columns, _regroup_each, device_ticks
+from streams.detect.signals.shared import SignalState
 
 
 def _chunk(rng: random.Random, base_tick: int) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""R2 at fleet scale: a device counts after repeated CUSUM alarms (streams/detect/signals.py `_confirmed`)."""
+"""R2 at fleet scale: a device counts after repeated CUSUM alarms (streams/detect/signals/device.py `_confirmed`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import numpy as np
 
 from infra.settings import DetectionConfig
 from streams.detect.rules.base import Alarms
-from streams.detect.signals import SignalState, _confirmed
+from streams.detect.signals.device import DeviceParams, _confirmed
+from streams.detect.signals.shared import SignalState
 
 
 def _alarms(idx: list[int], n: int = 4) -> Alarms:
@@ -16,27 +17,27 @@ def _alarms(idx: list[int], n: int = 4) -> Alarms:
 
 
 def test_one_odd_sample_never_counts_a_sustained_drift_does() -> None:
-    cfg, state, x = DetectionConfig(), SignalState(), np.ones(4)
-    kept = [_confirmed(_alarms([0, 1] if t == 0 else [1]), x, state, "r2:temp_c", cfg).index.tolist()
+    params, state, x = DetectionConfig().params(DeviceParams), SignalState(), np.ones(4)
+    kept = [_confirmed(_alarms([0, 1] if t == 0 else [1]), x, state, "r2:temp_c", params).index.tolist()
             for t in range(5)]
     assert all(0 not in k for k in kept), "device 0 alarmed once"
-    assert kept[cfg.r2_confirm - 1] == [1], "device 1 alarming every sample counts from the confirm-th one"
+    assert kept[params.r2_confirm - 1] == [1], "device 1 alarming every sample counts from the confirm-th one"
 
 
 def test_confirm_one_is_the_bare_rule() -> None:
-    cfg = DetectionConfig(r2_confirm=1)
-    assert _confirmed(_alarms([2]), np.ones(4), SignalState(), "k", cfg).index.tolist() == [2]
+    params = DetectionConfig(r2_confirm=1).params(DeviceParams)
+    assert _confirmed(_alarms([2]), np.ones(4), SignalState(), "k", params).index.tolist() == [2]
 
 
 def test_unsampled_device_keeps_its_history() -> None:
-    cfg, state = DetectionConfig(), SignalState()
+    params, state = DetectionConfig().params(DeviceParams), SignalState()
     x = np.ones(4)
     gap = np.array([1.0, np.nan, 1.0, 1.0])
-    _confirmed(_alarms([1]), x, state, "k", cfg)
+    _confirmed(_alarms([1]), x, state, "k", params)
     for _ in range(5):
-        _confirmed(_alarms([]), gap, state, "k", cfg)  # device 1 not sampled: its window does not move
-    _confirmed(_alarms([1]), x, state, "k", cfg)
-    assert _confirmed(_alarms([1]), x, state, "k", cfg).index.tolist() == [1]
+        _confirmed(_alarms([]), gap, state, "k", params)  # device 1 not sampled: its window does not move
+    _confirmed(_alarms([1]), x, state, "k", params)
+    assert _confirmed(_alarms([1]), x, state, "k", params).index.tolist() == [1]
 
 
 def _tick_chunk(ts: list[int], devices: list[int]) -> dict[str, object]:
@@ -46,7 +47,7 @@ def _tick_chunk(ts: list[int], devices: list[int]) -> dict[str, object]:
 
 
 def test_device_samples_are_released_per_complete_tick() -> None:
-    from streams.detect.signals import TICK_NS, device_ticks
+    from streams.detect.signals.device import TICK_NS, device_ticks
     state = SignalState()
     assert device_ticks(_tick_chunk([0, 0], [0, 1]), state) == []
     assert device_ticks(_tick_chunk([0, TICK_NS], [2, 0]), state) == [], "tick 0 may still be completing"
@@ -58,7 +59,7 @@ def test_device_samples_are_released_per_complete_tick() -> None:
 def test_a_lagging_partition_holds_the_tick_until_its_devices_report_it() -> None:
     """The device topic's partitions run apart under a backlog: devices 0 and 1 are seconds ahead
     of device 2. A tick is evaluated whole (R2's common mode is the median device), never split."""
-    from streams.detect.signals import TICK_NS, device_ticks
+    from streams.detect.signals.device import TICK_NS, device_ticks
     state = SignalState()
     device_ticks(_tick_chunk([0, 0, 0], [0, 1, 2]), state)
     ahead = [t * TICK_NS for t in range(1, 6) for _ in (0, 1)]
@@ -72,7 +73,7 @@ def test_a_lagging_partition_holds_the_tick_until_its_devices_report_it() -> Non
 
 
 def test_a_silent_device_holds_the_ticks_a_bounded_time() -> None:
-    from streams.detect.signals import TICK_NS, WAIT_TICKS, device_ticks
+    from streams.detect.signals.device import TICK_NS, WAIT_TICKS, device_ticks
     state = SignalState()
     device_ticks(_tick_chunk([0, 0], [0, 1]), state)  # device 1 then goes silent (a dead host)
     first_release: dict[int, int] = {}
@@ -87,7 +88,7 @@ def test_a_device_whose_first_samples_come_late_is_waited_for_from_then_on() -> 
     """Device 2 sits on a partition that lags from the start: its first sample belongs to a tick
     already evaluated. From then on the job's ticks wait for it, so its later samples are in the
     rules (before, it was never registered and every sample of it came late)."""
-    from streams.detect.signals import TICK_NS, device_ticks
+    from streams.detect.signals.device import TICK_NS, device_ticks
     state = SignalState()
     device_ticks(_tick_chunk([0, 0], [0, 1]), state)
     ahead = [t * TICK_NS for t in range(1, 6) for _ in (0, 1)]

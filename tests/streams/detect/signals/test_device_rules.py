@@ -1,4 +1,4 @@
-"""R1/R2 on device samples (streams/detect/signals.py): R1 lower bounds only on busy devices/jobs, the
+"""R1/R2 on device samples (streams/detect/signals/device.py): R1 lower bounds only on busy devices/jobs, the
 down-clock bound; R2's warm-up per metric."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import numpy as np
 from infra.settings import DetectionConfig
 from schemas.columns import DEVICE_METRICS
 from streams.detect.scopes.finding import Finding
-from streams.detect.signals import SignalState, device_findings
+from streams.detect.signals.device import DeviceParams, device_findings
+from streams.detect.signals.shared import SignalState
 
 N = 8
 
@@ -31,7 +32,7 @@ def _r1(ticks: list[dict[str, Any]], cfg: DetectionConfig | None = None) -> list
     cfg, state = cfg or DetectionConfig(), SignalState()
     out: list[Finding] = []
     for tick in ticks:
-        out.extend(f for f in device_findings(tick, state, cfg, {}) if f.rule == "R1")
+        out.extend(f for f in device_findings(tick, state, cfg.params(DeviceParams), {}) if f.rule == "R1")
     return out
 
 
@@ -87,7 +88,7 @@ def test_r2_warm_up_per_metric_power_ready_before_temperature() -> None:
             chunk[m] = list(np.asarray(chunk[m]) + rng.normal(0, 0.1, N))
             if t >= 25:  # device 0: power and temperature both step up
                 chunk[m][0] += 40.0
-        found.extend(device_findings(chunk, state, cfg, {}))
+        found.extend(device_findings(chunk, state, cfg.params(DeviceParams), {}))
     r2 = [f for f in found if f.rule == "R2"]
     assert {f.metric for f in r2} == {"T1"}, "power is judged after 5 + 10 samples, temperature still warms up"
     assert {f.device for f in r2} == {0}
@@ -119,7 +120,7 @@ def _r2_power(shift: dict[int, float], stage_of: np.ndarray | None) -> set[int]:
         if t >= 20:
             for r, dw in shift.items():
                 power[r] += dw
-        hit |= {f.ranks[0] for f in device_findings(_job_tick(t, power), state, cfg, {}, stage_of)
+        hit |= {f.ranks[0] for f in device_findings(_job_tick(t, power), state, cfg.params(DeviceParams), {}, stage_of)
                 if f.rule == "R2" and f.metric == "T1"}
     return hit
 
@@ -142,12 +143,12 @@ def test_r2_a_host_drifting_inside_its_stage_still_alarms() -> None:
 def test_r2_gives_no_verdict_on_a_job_of_fewer_than_a_hosts_worth_of_devices() -> None:
     """Two devices have no majority to drift from, four a median that moves with each one's share of
     the work: their own load opened R2 incidents on healthy 2- and 4-rank jobs. A host's worth does."""
-    cfg = DetectionConfig(r2_warmup_power_w=0, r2_history=10)
+    params = DetectionConfig(r2_warmup_power_w=0, r2_history=10).params(DeviceParams)
     rng = np.random.default_rng(5)
     for n, expect in ((2, False), (4, False), (8, True)):
         state = SignalState()
         hit = False
         for t in range(40):
             power = 300.0 + rng.normal(0, 3.0, n) + (60.0 if t >= 20 else 0.0) * (np.arange(n) == 0)
-            hit |= any(f.rule == "R2" for f in device_findings(_job_tick(t, power), state, cfg, {}))
+            hit |= any(f.rule == "R2" for f in device_findings(_job_tick(t, power), state, params, {}))
         assert hit is expect, n

@@ -1,4 +1,4 @@
-"""R2 leaves out ticks that straddle a job-wide load change (streams/detect/signals.py `_in_transition`).
+"""R2 leaves out ticks that straddle a job-wide load change (streams/detect/signals/device.py `_in_transition`).
 
 Each host's agent samples at its own phase, so at a checkpoint or an evaluation pass one tick
 holds devices sampled before the change and devices sampled after it. Removing the common mode
@@ -8,7 +8,8 @@ checkpoint of every simulated run once the simulator's hosts sampled at their ow
 from __future__ import annotations
 
 from infra.settings import DetectionConfig
-from streams.detect.signals import SignalState, device_findings
+from streams.detect.signals.device import DeviceParams, device_findings
+from streams.detect.signals.shared import SignalState
 
 HOSTS, PER_HOST = 4, 4
 HIGH, LOW = 300.0, 150.0
@@ -32,7 +33,7 @@ def _r2_power(cfg: DetectionConfig) -> list[str]:
     for _ in range(4):  # an evaluation pass and a checkpoint: the load drops and comes back every other second
         plan += [half, [LOW] * 16, back, [HIGH + (i % 3) for i in range(16)]]
     for t, powers in enumerate(plan):
-        found += [f"{f.host}/{f.device}" for f in device_findings(_tick(t, powers), state, cfg, {})
+        found += [f"{f.host}/{f.device}" for f in device_findings(_tick(t, powers), state, cfg.params(DeviceParams), {})
                   if f.rule == "R2" and f.metric == "T1"]
     return found
 

@@ -1,0 +1,383 @@
+"""The device feed: R1 (T1, T2, T3, T6, T7 bounds and the clock's down-clocking; lower bounds only where the
+job or device is meant to be busy) and R2 (CUSUM on T1, T2, T6) per device, on one tick of a job's device
+samples; R2 on the device's deviation from the job's median device at the same tick (common mode such as the
+thermal warm-up of a starting job is not a device drift). Samples are regrouped per tick first (`device_ticks`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any, cast
+
+import numpy as np
+
+from schemas.columns import DEVICE_METRICS
+from streams.detect.combine.chunks import DeviceChunk, column
+from streams.detect.rules import r01_static_bounds as r1
+from streams.detect.rules import r02_cusum as r2
+from streams.detect.rules.base import Alarms, BoolArray, FloatArray, IntArray
+from streams.detect.scopes.finding import Finding
+from streams.detect.signals.shared import SignalState, grow, rule_finding, timed
+
+R2_DEVICE = ("power_w", "temp_c", "mem_pct")  # the metrics R2 runs on (DeviceParams.r2_params)
+METRIC_IDS = {"power_w": "T1", "temp_c": "T2", "aicore_pct": "T3", "aicpu_pct": "T4", "ctrlcpu_pct": "T5",
+              "mem_pct": "T6", "membw_pct": "T7", "freq_mhz": "clock"}
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceParams:
+    """The settings the device feed reads (infra/settings.py `DetectionConfig.params` fills them, by the
+    settings' names); `r1_bounds` and `r2_params` give them per device metric."""
+
+    resolve_after_steps: int
+    r1_k: int
+    r1_temp_max_c: float
+    r1_mem_max_pct: float
+    r1_power_max_w: float
+    r1_aicore_min_pct: float
+    r1_membw_min_pct: float
+    r1_busy_min_pct: float
+    r1_job_busy_min_pct: float
+    r1_downclock_pct: float
+    r2_k: float
+    r2_h: float
+    r2_history: int
+    r2_warmup: int
+    r2_warmup_power_w: int
+    r2_warmup_mem_pct: int
+    r2_confirm: int
+    r2_confirm_window: int
+    r2_sigma_min_temp_c: float
+    r2_sigma_min_power_w: float
+    r2_sigma_min_mem_pct: float
+    r2_transition: float
+
+    def r1_bounds(self) -> tuple[tuple[str, float, bool, str | None], ...]:
+        """R1's configured bound per device metric (0 = off): (metric, bound, lower?, where a lower bound
+        applies: "job" while the job is busy, "device" while the device itself is busy)."""
+        return (("temp_c", self.r1_temp_max_c, False, None), ("mem_pct", self.r1_mem_max_pct, False, None),
+                ("power_w", self.r1_power_max_w, False, None), ("aicore_pct", self.r1_aicore_min_pct, True, "job"),
+                ("membw_pct", self.r1_membw_min_pct, True, "device"))
+
+    def r2_params(self) -> dict[str, r2.Params]:
+        """R2's parameters per metric of `R2_DEVICE`: power and memory follow the load at once and have
+        their own warm-up, the temperature lags it (thermal lag) and takes `r2_warmup`; each metric has
+        its own absolute sigma floor."""
+        warmup = {"power_w": self.r2_warmup_power_w, "temp_c": self.r2_warmup, "mem_pct": self.r2_warmup_mem_pct}
+        sigma_min = {"power_w": self.r2_sigma_min_power_w, "temp_c": self.r2_sigma_min_temp_c,
+                     "mem_pct": self.r2_sigma_min_mem_pct}
+        return {metric: r2.Params(k=self.r2_k, h=self.r2_h, history=self.r2_history, warmup=int(warmup[metric]),
+                                  sigma_min=float(sigma_min[metric]))
+                for metric in R2_DEVICE}
+
+
+TICK_NS = 1_000_000_000  # device samples are bucketed per second of their own timestamps
+HOLD_TICKS = 2           # a tick is evaluated once samples this many ticks newer arrived ...
+WAIT_TICKS = 30          # ... and every device reporting lately is in it, or at the latest this many ticks on
+
+
+def device_ticks(chunk: DeviceChunk, state: SignalState, flush: bool = False) -> list[DeviceChunk]:
+    """Device samples regrouped per tick, released once the tick is whole.
+
+    R2 removes the common mode (the job's median device at the same tick): evaluated on part
+    of a tick, a job-wide load change (an evaluation or checkpoint step) leaves a spurious
+    drift on the devices of that part. A tick arrives split in two ways: a decode batch ends
+    in the middle of it, and the device topic's partitions (keyed per device) run apart under
+    a backlog, each carrying its share of the devices seconds ahead of or behind the others
+    (the Kafka-only R2 false alarms of `slow_pp_stage`, `replay --device-skew`). So a tick
+    waits until samples `HOLD_TICKS` newer arrived AND every device that reported within the
+    last `WAIT_TICKS` ticks has reported this tick or a later one (its partition got past it;
+    a device sampled less often than every tick does not hold it); a device gone silent (a
+    dead host) holds the job's ticks `WAIT_TICKS` at most. A sample of a tick already evaluated
+    is late: it is left out of the rules (alone it would be a partial tick), counted in
+    `late_samples`, and its device is waited for from then on. Before, a device whose first
+    samples came late was never registered, so every later sample of it came late too: R1/R2
+    never saw a device of a lagging partition (`replay --device-skew 4`: cooling_loss lost R1
+    and R2 on the rank whose device was in it).
+    """
+    columns = cast(dict[str, Any], chunk)  # its columns are read by run-time names (metrics)
+    if not _regroup_columns(columns, state):
+        _regroup_each(columns, state)
+    newest = max(state.ticks, default=max(state.released_tick, 0))
+    for d in [d for d, t in state.device_tick.items() if t <= newest - WAIT_TICKS]:
+        del state.device_tick[d]  # silent for WAIT_TICKS: no longer waited for
+    frontier = min(state.device_tick.values(), default=newest)  # every device reporting lately got this far
+    ready: list[int] = []
+    for t in sorted(state.ticks):
+        whole = t <= newest - HOLD_TICKS and t <= frontier
+        if not (flush or whole or t <= newest - WAIT_TICKS):
+            break  # ticks are evaluated in order: a later whole tick waits for an earlier incomplete one
+        ready.append(t)
+    if ready:
+        state.released_tick = max(state.released_tick, ready[-1])
+    out: list[DeviceChunk] = []
+    for t in ready:
+        out.append(cast(DeviceChunk, {"kind": "device", "job": chunk.get("job", ""), **state.ticks.pop(t)}))
+    return out
+
+
+def _regroup_each(chunk: dict[str, Any], state: SignalState) -> None:
+    """The chunk's samples into their ticks one by one (any chunk; `_regroup_columns` does the same per column)."""
+    cols = [k for k, v in chunk.items() if isinstance(v, list)]
+    hosts, devices = chunk.get("host", []), chunk.get("device", [])
+    for i, ts in enumerate(chunk["ts_ns"]):
+        t = int(ts) // TICK_NS
+        # a device is waited for from its first sample on, a late one too: its partition is
+        # behind, and its next ticks must wait for it (else every sample of it came late)
+        name = f"{hosts[i]}/{devices[i]}" if i < len(hosts) and i < len(devices) else str(i)
+        if state.device_tick.get(name, -1) < t:
+            state.device_tick[name] = t
+        if t <= state.released_tick:
+            state.late_samples += 1
+            continue
+        tick = state.ticks.setdefault(t, {k: [] for k in cols})
+        for k in cols:
+            tick.setdefault(k, []).append(chunk[k][i])
+
+
+def _regroup_columns(chunk: dict[str, Any], state: SignalState) -> bool:
+    """`_regroup_each` a column at a time (a list slice per tick and column, not an append per sample
+    and column: ~1 µs less per device sample at 4,096 ranks); False, nothing changed, for a chunk
+    whose columns are not all as long as its timestamps or whose timestamps are not ints."""
+    stamps = chunk["ts_ns"]
+    n = len(stamps)
+    cols = [k for k, v in chunk.items() if isinstance(v, list)]
+    if not all(len(chunk[k]) == n for k in cols) or "host" not in cols or "device" not in cols \
+            or not all(type(ts) is int for ts in stamps):
+        return False
+    ticks = [ts // TICK_NS for ts in stamps]
+    seen = state.device_tick
+    for name, t in zip([f"{h}/{d}" for h, d in zip(chunk["host"], chunk["device"], strict=True)], ticks, strict=True):
+        if seen.get(name, -1) < t:
+            seen[name] = t
+    released = state.released_tick
+    groups: dict[int, list[int]] = {}
+    if n and min(ticks) == max(ticks):
+        if ticks[0] > released:
+            groups[ticks[0]] = list(range(n))
+    else:
+        for i, t in enumerate(ticks):
+            if t > released:
+                groups.setdefault(t, []).append(i)
+    state.late_samples += n - sum(len(rows) for rows in groups.values())
+    for t, rows in groups.items():
+        tick = state.ticks.setdefault(t, {k: [] for k in cols})
+        pick = itemgetter(*rows) if len(rows) > 1 else None
+        for k in cols:
+            values = chunk[k]
+            if len(rows) == n:
+                tick.setdefault(k, []).extend(values)
+            elif pick is not None:
+                tick.setdefault(k, []).extend(pick(values))
+            else:
+                tick.setdefault(k, []).append(values[rows[0]])
+    return True
+
+
+def device_findings(chunk: DeviceChunk, state: SignalState, params: DeviceParams,
+                    timings: dict[str, float], stage_of: IntArray | None = None) -> list[Finding]:
+    """R1/R2 on one tick of a job's device samples. `stage_of`: the PP stage of each rank (the
+    engine's topology, -1 or absent = unknown): R2's common mode is the device's stage."""
+    t0 = time.perf_counter()
+    hosts: list[str] = chunk["host"]
+    devices: list[int] = chunk["device"]
+    ranks: list[int] = chunk["rank"]
+    idx = np.empty(len(hosts), dtype=np.int64)
+    for i, (h, d) in enumerate(zip(hosts, devices, strict=True)):
+        key = f"{h}/{d}"
+        j = state.devices.get(key)
+        if j is None:
+            j = state.devices[key] = len(state.devices)
+        idx[i] = j
+        if ranks[i] >= 0:
+            state.device_rank[j] = ranks[i]
+    n = len(state.devices)
+    names = list(state.devices)
+    values = {m: np.asarray(column(chunk, m), dtype=np.float64) for m in DEVICE_METRICS}
+    # rounds: a device sampled several times in one chunk is evaluated in order
+    order = np.argsort(np.asarray(chunk["ts_ns"], dtype=np.int64), kind="stable")
+    seen_count: dict[int, int] = {}
+    rounds: list[list[int]] = []
+    for pos in order.tolist():
+        r = seen_count.get(int(idx[pos]), 0)
+        seen_count[int(idx[pos])] = r + 1
+        if r == len(rounds):
+            rounds.append([])
+        rounds[r].append(pos)
+    r2_params = params.r2_params()
+    out: list[Finding] = []
+    for rows in rounds:
+        sel = np.asarray(rows, dtype=np.int64)
+        aicore = np.full(n, np.nan)
+        aicore[idx[sel]] = values["aicore_pct"][sel]
+        active = _busy(aicore, params)
+        for metric, bound, lower, gate in _r1_bounds(values["freq_mhz"][sel], state, params):
+            x = np.full(n, np.nan)
+            x[idx[sel]] = values[metric][sel]
+            r1_params = r1.Params(lower=bound if lower else np.nan, upper=np.nan if lower else bound, k=params.r1_k)
+            key = f"r1:{metric}"
+            st, alarms = r1.evaluate(x, grow(state.rules.get(key), n, "run"), r1_params,
+                                     active=active.get(gate, True))
+            state.rules[key] = st
+            out.extend(_device_finding("R1", metric, alarms, names, state, params.resolve_after_steps))
+        peers = _peer_classes(sel, ranks, hosts, stage_of)
+        for metric in R2_DEVICE:
+            if _in_transition(values[metric][sel], state, metric, params.r2_transition):
+                continue
+            x = np.full(n, np.nan)
+            x[idx[sel]] = _minus_common_mode(values[metric][sel], peers)
+            key = f"r2:{metric}"
+            st2, alarms = r2.evaluate(x, grow(state.rules.get(key), n, "n"), r2_params[metric])
+            state.rules[key] = st2
+            out.extend(_device_finding("R2", metric, _confirmed(alarms, x, state, key, params), names, state,
+                                       params.resolve_after_steps))
+    timed(timings, "R1/R2", t0)
+    return out
+
+
+PEER_HOSTS = 3  # a stage's devices are a device's peers for R2 when they span this many hosts
+
+
+def _peer_classes(sel: IntArray, ranks: list[int], hosts: list[str], stage_of: IntArray | None) -> IntArray:
+    """Per sample of the round, its peer class for R2's common mode: its PP stage when the stage's
+    devices in this tick span `PEER_HOSTS` hosts or more, else -1 (the whole job)."""
+    rank = np.asarray(ranks, dtype=np.int64)[sel]
+    cls = np.full(sel.size, -1, dtype=np.int64)
+    if stage_of is None or not stage_of.size:
+        return cls
+    known = (rank >= 0) & (rank < stage_of.size)
+    cls[known] = stage_of[rank[known]]
+    host_ids = np.unique(np.asarray(hosts, dtype=object)[sel], return_inverse=True)[1].reshape(-1)
+    for k in np.unique(cls[cls >= 0]).tolist():
+        members = cls == k
+        if np.unique(host_ids[members]).size < PEER_HOSTS:
+            cls[members] = -1
+    return cls
+
+
+TRANSITION_HOLD_TICKS = 2  # ticks after a job-wide change still left out (hosts straggling back at their phase)
+
+
+def _in_transition(x: FloatArray, state: SignalState, metric: str, share: float) -> bool:
+    """Whether this tick, or the one before, saw the job's median `metric` move by `share` or more.
+
+    Each host's agent samples at its own phase, on its own clock (milliseconds apart at best), so
+    the samples of one tick span up to a tick interval. When the whole job's load changes inside
+    that window (a checkpoint, an evaluation pass, every rank waiting for one stalled rank), a
+    tick holds devices sampled before and after the change: their differences are the change
+    itself, not drift, and removing the common mode leaves half the fleet "drifted". Such a tick
+    and the TRANSITION_HOLD_TICKS after it (the change may straddle them) are left out of R2.
+    """
+    ok = x[np.isfinite(x)]
+    if share <= 0 or not ok.size:
+        return False
+    med = float(np.median(ok))
+    prev = state.rules.get(f"r2med:{metric}")
+    state.rules[f"r2med:{metric}"] = med
+    held = int(state.rules.pop(f"r2gate:{metric}", 0))
+    if isinstance(prev, float) and abs(med - prev) >= share * max(abs(prev), abs(med), 1e-9):
+        state.rules[f"r2gate:{metric}"] = TRANSITION_HOLD_TICKS
+        return True
+    if held > 1:
+        state.rules[f"r2gate:{metric}"] = held - 1
+    return held > 0
+
+
+R2_MIN_DEVICES = 8  # devices in a tick for R2's common mode to be stable (a host's worth)
+
+
+def _minus_common_mode(x: FloatArray, peers: IntArray) -> FloatArray:
+    """Each sample's deviation from the median of its peers at the same tick (>= 3 of them; else
+    the job's median). A job-wide ramp (warm-up, a load change, room temperature) is common mode,
+    a failing device is not; so is a PP stage's load shift (a slow stage: its devices draw more
+    power while the other stage's wait; with two stages the job's median sits between the two and
+    every device looked drifted). Natural stage imbalance (the LM head stage) leaves the comparison.
+    A tick with fewer than `R2_MIN_DEVICES` devices gives no verdict (NaN): the median of a handful
+    moves with each device's own share of the work (variable sequence lengths, a checkpoint), and a
+    job of one or two devices has none to remove at all (healthy simulated jobs: 39 R2 incidents in
+    12 runs of 2 ranks, 13 in 12 runs of 4; none at 8). R1's bounds still judge absolute values."""
+    ok = np.isfinite(x)
+    if ok.sum() < R2_MIN_DEVICES:
+        return np.full(x.shape, np.nan)
+    out = x - float(np.median(x[ok]))
+    for k in np.unique(peers[peers >= 0]).tolist():
+        members = (peers == k) & ok
+        if members.sum() >= 3:
+            out[members] = x[members] - float(np.median(x[members]))
+    return out
+
+
+def _busy(aicore: FloatArray, params: DeviceParams) -> dict[str | None, BoolArray | bool]:
+    """Where R1's lower bounds apply at this tick (a utilisation under its bound is only news on a
+    device meant to be busy). "job": the job's median AI Core is at least `r1_job_busy_min_pct`
+    (a checkpoint or an evaluation pause idles every device at once, 3 ticks at ~25 % in the
+    simulator: the job's schedule, not a starved device). "device": the device's own AI Core is
+    at least `r1_busy_min_pct` (memory bandwidth and clock follow the load: a device waiting for a
+    straggler, or idle, is neither memory-starved nor throttled; an idle GPU lowers its clock)."""
+    ok = aicore[np.isfinite(aicore)]
+    job = bool(ok.size) and float(np.median(ok)) >= params.r1_job_busy_min_pct
+    device = np.isfinite(aicore) & (np.nan_to_num(aicore) >= params.r1_busy_min_pct)
+    return {"job": job, "device": device}
+
+
+def _r1_bounds(freq: FloatArray, state: SignalState,
+               params: DeviceParams) -> list[tuple[str, float, bool, str | None]]:
+    """(metric, bound, lower?, gate) of R1 on device samples: the configured T1–T7 bounds, and the
+    clock's down-clocking bound (spec §3: > 5 %) under the highest clock the job's devices reported
+    (their rated clock: the devices of one job are of one kind, so a chip down-clocked from its
+    first sample on still sits under its peers')."""
+    out = [(metric, float(bound), lower, gate) for metric, bound, lower, gate in params.r1_bounds()
+           if float(bound) > 0]
+    ok = freq[np.isfinite(freq) & (freq > 0)]
+    ref = max(float(state.rules.get("r1:freq_ref", 0.0)), float(ok.max()) if ok.size else 0.0)
+    if ref > 0:
+        state.rules["r1:freq_ref"] = ref
+        if params.r1_downclock_pct > 0:
+            out.append(("freq_mhz", ref * (1.0 - params.r1_downclock_pct / 100.0), True, "device"))
+    return out
+
+
+def _confirmed(a: Alarms, x: FloatArray, state: SignalState, key: str, params: DeviceParams) -> Alarms:
+    """R2 alarms of devices that alarmed `r2_confirm` times within their last `r2_confirm_window` samples.
+
+    CUSUM resets after an alarm; a real drift alarms again within a few samples, one odd sample
+    (an evaluation or checkpoint step's load dip) does not. Per series the spec's h gives an
+    in-control run length of a few hundred samples; over a fleet of devices that is an alarm a
+    minute, so a device needs repeated alarms before it counts (k-of-n confirmation).
+    """
+    if params.r2_confirm <= 1:
+        return a
+    hist = grow(state.rules.get(f"{key}:hits"), x.size, "bits")
+    if hist is None:
+        hist = _Hits(bits=np.zeros(x.size, dtype=np.int64))
+        state.rules[f"{key}:hits"] = hist
+    window_mask = (1 << params.r2_confirm_window) - 1
+    sampled = np.isfinite(x)
+    hist.bits = np.where(sampled, (hist.bits << 1) & window_mask, hist.bits)
+    hist.bits[a.index] |= 1
+    counts = np.array([bin(int(b)).count("1") for b in hist.bits[a.index]], dtype=np.int64)
+    keep = counts >= params.r2_confirm
+    return Alarms(index=a.index[keep], value=a.value[keep], baseline=a.baseline[keep], threshold=a.threshold[keep])
+
+
+@dataclass(slots=True)
+class _Hits:
+    bits: IntArray
+
+
+def _device_finding(rule: str, metric: str, a: Alarms, names: list[str], state: SignalState,
+                    resolve_after: int) -> list[Finding]:
+    out = []
+    for i, j in enumerate(a.index.tolist()):
+        host, dev = names[j].rsplit("/", 1)
+        rank = state.device_rank.get(j)
+        out.append(rule_finding(
+            rule, f"device:{names[j]}", "device", 0,
+            f"{METRIC_IDS[metric]} {metric} of {host} device {dev} at {a.value[i]:.1f} "
+            f"({'beyond bound' if rule == 'R1' else 'CUSUM drift from'} {a.threshold[i]:.1f})",
+            a, i, resolve_after, metric=METRIC_IDS[metric], host=host, device=int(dev),
+            ranks=[rank] if rank is not None else [],
+            open_after=1, severity="critical" if rule == "R1" else "warning"))
+    return out
