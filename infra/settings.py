@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -66,6 +66,9 @@ class DetectionConfig:
     window_max_open_steps: int = 64      # open frames per job before the oldest is closed
     batch_max: int = 10_000          # raw messages per take() of the decode stage
     batch_within_s: float = 0.2      # decode poll timeout (kafka-python returns at once when records are there)
+    # decode: polls bringing records within this long of a batch's first join it (one poll is one broker's
+    # fetch: on 3 brokers a step came in ~3x more, ~3x smaller polls, and a decode batch has a fixed cost)
+    batch_gather_s: float = 0.05
     # detect take(): a chunk waits at most this for its batch. Faust's take() wakes every `within` even with no
     # input: 0.02 s cost an idle detect worker 1.1 % of a core (50 wake-ups/s); 0.1 s costs ~0.2 %
     detect_within_s: float = 0.1
@@ -132,6 +135,20 @@ class DetectionConfig:
     r10_k: float = 5.0
     r10_min_ratio: float = 0.1
 
+    # Engine snapshots pickle the config. Pickled by name: dataclass(slots=True) pickles a frozen class's
+    # values as a list in field order, so a field added in the middle shifted every later value of a
+    # restored config onto its neighbour's name (and left the last one unset). A name missing from a
+    # snapshot takes its default; a name no longer here is dropped.
+    def __getstate__(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def __setstate__(self, state: Any) -> None:
+        values = state if isinstance(state, dict) else dict(zip(_DETECTION_LIST_STATE, state, strict=False))
+        for f in fields(self):
+            value = values[f.name] if f.name in values else (
+                f.default_factory() if f.default_factory is not MISSING else f.default)
+            object.__setattr__(self, f.name, value)
+
     def params(self, cls: type[P]) -> P:
         """A scope's or a rule feed's `Params` (streams/detect/scopes/, streams/detect/signals/)
         filled from these settings.
@@ -144,6 +161,11 @@ class DetectionConfig:
         """
         names: tuple[str, ...] = cls.__match_args__  # type: ignore[attr-defined]  # every dataclass has them
         return cls(*[getattr(self, name) for name in names])
+
+
+# the field order of configs pickled as lists (snapshots SLS6/SLS7 written before the config pickled by name:
+# every field of today's but those added since)
+_DETECTION_LIST_STATE = tuple(f.name for f in fields(DetectionConfig) if f.name not in {"batch_gather_s"})
 
 
 HOOK_FLUSH_INTERVAL_S = 0.5  # default of Settings.hook_flush_interval_s (why 0.5 s: producers/hook/__init__.py)

@@ -6,8 +6,11 @@ both need the same delivery discipline. It lives here, once; a stage supplies it
 `handle` (process the batch and put the results on their sink), and the runtime owns the rest:
 
 - **batching**: each non-empty poll is a batch (`Batching.accumulate` False: decode, whose
-  latency is detection's) or polls add up to `max_records` or `within_s` after the first
-  record (True: land, where a batch is one insert per table);
+  latency is detection's), with the polls that bring more within `gather_s` of its first
+  records joining it (one poll holds what one broker's fetch returned: on three brokers a
+  step's records came in polls a third the size, and a batch's decode has a fixed cost); or
+  polls add up to `max_records` or `within_s` after the first record (True: land, where a
+  batch is one insert per table);
 - **commit order**: the batch's offsets (the consumed positions: exactly its ends) are
   committed only after `handle` returned True, i.e. its outputs are on the broker or in
   ClickHouse; False (the stage stops before its sink confirmed) commits nothing, and the next
@@ -111,6 +114,9 @@ class Batching:
     within_s: float
     accumulate: bool
     idle_poll_ms: int = IDLE_POLL_MS
+    # accumulate False: polls returning records within this long of the batch's first join it (until an
+    # empty poll or max_records); 0: each poll is its own batch
+    gather_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,16 +216,20 @@ class ConsumerLoop(threading.Thread):
     def _poll_timeout_ms(self, batch: Batch, last_empty: bool) -> int:
         within_ms = int(self.batching.within_s * 1000)
         if not self.batching.accumulate:
+            if batch and self.batching.gather_s > 0:  # gathering: wait only for what is left of the window
+                return int(max(0.0, self.batching.gather_s - (self._clock() - batch.first_at)) * 1000)
             return max(within_ms, self.batching.idle_poll_ms) if last_empty else within_ms
         if not batch:
             return within_ms
         return int(max(0.0, self.batching.within_s - (self._clock() - batch.first_at)) * 1000)
 
-    def _due(self, batch: Batch) -> bool:
+    def _due(self, batch: Batch, last_empty: bool) -> bool:
         if not batch:
             return False
         if not self.batching.accumulate:
-            return True
+            b = self.batching
+            return (b.gather_s <= 0 or last_empty or len(batch) >= b.max_records
+                    or self._clock() - batch.first_at >= b.gather_s)
         return len(batch) >= self.batching.max_records or self._clock() - batch.first_at >= self.batching.within_s
 
     def _loop(self, consumer: Consumer) -> None:
@@ -237,7 +247,7 @@ class ConsumerLoop(threading.Thread):
                 first = not batch
                 batch.add(polled, self._clock())
                 self.on_polled(consumer, polled, first)
-            if self._due(batch):
+            if self._due(batch, last_empty):
                 if not self.handle(consumer, batch):
                     return  # stopping before the sink had the outputs: commit nothing, they are re-read
                 self.batches += 1

@@ -188,3 +188,45 @@ def test_read_to_end_raises_when_nothing_arrives_for_stall_s_and_an_empty_poll_b
     with pytest.raises(KafkaTimeoutError, match="reading state made no progress for 2 s"):
         next(read)
     assert len(stalled.timeouts) == 4  # 2 s after the last record is no stall yet; the third empty poll, 3 s, is
+
+
+class StepClock:
+    """A clock that moves `step_s` each time it is read (each poll reads it at least once)."""
+
+    def __init__(self, step_s: float) -> None:
+        self.now, self.step_s = 0.0, step_s
+
+    def __call__(self) -> float:
+        self.now += self.step_s
+        return self.now
+
+
+def test_polls_within_the_gather_window_join_the_batch_and_an_empty_poll_or_the_window_ends_it() -> None:
+    """One poll is one broker's fetch: on three brokers a step arrives in three polls a few ms apart, and each
+    batch's decode has a fixed cost, so the decode stage gathers them into one batch (issue #24/#25)."""
+    batching = Batching(max_records=100, within_s=0.2, accumulate=False, idle_poll_ms=1000, gather_s=0.05)
+    stage = Stage(batching, [[0, 1], [2], [3], None, [4], [5, 6]])
+    stage._clock = StepClock(0.001)
+    stage.run()
+    assert stage.failed is None
+    # [0, 1] + [2] + [3] until the empty poll; [4] + [5, 6] until the script's last (empty) poll
+    assert stage.batch_sizes == [4, 3]
+    assert stage.consumer.commits == [[0, 1, 2, 3], [0, 1, 2, 3, 4, 5, 6]]
+    assert stage.consumer.timeouts[0] == 200 and all(0 < t <= 50 for t in stage.consumer.timeouts[1:4])
+    assert stage.consumer.timeouts[4] == 1000  # idle after the empty poll ended the batch
+
+    slow = Stage(batching, [[0], [1], [2]])
+    slow._clock = StepClock(0.03)  # each poll 30+ ms after the last: the window closes after two polls
+    slow.run()
+    assert slow.batch_sizes == [2, 1]
+
+    full = Stage(Batching(max_records=3, within_s=0.2, accumulate=False, gather_s=10.0), [[0, 1], [2], [3]])
+    full.run()
+    assert full.batch_sizes == [3, 1]  # max_records ends the gathering
+    assert full.consumer.rooms[:2] == [3, 1]
+
+
+def test_without_a_gather_window_each_poll_is_still_its_own_batch() -> None:
+    stage = Stage(Batching(max_records=100, within_s=0.05, accumulate=False), [[0, 1], [2], None])
+    stage.run()
+    assert stage.batch_sizes == [2, 1]

@@ -72,9 +72,10 @@ class DecodeLoop(ConsumerLoop):
 
     def __init__(self, settings: Settings, metrics: DetectMetrics) -> None:
         cfg = settings.detection
-        # each non-empty poll is a batch: its latency is detection's
+        # a batch: a non-empty poll and the polls bringing more within batch_gather_s (its latency is detection's)
         # a commit that cannot finish is given up: the batch is re-read (the engine absorbs repeated chunks)
-        super().__init__("decode", Batching(cfg.batch_max, cfg.batch_within_s, accumulate=False),
+        super().__init__("decode", Batching(cfg.batch_max, cfg.batch_within_s, accumulate=False,
+                                            gather_s=cfg.batch_gather_s),
                          Commits(through_outage=False, timeout_ms=COMMIT_TIMEOUT_MS),
                          gc_threshold=settings.worker_gc_threshold)
         self.settings = settings
