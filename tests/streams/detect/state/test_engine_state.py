@@ -117,3 +117,27 @@ def test_snapshots_are_zstd_and_the_zlib_ones_of_sls6_still_restore() -> None:
         snap = decode_snapshot(snapshot)
         assert snap is not None and snap[0].job == "z" and snap[1].job == "z"
     assert decode_snapshot(b"SLS5" + zlib.compress(pickle.dumps(state))) is None
+
+
+def test_every_frozen_slotted_dataclass_in_a_snapshot_pickles_by_name() -> None:
+    """`dataclass(frozen=True, slots=True)` pickles its values as a list in field order: a field added to
+    such a class later would shift a restored snapshot's values onto their neighbours' names (it happened
+    to DetectionConfig). Every such class an engine snapshot holds must define its own by-name state."""
+    import dataclasses
+    import io
+    import pickle
+
+    fleet = FleetEngine(DetectionConfig())
+    _run(fleet, _chunks(_restart_job())[:40], 0)
+    found: dict[str, str] = {}
+
+    class Finder(pickle.Pickler):
+        def reducer_override(self, obj: object) -> object:
+            t = type(obj)
+            if dataclasses.is_dataclass(t) and t.__dataclass_params__.frozen and "__slots__" in t.__dict__:  # type: ignore[attr-defined]
+                found[f"{t.__module__}.{t.__qualname__}"] = t.__getstate__.__name__
+            return NotImplemented
+
+    Finder(io.BytesIO(), protocol=pickle.HIGHEST_PROTOCOL).dump(fleet.jobs["restart"])
+    assert "infra.settings.DetectionConfig" in found  # the walk sees the classes it should
+    assert {name: how for name, how in found.items() if how == "_dataclass_getstate"} == {}
