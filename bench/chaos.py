@@ -65,6 +65,7 @@ from schemas import ContractError, ControlCommand, Incident, StepEvent, Topics, 
 from schemas.packing import decode_record_as
 from sinks import open_backend
 from sinks.migrations.runner import migrate
+from steplens.demo import worker_env
 from streams.detect.state.outbox import HEADER as OUTBOX_HEADER
 from streams.topics_admin import ensure_topics
 
@@ -94,17 +95,7 @@ class Rig:
         return Topics(self.settings.topic_prefix)
 
     def env(self) -> dict[str, str]:
-        s = self.settings
-        env = {**os.environ, "STEPLENS_HOME": str(s.home), "STEPLENS_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
-               "STEPLENS_TOPIC_PREFIX": s.topic_prefix, "STEPLENS_APP_ID": s.app_id,
-               "STEPLENS_TOPIC_PARTITIONS": str(s.topic_partitions),
-               "STEPLENS_CLICKHOUSE_DATABASE": s.clickhouse_database, "STEPLENS_CLICKHOUSE_URL": s.clickhouse_url,
-               "STEPLENS_CHDB_PATH": str(s.embedded_path), "STEPLENS_SECRETS_DIR": str(s.secrets_path),
-               "STEPLENS_TOPIC_REPLICATION_FACTOR": str(s.topic_replication_factor),
-               "STEPLENS_TOPIC_MIN_INSYNC_REPLICAS": str(s.topic_min_insync_replicas),
-               "STEPLENS_CLICKHOUSE_CLUSTER": s.clickhouse_cluster}
-        env.pop("STEPLENS_CONFIG", None)
-        return env
+        return worker_env(self.settings)
 
     def start(self, role: str, name: str | None = None, env: dict[str, str] | None = None) -> None:
         """Start a `role` worker process; `name` (default: the role) tells a second one of a role apart,

@@ -60,7 +60,7 @@ from producers.simulator.topology import Topology
 from schemas import Topics, rank_key
 from sinks import open_backend
 from sinks.migrations.runner import migrate
-from steplens.demo import start_worker, stop_worker
+from steplens.demo import start_worker, stop_worker, worker_env
 from steplens.lag import wait_group_caught_up
 from streams.detect.state.store import SnapshotStore
 from streams.metrics import kafka_has_c_crc32c
@@ -308,21 +308,6 @@ def scaleout_summary(trials: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def worker_env(settings: Settings, home: Path) -> dict[str, str]:
-    """A worker's environment for `settings` (topics, Kafka, ClickHouse, replication: the cluster's too)."""
-    env = {**os.environ, "STEPLENS_HOME": str(home), "STEPLENS_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-           "STEPLENS_TOPIC_PREFIX": settings.topic_prefix, "STEPLENS_APP_ID": settings.app_id,
-           "STEPLENS_TOPIC_PARTITIONS": str(settings.topic_partitions), "STEPLENS_CHDB_PATH": str(home / "chdb"),
-           "STEPLENS_CLICKHOUSE_URL": settings.clickhouse_url,
-           "STEPLENS_CLICKHOUSE_DATABASE": settings.clickhouse_database,
-           "STEPLENS_SECRETS_DIR": str(settings.secrets_path),
-           "STEPLENS_TOPIC_REPLICATION_FACTOR": str(settings.topic_replication_factor),
-           "STEPLENS_TOPIC_MIN_INSYNC_REPLICAS": str(settings.topic_min_insync_replicas),
-           "STEPLENS_CLICKHOUSE_CLUSTER": settings.clickhouse_cluster}
-    env.pop("STEPLENS_CONFIG", None)
-    return env
-
-
 def trial(base: Settings, ranks: int, steps: int, packed: bool = True, broker_pids: Sequence[int] = (),
           workers: int = 1, server_url: str = "", land_urls: Sequence[str] = ()) -> dict[str, Any]:
     """One size: `workers` processes of each role (landing into `server_url`'s ClickHouse server when set,
@@ -339,7 +324,7 @@ def trial(base: Settings, ranks: int, steps: int, packed: bool = True, broker_pi
     topics = Topics(settings.topic_prefix)
     internal = DetectTopics(settings.topic_prefix)
     ensure_topics(settings, topics, settings.topic_partitions)
-    env = worker_env(settings, home)
+    env = worker_env(settings)
     if server_url:  # migrated once (on the cluster: ON CLUSTER), before several land workers would race to do it
         backend = open_backend(settings)
         try:

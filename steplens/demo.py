@@ -79,6 +79,22 @@ def malformed_events(job: str) -> list[tuple[bytes, bytes]]:
     ]
 
 
+def worker_env(settings: Settings) -> dict[str, str]:
+    """A worker process's environment for `settings`: its home, Kafka and topics (replication too),
+    ClickHouse (server, database, cluster, or the embedded path) and secrets; no config file."""
+    s = settings
+    env = {**os.environ, "STEPLENS_HOME": str(s.home), "STEPLENS_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
+           "STEPLENS_TOPIC_PREFIX": s.topic_prefix, "STEPLENS_APP_ID": s.app_id,
+           "STEPLENS_TOPIC_PARTITIONS": str(s.topic_partitions),
+           "STEPLENS_CLICKHOUSE_DATABASE": s.clickhouse_database, "STEPLENS_CLICKHOUSE_URL": s.clickhouse_url,
+           "STEPLENS_CHDB_PATH": str(s.embedded_path), "STEPLENS_SECRETS_DIR": str(s.secrets_path),
+           "STEPLENS_TOPIC_REPLICATION_FACTOR": str(s.topic_replication_factor),
+           "STEPLENS_TOPIC_MIN_INSYNC_REPLICAS": str(s.topic_min_insync_replicas),
+           "STEPLENS_CLICKHOUSE_CLUSTER": s.clickhouse_cluster}
+    env.pop("STEPLENS_CONFIG", None)
+    return env
+
+
 def start_worker(role: str, env: dict[str, str], logs: Path) -> subprocess.Popen[bytes]:
     log = open(logs / f"worker-{role}.log", "ab")  # noqa: SIM115 - lives as long as the process
     return subprocess.Popen(
