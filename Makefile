@@ -65,8 +65,8 @@ test: venv venv-train lint typecheck ## lint, types, unit and integration tests 
 chaos: venv       ## hostile input, killed workers, Kafka and ClickHouse outages -> bench/results/chaos.json
 	$(BIN)/python -m bench.chaos
 
-chaos-cluster: venv ## brokers, the KRaft leader, a replica, ZooKeeper, workers killed on the loopback cluster -> bench/results/chaos-cluster.json
-	$(BIN)/python -m bench.chaos_cluster $(CHAOS_ARGS)
+chaos-cluster: venv ## brokers, the KRaft leader, a replica, ZooKeeper, workers killed on a wiped loopback cluster -> bench/results/chaos-cluster.json
+	$(BIN)/python -m bench.chaos_cluster --fresh $(CHAOS_ARGS)
 
 soak: venv        ## 30 min of concurrent jobs while workers, the broker and the sink restart -> bench/results/soak.json
 	$(BIN)/python -m bench.soak $(SOAK_ARGS)
@@ -97,4 +97,4 @@ bench-scaleout: venv ## the same load through 1 and 2 workers of each role -> be
 	$(BIN)/python -m bench.throughput --workers 1,2 $(SCALEOUT_ARGS)
 
 bench-scaleout-cluster: venv ## the same through the loopback cluster (3 brokers RF 3, ClickHouse 2x2) -> bench/results/throughput-scaleout-cluster.json
-	$(BIN)/python -m bench.throughput --cluster --workers 1,2 $(SCALEOUT_ARGS)
+	$(BIN)/python -m bench.throughput --cluster --fresh --workers 1,2 $(SCALEOUT_ARGS)

@@ -351,6 +351,15 @@ class ClusterHarness(Harness):
         parts = [p for t in described for p in t["partitions"]]
         return bool(parts) and all(len(p["isr_nodes"]) == len(p["replica_nodes"]) for p in parts)
 
+    def cluster_partitions(self, rig: Rig) -> int:
+        """Partitions of every topic on the cluster (a killed broker's successors take over a third
+        of the leaderships: failover time grows with them)."""
+        admin = self.admin(rig)
+        try:
+            return sum(len(t["partitions"]) for t in admin.describe_topics(list(admin.list_topics())))
+        finally:
+            admin.close()
+
     def note_topology(self, rig: Rig) -> None:
         """Measure the deployment once, on the first rig, while its workers run."""
         if self.topology:
@@ -415,6 +424,7 @@ class ClusterHarness(Harness):
         try:
             self.start_workers(rig)
             self.note_topology(rig)
+            partitions = self.cluster_partitions(rig)
             clock.start()
             for t in producers:
                 t.start()
@@ -456,7 +466,8 @@ class ClusterHarness(Harness):
             duplicate_incidents=result["duplicate_incidents"] + probe_repeats, probe_duplicate_opens=probe_repeats,
             outage_s=round(out.t_up - out.t_down, 1), alert_p99_outage_s=during["p99_s"], alert_outage=during,
             alert_p99_s=whole["p99_s"], alert=whole, alerts_missed=whole["missed"], detected_outage=detected,
-            replicas_agree=self._agree.get(rig.name, False), workers=sorted(rig.procs))
+            replicas_agree=self._agree.get(rig.name, False), workers=sorted(rig.procs),
+            cluster_partitions=partitions)
         return result
 
     def _window(self, start: Clock, roles: tuple[str, ...] = ("detect", "land"), **extra: Any) -> Outage:
@@ -588,9 +599,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--zk-down-s", type=float, default=60.0, help="how long ZooKeeper stays down")
     parser.add_argument("--stop-s", type=float, default=30.0, help="how long a broker stays SIGSTOPped")
     parser.add_argument("--keep", action="store_true", help="leave the cluster running at the end")
+    parser.add_argument("--fresh", action="store_true",
+                        help="stop and wipe the loopback cluster first (`python -m infra wipe --cluster`): "
+                        "the cases run on a cluster holding only their own topics")
     args = parser.parse_args(argv)
     cfg = InfraConfig.from_env()
     cluster = Cluster(cfg)
+    if args.fresh:
+        cluster.stop()
+        cluster.wipe()
     started_cluster = any(cluster.start().values())
     base = load_settings()
     started = datetime.now(UTC)
@@ -614,6 +631,7 @@ def main(argv: list[str] | None = None) -> int:
         "cases": cases,
         **cluster_summary(cases),
         "quick": False,
+        "fresh_cluster": args.fresh,
         "topology": harness.topology or previous.get("topology", {}),
         "outages_s": {"broker_and_replica": args.down_s, "zookeeper": args.zk_down_s, "broker_sigstop": args.stop_s},
         "machine": machine(),

@@ -549,6 +549,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="with --workers: through `python -m infra up --cluster` (3 brokers, RF 3, ClickHouse "
                              "2 shards x 2 replicas; -> throughput-scaleout-cluster.json)")
     parser.add_argument("--keep", action="store_true", help="with --cluster: leave the cluster running at the end")
+    parser.add_argument("--fresh", action="store_true",
+                        help="with --cluster: stop and wipe the loopback cluster first (`python -m infra wipe "
+                             "--cluster`), so the brokers carry only this run's topics")
     parser.add_argument("--out", type=Path, default=None,
                         help="where the JSON goes (default throughput.json, throughput-scaleout.json with --workers)")
     args = parser.parse_args(argv)
@@ -562,6 +565,9 @@ def main(argv: list[str] | None = None) -> None:
     sizes = [int(r) for r in args.ranks.split(",") if r]
     if args.cluster:
         cluster = Cluster(cfg)
+        if args.fresh:
+            cluster.stop()
+            cluster.wipe()
         started_cluster = any(cluster.start().values())
         try:
             scaleout(cluster_stack(base, cluster), counts, sizes, args.steps, args.out or RESULTS_SCALEOUT_CLUSTER,

@@ -1,6 +1,7 @@
 """CLI: ``python -m infra up|down|status [--only kafka|clickhouse|alertmanager|prometheus]`` (the Makefile
 calls it; ``up`` alone starts Kafka and ClickHouse, ``down`` alone stops all four and the loopback cluster),
 ``python -m infra up|down|status --cluster`` (3 Kafka nodes, ZooKeeper, 2x2 ClickHouse; infra/cluster.py),
+``python -m infra wipe --cluster`` (the stopped cluster's data deleted: the next up starts it empty),
 ``python -m infra rotate kafka:<principal>|clickhouse:<user>`` (docs/security.md)."""
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def _parser() -> argparse.ArgumentParser:
         "STEPLENS_CLICKHOUSE_TCP_PORT, STEPLENS_CLICKHOUSE_HTTP_PORT, "
         "STEPLENS_CLICKHOUSE_INTERSERVER_PORT, STEPLENS_ALERTMANAGER_PORT, STEPLENS_PROMETHEUS_PORT.",
     )
-    parser.add_argument("command", choices=("up", "down", "status", "rotate"))
+    parser.add_argument("command", choices=("up", "down", "status", "rotate", "wipe"))
     parser.add_argument("target", nargs="?", help="rotate: kafka:<principal> or clickhouse:<user>")
     parser.add_argument(
         "--only",
@@ -62,6 +63,9 @@ def _cluster(cfg: InfraConfig, command: str) -> int:
         cluster.stop()
     elif command == "rotate":
         raise InfraError("rotate acts on the single-node services only")
+    elif command == "wipe":
+        for path in cluster.wipe():
+            logging.getLogger("infra").info("removed %s", path)
     print(cluster.describe())
     return 0
 
@@ -86,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = InfraConfig.from_env()
         if args.cluster:
             return _cluster(cfg, args.command)
+        if args.command == "wipe":
+            raise InfraError("wipe acts on the loopback cluster only (--cluster)")
         if args.command == "up":
             t0 = time.monotonic()
             started = up(cfg, kafka=kafka, clickhouse=clickhouse) if args.only not in MONITORING else {}

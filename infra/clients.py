@@ -82,7 +82,7 @@ def ssl_context(settings: Settings) -> ssl.SSLContext:
     return ctx
 
 
-RECONNECT_BACKOFF_MAX_MS = 1000  # the Java clients' default
+RECONNECT_BACKOFF_MIN_MS = 50  # kafka-python's first reconnect backoff: a ceiling below it means none
 
 
 def request_timeout_ms(settings: Settings) -> int:
@@ -90,11 +90,17 @@ def request_timeout_ms(settings: Settings) -> int:
     return max(1000, int(settings.kafka_request_timeout_s * 1000))
 
 
+def reconnect_backoff_max_ms(settings: Settings) -> int:
+    """`kafka_reconnect_backoff_max_s` in ms, at least kafka-python's first backoff (50 ms)."""
+    return max(RECONNECT_BACKOFF_MIN_MS, int(settings.kafka_reconnect_backoff_max_s * 1000))
+
+
 def kafka_client_config(settings: Settings, principal: Principal) -> dict[str, Any]:
     """Keyword arguments for kafka-python's KafkaProducer / KafkaConsumer / KafkaAdminClient.
 
-    Reconnects back off to at most RECONNECT_BACKOFF_MAX_MS (kafka-python's default is 30 s: after a
-    broker outage every client then waited up to 30 s more before it even tried the broker again).
+    Reconnects back off to at most `kafka_reconnect_backoff_max_s` (default 1 s, the Java clients';
+    kafka-python's own is 30 s: after a broker outage every client then waited up to 30 s more before
+    it even tried the broker again, and a client learns a new leader only after a failed reconnect).
     Every principal but `admin` gives a request up after `kafka_request_timeout_s` (kafka-python's
     30 s default held a send or a fetch to a broker that stopped answering for 30 s, measured as
     34 s alerts in make chaos-cluster's broker_stop); the client then refreshes its metadata and
@@ -102,7 +108,7 @@ def kafka_client_config(settings: Settings, principal: Principal) -> dict[str, A
     (topic creation on a busy cluster) keep the library's default.
     """
     config: dict[str, Any] = {"bootstrap_servers": settings.kafka_bootstrap,
-                              "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS}
+                              "reconnect_backoff_max_ms": reconnect_backoff_max_ms(settings)}
     if principal != "admin":
         config["request_timeout_ms"] = request_timeout_ms(settings)
     if _mode(settings) == "plaintext":

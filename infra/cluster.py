@@ -15,6 +15,7 @@ Ports (environment variable, default; all outside the usual ephemeral range):
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -72,6 +73,25 @@ class Cluster:
                 errors.append(str(exc))
         if errors:
             raise InfraError("\n".join(errors))
+
+    def wipe(self) -> list[str]:
+        """Delete the cluster's data so the next `start` formats an empty cluster: each Kafka node's
+        directory (log, KRaft metadata), each replica's (tables) and ZooKeeper's znodes; the jars and
+        the secrets stay. Returns the directories removed; refuses while any part runs.
+
+        Why: the brokers refuse topic deletion (docs/security.md), so every bench rig's topics stay
+        on the cluster. 1,700 leftover partitions had each broker replicating idle partitions and a
+        killed broker's successors taking over 1,280 leaderships, not the dozens a bench uses."""
+        parts = [*self.kafka.nodes, self.zookeeper, *self.clickhouse.nodes]
+        running = [part.name for part in parts if part.pid() is not None]
+        if running:
+            raise InfraError(f"wipe: stop the cluster first ({', '.join(running)} running)")
+        dirs = [*(node.node_dir for node in self.kafka.nodes), *(node.node_dir for node in self.clickhouse.nodes),
+                self.zookeeper.data_dir]
+        removed = [str(d) for d in dirs if d.exists()]
+        for d in dirs:
+            shutil.rmtree(d, ignore_errors=True)
+        return removed
 
     def describe(self) -> str:
         return "\n".join([self.kafka.describe(), self.zookeeper.describe(), self.clickhouse.describe(),

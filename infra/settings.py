@@ -206,6 +206,12 @@ class Settings:
     # request this long before the client gives it up, refreshes metadata and moves to the partition's
     # new leader. It bounds alert latency while a broker hangs (infra/clients.py, docs/deployment.md).
     kafka_request_timeout_s: float = 2.5
+    # longest wait between reconnect attempts to a broker that went away (every Kafka client made by
+    # infra/clients.py). kafka-python learns a partition's new leader only when it refreshes metadata,
+    # and it refreshes after a failed reconnect: while the dead leader is in backoff a consumer skips
+    # its partitions and asks for nothing. So after the controller has moved the leadership, a client
+    # can wait up to this long more (measured on the loopback cluster: docs/deployment.md).
+    kafka_reconnect_backoff_max_s: float = 1.0
     secrets_dir: Path | None = None   # default: <home>/secrets
     clickhouse_user: str = ""         # empty: steplens_writer to land, steplens_reader to query
     clickhouse_password: str = ""     # empty: <secrets_dir>/clickhouse-<user>.password
@@ -307,6 +313,7 @@ _ENV = {
     "STEPLENS_KAFKA_PASSWORD": ("", "kafka_password"),
     "STEPLENS_KAFKA_CA_FILE": ("", "kafka_ca_file"),
     "STEPLENS_KAFKA_REQUEST_TIMEOUT_S": ("", "kafka_request_timeout_s"),
+    "STEPLENS_KAFKA_RECONNECT_BACKOFF_MAX_S": ("", "kafka_reconnect_backoff_max_s"),
     "STEPLENS_SECRETS_DIR": ("", "secrets_dir"),
     "STEPLENS_CLICKHOUSE_USER": ("", "clickhouse_user"),
     "STEPLENS_CLICKHOUSE_PASSWORD": ("", "clickhouse_password"),

@@ -80,8 +80,9 @@ def malformed_events(job: str) -> list[tuple[bytes, bytes]]:
 
 
 def worker_env(settings: Settings) -> dict[str, str]:
-    """A worker process's environment for `settings`: its home, Kafka and topics (replication too),
-    ClickHouse (server, database, cluster, or the embedded path) and secrets; no config file."""
+    """A worker process's environment for `settings`: its home, Kafka (and its clients' timeouts) and
+    topics (replication too), ClickHouse (server, database, cluster, or the embedded path) and
+    secrets; no config file."""
     s = settings
     env = {**os.environ, "STEPLENS_HOME": str(s.home), "STEPLENS_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
            "STEPLENS_TOPIC_PREFIX": s.topic_prefix, "STEPLENS_APP_ID": s.app_id,
@@ -90,7 +91,9 @@ def worker_env(settings: Settings) -> dict[str, str]:
            "STEPLENS_CHDB_PATH": str(s.embedded_path), "STEPLENS_SECRETS_DIR": str(s.secrets_path),
            "STEPLENS_TOPIC_REPLICATION_FACTOR": str(s.topic_replication_factor),
            "STEPLENS_TOPIC_MIN_INSYNC_REPLICAS": str(s.topic_min_insync_replicas),
-           "STEPLENS_CLICKHOUSE_CLUSTER": s.clickhouse_cluster}
+           "STEPLENS_CLICKHOUSE_CLUSTER": s.clickhouse_cluster,
+           "STEPLENS_KAFKA_REQUEST_TIMEOUT_S": str(s.kafka_request_timeout_s),
+           "STEPLENS_KAFKA_RECONNECT_BACKOFF_MAX_S": str(s.kafka_reconnect_backoff_max_s)}
     env.pop("STEPLENS_CONFIG", None)
     return env
 

@@ -72,10 +72,14 @@ def test_worker_env_carries_the_clusters_replication_and_clickhouse_cluster(tmp_
     settings = replace(Settings(), kafka_bootstrap="127.0.0.1:29092,127.0.0.1:29192", topic_prefix="tpx.",
                        app_id="tpx", topic_replication_factor=3, topic_min_insync_replicas=2,
                        clickhouse_url="clickhouse://127.0.0.1:29000", clickhouse_database="tpx",
-                       clickhouse_cluster="steplens", home=tmp_path)
+                       clickhouse_cluster="steplens", home=tmp_path, kafka_request_timeout_s=2.0,
+                       kafka_reconnect_backoff_max_s=0.25)
     env = worker_env(settings)
     assert env["STEPLENS_TOPIC_REPLICATION_FACTOR"] == "3" and env["STEPLENS_TOPIC_MIN_INSYNC_REPLICAS"] == "2"
     assert env["STEPLENS_CLICKHOUSE_CLUSTER"] == "steplens" and env["STEPLENS_KAFKA_BOOTSTRAP"].count(",") == 1
     assert env["STEPLENS_HOME"] == str(tmp_path) and env["STEPLENS_APP_ID"] == "tpx"
     assert env["STEPLENS_CHDB_PATH"] == str(tmp_path / "chdb")
     assert "STEPLENS_CONFIG" not in env
+    # the cluster's client timeouts reach the workers' own clients
+    assert env["STEPLENS_KAFKA_REQUEST_TIMEOUT_S"] == "2.0"
+    assert env["STEPLENS_KAFKA_RECONNECT_BACKOFF_MAX_S"] == "0.25"

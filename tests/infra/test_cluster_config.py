@@ -11,6 +11,7 @@ from infra import InfraConfig, KafkaBroker
 from infra.clickhouse_cluster import ClickHouseCluster, ClickHouseClusterPorts
 from infra.cluster import Cluster, ClusterPorts
 from infra.kafka_cluster import KafkaCluster, KafkaClusterPorts
+from infra.process import InfraError
 from infra.settings import load_settings
 from infra.zookeeper import ZooKeeperServer
 from schemas import Topics
@@ -91,6 +92,55 @@ def test_cluster_ports_come_from_the_environment(tmp_path: Path) -> None:
     assert (ports.clickhouse.tcp, ports.clickhouse.http, ports.clickhouse.zookeeper) == (27000, 28123, 27181)
     settings = Cluster(InfraConfig(home=tmp_path), ports).client_settings(entry=(2, 1))
     assert settings.clickhouse_url == "clickhouse://127.0.0.1:27020" and settings.clickhouse_cluster == "steplens"
+
+
+def test_cluster_clients_find_a_new_leader_within_the_failover(tmp_path: Path) -> None:
+    """A consumer of a killed leader's partitions learnt the new leader only at its next failed
+    reconnect: with a 1 s backoff ceiling up to ~1 s after the controller had fenced the node."""
+    cluster = KafkaCluster(InfraConfig(home=tmp_path), KafkaClusterPorts(27092))
+    settings = cluster.client_settings()
+    props = _props(cluster.nodes[0].render_server_properties("pw"))
+    fencing_ms = int(props["broker.session.timeout.ms"])
+    assert settings.kafka_reconnect_backoff_max_s * 1000 <= fencing_ms / 4
+    assert Cluster(InfraConfig(home=tmp_path)).client_settings().kafka_reconnect_backoff_max_s == \
+        settings.kafka_reconnect_backoff_max_s
+    assert InfraConfig(home=tmp_path).client_settings().kafka_reconnect_backoff_max_s == 1.0  # one broker: default
+
+
+def test_wipe_removes_the_clusters_data_and_keeps_the_rest(tmp_path: Path) -> None:
+    """The brokers refuse topic deletion, so bench rigs' topics piled up (1,700 partitions); a wipe
+    empties the stopped cluster. Secrets, the single-node services and ZooKeeper's config stay."""
+    cfg = InfraConfig(home=tmp_path)
+    cluster = Cluster(cfg, ClusterPorts.from_env({"STEPLENS_CLUSTER_KAFKA_PORT": "27092",
+                                                  "STEPLENS_ZOOKEEPER_PORT": "27181",
+                                                  "STEPLENS_CLUSTER_CLICKHOUSE_TCP_PORT": "27000",
+                                                  "STEPLENS_CLUSTER_CLICKHOUSE_HTTP_PORT": "27123",
+                                                  "STEPLENS_CLUSTER_CLICKHOUSE_INTERSERVER_PORT": "27009"}))
+    data = [*(n.node_dir / "data" for n in cluster.kafka.nodes),
+            *(n.node_dir / "data" for n in cluster.clickhouse.nodes), cluster.zookeeper.data_dir]
+    kept = [tmp_path / "secrets" / "ca.pem", tmp_path / "kafka" / "data" / "x", cluster.zookeeper.zoo_cfg]
+    for path in data:
+        path.mkdir(parents=True)
+        (path / "file").write_text("x")
+    for path in kept:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+    removed = cluster.wipe()
+    assert len(removed) == 3 + 4 + 1 and not any(p.exists() for p in data)
+    assert all(p.exists() for p in kept)
+    assert cluster.wipe() == []  # nothing left to remove
+
+
+def test_wipe_refuses_while_a_node_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster = Cluster(InfraConfig(home=tmp_path))
+    data = cluster.kafka.nodes[1].node_dir / "data"
+    data.mkdir(parents=True)
+    monkeypatch.setattr(type(cluster.kafka.nodes[1]), "pid", lambda self: 4242 if self.name == "kafka2" else None)
+    monkeypatch.setattr(ZooKeeperServer, "pid", lambda self: None)
+    monkeypatch.setattr(type(cluster.clickhouse.nodes[0]), "pid", lambda self: None)
+    with pytest.raises(InfraError, match="kafka2"):
+        cluster.wipe()
+    assert data.exists()
 
 
 @pytest.mark.parametrize(("rf", "isr"), [(1, 1), (3, 2)])

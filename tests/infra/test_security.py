@@ -439,3 +439,16 @@ def test_every_client_but_admin_gives_a_hung_request_up_after_the_request_timeou
     assert kafka_client_config(replace(plain, kafka_request_timeout_s=4.0), "detect")["request_timeout_ms"] == 4000
     assert kafka_client_config(replace(plain, kafka_request_timeout_s=0.1), "detect")["request_timeout_ms"] == 1000
     assert load_settings({"STEPLENS_KAFKA_REQUEST_TIMEOUT_S": "3.5"}).kafka_request_timeout_s == 3.5
+
+
+def test_reconnect_backoff_ceiling_comes_from_the_settings(tmp_path: Path) -> None:
+    """kafka-python refreshes metadata (learns a new leader) after a failed reconnect, so the ceiling
+    bounds how long a client lags the controller's failover; it was a module constant of 1 s."""
+    plain = Settings(home=tmp_path, kafka_bootstrap="127.0.0.1:1", kafka_security="plaintext")
+    for principal in ("producer", "detect", "land", "parse", "reader", "admin"):
+        assert kafka_client_config(plain, principal)["reconnect_backoff_max_ms"] == 1000  # type: ignore[arg-type]
+    assert kafka_client_config(replace(plain, kafka_reconnect_backoff_max_s=0.25), "detect")[
+        "reconnect_backoff_max_ms"] == 250
+    assert kafka_client_config(replace(plain, kafka_reconnect_backoff_max_s=0.0), "land")[
+        "reconnect_backoff_max_ms"] == 50  # never below kafka-python's first backoff
+    assert load_settings({"STEPLENS_KAFKA_RECONNECT_BACKOFF_MAX_S": "0.3"}).kafka_reconnect_backoff_max_s == 0.3
