@@ -8,11 +8,17 @@ a metadata request or a new connection's handshake to a broker that stopped answ
 worker's input stalled 20 s, and every alert with it.
 
 So the worker consumer's data connections (fetch, metadata, offsets, FindCoordinator and
-every handshake) use `data_timeout_s`, and only its connections to the group coordinator
-(JoinGroup, SyncGroup, heartbeats, commits: aiokafka's COORDINATION connection group) keep
-Faust's long one. Written against aiokafka 0.14 (pinned): `AIOKafkaConsumer._client`, the
-client's `_get_conn` / `_request_timeout_ms` and the connection's `_request_timeout`;
-tests/streams/test_faust_transport.py checks those are still there and used as assumed.
+every handshake) use `data_timeout_s`, and on its connections to the group coordinator
+(aiokafka's COORDINATION connection group) only the two requests the coordinator holds, JoinGroup
+and SyncGroup, keep Faust's long one. Heartbeats and commits get the short one too: with the
+long one, a coordinator that stopped answering held the heartbeat routine 20 s, the new
+coordinator (the offsets partition's next leader, ~1.2 s later) expired the members' 6 s
+sessions, and the rebalance that followed stalled alerts 7.6 s (make chaos-cluster's
+broker_stop). Timed out after 2.5 s, a heartbeat marks the coordinator dead, the consumer finds
+the new one and heartbeats there within the session. Written against aiokafka 0.14 (pinned):
+`AIOKafkaConsumer._client`, the client's `_get_conn` / `_request_timeout_ms` and the
+connection's `send` / `_request_timeout`; tests/streams/test_faust_transport.py checks those are
+still there and used as assumed.
 """
 
 from __future__ import annotations
@@ -22,15 +28,34 @@ from typing import Any
 import aiokafka
 import faust
 from aiokafka.client import ConnectionGroup
+from aiokafka.protocol.group import JoinGroupRequest, SyncGroupRequest
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 FAUST_FETCH_MAX_WAIT_S = 1.5  # faust.transport.drivers.aiokafka passes fetch_max_wait_ms=1500
+# the requests a coordinator holds until the group settles (up to the rebalance timeout)
+HELD_BY_COORDINATOR = (JoinGroupRequest, SyncGroupRequest)
+
+
+def time_by_request(conn: Any, data_timeout_s: float, held_timeout_s: float) -> None:
+    """`conn` times JoinGroup and SyncGroup out after `held_timeout_s`, every other request after
+    `data_timeout_s` (aiokafka reads `_request_timeout` when `send` is called)."""
+    if getattr(conn, "_steplens_timed_by_request", False):
+        return
+    send = conn.send
+
+    def send_timed(request: Any, expect_response: bool = True) -> Any:
+        conn._request_timeout = held_timeout_s if isinstance(request, HELD_BY_COORDINATOR) else data_timeout_s
+        return send(request, expect_response=expect_response)
+
+    conn.send = send_timed
+    conn._steplens_timed_by_request = True
 
 
 def split_request_timeouts(consumer: aiokafka.AIOKafkaConsumer, data_timeout_s: float,
                            coordination_timeout_s: float) -> None:
-    """New data connections of `consumer` time requests out after `data_timeout_s`, its
-    coordinator connections after `coordination_timeout_s`."""
+    """New data connections of `consumer` time requests out after `data_timeout_s`; on its
+    coordinator connections JoinGroup and SyncGroup after `coordination_timeout_s`, the rest after
+    `data_timeout_s`."""
     client: Any = consumer._client
     client._request_timeout_ms = int(data_timeout_s * 1000)  # create_conn's timeout: data conns, handshakes
     get_conn = client._get_conn
@@ -39,7 +64,7 @@ def split_request_timeouts(consumer: aiokafka.AIOKafkaConsumer, data_timeout_s: 
                         no_hint: bool = False) -> Any:
         conn = await get_conn(node_id, group=group, no_hint=no_hint)
         if conn is not None and group == ConnectionGroup.COORDINATION:
-            conn._request_timeout = coordination_timeout_s
+            time_by_request(conn, data_timeout_s, coordination_timeout_s)
         return conn
 
     client._get_conn = _get_conn

@@ -11,6 +11,8 @@ from typing import Any
 import aiokafka
 from aiokafka.client import AIOKafkaClient, ConnectionGroup
 from aiokafka.conn import AIOKafkaConnection, create_conn
+from aiokafka.protocol.commit import OffsetCommitRequest
+from aiokafka.protocol.group import HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest
 
 from infra.settings import Settings
 from streams.app import base_app
@@ -18,8 +20,15 @@ from streams.faust_transport import ConsumerThread, Transport, split_request_tim
 
 
 class _Conn:
+    """aiokafka's connection as the split sees it: `send` reads `_request_timeout` when called."""
+
     def __init__(self, timeout_s: float) -> None:
         self._request_timeout = timeout_s
+        self.timeouts: list[tuple[str, float]] = []
+
+    def send(self, request: Any, expect_response: bool = True) -> float:
+        self.timeouts.append((type(request).__name__, self._request_timeout))
+        return self._request_timeout
 
 
 def test_data_connections_get_the_short_timeout_coordinator_connections_the_long_one() -> None:
@@ -36,9 +45,39 @@ def test_data_connections_get_the_short_timeout_coordinator_connections_the_long
         split_request_timeouts(consumer, 2.5, 20.0)
         data = await client._get_conn(1)
         coordination = await client._get_conn(1, group=ConnectionGroup.COORDINATION)
-        return client._request_timeout_ms, data._request_timeout, coordination._request_timeout
+        coordination.send(JoinGroupRequest("g", 6000, 20000, "", "", "consumer", [("faust", b"")]))
+        return client._request_timeout_ms, data._request_timeout, coordination.timeouts[0][1]
 
     assert asyncio.run(run()) == (2500, 2.5, 20.0)
+
+
+def test_only_join_and_sync_wait_long_on_the_coordinator_connection() -> None:
+    """A heartbeat or a commit to a coordinator that stopped answering waited Faust's 20 s: the
+    members' sessions expired at the new coordinator and the rebalance stalled alerts 7.6 s
+    (make chaos-cluster's broker_stop). Only the requests the coordinator holds wait long."""
+    async def run() -> list[tuple[str, float]]:
+        consumer = aiokafka.AIOKafkaConsumer(bootstrap_servers="127.0.0.1:1", request_timeout_ms=20_000)
+        client: Any = consumer._client
+        conn = _Conn(client._request_timeout_ms / 1000)
+
+        async def get_conn(node_id: Any, *, group: ConnectionGroup = ConnectionGroup.DEFAULT,
+                           no_hint: bool = False) -> _Conn:
+            return conn
+
+        client._get_conn = get_conn
+        split_request_timeouts(consumer, 2.5, 20.0)
+        coordination = await client._get_conn(3, group=ConnectionGroup.COORDINATION)
+        await client._get_conn(3, group=ConnectionGroup.COORDINATION)  # wrapped once, however often it is got
+        coordination.send(HeartbeatRequest("g", 4, "m"))
+        coordination.send(JoinGroupRequest("g", 6000, 20000, "m", "", "consumer", [("faust", b"")]))
+        coordination.send(OffsetCommitRequest("g", 4, "m", -1, [("t", [(0, 10, "")])]))
+        coordination.send(SyncGroupRequest("g", 4, "m", "", [("m", b"")]))
+        coordination.send(LeaveGroupRequest("g", "m"))
+        return conn.timeouts
+
+    assert asyncio.run(run()) == [("HeartbeatRequest", 2.5), ("JoinGroupRequest", 20.0),
+                                  ("OffsetCommitRequest", 2.5), ("SyncGroupRequest", 20.0),
+                                  ("LeaveGroupRequest", 2.5)]
 
 
 def test_aiokafka_still_has_what_the_split_relies_on() -> None:
@@ -47,6 +86,7 @@ def test_aiokafka_still_has_what_the_split_relies_on() -> None:
     assert list(inspect.signature(AIOKafkaClient._get_conn).parameters) == ["self", "node_id", "group", "no_hint"]
     assert "self._request_timeout_ms" in inspect.getsource(AIOKafkaClient._get_conn)
     assert "wait_for(fut, self._request_timeout)" in inspect.getsource(AIOKafkaConnection.send)
+    assert list(inspect.signature(AIOKafkaConnection.send).parameters) == ["self", "request", "expect_response"]
     assert "group=ConnectionGroup.COORDINATION" in inspect.getsource(
         aiokafka.consumer.group_coordinator.GroupCoordinator._send_req)
 
