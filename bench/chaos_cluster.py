@@ -207,8 +207,12 @@ class AlertClock:
             try:
                 # an alert reader's request timeout (the admin principal keeps kafka-python's 30 s): a fetch
                 # from a broker that stopped answering would hold the incidents it leads for 30 s
+                # kafka-python bootstraps from one address picked at random and waits on it up to the
+                # whole bootstrap_timeout_ms (30 s): a rebuild while a broker hangs (broker_stop) that
+                # picked it held every alert until SIGCONT (31 s). Bounded, the next rebuild picks again.
                 consumer = KafkaConsumer(self.topic, **kafka_client_config(self.settings, "admin"),
                                          request_timeout_ms=request_timeout_ms(self.settings),
+                                         bootstrap_timeout_ms=2 * request_timeout_ms(self.settings),
                                          auto_offset_reset="earliest", enable_auto_commit=False,
                                          consumer_timeout_ms=200)
                 while not self._stop.is_set():
