@@ -1,5 +1,5 @@
-"""A batch's step (device) records straight to one Arrow block of the steps (device_samples) table: no dict,
-tuple or row per event.
+"""A batch's step (device, kernel-summary) records straight to one Arrow block of the steps (device_samples,
+kernel_summaries) table: no dict, tuple or row per event.
 
 Why: per event, landing paid an orjson dict, `sinks.fast_rows`' checks in Python, a row tuple, and
 then the embedded backend turned the tuples back into Arrow columns (issue #25). Here a batch's
@@ -192,9 +192,13 @@ def device_block(raws: list[bytes], ingested_ns: int) -> pa.Table | None:
     return pa.Table.from_arrays(arrays, names=list(DEVICE_SAMPLE_COLUMNS))
 
 
-# every field of the contract's kernel aggregate but `shape` (schemas/kernel_summary.py): an object with
-# arbitrary keys, which pyarrow's reader cannot take as a map, so a record with one fails the read (unknown
-# field) and lands one by one; the simulator and the throughput bench send none (the shape is in the key)
+# every field of the contract's kernel aggregate but `shape` (schemas/kernel_summary.py), an object with
+# arbitrary keys: pyarrow's reader has no map type for it, so a record with one fails the read (unknown
+# field) and its batch lands record by record. No producer here sends it (the simulator and the bench put the
+# shape in the key; the rank hook only when its caller passes one). Reading it with
+# unexpected_field_behavior="infer" (a struct of the keys seen) would be exact, but in that mode pyarrow 26
+# recurses into any unknown field and crashes the process on one nested ~20,000 deep (error mode stops at
+# the field name), which would take a depth check of every such batch before the read
 _AGGREGATE = pa.struct([("key", pa.string()), ("cat", pa.string()), ("count", pa.int64()),
                         ("total_ns", pa.int64()), ("max_ns", pa.int64()), ("metric", pa.string()),
                         ("flops", pa.float64()), ("op", pa.string()), ("domain", pa.string()),
@@ -223,7 +227,8 @@ def kernel_summary_block(raws: list[bytes], ingested_ns: int) -> pa.Table | None
     """The kernel_summaries table's rows of `raws` as one Arrow table in `KERNEL_SUMMARY_COLUMNS` order: one
     row per aggregate, the summary's fields repeated on each, the values `sinks.fast_rows` gives them; None:
     not sure (land them one by one). Declined besides `_fields`' cases: an empty summary (the full path's
-    special row), more than MAX_AGGREGATES_PER_SUMMARY aggregates, an aggregate with `shape` (read error)."""
+    special row), more than MAX_AGGREGATES_PER_SUMMARY aggregates, an aggregate with `shape` (a read error:
+    see `_AGGREGATE`), so every row's shape_keys and shape_values are empty."""
     f = _fields("kernel_summary", raws, ingested_ns, _SUMMARY, _SUMMARY_SCHEMA,
                 ("type", "v", "job", "rank", "world", "host", "device", "step", "entries"))
     if f is None or not (_ids_ok(f["job"]) and _ids_ok(f["host"])):
