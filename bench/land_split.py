@@ -1,8 +1,9 @@
 """Where the land worker's CPU goes per step event, without Kafka: row building old vs columnar, and the insert.
 
 Issue #25: landing costs ~4× a plain consumer per event. This times, on the throughput bench's packed
-step records (`--kind device`: device samples) of `bench.throughput.Job`, one batch per step, and an
-embedded store in a temporary directory:
+step records (`--kind device`: device samples; `--kind kernels`: kernel summaries, two aggregates each, so
+two rows an event) of `bench.throughput.Job`, one batch per step, and an embedded store in a temporary
+directory:
 
 - `ceiling`: `orjson.loads` per record (what a plain consumer pays, less Kafka);
 - `rows_old`: `LandingProcessor.process` per record (a row tuple per event) and the embedded
@@ -25,7 +26,7 @@ database of its own, dropped at the end): each batch's step block and device blo
 beside the `orjson.loads` ceiling on the same records. CPU of this process per event; with
 `--server-pid` also the server process's CPU per event over the same stage (from /proc).
 
-`python -m bench.land_split [--ranks 4096 --steps 10 --rounds 5 --kind step|device]`
+`python -m bench.land_split [--ranks 4096 --steps 10 --rounds 5 --kind step|device|kernels]`
 `python -m bench.land_split --server clickhouse://user:pw@host:port [--server-pid PID] [--ranks --steps --rounds]`
 """
 
@@ -49,7 +50,14 @@ from schemas import Topics
 from sinks.backend import arrow_rows, quote_identifier
 from sinks.embedded import EmbeddedBackend
 from sinks.migrations.runner import migrate
-from sinks.rows import DEVICE_SAMPLE_COLUMNS, DEVICE_SAMPLES_TABLE, STEP_COLUMNS, STEPS_TABLE
+from sinks.rows import (
+    DEVICE_SAMPLE_COLUMNS,
+    DEVICE_SAMPLES_TABLE,
+    KERNEL_SUMMARIES_TABLE,
+    KERNEL_SUMMARY_COLUMNS,
+    STEP_COLUMNS,
+    STEPS_TABLE,
+)
 from sinks.server import ServerBackend
 from sinks.writer import Block
 from streams.land.processor import Landed, LandingProcessor
@@ -66,15 +74,17 @@ class Message:
     value: bytes | None
 
 
-KINDS = {"step": (TOPICS.steps, STEPS_TABLE, STEP_COLUMNS),
-         "device": (TOPICS.device, DEVICE_SAMPLES_TABLE, DEVICE_SAMPLE_COLUMNS)}
+# --kind -> (its topic, table, columns, the event type its records carry)
+KINDS = {"step": (TOPICS.steps, STEPS_TABLE, STEP_COLUMNS, "step"),
+         "device": (TOPICS.device, DEVICE_SAMPLES_TABLE, DEVICE_SAMPLE_COLUMNS, "device"),
+         "kernels": (TOPICS.kernel_summaries, KERNEL_SUMMARIES_TABLE, KERNEL_SUMMARY_COLUMNS, "kernel_summary")}
 
 
 def batches(ranks: int, steps: int, kind: str = "step") -> list[list[Message]]:
     """One batch per step: that step's packed records of `kind`, on 4 partitions."""
     job = Job(f"land-{ranks}", ranks)
-    topic = KINDS[kind][0]
-    head = b'[{"type":"' + kind.encode() + b'"'
+    topic, _, _, event_type = KINDS[kind]
+    head = b'[{"type":"' + event_type.encode() + b'"'
     out, offset = [], 0
     for s in range(steps):
         batch = []
@@ -88,7 +98,7 @@ def batches(ranks: int, steps: int, kind: str = "step") -> list[list[Message]]:
 
 def stages(data: list[list[Message]], backend: EmbeddedBackend,
            kind: str = "step") -> dict[str, Callable[[], None]]:
-    _, table, columns = KINDS[kind]
+    _, table, columns, _ = KINDS[kind]
     layout = backend._layout(table, columns)
     assert layout is not None
     old = LandingProcessor(TOPICS, 1 << 22, columnar=False)
@@ -243,7 +253,7 @@ def main(argv: list[str] | None = None) -> None:
         finally:
             backend.close()
     result: dict[str, Any] = {name: statistics.median(v) for name, v in times.items()}
-    print(f"{args.ranks} ranks x {args.steps} steps, {args.rounds} rounds: CPU-µs per {args.kind} event")
+    print(f"{args.ranks} ranks x {args.steps} steps, {args.rounds} rounds: CPU-µs per {KINDS[args.kind][3]} event")
     for name, v in times.items():
         print(f"  {name:9s} median {result[name]:7.3f}  min {min(v):7.3f}  all {[round(x, 2) for x in v]}")
     print(f"  row building old/new: {result['rows_old'] / result['rows_new']:.2f}x")

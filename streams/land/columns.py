@@ -1,5 +1,5 @@
-"""A batch's step (device) records straight to one Arrow block of the steps (device_samples) table: no dict,
-tuple or row per event.
+"""A batch's step (device, kernel-summary) records straight to one Arrow block of the steps (device_samples,
+kernel_summaries) table: no dict, tuple or row per event.
 
 Why: per event, landing paid an orjson dict, `sinks.fast_rows`' checks in Python, a row tuple, and
 then the embedded backend turned the tuples back into Arrow columns (issue #25). Here a batch's
@@ -19,6 +19,8 @@ is declined there), so a batch without the word has no nulls but missing fields.
 
 from __future__ import annotations
 
+from typing import get_args
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -26,10 +28,12 @@ import pyarrow.compute as pc
 from schemas import bounds
 from schemas.device import METRICS, PERCENT_FIELDS
 from schemas.identity import DOMAIN_TYPES
+from schemas.kernel import CollectiveOp, CopyDirection, KernelCategory
+from schemas.kernel_summary import MAX_AGGREGATES_PER_SUMMARY
 from schemas.step import Phases
 from sinks.fast_rows import VERSIONS
-from sinks.rows import DEVICE_SAMPLE_COLUMNS, NO_GROUP, NO_RANK, STEP_COLUMNS
-from streams.detect.ingest.columns import DEVICE, STEP, int_column, packed_schema, read
+from sinks.rows import DEVICE_SAMPLE_COLUMNS, KERNEL_SUMMARY_COLUMNS, NO_GROUP, NO_RANK, STEP_COLUMNS
+from streams.detect.ingest.columns import DEVICE, IDENTITY, STEP, int_column, packed_schema, read
 
 # the detect reader's step fields, with the integer fields landed as integers (batch_size, samples)
 _STEP = pa.struct([pa.field(f.name, pa.int64()) if f.name in ("batch_size", "samples") else f for f in STEP])
@@ -81,25 +85,22 @@ def _days(ns: np.ndarray) -> pa.Array:
     return pa.array(np.minimum(ns // _NS_DAY, _LAST_DAY).astype(np.int32)).cast(pa.date32())
 
 
-def step_block(raws: list[bytes], ingested_ns: int) -> pa.Table | None:
-    """The steps table's rows of `raws` (step records, objects or arrays) as one Arrow table in
-    `STEP_COLUMNS` order, the same values `sinks.fast_rows` gives them; None: not sure (land them one by one)."""
-    f = _fields("step", raws, ingested_ns, _STEP, _SCHEMA,
-                ("type", "v", "job", "rank", "world", "host", "device", "step", "start_ns", "end_ns"))
-    if f is None or not (_ids_ok(f["job"]) and _ids_ok(f["host"])):
-        return None
-    count = len(f["type"])
+_Identity = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[np.ndarray], np.ndarray]
+
+
+def _identity(f: dict[str, pa.Array]) -> _Identity | None:
+    """(rank, world, device, attempt, groups in DOMAIN_TYPES order, pp stage) of the elements, checked as
+    the fast mapping's `_identity` checks them (and `attempt` 0 to 65535); None: one is out of range."""
     world, rank, device = int_column(f["world"], 0), int_column(f["rank"], 0), int_column(f["device"], 0)
-    step, start, end = int_column(f["step"], 0), int_column(f["start_ns"], 0), int_column(f["end_ns"], 0)
     attempt = int_column(f["attempt"], 0)
     ok = ((world >= 1) & (world <= _U32) & (rank >= 0) & (rank < world) & (device >= 0) & (device <= bounds.UINT16[1])
-          & (step >= 0) & (start >= 1) & (end >= start) & (attempt >= 0) & (attempt <= bounds.UINT16[1]))
+          & (attempt >= 0) & (attempt <= bounds.UINT16[1]))
     if not ok.all():
         return None
     domains = f["domains"].flatten() if f["domains"].null_count else [f["domains"].field(i)
                                                                        for i in range(len(DOMAIN_TYPES))]
     groups: list[np.ndarray] = []
-    absent = np.full(count, NO_GROUP, dtype=np.int64)
+    absent = np.full(len(rank), NO_GROUP, dtype=np.int64)
     stage = absent
     for name, dom in zip(DOMAIN_TYPES, domains, strict=True):
         present = np.asarray(dom.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
@@ -118,6 +119,24 @@ def step_block(raws: list[bytes], ingested_ns: int) -> pa.Table | None:
         if not ok.all():
             return None
         groups.append(np.where(present, group, NO_GROUP))
+    return rank, world, device, attempt, groups, stage
+
+
+def step_block(raws: list[bytes], ingested_ns: int) -> pa.Table | None:
+    """The steps table's rows of `raws` (step records, objects or arrays) as one Arrow table in
+    `STEP_COLUMNS` order, the same values `sinks.fast_rows` gives them; None: not sure (land them one by one)."""
+    f = _fields("step", raws, ingested_ns, _STEP, _SCHEMA,
+                ("type", "v", "job", "rank", "world", "host", "device", "step", "start_ns", "end_ns"))
+    if f is None or not (_ids_ok(f["job"]) and _ids_ok(f["host"])):
+        return None
+    got = _identity(f)
+    if got is None:
+        return None
+    rank, world, device, attempt, groups, stage = got
+    count = len(rank)
+    step, start, end = int_column(f["step"], 0), int_column(f["start_ns"], 0), int_column(f["end_ns"], 0)
+    if not ((step >= 0) & (start >= 1) & (end >= start)).all():
+        return None
     phases = f["phases"].flatten() if f["phases"].null_count else [f["phases"].field(i)
                                                                    for i in range(len(Phases.NAMES))]
     if not all(_at_least(p, 0.0) for p in phases):
@@ -171,3 +190,96 @@ def device_block(raws: list[bytes], ingested_ns: int) -> pa.Table | None:
                np.full(len(ts), ingested_ns, dtype=np.int64)]
     arrays = [c if isinstance(c, pa.Array) else pa.array(c) for c in columns]
     return pa.Table.from_arrays(arrays, names=list(DEVICE_SAMPLE_COLUMNS))
+
+
+# every field of the contract's kernel aggregate but `shape` (schemas/kernel_summary.py), an object with
+# arbitrary keys: pyarrow's reader has no map type for it, so a record with one fails the read (unknown
+# field) and its batch lands record by record. No producer here sends it (the simulator and the bench put the
+# shape in the key; the rank hook only when its caller passes one). Reading it with
+# unexpected_field_behavior="infer" (a struct of the keys seen) would be exact, but in that mode pyarrow 26
+# recurses into any unknown field and crashes the process on one nested ~20,000 deep (error mode stops at
+# the field name), which would take a depth check of every such batch before the read
+_AGGREGATE = pa.struct([("key", pa.string()), ("cat", pa.string()), ("count", pa.int64()),
+                        ("total_ns", pa.int64()), ("max_ns", pa.int64()), ("metric", pa.string()),
+                        ("flops", pa.float64()), ("op", pa.string()), ("domain", pa.string()),
+                        ("group_size", pa.int64()), ("bytes", pa.int64()), ("direction", pa.string()),
+                        ("launch_mean_us", pa.float64()), ("launch_mad_us", pa.float64())])
+_SUMMARY = pa.struct([*IDENTITY, ("step", pa.int64()), ("entries", pa.list_(_AGGREGATE)),
+                      ("other_count", pa.int64()), ("other_ns", pa.int64()), ("dropped", pa.int64())])
+_SUMMARY_SCHEMA = packed_schema(_SUMMARY)
+_SUMMARY_COUNTS = ("other_count", "other_ns", "dropped")  # summary-level, >= 0, 0 when missing
+_ENUMS = {"cat": pa.array(sorted(get_args(KernelCategory))), "op": pa.array(sorted(get_args(CollectiveOp))),
+          "domain": pa.array(DOMAIN_TYPES), "direction": pa.array(sorted(get_args(CopyDirection)))}
+
+
+def _in(array: pa.Array, name: str) -> bool:
+    """Every present value of `array` one of `name`'s enum values (`index_in` is null for a missing value
+    and for one outside the enum)."""
+    return bool(pc.index_in(array, value_set=_ENUMS[name]).null_count == array.null_count)
+
+
+def _empty_lists(count: int, values: pa.DataType) -> pa.Array:
+    """`count` empty lists of `values` (an aggregate without `shape`: no keys, no values)."""
+    return pa.ListArray.from_arrays(pa.array(np.zeros(count + 1, dtype=np.int32)), pa.array([], values))
+
+
+def kernel_summary_block(raws: list[bytes], ingested_ns: int) -> pa.Table | None:
+    """The kernel_summaries table's rows of `raws` as one Arrow table in `KERNEL_SUMMARY_COLUMNS` order: one
+    row per aggregate, the summary's fields repeated on each, the values `sinks.fast_rows` gives them; None:
+    not sure (land them one by one). Declined besides `_fields`' cases: an empty summary (the full path's
+    special row), more than MAX_AGGREGATES_PER_SUMMARY aggregates, an aggregate with `shape` (a read error:
+    see `_AGGREGATE`), so every row's shape_keys and shape_values are empty."""
+    f = _fields("kernel_summary", raws, ingested_ns, _SUMMARY, _SUMMARY_SCHEMA,
+                ("type", "v", "job", "rank", "world", "host", "device", "step", "entries"))
+    if f is None or not (_ids_ok(f["job"]) and _ids_ok(f["host"])):
+        return None
+    got = _identity(f)
+    if got is None:
+        return None
+    rank, _, device, attempt, _, _ = got
+    step = int_column(f["step"], 0)
+    counts = [int_column(f[name], 0) for name in _SUMMARY_COUNTS]
+    if not ((step >= 0) & np.logical_and.reduce([c >= 0 for c in counts])).all():
+        return None
+    entries = f["entries"]
+    sizes = np.asarray(pc.list_value_length(entries).to_numpy(zero_copy_only=False), dtype=np.int64)
+    if sizes.min() < 1 or sizes.max() > MAX_AGGREGATES_PER_SUMMARY:
+        return None
+    flat = entries.flatten()
+    a = {field.name: flat.field(i) for i, field in enumerate(_AGGREGATE)}
+    if a["cat"].null_count or a["count"].null_count or a["total_ns"].null_count or not _ids_ok(a["key"]):
+        return None
+    if not all(_in(a[name], name) for name in _ENUMS):
+        return None
+    if pc.any(pc.and_(pc.equal(a["cat"], "comm"), a["op"].is_null())).as_py():
+        return None  # a collective without its op: the full path says so
+    total = int_column(a["total_ns"], 0)
+    max_ns, group_size = int_column(a["max_ns"], 0), int_column(a["group_size"], 1)
+    if not ((int_column(a["count"], 0) >= 1) & (total >= 0) & (max_ns >= 0) & (max_ns <= total)
+            & (group_size >= 1) & (group_size <= _U32)).all():
+        return None  # a missing max_ns reads 0 here, a missing group_size 1: both in range
+    if not (_at_least(a["bytes"], 0) and all(_at_least(a[name], 0.0)
+                                             for name in ("flops", "launch_mean_us", "launch_mad_us"))):
+        return None
+    if a["metric"].null_count < len(flat) and not _at_most(pc.utf8_length(a["metric"]), bounds.MAX_ID_CHARS):
+        return None
+    parent = np.repeat(np.arange(len(sizes)), sizes)  # each aggregate's summary
+    index = np.arange(len(parent)) - (np.cumsum(sizes) - sizes)[parent]
+    take = pa.array(parent)
+    columns = [
+        f["job"].take(take), rank[parent], step[parent], f["host"].take(take), device[parent], index, sizes[parent],
+        a["key"], a["cat"], a["count"], a["total_ns"], a["max_ns"], a["metric"],
+        _empty_lists(len(parent), pa.string()), _empty_lists(len(parent), pa.int64()),
+        a["flops"], a["op"], a["domain"], a["group_size"], a["bytes"], a["direction"],
+        a["launch_mean_us"], a["launch_mad_us"], *(c[parent] for c in counts),
+        _days(np.full(len(parent), ingested_ns, dtype=np.int64)), np.full(len(parent), ingested_ns, dtype=np.int64),
+        attempt[parent],
+    ]
+    arrays = [c if isinstance(c, pa.Array) else pa.array(c) for c in columns]
+    return pa.Table.from_arrays(arrays, names=list(KERNEL_SUMMARY_COLUMNS))
+
+
+def kernel_summaries_in(block: pa.Table) -> int:
+    """The summaries a `kernel_summary_block` holds (the events the processor counts): one row per
+    aggregate, and every summary such a block holds has an aggregate 0."""
+    return int(pc.sum(pc.equal(block.column("entry"), 0)).as_py() or 0)

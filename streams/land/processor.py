@@ -16,8 +16,8 @@ Steps, kernel summaries and device samples (three messages per rank per second) 
 `sinks.fast_rows`, which maps the plain shape of a current-version event from the orjson
 dict in a few µs; anything else, every out-of-contract message included, takes the full
 contract decoder, which lands it or dead-letters it with its reason. `process_batch` first tries a
-batch's step and device records as one columnar read (`streams.land.columns`): one Arrow block per
-table, the same rows, no tuple per event.
+batch's step, kernel-summary and device records as one columnar read (`streams.land.columns`): one
+Arrow block per table, the same rows, no tuple per event.
 """
 
 from __future__ import annotations
@@ -46,10 +46,19 @@ from schemas.errors import MAX_REASON_CHARS, clip
 from schemas.packing import MAX_PACKED_EVENTS, PACKED_TOPIC_TYPES
 from sinks import rows
 from sinks.fast_rows import FAST_ROWS, FastMapping
-from sinks.rows import DEVICE_SAMPLE_COLUMNS, DEVICE_SAMPLES_TABLE, STEP_COLUMNS, STEPS_TABLE, RowError, TableRow
+from sinks.rows import (
+    DEVICE_SAMPLE_COLUMNS,
+    DEVICE_SAMPLES_TABLE,
+    KERNEL_SUMMARIES_TABLE,
+    KERNEL_SUMMARY_COLUMNS,
+    STEP_COLUMNS,
+    STEPS_TABLE,
+    RowError,
+    TableRow,
+)
 from sinks.writer import Block, Span
 from streams.detect.ingest.decode import ColumnarBackoff
-from streams.land.columns import device_block, step_block
+from streams.land.columns import device_block, kernel_summaries_in, kernel_summary_block, step_block
 from streams.runtime import Record
 
 UNEXPECTED_FIELD = "<processing>"
@@ -104,10 +113,16 @@ class Landed:
     blocks: list[Block] = field(default_factory=list)  # rows of whole batches, as Arrow tables (columnar path)
 
 
-# event type -> (its table, columns, and the columnar reader of a batch of its records)
-_COLUMNAR: dict[str, tuple[str, tuple[str, ...], Callable[[list[bytes], int], Any]]] = {
-    "step": (STEPS_TABLE, STEP_COLUMNS, step_block),
-    "device": (DEVICE_SAMPLES_TABLE, DEVICE_SAMPLE_COLUMNS, device_block),
+def _one_row_each(data: Any) -> int:
+    """Events in a block of a type that lands one row per event."""
+    return int(data.num_rows)
+
+
+# event type -> (its table, columns, the columnar reader of a batch of its records, the events of a block)
+_COLUMNAR: dict[str, tuple[str, tuple[str, ...], Callable[[list[bytes], int], Any], Callable[[Any], int]]] = {
+    "step": (STEPS_TABLE, STEP_COLUMNS, step_block, _one_row_each),
+    "device": (DEVICE_SAMPLES_TABLE, DEVICE_SAMPLE_COLUMNS, device_block, _one_row_each),
+    "kernel_summary": (KERNEL_SUMMARIES_TABLE, KERNEL_SUMMARY_COLUMNS, kernel_summary_block, kernel_summaries_in),
 }
 
 
@@ -257,14 +272,14 @@ class LandingProcessor:
                 spans[(m.topic, m.partition)] = [m.offset, m.offset]
             else:
                 span[1] = m.offset
-        table, columns, read = self._columnar[topic]
+        table, columns, read, events = self._columnar[topic]
         data = read(raws, now_ns)
         if data is None:
             return False
         block_spans: tuple[Span, ...] = tuple((t, p, first, last) for (t, p), (first, last) in spans.items())
         out.blocks.append(Block(table, columns, data, block_spans))
         kind = self._types[topic].TYPE
-        self.counts[kind] = self.counts.get(kind, 0) + int(data.num_rows)
+        self.counts[kind] = self.counts.get(kind, 0) + events(data)
         return True
 
     def _packed(self, topic: str, partition: int, offset: int, key: object, docs: list[Any],
