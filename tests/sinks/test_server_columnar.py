@@ -3,7 +3,7 @@
 On the real ClickHouse 18.16 server, the same blocks go into three databases: as rows (`insert` of
 `arrow_rows`, what the writer sent before), as numpy columns (`insert_arrow`, the default) and as a
 list per column (`ServerBackend(numpy=False)`); every table, rollups included, must read back
-identical. The blocks: the landing worker's own step and device blocks (`process_batch`: int64
+identical. The blocks: the landing worker's own step, device and kernel-summary blocks (`process_batch`: int64
 columns cast to the tables' types), blocks of the extremes of every column type of those two tables
 (nulls, all-null and null-free Nullable columns, the ends of every integer type, nanosecond
 timestamps, the first and last Date, unicode and NUL bytes, empty strings), and rows of every stored
@@ -111,7 +111,8 @@ def test_the_server_takes_arrow_blocks_and_stores_what_its_row_insert_stores(
         three: tuple[ServerBackend, ...]) -> None:
     as_rows, as_numpy, as_lists = three
     assert isinstance(as_numpy, ArrowInserts)  # the writer hands it the land worker's blocks as they are
-    landed = blocks(batches(64, 3, "step") + batches(64, 3, "device"))
+    landed = blocks(batches(64, 3, "step") + batches(64, 3, "device") + batches(64, 3, "kernels"))
+    assert {b.table for b in landed} == {"steps", "device_samples", "kernel_summaries"}
     steps = [(b.table, b.columns, b.data) for b in landed]
     steps += [("steps", STEP_COLUMNS, _step_extremes()), ("device_samples", DEVICE_SAMPLE_COLUMNS,
                                                           _device_extremes())]
@@ -126,12 +127,14 @@ def test_the_server_takes_arrow_blocks_and_stores_what_its_row_insert_stores(
         as_rows.insert(table, columns, arrow_rows(data), dedup_token=token)
         as_numpy.insert_arrow(table, columns, data, dedup_token=token)
         as_lists.insert_arrow(table, columns, data, dedup_token=token)
-    with_arrays = sum(1 for t, _, _ in typed if t not in NUMPY_TABLES)  # these have Array columns
+    with_arrays = sum(1 for t, _, _ in steps + typed if t not in NUMPY_TABLES)  # these have Array columns
+    assert with_arrays > len([t for t, _, _ in typed if t not in NUMPY_TABLES])  # the landed kernel blocks too
     assert as_rows.inserts_by_kind == {"rows": len(steps) + len(typed)}
     assert as_numpy.inserts_by_kind == {"numpy": len(steps) + len(typed) - with_arrays, "columns": with_arrays}
     assert as_lists.inserts_by_kind == {"columns": len(steps) + len(typed)}
     stored = dump_tables(as_rows)
     assert len(stored["steps"]) > 64 * 3 and stored["device_samples"] and stored["steps_by_step"]
+    assert len(stored["kernel_summaries"]) > 64 * 3 * 2  # the landed blocks' rows (2 aggregates a summary)
     assert dump_tables(as_numpy) == stored
     assert dump_tables(as_lists) == stored
 
