@@ -90,7 +90,10 @@ _Identity = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[np.ndarra
 
 def _identity(f: dict[str, pa.Array]) -> _Identity | None:
     """(rank, world, device, attempt, groups in DOMAIN_TYPES order, pp stage) of the elements, checked as
-    the fast mapping's `_identity` checks them (and `attempt` 0 to 65535); None: one is out of range."""
+    the fast mapping's `_identity` checks them (job and host ids included; and `attempt` 0 to 65535);
+    None: one is out of range."""
+    if not (_ids_ok(f["job"]) and _ids_ok(f["host"])):
+        return None
     world, rank, device = int_column(f["world"], 0), int_column(f["rank"], 0), int_column(f["device"], 0)
     attempt = int_column(f["attempt"], 0)
     ok = ((world >= 1) & (world <= _U32) & (rank >= 0) & (rank < world) & (device >= 0) & (device <= bounds.UINT16[1])
@@ -127,10 +130,8 @@ def step_block(raws: list[bytes], ingested_ns: int) -> pa.Table | None:
     `STEP_COLUMNS` order, the same values `sinks.fast_rows` gives them; None: not sure (land them one by one)."""
     f = _fields("step", raws, ingested_ns, _STEP, _SCHEMA,
                 ("type", "v", "job", "rank", "world", "host", "device", "step", "start_ns", "end_ns"))
-    if f is None or not (_ids_ok(f["job"]) and _ids_ok(f["host"])):
-        return None
-    got = _identity(f)
-    if got is None:
+    got = _identity(f) if f is not None else None
+    if f is None or got is None:
         return None
     rank, world, device, attempt, groups, stage = got
     count = len(rank)
@@ -231,10 +232,8 @@ def kernel_summary_block(raws: list[bytes], ingested_ns: int) -> pa.Table | None
     see `_AGGREGATE`), so every row's shape_keys and shape_values are empty."""
     f = _fields("kernel_summary", raws, ingested_ns, _SUMMARY, _SUMMARY_SCHEMA,
                 ("type", "v", "job", "rank", "world", "host", "device", "step", "entries"))
-    if f is None or not (_ids_ok(f["job"]) and _ids_ok(f["host"])):
-        return None
-    got = _identity(f)
-    if got is None:
+    got = _identity(f) if f is not None else None
+    if f is None or got is None:
         return None
     rank, _, device, attempt, _, _ = got
     step = int_column(f["step"], 0)
