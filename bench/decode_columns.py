@@ -49,8 +49,8 @@ from schemas.bounds import INT64, UINT16, UINT32
 from schemas.device import METRICS
 from schemas.identity import DOMAIN_TYPES
 from schemas.step import Phases
-from streams.detect.ingest.columns import IDENTITY
 from streams.detect.ingest.decode import decode_batch
+from streams.land.arrow_read import IDENTITY
 from streams.land.processor import Landed, LandingProcessor
 
 I64, U32, U16 = INT64[1], UINT32[1], UINT16[1]

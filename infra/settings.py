@@ -239,8 +239,9 @@ class Settings:
     # loses what was acknowledged but not yet produced). docs/hook.md#node-relay
     relay_durable_ack: bool = True
     detection: DetectionConfig = field(default_factory=DetectionConfig)
-    # detect decode: packed step and device records read to columns by pyarrow, the same chunks for less CPU
-    # (streams/detect/ingest/columns.py); off: every record decoded event by event
+    # detect decode: packed step, kernel-summary and device records decoded by msgspec into typed structs and
+    # checked on columns, the same chunks for less CPU (streams/detect/ingest/columns.py); off: every record
+    # decoded event by event (orjson dicts)
     detect_columnar_decode: bool = True
     # landing: a batch's packed step and device records read to one Arrow block per table by pyarrow, the same
     # rows for less CPU (streams/land/columns.py); off: every record mapped to rows event by event

@@ -236,7 +236,7 @@ class JobEngine:
             self.frames.add_steps(cols, now_ns)
             self.stall.on_steps(cols.end_ns)
         elif is_kernels(chunk):
-            self.frames.add_kernels(chunk["rows"], now_ns, int(chunk.get("world") or 0))
+            self.frames.add_kernels(chunk, now_ns)
         elif is_device(chunk):
             return out + self._device(chunk, now_ns)
         elif is_job(chunk):

@@ -3,9 +3,8 @@ kernel_summaries) table: no dict, tuple or row per event.
 
 Why: per event, landing paid an orjson dict, `sinks.fast_rows`' checks in Python, a row tuple, and
 then the embedded backend turned the tuples back into Arrow columns (issue #25). Here a batch's
-records of one of these topics are read as one buffer by pyarrow with an explicit schema (the detect
-side's reader, `streams.detect.ingest.columns.read`, with the landing's column types) and the table's
-columns are computed on the columns.
+records of one of these topics are read as one buffer by pyarrow with an explicit schema
+(`streams.land.arrow_read`) and the table's columns are computed on the columns.
 
 This path only ever yields the rows `sinks.fast_rows` would yield, for a batch in which every
 element is one the fast mapping accepts; whenever it cannot be sure of that it returns None and the
@@ -33,11 +32,9 @@ from schemas.kernel_summary import MAX_AGGREGATES_PER_SUMMARY
 from schemas.step import Phases
 from sinks.fast_rows import VERSIONS
 from sinks.rows import DEVICE_SAMPLE_COLUMNS, KERNEL_SUMMARY_COLUMNS, NO_GROUP, NO_RANK, STEP_COLUMNS
-from streams.detect.ingest.columns import DEVICE, IDENTITY, STEP, int_column, packed_schema, read
+from streams.land.arrow_read import DEVICE, IDENTITY, STEP, int_column, packed_schema, read
 
-# the detect reader's step fields, with the integer fields landed as integers (batch_size, samples)
-_STEP = pa.struct([pa.field(f.name, pa.int64()) if f.name in ("batch_size", "samples") else f for f in STEP])
-_SCHEMA = packed_schema(_STEP)
+_SCHEMA = packed_schema(STEP)
 _DEVICE_SCHEMA = packed_schema(DEVICE)
 _VERSIONS = pa.array(sorted(VERSIONS))  # the versions the fast mapping takes
 _I64, _U32, _I32 = bounds.INT64[1], bounds.UINT32[1], bounds.INT32[1]
@@ -68,7 +65,7 @@ def _fields(kind: str, raws: list[bytes], ingested_ns: int, element: pa.DataType
     have every `required` field; None otherwise."""
     if not 0 <= ingested_ns <= _I64 or any(b"null" in raw for raw in raws):
         return None
-    got = read(kind, raws, schema)
+    got = read(raws, schema)
     if got is None:
         return None
     events = got[0]
@@ -128,7 +125,7 @@ def _identity(f: dict[str, pa.Array]) -> _Identity | None:
 def step_block(raws: list[bytes], ingested_ns: int) -> pa.Table | None:
     """The steps table's rows of `raws` (step records, objects or arrays) as one Arrow table in
     `STEP_COLUMNS` order, the same values `sinks.fast_rows` gives them; None: not sure (land them one by one)."""
-    f = _fields("step", raws, ingested_ns, _STEP, _SCHEMA,
+    f = _fields("step", raws, ingested_ns, STEP, _SCHEMA,
                 ("type", "v", "job", "rank", "world", "host", "device", "step", "start_ns", "end_ns"))
     got = _identity(f) if f is not None else None
     if f is None or got is None:

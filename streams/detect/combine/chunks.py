@@ -73,19 +73,37 @@ class StepChunk(Progress):
     n_cp: list[int]
 
 
-# a kernel summary, trimmed to what R4-R9 read: [rank, step, entries, other_ns], each entry
-# [key, cat, count, total_ns, flops, bytes, domain, launch_mean_us, launch_mad_us, direction, max_ns]
-KernelRow = list[Any]
+# the fields of a kernel summary's aggregates R4-R9 read, one column each: names (None: none, or not a string)
+# and numbers (NaN, `null` on the wire: not usable: count, bytes and max_ns not an integer, flops and the launch
+# latencies not a number); `total_ns` is always an integer (an aggregate without one makes its summary bad)
+KERNEL_STRINGS = ("cat", "domain", "direction")
+KERNEL_NUMBERS = ("count", "flops", "bytes", "launch_mean_us", "launch_mad_us", "max_ns")
 
 
 class KernelChunk(Progress):
-    """One job attempt's kernel summaries of a batch, row-shaped (a summary's entries vary)."""
+    """One job attempt's kernel summaries of a batch, as columns: per summary `rank`, `step`, `other_ns` and
+    `entries` (how many aggregates it has), then per aggregate, in order, `key`, `total_ns` and the columns of
+    KERNEL_STRINGS and KERNEL_NUMBERS."""
 
     kind: Literal["kernels"]
     job: str
     attempt: int
     world: int
-    rows: list[KernelRow]
+    rank: list[int]
+    step: list[int]
+    other_ns: list[int]
+    entries: list[int]
+    key: list[str]
+    total_ns: list[int]
+    cat: list[str | None]
+    domain: list[str | None]
+    direction: list[str | None]
+    count: list[Measured]
+    flops: list[Measured]
+    bytes: list[Measured]
+    launch_mean_us: list[Measured]
+    launch_mad_us: list[Measured]
+    max_ns: list[Measured]
 
 
 class DeviceChunk(Progress):
@@ -157,14 +175,24 @@ def dumps(chunk: Chunk) -> bytes:
 
 
 def _rows(chunk: Chunk) -> int:
-    if is_kernels(chunk):
-        return len(chunk["rows"])
-    if is_steps(chunk) or is_device(chunk):
+    if is_steps(chunk) or is_device(chunk) or is_kernels(chunk):
         return len(chunk["rank"])
     return 1
 
 
+_PER_SUMMARY = ("rank", "step", "other_ns", "entries")
+_PER_AGGREGATE = ("key", "total_ns", *KERNEL_STRINGS, *KERNEL_NUMBERS)
+
+
 def _part(chunk: Chunk, lo: int, hi: int) -> Chunk:
+    """Rows lo..hi of the chunk (summaries, for a kernel chunk: their aggregates with them)."""
+    if is_kernels(chunk):
+        first = sum(chunk["entries"][:lo])
+        last = first + sum(chunk["entries"][lo:hi])
+        part = dict(chunk)
+        part.update({k: column(chunk, k)[lo:hi] for k in _PER_SUMMARY})
+        part.update({k: column(chunk, k)[first:last] for k in _PER_AGGREGATE})
+        return cast(Chunk, part)
     n = _rows(chunk)
     return cast(Chunk, {k: (v[lo:hi] if isinstance(v, list) and len(v) == n else v) for k, v in chunk.items()})
 

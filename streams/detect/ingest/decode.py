@@ -29,7 +29,7 @@ from schemas.bounds import INT64, UINT16, UINT32
 from schemas.columns import DEVICE_METRICS, DOMAINS, PHASES
 from schemas.packing import MAX_PACKED_EVENTS
 from schemas.version import major_ok
-from streams.detect.combine.chunks import Chunk
+from streams.detect.combine.chunks import KERNEL_NUMBERS, KERNEL_STRINGS, Chunk
 from streams.detect.ingest import columns
 from streams.detect.ingest.columns import attempt_key
 
@@ -143,8 +143,27 @@ def _add_step(chunks: dict[str, dict[str, Any]], doc: dict[str, Any]) -> bool:
     return True
 
 
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) else NAN
+
+
+def _integer(value: Any) -> float:
+    return float(value) if isinstance(value, int) else NAN
+
+
+def _name(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def new_kernel_chunk(job: str, attempt: int, world: int) -> dict[str, Any]:
+    chunk: dict[str, Any] = {"kind": "kernels", "job": job, "attempt": attempt, "world": world}
+    for name in ("rank", "step", "other_ns", "entries", "key", "total_ns", *KERNEL_STRINGS, *KERNEL_NUMBERS):
+        chunk[name] = []
+    return chunk
+
+
 def _add_kernel_summary(chunks: dict[str, dict[str, Any]], doc: dict[str, Any]) -> bool:
-    """Kernel summaries stay row-shaped (variable entries) but trimmed to what R4–R9 read."""
+    """A summary's aggregates as columns of what R4–R9 read (streams/detect/combine/chunks.py `KernelChunk`)."""
     job = doc.get("job")
     rank = doc.get("rank")
     world = doc.get("world")
@@ -159,17 +178,33 @@ def _add_kernel_summary(chunks: dict[str, dict[str, Any]], doc: dict[str, Any]) 
     key = f"kernels:{attempt_key(job, attempt)}"
     chunk = chunks.get(key)
     if chunk is None:
-        chunk = chunks[key] = {"kind": "kernels", "job": job, "attempt": attempt, "world": world, "rows": []}
+        chunk = chunks[key] = new_kernel_chunk(job, attempt, world)
     chunk["world"] = max(chunk["world"], world)
-    trimmed = []
     for e in entries:
         if not isinstance(e, dict) or not isinstance(e.get("key"), str) or not isinstance(e.get("total_ns"), int):
             return False
-        trimmed.append([e["key"], e.get("cat"), e.get("count", 0), e["total_ns"], e.get("flops"), e.get("bytes"),
-                        e.get("domain"), e.get("launch_mean_us"), e.get("launch_mad_us"), e.get("direction"),
-                        e.get("max_ns")])
-    chunk["rows"].append([rank, step, trimmed, doc.get("other_ns", 0)])
+    add_summary(chunk, rank, step, doc.get("other_ns", 0), entries)
     return True
+
+
+def add_summary(chunk: dict[str, Any], rank: int, step: int, other_ns: Any, entries: list[dict[str, Any]]) -> None:
+    """One summary into a kernel chunk's columns (its aggregates checked: each has a str key and an int total)."""
+    chunk["rank"].append(rank)
+    chunk["step"].append(step)
+    chunk["other_ns"].append(int(other_ns) if isinstance(other_ns, int) else 0)
+    chunk["entries"].append(len(entries))
+    for e in entries:
+        chunk["key"].append(e["key"])
+        chunk["total_ns"].append(int(e["total_ns"]))
+        chunk["cat"].append(_name(e.get("cat")))
+        chunk["domain"].append(_name(e.get("domain")))
+        chunk["direction"].append(_name(e.get("direction")))
+        chunk["count"].append(_integer(e.get("count", 0)))
+        chunk["flops"].append(_number(e.get("flops")))
+        chunk["bytes"].append(_integer(e.get("bytes")))
+        chunk["launch_mean_us"].append(_number(e.get("launch_mean_us")))
+        chunk["launch_mad_us"].append(_number(e.get("launch_mad_us")))
+        chunk["max_ns"].append(_integer(e.get("max_ns")))
 
 
 def _add_device(chunks: dict[str, dict[str, Any]], doc: dict[str, Any]) -> bool:
@@ -221,8 +256,8 @@ def decode_batch(raws: list[bytes], max_event_bytes: int, columnar: bool = True
                  ) -> tuple[list[Chunk], DecodeStats]:
     """Decode raw messages of any detect input topic into chunks (one per job and kind).
 
-    `columnar`: step and device records are read to columns in C (streams/detect/ingest/columns.py)
-    when the whole batch allows it; the chunks are the same either way."""
+    `columnar`: step, kernel-summary and device records are decoded by msgspec's typed decoder and checked on
+    columns (streams/detect/ingest/columns.py) when the whole batch allows it; the chunks are the same either way."""
     if columnar:
         fast = _decode_columnar(raws, max_event_bytes)
         if fast is not None:

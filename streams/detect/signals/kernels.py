@@ -20,7 +20,7 @@ from streams.detect.rules.base import Alarms, FloatArray
 from streams.detect.scopes.finding import Finding
 from streams.detect.signals.shared import FindingParams, SignalState, grow, rank_findings, rule_finding, timed
 from streams.detect.windows.comm_columns import comm_columns, transfer_ns
-from streams.detect.windows.step_frames import PHASE_INDEX, Frame, Topology
+from streams.detect.windows.step_frames import PHASE_INDEX, BoolArray, Frame, IntArray, KernelRows, Topology
 
 # domains whose collectives are point-to-point: a send and its recv are the two ends of one transfer, so R5/R6
 # take their transfer rate from both keys together (a stage's recv waits on both neighbours and holds the
@@ -53,12 +53,21 @@ class KernelParams(FindingParams):
     r9_learned_high: float
 
 
-def _column(columns: dict[str, FloatArray], key: str, world: int, fill: float) -> FloatArray:
-    """`columns[key]`, created (`world` values of `fill`) the first time the key is seen."""
-    col = columns.get(key)
-    if col is None:
-        col = columns[key] = np.full(world, fill)
-    return col
+def _by_name(rows: KernelRows, codes: IntArray, sel: BoolArray) -> list[tuple[str, IntArray]]:
+    """The selected rows grouped by name (`codes`: a name index per row), names in order of first appearance."""
+    idx = np.flatnonzero(sel)
+    if idx.size == 0:
+        return []
+    mine = codes[idx]
+    uniq, first = np.unique(mine, return_index=True)
+    return [(rows.names[int(code)], idx[mine == code]) for code in uniq[np.argsort(first)].tolist()]
+
+
+def _spread(world: int, ranks: IntArray, values: FloatArray, fill: float) -> FloatArray:
+    """A column over the world: `values` at `ranks` (a rank twice: the later row), `fill` elsewhere."""
+    out = np.full(world, fill)
+    out[ranks] = values
+    return out
 
 
 def kernel_findings(frame: Frame, topo: Topology, state: SignalState, params: KernelParams,
@@ -66,7 +75,7 @@ def kernel_findings(frame: Frame, topo: Topology, state: SignalState, params: Ke
     out: list[Finding] = []
     resolve_after = params.resolve_after_steps
     world = frame.seen.size
-    # per key, per rank columns from the row-shaped summaries
+    # per key, per rank columns
     compute: dict[str, FloatArray] = {}
     compute_flops: dict[str, FloatArray] = {}
     compute_calls: dict[str, FloatArray] = {}
@@ -83,25 +92,26 @@ def kernel_findings(frame: Frame, topo: Topology, state: SignalState, params: Ke
                 comm[name] = (collectives[name].nbytes / transfer, domain)
     copy: dict[str, FloatArray] = {}
     launch: dict[str, tuple[FloatArray, FloatArray, FloatArray]] = {}
-    for rank, entries, _other in frame.kernels:
-        if rank >= world:
-            continue
-        for key, cat, count, total_ns, flops, nbytes, _domain, l_mean, l_mad, direction in (e[:10] for e in entries):
-            if not isinstance(total_ns, int) or total_ns <= 0:
-                continue
-            # columns are allocated once per key (not per entry: setdefault's default is built every call,
-            # which made this loop O(world²) per step)
-            if isinstance(flops, (int, float)) and flops > 0:
-                _column(compute, str(key), world, np.nan)[rank] = flops / total_ns * 1e9
-                _column(compute_calls, str(key), world, np.nan)[rank] = float(count)  # type: ignore[arg-type]
-                _column(compute_flops, str(key), world, 0.0)[rank] = flops
-            if cat == "memcpy" and isinstance(nbytes, int):
-                _column(copy, str(direction or key), world, np.nan)[rank] = nbytes / total_ns
-            if isinstance(l_mean, (int, float)) and isinstance(l_mad, (int, float)):
-                cols = launch.get(str(key))
-                if cols is None:
-                    cols = launch[str(key)] = (np.full(world, np.nan), np.full(world, np.nan), np.zeros(world))
-                cols[0][rank], cols[1][rank], cols[2][rank] = l_mean, l_mad, float(count)  # type: ignore[arg-type]
+    rows = frame.kernel_rows()
+    if rows is not None:
+        timed_rows = (rows.total_ns > 0) & (rows.rank < world)
+        for key, r in _by_name(rows, rows.key, timed_rows & (rows.flops > 0)):
+            ranks, flops = rows.rank[r], rows.flops[r]
+            compute[key] = _spread(world, ranks, flops / rows.total_ns[r] * 1e9, np.nan)
+            compute_calls[key] = _spread(world, ranks, rows.count[r], np.nan)
+            compute_flops[key] = _spread(world, ranks, flops, 0.0)
+        # a copy is judged per direction (the key where the summary names none)
+        named = (rows.direction >= 0) & (rows.direction != rows.code(""))
+        label = np.where(named, rows.direction, rows.key)
+        for direction, r in _by_name(rows, label, timed_rows & (rows.cat == rows.code("memcpy"))
+                                     & np.isfinite(rows.nbytes)):
+            copy[direction] = _spread(world, rows.rank[r], rows.nbytes[r] / rows.total_ns[r], np.nan)
+        for key, r in _by_name(rows, rows.key, timed_rows & np.isfinite(rows.launch_mean_us)
+                               & np.isfinite(rows.launch_mad_us)):
+            ranks = rows.rank[r]
+            launch[key] = (_spread(world, ranks, rows.launch_mean_us[r], np.nan),
+                           _spread(world, ranks, rows.launch_mad_us[r], np.nan),
+                           _spread(world, ranks, np.nan_to_num(rows.count[r]), 0.0))
     t0 = time.perf_counter()
     weighted, weight = np.zeros(world), np.zeros(world)
     job_ratio: list[float] = []

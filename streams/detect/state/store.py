@@ -28,7 +28,7 @@ import pickle
 import time
 import zlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import zstandard
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -39,20 +39,30 @@ from infra.delivery import Record, deliver_all
 from infra.settings import Settings
 from schemas import encode as encode_event
 from schemas import job_key
+from streams.detect.combine.chunks import KernelChunk
 from streams.detect.engine import JobEngine
+from streams.detect.ingest.decode import add_summary, new_kernel_chunk
 from streams.detect.state.outbox import HEADER, Outbox, Output, Position
+from streams.detect.windows.step_frames import NameTable
 from streams.runtime import read_to_end
 
 Snapshot = tuple[JobEngine, Outbox]
 
 log = logging.getLogger(__name__)
 
-FORMAT = b"SLS7"  # SLS7: SLS6's pickle, zstd-compressed; SLS6: engines keep their pairs' gaps (slow_pair)
+# SLS8: frames hold kernel summaries as columns (step_frames.KernelRows) and the job their names; SLS7: SLS6's
+# pickle, zstd-compressed; SLS6: engines keep their pairs' gaps (slow_pair)
+FORMAT = b"SLS8"
 # every format this code reads -> how its pickle is compressed (SLS5 and older are ignored)
 DECOMPRESS: dict[bytes, Callable[[bytes], bytes]] = {
+    b"SLS8": lambda data: zstandard.ZstdDecompressor().decompress(data),
     b"SLS7": lambda data: zstandard.ZstdDecompressor().decompress(data),
     b"SLS6": zlib.decompress,
 }
+ROW_SHAPED = (b"SLS7", b"SLS6")  # formats whose open frames hold row-shaped summaries: `upgrade_kernels`
+# a row-shaped summary's aggregate: a list of these fields
+_ROW_FIELDS = ("key", "cat", "count", "total_ns", "flops", "bytes", "domain", "launch_mean_us", "launch_mad_us",
+               "direction", "max_ns")
 MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
 
 # Where the classes of snapshots written by older code live now (module or package, old -> new):
@@ -107,7 +117,30 @@ def decode_snapshot(raw: bytes | None) -> Snapshot | None:
     if (not isinstance(state, tuple) or len(state) != 2 or not isinstance(state[0], JobEngine)
             or not isinstance(state[1], Outbox)):
         return None
+    if bytes(raw[:4]) in ROW_SHAPED:
+        upgrade_kernels(state[0])
     return state[0], state[1]
+
+
+def upgrade_kernels(engine: JobEngine) -> None:
+    """An engine restored from SLS7 or older: its open frames' row-shaped kernel summaries ([rank, aggregates,
+    other_ns], each aggregate a list of `_ROW_FIELDS`) as the columns this code reads, named in a job's table."""
+    job: JobEngine | None = engine
+    while job is not None:
+        frames = job.frames
+        if getattr(frames, "names", None) is None:
+            frames.names = NameTable()
+        for frame in frames.frames.values():
+            old: list[Any] = list(frame.kernels)
+            if not old or not isinstance(old[0], tuple):
+                continue
+            chunk = new_kernel_chunk(job.job, 0, 0)
+            for rank, aggregates, other_ns in old:
+                add_summary(chunk, rank, frame.step, other_ns,
+                            [dict(zip(_ROW_FIELDS, a, strict=False)) for a in aggregates])
+            frame.kernels = [frames.names.rows(cast(KernelChunk, chunk))]
+            frame.comm = None
+        job = job.previous
 
 
 def decode(raw: bytes | None) -> JobEngine | None:

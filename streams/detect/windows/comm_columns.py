@@ -2,9 +2,9 @@
 
 Three scopes read the step's collective kernels: the slow step (the transfer time and bytes of
 each collective), R5/R6 (each rank's bandwidth, its wait removed: `transfer_ns`) and the slow
-link (each group's shortest call). Each walked the row-shaped kernel summaries of every rank on
-its own; now one pass turns them into per-key columns (NaN where a rank did not report the key,
-or the field), cached on the frame, and each scope reduces them with numpy.
+link (each group's shortest call). The frame's summary aggregates (`KernelRows`, one row each)
+become per-key columns over ranks once (NaN where a rank did not report the key, or the field),
+cached on the frame, and each scope reduces them with numpy.
 """
 
 from __future__ import annotations
@@ -31,41 +31,31 @@ class CommColumn:
 def comm_columns(frame: Frame) -> dict[str, CommColumn]:
     """Per collective key, the frame's columns (computed on first use, then cached on the frame).
 
-    A summary entry counts when it is a `comm` kernel with a positive integer device time;
-    ranks beyond the frame's world are left out.
+    A summary aggregate counts when it is a `comm` kernel with a positive device time; ranks beyond the
+    frame's world are left out. Keys in order of first appearance; a key's domain is the first its
+    aggregates name.
     """
     if frame.comm is not None:
         return frame.comm
-    world = frame.seen.size
-    nan = float("nan")
-    # per key: rank, device ns, calls, bytes, longest call ns (NaN: not an integer / not reported)
-    rows: dict[str, list[tuple[int, float, float, float, float]]] = {}
-    domains: dict[str, str] = {}
-    for rank, entries, _other in frame.kernels:
-        if rank >= world:
-            continue
-        for e in entries:
-            if len(e) < 7 or e[1] != "comm":
-                continue
-            total_ns, calls, nbytes = e[3], e[2], e[5]
-            if not isinstance(total_ns, int) or total_ns <= 0:
-                continue
-            longest = e[10] if len(e) > 10 else None
-            key = str(e[0])
-            rows.setdefault(key, []).append((
-                rank, float(total_ns), float(calls) if isinstance(calls, int) else nan,
-                float(nbytes) if isinstance(nbytes, int) else nan,
-                float(longest) if isinstance(longest, int) and longest > 0 else nan))
-            if key not in domains and isinstance(e[6], str):
-                domains[key] = e[6]
     out: dict[str, CommColumn] = {}
-    for key, found in rows.items():
-        values = np.asarray(found, dtype=np.float64)
-        ranks = values[:, 0].astype(np.int64)
-        cols = np.full((4, world), np.nan)
-        cols[:, ranks] = values[:, 1:].T  # a rank listed twice (a duplicate summary): the later one
-        out[key] = CommColumn(domain=domains.get(key), total_ns=cols[0], calls=cols[1], nbytes=cols[2],
-                              longest_ns=cols[3])
+    rows = frame.kernel_rows()
+    if rows is not None:
+        world = frame.seen.size
+        sel = np.flatnonzero((rows.cat == rows.code("comm")) & (rows.total_ns > 0) & (rows.rank < world))
+        keys = rows.key[sel]
+        uniq, first = np.unique(keys, return_index=True)
+        for code in uniq[np.argsort(first)].tolist():
+            r = sel[keys == code]
+            ranks = rows.rank[r]
+            cols = np.full((4, world), np.nan)
+            cols[0, ranks] = rows.total_ns[r]  # a rank listed twice (a duplicate summary): the later one
+            cols[1, ranks] = rows.count[r]
+            cols[2, ranks] = rows.nbytes[r]
+            longest = rows.max_ns[r]
+            cols[3, ranks] = np.where(longest > 0, longest, np.nan)
+            named = rows.domain[r][rows.domain[r] >= 0]
+            out[rows.names[code]] = CommColumn(domain=rows.names[int(named[0])] if named.size else None,
+                                               total_ns=cols[0], calls=cols[1], nbytes=cols[2], longest_ns=cols[3])
     frame.comm = out
     return out
 

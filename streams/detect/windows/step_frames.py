@@ -21,6 +21,7 @@ report for an open frame replaces the earlier one.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -28,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from schemas.columns import DOMAINS, PHASES
-from streams.detect.combine.chunks import StepColumns
+from streams.detect.combine.chunks import KernelChunk, StepColumns, column
 
 if TYPE_CHECKING:
     from streams.detect.windows.comm_columns import CommColumn
@@ -39,6 +40,90 @@ BoolArray = npt.NDArray[np.bool_]
 
 PHASE_INDEX = {name: i for i, name in enumerate(PHASES)}
 SUMMARY_MISS_LIMIT = 3  # frames in a row a declared rank's summary timed out: it does not send them
+
+
+@dataclass(slots=True)
+class KernelRows:
+    """Kernel-summary aggregates of one step, one row each in arrival order (a rank's later summary of the
+    step after its earlier one): what R4–R9, the slow step and the slow link read, as columns."""
+
+    rank: IntArray
+    key: IntArray        # the name's index in the job's `StepFrames.names`
+    cat: IntArray        # ... -1: none
+    domain: IntArray
+    direction: IntArray
+    total_ns: FloatArray
+    count: FloatArray    # NaN: not usable (chunks.KERNEL_NUMBERS)
+    flops: FloatArray
+    nbytes: FloatArray
+    launch_mean_us: FloatArray
+    launch_mad_us: FloatArray
+    max_ns: FloatArray
+    names: list[str]     # the job's names (shared, grows): what the indices point at
+
+    @staticmethod
+    def concat(parts: list[KernelRows]) -> KernelRows:
+        if len(parts) == 1:
+            return parts[0]
+        cols = {name: np.concatenate([getattr(p, name) for p in parts]) for name in _KERNEL_COLUMNS}
+        return KernelRows(**cols, names=parts[-1].names)
+
+    def take(self, rows: IntArray) -> KernelRows:
+        return KernelRows(**{name: getattr(self, name)[rows] for name in _KERNEL_COLUMNS}, names=self.names)
+
+    def code(self, name: str) -> int:
+        """`name`'s index in `names`; -2 (no row's) when no summary of the job used it."""
+        try:
+            return self.names.index(name)
+        except ValueError:
+            return -2
+
+
+@dataclass(slots=True)
+class NameTable:
+    """The names one job's kernel summaries used (keys, categories, domains, directions), each once."""
+
+    names: list[str] = field(default_factory=list)
+    index: dict[str, int] = field(default_factory=dict)
+
+    def _codes(self, values: Sequence[str | None]) -> IntArray:
+        index, names = self.index, self.names
+        out = np.empty(len(values), dtype=np.int64)
+        for i, value in enumerate(values):
+            if value is None:
+                out[i] = -1
+                continue
+            at = index.get(value)
+            if at is None:
+                at = index[value] = len(names)
+                names.append(value)
+            out[i] = at
+        return out
+
+    def codes(self, values: Sequence[str | None]) -> IntArray:
+        """Each value's index in `names` (added when new), -1 for None; a column that mostly repeats a few
+        values looks each distinct one up once."""
+        distinct = dict.fromkeys(values)
+        if len(distinct) == len(values):
+            return self._codes(values)
+        codes = dict(zip(distinct, self._codes(list(distinct)).tolist(), strict=True))
+        return np.fromiter(map(codes.__getitem__, values), dtype=np.int64, count=len(values))
+
+    def rows(self, chunk: KernelChunk) -> KernelRows:
+        """A kernel chunk's aggregates as rows (each with its summary's rank)."""
+        owner = np.repeat(np.arange(len(chunk["rank"])), np.asarray(chunk["entries"], dtype=np.int64))
+        return KernelRows(
+            rank=np.asarray(chunk["rank"], dtype=np.int64)[owner], key=self.codes(chunk["key"]),
+            cat=self.codes(chunk["cat"]), domain=self.codes(chunk["domain"]),
+            direction=self.codes(chunk["direction"]), total_ns=np.asarray(chunk["total_ns"], dtype=np.float64),
+            count=_floats(column(chunk, "count")), flops=_floats(column(chunk, "flops")),
+            nbytes=_floats(column(chunk, "bytes")), launch_mean_us=_floats(column(chunk, "launch_mean_us")),
+            launch_mad_us=_floats(column(chunk, "launch_mad_us")), max_ns=_floats(column(chunk, "max_ns")),
+            names=self.names)
+
+
+_KERNEL_COLUMNS = ("rank", "key", "cat", "domain", "direction", "total_ns", "count", "flops", "nbytes",
+                   "launch_mean_us", "launch_mad_us", "max_ns")
 
 
 @dataclass(slots=True)
@@ -54,7 +139,7 @@ class Frame:
     samples: FloatArray
     batch: FloatArray
     kernel_ns: FloatArray  # monitored kernel time per rank (kernel summaries), NaN if none
-    kernels: list[tuple[int, list[list[object]], int]] = field(default_factory=list)
+    kernels: list[KernelRows] = field(default_factory=list)  # in arrival order; `kernel_rows` joins them
     closed_by: str = ""
     comm: dict[str, CommColumn] | None = None  # `comm_columns(frame)`'s cache; None: not built since kernels changed
 
@@ -65,6 +150,14 @@ class Frame:
                    start_ns=np.zeros(world, dtype=np.int64), end_ns=np.zeros(world, dtype=np.int64),
                    phases=np.full((len(PHASES), world), np.nan), samples=nan.copy(), batch=nan.copy(),
                    kernel_ns=nan.copy())
+
+    def kernel_rows(self) -> KernelRows | None:
+        """Every kernel-summary aggregate of the step as one block (None: no summary yet)."""
+        if not self.kernels:
+            return None
+        if len(self.kernels) > 1:
+            self.kernels = [KernelRows.concat(self.kernels)]
+        return self.kernels[0]
 
     @property
     def duration_ms(self) -> FloatArray:
@@ -154,6 +247,7 @@ class StepFrames:
     summary_misses: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # per rank, in a row
     # per rank: the engine's clock when its newest step report arrived (0: not yet; hung.py reads the silence)
     heard_ns: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    names: NameTable = field(default_factory=NameTable)  # what the kernel summaries' KernelRows index
 
     def _ensure_world(self, world: int) -> None:
         """Every per-rank array covers `world` ranks (a job's reports may reveal its world in any order)."""
@@ -191,33 +285,44 @@ class StepFrames:
             frame.samples[ranks] = cols.samples[sel]
             frame.batch[ranks] = cols.batch[sel]
 
-    def add_kernels(self, rows: list[list[object]], now_ns: int, world: int = 0) -> None:
+    def add_kernels(self, chunk: KernelChunk, now_ns: int) -> None:
         """Kernel summaries join their step's frame (R4–R9 evaluate on release).
 
-        `world`: the job's world as the summaries state it (contract: rank < world). Summaries
-        can arrive before any step report of the job (their own topic, read in any order): they
-        open the frame at that world and wait there for the steps, never dropped for it.
+        The chunk's `world`: the job's world as the summaries state it (contract: rank < world). Summaries
+        can arrive before any step report of the job (their own topic, read in any order): they open the
+        frame at that world and wait there for the steps, never dropped for it.
         """
-        self._ensure_world(world)
-        for rank, step, entries, other_ns in rows:
-            if not isinstance(rank, int) or not isinstance(step, int) or not isinstance(entries, list):
-                continue
-            if not 0 <= rank < self.topo.world:  # a rank outside every world this job stated
-                self.stats.late += 1
-                continue
-            # this rank sends summaries: its frames wait for them
-            self.kernel_newest_of[rank] = max(int(self.kernel_newest_of[rank]), step)
-            self.summary_misses[rank] = 0
-            if self.next_step is not None and step < self.next_step:
-                self.stats.late += 1
-                continue
-            frame = self.frames.get(step)
+        self._ensure_world(int(chunk.get("world") or 0))
+        world = self.topo.world
+        rank = np.asarray(chunk["rank"], dtype=np.int64)
+        step = np.asarray(chunk["step"], dtype=np.int64)
+        entries = np.asarray(chunk["entries"], dtype=np.int64)
+        if rank.size == 0:
+            return
+        inside = (rank >= 0) & (rank < world)
+        self.stats.late += int((~inside).sum())  # a rank outside every world this job stated
+        # these ranks send summaries: their frames wait for them
+        np.maximum.at(self.kernel_newest_of, rank[inside], step[inside])
+        self.summary_misses[rank[inside]] = 0
+        keep = inside.copy()
+        if self.next_step is not None:
+            late = inside & (step < self.next_step)
+            self.stats.late += int(late.sum())
+            keep &= ~late
+        if not keep.any():
+            return
+        owner = np.repeat(np.arange(rank.size), entries)  # each aggregate's summary
+        rows = self.names.rows(chunk)
+        sums = np.bincount(owner, weights=rows.total_ns, minlength=rank.size)  # each summary's monitored kernel time
+        for s in np.unique(step[keep]).tolist():
+            mine = keep & (step == s)
+            frame = self.frames.get(s)
             if frame is None:
-                frame = self.frames[step] = Frame.empty(step, self.topo.world, now_ns)
-            elif frame.seen.size < self.topo.world:
-                self._grow_frame(frame, self.topo.world)
-            frame.kernel_ns[rank] = float(sum(int(e[3]) for e in entries))
-            frame.kernels.append((rank, entries, int(other_ns) if isinstance(other_ns, int) else 0))
+                frame = self.frames[s] = Frame.empty(s, world, now_ns)
+            elif frame.seen.size < world:
+                self._grow_frame(frame, world)
+            frame.kernel_ns[rank[mine]] = sums[mine]  # a rank's later summary of the step replaces its earlier
+            frame.kernels.append(rows if mine.all() else rows.take(np.flatnonzero(mine[owner])))
             frame.comm = None
 
     @staticmethod
@@ -307,6 +412,10 @@ class StepFrames:
             self.next_step += 1
             out.append(frame)
         return out
+
+
+def _floats(values: list[float | None]) -> FloatArray:
+    return np.asarray(values, dtype=np.float64)  # None (NaN on the wire) is NaN
 
 
 def _grown(arr: IntArray, size: int, fill: int) -> IntArray:

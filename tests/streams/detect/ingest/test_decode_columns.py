@@ -1,4 +1,5 @@
-"""The columnar decode (step and device records read by pyarrow) gives exactly the per-event path's chunks.
+"""The columnar decode (step, kernel-summary and device records read by msgspec's typed decoder) gives exactly
+the per-event path's chunks.
 
 Same chunks in the same order with the same keys, values and types (an int stays an int, NaN stays
 NaN and None None), and the same counts, on the simulator's batches (faults, relaunches, job events)
@@ -88,11 +89,31 @@ def _device(device: int = 0, **over: Any) -> dict[str, Any]:
     return doc
 
 
+def _summary(rank: int = 0, **over: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {"type": "kernel_summary", "v": "1.4", "job": "j", "rank": rank, "world": 4, "host": "node-0",
+                           "device": rank, "domains": {"dp": {"group": 0, "size": 4, "index": rank}}, "step": 7,
+                           "other_ns": 5,
+                           "entries": [{"key": "F2:8x8", "cat": "compute", "count": 4, "total_ns": 1000, "flops": 1e9,
+                                        "launch_mean_us": 7.5, "launch_mad_us": 1.0},
+                                       {"key": "allreduce/dp", "cat": "comm", "op": "allreduce", "domain": "dp",
+                                        "count": 2, "total_ns": 500, "bytes": 4096, "max_ns": 300}]}
+    doc.update(over)
+    return doc
+
+
+def _entry(**over: Any) -> dict[str, Any]:
+    """A summary whose second aggregate is changed."""
+    doc = _summary(1)
+    doc["entries"][1].update(over)
+    return doc
+
+
 def _pack(*docs: dict[str, Any]) -> bytes:
     return orjson.dumps(list(docs))
 
 
 GOOD = [_pack(_step(0), _step(1)), _pack(_device(0), _device(1)), _pack(_step(2), _step(3))]
+GOOD_KERNELS = [_pack(_summary(0), _summary(1)), _pack(_step(0)), _pack(_summary(2), _summary(3))]
 
 BAD_RECORDS: dict[str, bytes] = {
     "rank-outside-world": _pack(_step(0), _step(9)),
@@ -156,6 +177,36 @@ BAD_RECORDS: dict[str, bytes] = {
                              "last_step": 7}),
     "too-big": _pack(*[_step(r % 4, step=r) for r in range(3000)]),
     "tombstone": None,  # type: ignore[dict-item]
+    "kernel-good": _pack(_summary(1)),
+    "kernel-object": orjson.dumps(_summary(1)),
+    "kernel-rank-outside-world": _pack(_summary(4)),
+    "kernel-null-entries": _pack(_summary(1, entries=None)),
+    "kernel-no-entries": _pack({k: v for k, v in _summary(1).items() if k != "entries"}),
+    "kernel-empty-entries": _pack(_summary(1, entries=[])),
+    "kernel-null-other": _pack(_summary(1, other_ns=None)),
+    "kernel-no-other": _pack({k: v for k, v in _summary(1).items() if k != "other_ns"}),
+    "kernel-float-other": _pack(_summary(1, other_ns=2.5)),
+    "kernel-attempt-2": _pack(_summary(1, attempt=2), _summary(2)),
+    "kernel-other-job": _pack(_summary(1, job="k"), _summary(2)),
+    "kernel-version-2": _pack(_summary(1, v="2.0")),
+    "kernel-entry-no-key": _pack(_entry(key=None)),
+    "kernel-entry-int-key": _pack(_entry(key=5)),
+    "kernel-entry-float-total": _pack(_entry(total_ns=5.0)),
+    "kernel-entry-bool-total": _pack(_entry(total_ns=True)),
+    "kernel-entry-negative-total": _pack(_entry(total_ns=-5)),
+    "kernel-entry-float-count": _pack(_entry(count=2.0)),
+    "kernel-entry-no-count": _pack({**_summary(1), "entries": [{"key": "x", "total_ns": 5}]}),
+    "kernel-entry-int-flops": _pack(_entry(flops=7)),
+    "kernel-entry-int-cat": _pack(_entry(cat=5)),
+    "kernel-entry-odd-cat": _pack(_entry(cat="odd")),
+    "kernel-entry-shape": _pack(_entry(shape={"m": 8, "n": 8})),
+    "kernel-entry-float-shape": _pack(_entry(shape={"m": 8.5})),
+    "kernel-entry-unknown": _pack(_entry(extra=1)),
+    "kernel-entry-huge-bytes": _pack(_summary(1)).replace(b'"bytes":4096', b'"bytes":100000000000000000000000'),
+    "kernel-entry-u64-bytes": _pack(_entry(bytes=2**64 - 1)),
+    "kernel-entry-null-direction": _pack(_entry(direction=None)),
+    "kernel-entry-list": _pack({**_summary(1), "entries": [["x", 5]]}),
+    "kernel-in-device": _pack(_device(0), _summary(1)),
 }
 
 
@@ -177,7 +228,17 @@ def test_the_per_event_path_counts_what_the_columns_hand_back() -> None:
     assert [r for c in chunks if c["kind"] == "steps" for r in c["rank"]] == [0, 1, 2, 3, 0]
 
 
+@pytest.mark.parametrize("name", [name for name in BAD_RECORDS if name.startswith("kernel-")])
+@pytest.mark.parametrize("where", [0, 1, 3])
+def test_a_hand_built_record_decodes_alike_among_kernel_summaries(name: str, where: int) -> None:
+    batch: list[Any] = list(GOOD_KERNELS)
+    batch.insert(where, BAD_RECORDS[name])
+    old, new, _ = _both(batch)
+    assert old == new
+
+
 def test_a_clean_batch_stays_columnar() -> None:
+    assert decode_module._decode_columnar(GOOD_KERNELS, MAX) is not None
     assert decode_module._decode_columnar(GOOD, MAX) is not None
     assert decode_module._decode_columnar([*GOOD, BAD_RECORDS["job-start"], BAD_RECORDS["object-step"]],
                                           MAX) is not None
@@ -201,6 +262,28 @@ def test_random_mutations_decode_alike() -> None:
             target[name] = rng.choice(MUTANTS)
         batch = [_pack(*docs[0][:2]), _pack(*docs[1]), _pack(*docs[0][2:])]
         old, new, _ = _both(batch)
+        assert old == new, (name, target.get(name))
+
+
+KERNEL_FIELDS = ["key", "cat", "count", "total_ns", "max_ns", "metric", "shape", "flops", "op", "domain",
+                 "group_size", "bytes", "direction", "launch_mean_us", "launch_mad_us"]
+
+
+def test_random_mutations_of_kernel_summaries_decode_alike() -> None:
+    """One field of one summary, or of one of its aggregates, set to an odd value (or dropped)."""
+    rng = random.Random(26)
+    for _ in range(400):
+        docs = [_summary(r) for r in range(4)]
+        target = docs[rng.randrange(4)]
+        if rng.random() < 0.5:
+            target, name = rng.choice(target["entries"]), rng.choice(KERNEL_FIELDS)
+        else:
+            name = rng.choice([*FIELDS[:8], "attempt", "entries", "other_ns", "other_count", "dropped"])
+        if rng.random() < 0.2:
+            target.pop(name, None)
+        else:
+            target[name] = rng.choice(MUTANTS)
+        old, new, _ = _both([_pack(*docs[:2]), _pack(_step(0)), _pack(*docs[2:])])
         assert old == new, (name, target.get(name))
 
 

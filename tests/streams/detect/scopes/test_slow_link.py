@@ -9,6 +9,7 @@ from infra.settings import DetectionConfig
 from schemas.columns import DOMAINS
 from streams.detect.scopes.slow_link import LinkState, Params, evaluate
 from streams.detect.windows.step_frames import Frame, Topology
+from tests.streams.helpers import kernel_rows
 
 WORLD = 8
 
@@ -29,6 +30,7 @@ def _frame(step: int, slow_host: int | None, factor: float = 2.0, seed: int = 0)
     frame = Frame.empty(step, WORLD, 0)
     frame.seen[:] = True
     topo = _topo()
+    summaries = []
     for rank in range(WORLD):
         entries = []
         for key, domain, ms in (("allreduce/dp", "dp", 30.0), ("send/pp", "pp", 1.5)):
@@ -39,7 +41,8 @@ def _frame(step: int, slow_host: int | None, factor: float = 2.0, seed: int = 0)
             longest = int(per_call * 1.1e6)
             entries.append([key, "comm", 4, longest * 4 + 5_000_000, None, 1 << 26, domain, None, None, None,
                             longest])
-        frame.kernels.append((rank, entries, 0))
+        summaries.append([rank, step, entries, 0])
+    frame.kernels.append(kernel_rows(summaries))
     return frame
 
 

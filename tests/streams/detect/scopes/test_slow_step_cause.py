@@ -22,7 +22,7 @@ from schemas import Incident, Topics, bounded, encode
 from schemas.columns import PHASES
 from streams.detect.scopes import slow_step
 from streams.detect.windows.step_frames import Frame
-from tests.streams.helpers import T0, feed_engine
+from tests.streams.helpers import T0, feed_engine, kernel_rows
 
 TOPICS = Topics("")
 
@@ -85,7 +85,8 @@ def _frame(step: int, comm_ns: list[int], comm_bytes: int, forward_ms: float = 6
     f.end_ns[:] = f.start_ns + int(total * 1e6)
     f.phases[:] = 10.0
     f.phases[PHASES.index("forward_ms")] = forward_ms
-    f.kernels = [(r, [["allreduce/dp", "comm", 4, comm_ns[r], None, comm_bytes, "dp"]], 0) for r in range(world)]
+    f.kernels = [kernel_rows([[r, step, [["allreduce/dp", "comm", 4, comm_ns[r], None, comm_bytes, "dp"]], 0]
+                              for r in range(world)])]
     return f
 
 

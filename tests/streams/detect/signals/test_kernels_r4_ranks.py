@@ -8,7 +8,7 @@ from infra.settings import DetectionConfig
 from streams.detect.signals.kernels import KernelParams, kernel_findings
 from streams.detect.signals.shared import SignalState
 from streams.detect.windows.step_frames import Frame, Topology
-from tests.streams.helpers import hosts_topology
+from tests.streams.helpers import hosts_topology, kernel_rows
 
 WORLD, KERNELS, FLOPS, NS = 32, 24, 4_000_000_000, 1_000_000
 
@@ -17,15 +17,25 @@ def _topo() -> Topology:
     return hosts_topology(WORLD, 8)
 
 
-def _frame(step: int, rng: np.random.Generator, jitter: float, slow: dict[int, float]) -> Frame:
-    frame = Frame.empty(step, WORLD, 0)
-    frame.seen[:] = True
+def _summaries(step: int, rng: np.random.Generator, jitter: float, slow: dict[int, float]) -> list[list[object]]:
+    out: list[list[object]] = []
     for rank in range(WORLD):
         time_mul = rng.lognormal(0.0, jitter, KERNELS) / slow.get(rank, 1.0)
         rows = [[f"K{k}:4096x4096", "compute", 8, int(NS * (1 + k % 5) * time_mul[k]), FLOPS * (1 + k % 5), 0,
                  None, None, None, None] for k in range(KERNELS)]
-        frame.kernels.append((rank, rows, 0))  # type: ignore[arg-type]
+        out.append([rank, step, rows, 0])
+    return out
+
+
+def _frame_of(step: int, summaries: list[list[object]]) -> Frame:
+    frame = Frame.empty(step, WORLD, 0)
+    frame.seen[:] = True
+    frame.kernels.append(kernel_rows(summaries))
     return frame
+
+
+def _frame(step: int, rng: np.random.Generator, jitter: float, slow: dict[int, float]) -> Frame:
+    return _frame_of(step, _summaries(step, rng, jitter, slow))
 
 
 def _rank_r4(steps: int, jitter: float, slow: dict[int, float], seed: int) -> set[str]:
@@ -55,12 +65,13 @@ def _job_r4(steps: int, jitter: float, step_jitter: float, slow_from: int, facto
     rng, state, cfg, topo = np.random.default_rng(seed), SignalState(), DetectionConfig(), _topo()
     found = []
     for step in range(steps):
-        frame = _frame(step, rng, jitter, {r: (1 / factor if step >= slow_from else 1.0) for r in range(WORLD)})
+        summaries = _summaries(step, rng, jitter, {r: (1 / factor if step >= slow_from else 1.0) for r in range(WORLD)})
         g = rng.lognormal(0.0, step_jitter)  # the job-wide per-step jitter every kernel shares
         n = 2 if calls_from is not None and step >= calls_from else 1
-        for _rank, rows, _other in frame.kernels:
-            for r in rows:
-                r[2], r[3], r[4] = int(r[2]) * n, int(int(r[3]) * g * n), float(r[4]) * n  # type: ignore[call-overload,arg-type]
+        for _rank, _step, rows, _other in summaries:
+            for r in rows:  # type: ignore[attr-defined]
+                r[2], r[3], r[4] = int(r[2]) * n, int(int(r[3]) * g * n), float(r[4]) * n
+        frame = _frame_of(step, summaries)
         found += [(step, f.metric) for f in kernel_findings(frame, topo, state, cfg.params(KernelParams), {})
                   if f.rule == "R4" and f.key == "job"]
     return found

@@ -16,7 +16,7 @@ from streams.detect.signals.kernels import KernelParams, kernel_findings
 from streams.detect.signals.shared import SignalState
 from streams.detect.windows.comm_columns import CommColumn, transfer_ns
 from streams.detect.windows.step_frames import Frame, Topology
-from tests.streams.helpers import hosts_topology
+from tests.streams.helpers import hosts_topology, kernel_rows
 
 WORLD, CALLS, MB = 16, 8, 1 << 26
 TP_MS, DP_MS = 20.0, 100.0  # one step's transfer time of each collective (all calls)
@@ -50,8 +50,7 @@ def _frame(step: int, rng: np.random.Generator, *, late: dict[int, float], dp_sl
         for r in range(WORLD):
             rows[r].append([key, "comm", CALLS, int(total[r]), None, MB, domain, None, None, None,
                             int(total[r] / CALLS)])
-    for r in range(WORLD):
-        frame.kernels.append((r, rows[r], 0))
+    frame.kernels.append(kernel_rows([[r, step, rows[r], 0] for r in range(WORLD)]))
     return frame
 
 

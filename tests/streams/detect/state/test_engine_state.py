@@ -12,7 +12,7 @@ from streams.detect.engine import FleetEngine
 from streams.detect.ingest.decode import decode_batch
 from streams.detect.state.store import decode
 from streams.detect.state.store import encode as encode_state
-from tests.streams.helpers import T0, step_ms
+from tests.streams.helpers import T0, kernel_chunk, step_ms
 
 
 def _chunks(job: FleetJob) -> list[dict[str, object]]:
@@ -72,11 +72,16 @@ def test_unreadable_snapshot_is_ignored() -> None:
 
 
 def test_large_chunks_split_in_order_under_the_limit() -> None:
-    chunk = {"kind": "kernels", "job": "j", "rows": [[r, 0, [["k", "compute", 1, 10, None, None, None, None, None,
-                                                             None]] * 20, 0] for r in range(500)]}
+    chunk = kernel_chunk([[r, 0, [[f"k{r % 3}", "compute", 1, 10 + i, None, None, None, None, None, None]
+                                  for i in range(1 + r % 20)], 0] for r in range(500)])
     parts = [codec.loads(p) for p in codec.dumps_split(chunk, limit=20_000)]
     assert len(parts) > 1 and all(len(codec.dumps(p)) <= 20_000 for p in parts)
-    assert [row for p in parts for row in p["rows"]] == chunk["rows"]
+    whole = codec.loads(codec.dumps(chunk))  # NaN travels as null
+    for name, values in whole.items():  # each part's summaries with their own aggregates, in order
+        if isinstance(values, list):
+            assert [v for p in parts for v in p[name]] == values, name  # type: ignore[literal-required]
+    for p in parts:
+        assert sum(p["entries"]) == len(p["key"])
     steps = {"kind": "steps", "job": "j", "world": 4, "rank": list(range(4)), "step": [0] * 4}
     assert [codec.loads(p) for p in codec.dumps_split(steps)] == [steps]
 
@@ -109,14 +114,44 @@ def test_snapshots_are_zstd_and_the_zlib_ones_of_sls6_still_restore() -> None:
 
     engine = JobEngine.create("z", DetectionConfig())
     raw = encode(engine)
-    assert raw[:4] == b"SLS7"
+    assert raw[:4] == b"SLS8"
     state = pickle.loads(zstandard.ZstdDecompressor().decompress(raw[4:]))
     assert type(state[0]) is JobEngine and type(state[1]) is Outbox
     old = b"SLS6" + zlib.compress(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL), 1)
-    for snapshot in (raw, old):
+    sls7 = b"SLS7" + raw[4:]
+    for snapshot in (raw, old, sls7):
         snap = decode_snapshot(snapshot)
         assert snap is not None and snap[0].job == "z" and snap[1].job == "z"
     assert decode_snapshot(b"SLS5" + zlib.compress(pickle.dumps(state))) is None
+
+
+def test_an_sls7_snapshot_s_row_shaped_summaries_restore_as_columns() -> None:
+    """SLS7 frames held each rank's summary as (rank, aggregates, other_ns) and the job had no name table:
+    restored, the open frames carry the same summaries as KernelRows and detection goes on."""
+    import pickle
+
+    import zstandard
+
+    from streams.detect.engine import JobEngine
+    from streams.detect.state.outbox import Outbox
+    from streams.detect.state.store import decode_snapshot
+    from streams.detect.windows.comm_columns import comm_columns
+    from streams.detect.windows.step_frames import Frame
+
+    engine = JobEngine.create("z", DetectionConfig())
+    engine.frames.topo.grow(4)
+    frame = engine.frames.frames[3] = Frame.empty(3, 4, T0)
+    frame.kernels = [(r, [["allreduce/dp", "comm", 4, 1000 + r, None, 64, "dp", None, None, None, 300],  # type: ignore[list-item]
+                          ["mm", "compute", 2, 50, 1e9]], 7) for r in range(4)]
+    del engine.frames.names  # SLS7's StepFrames had no name table
+    raw = b"SLS7" + zstandard.ZstdCompressor().compress(pickle.dumps((engine, Outbox("z"))))
+    snap = decode_snapshot(raw)
+    assert snap is not None
+    restored = snap[0].frames.frames[3]
+    rows = restored.kernel_rows()
+    assert rows is not None and rows.rank.tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert comm_columns(restored)["allreduce/dp"].total_ns.tolist() == [1000.0, 1001.0, 1002.0, 1003.0]
+    assert set(snap[0].frames.names.names) == {"allreduce/dp", "comm", "dp", "mm", "compute"}
 
 
 def test_every_frozen_slotted_dataclass_in_a_snapshot_pickles_by_name() -> None:

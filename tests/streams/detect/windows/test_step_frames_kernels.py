@@ -5,8 +5,8 @@ from __future__ import annotations
 from schemas import encode
 from streams.detect.combine.chunks import StepColumns
 from streams.detect.ingest.decode import decode_batch
-from streams.detect.windows.step_frames import SUMMARY_MISS_LIMIT, StepFrames, WindowParams
-from tests.streams.helpers import step_event
+from streams.detect.windows.step_frames import SUMMARY_MISS_LIMIT, Frame, StepFrames, WindowParams
+from tests.streams.helpers import kernel_chunk, step_event
 
 S = 1_000_000_000
 
@@ -19,7 +19,12 @@ def _steps(frames: StepFrames, step: int, now: int) -> None:
 def _kernels(frames: StepFrames, step: int, ranks: range, now: int) -> None:
     rows: list[list[object]] = [[r, step, [["mm", "compute", 1, 1000, None, None, None, None, None, None]], 0]
                                 for r in ranks]
-    frames.add_kernels(rows, now)
+    frames.add_kernels(kernel_chunk(rows), now)
+
+
+def _ranks(frame: Frame) -> list[int]:
+    rows = frame.kernel_rows()
+    return [] if rows is None else sorted(rows.rank.tolist())
 
 
 def test_frame_waits_for_summaries_once_ranks_send_them() -> None:
@@ -33,7 +38,7 @@ def test_frame_waits_for_summaries_once_ranks_send_them() -> None:
     assert frames.release(0) == [], "rank 3's summary still missing"
     _kernels(frames, 1, range(3, 4), 0)
     released = frames.release(0)
-    assert [f.step for f in released] == [1] and len(released[0].kernels) == 4
+    assert [f.step for f in released] == [1] and _ranks(released[0]) == [0, 1, 2, 3]
 
 
 def test_a_rank_already_past_the_step_does_not_hold_it() -> None:
@@ -67,7 +72,7 @@ def test_a_declared_job_awaits_summaries_its_backlog_still_holds() -> None:
     _kernels(frames, 0, range(4), 11 * S)
     _kernels(frames, 1, range(2), 11 * S)
     released = frames.release(11 * S)
-    assert [(f.step, f.closed_by, len(f.kernels)) for f in released] == [(0, "complete", 4)]
+    assert [(f.step, f.closed_by, _ranks(f)) for f in released] == [(0, "complete", [0, 1, 2, 3])]
 
 
 def test_a_declared_job_awaits_every_rank_until_one_proves_it_sends_none() -> None:
@@ -97,17 +102,17 @@ def test_summaries_before_any_step_open_the_frame_at_their_world() -> None:
     """A job's summaries read before its first step report are kept (not dropped for an unknown
     world): the frame completes the moment the steps arrive."""
     frames = StepFrames(params=WindowParams(timeout_min_s=5.0), summaries_declared=True)
-    frames.add_kernels([[r, 0, [["mm", "compute", 1, 1000, None, None, None, None, None, None]], 0]
-                        for r in range(4)], 0, world=4)
+    frames.add_kernels(kernel_chunk([[r, 0, [["mm", "compute", 1, 1000, None, None, None, None, None, None]], 0]
+                                     for r in range(4)], world=4), 0)
     assert frames.release(0) == [], "no step reported yet"
     _steps(frames, 0, 0)
     released = frames.release(0)
-    assert [(f.step, f.closed_by, len(f.kernels)) for f in released] == [(0, "complete", 4)]
+    assert [(f.step, f.closed_by, _ranks(f)) for f in released] == [(0, "complete", [0, 1, 2, 3])]
     assert frames.stats.late == 0
 
 
 def test_a_summary_for_a_rank_outside_the_world_is_counted_not_kept() -> None:
     frames = StepFrames(params=WindowParams(timeout_min_s=5.0))
     _steps(frames, 0, 0)
-    frames.add_kernels([[7, 0, [["mm", "compute", 1, 1000, None, None, None, None, None, None]], 0]], 0)
+    frames.add_kernels(kernel_chunk([[7, 0, [["mm", "compute", 1, 1000, None, None, None, None, None, None]], 0]]), 0)
     assert frames.stats.late == 1 and frames.topo.world == 4

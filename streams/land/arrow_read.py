@@ -1,0 +1,97 @@
+"""Packed records of one event type read as one buffer by pyarrow's JSON reader with an explicit schema:
+the landing's way to one Arrow block per table without a dict per event (streams/land/columns.py).
+
+`read` refuses (returns None) whatever it cannot vouch for, and the caller lands those records one by
+one: a read error (a wrong-typed value, a duplicate or unknown field, invalid JSON or UTF-8), a NaN or
+infinity (pyarrow reads them, orjson refuses the record), a record with a line break of its own (a second
+row), an empty or oversized array. With unknown fields an error, a record cannot smuggle content after its
+array (`[...],"x":1` is a second top-level field) and no ignored field can hide nesting that orjson refuses.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+
+from schemas.device import METRICS
+from schemas.identity import DOMAIN_TYPES
+from schemas.packing import MAX_PACKED_EVENTS
+from schemas.step import Phases
+
+IntArray = npt.NDArray[np.int64]
+
+
+def packed_schema(element: pa.DataType) -> pa.Schema:
+    """The schema `read` gives pyarrow: one line per record, its elements as the list `e`."""
+    return pa.schema([("e", pa.list_(element))])
+
+
+DOMAIN = pa.struct([("group", pa.int64()), ("size", pa.int64()), ("index", pa.int64())])
+IDENTITY = [("type", pa.string()), ("v", pa.string()), ("job", pa.string()), ("rank", pa.int64()),
+             ("world", pa.int64()), ("host", pa.string()), ("device", pa.int64()),
+             ("domains", pa.struct([(d, DOMAIN) for d in DOMAIN_TYPES])), ("attempt", pa.int64())]
+# every field of the contract's step event (schemas/step.py)
+STEP = pa.struct([*IDENTITY, ("step", pa.int64()), ("start_ns", pa.int64()), ("end_ns", pa.int64()),
+                  ("phases", pa.struct([(p, pa.float64()) for p in Phases.NAMES])),
+                  ("gc_count", pa.int64()), ("batch_size", pa.int64()), ("samples", pa.int64()),
+                  ("tokens", pa.int64()), ("flops", pa.float64()), ("peak_flops", pa.float64()),
+                  ("profiling", pa.bool_())])
+DEVICE = pa.struct([("type", pa.string()), ("v", pa.string()), ("host", pa.string()), ("device", pa.int64()),
+                    ("ts_ns", pa.int64()), ("job", pa.string()), ("rank", pa.int64()),
+                    ("device_kind", pa.string()), *[(m, pa.float64()) for m in METRICS]])
+
+
+def read(raws: list[bytes], schema: pa.Schema) -> tuple[pa.StructArray, IntArray] | None:
+    """The records' elements as one struct array (`schema`: from `packed_schema`), and each record's element
+    count; None: not sure. A `null` reads like a missing field: a caller that tells them apart declines
+    records that say `null` before reading."""
+    buf = b'{"e":' + b'}\n{"e":'.join([raw if raw[:1] == b"[" else b"[" + raw + b"]" for raw in raws]) + b"}\n"
+    try:
+        table = pj.read_json(pa.BufferReader(buf),
+                             read_options=pj.ReadOptions(use_threads=False, block_size=len(buf) + 1),
+                             parse_options=pj.ParseOptions(explicit_schema=schema,
+                                                           unexpected_field_behavior="error"))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, UnicodeDecodeError):
+        return None
+    if table.num_rows != len(raws) or table.num_columns != 1:
+        return None  # a record with a line break of its own
+    lists = table.column(0).combine_chunks()
+    if lists.null_count:
+        return None
+    counts = np.asarray(pc.list_value_length(lists).to_numpy(zero_copy_only=False), dtype=np.int64)
+    if counts.size and (counts.min() < 1 or counts.max() > MAX_PACKED_EVENTS):
+        return None
+    events = lists.flatten()
+    if events.null_count or not _finite(events):
+        return None
+    if not buf.isascii():  # pyarrow does not check UTF-8 as it reads (orjson refuses the record)
+        try:
+            events.validate(full=True)
+        except pa.ArrowInvalid:
+            return None
+    return events, counts
+
+
+def _finite(array: pa.Array) -> bool:
+    """No NaN or infinity in any float field, nested ones included (JSON has neither; orjson refuses them,
+    pyarrow reads them)."""
+    if pa.types.is_list(array.type):
+        return _finite(array.flatten())
+    if pa.types.is_struct(array.type):
+        return all(_finite(array.field(i)) for i in range(array.type.num_fields))
+    if pa.types.is_floating(array.type):
+        values = np.asarray(array.to_numpy(zero_copy_only=False), dtype=np.float64)  # nulls are NaN
+        return bool(int(np.isfinite(values).sum()) + int(array.null_count) == len(array))
+    return True
+
+
+def int_column(array: pa.Array, fill: int) -> IntArray:
+    """An integer column as int64 numpy, nulls as `fill`."""
+    if array.null_count:
+        array = pc.fill_null(array, fill)
+    return np.asarray(array.to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
