@@ -77,6 +77,20 @@ def cpu_s(pid: int) -> float:
     return process_cpu_ticks(pid) / TICKS
 
 
+def group_cpu_s(pgid: int, proc: Path = Path("/proc")) -> float:
+    """CPU seconds of every live process in process group `pgid`: a worker (started in a session of its own)
+    and the processes it started (the detect worker's decode process)."""
+    ticks = 0
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[2]) == pgid:
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / TICKS
+
+
 class Job:
     """Pre-built identities; events are built per step as dicts (no dataclasses on the hot path)."""
 
@@ -360,7 +374,7 @@ def trial(base: Settings, ranks: int, steps: int, packed: bool = True, broker_pi
         if len(counts) != 1:
             raise RuntimeError(f"input topics differ in partition count: {counts}")
         partition = Partitions(list(producer.partitions_for(topics.steps)))
-        cpu0 = {w: cpu_s(p.pid) for w, p in procs.items()}
+        cpu0 = {w: group_cpu_s(p.pid) for w, p in procs.items()}
         broker0 = sum(cpu_s(pid) for pid in broker_pids)
         records = 0
         me0 = time.process_time()
@@ -390,7 +404,7 @@ def trial(base: Settings, ranks: int, steps: int, packed: bool = True, broker_pi
         wall = time.time() - t0
         landed_caught = wait_group_caught_up(settings, f"{name}-land", [topics.steps, topics.jobs], 120)
         time.sleep(2.0)
-        cpu_each = {w: cpu_s(p.pid) - cpu0[w] for w, p in procs.items()}
+        cpu_each = {w: group_cpu_s(p.pid) - cpu0[w] for w, p in procs.items()}
         cpu = {role: sum(c for w, c in cpu_each.items() if w.rstrip("0123456789") == role)
                for role in ("detect", "land")}
         broker_cpu = sum(cpu_s(pid) for pid in broker_pids) - broker0 if broker_pids else None

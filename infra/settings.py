@@ -243,6 +243,9 @@ class Settings:
     # checked on columns, the same chunks for less CPU (streams/detect/ingest/columns.py); off: every record
     # decoded event by event (orjson dicts)
     detect_columnar_decode: bool = True
+    # detect decode in a child process of the detect worker (streams/detect/ingest/process.py): decode and the
+    # engine then do not take turns on one interpreter lock; off: a thread of the worker
+    detect_decode_process: bool = True
     # landing: a batch's packed step and device records read to one Arrow block per table by pyarrow, the same
     # rows for less CPU (streams/land/columns.py); off: every record mapped to rows event by event
     land_columnar: bool = True
@@ -308,6 +311,7 @@ _ENV = {
     "STEPLENS_SINK_BATCH_SECONDS": ("", "sink_batch_seconds"),
     "STEPLENS_WORKER_GC_THRESHOLD": ("", "worker_gc_threshold"),
     "STEPLENS_DETECT_COLUMNAR_DECODE": ("", "detect_columnar_decode"),
+    "STEPLENS_DETECT_DECODE_PROCESS": ("", "detect_decode_process"),
     "STEPLENS_LAND_COLUMNAR": ("", "land_columnar"),
     "STEPLENS_KAFKA_SECURITY": ("", "kafka_security"),
     "STEPLENS_KAFKA_USER": ("", "kafka_user"),

@@ -28,6 +28,7 @@ from streams.app import base_app, now_ns, raw_topic
 from streams.detect.combine import chunks as chunk_codec
 from streams.detect.engine import FleetEngine, JobEngine, Output
 from streams.detect.ingest.loop import DecodeLoop
+from streams.detect.ingest.process import DecodeProcess
 from streams.detect.state.outbox import Outbox, Position, scan_start
 from streams.detect.state.store import SnapshotStore
 from streams.detect.state.store import encode as encode_snapshot
@@ -297,7 +298,8 @@ def create_detect_app(settings: Settings) -> faust.App:
     if not kafka_has_c_crc32c():
         log.warning("kafka-python runs without the C crc32c: install the pinned `crc32c` package")
 
-    decoder = DecodeLoop(settings, worker.metrics)
+    decoder: DecodeLoop | DecodeProcess = (DecodeProcess if settings.detect_decode_process else DecodeLoop)(
+        settings, worker.metrics)
 
     async def start_decoder() -> None:
         decoder.start()
