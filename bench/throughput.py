@@ -375,6 +375,7 @@ def trial(base: Settings, ranks: int, steps: int, packed: bool = True, broker_pi
             raise RuntimeError(f"input topics differ in partition count: {counts}")
         partition = Partitions(list(producer.partitions_for(topics.steps)))
         cpu0 = {w: group_cpu_s(p.pid) for w, p in procs.items()}
+        own0 = {w: cpu_s(p.pid) for w, p in procs.items() if w.startswith("detect")}
         broker0 = sum(cpu_s(pid) for pid in broker_pids)
         records = 0
         me0 = time.process_time()
@@ -405,6 +406,9 @@ def trial(base: Settings, ranks: int, steps: int, packed: bool = True, broker_pi
         landed_caught = wait_group_caught_up(settings, f"{name}-land", [topics.steps, topics.jobs], 120)
         time.sleep(2.0)
         cpu_each = {w: group_cpu_s(p.pid) - cpu0[w] for w, p in procs.items()}
+        # the detect workers' own process (the engine: Faust, the per-job agent, snapshots) apart from the
+        # rest of their group (the decode process)
+        engine_cpu = sum(cpu_s(procs[w].pid) - c for w, c in own0.items())
         cpu = {role: sum(c for w, c in cpu_each.items() if w.rstrip("0123456789") == role)
                for role in ("detect", "land")}
         broker_cpu = sum(cpu_s(pid) for pid in broker_pids) - broker0 if broker_pids else None
@@ -454,6 +458,9 @@ def trial(base: Settings, ranks: int, steps: int, packed: bool = True, broker_pi
         "ceiling_startup_s": round(reader["startup_s"], 3),
         "ceiling_cpu_us_per_event": round(reader["cpu_us_per_event"], 3),
         "stage_ratio_to_ceiling": stage_ratios(ceil, stage_us),  # same trial: the machine's speed cancels
+        "detect_us_per_event": {"engine": round(engine_cpu / events * 1e6, 2),
+                                "decode": round((cpu["detect"] - engine_cpu) / events * 1e6, 2)},
+        "engine_ms_per_step": round(engine_cpu / steps * 1e3, 1),
     }
     result["passed"] = bool(caught and landed_caught and lost == 0 and not missed and p99 <= 5.0 and behind < 1.0)
     result["workers"] = workers
@@ -629,6 +636,7 @@ def main(argv: list[str] | None = None) -> None:
     # what 10,240 ranks (3 events per rank per second) would need, in cores, at the measured costs
     target_rate = 3 * 10_240
     cores = {stage: round(us * target_rate / 1e6, 2) for stage, us in ref["cpu_us_per_event"].items()}
+    at_10240 = next((t for t in trials if t["ranks"] == target_rate // 3 and t["passed"]), None)
     out = {
         "max_ranks": best["ranks"] if best else 0,
         "events_per_s": ref["events_per_s"], "cpu_us_per_event": ref["cpu_us_per_event"],
@@ -637,6 +645,10 @@ def main(argv: list[str] | None = None) -> None:
         "ratio_to_ceiling": round(ref["events_per_s"] / ref["ceiling_events_per_s"], 4)
         if ref["ceiling_events_per_s"] else None,
         "stage_ratio_to_ceiling": ref["stage_ratio_to_ceiling"], "ratio_ranks": ref["ranks"],
+        # the detect worker's CPU split (decode process, engine process) at ratio_ranks, and the engine's CPU
+        # per step of a 10,240-rank job (issue #25 item 3)
+        "detect_us_per_event": ref.get("detect_us_per_event"),
+        "engine_ms_per_step_10240_ranks": at_10240.get("engine_ms_per_step") if at_10240 else None,
         **({"find_max": {**search, "tried": [
             {**step, "p99_latency_s": t["p99_latency_s"], "lost": t["lost"], "events_per_s": t["events_per_s"],
              "stage_ratio_to_ceiling": t["stage_ratio_to_ceiling"]}

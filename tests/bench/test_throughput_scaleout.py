@@ -3,6 +3,7 @@ one step's records, each worker's share, and the per-configuration summary. No b
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -83,3 +84,18 @@ def test_worker_env_carries_the_clusters_replication_and_clickhouse_cluster(tmp_
     # the cluster's client timeouts reach the workers' own clients
     assert env["STEPLENS_KAFKA_REQUEST_TIMEOUT_S"] == "2.0"
     assert env["STEPLENS_KAFKA_RECONNECT_BACKOFF_MAX_S"] == "0.25"
+
+
+def test_a_worker_s_cpu_counts_every_process_of_its_group(tmp_path: Path) -> None:
+    """The detect worker's decode process is its child: the worker's CPU is its whole process group's."""
+    from bench.throughput import TICKS, group_cpu_s
+
+    def stat(pid: int, pgrp: int, utime: int, stime: int, name: str = "python") -> None:
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_text(
+            f"{pid} ({name}) S 1 {pgrp} {pgrp} 0 -1 0 0 0 0 0 {utime} {stime} 0 0 20 0 1 0\n")
+
+    stat(100, 100, 300, 50)           # the worker
+    stat(101, 100, 200, 10, "a) b")   # its decode process (a name with a parenthesis and a space)
+    stat(102, 7, 999, 999)            # another group
+    assert group_cpu_s(100, tmp_path) == (300 + 50 + 200 + 10) / TICKS
