@@ -73,8 +73,10 @@ class _Recorder(DetectMetrics):
 def _child(settings: Settings, parent: int, stop: Any, conn: Connection) -> None:
     if not die_with_parent(parent):
         return
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker stops it (Ctrl-C reaches the whole group)
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # only the worker stops it (its `stop`), or its death: Ctrl-C and a stop's SIGTERM reach the whole process
+    # group, and a child that ended on its own first would read as a failed decode loop to the worker
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     from streams.detect.ingest.loop import DecodeLoop  # the child imports the stage itself (spawn)
 
     metrics = _Recorder()
