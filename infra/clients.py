@@ -21,8 +21,12 @@ from __future__ import annotations
 
 import logging
 import ssl
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
+
+from kafka.errors import KafkaTimeoutError
 
 from infra.secrets import (
     CLICKHOUSE_READER,
@@ -32,6 +36,8 @@ from infra.secrets import (
     read_secret,
 )
 from infra.settings import Settings
+
+T = TypeVar("T")
 
 Principal = Literal["producer", "detect", "land", "parse", "reader", "admin"]
 Access = Literal["write", "read"]
@@ -122,6 +128,33 @@ def kafka_client_config(settings: Settings, principal: Principal) -> dict[str, A
         ssl_context=ssl_context(settings),
     )
     return config
+
+
+BOOTSTRAP_DEADLINE_S = 120.0  # `bootstrapped` gives up after this long (the caller's own retry decides then)
+
+
+def bootstrapped(make: Callable[..., T], config: dict[str, Any], deadline_s: float = BOOTSTRAP_DEADLINE_S, *,
+                 clock: Callable[[], float] = time.monotonic) -> T:
+    """A kafka-python client `make(**config)` whose bootstrap waits on one address at most twice the request
+    timeout, made again (another address, picked at random) until one connects or `deadline_s` has passed.
+
+    Why: kafka-python bootstraps from one bootstrap address picked at random and gives that one connection the
+    whole `bootstrap_timeout_ms` (30 s by default): a client created while one broker of three hangs (SIGSTOP,
+    a stalled host: it accepts TCP and never answers TLS) waits 30 s one time in three before it tries another.
+    Clients made on a hot path while brokers may hang (the detect worker's state store reads its snapshots on
+    every rebalance) are made through this. A broker that refuses connections fails the attempt at once; the
+    library's reconnect backoff spaces the next ones.
+    """
+    per_try_ms = 2 * int(config.get("request_timeout_ms", 30_000))
+    start = clock()
+    while True:
+        try:
+            return make(**config, bootstrap_timeout_ms=per_try_ms)
+        except KafkaTimeoutError as exc:  # kafka-python 3's "Unable to bootstrap from ..."
+            if clock() - start + per_try_ms / 1000 > deadline_s:
+                raise
+            logging.getLogger(__name__).warning("Kafka bootstrap did not finish in %d ms (%r): trying again",
+                                                per_try_ms, exc)
 
 
 def faust_broker_config(settings: Settings, principal: Principal) -> dict[str, Any]:

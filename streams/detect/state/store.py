@@ -34,7 +34,7 @@ import zstandard
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
-from infra.clients import close_quietly, kafka_client_config
+from infra.clients import bootstrapped, close_quietly, kafka_client_config
 from infra.delivery import Record, deliver_all
 from infra.settings import Settings
 from schemas import encode as encode_event
@@ -240,9 +240,11 @@ class SnapshotStore:
             consumer.close()
 
     def _consumer(self) -> Any:
-        return KafkaConsumer(**kafka_client_config(self._settings, "detect"), enable_auto_commit=False,
-                             group_id=None, max_partition_fetch_bytes=MAX_SNAPSHOT_BYTES,
-                             fetch_max_bytes=MAX_SNAPSHOT_BYTES)
+        """A reader made per restore (every rebalance), perhaps while a broker hangs: `bootstrapped`."""
+        return bootstrapped(KafkaConsumer, {**kafka_client_config(self._settings, "detect"),
+                                            "enable_auto_commit": False, "group_id": None,
+                                            "max_partition_fetch_bytes": MAX_SNAPSHOT_BYTES,
+                                            "fetch_max_bytes": MAX_SNAPSHOT_BYTES})
 
     def load_all(self) -> dict[str, JobEngine]:
         """The newest engine state of every job on the topic."""
