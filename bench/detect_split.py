@@ -6,8 +6,9 @@ as the decode loop gets them (one batch per step: its step, kernel-summary and d
 through the same stages the worker runs:
 
 - `ceiling`: `orjson.loads` per record (what a plain consumer pays, less Kafka);
-- `decode`: `decode_batch` (records -> per-job column chunks; step and device records read to
-  columns by pyarrow), and `decode_per_event`: the same with `columnar=False` (a dict per event);
+- `decode`: `decode_batch` (records -> per-job column chunks; step, kernel-summary and device records
+  decoded by msgspec into structs, then columns), and `decode_per_event`: the same with
+  `columnar=False` (a dict per event);
 - `codec`: `chunks.dumps_split` + `chunks.loads` (the internal partials topic, less Kafka);
 - `engine`: `FleetEngine.on_chunk` for each chunk + one `tick` per batch.
 
