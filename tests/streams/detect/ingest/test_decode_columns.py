@@ -210,10 +210,14 @@ BAD_RECORDS: dict[str, bytes] = {
 }
 
 
-@pytest.mark.parametrize("name", list(BAD_RECORDS))
+# every hand-built record among steps and device samples, and the kernel-summary ones among summaries too
+PLACES = [(name, "steps") for name in BAD_RECORDS] + [(n, "kernels") for n in BAD_RECORDS if n.startswith("kernel-")]
+
+
+@pytest.mark.parametrize(("name", "among"), PLACES)
 @pytest.mark.parametrize("where", [0, 1, 3])
-def test_a_hand_built_record_decodes_alike_anywhere_in_a_batch(name: str, where: int) -> None:
-    batch: list[Any] = list(GOOD)
+def test_a_hand_built_record_decodes_alike_anywhere_in_a_batch(name: str, among: str, where: int) -> None:
+    batch: list[Any] = list(GOOD if among == "steps" else GOOD_KERNELS)
     batch.insert(where, BAD_RECORDS[name])
     old, new, _ = _both(batch)
     assert old == new
@@ -226,15 +230,6 @@ def test_the_per_event_path_counts_what_the_columns_hand_back() -> None:
     chunks, stats = decode_batch(batch, MAX)
     assert (stats.events, stats.bad) == (8, 1)
     assert [r for c in chunks if c["kind"] == "steps" for r in c["rank"]] == [0, 1, 2, 3, 0]
-
-
-@pytest.mark.parametrize("name", [name for name in BAD_RECORDS if name.startswith("kernel-")])
-@pytest.mark.parametrize("where", [0, 1, 3])
-def test_a_hand_built_record_decodes_alike_among_kernel_summaries(name: str, where: int) -> None:
-    batch: list[Any] = list(GOOD_KERNELS)
-    batch.insert(where, BAD_RECORDS[name])
-    old, new, _ = _both(batch)
-    assert old == new
 
 
 def test_a_clean_batch_stays_columnar() -> None:
