@@ -244,8 +244,10 @@ class Settings:
     # decoded event by event (orjson dicts)
     detect_columnar_decode: bool = True
     # detect decode in a child process of the detect worker (streams/detect/ingest/process.py): decode and the
-    # engine then do not take turns on one interpreter lock; off: a thread of the worker
-    detect_decode_process: bool = True
+    # engine then do not take turns on one interpreter lock (~5 % less CPU per event at 10,240 ranks); off (the
+    # default): a thread of the worker. Opt-in: in `make test`'s 20 start-ups with a second detect worker joining
+    # and partitions growing, 2 of 20 cycles once re-decoded input (12 and 35 step reports) with it on
+    detect_decode_process: bool = False
     # landing: a batch's packed step and device records read to one Arrow block per table by pyarrow, the same
     # rows for less CPU (streams/land/columns.py); off: every record mapped to rows event by event
     land_columnar: bool = True

@@ -2,7 +2,7 @@
 
 Faust/aiokafka spend ~100 µs of CPU per message (event objects, ack tracking); a plain
 kafka-python consumer with orjson and numpy costs ~15–25 µs. Every event passes here, so
-this stage runs once per detect worker (in a child process, streams/detect/ingest/process.py, or a thread), in
+this stage runs once per detect worker (a thread, or opt-in a child process: streams/detect/ingest/process.py), in
 its own consumer group
 (`<app_id>-detect-decode`): poll up to `batch_max` messages → `decode_batch` → one chunk
 per (job, kind) to the partials topic (keyed by job) → flush → commit. Offsets are

@@ -85,3 +85,10 @@ def test_the_child_s_counters_and_batch_sizes_reach_the_worker_s_metrics() -> No
     assert _counts(worker)[("bad", "")] == 2.0
     sizes = [s.value for f in worker.batch.collect() for s in f.samples if s.name.endswith("_count")]
     assert sizes == [1.0]
+
+
+def test_the_decode_process_is_opt_in() -> None:
+    from infra.settings import load_settings
+
+    assert load_settings(env={}).detect_decode_process is False
+    assert load_settings(env={"STEPLENS_DETECT_DECODE_PROCESS": "true"}).detect_decode_process is True
