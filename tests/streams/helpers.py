@@ -14,6 +14,7 @@ from infra.settings import Settings
 from schemas import Domain, Incident, Phases, StepEvent
 from streams.detect.combine.chunks import KernelChunk
 from streams.detect.ingest.decode import add_summary, new_kernel_chunk
+from streams.detect.state.store import ROW_FIELDS
 from streams.detect.windows.step_frames import KernelRows, NameTable, Topology
 
 T0 = 1_700_000_000_000_000_000
@@ -32,19 +33,17 @@ def nan_spelled(value: Any) -> Any:
     return value
 
 
-# an aggregate as a list, the fields in this order (trailing ones may be left out; None: not stated)
-AGGREGATE_FIELDS = ("key", "cat", "count", "total_ns", "flops", "bytes", "domain", "launch_mean_us", "launch_mad_us",
-                    "direction", "max_ns")
 
 
 def kernel_chunk(summaries: list[list[Any]], world: int = 0, job: str = "j") -> KernelChunk:
     """The decode stage's kernel chunk of `summaries`, each [rank, step, aggregates, other_ns] with each
-    aggregate a list in AGGREGATE_FIELDS order. Ranks are not checked against `world` (tests send ranks
+    aggregate a list in the row-shaped order of older snapshots (`ROW_FIELDS`; trailing fields may be left out,
+    None: not stated). Ranks are not checked against `world` (tests send ranks
     outside it on purpose)."""
     chunk = new_kernel_chunk(job, 0, world)
     for rank, step, aggregates, other_ns in summaries:
         add_summary(chunk, rank, step, other_ns,
-                    [{k: v for k, v in zip(AGGREGATE_FIELDS, a, strict=False) if v is not None} for a in aggregates])
+                    [{k: v for k, v in zip(ROW_FIELDS, a, strict=False) if v is not None} for a in aggregates])
     return chunk  # type: ignore[return-value]
 
 

@@ -140,7 +140,7 @@ def _ints(values: list[Any]) -> IntArray:
 
 
 def _nums(values: Sequence[Any]) -> FloatArray:
-    """`decode._num` on a column: the value when >= 0, else (negative, missing) NaN."""
+    """`decode._num` on a column (or rows of columns): the value when >= 0, else (negative, missing) NaN."""
     out = np.array(values, dtype=np.float64)  # None is NaN
     out[~(out >= 0)] = np.nan
     return out
@@ -198,9 +198,7 @@ def steps(record_ids: list[int], raws: list[bytes]) -> list[Placed] | None:
     if ident is None or not ((start > 0) & (start <= end)).all():
         return None
     rank, world, step, _, groups, at, inside = ident
-    phases = np.array([_PHASES(e.phases or _NO_PHASES) for e in events], dtype=np.float64).reshape(
-        len(events), len(Phases.NAMES))
-    phases[~(phases >= 0)] = np.nan
+    phases = _nums([_PHASES(e.phases or _NO_PHASES) for e in events]).reshape(len(events), len(Phases.NAMES))
     cols: dict[str, npt.NDArray[Any] | list[Any]] = {
         "rank": rank, "step": step, "host": [e.host for e in events], "start_ns": start, "end_ns": end,
         "samples": _nums([e.samples for e in events]), "batch": _nums([e.batch_size for e in events])}
@@ -270,8 +268,7 @@ def device(record_ids: list[int], raws: list[bytes]) -> list[Placed] | None:
     if "" in hosts or not ((dev >= 0) & (dev <= U16) & (ts > 0)).all():
         return None
     rank = [-1 if e.rank is None else e.rank for e in events]
-    metrics = np.array([_METRICS(e) for e in events], dtype=np.float64).reshape(len(events), len(METRICS))
-    metrics[~(metrics >= 0)] = np.nan
+    metrics = _nums([_METRICS(e) for e in events]).reshape(len(events), len(METRICS))
     cols: dict[str, npt.NDArray[Any] | list[Any]] = {"host": hosts, "device": dev, "rank": rank, "ts_ns": ts}
     for i, m in enumerate(METRICS):
         cols[m] = metrics[:, i]

@@ -20,7 +20,7 @@ from streams.detect.rules.base import Alarms, FloatArray
 from streams.detect.scopes.finding import Finding
 from streams.detect.signals.shared import FindingParams, SignalState, grow, rank_findings, rule_finding, timed
 from streams.detect.windows.comm_columns import comm_columns, transfer_ns
-from streams.detect.windows.step_frames import PHASE_INDEX, BoolArray, Frame, IntArray, KernelRows, Topology
+from streams.detect.windows.step_frames import PHASE_INDEX, Frame, IntArray, Topology
 
 # domains whose collectives are point-to-point: a send and its recv are the two ends of one transfer, so R5/R6
 # take their transfer rate from both keys together (a stage's recv waits on both neighbours and holds the
@@ -51,16 +51,6 @@ class KernelParams(FindingParams):
     r9_high_gbps: float
     r9_learned_low: float
     r9_learned_high: float
-
-
-def _by_name(rows: KernelRows, codes: IntArray, sel: BoolArray) -> list[tuple[str, IntArray]]:
-    """The selected rows grouped by name (`codes`: a name index per row), names in order of first appearance."""
-    idx = np.flatnonzero(sel)
-    if idx.size == 0:
-        return []
-    mine = codes[idx]
-    uniq, first = np.unique(mine, return_index=True)
-    return [(rows.names[int(code)], idx[mine == code]) for code in uniq[np.argsort(first)].tolist()]
 
 
 def _spread(world: int, ranks: IntArray, values: FloatArray, fill: float) -> FloatArray:
@@ -95,7 +85,7 @@ def kernel_findings(frame: Frame, topo: Topology, state: SignalState, params: Ke
     rows = frame.kernel_rows()
     if rows is not None:
         timed_rows = (rows.total_ns > 0) & (rows.rank < world)
-        for key, r in _by_name(rows, rows.key, timed_rows & (rows.flops > 0)):
+        for key, r in rows.by_name(rows.key, timed_rows & (rows.flops > 0)):
             ranks, flops = rows.rank[r], rows.flops[r]
             compute[key] = _spread(world, ranks, flops / rows.total_ns[r] * 1e9, np.nan)
             compute_calls[key] = _spread(world, ranks, rows.count[r], np.nan)
@@ -103,11 +93,11 @@ def kernel_findings(frame: Frame, topo: Topology, state: SignalState, params: Ke
         # a copy is judged per direction (the key where the summary names none)
         named = (rows.direction >= 0) & (rows.direction != rows.code(""))
         label = np.where(named, rows.direction, rows.key)
-        for direction, r in _by_name(rows, label, timed_rows & (rows.cat == rows.code("memcpy"))
-                                     & np.isfinite(rows.nbytes)):
+        for direction, r in rows.by_name(label, timed_rows & (rows.cat == rows.code("memcpy"))
+                                         & np.isfinite(rows.nbytes)):
             copy[direction] = _spread(world, rows.rank[r], rows.nbytes[r] / rows.total_ns[r], np.nan)
-        for key, r in _by_name(rows, rows.key, timed_rows & np.isfinite(rows.launch_mean_us)
-                               & np.isfinite(rows.launch_mad_us)):
+        for key, r in rows.by_name(rows.key, timed_rows & np.isfinite(rows.launch_mean_us)
+                                   & np.isfinite(rows.launch_mad_us)):
             ranks = rows.rank[r]
             launch[key] = (_spread(world, ranks, rows.launch_mean_us[r], np.nan),
                            _spread(world, ranks, rows.launch_mad_us[r], np.nan),

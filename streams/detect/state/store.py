@@ -61,7 +61,7 @@ DECOMPRESS: dict[bytes, Callable[[bytes], bytes]] = {
 }
 ROW_SHAPED = (b"SLS7", b"SLS6")  # formats whose open frames hold row-shaped summaries: `upgrade_kernels`
 # a row-shaped summary's aggregate: a list of these fields
-_ROW_FIELDS = ("key", "cat", "count", "total_ns", "flops", "bytes", "domain", "launch_mean_us", "launch_mad_us",
+ROW_FIELDS = ("key", "cat", "count", "total_ns", "flops", "bytes", "domain", "launch_mean_us", "launch_mad_us",
                "direction", "max_ns")
 MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
 
@@ -124,7 +124,7 @@ def decode_snapshot(raw: bytes | None) -> Snapshot | None:
 
 def upgrade_kernels(engine: JobEngine) -> None:
     """An engine restored from SLS7 or older: its open frames' row-shaped kernel summaries ([rank, aggregates,
-    other_ns], each aggregate a list of `_ROW_FIELDS`) as the columns this code reads, named in a job's table."""
+    other_ns], each aggregate a list of `ROW_FIELDS`) as the columns this code reads, named in a job's table."""
     job: JobEngine | None = engine
     while job is not None:
         frames = job.frames
@@ -137,7 +137,7 @@ def upgrade_kernels(engine: JobEngine) -> None:
             chunk = new_kernel_chunk(job.job, 0, 0)
             for rank, aggregates, other_ns in old:
                 add_summary(chunk, rank, frame.step, other_ns,
-                            [dict(zip(_ROW_FIELDS, a, strict=False)) for a in aggregates])
+                            [dict(zip(ROW_FIELDS, a, strict=False)) for a in aggregates])
             frame.kernels = [frames.names.rows(cast(KernelChunk, chunk))]
             frame.comm = None
         job = job.previous

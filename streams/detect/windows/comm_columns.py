@@ -41,11 +41,8 @@ def comm_columns(frame: Frame) -> dict[str, CommColumn]:
     rows = frame.kernel_rows()
     if rows is not None:
         world = frame.seen.size
-        sel = np.flatnonzero((rows.cat == rows.code("comm")) & (rows.total_ns > 0) & (rows.rank < world))
-        keys = rows.key[sel]
-        uniq, first = np.unique(keys, return_index=True)
-        for code in uniq[np.argsort(first)].tolist():
-            r = sel[keys == code]
+        for key, r in rows.by_name(rows.key, (rows.cat == rows.code("comm")) & (rows.total_ns > 0)
+                                   & (rows.rank < world)):
             ranks = rows.rank[r]
             cols = np.full((4, world), np.nan)
             cols[0, ranks] = rows.total_ns[r]  # a rank listed twice (a duplicate summary): the later one
@@ -54,7 +51,7 @@ def comm_columns(frame: Frame) -> dict[str, CommColumn]:
             longest = rows.max_ns[r]
             cols[3, ranks] = np.where(longest > 0, longest, np.nan)
             named = rows.domain[r][rows.domain[r] >= 0]
-            out[rows.names[code]] = CommColumn(domain=rows.names[int(named[0])] if named.size else None,
+            out[key] = CommColumn(domain=rows.names[int(named[0])] if named.size else None,
                                                total_ns=cols[0], calls=cols[1], nbytes=cols[2], longest_ns=cols[3])
     frame.comm = out
     return out

@@ -71,6 +71,15 @@ class KernelRows:
     def take(self, rows: IntArray) -> KernelRows:
         return KernelRows(**{name: getattr(self, name)[rows] for name in _KERNEL_COLUMNS}, names=self.names)
 
+    def by_name(self, codes: IntArray, sel: BoolArray) -> list[tuple[str, IntArray]]:
+        """The selected rows grouped by name (`codes`: a name index per row), names in order of first appearance."""
+        idx = np.flatnonzero(sel)
+        if idx.size == 0:
+            return []
+        mine = codes[idx]
+        uniq, first = np.unique(mine, return_index=True)
+        return [(self.names[int(code)], idx[mine == code]) for code in uniq[np.argsort(first)].tolist()]
+
     def code(self, name: str) -> int:
         """`name`'s index in `names`; -2 (no row's) when no summary of the job used it."""
         try:
