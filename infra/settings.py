@@ -193,6 +193,10 @@ class Settings:
     # fixed cost (steps ~45 ms with its rollups), so a fleet's landing wants few, large batches
     sink_batch_size: int = 20000
     sink_batch_seconds: float = 2.0
+    # landing fetches: the broker holds a fetch until this much is there, or this long (at most a quarter of
+    # sink_batch_seconds): polls of a filling batch asking for each few new records cost the broker 3x
+    sink_fetch_min_bytes: int = 1 << 20
+    sink_fetch_max_wait_ms: int = 500
     # workers' gen-0 GC threshold (streams/gc_tuning.py): a batch parses ~100k JSON objects, and at
     # CPython's default (700) collections run ~150 times a batch; 0 keeps the interpreter's default
     worker_gc_threshold: int = 50_000
@@ -311,6 +315,8 @@ _ENV = {
     "STEPLENS_MAX_EVENT_BYTES": ("", "max_event_bytes"),
     "STEPLENS_SINK_BATCH_SIZE": ("", "sink_batch_size"),
     "STEPLENS_SINK_BATCH_SECONDS": ("", "sink_batch_seconds"),
+    "STEPLENS_SINK_FETCH_MIN_BYTES": ("", "sink_fetch_min_bytes"),
+    "STEPLENS_SINK_FETCH_MAX_WAIT_MS": ("", "sink_fetch_max_wait_ms"),
     "STEPLENS_WORKER_GC_THRESHOLD": ("", "worker_gc_threshold"),
     "STEPLENS_DETECT_COLUMNAR_DECODE": ("", "detect_columnar_decode"),
     "STEPLENS_DETECT_DECODE_PROCESS": ("", "detect_decode_process"),

@@ -77,6 +77,26 @@ class Sender(Protocol):
     def close(self) -> None: ...
 
 
+def consumer_options(settings: Settings) -> dict[str, Any]:
+    """The land consumer's kafka-python options besides the connection's.
+
+    Fetches wait on the broker for `sink_fetch_min_bytes` (or `sink_fetch_max_wait_ms`, kept within a
+    quarter of the batch window): a batch gathers for `sink_batch_seconds` anyway, and with kafka-python's
+    `fetch_min_bytes=1` every poll of a filling batch was a fetch answered at once with the few records
+    that had come in, which cost the broker ~3x the CPU per event of everything else it serves
+    (`bench.throughput` at 4,096 ranks: broker 45.7 -> 14.5 CPU-µs/event, BENCHMARKS.md).
+    """
+    return {
+        "enable_auto_commit": False, "auto_offset_reset": "earliest", "max_poll_records": settings.sink_batch_size,
+        "fetch_max_bytes": 64 << 20, "max_partition_fetch_bytes": 16 << 20,
+        "fetch_min_bytes": settings.sink_fetch_min_bytes,
+        "fetch_max_wait_ms": max(1, min(settings.sink_fetch_max_wait_ms, int(settings.sink_batch_seconds * 250))),
+        # the workers' group timeouts (6 s session): kafka-python's 45 s default kept a killed land
+        # worker's partitions from its restart for 45 s (make chaos, kill_land: recovery 47 s)
+        **WorkerTimeouts().kafka_python_consumer(),
+    }
+
+
 class LandLoop(ConsumerLoop):
     """Consume, land, commit on the consumer runtime (`streams/runtime.py`); see the module docstring."""
 
@@ -108,14 +128,8 @@ class LandLoop(ConsumerLoop):
 
     def _kafka_clients(self) -> tuple[Consumer, Sender]:
         base = kafka_client_config(self.settings, "land")
-        size = self.settings.sink_batch_size
-        consumer: Any = group_consumer(
-            *self.processor.topics, **base, group_id=land_group(self.settings), enable_auto_commit=False,
-            auto_offset_reset="earliest", max_poll_records=size, fetch_max_bytes=64 << 20,
-            max_partition_fetch_bytes=16 << 20, fetch_min_bytes=1,
-            # the workers' group timeouts (6 s session): kafka-python's 45 s default kept a killed land
-            # worker's partitions from its restart for 45 s (make chaos, kill_land: recovery 47 s)
-            **WorkerTimeouts().kafka_python_consumer())
+        consumer: Any = group_consumer(*self.processor.topics, **base, group_id=land_group(self.settings),
+                                       **consumer_options(self.settings))
         producer: Any = KafkaProducer(**base, acks="all", linger_ms=5, batch_size=1 << 20,
                                       max_request_size=4_194_304)
         return consumer, producer
