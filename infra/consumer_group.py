@@ -32,6 +32,8 @@ from typing import Any
 from kafka import KafkaConsumer
 from kafka.errors import CommitFailedError, RebalanceInProgressError
 
+from infra.clients import BOOTSTRAP_DEADLINE_S, bootstrapped
+
 log = logging.getLogger(__name__)
 
 REBALANCE_ERRORS = (CommitFailedError, RebalanceInProgressError)
@@ -87,8 +89,14 @@ def after_failed_commit(consumer: Any, exc: BaseException) -> None:
         coordinator.request_rejoin()
 
 
-def group_consumer(*topics: str, **config: Any) -> Any:
-    """A kafka-python KafkaConsumer in a consumer group, with the rejoin guard installed."""
+def group_consumer(*topics: str, bootstrap_deadline_s: float = BOOTSTRAP_DEADLINE_S, **config: Any) -> Any:
+    """A kafka-python KafkaConsumer in a consumer group, with the rejoin guard installed; made through
+    `infra.clients.bootstrapped` (a hung broker holds one bootstrap try for twice the request timeout, not
+    30 s: the workers make these at start and after a crash, when a broker may be the reason)."""
     if not config.get("group_id"):
         raise ValueError("group_consumer needs a group_id")
-    return rejoin_guard(KafkaConsumer(*topics, **config))
+
+    def make(**c: Any) -> Any:
+        return KafkaConsumer(*topics, **c)
+
+    return rejoin_guard(bootstrapped(make, config, bootstrap_deadline_s))

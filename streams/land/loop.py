@@ -37,7 +37,7 @@ from typing import Any, Protocol
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
-from infra.clients import kafka_client_config
+from infra.clients import bootstrapped, kafka_client_config
 from infra.consumer_group import group_consumer
 from infra.delivery import OUTAGE_BACKOFF_S
 from infra.settings import Settings
@@ -130,8 +130,8 @@ class LandLoop(ConsumerLoop):
         base = kafka_client_config(self.settings, "land")
         consumer: Any = group_consumer(*self.processor.topics, **base, group_id=land_group(self.settings),
                                        **consumer_options(self.settings))
-        producer: Any = KafkaProducer(**base, acks="all", linger_ms=5, batch_size=1 << 20,
-                                      max_request_size=4_194_304)
+        producer: Any = bootstrapped(KafkaProducer, {**base, "acks": "all", "linger_ms": 5, "batch_size": 1 << 20,
+                                                     "max_request_size": 4_194_304})
         return consumer, producer
 
     def open_consumer(self) -> Consumer:

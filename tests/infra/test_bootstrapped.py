@@ -73,3 +73,24 @@ def test_a_real_client_gives_a_hung_broker_only_its_bounded_try() -> None:
         assert time.monotonic() - started < 20  # the library alone would hold the one try 30 s
     finally:
         hung.close()
+
+
+def test_a_worker_s_group_consumer_gives_a_hung_broker_only_its_bounded_try() -> None:
+    """The decode and land consumers (`infra.consumer_group.group_consumer`) are made at a worker's start and
+    restart, when a broker may be the reason for it: the same bound as above, not kafka-python's 30 s."""
+    import socket
+    import time
+
+    from infra.consumer_group import group_consumer
+
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(16)
+    try:
+        started = time.monotonic()
+        with pytest.raises(KafkaTimeoutError):
+            group_consumer("t", bootstrap_servers=f"127.0.0.1:{hung.getsockname()[1]}", group_id="g",
+                           request_timeout_ms=600, fetch_max_wait_ms=100, bootstrap_deadline_s=3.0)
+        assert time.monotonic() - started < 20
+    finally:
+        hung.close()

@@ -21,7 +21,7 @@ from typing import Any
 
 from kafka import KafkaProducer
 
-from infra.clients import close_quietly, kafka_client_config
+from infra.clients import bootstrapped, close_quietly, kafka_client_config
 from infra.consumer_group import group_consumer
 from infra.delivery import deliver_all
 from infra.settings import Settings
@@ -88,8 +88,10 @@ class DecodeLoop(ConsumerLoop):
 
     def _producer(self) -> Any:
         if self._out is None:
-            self._out = KafkaProducer(**kafka_client_config(self.settings, "detect"), acks="all", linger_ms=5,
-                                      batch_size=1 << 20, max_request_size=16 << 20)
+            # made again after a failed delivery, when a broker may hang: a bounded bootstrap per try
+            self._out = bootstrapped(KafkaProducer, {**kafka_client_config(self.settings, "detect"), "acks": "all",
+                                                     "linger_ms": 5, "batch_size": 1 << 20,
+                                                     "max_request_size": 16 << 20})
         return self._out
 
     def _drop_producer(self) -> None:

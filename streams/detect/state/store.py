@@ -160,9 +160,9 @@ class SnapshotStore:
 
     def _producer_(self) -> Any:
         if self._producer is None:
-            self._producer = KafkaProducer(**kafka_client_config(self._settings, "detect"), acks="all",
-                                           linger_ms=0, max_request_size=MAX_SNAPSHOT_BYTES,
-                                           compression_type=None)
+            self._producer = bootstrapped(KafkaProducer, {
+                **kafka_client_config(self._settings, "detect"), "acks": "all", "linger_ms": 0,
+                "max_request_size": MAX_SNAPSHOT_BYTES, "compression_type": None})
         return self._producer
 
     def _deliver(self, records: list[Record], recheck: Callable[[list[int]], list[int]] | None = None) -> list[Any]:
