@@ -45,6 +45,21 @@ def as_array(x: object) -> FloatArray:
     return np.atleast_1d(np.asarray(x, dtype=np.float64))
 
 
+def nanmedian_rows(rows: FloatArray) -> FloatArray:
+    """`np.nanmedian(rows, axis=1)`, bit for bit, without its cost: for rows shorter than 600 numpy goes
+    through masked arrays (~7x slower on a 6,144 x 50 ring; R10's two medians were ~4 % of the detect
+    worker's CPU). Sorting puts NaN last, so each row's median sits at its count of values; a row with
+    none is NaN (numpy warns there; rules only ask for rows with values)."""
+    ordered = np.sort(rows, axis=1)
+    counted = np.sum(~np.isnan(rows), axis=1)
+    last = rows.shape[1] - 1
+    low = np.take_along_axis(ordered, np.maximum((counted - 1) // 2, 0)[:, None], axis=1)[:, 0]
+    high = np.take_along_axis(ordered, np.minimum(counted // 2, last)[:, None], axis=1)[:, 0]
+    out: FloatArray = (low + high) / 2
+    out[counted == 0] = np.nan
+    return out
+
+
 class Ring:
     """Helpers for a FIFO of the last L values per series, stored as (n, L) with NaN = empty."""
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streams.detect.rules.base import Alarms, FloatArray, IntArray, Ring, as_array
+from streams.detect.rules.base import Alarms, FloatArray, IntArray, Ring, as_array, nanmedian_rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +64,7 @@ def model_calls(count: FloatArray, state: Calls | None, samples: int) -> tuple[C
     Ring.push(state.buf, state.n, count, learning)
     done = learning & (state.n >= max(samples, 1))
     if done.any():
-        state.ref[done] = np.nanmedian(state.buf[done], axis=1)
+        state.ref[done] = nanmedian_rows(state.buf[done])
     out: FloatArray = np.where(np.isfinite(state.ref), state.ref, count)
     return state, out
 
@@ -88,7 +88,7 @@ def evaluate(p: FloatArray, state: State | None, params: Params) -> tuple[State,
     Ring.push(state.bench_buf, state.bench_n, p, learning)
     done = learning & (state.bench_n >= params.bench_samples)
     if done.any():
-        state.bench[done] = np.nanmedian(state.bench_buf[done], axis=1)
+        state.bench[done] = nanmedian_rows(state.bench_buf[done])
     ready = present & np.isfinite(state.bench) & ~done
     ratio = np.where(ready, p / np.where(np.isfinite(state.bench), state.bench, 1.0), np.nan)
     counted = np.sum(np.isfinite(state.buf), axis=1)

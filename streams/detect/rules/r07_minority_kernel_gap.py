@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streams.detect.rules.base import Alarms, FloatArray, IntArray, Ring, as_array
+from streams.detect.rules.base import Alarms, FloatArray, IntArray, Ring, as_array, nanmedian_rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +54,7 @@ def evaluate(v: FloatArray, state: State | None, params: Params) -> tuple[State,
     upper = np.full(v.size, np.nan)
     has = counted >= params.warmup
     if has.any():
-        med[has] = np.nanmedian(state.buf[has], axis=1)
+        med[has] = nanmedian_rows(state.buf[has])
         upper[has] = np.nanpercentile(state.buf[has], 75, axis=1)
     jumped = present & has & (v - np.nan_to_num(upper) > params.jump)  # the upper quartile is >= the median
     alarm = (above & (state.run >= params.k)) | jumped

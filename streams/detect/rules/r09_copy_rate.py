@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streams.detect.rules.base import Alarms, FloatArray, IntArray, Ring, as_array
+from streams.detect.rules.base import Alarms, FloatArray, IntArray, Ring, as_array, nanmedian_rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +46,7 @@ def evaluate(rate: FloatArray, state: State | None, params: Params) -> tuple[Sta
     med = np.full(rate.size, np.nan)
     has = counted >= params.warmup
     if has.any():
-        med[has] = np.nanmedian(state.buf[has], axis=1)
+        med[has] = nanmedian_rows(state.buf[has])
     low = np.full(rate.size, params.low) if params.low > 0 else params.learned_low * med
     high = np.full(rate.size, params.high) if params.high > 0 else params.learned_high * med
     below = present & np.isfinite(low) & (rate < low)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streams.detect.rules.base import Alarms, FloatArray, IntArray, Ring, as_array
+from streams.detect.rules.base import Alarms, FloatArray, IntArray, Ring, as_array, nanmedian_rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +47,8 @@ def evaluate(ratio: FloatArray, state: State | None, params: Params) -> tuple[St
     mad = np.full(ratio.size, np.nan)
     if has.any():
         rows = state.buf[has]
-        med[has] = np.nanmedian(rows, axis=1)
-        mad[has] = np.nanmedian(np.abs(rows - med[has][:, None]), axis=1)
+        med[has] = nanmedian_rows(rows)
+        mad[has] = nanmedian_rows(np.abs(rows - med[has][:, None]))
     limit = np.maximum(med + params.k * 1.4826 * mad, params.min_ratio)
     severe = present & (ratio > params.severe)
     drift = present & has & (ratio > limit)

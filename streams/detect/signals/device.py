@@ -184,32 +184,26 @@ def device_findings(chunk: DeviceChunk, state: SignalState, params: DeviceParams
     hosts: list[str] = chunk["host"]
     devices: list[int] = chunk["device"]
     ranks: list[int] = chunk["rank"]
-    idx = np.empty(len(hosts), dtype=np.int64)
-    for i, (h, d) in enumerate(zip(hosts, devices, strict=True)):
-        key = f"{h}/{d}"
-        j = state.devices.get(key)
-        if j is None:
-            j = state.devices[key] = len(state.devices)
-        idx[i] = j
-        if ranks[i] >= 0:
-            state.device_rank[j] = ranks[i]
-    n = len(state.devices)
-    names = list(state.devices)
+    keys = [f"{h}/{d}" for h, d in zip(hosts, devices, strict=True)]
+    series = state.devices
+    for key in dict.fromkeys(keys):  # new devices numbered in order of first appearance
+        if key not in series:
+            series[key] = len(series)
+    idx = np.fromiter(map(series.__getitem__, keys), dtype=np.int64, count=len(keys))
+    rank_of = np.asarray(ranks, dtype=np.int64)
+    known = rank_of >= 0
+    state.device_rank.update(zip(idx[known].tolist(), rank_of[known].tolist(), strict=True))  # the last one wins
+    host_of = _codes(hosts)
+    n = len(series)
+    names = list(series)
     values = {m: np.asarray(column(chunk, m), dtype=np.float64) for m in DEVICE_METRICS}
-    # rounds: a device sampled several times in one chunk is evaluated in order
+    # rounds: a device sampled several times in one chunk is evaluated in order (round r: each device's
+    # r-th sample by time, the samples of a round in time order)
     order = np.argsort(np.asarray(chunk["ts_ns"], dtype=np.int64), kind="stable")
-    seen_count: dict[int, int] = {}
-    rounds: list[list[int]] = []
-    for pos in order.tolist():
-        r = seen_count.get(int(idx[pos]), 0)
-        seen_count[int(idx[pos])] = r + 1
-        if r == len(rounds):
-            rounds.append([])
-        rounds[r].append(pos)
+    rounds = _rounds(idx[order], order)
     r2_params = params.r2_params()
     out: list[Finding] = []
-    for rows in rounds:
-        sel = np.asarray(rows, dtype=np.int64)
+    for sel in rounds:
         aicore = np.full(n, np.nan)
         aicore[idx[sel]] = values["aicore_pct"][sel]
         active = _busy(aicore, params)
@@ -222,7 +216,7 @@ def device_findings(chunk: DeviceChunk, state: SignalState, params: DeviceParams
                                      active=active.get(gate, True))
             state.rules[key] = st
             out.extend(_device_finding("R1", metric, alarms, names, state, params.resolve_after_steps))
-        peers = _peer_classes(sel, ranks, hosts, stage_of)
+        peers = _peer_classes(sel, rank_of, host_of, stage_of)
         for metric in R2_DEVICE:
             if _in_transition(values[metric][sel], state, metric, params.r2_transition):
                 continue
@@ -240,16 +234,37 @@ def device_findings(chunk: DeviceChunk, state: SignalState, params: DeviceParams
 PEER_HOSTS = 3  # a stage's devices are a device's peers for R2 when they span this many hosts
 
 
-def _peer_classes(sel: IntArray, ranks: list[int], hosts: list[str], stage_of: IntArray | None) -> IntArray:
+def _codes(values: list[str]) -> IntArray:
+    """Each value's index among the distinct values, in order of first appearance."""
+    index: dict[str, int] = {}
+    for value in values:
+        index.setdefault(value, len(index))
+    return np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
+
+
+def _rounds(series: IntArray, order: IntArray) -> list[IntArray]:
+    """`order` (sample positions in time order, `series` their devices) split into rounds: round r holds
+    each device's r-th sample, in time order."""
+    if not order.size:
+        return []
+    by_series = np.argsort(series, kind="stable")  # each device's samples together, still in time order
+    grouped = series[by_series]
+    starts = np.flatnonzero(np.r_[True, grouped[1:] != grouped[:-1]])
+    nth = np.empty(order.size, dtype=np.int64)
+    nth[by_series] = np.arange(order.size) - np.repeat(starts, np.diff(np.r_[starts, order.size]))
+    return [order[nth == r] for r in range(int(nth.max()) + 1)]
+
+
+def _peer_classes(sel: IntArray, ranks: IntArray, host_of: IntArray, stage_of: IntArray | None) -> IntArray:
     """Per sample of the round, its peer class for R2's common mode: its PP stage when the stage's
     devices in this tick span `PEER_HOSTS` hosts or more, else -1 (the whole job)."""
-    rank = np.asarray(ranks, dtype=np.int64)[sel]
+    rank = ranks[sel]
     cls = np.full(sel.size, -1, dtype=np.int64)
     if stage_of is None or not stage_of.size:
         return cls
     known = (rank >= 0) & (rank < stage_of.size)
     cls[known] = stage_of[rank[known]]
-    host_ids = np.unique(np.asarray(hosts, dtype=object)[sel], return_inverse=True)[1].reshape(-1)
+    host_ids = host_of[sel]
     for k in np.unique(cls[cls >= 0]).tolist():
         members = cls == k
         if np.unique(host_ids[members]).size < PEER_HOSTS:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from streams.detect.rules import r01_static_bounds as r1
@@ -14,6 +16,7 @@ from streams.detect.rules import r07_minority_kernel_gap as r7
 from streams.detect.rules import r08_launch_latency as r8
 from streams.detect.rules import r09_copy_rate as r9
 from streams.detect.rules import r10_interstep_cpu as r10
+from streams.detect.rules.base import nanmedian_rows
 
 
 def _feed(module, series, params, **kw):  # type: ignore[no-untyped-def]
@@ -350,3 +353,22 @@ def test_r3_hold_out_no_verdict_with_fewer_than_two_and_constant_quiet() -> None
 def test_r9_default_learned_band_flags_a_forty_percent_drop() -> None:
     _, alarms = _feed(r9, [10.0] * 12 + [6.0, 9.5], r9.Params(warmup=10))
     assert alarms == [(12, 0)], "H2D -40 % (spec §4 bad data format) is outside the learned band"
+
+
+def test_nanmedian_rows_is_numpys_nanmedian_bit_for_bit() -> None:
+    """The rules' history medians: random rings with empty slots, ties, infinities, wide and narrow
+    ranges, single columns and all-empty rows (NaN, as numpy gives with its warning)."""
+    rng = np.random.default_rng(7)
+    for _ in range(600):
+        n, length = int(rng.integers(1, 120)), int(rng.integers(1, 60))
+        rows = rng.lognormal(0, rng.uniform(0.01, 2), size=(n, length)) * rng.choice([1e-3, 1.0, 1e6])
+        if rng.random() < 0.3:
+            rows = np.round(rows, 1)  # ties
+        if rng.random() < 0.2:
+            rows[rng.random((n, length)) < 0.2] = rng.choice([np.inf, -np.inf])
+        rows[rng.random((n, length)) < rng.uniform(0, 0.95)] = np.nan
+        rows[rng.random(n) < 0.1] = np.nan  # rows with no value
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            expected = np.nanmedian(rows, axis=1)
+        assert np.array_equal(nanmedian_rows(rows), expected, equal_nan=True)

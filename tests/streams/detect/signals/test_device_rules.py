@@ -10,7 +10,7 @@ import numpy as np
 from infra.settings import DetectionConfig
 from schemas.columns import DEVICE_METRICS
 from streams.detect.scopes.finding import Finding
-from streams.detect.signals.device import DeviceParams, device_findings
+from streams.detect.signals.device import DeviceParams, _rounds, device_findings
 from streams.detect.signals.shared import SignalState
 
 N = 8
@@ -152,3 +152,27 @@ def test_r2_gives_no_verdict_on_a_job_of_fewer_than_a_hosts_worth_of_devices() -
             power = 300.0 + rng.normal(0, 3.0, n) + (60.0 if t >= 20 else 0.0) * (np.arange(n) == 0)
             hit |= any(f.rule == "R2" for f in device_findings(_job_tick(t, power), state, params, {}))
         assert hit is expect, n
+
+
+def _rounds_one_by_one(series: list[int], order: list[int]) -> list[list[int]]:
+    """The rounds as the per-sample loop built them: each device's r-th sample in round r, in time order."""
+    seen: dict[int, int] = {}
+    rounds: list[list[int]] = []
+    for pos, dev in zip(order, series, strict=True):
+        r = seen.get(dev, 0)
+        seen[dev] = r + 1
+        if r == len(rounds):
+            rounds.append([])
+        rounds[r].append(pos)
+    return rounds
+
+
+def test_rounds_hold_each_device_s_r_th_sample_in_time_order() -> None:
+    rng = np.random.default_rng(3)
+    assert _rounds(np.array([], dtype=np.int64), np.array([], dtype=np.int64)) == []
+    for _ in range(300):
+        size = int(rng.integers(1, 200))
+        idx = rng.integers(0, int(rng.integers(1, 40)), size=size)
+        order = np.argsort(rng.integers(0, 50, size=size), kind="stable")
+        got = [r.tolist() for r in _rounds(idx[order], order)]
+        assert got == _rounds_one_by_one(idx[order].tolist(), order.tolist())
