@@ -20,6 +20,7 @@ from streams.detect.rules import r02_cusum as r2
 from streams.detect.rules.base import Alarms, BoolArray, FloatArray, IntArray
 from streams.detect.scopes.finding import Finding
 from streams.detect.signals.shared import SignalState, grow, rule_finding, timed
+from streams.detect.windows.step_frames import NameTable
 
 R2_DEVICE = ("power_w", "temp_c", "mem_pct")  # the metrics R2 runs on (DeviceParams.r2_params)
 METRIC_IDS = {"power_w": "T1", "temp_c": "T2", "aicore_pct": "T3", "aicpu_pct": "T4", "ctrlcpu_pct": "T5",
@@ -193,7 +194,7 @@ def device_findings(chunk: DeviceChunk, state: SignalState, params: DeviceParams
     rank_of = np.asarray(ranks, dtype=np.int64)
     known = rank_of >= 0
     state.device_rank.update(zip(idx[known].tolist(), rank_of[known].tolist(), strict=True))  # the last one wins
-    host_of = _codes(hosts)
+    host_of = NameTable().codes(hosts)  # each host's index among the chunk's hosts
     n = len(series)
     names = list(series)
     values = {m: np.asarray(column(chunk, m), dtype=np.float64) for m in DEVICE_METRICS}
@@ -232,14 +233,6 @@ def device_findings(chunk: DeviceChunk, state: SignalState, params: DeviceParams
 
 
 PEER_HOSTS = 3  # a stage's devices are a device's peers for R2 when they span this many hosts
-
-
-def _codes(values: list[str]) -> IntArray:
-    """Each value's index among the distinct values, in order of first appearance."""
-    index: dict[str, int] = {}
-    for value in values:
-        index.setdefault(value, len(index))
-    return np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
 
 
 def _rounds(series: IntArray, order: IntArray) -> list[IntArray]:
