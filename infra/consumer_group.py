@@ -89,14 +89,19 @@ def after_failed_commit(consumer: Any, exc: BaseException) -> None:
         coordinator.request_rejoin()
 
 
-def group_consumer(*topics: str, bootstrap_deadline_s: float = BOOTSTRAP_DEADLINE_S, **config: Any) -> Any:
-    """A kafka-python KafkaConsumer in a consumer group, with the rejoin guard installed; made through
-    `infra.clients.bootstrapped` (a hung broker holds one bootstrap try for twice the request timeout, not
-    30 s: the workers make these at start and after a crash, when a broker may be the reason)."""
+def group_consumer(*topics: str, bootstrap_deadline_s: float = BOOTSTRAP_DEADLINE_S, listener: Any = None,
+                   **config: Any) -> Any:
+    """A kafka-python KafkaConsumer in a consumer group, with the rejoin guard installed, subscribed to
+    `topics` (if any) with the rebalance `listener` (if any); made through `infra.clients.bootstrapped` (a
+    hung broker holds one bootstrap try for twice the request timeout, not 30 s: the workers make these at
+    start and after a crash, when a broker may be the reason)."""
     if not config.get("group_id"):
         raise ValueError("group_consumer needs a group_id")
 
     def make(**c: Any) -> Any:
-        return KafkaConsumer(*topics, **c)
+        return KafkaConsumer(**c)
 
-    return rejoin_guard(bootstrapped(make, config, bootstrap_deadline_s))
+    consumer = rejoin_guard(bootstrapped(make, config, bootstrap_deadline_s))
+    if topics:
+        consumer.subscribe(list(topics), listener=listener)
+    return consumer

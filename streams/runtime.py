@@ -21,6 +21,13 @@ both need the same delivery discipline. It lives here, once; a stage supplies it
   absorbs);
 - **rebalances**: `heal` after every poll (a member left out of its group rejoins), and a
   commit refused by a rebalance leaves the batch to its new owner (`after_failed_commit`);
+  a batch in hand when a rebalance starts is held until the new assignment is known
+  (`MovedPartitions`, the stage's subscription listener), then loses the records of the
+  partitions that moved to another member: their next owner reads them from the committed
+  offsets, so handling them here too would put the same input on the sink twice (the restart
+  test saw it after partitions were added: 8 step reports decoded twice). A partition the member
+  keeps keeps its position in kafka-python, so its records stay in the batch and are handled;
+  partitions lost (the member was dropped from the group) leave the batch at once;
 - **failure**: anything escaping a batch ends the thread with `failed` set and nothing
   committed; the worker's watchdog exits the process and its restart re-reads.
 
@@ -35,11 +42,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from kafka import TopicPartition
+from kafka import ConsumerRebalanceListener, TopicPartition
 from kafka.errors import KafkaError, KafkaTimeoutError
 
 from infra.consumer_group import REBALANCE_ERRORS, after_failed_commit, heal
@@ -51,6 +58,7 @@ log = logging.getLogger(__name__)
 # after an empty poll: a poll returns as soon as records arrive, so a long idle timeout delays nothing and
 # keeps an idle worker idle (5 empty polls a second cost the decode thread ~0.3 % of a core)
 IDLE_POLL_MS = 1000
+HELD_POLL_MS = 100  # while a rebalance holds the batch in hand
 
 
 class Record(Protocol):
@@ -146,6 +154,46 @@ class Batch:
     def __len__(self) -> int:
         return len(self.records)
 
+    def drop(self, partitions: Iterable[tuple[str, int]]) -> int:
+        """Remove the records of `partitions` ((topic, partition) pairs); how many were removed."""
+        gone = set(partitions)
+        if not gone:
+            return 0
+        kept = {tp: records for tp, records in self.polled.items() if (tp.topic, tp.partition) not in gone}
+        if len(kept) == len(self.polled):
+            return 0
+        before = len(self.records)
+        self.polled = kept
+        self.records = [r for r in self.records if (r.topic, r.partition) not in gone]
+        return before - len(self.records)
+
+
+class MovedPartitions(ConsumerRebalanceListener):  # type: ignore[misc]
+    """A loop's subscription listener: the batch in hand keeps only the partitions the member still owns.
+
+    kafka-python calls it inside `poll()` (on its IO thread, while the loop's thread waits in
+    that poll), so the batch is between two polls, never being handled. With the eager protocol
+    every partition is revoked before the join and the new assignment comes after it, and a
+    partition in both keeps its position (kafka-python 3.0 preserves its state): only the
+    difference moved. Between the two the loop holds its batch (`ConsumerLoop.held`).
+    """
+
+    def __init__(self, loop: ConsumerLoop) -> None:
+        self.loop = loop
+
+    def on_partitions_revoked(self, revoked: Any) -> None:
+        self.loop.revoking = {(tp.topic, tp.partition) for tp in revoked}
+
+    def on_partitions_assigned(self, assigned: Any) -> None:
+        kept = {(tp.topic, tp.partition) for tp in assigned}
+        moved = (self.loop.revoking or set()) - kept
+        self.loop.revoking = None
+        self.loop.forget(moved)
+
+    def on_partitions_lost(self, lost: Any) -> None:
+        self.loop.revoking = None
+        self.loop.forget({(tp.topic, tp.partition) for tp in lost})
+
 
 class ConsumerLoop(threading.Thread):
     """The runtime's thread; a stage subclasses it and supplies `open_consumer` and `handle`."""
@@ -160,6 +208,10 @@ class ConsumerLoop(threading.Thread):
         self.batches = 0  # batches handled (their outputs on the sink)
         self.commit_failures = 0  # commits refused (a rebalance, or given up): those batches are re-read
         self.commit_retries = 0  # commit attempts that met a broker outage and were retried
+        self.moved_records = 0  # records dropped from a batch in hand because a rebalance moved their partitions
+        self.revocations = MovedPartitions(self)  # the stage subscribes with it
+        self.revoking: set[tuple[str, int]] | None = None  # revoked, the new assignment not known yet
+        self._batch = Batch()
 
     # -- what a stage supplies -------------------------------------------------------------------------------
 
@@ -192,6 +244,19 @@ class ConsumerLoop(threading.Thread):
 
     # -- the runtime -----------------------------------------------------------------------------------------
 
+    def forget(self, partitions: set[tuple[str, int]]) -> None:
+        """Drop the batch in hand's records of `partitions` (a rebalance moved them; see `MovedPartitions`)."""
+        dropped = self._batch.drop(partitions)
+        if dropped:
+            self.moved_records += dropped
+            log.info("%s: a rebalance moved partitions of the batch in hand: %d records left to their next owner",
+                     self.stage, dropped)
+
+    @property
+    def held(self) -> bool:
+        """A rebalance revoked the partitions and has not assigned the new ones yet: the batch waits."""
+        return self.revoking is not None
+
     def stop(self, timeout: float = 30.0) -> None:
         self.stopping.set()
         if self.is_alive():
@@ -215,6 +280,8 @@ class ConsumerLoop(threading.Thread):
 
     def _poll_timeout_ms(self, batch: Batch, last_empty: bool) -> int:
         within_ms = int(self.batching.within_s * 1000)
+        if self.held:  # the rebalance's join runs in these polls: no spinning on zero timeouts meanwhile
+            return max(within_ms, HELD_POLL_MS)
         if not self.batching.accumulate:
             if batch and self.batching.gather_s > 0:  # gathering: wait only for what is left of the window
                 return int(max(0.0, self.batching.gather_s - (self._clock() - batch.first_at)) * 1000)
@@ -224,7 +291,7 @@ class ConsumerLoop(threading.Thread):
         return int(max(0.0, self.batching.within_s - (self._clock() - batch.first_at)) * 1000)
 
     def _due(self, batch: Batch, last_empty: bool) -> bool:
-        if not batch:
+        if not batch or self.held:
             return False
         if not self.batching.accumulate:
             b = self.batching
@@ -233,16 +300,17 @@ class ConsumerLoop(threading.Thread):
         return len(batch) >= self.batching.max_records or self._clock() - batch.first_at >= self.batching.within_s
 
     def _loop(self, consumer: Consumer) -> None:
-        batch = Batch()
+        self._batch = Batch()  # an attribute: the subscription listener drops moved partitions' records from it
         last_empty = False
         while not self.stopping.is_set():
-            room = self.batching.max_records - len(batch)
-            polled = poll_through_outage(consumer, self._poll_timeout_ms(batch, last_empty), room,
+            room = self.batching.max_records - len(self._batch)
+            polled = poll_through_outage(consumer, self._poll_timeout_ms(self._batch, last_empty), room,
                                          self.stopping.wait, self.stage)
             if polled is None:
                 return  # stopping while the broker was away: the batch in hand is re-read by the next owner
             heal(consumer)
             last_empty = not polled
+            batch = self._batch
             if polled:
                 first = not batch
                 batch.add(polled, self._clock())
@@ -252,7 +320,7 @@ class ConsumerLoop(threading.Thread):
                     return  # stopping before the sink had the outputs: commit nothing, they are re-read
                 self.batches += 1
                 self.after_batch(self.commit(consumer))
-                batch = Batch()
+                self._batch = Batch()
 
     def commit(self, consumer: Consumer) -> bool:
         """Commit the handled batch's offsets; True when committed.

@@ -129,7 +129,7 @@ class LandLoop(ConsumerLoop):
     def _kafka_clients(self) -> tuple[Consumer, Sender]:
         base = kafka_client_config(self.settings, "land")
         consumer: Any = group_consumer(*self.processor.topics, **base, group_id=land_group(self.settings),
-                                       **consumer_options(self.settings))
+                                       listener=self.revocations, **consumer_options(self.settings))
         producer: Any = bootstrapped(KafkaProducer, {**base, "acks": "all", "linger_ms": 5, "batch_size": 1 << 20,
                                                      "max_request_size": 4_194_304})
         return consumer, producer

@@ -230,3 +230,52 @@ def test_without_a_gather_window_each_poll_is_still_its_own_batch() -> None:
     stage = Stage(Batching(max_records=100, within_s=0.05, accumulate=False), [[0, 1], [2], None])
     stage.run()
     assert stage.batch_sizes == [2, 1]
+
+
+class RebalancingConsumer(ScriptedConsumer):
+    """Partitions 0 and 1 of topic t; a poll's script entry may instead be a rebalance callback, run as
+    kafka-python runs the subscription listener: inside that poll, which returns nothing."""
+
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> dict[Any, list[Any]]:
+        step = self.polls[0] if self.polls else None
+        if callable(step):
+            self.polls.pop(0)
+            self.timeouts.append(timeout_ms)
+            step(self.loop.revocations)
+            return {}
+        if step is None or not self.polls:
+            return super().poll(timeout_ms, max_records)
+        self.polls.pop(0)
+        self.timeouts.append(timeout_ms)
+        partition, offsets = step
+        tp = TopicPartition("t", partition)
+        return {tp: [Rec("t", partition, o, None, b"") for o in offsets]}
+
+
+def test_a_batch_in_hand_waits_out_a_rebalance_and_loses_only_the_partitions_that_moved() -> None:
+    """Eager rebalance: every partition revoked, then the new assignment; a partition kept keeps its position
+    in kafka-python, so its records are handled here; one that moved is read by its next owner from the
+    committed offsets, so its records leave the batch (handled here too, they were decoded twice)."""
+    t0, t1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    batching = Batching(max_records=100, within_s=0.2, accumulate=False, gather_s=0.05)
+    polls: list[Any] = [(0, [0, 1]), (1, [5, 6]),
+                        lambda listener: listener.on_partitions_revoked({t0, t1}),
+                        None,  # the join still running: an empty poll would end a gathering batch
+                        lambda listener: listener.on_partitions_assigned({t1}),
+                        (1, [7])]
+    stage = Stage(batching, [])
+    stage.consumer = RebalancingConsumer(stage, polls, [])
+    stage._clock = StepClock(0.001)
+    stage.run()
+    assert stage.failed is None
+    assert stage.batch_sizes == [2, 1]  # [5, 6] of the kept partition 1 after the join; then [7]
+    assert stage.handled == [5, 6, 7]
+    assert stage.moved_records == 2
+    assert stage.consumer.timeouts[3] >= 100  # held: no zero-timeout polls while the join runs
+
+    lost = Stage(batching, [])
+    lost.consumer = RebalancingConsumer(lost, [(0, [0, 1]), lambda listener: listener.on_partitions_lost({t0}),
+                                               (0, [0])], [])
+    lost._clock = StepClock(0.001)
+    lost.run()
+    assert lost.handled == [0]  # the member fell out of the group: re-read from the committed offset

@@ -139,7 +139,7 @@ class DecodeLoop(ConsumerLoop):
                 since = time.monotonic()
             if self.stopping.wait(0.5):
                 return False
-        kafka.subscribe(list(input_topics(self.topics)))
+        kafka.subscribe(list(input_topics(self.topics)), listener=self.revocations)
         return True
 
     def handle(self, consumer: Consumer, batch: Batch) -> bool:
