@@ -247,7 +247,7 @@ class DetectWorker:
             await self._maybe_snapshot(force=bool(outputs) or bool(ended))
             for job in [j for j, e in self.fleet.jobs.items() if e.finished and j not in self.pending
                         and j not in self.dirty and not (j in self.outboxes and self.outboxes[j].pending)]:
-                done = self.fleet.jobs.pop(job)  # its final snapshot (finished, outbox empty) is on the state topic
+                done = self.fleet.evict(job)  # its final snapshot (finished, outbox empty) is on the state topic
                 log.info("job %r finished: %d frames evaluated (%d incomplete), %d late reports", job,
                          done.stats.frames, done.frames.stats.incomplete, done.frames.stats.late)
                 self.outboxes.pop(job, None)

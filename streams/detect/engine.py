@@ -64,6 +64,8 @@ Output = Incident | ControlCommand
 LAGGING_NS = 1_000_000_000  # the decode stage is this far behind its input: a backlog, hold timeouts
 LAG_STALE_NS = 5_000_000_000  # no chunk for this long (engine idle) ...
 QUIET_TICKS = 3  # ... and for this many ticks: the decode stage has nothing queued
+# finished jobs a fleet remembers after letting their state go (oldest forgotten first): ~100 bytes each
+FINISHED_JOBS_KEPT = 10_000
 
 
 def input_lagging(chunk: Chunk, batch_max: int, now_ns: int) -> bool | None:
@@ -451,6 +453,43 @@ class FleetEngine:
 
     cfg: DetectionConfig
     jobs: dict[str, JobEngine] = field(default_factory=dict)
+    # jobs finished and let go (`evict`): job -> (its last attempt, the job's clock at its end), oldest first
+    finished: dict[str, tuple[int, int]] = field(default_factory=dict)
+    late_after_finish: int = 0  # chunks of a finished, let-go attempt: counted, never a new job
+
+    def evict(self, job: str) -> JobEngine:
+        """Let a finished job's state go (its final snapshot is on the state topic), remembering that it
+        finished: a chunk of that attempt read after this (kernel summaries on their own topic, read by
+        another decode member, can trail the `end` and the last step) is late, not a new job (one made of
+        a trailing summary's ranks alone opened frames that timed out into HUNG_RANK for every other rank)."""
+        engine = self.jobs.pop(job)
+        self.finished.pop(job, None)
+        self.finished[job] = (engine.attempt, engine.end_ts_ns)
+        while len(self.finished) > FINISHED_JOBS_KEPT:
+            del self.finished[next(iter(self.finished))]
+        return engine
+
+    def _after_finish(self, job: str, chunk: Chunk) -> bool:
+        """True: `chunk` belongs to a finished, let-go attempt of `job` (counted late). A later attempt's
+        chunk (a relaunch under the same id) starts the job afresh; device samples, which carry no
+        attempt, are the finished attempt's when taken before its end."""
+        done = self.finished.get(job)
+        if done is None or job in self.jobs:
+            return False
+        attempt, end_ts_ns = done
+        chunk_attempt = chunk.get("attempt")
+        if isinstance(chunk_attempt, int):
+            late = chunk_attempt <= attempt
+        elif is_device(chunk):
+            taken = chunk.get("ts_ns") or []
+            late = end_ts_ns > 0 and (not taken or max(taken) <= end_ts_ns)
+        else:
+            late = True
+        if late:
+            self.late_after_finish += 1
+        else:
+            del self.finished[job]
+        return late
 
     def job(self, job: str) -> JobEngine:
         engine = self.jobs.get(job)
@@ -472,6 +511,8 @@ class FleetEngine:
         job = chunk.get("job")
         if not isinstance(job, str) or not job:
             return []  # device samples nobody attributed to a job: landed, not analysed
+        if self._after_finish(job, chunk):
+            return []
         engine = self.job(job)
         out: list[Output] = []
         attempt = chunk.get("attempt")  # device samples carry none: they go to the attempt of their time

@@ -156,3 +156,45 @@ def test_a_crash_read_from_a_backlog_is_judged_on_the_job_clock_at_the_relaunch(
 def test_a_quick_restart_read_from_a_backlog_is_no_crash() -> None:
     opened = incidents(_crash_then_relaunch(20.0), "open")
     assert not opened, [(i.rule, i.summary) for i in opened]
+
+
+def test_a_chunk_of_a_finished_let_go_job_is_late_not_a_new_job() -> None:
+    """Kernel summaries travel on their own topic, decoded by whichever decode member owns their
+    partition: one can reach the engine after the job's `end` and last step, once the worker let the
+    finished job's state go. It made a new job of that summary's ranks alone, whose frames timed out
+    into HUNG_RANK for every other rank (a restart test: 6 incidents). It is late; a relaunch is not."""
+    from infra.settings import DetectionConfig
+    from schemas import encode
+    from streams.detect.combine import chunks as codec
+    from streams.detect.engine import FleetEngine
+    from streams.detect.ingest.decode import decode_batch
+    from tests.streams.helpers import T0, kernel_chunk
+
+    job = FleetJob("done", Topology(dp=4, tp=2, pp=1), steps=10, seed=11)
+    fleet = FleetEngine(DetectionConfig())
+    out: list[object] = []
+    now = T0
+    start, end = job.job_events()
+    for raws in [[encode(start)], *[[encode(e) for e in events] for events in job.iter_steps()], [encode(end)]]:
+        chunks, _ = decode_batch(raws, 1 << 20)
+        for chunk in chunks:
+            chunk["behind_ns"], chunk["lag"] = 0, 0
+            out.extend(fleet.on_chunk(codec.loads(codec.dumps(chunk)), now))
+        now += 500_000_000
+        out.extend(fleet.tick(now))
+    assert fleet.jobs["done"].finished
+    fleet.evict("done")  # what the detect worker does once the final snapshot is out
+
+    trailing = kernel_chunk([[3, 9, [["allreduce", "comm", 1, 5_000_000, None, None, "dp"]], 1_000_000]], world=8,
+                            job="done")
+    out.extend(fleet.on_chunk(codec.loads(codec.dumps(trailing)), now))
+    for _ in range(600):  # five minutes of ticks: nothing may time out into a hang
+        now += 500_000_000
+        out.extend(fleet.tick(now))
+    assert "done" not in fleet.jobs and fleet.late_after_finish == 1
+    assert [i.rule for i in incidents(out)] == []
+
+    relaunch = FleetJob("done", Topology(dp=4, tp=2, pp=1), steps=3, seed=12, attempt=1, start_ns=now)
+    chunks, _ = decode_batch([encode(relaunch.job_events()[0])], 1 << 20)
+    fleet.on_chunk(codec.loads(codec.dumps(chunks[0])), now)
+    assert fleet.jobs["done"].attempt == 1 and "done" not in fleet.finished
