@@ -12,14 +12,13 @@ partitions were added to the detect worker's input).
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 
+from bench.chaos import poll_until
 from infra.clients import kafka_client_config
 from infra.consumer_group import group_consumer
 from infra.settings import Settings
@@ -59,15 +58,6 @@ class Recording(ConsumerLoop):
         return True
 
 
-def _eventually(predicate: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def test_a_rebalance_while_a_batch_is_gathered_leaves_its_records_to_their_next_owner_handled_once(
         kafka_settings: Settings, unique_name: str) -> None:
     admin = KafkaAdminClient(**kafka_client_config(kafka_settings, "admin"))
@@ -85,10 +75,11 @@ def test_a_rebalance_while_a_batch_is_gathered_leaves_its_records_to_their_next_
     b = Recording(kafka_settings, unique_name, 0.2)
     try:
         a.start()
-        assert _eventually(lambda: a.polled >= total, 60), f"A polled {a.polled} of {total}"
+        assert poll_until(lambda: a.polled >= total, 60, every=0.1), f"A polled {a.polled} of {total}"
         assert not a.handled, "A's batch was due before the second member joined: raise GATHER_S"
         b.start()
-        assert _eventually(lambda: a.batches >= 1 and len(set(a.handled) | set(b.handled)) == total, 90), \
+        assert poll_until(lambda: a.batches >= 1 and len(set(a.handled) | set(b.handled)) == total, 90,
+                                 every=0.1), \
             (len(a.handled), len(b.handled), a.polled, a.moved_records, a.batches)
     finally:
         a.stop()

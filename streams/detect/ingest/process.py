@@ -29,6 +29,18 @@ from streams.metrics import DetectMetrics
 log = logging.getLogger(__name__)
 _PR_SET_PDEATHSIG = 1
 REPORT_EVERY_S = 1.0
+# the worker's log line (Faust's): the child writes to the worker's stderr, so its lines sit among the worker's
+LOG_FORMAT = "[%(asctime)s] [%(process)d] [%(levelname)s] %(message)s"
+
+
+def log_like_the_worker(level: int) -> None:
+    """The spawned child starts with no logging set up: its INFO lines (the decode group's joins and
+    revocations, kafka-python's) were dropped and its warnings printed bare. Same format and level as the
+    worker, Kafka client messages rate-limited as there (infra/lograte.py)."""
+    from infra.lograte import install_rate_limit
+
+    logging.basicConfig(level=level, format=LOG_FORMAT, force=True)
+    install_rate_limit()
 
 
 def die_with_parent(parent: int) -> bool:
@@ -70,9 +82,10 @@ class _Recorder(DetectMetrics):
         self.batch = _Batch()  # type: ignore[assignment]
 
 
-def _child(settings: Settings, parent: int, stop: Any, conn: Connection) -> None:
+def _child(settings: Settings, parent: int, stop: Any, conn: Connection, level: int = logging.INFO) -> None:
     if not die_with_parent(parent):
         return
+    log_like_the_worker(level)
     # only the worker stops it (its `stop`), or its death: Ctrl-C and a stop's SIGTERM reach the whole process
     # group, and a child that ended on its own first would read as a failed decode loop to the worker
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -109,7 +122,8 @@ class DecodeProcess:
         self.metrics = metrics
         self._stop = ctx.Event()
         self._conn, child_conn = ctx.Pipe(duplex=False)
-        self._proc = ctx.Process(target=_child, args=(settings, os.getpid(), self._stop, child_conn),
+        level = logging.getLogger().getEffectiveLevel()  # the worker's, set up by Faust from --loglevel
+        self._proc = ctx.Process(target=_child, args=(settings, os.getpid(), self._stop, child_conn, level),
                                  name="steplens-decode",
                                  daemon=True)
         self._reader = threading.Thread(target=self._read_reports, name="steplens-decode-metrics", daemon=True)

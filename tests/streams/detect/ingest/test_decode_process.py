@@ -92,3 +92,28 @@ def test_the_decode_process_is_opt_in() -> None:
 
     assert load_settings(env={}).detect_decode_process is False
     assert load_settings(env={"STEPLENS_DETECT_DECODE_PROCESS": "true"}).detect_decode_process is True
+
+
+def test_the_child_logs_like_the_worker_on_the_worker_s_stderr(capfd: object) -> None:
+    """Spawned children start without logging: the decode group's INFO lines were lost and warnings came bare."""
+    import logging
+
+    from infra.settings import load_settings
+
+    settings = load_settings(env={"STEPLENS_KAFKA_BOOTSTRAP": "127.0.0.1:9", "STEPLENS_KAFKA_SECURITY": "plaintext"})
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.INFO)
+    try:
+        proc = DecodeProcess(settings, DetectMetrics())
+        proc.start()
+        deadline = time.monotonic() + 60
+        text = ""
+        while time.monotonic() < deadline and "[INFO]" not in text:
+            time.sleep(0.5)
+            text += capfd.readouterr().err  # type: ignore[attr-defined]
+        proc.stop(10)
+    finally:
+        root.setLevel(level)
+    child_lines = [line for line in text.splitlines() if f"] [{proc._proc.pid}] [" in line]
+    assert any("[INFO]" in line for line in child_lines), text[-2000:]
