@@ -47,7 +47,10 @@ class WorkerTimeouts:
     request: float = 20.0           # broker_request_timeout: > session and > rebalance (JoinGroup blocks)
     max_poll_interval: float = 120.0  # broker_max_poll_interval: a consumer loop stuck longer is a livelock
     producer_request: float = 300.0   # producer_request_timeout: outlives a broker restart
-    metadata_max_age: float = 10.0    # kafka-python consumers: partitions added to a topic are consumed within this
+    # kafka-python consumers (decode, land): partitions added to a topic are consumed within this; under the
+    # engine's 5-s minimum frame timeout (at 10 s, reports a producer wrote at once to added partitions reached
+    # the engine after their step's frame timed out: a transient HUNG_RANK); one Metadata request per refresh
+    metadata_max_age: float = 2.0
     # Faust's (aiokafka) consumer: a fetch from a broker that stopped answering is held for `request`,
     # and only fresh metadata sends the partitions it led to their new leader; refreshed this often
     # (aiokafka's default, 5 min, held the detect worker's input for the whole of a broker's SIGSTOP)

@@ -231,6 +231,9 @@ class ConsumerLoop(threading.Thread):
     def on_polled(self, consumer: Consumer, polled: dict[Any, list[Any]], first: bool) -> None:
         """After a non-empty poll; `first`: it began a batch (metrics)."""
 
+    def while_held(self, consumer: Consumer) -> None:
+        """After each poll while a rebalance holds the batch (the stage's input is stalled meanwhile)."""
+
     def after_batch(self, committed: bool) -> None:
         """After a handled batch's commit, done or refused (metrics)."""
 
@@ -309,6 +312,8 @@ class ConsumerLoop(threading.Thread):
             if polled is None:
                 return  # stopping while the broker was away: the batch in hand is re-read by the next owner
             heal(consumer)
+            if self.held:
+                self.while_held(consumer)
             last_empty = not polled
             batch = self._batch
             if polled:

@@ -24,3 +24,13 @@ def test_faust_consumers_refresh_leaders_twice_a_second(tmp_path: Path) -> None:
     app = base_app(Settings(home=tmp_path, kafka_security="plaintext"), "detect")
     assert app.conf.consumer_metadata_max_age_ms == 500
     assert app.conf.broker_request_timeout == 20.0  # > the 10 s rebalance: aiokafka's JoinGroup uses it
+
+
+def test_partitions_added_to_an_input_topic_are_decoded_well_inside_a_frame_s_timeout() -> None:
+    """Producers write to added partitions at once; the decode consumer finds them at its next metadata
+    refresh plus a rebalance. At 10 s that came after the step's frame had timed out (min 5 s): a transient
+    HUNG_RANK for the ranks on the new partitions in a restart cycle that grew the topics mid-job."""
+    from infra.settings import DetectionConfig
+
+    refresh_s = WorkerTimeouts().kafka_python_consumer()["metadata_max_age_ms"] / 1000
+    assert refresh_s + WorkerTimeouts().heartbeat <= DetectionConfig().window_timeout_min_s / 1.4

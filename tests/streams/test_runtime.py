@@ -266,8 +266,11 @@ def test_a_batch_in_hand_waits_out_a_rebalance_and_loses_only_the_partitions_tha
     stage = Stage(batching, [])
     stage.consumer = RebalancingConsumer(stage, polls, [])
     stage._clock = StepClock(0.001)
+    held: list[int] = []
+    stage.while_held = lambda consumer: held.append(len(stage._batch))  # type: ignore[method-assign]
     stage.run()
     assert stage.failed is None
+    assert held == [4, 4]  # after the poll that revoked and the one that found the join still running
     assert stage.batch_sizes == [2, 1]  # [5, 6] of the kept partition 1 after the join; then [7]
     assert stage.handled == [5, 6, 7]
     assert stage.moved_records == 2
