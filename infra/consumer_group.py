@@ -98,10 +98,7 @@ def group_consumer(*topics: str, bootstrap_deadline_s: float = BOOTSTRAP_DEADLIN
     if not config.get("group_id"):
         raise ValueError("group_consumer needs a group_id")
 
-    def make(**c: Any) -> Any:
-        return KafkaConsumer(**c)
-
-    consumer = rejoin_guard(bootstrapped(make, config, bootstrap_deadline_s))
+    consumer = rejoin_guard(bootstrapped(KafkaConsumer, config, bootstrap_deadline_s))
     if topics:
         consumer.subscribe(list(topics), listener=listener)
     return consumer

@@ -211,7 +211,7 @@ class ConsumerLoop(threading.Thread):
         self.moved_records = 0  # records dropped from a batch in hand because a rebalance moved their partitions
         self.revocations = MovedPartitions(self)  # the stage subscribes with it
         self.revoking: set[tuple[str, int]] | None = None  # revoked, the new assignment not known yet
-        self._batch = Batch()
+        self._batch = Batch()  # an attribute: the subscription listener drops moved partitions' records from it
 
     # -- what a stage supplies -------------------------------------------------------------------------------
 
@@ -303,7 +303,6 @@ class ConsumerLoop(threading.Thread):
         return len(batch) >= self.batching.max_records or self._clock() - batch.first_at >= self.batching.within_s
 
     def _loop(self, consumer: Consumer) -> None:
-        self._batch = Batch()  # an attribute: the subscription listener drops moved partitions' records from it
         last_empty = False
         while not self.stopping.is_set():
             room = self.batching.max_records - len(self._batch)

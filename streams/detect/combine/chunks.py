@@ -141,7 +141,20 @@ class JobChunk(Progress):
     kernel_summaries: bool
 
 
-Chunk = StepChunk | KernelChunk | DeviceChunk | JobChunk
+class StalledChunk(Progress):
+    """No job's: a rebalance of the decode group stalls the decode stage (`DecodeLoop.while_held` sends one to
+    every partials partition each second of it); `starved` makes every engine that reads it take its input as
+    lagging (`streams.detect.engine.input_lagging`), so no frame times out on the silence."""
+
+    kind: Literal["stalled"]
+    job: Literal[""]
+
+
+Chunk = StepChunk | KernelChunk | DeviceChunk | JobChunk | StalledChunk
+
+
+def stalled(now_ns: int) -> StalledChunk:
+    return {"kind": "stalled", "job": "", "behind_ns": 0, "decoded_ns": now_ns, "lag": 0, "starved": True}
 
 
 # Chunks are dispatched on `kind` read with `.get`: a chunk without one is applied as an empty

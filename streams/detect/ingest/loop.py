@@ -19,7 +19,6 @@ import logging
 import time
 from typing import Any
 
-import orjson
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
@@ -38,13 +37,6 @@ from streams.topics_admin import DetectTopics
 log = logging.getLogger(__name__)
 COMMIT_TIMEOUT_MS = 30_000  # a commit that cannot finish (group gone) is given up: the batch is re-read
 STALLED_EVERY_S = 1.0  # while a rebalance stalls the decode stage, how often the engines are told so
-
-
-def stalled_chunk(now_ns: int) -> bytes:
-    """A chunk of no job saying the decode stage is starved: every engine that reads it treats its input as
-    lagging (`streams.detect.engine.input_lagging`) and lets no frame time out for a while."""
-    return orjson.dumps({"kind": "stalled", "job": "", "behind_ns": 0, "decoded_ns": now_ns, "lag": 0,
-                         "starved": True})
 
 
 def backlog(consumer: Any, polled: dict[Any, Any]) -> tuple[int, bool]:
@@ -95,7 +87,7 @@ class DecodeLoop(ConsumerLoop):
         self.partials = DetectTopics(settings.topic_prefix).partials
         self._out: Any = None  # the chunk producer, replaced after a failed delivery
         self._columnar = ColumnarBackoff()  # event by event for a while after the columnar read declined a batch
-        self._stalled_sent = 0.0  # monotonic time of the last `stalled_chunk`s
+        self._stalled_sent = 0.0  # monotonic time of the last stalled chunks
 
     def _producer(self) -> Any:
         if self._out is None:
@@ -126,15 +118,15 @@ class DecodeLoop(ConsumerLoop):
         """A rebalance of the decode group stalls every member for its duration (seconds on a busy box; longer
         when partitions were added) and no chunk says so: the engines took the silence for a current input and
         released frames incomplete, the stalled ranks' reports late (a transient HUNG_RANK). Each second of it,
-        one `stalled_chunk` to every partials partition (no wait for acknowledgements: a lost one only shortens
-        the engines' grace)."""
+        one stalled chunk (`chunks.StalledChunk`) to every partials partition (no wait for acknowledgements: a
+        lost one only shortens the engines' grace)."""
         now = time.monotonic()
         if now - self._stalled_sent < STALLED_EVERY_S:
             return
         self._stalled_sent = now
         try:
             out = self._producer()
-            value = stalled_chunk(time.time_ns())
+            value = chunk_codec.dumps(chunk_codec.stalled(time.time_ns()))
             for partition in sorted(out.partitions_for(self.partials) or ()):
                 out.send(self.partials, value=value, partition=partition)
         except KafkaError as exc:  # the broker away: the engines' own staleness rules apply
