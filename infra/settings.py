@@ -73,6 +73,11 @@ class DetectionConfig:
     # input: 0.02 s cost an idle detect worker 1.1 % of a core (50 wake-ups/s); 0.1 s costs ~0.2 %
     detect_within_s: float = 0.1
     snapshot_interval_s: float = 1.0  # state snapshot period per changed job (streams/detect/state/)
+    # ... stretched so that encoding snapshots takes at most this share of the worker's time (a 10,240-rank job's
+    # snapshot costs ~50 ms: once a second that was ~2 µs of detect's ~10 µs per event), as Flink's minimum pause
+    # between checkpoints does; a snapshot with outputs to send is never put off; 0 = always the interval
+    snapshot_max_share: float = 0.02
+    snapshot_interval_max_s: float = 10.0  # ... and never longer (a restart replays the chunks since the last one)
     metrics_port: int = 0            # Prometheus self-metrics port of the detect worker; 0 = off
     # rules R1–R10 (spec §2), defaults as the spec gives them; 0 = bound off
     rule_open_after: int = 3         # flagged steps before a rule-only incident opens (R4–R10 per rank)

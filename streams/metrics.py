@@ -49,6 +49,8 @@ class DetectMetrics:
         self.open_incidents = Gauge("steplens_detect_open_incidents", "Open incidents", registry=r)
         self.jobs = Gauge("steplens_detect_jobs", "Jobs tracked by this worker", registry=r)
         self.snapshots = Counter("steplens_detect_snapshots", "State snapshots written", registry=r)
+        self.snapshot_seconds = Counter("steplens_detect_snapshot_seconds", "CPU seconds spent encoding snapshots",
+                                        registry=r)
         self.lag = Gauge("steplens_detect_partials_lag", "Chunks received but not yet acknowledged", registry=r)
         self.crc32c = Gauge("steplens_kafka_c_crc32c", "1 when kafka-python uses the C CRC32C", registry=r)
         self.crc32c.set(1.0 if kafka_has_c_crc32c() else 0.0)
