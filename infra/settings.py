@@ -252,11 +252,10 @@ class Settings:
     # checked on columns, the same chunks for less CPU (streams/detect/ingest/columns.py); off: every record
     # decoded event by event (orjson dicts)
     detect_columnar_decode: bool = True
-    # detect decode in a child process of the detect worker (streams/detect/ingest/process.py): decode and the
-    # engine then do not take turns on one interpreter lock (~5 % less CPU per event at 10,240 ranks); off (the
-    # default): a thread of the worker. Opt-in: in `make test`'s 20 start-ups with a second detect worker joining
-    # and partitions growing, 2 of 20 cycles once re-decoded input (12 and 35 step reports) with it on
-    detect_decode_process: bool = False
+    # detect decode in a child process of the detect worker (streams/detect/ingest/process.py, the default): decode
+    # and the engine do not take turns on one interpreter lock (~5 % less CPU per event at 10,240 ranks); off: a
+    # thread of the worker (one process less, e.g. on a 1-core container)
+    detect_decode_process: bool = True
     # landing: a batch's packed step and device records read to one Arrow block per table by pyarrow, the same
     # rows for less CPU (streams/land/columns.py); off: every record mapped to rows event by event
     land_columnar: bool = True

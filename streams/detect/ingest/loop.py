@@ -2,10 +2,9 @@
 
 Faust/aiokafka spend ~100 µs of CPU per message (event objects, ack tracking); a plain
 kafka-python consumer with orjson and numpy costs ~15–25 µs. Every event passes here, so
-this stage runs once per detect worker (a thread, or opt-in a child process: streams/detect/ingest/process.py), in
-its own consumer group
-(`<app_id>-detect-decode`): poll up to `batch_max` messages → `decode_batch` → one chunk
-per (job, kind) to the partials topic (keyed by job) → flush → commit. Offsets are
+this stage runs once per detect worker (a child process by default: streams/detect/ingest/process.py; or a
+thread), in its own consumer group (`<app_id>-detect-decode`): poll up to `batch_max` messages →
+`decode_batch` → one chunk per (job, kind) to the partials topic (keyed by job) → flush → commit. Offsets are
 committed only after the chunks are on the broker (acks=all): at-least-once; a replayed
 chunk overwrites the same ranks in their frame, or is counted late. Each chunk says how far
 behind the input the stage is (`behind_ns`, `lag`): while it is behind, frames do not time

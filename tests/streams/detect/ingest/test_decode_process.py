@@ -87,11 +87,11 @@ def test_the_child_s_counters_and_batch_sizes_reach_the_worker_s_metrics() -> No
     assert sizes == [1.0]
 
 
-def test_the_decode_process_is_opt_in() -> None:
+def test_the_decode_process_is_the_default_and_a_thread_on_request() -> None:
     from infra.settings import load_settings
 
-    assert load_settings(env={}).detect_decode_process is False
-    assert load_settings(env={"STEPLENS_DETECT_DECODE_PROCESS": "true"}).detect_decode_process is True
+    assert load_settings(env={}).detect_decode_process is True
+    assert load_settings(env={"STEPLENS_DETECT_DECODE_PROCESS": "false"}).detect_decode_process is False
 
 
 def test_the_child_logs_like_the_worker_on_the_worker_s_stderr(capfd: object) -> None:
