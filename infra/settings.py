@@ -75,7 +75,9 @@ class DetectionConfig:
     snapshot_interval_s: float = 1.0  # state snapshot period per changed job (streams/detect/state/)
     # ... stretched so that encoding snapshots takes at most this share of the worker's time (a 10,240-rank job's
     # snapshot costs ~50 ms: once a second that was ~2 µs of detect's ~10 µs per event), as Flink's minimum pause
-    # between checkpoints does; a snapshot with outputs to send is never put off; 0 = always the interval
+    # between checkpoints does; a snapshot with outputs to send is never put off; 0 = always the interval.
+    # (A field added to this class is also added to _ADDED_SINCE_LIST_STATE below: old snapshots pickled the
+    # config as a list in field order.)
     snapshot_max_share: float = 0.02
     snapshot_interval_max_s: float = 10.0  # ... and never longer (a restart replays the chunks since the last one)
     metrics_port: int = 0            # Prometheus self-metrics port of the detect worker; 0 = off
@@ -170,7 +172,8 @@ class DetectionConfig:
 
 # the field order of configs pickled as lists (snapshots SLS6/SLS7 written before the config pickled by name:
 # every field of today's but those added since)
-_DETECTION_LIST_STATE = tuple(f.name for f in fields(DetectionConfig) if f.name not in {"batch_gather_s"})
+_ADDED_SINCE_LIST_STATE = frozenset({"batch_gather_s", "snapshot_max_share", "snapshot_interval_max_s"})
+_DETECTION_LIST_STATE = tuple(f.name for f in fields(DetectionConfig) if f.name not in _ADDED_SINCE_LIST_STATE)
 
 
 HOOK_FLUSH_INTERVAL_S = 0.5  # default of Settings.hook_flush_interval_s (why 0.5 s: producers/hook/__init__.py)
