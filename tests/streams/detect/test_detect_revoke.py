@@ -12,6 +12,7 @@ from infra.settings import DetectionConfig, Settings, load_settings
 from streams.app import base_app
 from streams.detect.app import DetectWorker
 from streams.detect.engine import JobEngine
+from tests.streams.helpers import AckedStream
 
 pytestmark = [pytest.mark.kafka]  # the worker's clients read the local broker's credentials
 
@@ -82,11 +83,6 @@ def test_an_assignment_drops_the_jobs_of_partitions_this_worker_does_not_own(
     assert sorted(worker.fleet.jobs) == ["mine", "new"] and sorted(worker.pending) == ["mine"]
 
 
-class _Stream:
-    async def ack(self, event: object) -> None:
-        return None
-
-
 def _restorable(kafka_settings: Settings, tmp_path: Path, unique_name: str) -> tuple[DetectWorker, list[_Event]]:
     """A worker whose state topic holds job "j" (input offset 10, outbox at seq 5), and a chunk of "j" at
     offset 11 of partials partition 0."""
@@ -103,7 +99,7 @@ def _restorable(kafka_settings: Settings, tmp_path: Path, unique_name: str) -> t
                        kafka_bootstrap=kafka_settings.kafka_bootstrap, secrets_dir=kafka_settings.secrets_path)
     ensure_topics(settings, Topics(settings.topic_prefix), 1)
     worker = DetectWorker(base_app(settings, "detect"), settings)
-    worker.stream = _Stream()
+    worker.stream = AckedStream()
     job = FleetJob("j", Topology(dp=2, tp=2, pp=1), steps=3, seed=1)
     history = JobEngine.create("j", DetectionConfig())
     history.offsets[0] = 10

@@ -13,6 +13,7 @@ from infra.settings import DetectionConfig, Settings, load_settings
 from streams.app import base_app
 from streams.detect.app import DetectWorker, snapshot_pause
 from streams.detect.engine import JobEngine
+from tests.streams.helpers import AckedStream
 
 
 def test_a_cheap_snapshot_keeps_the_interval() -> None:
@@ -31,11 +32,6 @@ def test_the_pause_is_capped_and_a_zero_share_turns_it_off() -> None:
     assert snapshot_pause(DetectionConfig(snapshot_interval_s=1.0, snapshot_max_share=0.0), 5.0) == 1.0
 
 
-class _Stream:
-    async def ack(self, event: object) -> None:
-        return None
-
-
 @pytest.mark.kafka  # the worker's snapshot store writes to the local broker
 def test_the_worker_puts_off_unforced_snapshots_but_never_forced_ones(
         kafka_settings: Settings, tmp_path: Path, unique_name: str) -> None:
@@ -49,7 +45,7 @@ def test_the_worker_puts_off_unforced_snapshots_but_never_forced_ones(
                        detection=detection)
     ensure_topics(settings, Topics(settings.topic_prefix), 1)
     worker = DetectWorker(base_app(settings, "detect"), settings)
-    worker.stream = _Stream()
+    worker.stream = AckedStream()
     worker.fleet.jobs["j"] = JobEngine.create("j", detection)
 
     async def snapshots() -> list[float]:
