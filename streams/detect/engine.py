@@ -442,8 +442,8 @@ def _first_ts(chunk: Chunk) -> int:
     if is_job(chunk):
         return int(chunk.get("ts_ns") or 0)
     if is_steps(chunk):
-        starts = chunk.get("start_ns") or []
-        return int(min(starts)) if len(starts) else 0
+        starts = chunk.get("start_ns")  # a list (JSON) or an array (a binary frame)
+        return int(np.min(starts)) if starts is not None and len(starts) else 0
     return 0
 
 

@@ -183,8 +183,78 @@ def column(chunk: Mapping[str, object], name: str) -> list[Any]:
 MAX_CHUNK_BYTES = 1_000_000  # well under the partials topic's max.message.bytes (4 MB)
 
 
+# Step and kernel chunks travel as a binary frame: their numeric columns as raw little-endian int64 /
+# float64 buffers after a JSON header that holds everything else (strings, scalars, progress). Why: JSON
+# numbers cost the decode stage a `tolist` and an orjson encode, and the engine an orjson parse and an
+# `np.asarray` per value, for columns that are numpy on both sides; a buffer costs a copy. The engine
+# reads every column of these two kinds with `np.asarray`, so a column arriving as an array or as a
+# list reads the same (NaN where the JSON path said null). Device chunks stay JSON: their signal regroups
+# samples value by value into snapshot state. `loads` takes both encodings.
+FRAME_MAGIC = b"\x00SLC1"
+_LEN = 4
+_I8, _F8 = np.dtype("<i8"), np.dtype("<f8")
+_STEP_INTS = ("rank", "step", "start_ns", "end_ns", "stage", *(f"{p}_{d}" for d in DOMAINS for p in ("g", "n")))
+_STEP_FLOATS = ("samples", "batch", *PHASES)
+_BINARY: dict[str, dict[str, np.dtype[Any]]] = {
+    "steps": {**dict.fromkeys(_STEP_INTS, _I8), **dict.fromkeys(_STEP_FLOATS, _F8)},
+    "kernels": {**dict.fromkeys(("rank", "step", "other_ns", "entries", "total_ns"), _I8),
+                **dict.fromkeys(KERNEL_NUMBERS, _F8)},
+}
+
+
+def _frame(chunk: Chunk) -> bytes | None:
+    """The chunk as a binary frame; None: not a framed kind, or a column that does not fit its type."""
+    types = _BINARY.get(str(chunk.get("kind")))
+    if types is None:
+        return None
+    header: dict[str, Any] = {}
+    layout: list[tuple[str, str, int]] = []
+    buffers: list[bytes] = []
+    try:
+        for name, value in chunk.items():
+            dtype = types.get(name)
+            if dtype is None:
+                header[name] = value
+                continue
+            array = np.asarray(value, dtype=dtype)  # None -> NaN in a float column; TypeError in an int one
+            if array.ndim != 1:
+                return None
+            layout.append((name, dtype.str, int(array.size)))
+            buffers.append(array.tobytes())
+    except (TypeError, ValueError, OverflowError):
+        return None
+    header["_columns"] = layout
+    head = orjson.dumps(header)
+    head += b" " * (-(len(FRAME_MAGIC) + _LEN + len(head)) % 8)  # buffers start 8-byte aligned
+    return b"".join([FRAME_MAGIC, len(head).to_bytes(_LEN, "little"), head, *buffers])
+
+
+def _unframe(raw: bytes | bytearray | memoryview) -> dict[str, Any]:
+    """A binary frame back to a chunk, its numeric columns as (writable) numpy arrays."""
+    body = bytearray(raw)  # one copy: arrays on it are writable, as parsed lists are
+    start = len(FRAME_MAGIC) + _LEN
+    size = int.from_bytes(body[len(FRAME_MAGIC):start], "little")
+    chunk = orjson.loads(bytes(body[start:start + size]))
+    if not isinstance(chunk, dict):
+        raise ValueError("a chunk frame's header must be a JSON object")
+    offset = start + size
+    try:
+        for name, dtype, count in chunk.pop("_columns", ()):
+            if dtype not in (_I8.str, _F8.str) or not isinstance(count, int) or count < 0:
+                raise ValueError(f"a chunk frame's column {name!r} is not one of int64 or float64 values")
+            array = np.frombuffer(body, dtype=dtype, count=count, offset=offset)
+            offset += array.nbytes
+            chunk[name] = array
+    except TypeError as exc:
+        raise ValueError(f"a chunk frame's column list is malformed: {exc}") from exc
+    if offset != len(body):
+        raise ValueError(f"a chunk frame of {len(body)} bytes holds {offset}")
+    return chunk
+
+
 def dumps(chunk: Chunk) -> bytes:
-    return orjson.dumps(chunk)
+    framed = _frame(chunk)
+    return orjson.dumps(chunk, option=orjson.OPT_SERIALIZE_NUMPY) if framed is None else framed
 
 
 def _rows(chunk: Chunk) -> int:
@@ -207,12 +277,13 @@ def _part(chunk: Chunk, lo: int, hi: int) -> Chunk:
         part.update({k: column(chunk, k)[first:last] for k in _PER_AGGREGATE})
         return cast(Chunk, part)
     n = _rows(chunk)
-    return cast(Chunk, {k: (v[lo:hi] if isinstance(v, list) and len(v) == n else v) for k, v in chunk.items()})
+    return cast(Chunk, {k: (v[lo:hi] if isinstance(v, (list, np.ndarray)) and len(v) == n else v)
+                        for k, v in chunk.items()})
 
 
 def dumps_split(chunk: Chunk, limit: int = MAX_CHUNK_BYTES) -> list[bytes]:
     """The chunk as one message, or as several (row ranges in order) when it would be too large."""
-    raw = orjson.dumps(chunk)
+    raw = dumps(chunk)
     n = _rows(chunk)
     if len(raw) <= limit or n <= 1:
         return [raw]
@@ -221,11 +292,14 @@ def dumps_split(chunk: Chunk, limit: int = MAX_CHUNK_BYTES) -> list[bytes]:
 
 
 def loads(raw: bytes | None) -> Chunk:
-    """One chunk from the partials topic; ValueError for anything that is not a JSON object.
+    """One chunk from the partials topic (a binary frame or JSON); ValueError for anything that is
+    neither a frame nor a JSON object.
 
     Only the shape is checked: the partials topic is written by the decode stage alone."""
     if not isinstance(raw, (bytes, bytearray, memoryview, str)):
         raise ValueError(f"a chunk must be JSON bytes, got {type(raw).__name__}")
+    if not isinstance(raw, str) and bytes(raw[:len(FRAME_MAGIC)]) == FRAME_MAGIC:
+        return cast(Chunk, _unframe(raw))
     data = orjson.loads(raw)  # orjson.JSONDecodeError is a ValueError
     if not isinstance(data, dict):
         raise ValueError("a chunk must be a JSON object")

@@ -1,0 +1,112 @@
+"""Step and kernel chunks cross the partials topic as binary frames (numeric columns as raw buffers); the
+engine reads them as it reads the JSON chunks of before, and `loads` still takes JSON (a topic written by
+an older decode stage)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+from infra.settings import DetectionConfig
+from producers.simulator.catalogue import straggler
+from producers.simulator.events import FrameEncoder
+from producers.simulator.fleet import FleetJob
+from producers.simulator.topology import Topology
+from schemas import encode
+from streams.detect.combine.chunks import FRAME_MAGIC, dumps, dumps_split, loads
+from streams.detect.engine import FleetEngine
+from streams.detect.ingest.decode import decode_batch
+from tests.streams.detect.combine.test_chunk_types import EVENTS
+from tests.streams.helpers import T0, kernel_chunk
+
+
+def _plain(chunk: dict[str, Any]) -> dict[str, Any]:
+    """A loaded chunk with its arrays as lists, NaN as None: what the JSON path gives."""
+    out: dict[str, Any] = {}
+    for name, value in chunk.items():
+        if isinstance(value, np.ndarray):
+            value = [None if isinstance(v, float) and v != v else v for v in value.tolist()]
+        out[name] = value
+    return out
+
+
+def test_step_and_kernel_chunks_travel_as_frames_with_every_value() -> None:
+    chunks, _ = decode_batch(EVENTS, 1 << 20)
+    framed = [c for c in chunks if c["kind"] in ("steps", "kernels")]
+    assert len(framed) == 2
+    for chunk in framed:
+        raw = dumps(chunk)
+        assert raw.startswith(FRAME_MAGIC)
+        back = loads(raw)
+        assert any(isinstance(v, np.ndarray) for v in back.values())
+        assert _plain(back) == orjson.loads(orjson.dumps(chunk)), chunk["kind"]
+
+
+def test_job_and_device_chunks_stay_json() -> None:
+    chunks, _ = decode_batch(EVENTS, 1 << 20)
+    for chunk in (c for c in chunks if c["kind"] in ("job", "device")):
+        raw = dumps(chunk)
+        assert raw[:1] == b"{" and loads(raw) == orjson.loads(raw)
+
+
+def test_a_column_that_does_not_fit_its_type_goes_as_json() -> None:
+    chunk = kernel_chunk([[1, 3, [["mm", "compute", 1, 1000]], 0]])
+    chunk["total_ns"] = [2**63]  # past int64: the frame declines, JSON carries it as it always did
+    raw = dumps(chunk)
+    assert raw[:1] == b"{" and loads(raw)["total_ns"] == [2**63]
+
+
+def test_loaded_columns_are_writable_arrays() -> None:
+    chunk = kernel_chunk([[r, 0, [["mm", "compute", 1, 10 + r]], 0] for r in range(4)])
+    back = loads(dumps(chunk))
+    total = back["total_ns"]
+    assert isinstance(total, np.ndarray)
+    total[0] = 1  # a consumer may work in place, as on a parsed list
+    assert total.tolist() == [1, 11, 12, 13]
+
+
+@pytest.mark.parametrize("mangle", [
+    lambda raw: raw[:-3],                                    # truncated buffers
+    lambda raw: raw + b"\0" * 8,                             # bytes beyond the last column
+    lambda raw: raw.replace(b'"<i8"', b'"<i4"', 1),          # a type the frame never writes
+    lambda raw: raw.replace(b'"_columns":[', b'"_columns":[7,', 1),  # a malformed column list
+])
+def test_a_damaged_frame_is_a_value_error(mangle: Any) -> None:
+    raw = dumps(kernel_chunk([[1, 3, [["mm", "compute", 1, 1000]], 0]]))
+    with pytest.raises(ValueError):
+        loads(mangle(raw))
+
+
+def test_split_frames_keep_each_part_under_the_limit() -> None:
+    chunk = kernel_chunk([[r, 0, [[f"k{i}", "compute", 1, 10 + i] for i in range(1 + r % 20)], 0]
+                          for r in range(500)])
+    parts = dumps_split(chunk, limit=20_000)
+    assert len(parts) > 1 and all(p.startswith(FRAME_MAGIC) and len(p) <= 20_000 for p in parts)
+    assert sum(len(loads(p)["rank"]) for p in parts) == 500
+
+
+def test_the_engine_gives_the_same_outputs_on_frames_as_on_json() -> None:
+    topo = Topology(dp=8, tp=2, pp=2)
+    job = FleetJob("frames", topo, steps=40, seed=3, faults=[straggler(topo, 5, 1.6, start=10)])
+    start, _ = job.job_events()
+    encoder = FrameEncoder(job)  # step, kernel-summary and device events, as the bench sends them
+    batches = [[encode(start)]] + [[e.value for e in encoder.encode(frame)] for frame in job.iter_frames()]
+    framed, json_fed = FleetEngine(DetectionConfig()), FleetEngine(DetectionConfig())
+    got: tuple[list[Any], list[Any]] = ([], [])
+    kinds: set[bytes] = set()
+    for i, batch in enumerate(batches):
+        now = T0 + i * 1_000_000_000
+        chunks, _ = decode_batch(batch, 1 << 20)
+        for chunk in chunks:
+            raw = dumps(chunk)
+            kinds.add(raw[:len(FRAME_MAGIC)])
+            got[0].extend(framed.on_chunk(loads(raw), now))
+            got[1].extend(json_fed.on_chunk(loads(orjson.dumps(chunk)), now))
+        got[0].extend(framed.tick(now))
+        got[1].extend(json_fed.tick(now))
+    assert FRAME_MAGIC in kinds
+    assert got[0] == got[1]
+    assert any(getattr(o, "state", None) == "open" for o in got[0])
