@@ -24,6 +24,8 @@ def nan_spelled(value: Any) -> Any:
     """`value` with NaN spelled out: chunks compare by value (a NaN is unequal to itself unless it is the same
     object, which the per-event decode's constant is and the columnar read's are not), and orjson's bytes tell
     NaN from None (it writes both as null)."""
+    if isinstance(value, np.ndarray):  # a numeric column of the columnar decode: its values as the lists'
+        value = value.tolist()
     if isinstance(value, float) and math.isnan(value):
         return "<NaN>"
     if isinstance(value, dict):

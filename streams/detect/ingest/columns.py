@@ -163,7 +163,17 @@ def _groups(keys: list[Any]) -> list[tuple[Any, IntArray]]:
     return [(k, np.asarray(rows, dtype=np.int64)) for k, rows in first.items()]
 
 
-def _column(values: npt.NDArray[Any] | list[Any], rows: IntArray, whole: bool) -> list[Any]:
+def _column(values: npt.NDArray[Any] | list[Any], rows: IntArray, whole: bool) -> npt.NDArray[Any] | list[Any]:
+    """A step or kernel chunk's column: a numeric one stays a numpy array (the chunk codec sends its buffer as it
+    is; the per-event path's lists read the same everywhere, `np.asarray`), a text one a list."""
+    if isinstance(values, list):
+        return list(values) if whole else [values[i] for i in rows.tolist()]
+    return np.ascontiguousarray(values if whole else values[rows])
+
+
+def _listed(values: npt.NDArray[Any] | list[Any], rows: IntArray, whole: bool) -> list[Any]:
+    """A device chunk's column, a list (device chunks travel as JSON, and their signal regroups them value by
+    value)."""
     if isinstance(values, list):
         return list(values) if whole else [values[i] for i in rows.tolist()]
     return list(values.tolist()) if whole else list(values[rows].tolist())
@@ -252,7 +262,7 @@ def kernel_summaries(record_ids: list[int], raws: list[bytes]) -> list[Placed] |
         fields = list(zip(*[_AGGREGATE(a) for e in mine for a in e.entries], strict=True))
         for i, name in enumerate(_AGGREGATE_FIELDS):
             values = list(fields[i]) if fields else []
-            chunk[name] = np.array(values, dtype=np.float64).tolist() if name in KERNEL_NUMBERS else values
+            chunk[name] = np.array(values, dtype=np.float64) if name in KERNEL_NUMBERS else values
         out.append(((int(at[first]), int(inside[first])), f"kernels:{attempt_key(job, att)}", chunk))
     return out
 
@@ -280,7 +290,7 @@ def device(record_ids: list[int], raws: list[bytes]) -> list[Placed] | None:
         first = int(rows[0])
         chunk: dict[str, Any] = {"kind": "device", "job": job}
         for name in ("host", "device", "rank", "ts_ns", *METRICS):
-            chunk[name] = _column(cols[name], rows, whole)
+            chunk[name] = _listed(cols[name], rows, whole)
         out.append(((int(at[first]), int(inside[first])), f"device:{job}", chunk))
     return out
 

@@ -42,7 +42,7 @@ def test_step_and_kernel_chunks_travel_as_frames_with_every_value() -> None:
         assert raw.startswith(FRAME_MAGIC)
         back = loads(raw)
         assert any(isinstance(v, np.ndarray) for v in back.values())
-        assert _plain(back) == orjson.loads(orjson.dumps(chunk)), chunk["kind"]
+        assert _plain(back) == orjson.loads(orjson.dumps(chunk, option=orjson.OPT_SERIALIZE_NUMPY)), chunk["kind"]
 
 
 def test_job_and_device_chunks_stay_json() -> None:
@@ -104,7 +104,7 @@ def test_the_engine_gives_the_same_outputs_on_frames_as_on_json() -> None:
             raw = dumps(chunk)
             kinds.add(raw[:len(FRAME_MAGIC)])
             got[0].extend(framed.on_chunk(loads(raw), now))
-            got[1].extend(json_fed.on_chunk(loads(orjson.dumps(chunk)), now))
+            got[1].extend(json_fed.on_chunk(loads(orjson.dumps(chunk, option=orjson.OPT_SERIALIZE_NUMPY)), now))
         got[0].extend(framed.tick(now))
         got[1].extend(json_fed.tick(now))
     assert FRAME_MAGIC in kinds

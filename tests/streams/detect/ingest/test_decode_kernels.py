@@ -3,6 +3,7 @@ summary whose rank lies outside that world is out of contract (counted bad, neve
 
 from __future__ import annotations
 
+import numpy as np
 import orjson
 
 from schemas import KernelAggregate, KernelSummary, encode
@@ -17,7 +18,7 @@ def _summary(rank: int, world: int) -> bytes:
 def test_kernel_chunks_carry_the_stated_world() -> None:
     chunks, stats = decode_batch([_summary(0, 8), _summary(5, 8)], 1 << 20)
     [chunk] = chunks
-    assert (chunk["kind"], chunk["world"], chunk["rank"]) == ("kernels", 8, [0, 5])
+    assert (chunk["kind"], chunk["world"], np.asarray(chunk["rank"]).tolist()) == ("kernels", 8, [0, 5])
     assert stats.bad == 0
 
 
