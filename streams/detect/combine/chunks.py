@@ -25,6 +25,10 @@ IntArray = npt.NDArray[np.int64]
 # a measurement: NaN where not measured, which the wire (JSON) turns into null (None); read with
 # np.asarray(..., dtype=np.float64), which makes it NaN again
 Measured = float | None
+# a numeric column of a step or kernel chunk: a list (the per-event decode, JSON) or a numpy array (the columnar
+# decode, a binary frame); read with np.asarray either way
+Ints = list[int] | IntArray
+Floats = list[Measured] | FloatArray
 
 
 class Progress(TypedDict, total=False):
@@ -43,34 +47,34 @@ class StepChunk(Progress):
     job: str
     attempt: int
     world: int
-    rank: list[int]
-    step: list[int]
+    rank: Ints
+    step: Ints
     host: list[str]
-    start_ns: list[int]
-    end_ns: list[int]
-    samples: list[Measured]
-    batch: list[Measured]
-    stage: list[int]  # the PP stage (-1: none)
+    start_ns: Ints
+    end_ns: Ints
+    samples: Floats
+    batch: Floats
+    stage: Ints  # the PP stage (-1: none)
     # one column per phase of schemas.columns.PHASES (ms) ...
-    data_ms: list[Measured]
-    forward_ms: list[Measured]
-    backward_ms: list[Measured]
-    grad_ms: list[Measured]
-    optimizer_ms: list[Measured]
-    comm_exposed_ms: list[Measured]
-    interstep_cpu_ms: list[Measured]
-    gc_ms: list[Measured]
+    data_ms: Floats
+    forward_ms: Floats
+    backward_ms: Floats
+    grad_ms: Floats
+    optimizer_ms: Floats
+    comm_exposed_ms: Floats
+    interstep_cpu_ms: Floats
+    gc_ms: Floats
     # ... and per domain of schemas.columns.DOMAINS the rank's group (g_, -1: none) and its size (n_, 0: none)
-    g_dp: list[int]
-    n_dp: list[int]
-    g_tp: list[int]
-    n_tp: list[int]
-    g_pp: list[int]
-    n_pp: list[int]
-    g_ep: list[int]
-    n_ep: list[int]
-    g_cp: list[int]
-    n_cp: list[int]
+    g_dp: Ints
+    n_dp: Ints
+    g_tp: Ints
+    n_tp: Ints
+    g_pp: Ints
+    n_pp: Ints
+    g_ep: Ints
+    n_ep: Ints
+    g_cp: Ints
+    n_cp: Ints
 
 
 # the fields of a kernel summary's aggregates R4-R9 read, one column each: names (None: none, or not a string)
@@ -89,21 +93,21 @@ class KernelChunk(Progress):
     job: str
     attempt: int
     world: int
-    rank: list[int]
-    step: list[int]
-    other_ns: list[int]
-    entries: list[int]
+    rank: Ints
+    step: Ints
+    other_ns: Ints
+    entries: Ints
     key: list[str]
-    total_ns: list[int]
+    total_ns: Ints
     cat: list[str | None]
     domain: list[str | None]
     direction: list[str | None]
-    count: list[Measured]
-    flops: list[Measured]
-    bytes: list[Measured]
-    launch_mean_us: list[Measured]
-    launch_mad_us: list[Measured]
-    max_ns: list[Measured]
+    count: Floats
+    flops: Floats
+    bytes: Floats
+    launch_mean_us: Floats
+    launch_mad_us: Floats
+    max_ns: Floats
 
 
 class DeviceChunk(Progress):
