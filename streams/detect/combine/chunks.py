@@ -238,7 +238,7 @@ def _unframe(raw: bytes | bytearray | memoryview) -> dict[str, Any]:
     body = bytearray(raw)  # one copy: arrays on it are writable, as parsed lists are
     start = len(FRAME_MAGIC) + _LEN
     size = int.from_bytes(body[len(FRAME_MAGIC):start], "little")
-    chunk = orjson.loads(bytes(body[start:start + size]))
+    chunk = orjson.loads(body[start:start + size])
     if not isinstance(chunk, dict):
         raise ValueError("a chunk frame's header must be a JSON object")
     offset = start + size

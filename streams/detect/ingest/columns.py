@@ -163,20 +163,20 @@ def _groups(keys: list[Any]) -> list[tuple[Any, IntArray]]:
     return [(k, np.asarray(rows, dtype=np.int64)) for k, rows in first.items()]
 
 
+def _listed(values: npt.NDArray[Any] | list[Any], rows: IntArray, whole: bool) -> list[Any]:
+    """A device chunk's column, or a text column of any chunk: a list (device chunks travel as JSON, and their
+    signal regroups them value by value)."""
+    if isinstance(values, list):
+        return list(values) if whole else [values[i] for i in rows.tolist()]
+    return list(values.tolist()) if whole else list(values[rows].tolist())
+
+
 def _column(values: npt.NDArray[Any] | list[Any], rows: IntArray, whole: bool) -> npt.NDArray[Any] | list[Any]:
     """A step or kernel chunk's column: a numeric one stays a numpy array (the chunk codec sends its buffer as it
     is; the per-event path's lists read the same everywhere, `np.asarray`), a text one a list."""
     if isinstance(values, list):
-        return list(values) if whole else [values[i] for i in rows.tolist()]
+        return _listed(values, rows, whole)
     return np.ascontiguousarray(values if whole else values[rows])
-
-
-def _listed(values: npt.NDArray[Any] | list[Any], rows: IntArray, whole: bool) -> list[Any]:
-    """A device chunk's column, a list (device chunks travel as JSON, and their signal regroups them value by
-    value)."""
-    if isinstance(values, list):
-        return list(values) if whole else [values[i] for i in rows.tolist()]
-    return list(values.tolist()) if whole else list(values[rows].tolist())
 
 
 def _identity(events: list[Any], counts: IntArray, record_ids: list[int]

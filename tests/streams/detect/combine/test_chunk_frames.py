@@ -20,17 +20,7 @@ from streams.detect.combine.chunks import FRAME_MAGIC, dumps, dumps_split, loads
 from streams.detect.engine import FleetEngine
 from streams.detect.ingest.decode import decode_batch
 from tests.streams.detect.combine.test_chunk_types import EVENTS
-from tests.streams.helpers import T0, kernel_chunk
-
-
-def _plain(chunk: dict[str, Any]) -> dict[str, Any]:
-    """A loaded chunk with its arrays as lists, NaN as None: what the JSON path gives."""
-    out: dict[str, Any] = {}
-    for name, value in chunk.items():
-        if isinstance(value, np.ndarray):
-            value = [None if isinstance(v, float) and v != v else v for v in value.tolist()]
-        out[name] = value
-    return out
+from tests.streams.helpers import T0, kernel_chunk, nan_spelled
 
 
 def test_step_and_kernel_chunks_travel_as_frames_with_every_value() -> None:
@@ -42,7 +32,7 @@ def test_step_and_kernel_chunks_travel_as_frames_with_every_value() -> None:
         assert raw.startswith(FRAME_MAGIC)
         back = loads(raw)
         assert any(isinstance(v, np.ndarray) for v in back.values())
-        assert _plain(back) == orjson.loads(orjson.dumps(chunk, option=orjson.OPT_SERIALIZE_NUMPY)), chunk["kind"]
+        assert nan_spelled(back) == nan_spelled(chunk), chunk["kind"]
 
 
 def test_job_and_device_chunks_stay_json() -> None:
