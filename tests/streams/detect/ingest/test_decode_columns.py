@@ -20,6 +20,7 @@ from producers.simulator.attempts import plan_attempts
 from producers.simulator.catalogue import SCENARIOS, build_faults, layout, scenario_job
 from producers.simulator.stream import SimRun, stream_runs
 from schemas import Topics
+from streams.detect.ingest import columns
 from streams.detect.ingest import decode as decode_module
 from streams.detect.ingest.decode import ColumnarBackoff, decode_batch
 from tests.streams.helpers import nan_spelled
@@ -298,3 +299,41 @@ def test_a_declined_batch_is_marked_and_the_backoff_skips_the_next_ones() -> Non
         tried.append(use)
         backoff.after(decode_batch([*GOOD, BAD_RECORDS["rank-outside-world"]] if bad else GOOD, MAX, use)[1])
     assert tried == [True, True, False, False, True, True, False, False, True, True]
+
+
+def _by_kind(raws: list[Any]) -> dict[str, list[bytes]]:
+    out: dict[str, list[bytes]] = {}
+    for raw in raws:
+        kind = columns.sniff(raw) if isinstance(raw, bytes) else None
+        if kind in columns.DECODERS:
+            out.setdefault(kind, []).append(raw)
+    return out
+
+
+def test_the_compiled_reader_takes_clean_batches() -> None:
+    """The simulator's records and the hand-built good ones are read by the compiled reader, not handed on."""
+    raws = _stream([SimRun(scenario_job("healthy", ranks=16, steps=3, seed=1, job_id="j"))])
+    for batch in (raws, GOOD, GOOD_KERNELS):
+        by_kind = _by_kind(batch)
+        assert by_kind
+        for kind, records in by_kind.items():
+            assert columns.read_packed(kind, records) is not None, kind
+
+
+@pytest.mark.parametrize("name", [n for n in BAD_RECORDS if BAD_RECORDS[n] is not None])
+def test_the_compiled_reader_and_the_structs_give_the_same_chunks(name: str, monkeypatch: pytest.MonkeyPatch
+                                                                     ) -> None:
+    """Whatever the compiled reader accepts it reads as the structs do (the result compared as bytes), and
+    what it declines the structs read (or decline) as before."""
+    batch = [*GOOD, *GOOD_KERNELS, BAD_RECORDS[name]]
+    compiled = {kind: columns.DECODERS[kind](list(range(len(raws))), raws) for kind, raws in _by_kind(batch).items()}
+    monkeypatch.setattr(columns, "read_packed", lambda kind, raws: None)
+    structs = {kind: columns.DECODERS[kind](list(range(len(raws))), raws) for kind, raws in _by_kind(batch).items()}
+    assert _spelled(compiled) == _spelled(structs)
+
+
+def _spelled(decoded: dict[str, list[columns.Placed] | None]) -> bytes:
+    """Decoded chunks as bytes: values (NaN spelled out) and each column's type (a list or an array)."""
+    return orjson.dumps({kind: None if placed is None else [
+        [at, key, nan_spelled(chunk), {name: type(col).__name__ for name, col in chunk.items()}]
+        for at, key, chunk in placed] for kind, placed in decoded.items()})
