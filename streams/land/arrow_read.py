@@ -10,12 +10,15 @@ array (`[...],"x":1` is a second top-level field) and no ignored field can hide 
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from schemas import packed_columns as packed
 from schemas.device import METRICS
 from schemas.identity import DOMAIN_TYPES
 from schemas.packing import MAX_PACKED_EVENTS
@@ -47,7 +50,67 @@ DEVICE = pa.struct([("type", pa.string()), ("v", pa.string()), ("host", pa.strin
 def read(raws: list[bytes], schema: pa.Schema) -> tuple[pa.StructArray, IntArray] | None:
     """The records' elements as one struct array (`schema`: from `packed_schema`), and each record's element
     count; None: not sure. A `null` reads like a missing field: a caller that tells them apart declines
-    records that say `null` before reading."""
+    records that say `null` before reading.
+
+    The compiled reader (`schemas.packed_columns`) reads what it accepts, pyarrow's JSON reader the rest (an
+    escaped string, a duplicate key, a number the compiled reader leaves to others): the same array either way."""
+    element = schema.field("e").type.value_type
+    fast = packed.read(raws, spec_of(element), MAX_PACKED_EVENTS)
+    if fast is not None:
+        return pa.StructArray.from_arrays(_children(fast, element, ""), fields=list(element)), fast.counts
+    return _read_json(raws, schema)
+
+
+@functools.cache
+def spec_of(element: pa.StructType) -> packed.Spec:
+    """The compiled reader's fields for a struct of this module's types (int64, float64, string, bool, struct,
+    list of struct)."""
+    fields: list[tuple[str, str]] = []
+
+    def walk(struct: pa.StructType, prefix: str) -> None:
+        for field in struct:
+            path, t = prefix + field.name, field.type
+            if pa.types.is_struct(t):
+                fields.append((path, "o"))
+                walk(t, path + ".")
+            elif pa.types.is_list(t) and pa.types.is_struct(t.value_type):
+                fields.append((path, "l"))
+                walk(t.value_type, path + ".")
+            else:
+                fields.append((path, _KINDS[t]))
+
+    walk(element, "")
+    return packed.Spec(tuple(fields))
+
+
+_KINDS = {pa.int64(): "i", pa.float64(): "f", pa.string(): "s", pa.bool_(): "b"}
+
+
+def _children(c: packed.Columns, struct: pa.StructType, prefix: str) -> list[pa.Array]:
+    """`struct`'s fields as Arrow arrays of the compiled reader's columns (null: missing or `null`)."""
+    out: list[pa.Array] = []
+    for field in struct:
+        path, t = prefix + field.name, field.type
+        null = pa.array(c.states[path] != packed.VALUE)
+        if pa.types.is_struct(t):
+            out.append(pa.StructArray.from_arrays(_children(c, t, path + "."), fields=list(t), mask=null))
+        elif pa.types.is_list(t):
+            items = pa.StructArray.from_arrays(_children(c, t.value_type, path + "."), fields=list(t.value_type))
+            offsets = np.zeros(len(c.ints[path]) + 1, dtype=np.int32)
+            np.cumsum(c.ints[path], out=offsets[1:])
+            out.append(pa.ListArray.from_arrays(pa.array(offsets), items, type=t, mask=null))
+        elif path in c.texts:
+            out.append(pa.array(c.texts[path], type=t))
+        elif pa.types.is_boolean(t):
+            out.append(pa.array(c.ints[path].astype(np.bool_), type=t, mask=null.to_numpy(zero_copy_only=False)))
+        else:
+            values = c.floats[path] if path in c.floats else c.ints[path]
+            out.append(pa.array(values, type=t, mask=null.to_numpy(zero_copy_only=False)))
+    return out
+
+
+def _read_json(raws: list[bytes], schema: pa.Schema) -> tuple[pa.StructArray, IntArray] | None:
+    """`read` by pyarrow's JSON reader."""
     buf = b'{"e":' + b'}\n{"e":'.join([raw if raw[:1] == b"[" else b"[" + raw + b"]" for raw in raws]) + b"}\n"
     try:
         table = pj.read_json(pa.BufferReader(buf),
