@@ -3,7 +3,7 @@
  * Why: detect's decode built a msgspec struct per event and then Python lists from the structs, ~3 µs an
  * event above what a plain consumer pays to parse the same bytes (issue #25). This reader fills one
  * buffer per field of a fixed schema while it scans the bytes: no Python object per event, but one str
- * per text value (repeated values share one object).
+ * per text value (a value seen lately in its column shares the str made for it).
  *
  * It is strict and declines (returns None) whatever it cannot vouch for, and the caller then reads those
  * records as before (msgspec, then event by event, which finds and dead-letters the bad elements alone):
@@ -41,6 +41,19 @@ typedef struct {
     Py_ssize_t len, cap;
 } Buf;
 
+/* A str made from `len` bytes at `bytes` (in a record of `raws`, which the call holds). */
+typedef struct {
+    PyObject *str;
+    const char *bytes;
+    Py_ssize_t len;
+} Made;
+
+#define RECENT 64 /* slots a text field keeps: a column's few distinct values (types, kernel keys) all fit */
+
+typedef struct {
+    Made slot[RECENT];
+} Recent;
+
 typedef struct {
     const char *name; /* last path component, UTF-8, owned by the path str */
     Py_ssize_t name_len;
@@ -51,9 +64,7 @@ typedef struct {
     int nchildren;
     Buf values, states;
     PyObject *strings;      /* 's': list */
-    PyObject *last;         /* 's': the last str appended (shared by equal neighbours) */
-    const char *last_bytes; /* its bytes in a record of `raws` (which the call holds) */
-    Py_ssize_t last_len;
+    Recent *recent; /* 's': the strs made lately, by a hash of their bytes (equal values share one) */
 } Node;
 
 typedef struct {
@@ -61,28 +72,57 @@ typedef struct {
     int nnodes;
 } Schema;
 
-static int buf_put(Buf *b, const void *src, Py_ssize_t n) {
-    if (b->len + n > b->cap) {
-        Py_ssize_t cap = b->cap ? b->cap * 2 : 1024;
-        while (cap < b->len + n) cap *= 2;
-        char *data = PyMem_Realloc(b->data, (size_t)cap);
-        if (!data) {
-            PyErr_NoMemory();
-            return FAIL;
-        }
-        b->data = data;
-        b->cap = cap;
+/* Room for `n` more bytes in `b` (the rare path of the puts below, kept out of line). */
+static int __attribute__((noinline)) buf_grow(Buf *b, Py_ssize_t n) {
+    Py_ssize_t cap = b->cap ? b->cap * 2 : 1024;
+    while (cap < b->len + n) cap *= 2;
+    char *data = PyMem_Realloc(b->data, (size_t)cap);
+    if (!data) {
+        PyErr_NoMemory();
+        return FAIL;
     }
+    b->data = data;
+    b->cap = cap;
+    return OK;
+}
+
+static int buf_put(Buf *b, const void *src, Py_ssize_t n) {
+    if (b->len + n > b->cap && buf_grow(b, n)) return FAIL;
     memcpy(b->data + b->len, src, (size_t)n);
     b->len += n;
     return OK;
 }
 
-static int put_state(Node *n, uint8_t s) { return buf_put(&n->states, &s, 1); }
+/* A row's state and value: fixed sizes, so the copies are single moves. */
+static inline int put_state(Node *n, uint8_t s) {
+    Buf *b = &n->states;
+    if (b->len + 1 > b->cap && buf_grow(b, 1)) return FAIL;
+    b->data[b->len++] = (char)s;
+    return OK;
+}
 
-static int put_i64(Node *n, int64_t v) { return buf_put(&n->values, &v, 8); }
+static inline int put_i64(Node *n, int64_t v) {
+    Buf *b = &n->values;
+    if (b->len + 8 > b->cap && buf_grow(b, 8)) return FAIL;
+    memcpy(b->data + b->len, &v, 8);
+    b->len += 8;
+    return OK;
+}
 
-static int put_f64(Node *n, double v) { return buf_put(&n->values, &v, 8); }
+static inline int put_f64(Node *n, double v) {
+    Buf *b = &n->values;
+    if (b->len + 8 > b->cap && buf_grow(b, 8)) return FAIL;
+    memcpy(b->data + b->len, &v, 8);
+    b->len += 8;
+    return OK;
+}
+
+/* Whether `n` bytes at `a` and at `b` are equal (keys are short: no call to memcmp). */
+static inline int same(const char *a, const char *b, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (a[i] != b[i]) return 0;
+    return 1;
+}
 
 /* A row of `n` (and of its descendants, for an object) that has no value. */
 static int put_absent(Schema *s, Node *n, uint8_t state) {
@@ -302,9 +342,12 @@ static int read_value(Schema *s, Node *n, const char **pp, const char *end) {
         Py_ssize_t len;
         const char *q = string_at(p, end, &start, &len);
         if (!q) return DECLINE;
+        uint32_t h = 2166136261u; /* FNV-1a */
+        for (Py_ssize_t i = 0; i < len; i++) h = (h ^ (unsigned char)start[i]) * 16777619u;
+        Made *made = &n->recent->slot[h % RECENT];
         PyObject *str;
-        if (n->last && n->last_len == len && memcmp(n->last_bytes, start, (size_t)len) == 0) {
-            str = Py_NewRef(n->last);
+        if (made->str && made->len == len && memcmp(made->bytes, start, (size_t)len) == 0) {
+            str = Py_NewRef(made->str);
         } else {
             str = PyUnicode_DecodeUTF8(start, len, "strict");
             if (!str) {
@@ -312,9 +355,9 @@ static int read_value(Schema *s, Node *n, const char **pp, const char *end) {
                 PyErr_Clear();
                 return DECLINE;
             }
-            Py_XSETREF(n->last, Py_NewRef(str));
-            n->last_bytes = start;
-            n->last_len = len;
+            Py_XSETREF(made->str, Py_NewRef(str));
+            made->bytes = start;
+            made->len = len;
         }
         int rc = PyList_Append(n->strings, str);
         Py_DECREF(str);
@@ -375,7 +418,7 @@ static int read_object(Schema *s, Node *obj, const char **pp, const char *end) {
             /* keys mostly come in the order of the last object's: try the one after the last match first */
             int found = -1;
             for (int k = 0, i = next; k < obj->nchildren; k++, i = i + 1 == obj->nchildren ? 0 : i + 1) {
-                if (obj->name_lens[i] == key_len && memcmp(obj->names[i], key, (size_t)key_len) == 0) {
+                if (obj->name_lens[i] == key_len && same(obj->names[i], key, key_len)) {
                     found = i;
                     break;
                 }
@@ -412,7 +455,10 @@ static void schema_free(Schema *s) {
         PyMem_Free(n->values.data);
         PyMem_Free(n->states.data);
         Py_CLEAR(n->strings);
-        Py_CLEAR(n->last);
+        if (n->recent) {
+            for (int j = 0; j < RECENT; j++) Py_CLEAR(n->recent->slot[j].str);
+            PyMem_Free(n->recent);
+        }
     }
 }
 
@@ -461,7 +507,13 @@ static int schema_build(Schema *s, PyObject *paths, const char *kinds, Py_ssize_
             PyErr_Format(PyExc_ValueError, "%U: unknown kind", path);
             return -1;
         }
-        if (node->kind == 's' && !(node->strings = PyList_New(0))) return -1;
+        if (node->kind == 's') {
+            if (!(node->strings = PyList_New(0))) return -1;
+            if (!(node->recent = PyMem_Calloc(1, sizeof(Recent)))) {
+                PyErr_NoMemory();
+                return -1;
+            }
+        }
         Node *up = &s->nodes[parent];
         if (up->nchildren >= MAX_CHILDREN) {
             PyErr_SetString(PyExc_ValueError, "at most 64 fields an object");
