@@ -102,6 +102,11 @@ def device_ticks(chunk: DeviceChunk, state: SignalState, flush: bool = False) ->
     if not _regroup_columns(columns, state):
         _regroup_each(columns, state)
     newest = max(state.ticks, default=max(state.released_tick, 0))
+    if not flush and min(state.ticks, default=newest) > newest - HOLD_TICKS:
+        # no tick can be released (the loop below would stop at the first): skip its two passes over every
+        # device, which a job's many device chunks per tick paid each time; the purge waits for a chunk that
+        # can release a tick and then drops the same devices (a device's newest tick only grows)
+        return []
     for d in [d for d, t in state.device_tick.items() if t <= newest - WAIT_TICKS]:
         del state.device_tick[d]  # silent for WAIT_TICKS: no longer waited for
     frontier = min(state.device_tick.values(), default=newest)  # every device reporting lately got this far
