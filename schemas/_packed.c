@@ -289,6 +289,21 @@ static int is_literal(const char *p, const char *end, const char *word, Py_ssize
     return end - p >= n && memcmp(p, word, (size_t)n) == 0;
 }
 
+/* After an item of an array or an object (at *pp): 1 at `close` (passed), 0 at a comma (passed, and the
+ * whitespace after it), -1 at anything else (to decline). */
+static int next_item(const char **pp, const char *end, char close) {
+    const char *p = ws(*pp, end);
+    if (p < end && *p == ',') {
+        *pp = ws(p + 1, end);
+        return 0;
+    }
+    if (p < end && *p == close) {
+        *pp = p + 1;
+        return 1;
+    }
+    return -1;
+}
+
 static int read_object(Schema *s, Node *obj, const char **pp, const char *end);
 
 /* One value of `n` at *pp (after whitespace). */
@@ -375,20 +390,11 @@ static int read_value(Schema *s, Node *n, const char **pp, const char *end) {
         if (p < end && *p == ']') {
             p++;
         } else {
-            for (;;) {
+            for (int more = 0; more == 0;) {
                 int rc = read_object(s, n, &p, end);
                 if (rc) return rc;
                 count++;
-                p = ws(p, end);
-                if (p < end && *p == ',') {
-                    p = ws(p + 1, end);
-                    continue;
-                }
-                if (p < end && *p == ']') {
-                    p++;
-                    break;
-                }
-                return DECLINE;
+                if ((more = next_item(&p, end, ']')) < 0) return DECLINE;
             }
         }
         if (put_state(n, ST_VALUE) || put_i64(n, count)) return FAIL;
@@ -431,16 +437,8 @@ static int read_object(Schema *s, Node *obj, const char **pp, const char *end) {
             p = ws(p + 1, end);
             int rc = read_value(s, &s->nodes[obj->children[found]], &p, end);
             if (rc) return rc;
-            p = ws(p, end);
-            if (p < end && *p == ',') {
-                p = ws(p + 1, end);
-                continue;
-            }
-            if (p < end && *p == '}') {
-                p++;
-                break;
-            }
-            return DECLINE;
+            if ((rc = next_item(&p, end, '}')) < 0) return DECLINE;
+            if (rc == 1) break;
         }
     }
     for (int i = 0; i < obj->nchildren; i++)
@@ -557,24 +555,14 @@ static PyObject *packed_read(PyObject *self, PyObject *args) {
         int64_t count = 0;
         if (p < end && *p == '[') { /* no whitespace before the record: pyarrow's landing read takes none */
             p = ws(p + 1, end);
-            for (;;) {
+            for (int more = 0; more == 0;) {
                 if (count >= max_elements) {
                     rc = DECLINE;
                     break;
                 }
                 if ((rc = read_object(s, &s->nodes[0], &p, end))) break;
                 count++;
-                p = ws(p, end);
-                if (p < end && *p == ',') {
-                    p = ws(p + 1, end);
-                    continue;
-                }
-                if (p < end && *p == ']') {
-                    p++;
-                    break;
-                }
-                rc = DECLINE;
-                break;
+                if ((more = next_item(&p, end, ']')) < 0) rc = DECLINE;
             }
         } else {
             rc = read_object(s, &s->nodes[0], &p, end);

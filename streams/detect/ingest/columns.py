@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from types import GenericAlias
-from typing import Annotated, Any, cast
+from typing import Annotated, Any, TypeVar, cast
 
 import msgspec
 import numpy as np
@@ -43,6 +43,7 @@ from schemas.version import major_ok
 from streams.detect.combine.chunks import KERNEL_NUMBERS, KERNEL_STRINGS
 
 IntArray = npt.NDArray[np.int64]
+T = TypeVar("T")
 FloatArray = npt.NDArray[np.float64]
 U32 = UINT32[1]
 U16 = UINT16[1]
@@ -267,6 +268,20 @@ def read_packed(kind: str, raws: list[bytes]) -> packed.Columns | None:
     return c
 
 
+def _either(kind: str, raws: list[bytes], of_columns: Callable[[packed.Columns], T],
+            of_structs: Callable[[list[Any]], T]) -> tuple[_Identity, T] | None:
+    """The records' identity and `kind`'s other columns: from the compiled reader, else from msgspec's structs;
+    None: neither vouches for them."""
+    fast = read_packed(kind, raws)
+    if fast is not None:
+        return _identity_packed(fast), of_columns(fast)
+    got = read(kind, raws)
+    if got is None:
+        return None
+    events, counts = got
+    return _identity_of(events, counts), of_structs(events)
+
+
 def _valued(c: packed.Columns, path: str, fill: float = np.nan) -> FloatArray:
     """A float (or int) column as float64, `fill` where there is no value (missing or null)."""
     values = c.floats[path] if path in c.floats else c.ints[path].astype(np.float64)
@@ -338,17 +353,10 @@ def _step_columns_packed(c: packed.Columns) -> tuple[IntArray, IntArray, dict[st
 
 def steps(record_ids: list[int], raws: list[bytes]) -> list[Placed] | None:
     """The step records' chunks (as `decode._add_step` builds them), or None: not sure."""
-    fast = read_packed("step", raws)
-    if fast is not None:
-        ident = _identity_packed(fast)
-        start, end, cols = _step_columns_packed(fast)
-    else:
-        got = read("step", raws)
-        if got is None:
-            return None
-        events, counts = got
-        ident = _identity_of(events, counts)
-        start, end, cols = _step_columns(events)
+    got = _either("step", raws, _step_columns_packed, _step_columns)
+    if got is None:
+        return None
+    ident, (start, end, cols) = got
     checked = _checked(ident, record_ids)
     if checked is None or not ((start > 0) & (start <= end)).all():
         return None
@@ -402,17 +410,10 @@ def kernel_summaries(record_ids: list[int], raws: list[bytes]) -> list[Placed] |
 
     The numbers are typed strictly here (an int where the per-event path takes only an int; a float where it
     takes any number, which msgspec gives as a float), so each column is the per-event path's."""
-    fast = read_packed("kernel_summary", raws)
-    if fast is not None:
-        ident = _identity_packed(fast)
-        other, entries, cols = _summary_columns_packed(fast)
-    else:
-        got = read("kernel_summary", raws)
-        if got is None:
-            return None
-        events, counts = got
-        ident = _identity_of(events, counts)
-        other, entries, cols = _summary_columns(events)
+    got = _either("kernel_summary", raws, _summary_columns_packed, _summary_columns)
+    if got is None:
+        return None
+    ident, (other, entries, cols) = got
     checked = _checked(ident, record_ids)
     if checked is None:
         return None
