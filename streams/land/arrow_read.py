@@ -91,21 +91,21 @@ def _children(c: packed.Columns, struct: pa.StructType, prefix: str) -> list[pa.
     out: list[pa.Array] = []
     for field in struct:
         path, t = prefix + field.name, field.type
-        null = pa.array(c.states[path] != packed.VALUE)
+        null = c.states[path] != packed.VALUE
         if pa.types.is_struct(t):
-            out.append(pa.StructArray.from_arrays(_children(c, t, path + "."), fields=list(t), mask=null))
+            out.append(pa.StructArray.from_arrays(_children(c, t, path + "."), fields=list(t), mask=pa.array(null)))
         elif pa.types.is_list(t):
             items = pa.StructArray.from_arrays(_children(c, t.value_type, path + "."), fields=list(t.value_type))
             offsets = np.zeros(len(c.ints[path]) + 1, dtype=np.int32)
             np.cumsum(c.ints[path], out=offsets[1:])
-            out.append(pa.ListArray.from_arrays(pa.array(offsets), items, type=t, mask=null))
+            out.append(pa.ListArray.from_arrays(pa.array(offsets), items, type=t, mask=pa.array(null)))
         elif path in c.texts:
             out.append(pa.array(c.texts[path], type=t))
         elif pa.types.is_boolean(t):
-            out.append(pa.array(c.ints[path].astype(np.bool_), type=t, mask=null.to_numpy(zero_copy_only=False)))
+            out.append(pa.array(c.ints[path].astype(np.bool_), type=t, mask=null))
         else:
             values = c.floats[path] if path in c.floats else c.ints[path]
-            out.append(pa.array(values, type=t, mask=null.to_numpy(zero_copy_only=False)))
+            out.append(pa.array(values, type=t, mask=null))
     return out
 
 

@@ -288,22 +288,6 @@ def _valued(c: packed.Columns, path: str, fill: float = np.nan) -> FloatArray:
     return np.where(c.states[path] == packed.VALUE, values, fill)
 
 
-def _domain_columns(present: Callable[[str], npt.NDArray[np.bool_]], group: Callable[[str], list[Any]],
-                    size: Callable[[str], list[Any]], index: Callable[[str], list[Any]]
-                    ) -> dict[str, npt.NDArray[Any] | list[Any]]:
-    """g_/n_ columns of each domain and the PP stage, as `decode._add_step` builds them."""
-    cols: dict[str, npt.NDArray[Any] | list[Any]] = {}
-    for dom in DOMAIN_TYPES:
-        has, groups, sizes = present(dom).tolist(), group(dom), size(dom)
-        pairs = [(g, n) if h and g is not None and n is not None else (-1, 0)
-                 for h, g, n in zip(has, groups, sizes, strict=True)]
-        if dom == "pp":
-            cols["stage"] = [i if h else -1 for h, i in zip(has, index(dom), strict=True)]
-        cols[f"g_{dom}"] = [g for g, _ in pairs]
-        cols[f"n_{dom}"] = [n for _, n in pairs]
-    return cols
-
-
 def _step_columns(events: list[Any]) -> tuple[IntArray, IntArray, dict[str, npt.NDArray[Any] | list[Any]]]:
     """(start_ns, end_ns, the other step columns) of structs."""
     phases = _nums([_PHASES(e.phases or _NO_PHASES) for e in events]).reshape(len(events), len(Phases.NAMES))
@@ -312,13 +296,14 @@ def _step_columns(events: list[Any]) -> tuple[IntArray, IntArray, dict[str, npt.
         "batch": _nums([e.batch_size for e in events])}
     for i, name in enumerate(Phases.NAMES):
         cols[name] = phases[:, i]
-    of: dict[str, list[Any]] = {dom: [getattr(d, dom) for d in (e.domains or _NO_DOMAINS for e in events)]
-                                for dom in DOMAIN_TYPES}
-    cols.update(_domain_columns(
-        lambda dom: np.array([d is not None for d in of[dom]], dtype=np.bool_),
-        lambda dom: [None if d is None else d.group for d in of[dom]],
-        lambda dom: [None if d is None else d.size for d in of[dom]],
-        lambda dom: [None if d is None else d.index for d in of[dom]]))
+    domains = [e.domains or _NO_DOMAINS for e in events]
+    for dom in DOMAIN_TYPES:
+        of = [getattr(d, dom) for d in domains]
+        pairs = [(-1, 0) if d is None or d.group is None or d.size is None else (d.group, d.size) for d in of]
+        if dom == "pp":
+            cols["stage"] = [-1 if d is None else d.index for d in of]
+        cols[f"g_{dom}"] = [g for g, _ in pairs]
+        cols[f"n_{dom}"] = [n for _, n in pairs]
     return _ints([e.start_ns for e in events]), _ints([e.end_ns for e in events]), cols
 
 
