@@ -15,6 +15,10 @@ of hard-coding either:
   collapsed only by the ReplacingMergeTree key (read with FINAL), and rollups fed by
   materialized views may count a replayed block twice.
 
+- packed part storage (``min_bytes_for_full_part_storage``: a small part is one ``data.packed``
+  archive instead of ~12 files): open source since 26.7; before that the setting exists but
+  is ClickHouse Cloud's only. Parts written packed cannot be read by an older engine.
+
 Map needs 21.x, so no table uses it: key/value data is stored as two parallel arrays.
 """
 
@@ -28,6 +32,8 @@ TTL_SINCE = (19, 6, 0)
 DATETIME64_SINCE = (20, 1, 0)
 INSERT_DEDUP_TOKEN_SINCE = (22, 2, 0)
 
+PACKED_PARTS_SINCE = (26, 7, 0)
+FULL_PART_STORAGE_BYTES = 10 << 20  # parts smaller than this (uncompressed) are packed: see m0015
 DEDUP_WINDOW = 10_000  # blocks remembered per table: hours of retries at one insert per second
 
 
@@ -38,6 +44,7 @@ class Features:
     ttl: bool
     datetime64: bool
     dedup_token: bool = False
+    packed_parts: bool = False
 
     @classmethod
     def for_version(cls, version: tuple[int, int, int]) -> Features:
@@ -47,6 +54,7 @@ class Features:
             ttl=version >= TTL_SINCE,
             datetime64=version >= DATETIME64_SINCE,
             dedup_token=version >= INSERT_DEDUP_TOKEN_SINCE,
+            packed_parts=version >= PACKED_PARTS_SINCE,
         )
 
     def dictionary(self, inner: str) -> str:

@@ -112,3 +112,21 @@ def test_a_store_open_elsewhere_reads_as_in_use(tmp_path: Path) -> None:
     finally:
         backend.close()
     assert not in_use_by_another_process(path)
+
+
+def test_every_table_stores_its_small_parts_packed(tmp_path: Path) -> None:
+    """m0015: one file per small part, in every MergeTree table, and the rows read back through it."""
+    with EmbeddedBackend(tmp_path / "db", "sl") as backend:
+        migrate(backend)
+        tables = backend.query("SELECT name, create_table_query FROM system.tables "
+                               "WHERE database = 'sl' AND engine LIKE '%MergeTree' AND name != 'schema_migrations'")
+        assert len(tables) >= 17
+        unpacked = [name for name, ddl in tables if "min_bytes_for_full_part_storage = 10485760" not in ddl]
+        assert unpacked == []  # a table a later migration creates needs the same setting
+        rows = [row_for(step(rank=rank), 1) for rank in range(3)]
+        backend.insert(rows[0].table, rows[0].columns, [tr.row for tr in rows])
+        parts = backend.query("SELECT table, part_storage_type FROM system.parts "
+                              "WHERE database = 'sl' AND active AND table IN ('steps', 'steps_by_step', 'topology')")
+        assert sorted(parts) == [("steps", "Packed"), ("steps_by_step", "Packed"), ("topology", "Packed")]
+        assert backend.query("SELECT count(), sum(rank) FROM sl.steps FINAL") == [(3, 3)]
+        assert backend.query("SELECT count() FROM sl.topology FINAL") == [(3,)]

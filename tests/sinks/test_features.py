@@ -15,8 +15,14 @@ def test_debian_18_16_has_none_of_the_newer_features() -> None:
 
 def test_chdb_26_has_all_of_them() -> None:
     assert Features.for_version((26, 9, 2)) == Features(
-        low_cardinality=True, codecs=True, ttl=True, datetime64=True, dedup_token=True
+        low_cardinality=True, codecs=True, ttl=True, datetime64=True, dedup_token=True, packed_parts=True
     )
+
+
+def test_packed_parts_from_26_7_only() -> None:
+    assert not Features.for_version((26, 6, 9)).packed_parts
+    assert not Features.for_version((24, 3, 0)).packed_parts
+    assert Features.for_version((26, 7, 0)).packed_parts
 
 
 @pytest.mark.parametrize(
