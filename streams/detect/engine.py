@@ -390,7 +390,7 @@ class JobEngine:
         if ticks:  # the device feed's Params once per chunk that releases ticks
             params = self.cfg.params(DeviceParams)
             for tick in ticks:
-                taken_ns = max(tick["ts_ns"], default=0)
+                taken_ns = int(np.max(np.asarray(tick["ts_ns"], dtype=np.int64), initial=0))
                 pending.extend((taken_ns, f) for f in device_findings(tick, self.signals, params,
                                                                       self.stats.rule_seconds,
                                                                       self.frames.topo.stage))
@@ -421,7 +421,8 @@ class JobEngine:
 def _split_device(chunk: DeviceChunk, before_ns: int) -> tuple[DeviceChunk | None, DeviceChunk | None]:
     """A device chunk cut at `before_ns` (the relaunch's start on the job's clock): the samples taken
     before it belong to the replaced attempt (they carry no attempt of their own)."""
-    ts = np.asarray(chunk.get("ts_ns") or [], dtype=np.int64)
+    stamps = chunk.get("ts_ns")
+    ts = np.asarray([] if stamps is None else stamps, dtype=np.int64)
     early = ts < before_ns
     if not early.any():
         return None, chunk
@@ -430,7 +431,8 @@ def _split_device(chunk: DeviceChunk, before_ns: int) -> tuple[DeviceChunk | Non
     parts: list[DeviceChunk] = []
     for mask in (early, ~early):
         idx = np.flatnonzero(mask).tolist()
-        parts.append(cast(DeviceChunk, {k: ([v[i] for i in idx] if isinstance(v, list) and len(v) == ts.size else v)
+        parts.append(cast(DeviceChunk, {k: ([v[i] for i in idx] if isinstance(v, list) and len(v) == ts.size
+                                            else v[mask] if isinstance(v, np.ndarray) and v.size == ts.size else v)
                                         for k, v in chunk.items()}))
     return parts[0], parts[1]
 
@@ -481,8 +483,9 @@ class FleetEngine:
         if isinstance(chunk_attempt, int):
             late = chunk_attempt <= attempt
         elif is_device(chunk):
-            taken = chunk.get("ts_ns") or []
-            late = end_ts_ns > 0 and (not taken or max(taken) <= end_ts_ns)
+            stamps = chunk.get("ts_ns")
+            taken = np.asarray([] if stamps is None else stamps, dtype=np.int64)
+            late = end_ts_ns > 0 and (not taken.size or int(taken.max()) <= end_ts_ns)
         else:
             late = True
         if late:

@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from schemas.columns import DOMAINS, PHASES
+from schemas.columns import DEVICE_METRICS, DOMAINS, PHASES
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -117,18 +117,18 @@ class DeviceChunk(Progress):
     kind: Literal["device"]
     job: str
     host: list[str]
-    device: list[int]
-    rank: list[int]  # -1: not attributed to a rank
-    ts_ns: list[int]
+    device: Ints
+    rank: Ints  # -1: not attributed to a rank
+    ts_ns: Ints
     # one column per measurement of schemas.columns.DEVICE_METRICS
-    power_w: list[Measured]
-    temp_c: list[Measured]
-    aicore_pct: list[Measured]
-    aicpu_pct: list[Measured]
-    ctrlcpu_pct: list[Measured]
-    mem_pct: list[Measured]
-    membw_pct: list[Measured]
-    freq_mhz: list[Measured]
+    power_w: Floats
+    temp_c: Floats
+    aicore_pct: Floats
+    aicpu_pct: Floats
+    ctrlcpu_pct: Floats
+    mem_pct: Floats
+    membw_pct: Floats
+    freq_mhz: Floats
 
 
 class JobChunk(Progress):
@@ -187,13 +187,13 @@ def column(chunk: Mapping[str, object], name: str) -> list[Any]:
 MAX_CHUNK_BYTES = 1_000_000  # well under the partials topic's max.message.bytes (4 MB)
 
 
-# Step and kernel chunks travel as a binary frame: their numeric columns as raw little-endian int64 /
+# Step, kernel and device chunks travel as a binary frame: their numeric columns as raw little-endian int64 /
 # float64 buffers after a JSON header that holds everything else (strings, scalars, progress). Why: JSON
 # numbers cost the decode stage a `tolist` and an orjson encode, and the engine an orjson parse and an
 # `np.asarray` per value, for columns that are numpy on both sides; a buffer costs a copy. The engine
-# reads every column of these two kinds with `np.asarray`, so a column arriving as an array or as a
-# list reads the same (NaN where the JSON path said null). Device chunks stay JSON: their signal regroups
-# samples value by value into snapshot state. `loads` takes both encodings.
+# reads every column of these kinds with `np.asarray` (the device signal takes a device chunk's arrays
+# as lists when it regroups them per tick), so a column arriving as an array or as a list reads the same
+# (NaN where the JSON path said null). `loads` takes both encodings.
 FRAME_MAGIC = b"\x00SLC1"
 _LEN = 4
 _I8, _F8 = np.dtype("<i8"), np.dtype("<f8")
@@ -203,6 +203,7 @@ _BINARY: dict[str, dict[str, np.dtype[Any]]] = {
     "steps": {**dict.fromkeys(_STEP_INTS, _I8), **dict.fromkeys(_STEP_FLOATS, _F8)},
     "kernels": {**dict.fromkeys(("rank", "step", "other_ns", "entries", "total_ns"), _I8),
                 **dict.fromkeys(KERNEL_NUMBERS, _F8)},
+    "device": {**dict.fromkeys(("device", "rank", "ts_ns"), _I8), **dict.fromkeys(DEVICE_METRICS, _F8)},
 }
 
 

@@ -173,16 +173,15 @@ def _groups(keys: list[Any]) -> list[tuple[Any, IntArray]]:
 
 
 def _listed(values: npt.NDArray[Any] | list[Any], rows: IntArray, whole: bool) -> list[Any]:
-    """A device chunk's column, or a text column of any chunk: a list (device chunks travel as JSON, and their
-    signal regroups them value by value)."""
+    """A text column of a chunk: a list."""
     if isinstance(values, list):
         return list(values) if whole else [values[i] for i in rows.tolist()]
     return list(values.tolist()) if whole else list(values[rows].tolist())
 
 
 def _column(values: npt.NDArray[Any] | list[Any], rows: IntArray, whole: bool) -> npt.NDArray[Any] | list[Any]:
-    """A step or kernel chunk's column: a numeric one stays a numpy array (the chunk codec sends its buffer as it
-    is; the per-event path's lists read the same everywhere, `np.asarray`), a text one a list."""
+    """A chunk's column: a numeric one stays a numpy array (the chunk codec sends its buffer as it is; the
+    per-event path's lists read the same everywhere, `np.asarray`), a text one a list."""
     if isinstance(values, list):
         return _listed(values, rows, whole)
     return np.ascontiguousarray(values if whole else values[rows])
@@ -422,22 +421,22 @@ def kernel_summaries(record_ids: list[int], raws: list[bytes]) -> list[Placed] |
     return out
 
 
-def _device_columns(events: list[Any]) -> tuple[list[Any], IntArray, IntArray, list[Any], FloatArray, list[str]]:
+def _device_columns(events: list[Any]) -> tuple[list[Any], IntArray, IntArray, IntArray, FloatArray, list[str]]:
     """(host, device, ts_ns, rank, metrics (a row an element), job) of structs."""
     return ([e.host for e in events], _ints([e.device for e in events]), _ints([e.ts_ns for e in events]),
-            [-1 if e.rank is None else e.rank for e in events],
+            _ints([-1 if e.rank is None else e.rank for e in events]),
             _nums([_METRICS(e) for e in events]).reshape(len(events), len(METRICS)),
             ["" if e.job is None else e.job for e in events])
 
 
 def _device_columns_packed(c: packed.Columns
-                           ) -> tuple[list[Any], IntArray, IntArray, list[Any], FloatArray, list[str]]:
+                           ) -> tuple[list[Any], IntArray, IntArray, IntArray | list[Any], FloatArray, list[str]]:
     """(host, device, ts_ns, rank, metrics (a row an element), job) of the compiled reader's columns."""
     metrics = np.column_stack([_valued(c, m) for m in METRICS]) if METRICS else np.empty((c.counts.sum(), 0))
     metrics[~(metrics >= 0)] = np.nan
     rank = np.where(c.states["rank"] == packed.VALUE, c.ints["rank"], -1)
     jobs = c.texts["job"]
-    return (c.texts["host"], c.ints["device"], c.ints["ts_ns"], rank.tolist(), metrics,
+    return (c.texts["host"], c.ints["device"], c.ints["ts_ns"], rank, metrics,
             ["" if j is None else j for j in jobs] if None in jobs else cast(list[str], jobs))
 
 
@@ -466,7 +465,7 @@ def device(record_ids: list[int], raws: list[bytes]) -> list[Placed] | None:
         first = int(rows[0])
         chunk: dict[str, Any] = {"kind": "device", "job": job}
         for name in ("host", "device", "rank", "ts_ns", *METRICS):
-            chunk[name] = _listed(cols[name], rows, whole)
+            chunk[name] = _column(cols[name], rows, whole)
         out.append(((int(at[first]), int(inside[first])), f"device:{job}", chunk))
     return out
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from operator import itemgetter
 from typing import Any, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from schemas.columns import DEVICE_METRICS
 from streams.detect.combine.chunks import DeviceChunk, column
@@ -99,8 +99,8 @@ def device_ticks(chunk: DeviceChunk, state: SignalState, flush: bool = False) ->
     and R2 on the rank whose device was in it).
     """
     columns = cast(dict[str, Any], chunk)  # its columns are read by run-time names (metrics)
-    if not _regroup_columns(columns, state):
-        _regroup_each(columns, state)
+    if not _regroup_arrays(columns, state):
+        _regroup_each({k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in columns.items()}, state)
     newest = max(state.ticks, default=max(state.released_tick, 0))
     if not flush and min(state.ticks, default=newest) > newest - HOLD_TICKS:
         # no tick can be released (the loop below would stop at the first): skip its two passes over every
@@ -120,14 +120,107 @@ def device_ticks(chunk: DeviceChunk, state: SignalState, flush: bool = False) ->
         state.released_tick = max(state.released_tick, ready[-1])
     out: list[DeviceChunk] = []
     for t in ready:
-        out.append(cast(DeviceChunk, {"kind": "device", "job": chunk.get("job", ""), **state.ticks.pop(t)}))
+        out.append(cast(DeviceChunk, {"kind": "device", "job": chunk.get("job", ""), **_joined(state.ticks.pop(t))}))
     return out
 
 
+# A tick's samples are kept as the pieces they came in (`PIECES` marks such a tick): a numpy array per numeric
+# column and chunk, joined when the tick is released. A tick of a snapshot written before holds one flat list per
+# column (no mark): samples added to it are appended as values, and it is released as it is.
+PIECES = "_pieces"
+_INTS = ("device", "rank", "ts_ns")
+
+
+def _joined(tick: dict[str, list[Any]]) -> dict[str, Any]:
+    """A released tick's columns: each column's pieces as one array (a list where a piece is a list)."""
+    if tick.pop(PIECES, None) is None:
+        return tick
+    out: dict[str, Any] = {}
+    for name, pieces in tick.items():
+        if all(isinstance(p, np.ndarray) for p in pieces):
+            out[name] = np.concatenate(pieces) if len(pieces) != 1 else pieces[0]
+        else:
+            out[name] = [v for p in pieces for v in (p.tolist() if isinstance(p, np.ndarray) else p)]
+    return out
+
+
+def _add_piece(state: SignalState, t: int, piece: dict[str, Any]) -> None:
+    """`piece` (a column -> its values of tick `t`) into the tick."""
+    tick = state.ticks.get(t)
+    if tick is None:
+        tick = state.ticks[t] = {PIECES: []}
+    if PIECES in tick:
+        for name, values in piece.items():
+            tick.setdefault(name, []).append(values)
+    else:  # a tick restored from a snapshot of flat lists
+        for name, values in piece.items():
+            tick.setdefault(name, []).extend(values.tolist() if isinstance(values, np.ndarray) else values)
+
+
+def _numbers(values: Any, ints: bool) -> npt.NDArray[Any] | None:
+    """A numeric column as a 1-d int64 (`ints`) or float64 array (a measurement: None is NaN), or None: it holds
+    something else (a float in an int column, text, a nested list)."""
+    try:
+        raw = np.asarray(values)
+        if raw.ndim != 1:
+            return None
+        if raw.dtype.kind == "u" and raw.size and int(raw.max()) > np.iinfo(np.int64).max:
+            return None
+        if raw.dtype.kind in "iu" or (raw.dtype.kind == "f" and not ints):
+            return raw.astype(np.int64 if ints else np.float64, copy=False)
+        if raw.size == 0:
+            return np.empty(0, dtype=np.int64 if ints else np.float64)
+        if raw.dtype.kind == "O" and not ints and all(v is None or type(v) in (int, float) for v in values):
+            return np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        pass
+    return None
+
+
+def _regroup_arrays(chunk: dict[str, Any], state: SignalState) -> bool:
+    """The chunk's samples into their ticks, a piece per tick: numpy arrays for the numeric columns (a binary
+    frame's as they came, a JSON chunk's converted), a list for the text ones; False, nothing changed, for a
+    chunk whose columns are not all as long as its timestamps or do not convert (`_regroup_each` takes it)."""
+    stamps = chunk.get("ts_ns")
+    hosts, devices = chunk.get("host"), chunk.get("device")
+    if stamps is None or not isinstance(hosts, list) or devices is None:
+        return False
+    n = len(stamps)
+    cols: dict[str, Any] = {}
+    for name, values in chunk.items():
+        if isinstance(values, np.ndarray) or (isinstance(values, list) and name != "host"):
+            array = _numbers(values, name in _INTS)
+            if array is None or array.size != n:
+                return False
+            cols[name] = array
+    if len(hosts) != n or "device" not in cols or "ts_ns" not in cols:
+        return False
+    ticks = cols["ts_ns"] // TICK_NS
+    seen = state.device_tick
+    for name, t in zip([f"{h}/{d}" for h, d in zip(hosts, cols["device"].tolist(), strict=True)], ticks.tolist(),
+                       strict=True):
+        if seen.get(name, -1) < t:
+            seen[name] = t
+    fresh = ticks > state.released_tick
+    state.late_samples += n - int(np.count_nonzero(fresh))
+    if not n or not fresh.any():
+        return True
+    lo, hi = int(ticks.min()), int(ticks.max())
+    if lo == hi:
+        _add_piece(state, lo, {"host": list(hosts), **cols})
+        return True
+    for t in np.unique(ticks[fresh]).tolist():
+        rows = np.flatnonzero(ticks == t)
+        _add_piece(state, t, {"host": [hosts[i] for i in rows.tolist()], **{k: v[rows] for k, v in cols.items()}})
+    return True
+
+
 def _regroup_each(chunk: dict[str, Any], state: SignalState) -> None:
-    """The chunk's samples into their ticks one by one (any chunk; `_regroup_columns` does the same per column)."""
+    """The chunk's samples into their ticks one by one, a piece of lists per tick (any chunk; `_regroup_arrays`
+    does the same a column at a time)."""
     cols = [k for k, v in chunk.items() if isinstance(v, list)]
     hosts, devices = chunk.get("host", []), chunk.get("device", [])
+    pieces: dict[int, dict[str, list[Any]]] = {}
     for i, ts in enumerate(chunk["ts_ns"]):
         t = int(ts) // TICK_NS
         # a device is waited for from its first sample on, a late one too: its partition is
@@ -138,48 +231,11 @@ def _regroup_each(chunk: dict[str, Any], state: SignalState) -> None:
         if t <= state.released_tick:
             state.late_samples += 1
             continue
-        tick = state.ticks.setdefault(t, {k: [] for k in cols})
+        piece = pieces.setdefault(t, {k: [] for k in cols})
         for k in cols:
-            tick.setdefault(k, []).append(chunk[k][i])
-
-
-def _regroup_columns(chunk: dict[str, Any], state: SignalState) -> bool:
-    """`_regroup_each` a column at a time (a list slice per tick and column, not an append per sample
-    and column: ~1 µs less per device sample at 4,096 ranks); False, nothing changed, for a chunk
-    whose columns are not all as long as its timestamps or whose timestamps are not ints."""
-    stamps = chunk["ts_ns"]
-    n = len(stamps)
-    cols = [k for k, v in chunk.items() if isinstance(v, list)]
-    if not all(len(chunk[k]) == n for k in cols) or "host" not in cols or "device" not in cols \
-            or not all(type(ts) is int for ts in stamps):
-        return False
-    ticks = [ts // TICK_NS for ts in stamps]
-    seen = state.device_tick
-    for name, t in zip([f"{h}/{d}" for h, d in zip(chunk["host"], chunk["device"], strict=True)], ticks, strict=True):
-        if seen.get(name, -1) < t:
-            seen[name] = t
-    released = state.released_tick
-    groups: dict[int, list[int]] = {}
-    if n and min(ticks) == max(ticks):
-        if ticks[0] > released:
-            groups[ticks[0]] = list(range(n))
-    else:
-        for i, t in enumerate(ticks):
-            if t > released:
-                groups.setdefault(t, []).append(i)
-    state.late_samples += n - sum(len(rows) for rows in groups.values())
-    for t, rows in groups.items():
-        tick = state.ticks.setdefault(t, {k: [] for k in cols})
-        pick = itemgetter(*rows) if len(rows) > 1 else None
-        for k in cols:
-            values = chunk[k]
-            if len(rows) == n:
-                tick.setdefault(k, []).extend(values)
-            elif pick is not None:
-                tick.setdefault(k, []).extend(pick(values))
-            else:
-                tick.setdefault(k, []).append(values[rows[0]])
-    return True
+            piece[k].append(chunk[k][i])
+    for t, piece in pieces.items():
+        _add_piece(state, t, piece)
 
 
 def device_findings(chunk: DeviceChunk, state: SignalState, params: DeviceParams,
@@ -188,9 +244,10 @@ def device_findings(chunk: DeviceChunk, state: SignalState, params: DeviceParams
     engine's topology, -1 or absent = unknown): R2's common mode is the device's stage."""
     t0 = time.perf_counter()
     hosts: list[str] = chunk["host"]
-    devices: list[int] = chunk["device"]
-    ranks: list[int] = chunk["rank"]
-    keys = [f"{h}/{d}" for h, d in zip(hosts, devices, strict=True)]
+    devices = chunk["device"]
+    ranks = chunk["rank"]
+    keys = [f"{h}/{d}" for h, d in zip(hosts, devices.tolist() if isinstance(devices, np.ndarray) else devices,
+                                        strict=True)]
     series = state.devices
     for key in dict.fromkeys(keys):  # new devices numbered in order of first appearance
         if key not in series:

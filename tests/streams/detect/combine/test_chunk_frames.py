@@ -1,4 +1,4 @@
-"""Step and kernel chunks cross the partials topic as binary frames (numeric columns as raw buffers); the
+"""Step, kernel and device chunks cross the partials topic as binary frames (numeric columns as raw buffers); the
 engine reads them as it reads the JSON chunks of before, and `loads` still takes JSON (a topic written by
 an older decode stage)."""
 
@@ -23,10 +23,10 @@ from tests.streams.detect.combine.test_chunk_types import EVENTS
 from tests.streams.helpers import T0, kernel_chunk, nan_spelled
 
 
-def test_step_and_kernel_chunks_travel_as_frames_with_every_value() -> None:
+def test_step_kernel_and_device_chunks_travel_as_frames_with_every_value() -> None:
     chunks, _ = decode_batch(EVENTS, 1 << 20)
-    framed = [c for c in chunks if c["kind"] in ("steps", "kernels")]
-    assert len(framed) == 2
+    framed = [c for c in chunks if c["kind"] in ("steps", "kernels", "device")]
+    assert sorted(c["kind"] for c in framed) == ["device", "kernels", "steps"]
     for chunk in framed:
         raw = dumps(chunk)
         assert raw.startswith(FRAME_MAGIC)
@@ -35,9 +35,9 @@ def test_step_and_kernel_chunks_travel_as_frames_with_every_value() -> None:
         assert nan_spelled(back) == nan_spelled(chunk), chunk["kind"]
 
 
-def test_job_and_device_chunks_stay_json() -> None:
+def test_job_chunks_stay_json() -> None:
     chunks, _ = decode_batch(EVENTS, 1 << 20)
-    for chunk in (c for c in chunks if c["kind"] in ("job", "device")):
+    for chunk in (c for c in chunks if c["kind"] == "job"):
         raw = dumps(chunk)
         assert raw[:1] == b"{" and loads(raw) == orjson.loads(raw)
 

@@ -52,8 +52,8 @@ def test_device_samples_are_released_per_complete_tick() -> None:
     assert device_ticks(_tick_chunk([0, 0], [0, 1]), state) == []
     assert device_ticks(_tick_chunk([0, TICK_NS], [2, 0]), state) == [], "tick 0 may still be completing"
     out = device_ticks(_tick_chunk([2 * TICK_NS], [0]), state)
-    assert [c["device"] for c in out] == [[0, 1, 2]], "tick 0 whole, once samples two ticks newer arrived"
-    assert [c["device"] for c in device_ticks(_tick_chunk([], []), state, flush=True)] == [[0], [0]]
+    assert [list(c["device"]) for c in out] == [[0, 1, 2]], "tick 0 whole, once samples two ticks newer arrived"
+    assert [list(c["device"]) for c in device_ticks(_tick_chunk([], []), state, flush=True)] == [[0], [0]]
 
 
 def test_a_lagging_partition_holds_the_tick_until_its_devices_report_it() -> None:
@@ -64,7 +64,7 @@ def test_a_lagging_partition_holds_the_tick_until_its_devices_report_it() -> Non
     device_ticks(_tick_chunk([0, 0, 0], [0, 1, 2]), state)
     ahead = [t * TICK_NS for t in range(1, 6) for _ in (0, 1)]
     out = device_ticks(_tick_chunk(ahead, [0, 1] * 5), state)
-    assert [c["device"] for c in out] == [[0, 1, 2]], "tick 0 is whole; ticks 1-5 wait for device 2"
+    assert [list(c["device"]) for c in out] == [[0, 1, 2]], "tick 0 is whole; ticks 1-5 wait for device 2"
     out = device_ticks(_tick_chunk([TICK_NS, 2 * TICK_NS, 3 * TICK_NS], [2, 2, 2]), state)
     assert [sorted(c["device"]) for c in out] == [[0, 1, 2]] * 3, "device 2 caught up: ticks 1-3 whole"
     before = state.late_samples
@@ -92,7 +92,7 @@ def test_a_device_whose_first_samples_come_late_is_waited_for_from_then_on() -> 
     state = SignalState()
     device_ticks(_tick_chunk([0, 0], [0, 1]), state)
     ahead = [t * TICK_NS for t in range(1, 6) for _ in (0, 1)]
-    assert [c["device"] for c in device_ticks(_tick_chunk(ahead, [0, 1] * 5), state)] == [[0, 1]] * 4
+    assert [list(c["device"]) for c in device_ticks(_tick_chunk(ahead, [0, 1] * 5), state)] == [[0, 1]] * 4
     assert device_ticks(_tick_chunk([2 * TICK_NS], [2]), state) == [], "tick 2 was evaluated: late"
     assert state.late_samples == 1
     assert device_ticks(_tick_chunk([6 * TICK_NS] * 2, [0, 1]), state) == [], "tick 4 waits for device 2"

@@ -1,5 +1,6 @@
 """Device samples regrouped a column at a time give exactly what the per-sample loop gives: the same
-ticks (keys, order, values), the same devices waited for, the same late count, on random chunks."""
+ticks (keys, values), the same devices waited for, the same late count, on random chunks, as lists (JSON)
+or arrays (a binary frame); a tick restored from a snapshot of flat lists takes more samples as values."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import copy
 import random
 from typing import Any
 
-from streams.detect.signals.device import TICK_NS, _regroup_columns, _regroup_each, device_ticks
+import numpy as np
+
+from streams.detect.signals.device import PIECES, TICK_NS, _joined, _regroup_arrays, _regroup_each, device_ticks
 from streams.detect.signals.shared import SignalState
 
 
@@ -25,19 +28,43 @@ def _chunk(rng: random.Random, base_tick: int) -> dict[str, Any]:
     return chunk
 
 
+def _listed(columns: dict[str, Any]) -> dict[str, Any]:
+    return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in columns.items()}
+
+
+def _held(state: SignalState) -> str:
+    ticks = {t: _listed(_joined(dict(state.ticks[t]))) for t in sorted(state.ticks)}
+    return repr((ticks, list(state.device_tick.items()), state.released_tick, state.late_samples))
+
+
 def test_column_regrouping_matches_the_per_sample_loop() -> None:
     rng = random.Random(7)
-    for _ in range(200):
-        each, cols = SignalState(), SignalState()
-        for step in range(12):
-            chunk = _chunk(rng, 100 + step)
-            a, b = copy.deepcopy(chunk), copy.deepcopy(chunk)
-            flush = rng.random() < 0.1
-            out_each = [dict(x) for x in _with_each(a, each, flush)]
-            out_cols = device_ticks(b, cols, flush)
-            assert repr(out_each) == repr(out_cols)
-            assert repr((each.ticks, list(each.device_tick.items()), each.released_tick, each.late_samples)) == \
-                repr((cols.ticks, list(cols.device_tick.items()), cols.released_tick, cols.late_samples))
+    for arrays in (False, True):
+        for _ in range(200):
+            each, cols = SignalState(), SignalState()
+            for step in range(12):
+                chunk = _chunk(rng, 100 + step)
+                a, b = copy.deepcopy(chunk), copy.deepcopy(chunk)
+                if arrays:  # as a binary frame brings it
+                    b = {k: np.asarray(v, dtype=np.float64 if k == "power_w" or k == "temp_c" else np.int64)
+                         if k not in ("host", "kind", "job", "behind_ns") else v for k, v in b.items()}
+                flush = rng.random() < 0.1
+                out_each = [_listed(x) for x in _with_each(a, each, flush)]
+                out_cols = [_listed(dict(x)) for x in device_ticks(b, cols, flush)]  # type: ignore[arg-type]
+                assert repr(out_each) == repr(out_cols)
+                assert _held(each) == _held(cols)
+
+
+def test_a_tick_of_an_older_snapshot_takes_more_samples_as_values() -> None:
+    state = SignalState()
+    t = 100
+    state.ticks[t] = {"host": ["h"], "device": [0], "rank": [3], "ts_ns": [t * TICK_NS], "power_w": [300.0]}
+    chunk = {"kind": "device", "job": "j", "host": ["h"], "device": np.asarray([1]), "rank": np.asarray([4]),
+             "ts_ns": np.asarray([t * TICK_NS + 5]), "power_w": np.asarray([310.0])}
+    assert _regroup_arrays(chunk, state)
+    assert PIECES not in state.ticks[t]
+    assert state.ticks[t] == {"host": ["h", "h"], "device": [0, 1], "rank": [3, 4],
+                              "ts_ns": [t * TICK_NS, t * TICK_NS + 5], "power_w": [300.0, 310.0]}
 
 
 def _with_each(chunk: dict[str, Any], state: SignalState, flush: bool) -> list[dict[str, Any]]:
@@ -48,6 +75,8 @@ def _with_each(chunk: dict[str, Any], state: SignalState, flush: bool) -> list[d
 
 
 def test_a_ragged_chunk_takes_the_per_sample_loop() -> None:
-    assert not _regroup_columns({"host": ["h"], "device": [0], "ts_ns": [1.0]}, SignalState())
-    assert not _regroup_columns({"host": ["h"], "device": [0, 1], "ts_ns": [1, 2]}, SignalState())
-    assert not _regroup_columns({"host": "h", "device": [0], "ts_ns": [1]}, SignalState())
+    assert not _regroup_arrays({"host": ["h"], "device": [0], "ts_ns": [1.0]}, SignalState())
+    assert not _regroup_arrays({"host": ["h"], "device": [0, 1], "ts_ns": [1, 2]}, SignalState())
+    assert not _regroup_arrays({"host": "h", "device": [0], "ts_ns": [1]}, SignalState())
+    assert not _regroup_arrays({"host": ["h"], "device": [0], "ts_ns": [1], "power_w": ["300"]}, SignalState())
+    assert not _regroup_arrays({"host": ["h"], "device": [0], "ts_ns": [2**64 - 1]}, SignalState())
