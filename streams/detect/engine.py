@@ -33,6 +33,7 @@ from schemas.columns import DOMAINS
 from streams.detect.combine.chunks import (
     Chunk,
     DeviceChunk,
+    IntArray,
     StepColumns,
     is_device,
     is_job,
@@ -390,7 +391,7 @@ class JobEngine:
         if ticks:  # the device feed's Params once per chunk that releases ticks
             params = self.cfg.params(DeviceParams)
             for tick in ticks:
-                taken_ns = int(np.max(np.asarray(tick["ts_ns"], dtype=np.int64), initial=0))
+                taken_ns = int(_stamps(tick).max(initial=0))
                 pending.extend((taken_ns, f) for f in device_findings(tick, self.signals, params,
                                                                       self.stats.rule_seconds,
                                                                       self.frames.topo.stage))
@@ -418,11 +419,16 @@ class JobEngine:
         return take
 
 
+def _stamps(chunk: DeviceChunk) -> IntArray:
+    """A device chunk's sample times as int64 (a list from JSON, an array from a binary frame; none: empty)."""
+    stamps = chunk.get("ts_ns")
+    return np.asarray([] if stamps is None else stamps, dtype=np.int64)
+
+
 def _split_device(chunk: DeviceChunk, before_ns: int) -> tuple[DeviceChunk | None, DeviceChunk | None]:
     """A device chunk cut at `before_ns` (the relaunch's start on the job's clock): the samples taken
     before it belong to the replaced attempt (they carry no attempt of their own)."""
-    stamps = chunk.get("ts_ns")
-    ts = np.asarray([] if stamps is None else stamps, dtype=np.int64)
+    ts = _stamps(chunk)
     early = ts < before_ns
     if not early.any():
         return None, chunk
@@ -483,8 +489,7 @@ class FleetEngine:
         if isinstance(chunk_attempt, int):
             late = chunk_attempt <= attempt
         elif is_device(chunk):
-            stamps = chunk.get("ts_ns")
-            taken = np.asarray([] if stamps is None else stamps, dtype=np.int64)
+            taken = _stamps(chunk)
             late = end_ts_ns > 0 and (not taken.size or int(taken.max()) <= end_ts_ns)
         else:
             late = True

@@ -191,9 +191,9 @@ MAX_CHUNK_BYTES = 1_000_000  # well under the partials topic's max.message.bytes
 # float64 buffers after a JSON header that holds everything else (strings, scalars, progress). Why: JSON
 # numbers cost the decode stage a `tolist` and an orjson encode, and the engine an orjson parse and an
 # `np.asarray` per value, for columns that are numpy on both sides; a buffer costs a copy. The engine
-# reads every column of these kinds with `np.asarray` (the device signal takes a device chunk's arrays
-# as lists when it regroups them per tick), so a column arriving as an array or as a list reads the same
-# (NaN where the JSON path said null). `loads` takes both encodings.
+# reads every column of these kinds with `np.asarray` (the device signal keeps a device chunk's arrays as
+# the pieces of its ticks), so a column arriving as an array or as a list reads the same (NaN where the
+# JSON path said null). `loads` takes both encodings.
 FRAME_MAGIC = b"\x00SLC1"
 _LEN = 4
 _I8, _F8 = np.dtype("<i8"), np.dtype("<f8")

@@ -43,8 +43,8 @@ from schemas.version import major_ok
 from streams.detect.combine.chunks import KERNEL_NUMBERS, KERNEL_STRINGS
 
 IntArray = npt.NDArray[np.int64]
-T = TypeVar("T")
 FloatArray = npt.NDArray[np.float64]
+T = TypeVar("T")
 U32 = UINT32[1]
 U16 = UINT16[1]
 I64 = INT64[1]
@@ -173,7 +173,7 @@ def _groups(keys: list[Any]) -> list[tuple[Any, IntArray]]:
 
 
 def _listed(values: npt.NDArray[Any] | list[Any], rows: IntArray, whole: bool) -> list[Any]:
-    """A text column of a chunk: a list."""
+    """A chunk's column as a list: its text columns, and a kernel chunk's per-summary `other_ns` and `entries`."""
     if isinstance(values, list):
         return list(values) if whole else [values[i] for i in rows.tolist()]
     return list(values.tolist()) if whole else list(values[rows].tolist())
