@@ -12,9 +12,10 @@ same ids: no duplicate incident, no second `profile_on`.
 Snapshots are pickled engine objects: the topic is internal to the detect workers
 (never a contract), written and read only by the same code version. A snapshot whose
 version does not match is ignored (the job starts afresh). They are compressed with zstd at
-level 1: a 10,240-rank job's 18.7 MB pickle compresses in ~10 ms to 3.4 MB, where zlib at
-level 1 took ~80 ms for 3.5 MB (the snapshot, once a second under the worker's lock, was 12 %
-of the detect worker's CPU at 10,240 ranks). SLS6 snapshots (the same pickle, zlib) still restore.
+one of its fast levels (`ZSTD_LEVEL`): a 6,400-rank job's 12.3 MB pickle compresses in ~5 ms to
+2.1 MB, where level 1 took ~11 ms for 1.8 MB and zlib at level 1 ~8x longer (the snapshot,
+encoded under the worker's lock about once a second, is ~10 % of the detect engine's CPU at
+6,400 ranks). Any zstd level reads the same. SLS6 snapshots (the same pickle, zlib) still restore.
 Pickle names each class by its module path, so a module that moves without a format change is
 listed in `MOVED_MODULES`: snapshots written before the detect stage moved under streams/detect/
 still restore.
@@ -64,6 +65,8 @@ ROW_SHAPED = (b"SLS7", b"SLS6")  # formats whose open frames hold row-shaped sum
 ROW_FIELDS = ("key", "cat", "count", "total_ns", "flops", "bytes", "domain", "launch_mean_us", "launch_mad_us",
                "direction", "max_ns")
 MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
+# zstd's fast mode: half level 1's CPU for ~16 % more bytes on the state topic (bench/results/snapshot-zstd.json)
+ZSTD_LEVEL = -5
 
 # Where the classes of snapshots written by older code live now (module or package, old -> new):
 # the detect stage moved from the streams/ root into streams/detect/ with FORMAT SLS6 unchanged. A module split
@@ -100,7 +103,8 @@ def _sleep(seconds: float) -> bool:
 
 def encode(engine: JobEngine, outbox: Outbox | None = None) -> bytes:
     state = (engine, outbox if outbox is not None else Outbox(engine.job))
-    return FORMAT + zstandard.ZstdCompressor(level=1).compress(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
+    raw = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+    return FORMAT + zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(raw)
 
 
 def decode_snapshot(raw: bytes | None) -> Snapshot | None:

@@ -1,0 +1,109 @@
+"""What a detect snapshot costs to encode, by zstd level: `python -m bench.snapshot [--ranks 6400]`.
+
+The detect worker encodes each changed job's engine about once a second, under its lock
+(`streams/detect/state/store.py`): pickle, then zstd. At 6,400 ranks that was ~10 % of the engine
+process's CPU in `bench.throughput` (py-spy). This plays the throughput bench's job (12 steps, a
+GC pause at step 5) into a fresh engine, as the worker would, then times the pickle and each
+candidate level's compress and decompress on the same pickle (minimum CPU time of `--rounds`),
+with the compressed size, and `encode` as the worker calls it (the level in `ZSTD_LEVEL`).
+
+Results -> bench/results/snapshot.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import pickle
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import zstandard
+
+from bench.detect_split import batches
+from bench.provenance import git_commit, machine
+from bench.throughput import T0_NS
+from infra.settings import DetectionConfig
+from streams.detect.combine import chunks as codec
+from streams.detect.engine import FleetEngine, JobEngine
+from streams.detect.ingest.decode import decode_batch
+from streams.detect.state.outbox import Outbox
+from streams.detect.state.store import ZSTD_LEVEL, decode_snapshot, encode
+
+RESULTS = Path(__file__).resolve().parent / "results" / "snapshot.json"
+LEVELS = (3, 1, -1, -5, -10)
+STEP_NS = 1_000_000_000
+
+
+def played(ranks: int, steps: int) -> JobEngine:
+    """The throughput bench's job after `steps` steps, through decode, the chunk codec and the engine."""
+    fleet = FleetEngine(DetectionConfig())
+    now = T0_NS
+    for raws in batches(ranks, steps):
+        for chunk in decode_batch(raws, 1 << 20)[0]:
+            chunk["behind_ns"], chunk["decoded_ns"], chunk["lag"], chunk["starved"] = 0, 0, 0, False
+            for raw in codec.dumps_split(chunk):
+                fleet.on_chunk(codec.loads(raw), now)
+        now += STEP_NS
+        fleet.tick(now)
+    (engine,) = fleet.jobs.values()
+    return engine
+
+
+def best_ms(fn: Callable[[], object], rounds: int) -> float:
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.process_time()
+        fn()
+        best = min(best, time.process_time() - start)
+    return round(best * 1e3, 2)
+
+
+def measure(engine: JobEngine, rounds: int) -> dict[str, Any]:
+    state = (engine, Outbox(engine.job))
+    raw = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+    levels: dict[str, dict[str, float]] = {}
+    for level in LEVELS:
+        compressor, decompressor = zstandard.ZstdCompressor(level=level), zstandard.ZstdDecompressor()
+        packed = compressor.compress(raw)
+        levels[str(level)] = {
+            "compress_ms": best_ms(functools.partial(compressor.compress, raw), rounds),
+            "decompress_ms": best_ms(functools.partial(decompressor.decompress, packed), rounds),
+            "mb": round(len(packed) / 1e6, 3),
+        }
+    snapshot = encode(engine)
+    restored = decode_snapshot(snapshot)
+    if restored is None or restored[0].job != engine.job:
+        raise RuntimeError("the encoded snapshot does not restore")
+    return {"pickle_ms": best_ms(lambda: pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL), rounds),
+            "pickle_mb": round(len(raw) / 1e6, 3), "levels": levels, "zstd_level": ZSTD_LEVEL,
+            "encode_ms": best_ms(lambda: encode(engine), rounds), "encoded_mb": round(len(snapshot) / 1e6, 3)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="bench.snapshot")
+    parser.add_argument("--ranks", type=int, default=6400)
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    result = {"ranks": args.ranks, "steps": args.steps, "rounds": args.rounds,
+              **measure(played(args.ranks, args.steps), args.rounds),
+              "machine": machine(), "started": started, "git": git_commit()}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"{args.ranks} ranks: pickle {result['pickle_ms']} ms ({result['pickle_mb']} MB), "
+          f"encode at level {ZSTD_LEVEL}: {result['encode_ms']} ms ({result['encoded_mb']} MB)")
+    for level, row in result["levels"].items():
+        print(f"  zstd {level:>4}: compress {row['compress_ms']:6.2f} ms, decompress {row['decompress_ms']:5.2f} ms, "
+              f"{row['mb']} MB")
+    print(f"-> {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,22 @@
+"""bench.snapshot times what the worker encodes: a played job's engine, restorable, at every level it lists."""
+
+from __future__ import annotations
+
+from bench.snapshot import LEVELS, measure, played
+from streams.detect.state.store import ZSTD_LEVEL, decode_snapshot, encode
+
+
+def test_the_played_job_has_every_rank_and_its_snapshot_restores_with_them() -> None:
+    engine = played(64, 3)
+    restored = decode_snapshot(encode(engine))
+    assert restored is not None
+    assert restored[0].job == engine.job and restored[0].frames.topo is not None
+    assert restored[0].stats.frames == engine.stats.frames > 0
+
+
+def test_every_level_is_measured_and_the_workers_level_is_one_of_them() -> None:
+    result = measure(played(64, 3), rounds=1)
+    assert set(result["levels"]) == {str(level) for level in LEVELS}
+    assert str(ZSTD_LEVEL) in result["levels"]
+    assert all(row["mb"] > 0 and row["compress_ms"] >= 0 for row in result["levels"].values())
+    assert result["encoded_mb"] < result["pickle_mb"]
