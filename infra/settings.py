@@ -197,10 +197,15 @@ class Settings:
     chdb_path: Path | None = None     # default: <home>/chdb
     app_id: str = "steplens-worker"
     max_event_bytes: int = 1_048_576
-    # landing batch (messages) and its age: one insert per table per batch, and a chdb insert has a
-    # fixed cost (steps ~45 ms with its rollups), so a fleet's landing wants few, large batches
+    # landing batch (messages) and its age: one insert per table per batch, and an insert has a fixed cost
+    # (embedded, this box: steps ~45-65 ms with its five views, device samples ~20, kernel summaries ~13), paid
+    # once a batch whatever the job's size. Packed records fill 20,000 records by age, not size (10,240 ranks:
+    # ~3,800 records/s), so the age sets the cost: 5 s instead of 2 s took land -11..16 % CPU per event at
+    # 6,400 ranks (bench/results/throughput-land-window-ab.json). SQL sees a row at most this long after it
+    # was sent, plus the insert; detection and alerts never wait for landing. (ClickHouse's own Kafka
+    # engine flushes every 7.5 s by default.)
     sink_batch_size: int = 20000
-    sink_batch_seconds: float = 2.0
+    sink_batch_seconds: float = 5.0
     # landing fetches: the broker holds a fetch until this much is there, or this long (at most a quarter of
     # sink_batch_seconds): polls of a filling batch asking for each few new records cost the broker 3x
     sink_fetch_min_bytes: int = 1 << 20
