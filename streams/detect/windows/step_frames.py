@@ -206,14 +206,12 @@ class Topology:
 
     def learn(self, cols: StepColumns) -> None:
         self.grow(cols.world)
-        idx = np.empty(len(cols), dtype=np.int64)
-        for i, host in enumerate(cols.host):
-            h = self.host_index.get(host)
-            if h is None:
-                h = self.host_index[host] = len(self.hosts)
+        for host in dict.fromkeys(cols.host):  # new hosts numbered in order of first appearance
+            if host not in self.host_index:
+                self.host_index[host] = len(self.hosts)
                 self.hosts.append(host)
-            idx[i] = h
-        self.host_of[cols.rank] = idx
+        self.host_of[cols.rank] = np.fromiter(map(self.host_index.__getitem__, cols.host), dtype=np.int64,
+                                              count=len(cols))
         self.groups[:, cols.rank] = cols.groups
         self.sizes[:, cols.rank] = cols.sizes
         self.stage[cols.rank] = cols.stage

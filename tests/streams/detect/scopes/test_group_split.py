@@ -91,3 +91,39 @@ def test_slow_ranks_inside_a_split_group_join_it() -> None:
     assert {(f.key, f.domain, f.group) for f in out if f.rule == "SLOW_RANK" and f.ranks != [3]} == {
         ("group:ep/2", "ep", 2)}
     assert next(f for f in out if f.ranks == [3]).key == "rank:3"
+
+
+def _split_per_group(domain: str, gid: np.ndarray, rel: np.ndarray, hot_at: float, cold_at: float,
+                     spread_at: float) -> list[tuple[str, int, frozenset[int], float, float]]:
+    """The per-group loop `_split_groups` replaced (one pass over the ranks per group), as the reference."""
+    out = []
+    for g in np.unique(gid[gid >= 0]).tolist():
+        ranks = np.flatnonzero(gid == g)
+        values = rel[ranks]
+        if ranks.size < 2 or not np.isfinite(values).all():
+            continue
+        hi, lo = float(values.max()), float(values.min())
+        if hi >= hot_at and lo <= -cold_at and hi - lo >= spread_at:
+            out.append((domain, int(g), frozenset(ranks.tolist()), hi, lo))
+    return out
+
+
+def test_all_groups_at_once_find_what_the_per_group_loop_found() -> None:
+    from streams.detect.scopes.group_split import _split_groups
+
+    rng = np.random.default_rng(7)
+    found = 0
+    for _ in range(400):
+        n = int(rng.integers(1, 80))
+        gid = rng.integers(-1, int(rng.integers(1, 12)), n)  # -1: no group in this domain
+        if rng.random() < 0.3:
+            gid = np.sort(gid)
+        rel = rng.normal(0.0, 0.15, n)
+        rel[rng.random(n) < 0.05] = np.nan  # members that have not reported
+        if rng.random() < 0.1:
+            rel[rng.random(n) < 0.05] = np.inf
+        args = (gid.astype(np.int64), rel, 0.1, 0.05, float(rng.choice([0.2, 0.3])))
+        want = _split_per_group("ep", *args)
+        assert _split_groups("ep", *args) == want
+        found += len(want)
+    assert found > 50, "the random cases split groups often enough to compare"
