@@ -9,8 +9,8 @@ ranks meet in the one worker that owns the job's partition.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Literal, TypedDict, TypeGuard, cast
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Literal, TypedDict, TypeGuard, cast, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -207,6 +207,55 @@ _BINARY: dict[str, dict[str, np.dtype[Any]]] = {
 }
 
 
+# A kernel chunk's name columns (one string per aggregate: ~5 a summary, the same few dozen names over and over)
+# travel dictionary-encoded in a frame: the distinct names, in order of first appearance, in the header and an
+# int64 code per row as a column. The engine numbers names the same way (`NameTable.codes` takes a `Coded` at
+# once), so it neither parses nor hashes a string per aggregate.
+_CODED: dict[str, tuple[str, ...]] = {"kernels": ("key", *KERNEL_STRINGS)}
+
+
+class Coded(Sequence[Any]):
+    """A dictionary-encoded column: row i is `names[codes[i]]`. Reads as the list it stands for."""
+
+    __slots__ = ("codes", "names")
+
+    def __init__(self, names: list[Any], codes: npt.NDArray[np.int64]) -> None:
+        self.names, self.codes = names, codes
+
+    @classmethod
+    def of(cls, values: list[Any]) -> Coded:
+        """`values` encoded (names in order of first appearance)."""
+        index = {v: i for i, v in enumerate(dict.fromkeys(values))}
+        return cls(list(index), np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values)))
+
+    def __len__(self) -> int:
+        return int(self.codes.size)
+
+    @overload
+    def __getitem__(self, i: int) -> Any: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Coded: ...
+
+    def __getitem__(self, i: int | slice) -> Any:
+        if isinstance(i, slice):
+            return Coded(self.names, self.codes[i])
+        return self.names[int(self.codes[i])]
+
+    def __iter__(self) -> Iterator[Any]:
+        return map(self.names.__getitem__, self.codes.tolist())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Coded | list):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+
 def _frame(chunk: Chunk) -> bytes | None:
     """The chunk as a binary frame; None: not a framed kind, or a column that does not fit its type."""
     types = _BINARY.get(str(chunk.get("kind")))
@@ -215,10 +264,16 @@ def _frame(chunk: Chunk) -> bytes | None:
     header: dict[str, Any] = {}
     layout: list[tuple[str, str, int]] = []
     buffers: list[bytes] = []
+    coded: dict[str, list[Any]] = {}
+    names = _CODED.get(str(chunk.get("kind")), ())
     try:
         for name, value in chunk.items():
             dtype = types.get(name)
-            if dtype is None:
+            if name in names and isinstance(value, list | Coded):
+                column = value if isinstance(value, Coded) else Coded.of(value)
+                coded[name] = column.names
+                value, dtype = column.codes, _I8
+            elif dtype is None:
                 header[name] = value
                 continue
             array = np.asarray(value, dtype=dtype)  # None -> NaN in a float column; TypeError in an int one
@@ -229,6 +284,8 @@ def _frame(chunk: Chunk) -> bytes | None:
     except (TypeError, ValueError, OverflowError):
         return None
     header["_columns"] = layout
+    if coded:
+        header["_coded"] = coded
     head = orjson.dumps(header)
     head += b" " * (-(len(FRAME_MAGIC) + _LEN + len(head)) % 8)  # buffers start 8-byte aligned
     return b"".join([FRAME_MAGIC, len(head).to_bytes(_LEN, "little"), head, *buffers])
@@ -243,6 +300,7 @@ def _unframe(raw: bytes | bytearray | memoryview) -> dict[str, Any]:
     if not isinstance(chunk, dict):
         raise ValueError("a chunk frame's header must be a JSON object")
     offset = start + size
+    coded = chunk.pop("_coded", {})
     try:
         for name, dtype, count in chunk.pop("_columns", ()):
             if dtype not in (_I8.str, _F8.str) or not isinstance(count, int) or count < 0:
@@ -250,7 +308,13 @@ def _unframe(raw: bytes | bytearray | memoryview) -> dict[str, Any]:
             array = np.frombuffer(body, dtype=dtype, count=count, offset=offset)
             offset += array.nbytes
             chunk[name] = array
-    except TypeError as exc:
+            if name in coded:
+                names = coded[name]
+                if dtype != _I8.str or not isinstance(names, list) or (
+                        count and not 0 <= int(array.min()) <= int(array.max()) < len(names)):
+                    raise ValueError(f"a chunk frame's coded column {name!r} has codes outside its names")
+                chunk[name] = Coded(names, array)
+    except (TypeError, AttributeError) as exc:
         raise ValueError(f"a chunk frame's column list is malformed: {exc}") from exc
     if offset != len(body):
         raise ValueError(f"a chunk frame of {len(body)} bytes holds {offset}")

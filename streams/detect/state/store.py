@@ -65,7 +65,7 @@ ROW_SHAPED = (b"SLS7", b"SLS6")  # formats whose open frames hold row-shaped sum
 ROW_FIELDS = ("key", "cat", "count", "total_ns", "flops", "bytes", "domain", "launch_mean_us", "launch_mad_us",
                "direction", "max_ns")
 MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
-# zstd's fast mode: half level 1's CPU for ~16 % more bytes on the state topic (bench/results/snapshot-zstd.json)
+# zstd's fast mode: half level 1's CPU for ~16 % more bytes on the state topic (bench/results/snapshot.json)
 ZSTD_LEVEL = -5
 
 # Where the classes of snapshots written by older code live now (module or package, old -> new):

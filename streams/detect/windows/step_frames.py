@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from schemas.columns import DOMAINS, PHASES
-from streams.detect.combine.chunks import KernelChunk, StepColumns, column
+from streams.detect.combine.chunks import Coded, KernelChunk, StepColumns, column
 
 if TYPE_CHECKING:
     from streams.detect.windows.comm_columns import CommColumn
@@ -110,8 +110,11 @@ class NameTable:
         return out
 
     def codes(self, values: Sequence[str | None]) -> IntArray:
-        """Each value's index in `names` (added when new), -1 for None; a column that mostly repeats a few
-        values looks each distinct one up once."""
+        """Each value's index in `names` (added when new, in order of first appearance), -1 for None; a column
+        that mostly repeats a few values looks each distinct one up once, a dictionary-encoded one (`Coded`, a
+        kernel chunk's from a frame) only its names."""
+        if isinstance(values, Coded):
+            return self._codes(values.names)[values.codes]
         distinct = dict.fromkeys(values)
         if len(distinct) == len(values):
             return self._codes(values)

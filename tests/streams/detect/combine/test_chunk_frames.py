@@ -100,3 +100,45 @@ def test_the_engine_gives_the_same_outputs_on_frames_as_on_json() -> None:
     assert FRAME_MAGIC in kinds
     assert got[0] == got[1]
     assert any(getattr(o, "state", None) == "open" for o in got[0])
+
+
+def _random_kernel_chunk(rng: np.random.Generator) -> Any:
+    names = ["mm", "attn", "allreduce", "copy", None]
+    summaries = []
+    for rank in range(int(rng.integers(1, 30))):
+        aggregates = [[names[int(rng.integers(0, 4))] + f"{int(rng.integers(0, 3))}",  # key
+                       names[int(rng.integers(0, 5))], int(rng.integers(1, 9)), int(rng.integers(1, 10**6)),
+                       None, None, names[int(rng.integers(0, 5))], None, None, names[int(rng.integers(0, 5))]]
+                      for _ in range(int(rng.integers(1, 6)))]
+        summaries.append([rank, int(rng.integers(0, 3)), aggregates, 0])
+    return kernel_chunk(summaries)
+
+
+def test_a_kernel_chunks_names_travel_once_each_and_number_as_the_lists_do() -> None:
+    """The name columns of a kernel chunk cross as their distinct names plus a code per aggregate; the
+    engine's name table numbers them as it numbers the lists (same codes, names added in the same order)."""
+    from streams.detect.combine.chunks import Coded
+    from streams.detect.windows.step_frames import NameTable
+
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        chunk = _random_kernel_chunk(rng)
+        raw = dumps(chunk)
+        back = loads(raw)
+        for name in ("key", "cat", "domain", "direction"):
+            column = back[name]  # type: ignore[literal-required]
+            assert isinstance(column, Coded) and column == chunk[name]  # type: ignore[literal-required]
+            assert len(column.names) == len(set(chunk[name]))  # type: ignore[literal-required]
+        shared, listed = NameTable(["old"], {"old": 0}), NameTable(["old"], {"old": 0})
+        for _ in range(2):  # a second chunk finds the names there already
+            a, b = shared.rows(back), listed.rows(chunk)
+            for field in ("rank", "key", "cat", "domain", "direction", "total_ns"):
+                assert getattr(a, field).tolist() == getattr(b, field).tolist(), field
+        assert shared.names == listed.names and shared.index == listed.index
+
+
+def test_a_coded_column_with_codes_outside_its_names_is_a_value_error() -> None:
+    raw = dumps(kernel_chunk([[1, 3, [["mm", "compute", 1, 1000], ["ar", "comm", 1, 10]], 0]]))
+    assert b'"_coded"' in raw
+    with pytest.raises(ValueError):
+        loads(raw.replace(b'"key":["mm","ar"]', b'"key":["mm"]   ', 1))

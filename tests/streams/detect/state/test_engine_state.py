@@ -81,7 +81,7 @@ def test_large_chunks_split_in_order_under_the_limit() -> None:
     whole = codec.loads(codec.dumps(chunk))
     columns = 0
     for name, values in whole.items():  # each part's summaries with their own aggregates, in order
-        if isinstance(values, list):
+        if isinstance(values, list | codec.Coded):  # names: a kernel chunk's travel dictionary-encoded
             columns += 1
             assert [v for p in parts for v in p[name]] == values, name  # type: ignore[literal-required]
         elif isinstance(values, np.ndarray):  # a numeric column of the binary frame (NaN where None was)
