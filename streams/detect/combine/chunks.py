@@ -270,7 +270,9 @@ def _frame(chunk: Chunk) -> bytes | None:
         for name, value in chunk.items():
             dtype = types.get(name)
             if name in names and isinstance(value, list | Coded):
-                column = value if isinstance(value, Coded) else Coded.of(value)
+                # encoded afresh even when it came coded: a slice of a `Coded` keeps every name of the whole
+                # column, and the engine would number names no row of this chunk has
+                column = Coded.of(value if isinstance(value, list) else list(value))
                 coded[name] = column.names
                 value, dtype = column.codes, _I8
             elif dtype is None:

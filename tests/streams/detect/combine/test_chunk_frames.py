@@ -142,3 +142,12 @@ def test_a_coded_column_with_codes_outside_its_names_is_a_value_error() -> None:
     assert b'"_coded"' in raw
     with pytest.raises(ValueError):
         loads(raw.replace(b'"key":["mm","ar"]', b'"key":["mm"]   ', 1))
+
+
+def test_a_part_of_a_coded_column_is_framed_with_only_its_own_names() -> None:
+    from streams.detect.combine.chunks import _part
+
+    chunk = kernel_chunk([[0, 3, [["mm", "compute", 1, 1000]], 0], [1, 3, [["ar", "comm", 1, 10]], 0]])
+    back = loads(dumps(chunk))
+    second = loads(dumps(_part(back, 1, 2)))  # type: ignore[arg-type]
+    assert second["key"].names == ["ar"] and list(second["key"]) == ["ar"]  # type: ignore[attr-defined]
