@@ -29,6 +29,7 @@ import pstats
 import statistics
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import orjson
 
@@ -51,13 +52,36 @@ def batches(ranks: int, steps: int) -> list[list[bytes]]:
     return out
 
 
-def stages(data: list[list[bytes]]) -> dict[str, Callable[[], None]]:
-    decoded = [decode_batch(raws, 1 << 20)[0] for raws in data]
-    for chunks in decoded:
+def decoded(data: list[list[bytes]]) -> list[list[Any]]:
+    """Each batch's chunks as the decode stage makes them, their progress fields zeroed (a run's wall clock
+    must not reach the engine)."""
+    out = [decode_batch(raws, 1 << 20)[0] for raws in data]
+    for chunks in out:
         for chunk in chunks:
             chunk["behind_ns"], chunk["decoded_ns"], chunk["lag"], chunk["starved"] = 0, 0, 0, False
-    wire = [[raw for chunk in chunks for raw in codec.dumps_split(chunk)] for chunks in decoded]
-    loaded = [[codec.loads(raw) for raw in raws] for raws in wire]
+    return out
+
+
+def over_the_wire(batches: list[list[Any]]) -> list[list[Any]]:
+    """Each batch's chunks as the engine gets them: through `dumps_split` and `loads`."""
+    return [[codec.loads(raw) for chunk in chunks for raw in codec.dumps_split(chunk)] for chunks in batches]
+
+
+def play(loaded: list[list[Any]]) -> FleetEngine:
+    """A fresh engine fed `loaded` (a batch a step, one tick after each), as `bench.throughput` paces a job."""
+    fleet = FleetEngine(DetectionConfig())
+    now = T0_NS
+    for chunks in loaded:
+        now += STEP_NS
+        for chunk in chunks:
+            fleet.on_chunk(copy.copy(chunk), now)  # a copy: the engine may keep or change what it is given
+        fleet.tick(now)
+    return fleet
+
+
+def stages(data: list[list[bytes]]) -> dict[str, Callable[[], None]]:
+    decoded_batches = decoded(data)
+    loaded = over_the_wire(decoded_batches)
 
     def ceiling() -> None:
         for raws in data:
@@ -73,19 +97,13 @@ def stages(data: list[list[bytes]]) -> dict[str, Callable[[], None]]:
             decode_batch(raws, 1 << 20, columnar=False)
 
     def wire_codec() -> None:
-        for chunks in decoded:
+        for chunks in decoded_batches:
             for chunk in chunks:
                 for raw in codec.dumps_split(chunk):
                     codec.loads(raw)
 
     def engine() -> None:
-        fleet = FleetEngine(DetectionConfig())
-        now = T0_NS
-        for chunks in loaded:
-            now += STEP_NS
-            for chunk in chunks:
-                fleet.on_chunk(copy.copy(chunk), now)  # a copy: the engine may keep or change what it is given
-            fleet.tick(now)
+        play(loaded)
 
     return {"ceiling": ceiling, "decode": dec, "decode_per_event": dec_events, "codec": wire_codec, "engine": engine}
 

@@ -24,33 +24,19 @@ from typing import Any
 
 import zstandard
 
-from bench.detect_split import batches
+from bench.detect_split import batches, decoded, over_the_wire, play
 from bench.provenance import git_commit, machine
-from bench.throughput import T0_NS
-from infra.settings import DetectionConfig
-from streams.detect.combine import chunks as codec
-from streams.detect.engine import FleetEngine, JobEngine
-from streams.detect.ingest.decode import decode_batch
+from streams.detect.engine import JobEngine
 from streams.detect.state.outbox import Outbox
 from streams.detect.state.store import ZSTD_LEVEL, decode_snapshot, encode
 
 RESULTS = Path(__file__).resolve().parent / "results" / "snapshot.json"
 LEVELS = (3, 1, -1, -5, -10)
-STEP_NS = 1_000_000_000
 
 
 def played(ranks: int, steps: int) -> JobEngine:
     """The throughput bench's job after `steps` steps, through decode, the chunk codec and the engine."""
-    fleet = FleetEngine(DetectionConfig())
-    now = T0_NS
-    for raws in batches(ranks, steps):
-        for chunk in decode_batch(raws, 1 << 20)[0]:
-            chunk["behind_ns"], chunk["decoded_ns"], chunk["lag"], chunk["starved"] = 0, 0, 0, False
-            for raw in codec.dumps_split(chunk):
-                fleet.on_chunk(codec.loads(raw), now)
-        now += STEP_NS
-        fleet.tick(now)
-    (engine,) = fleet.jobs.values()
+    (engine,) = play(over_the_wire(decoded(batches(ranks, steps)))).jobs.values()
     return engine
 
 
