@@ -89,6 +89,7 @@ class CycleResult:
     lag_zero_s: float | None = None
     slow_rank_incidents: int = 0
     other_incidents: int = 0
+    other_rules: list[str] = field(default_factory=list)  # "RULE ranks" of each other incident: why, at a glance
     decoded_twice: int = 0
     step_reports: int = 0
     lost: int | None = None        # the job's events never landed (after the workers stopped)
@@ -229,6 +230,9 @@ class RestartRun:
         ids_other = {a.incident_id for a in alerts} - ids_slow
         result.slow_rank_incidents = len(ids_slow)
         result.other_incidents = len(ids_other)
+        firsts = {a.incident_id: a for a in reversed(alerts) if a.incident_id in ids_other}
+        result.other_rules = sorted(f"{'+'.join(a.rules or [a.rule])} {a.scope} ranks {a.ranks[:8]} "
+                                   f"steps {a.step_first}-{a.step_last}" for a in firsts.values())
         return len(ids_slow) >= 1
 
     def run(self, plans: list[CyclePlan]) -> list[CycleResult]:

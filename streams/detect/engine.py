@@ -522,6 +522,7 @@ class FleetEngine:
         if self._after_finish(job, chunk):
             return []
         engine = self.job(job)
+        self._woken(engine)
         out: list[Output] = []
         attempt = chunk.get("attempt")  # device samples carry none: they go to the attempt of their time
         lagging = self.lagging_now(now_ns)
@@ -545,6 +546,14 @@ class FleetEngine:
         # one judge of "lagging" for chunks and ticks alike: right after a chunk that says, it is that
         out.extend(engine.on_chunk(chunk, now_ns, lagging))
         return out
+
+    def _woken(self, engine: JobEngine) -> None:
+        """A job restored from a snapshot, first met by this process (its tick or its chunk, whichever comes
+        first): the worker was down, not the job, nor its ranks. Their silence counts from the start-up
+        (a rank whose partition this process reads later than its peers' is hung only `hang_silence_s` on)."""
+        if 0 < engine.heard_ns < self.awake_ns:
+            engine.heard_ns = self.awake_ns
+            np.maximum(engine.frames.heard_ns, self.awake_ns, out=engine.frames.heard_ns)
 
     def heard(self, now_ns: int) -> None:
         """The engine was busy until `now_ns` (a batch of chunks, a long tick), not waiting for input.
@@ -573,8 +582,7 @@ class FleetEngine:
         out: list[Output] = []
         for engine in list(self.jobs.values()):
             engine.frames.input_lagging = lagging
-            if 0 < engine.heard_ns < self.awake_ns:  # restored from a snapshot: the worker was down, not the job
-                engine.heard_ns = self.awake_ns
+            self._woken(engine)
             out.extend(engine.tick(now_ns))
         return out
 

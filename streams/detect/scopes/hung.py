@@ -64,12 +64,16 @@ def evaluate(frame: Frame, topo: Topology, newest_of: IntArray, heard_ns: IntArr
             continue
         host_idx = int(topo.host_of[rank])
         host = topo.hosts[host_idx] if host_idx >= 0 else None
+        silent_s = (now_ns - int(heard_ns[rank])) / 1e9
+        last = int(newest_of[rank])
+        what = (f"stopped reporting after step {last}" if last >= 0
+                else "has not reported a step since the job's reports first counted it")
         out.append(Finding(
             rule="HUNG_RANK", key=f"rank:{rank}", family="hang", scope="rank", step=frame.step, host=host,
             ranks=[rank], severity="critical", metric="reports",
-            summary=f"rank {rank} ({host}) stopped reporting after step {int(newest_of[rank])} while its peers "
-                    f"went on (silent {(now_ns - int(heard_ns[rank])) / 1e9:.0f} s)",
-            evidence={"last_step": float(newest_of[rank]), "silent_s": (now_ns - int(heard_ns[rank])) / 1e9},
+            summary=f"rank {rank} ({host or 'host not reported'}) {what} while its peers went on "
+                    f"(silent {silent_s:.0f} s)",
+            evidence={"last_step": float(last), "silent_s": silent_s},
             cause=ADVICE.cause, suggestion=ADVICE.suggestion, open_after=1, resolve_after=1,
             since_step=int(newest_of[rank]) + 1))
     return out

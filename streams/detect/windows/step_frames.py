@@ -255,23 +255,29 @@ class StepFrames:
     input_lagging: bool = False  # the decode stage is behind: missing reports are still in the backlog
     summaries_declared: bool = False  # the job's start says every rank sends kernel summaries (1.3)
     summary_misses: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # per rank, in a row
-    # per rank: the engine's clock when its newest step report arrived (0: not yet; hung.py reads the silence)
+    # per rank: the engine's clock when its newest step report arrived, or when the job's reports first counted
+    # it in the world (a rank not heard yet is silent since then, not since 1970); hung.py reads the silence
     heard_ns: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     names: NameTable = field(default_factory=NameTable)  # what the kernel summaries' KernelRows index
 
-    def _ensure_world(self, world: int) -> None:
-        """Every per-rank array covers `world` ranks (a job's reports may reveal its world in any order)."""
+    def _ensure_world(self, world: int, now_ns: int) -> None:
+        """Every per-rank array covers `world` ranks (a job's reports may reveal its world in any order).
+
+        A rank the job's reports count in the world but that has not reported yet (its partition read
+        later than its peers': a rebalance, partitions added) is heard as of `now_ns`: its silence
+        counts from there, so it is hung only after `hang_silence_s` of it, like any other rank.
+        """
         self.topo.grow(world)
         world = self.topo.world
         self.newest_of = _grown(self.newest_of, world, -1)
         self.kernel_newest_of = _grown(self.kernel_newest_of, world, -1)
         self.summary_misses = _grown(self.summary_misses, world, 0)
-        # a snapshot from before the field existed has no heard_ns: its ranks count as heard when next seen
-        self.heard_ns = _grown(getattr(self, "heard_ns", np.zeros(0, dtype=np.int64)), world, 0)
+        # a snapshot from before the field existed has no heard_ns: its ranks count as heard now
+        self.heard_ns = _grown(getattr(self, "heard_ns", np.zeros(0, dtype=np.int64)), world, now_ns)
 
     def add_steps(self, cols: StepColumns, now_ns: int) -> None:
         self.topo.learn(cols)
-        self._ensure_world(self.topo.world)
+        self._ensure_world(self.topo.world, now_ns)
         world = self.topo.world
         self.last_input_ns = now_ns
         np.maximum.at(self.newest_of, cols.rank, cols.step)
@@ -302,7 +308,7 @@ class StepFrames:
         can arrive before any step report of the job (their own topic, read in any order): they open the
         frame at that world and wait there for the steps, never dropped for it.
         """
-        self._ensure_world(int(chunk.get("world") or 0))
+        self._ensure_world(int(chunk.get("world") or 0), now_ns)
         world = self.topo.world
         rank = np.asarray(chunk["rank"], dtype=np.int64)
         step = np.asarray(chunk["step"], dtype=np.int64)
@@ -401,7 +407,7 @@ class StepFrames:
     def release(self, now_ns: int, force: bool = False) -> list[Frame]:
         """Frames ready to evaluate, in step order (`force`: everything, e.g. at job end)."""
         out: list[Frame] = []
-        self._ensure_world(self.topo.world)  # a snapshot from before a field existed may hold it short
+        self._ensure_world(self.topo.world, now_ns)  # a snapshot from before a field existed may hold it short
         while self.frames:
             if self.next_step is None or self.next_step not in self.frames:
                 self.next_step = min(self.frames)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from infra.settings import DetectionConfig
-from schemas import encode
+from schemas import Incident, encode
 from streams.detect.combine import chunks as codec
 from streams.detect.engine import LAG_STALE_NS, QUIET_TICKS, FleetEngine
 from streams.detect.ingest.decode import decode_batch
@@ -72,3 +72,24 @@ def test_chunks_that_queued_for_the_engine_are_a_backlog_too() -> None:
         chunk["decoded_ns"] = T0 + 31 * S
     _feed(fleet, fresh, T0 + 31 * S)
     assert 3 not in frames.frames and frames.stats.incomplete == 0
+
+
+def test_a_restored_job_counts_its_ranks_silence_from_the_start_up() -> None:
+    """A worker down 100 s restores a job from its snapshot: the silence of its ranks while no worker ran
+    is the worker's, not theirs. Host node-1's partition is read later than node-0's after the start-up
+    (a rebalance): it is hung only once silent `hang_silence_s` since the start-up."""
+    down = FleetEngine(DetectionConfig())
+    for step in range(3):
+        _feed(down, _chunks(step, range(16), lagging=False), T0 + step * S)
+        down.tick(T0 + step * S)
+    fleet = FleetEngine(DetectionConfig())
+    fleet.jobs = down.jobs  # as streams/detect/app.py restores a snapshot
+    awake = T0 + 100 * S
+    hung: list[str] = []
+    for i, step in enumerate(range(3, 40)):
+        now = awake + i * S
+        outputs = [o for chunk in _chunks(step, range(8), lagging=False) for o in fleet.on_chunk(chunk, now)]
+        hung += [o.rule for o in outputs + fleet.tick(now) if isinstance(o, Incident) and o.rule.startswith("HUNG")]
+        if now - awake < 15 * S:
+            assert not hung, f"node-1 silent {(now - awake) / S:.0f} s since the start-up is not hung"
+    assert hung == ["HUNG_HOST"], "a whole hang time after the start-up it is"

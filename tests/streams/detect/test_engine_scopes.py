@@ -79,6 +79,26 @@ def test_ranks_whose_reader_died_are_not_hung() -> None:
     assert not [i for i in incidents(out) if i.rule.startswith("HUNG")]
 
 
+def test_ranks_whose_partition_is_read_late_from_the_start_are_not_hung() -> None:
+    """Partitions added to the input topics (a scale-out) are read only once the decode group's next
+    rebalance assigns them: the ranks the producer put there are not heard for seconds while their peers
+    go on. CI's restart test found HUNG_RANK incidents "silent 1800000005 s" for them: a rank never heard
+    was counted silent since 1970. Its silence counts from when the job's reports first counted it."""
+    job = FleetJob("added", Topology(dp=4, tp=2, pp=2), 40, seed=2)
+    out = run_engine(job, paced_s=1.0, hold=lambda e: 10 if e.rank % 4 == 1 and e.step < 12 else 0)
+    assert not [i for i in incidents(out) if i.rule.startswith("HUNG")]
+
+
+def test_a_rank_that_never_reports_is_hung_once_silent_for_the_hang_time() -> None:
+    job = FleetJob("never", Topology(dp=4, tp=2, pp=2), 40, seed=2)
+    out = run_engine(job, paced_s=1.0, drop=lambda e: e.rank == 5)
+    opened = incidents(out, "open")
+    assert [(i.rule, i.ranks) for i in opened] == [("HUNG_RANK", [5])]
+    assert "has not reported a step" in opened[0].summary and opened[0].evidence["silent_s"] < 60
+    # its silence counts from the job's first report (T0 + 1 s: the start is the first batch)
+    assert opened[0].detected_ns - T0 >= 20 * 1_000_000_000
+
+
 def test_a_backlog_is_not_a_hang_until_it_is_drained() -> None:
     """While every chunk says the decode stage is 8 s behind, rank 5's missing reports may still be
     queued; once no chunk has come for LAG_STALE_NS the backlog is drained, and they never came."""
