@@ -95,6 +95,7 @@ class CycleResult:
     lost: int | None = None        # the job's events never landed (after the workers stopped)
     duplicates: int | None = None  # rows beyond one per key under FINAL, in the deployment's database
     lagging_groups: dict[str, int] = field(default_factory=dict)
+    phase_s: dict[str, float] = field(default_factory=dict)  # where the cycle's time went (the test's run time)
     exit_codes: dict[str, int | None] = field(default_factory=dict)
 
     @property
@@ -151,6 +152,19 @@ def grow_partitions(rig: Rig, by: int = 2) -> None:
         admin.close()
 
 
+class _Laps:
+    """Seconds since the previous lap, recorded under each lap's name."""
+
+    def __init__(self, into: dict[str, float]) -> None:
+        self.into = into
+        self.t = time.monotonic()
+
+    def __call__(self, name: str) -> None:
+        now = time.monotonic()
+        self.into[name] = round(now - self.t, 1)
+        self.t = now
+
+
 class RestartRun:
     """Cycles on one harness; a fresh cycle starts a new rig (topics, groups, database)."""
 
@@ -179,10 +193,12 @@ class RestartRun:
         result = CycleResult(p.index, p.fresh, signal.Signals(p.stop_signal).name, p.second_detect,
                              p.grow_partitions)
         t0 = time.monotonic()
+        lap = _Laps(result.phase_s)
         rig.start("detect")
         rig.start("land")
         if rig.wait_ready(("detect", "land")):
             result.ready_s = round(time.monotonic() - t0, 1)
+        lap("start")
         if p.grow_partitions:  # a scale-out: a second detect worker and more partitions, then the job
             rig.start("detect", name="detect2")
             rig.wait_ready(("detect2",))
@@ -201,6 +217,7 @@ class RestartRun:
             rig.wait_ready(("detect2",))
         sender.join(600)
         last_send = time.monotonic()
+        lap("job")
         if p.second_detect:  # leaves after the job's last send, while its input may still be in flight
             result.exit_codes["detect2"] = rig.kill("detect2", signal.SIGTERM)
             rig.procs.pop("detect2")
@@ -209,15 +226,19 @@ class RestartRun:
             result.lag_zero_s = round(time.monotonic() - last_send, 1)
         else:
             result.lagging_groups = {g: n for g, n in uncommitted(rig, offsets).items() if n}
+        lap("lag_zero")
         # incidents: detect publishes the slow rank's incident once its windows are judged
         poll_until(lambda: self._judge_incidents(rig, job.job_id, result), 20.0, every=1.0)
+        lap("incidents")
         total, distinct = step_reports(rig, job.job_id)
         result.step_reports = total
         result.decoded_twice = total - distinct
-        for name in ("detect", "land"):
-            result.exit_codes[name] = rig.kill(name, p.stop_signal)
+        lap("reports")
+        result.exit_codes.update(rig.kill_all(("detect", "land"), p.stop_signal))
+        lap("stop")
         landed = count(rig, sent, {self.slow_rank}, job.job_id)  # the sink is free once land stopped
         result.lost, result.duplicates = landed["lost"], landed["duplicates"]
+        lap("count")
         log(f"cycle {p.index}: {result.as_dict()}")
         if self.on_cycle is not None:
             self.on_cycle(result)

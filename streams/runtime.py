@@ -59,6 +59,9 @@ log = logging.getLogger(__name__)
 # keeps an idle worker idle (5 empty polls a second cost the decode thread ~0.3 % of a core)
 IDLE_POLL_MS = 1000
 HELD_POLL_MS = 100  # while a rebalance holds the batch in hand
+# no poll waits longer than this: a stop is seen within it (kafka-python's poll cannot be woken). A landing batch
+# waits up to `sink_batch_seconds` (5 s) for records, and one poll that long made every SIGTERM of land take ~4 s
+MAX_POLL_MS = IDLE_POLL_MS
 
 
 class Record(Protocol):
@@ -282,6 +285,9 @@ class ConsumerLoop(threading.Thread):
                 log.warning("closing the %s clients failed: %r", self.stage, exc)
 
     def _poll_timeout_ms(self, batch: Batch, last_empty: bool) -> int:
+        return min(self._wait_ms(batch, last_empty), MAX_POLL_MS)
+
+    def _wait_ms(self, batch: Batch, last_empty: bool) -> int:
         within_ms = int(self.batching.within_s * 1000)
         if self.held:  # the rebalance's join runs in these polls: no spinning on zero timeouts meanwhile
             return max(within_ms, HELD_POLL_MS)

@@ -9,7 +9,7 @@ import pytest
 from kafka import TopicPartition
 from kafka.errors import CommitFailedError, KafkaTimeoutError
 
-from streams.runtime import Batch, Batching, Commits, Consumer, ConsumerLoop, read_to_end
+from streams.runtime import MAX_POLL_MS, Batch, Batching, Commits, Consumer, ConsumerLoop, read_to_end
 
 
 class Rec(NamedTuple):
@@ -94,6 +94,15 @@ def test_accumulated_polls_make_one_batch_of_max_records() -> None:
     assert stage.batch_sizes == [4]  # [4] is still waiting for its batch when the loop stops: never committed
     assert stage.consumer.commits == [[0, 1, 2, 3]]
     assert stage.consumer.rooms[:3] == [4, 2, 4]  # a poll asks only for what the batch has room for
+
+
+def test_no_poll_waits_longer_than_a_stop_may_wait() -> None:
+    """A landing batch waits `sink_batch_seconds` (5 s) for records; one poll that long held every SIGTERM of
+    the land worker ~4 s (kafka-python's poll cannot be woken). Polls wait at most MAX_POLL_MS each."""
+    stage = Stage(Batching(max_records=100, within_s=5.0, accumulate=True), [None, [0], None, None])
+    stage.run()
+    assert stage.consumer.timeouts and max(stage.consumer.timeouts) <= MAX_POLL_MS
+    assert stage.consumer.timeouts[0] == MAX_POLL_MS  # an empty batch waits in slices: a stop is seen within one
 
 
 def test_a_sink_that_did_not_confirm_commits_nothing_and_ends_the_loop() -> None:
