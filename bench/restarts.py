@@ -19,6 +19,10 @@ After each cycle's last send, judged as an operator would:
 - `lost` / `duplicates`: the job's events that never landed, and rows beyond one per key under
   FINAL (both 0).
 
+Each cycle also records `other_rules` (rule, scope, ranks and steps of every other incident: why a
+cycle failed, from the log alone) and `phase_s` (seconds per phase: start, job, lag_zero, incidents,
+reports, stop, count; where the test's run time goes).
+
 Used by tests/streams/test_restarts.py (20 start-ups, part of `make test`) and by `make soak`.
 """
 
