@@ -49,6 +49,7 @@ from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient
+from kafka.errors import KafkaTimeoutError
 
 from bench.chaos_inputs import stream
 from bench.provenance import git_commit, machine
@@ -67,6 +68,7 @@ from sinks import open_backend
 from sinks.migrations.runner import migrate
 from steplens.demo import worker_env
 from streams.detect.state.outbox import HEADER as OUTBOX_HEADER
+from streams.runtime import read_to_end
 from streams.topics_admin import ensure_topics
 
 RESULTS = REPO_ROOT / "bench" / "results" / "chaos.json"
@@ -141,18 +143,8 @@ class Rig:
         return all(p.poll() is None for p in self.procs.values())
 
     def stop(self) -> dict[str, int | None]:
-        codes: dict[str, int | None] = {}
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for role, proc in self.procs.items():
-            try:
-                codes[role] = proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                codes[role] = None  # ignored SIGTERM
-        return codes
+        """SIGTERM to every worker, side by side; None for one that ignored it (SIGKILLed after 60 s)."""
+        return self.kill_all(tuple(self.procs), signal.SIGTERM)
 
 
 def poll_until(predicate: Callable[[], bool], timeout: float, every: float = 0.5) -> bool:
@@ -408,18 +400,12 @@ def messages(rig: Rig, topic: str, idle_ms: int = 3000) -> Iterator[Any]:
             consumer.subscribe([topic])
             yield from consumer
             return
-        todo = {tp for tp, end in ends.items() if end > 0}
-        if not todo:
-            return
         consumer.assign(parts)
         consumer.seek_to_beginning(*parts)
-        for msg in consumer:  # stops after idle_ms without a record (a transaction marker at the end)
-            yield msg
-            tp = TopicPartition(msg.topic, msg.partition)
-            if msg.offset + 1 >= ends[tp]:
-                todo.discard(tp)
-            if not todo:
-                return
+        try:
+            yield from read_to_end(consumer, parts, ends, stall_s=idle_ms / 1000)
+        except KafkaTimeoutError:  # nothing came for idle_ms before the ends: what came is all there is
+            return
     finally:
         consumer.close()
 

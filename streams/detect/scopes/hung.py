@@ -75,5 +75,5 @@ def evaluate(frame: Frame, topo: Topology, newest_of: IntArray, heard_ns: IntArr
                     f"(silent {silent_s:.0f} s)",
             evidence={"last_step": float(last), "silent_s": silent_s},
             cause=ADVICE.cause, suggestion=ADVICE.suggestion, open_after=1, resolve_after=1,
-            since_step=int(newest_of[rank]) + 1))
+            since_step=last + 1))
     return out
