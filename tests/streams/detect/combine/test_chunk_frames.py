@@ -151,3 +151,43 @@ def test_a_part_of_a_coded_column_is_framed_with_only_its_own_names() -> None:
     back = loads(dumps(chunk))
     second = loads(dumps(_part(back, 1, 2)))  # type: ignore[arg-type]
     assert second["key"].names == ["ar"] and list(second["key"]) == ["ar"]  # type: ignore[attr-defined]
+
+
+def test_a_chunk_over_the_limit_is_framed_once_whole_and_once_per_part(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cut at once into the parts its size asks for: halving again and again framed a 10,240-rank step's
+    chunk three times over (whole, halves, quarters), the decode stage's largest codec cost."""
+    from streams.detect.combine import chunks
+
+    calls: list[int] = []
+    frame = chunks._frame
+    monkeypatch.setattr(chunks, "_frame", lambda chunk: calls.append(1) or frame(chunk))
+    chunk = kernel_chunk([[r, 0, [[f"k{i % 7}", "compute", 1, 10 + i] for i in range(4)], 0] for r in range(2000)])
+    whole = len(dumps(chunk))
+    calls.clear()
+    parts = dumps_split(chunk, limit=whole // 3)
+    assert len(parts) == 4 and all(len(p) <= whole // 3 for p in parts)
+    assert len(calls) == 1 + len(parts)
+    back = [loads(p) for p in parts]
+    assert [r for b in back for r in b["rank"].tolist()] == list(range(2000))
+    assert [k for b in back for k in b["key"]] == list(chunk["key"])
+
+
+def test_a_parts_names_are_those_its_rows_use_in_order_of_first_appearance() -> None:
+    from streams.detect.combine.chunks import Coded, _own_names
+
+    rng = np.random.default_rng(7)
+    names = [f"n{i}" for i in range(12)]
+    for _ in range(50):
+        whole = Coded.of([names[i] for i in rng.integers(0, 12, size=int(rng.integers(0, 40))).tolist()])
+        lo = int(rng.integers(0, len(whole) + 1))
+        part = whole[lo:]
+        own = _own_names(part)
+        assert own.names == Coded.of(list(part)).names and list(own) == list(part)
+
+
+def test_a_split_chunk_that_does_not_fit_its_frame_goes_as_json_with_its_names() -> None:
+    chunk = kernel_chunk([[r, 3, [["mm", "compute", 1, 1000]], 0] for r in range(40)])
+    chunk["total_ns"] = [2**63] * 40  # past int64: no frame for any part
+    parts = dumps_split(chunk, limit=1_500)
+    assert len(parts) > 1 and all(p[:1] == b"{" for p in parts)
+    assert [k for p in parts for k in loads(p)["key"]] == ["mm"] * 40
