@@ -32,6 +32,7 @@ from sinks import open_backend
 from steplens.demo import start_worker, stop_worker
 from steplens.lag import wait_group_caught_up
 from streams.land.processor import landing_types
+from streams.runtime import read_to_end
 from streams.topics_admin import ensure_topics
 from tests.producers._records import events_of, is_packed
 from tests.streams.helpers import wait_topics_visible
@@ -57,7 +58,8 @@ def _env(s: Settings, *, pack: bool = True) -> dict[str, str]:
 
 
 def _read(s: Settings, topic: str, timeout_s: float = 30.0) -> list[Any]:
-    """Every record of `topic` up to its end offsets at the time of the call."""
+    """Every record of `topic` up to its end offsets at the time of the call (KafkaTimeoutError: no record
+    for `timeout_s` before them)."""
     from kafka import TopicPartition
 
     consumer = KafkaConsumer(**kafka_client_config(s, "admin"), enable_auto_commit=False, group_id=None)
@@ -73,12 +75,8 @@ def _read(s: Settings, topic: str, timeout_s: float = 30.0) -> list[Any]:
         consumer.assign(tps)
         consumer.seek_to_beginning(*tps)
         end = consumer.end_offsets(tps)
-        out: list[Any] = []
-        deadline = time.monotonic() + timeout_s
-        while any(consumer.position(tp) < end[tp] for tp in tps) and time.monotonic() < deadline:
-            for records in consumer.poll(timeout_ms=500).values():
-                out.extend(r for r in records if r.offset < end[TopicPartition(r.topic, r.partition)])
-        return out
+        return [r for r in read_to_end(consumer, tps, end, stall_s=timeout_s)
+                if r.offset < end[TopicPartition(r.topic, r.partition)]]
     finally:
         consumer.close()
 
