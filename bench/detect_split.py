@@ -47,7 +47,8 @@ def batches(ranks: int, steps: int) -> list[list[bytes]]:
     job = Job(f"split-{ranks}", ranks)
     start = orjson.dumps({"type": "job", "v": "1.3", "job": job.job, "phase": "start", "world": job.world,
                           "ts_ns": T0_NS})
-    out = [[value for _, _, value in job.step(s, 300.0 if s % 10 == 5 else 0.0)] for s in range(steps)]
+    out = [[value for _, _, value in job.step(s, 300.0 if s % 10 == 5 else 0.0, device_ts_ns=T0_NS + s * STEP_NS)]
+           for s in range(steps)]
     out[0].insert(0, start)
     return out
 

@@ -107,7 +107,13 @@ class Job:
         self.rng = np.random.default_rng(0)
         self.host_keys = [f"{job}/{self.topo.host(r)}".encode() for r in range(self.world)]
 
-    def step(self, s: int, gc_ms: float, packed: bool = True) -> list[tuple[str, bytes, bytes]]:
+    def step(self, s: int, gc_ms: float, packed: bool = True, device_ts_ns: int | None = None
+             ) -> list[tuple[str, bytes, bytes]]:
+        """Step `s`'s records. Device samples are stamped with the wall clock (the live bench paces a step a
+        second, so each second's samples make one tick), or with `device_ts_ns`: a job played in process at
+        once must give its steps' samples their own seconds, else every step's samples fall into one or two
+        ticks that stay held and are never judged (the engine's device work and its snapshot's held ticks
+        then look nothing like a live worker's)."""
         n = self.world
         noise = self.rng.lognormal(0, 0.015, size=(4, n))
         fwd, bwd = 120 * noise[0], 240 * noise[1]
@@ -119,7 +125,7 @@ class Job:
         fwd_l, bwd_l = fwd.tolist(), bwd.tolist()
         n2, n3 = noise[2].tolist(), noise[3].tolist()
         out: list[tuple[str, bytes, bytes]] = []
-        ts = time.time_ns()
+        ts = time.time_ns() if device_ts_ns is None else device_ts_ns
         for r in range(n):
             ident = self.ids[r]
             key = rank_key(self.job, r)

@@ -20,3 +20,17 @@ def test_every_level_is_measured_and_the_workers_level_is_one_of_them() -> None:
     assert str(ZSTD_LEVEL) in result["levels"]
     assert all(row["mb"] > 0 and row["compress_ms"] >= 0 for row in result["levels"].values())
     assert result["encoded_mb"] < result["pickle_mb"]
+
+
+def test_the_played_job_judges_a_device_tick_a_step_as_a_live_worker_does() -> None:
+    """Each step's device samples carry that step's second: samples stamped with the wall clock while the whole
+    job is played at once fell into one or two ticks that stayed held, so the engine never judged a tick and
+    its snapshot carried every step's samples (bench.snapshot measured 27 ms where a live worker encodes 10)."""
+    from bench.throughput import T0_NS
+    from streams.detect.signals.device import HOLD_TICKS, TICK_NS
+
+    steps = 6
+    engine = played(64, steps)
+    first = T0_NS // TICK_NS
+    assert engine.signals.released_tick == first + steps - 1 - HOLD_TICKS
+    assert sorted(engine.signals.ticks) == [first + steps - HOLD_TICKS + i for i in range(HOLD_TICKS)]
