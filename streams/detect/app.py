@@ -243,7 +243,7 @@ class DetectWorker:
             ended = newly_finished(before, self.fleet.jobs)
             self.dirty |= ended  # a job that finished in this tick, even silently, gets its final snapshot first
             # outputs go out now; otherwise snapshots keep to snapshot_interval_s: each one holds the
-            # lock while it encodes each changed job (~40 ms at 10,240 ranks), and a chunk completing a
+            # lock while it encodes each changed job (10-15 ms at 10,240 ranks on a fast box), and a chunk completing a
             # frame waits behind it
             await self._maybe_snapshot(force=bool(outputs) or bool(ended))
             for job in [j for j, e in self.fleet.jobs.items() if e.finished and j not in self.pending
@@ -300,7 +300,7 @@ def snapshot_pause(cfg: DetectionConfig, encoding_s: float) -> float:
     """Seconds before the next unforced snapshot after one that took `encoding_s` of CPU to encode:
     `snapshot_interval_s`, stretched so that encoding takes at most `snapshot_max_share` of the worker's
     time, never past `snapshot_interval_max_s`. A big job's snapshot is a cost per second that its events
-    pay (a 10,240-rank job: ~50 ms a second, ~2 µs of detect's ~10 µs per event on a 2-core box); what a
+    pay (a 10,240-rank job: 9-15 ms a second, ~0.4 µs of detect's ~8 µs per event on a 2-core box); what a
     longer pause costs is the chunks a restarted worker replays (acks wait for the snapshot). Outputs
     force a snapshot whatever the pause: alerts never wait for it."""
     if cfg.snapshot_max_share <= 0:
