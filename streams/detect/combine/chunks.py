@@ -257,6 +257,16 @@ class Coded(Sequence[Any]):
         return repr(list(self))
 
 
+def _typed(value: Any, dtype: np.dtype[Any]) -> npt.NDArray[Any] | None:
+    """A column as its frame's 1-d buffer of `dtype`; None: it does not fit (None in an int column, a value past
+    int64, a nested list). None in a float column is NaN."""
+    try:
+        array = np.asarray(value, dtype=dtype)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return array if array.ndim == 1 else None
+
+
 def _frame(chunk: Chunk) -> bytes | None:
     """The chunk as a binary frame; None: not a framed kind, or a column that does not fit its type."""
     types = _BINARY.get(str(chunk.get("kind")))
@@ -279,8 +289,8 @@ def _frame(chunk: Chunk) -> bytes | None:
             elif dtype is None:
                 header[name] = value
                 continue
-            array = np.asarray(value, dtype=dtype)  # None -> NaN in a float column; TypeError in an int one
-            if array.ndim != 1:
+            array = _typed(value, dtype)
+            if array is None:
                 return None
             layout.append((name, dtype.str, int(array.size)))
             buffers.append(array.tobytes())
@@ -323,13 +333,8 @@ def _prepared(chunk: Chunk) -> Chunk:
             out[name] = Coded.of(value)
             continue
         dtype = types.get(name)
-        if dtype is None:
-            continue
-        try:
-            array = np.asarray(value, dtype=dtype)
-        except (TypeError, ValueError, OverflowError):
-            continue
-        if array.ndim == 1:
+        array = None if dtype is None else _typed(value, dtype)
+        if array is not None:
             out[name] = array
     return cast(Chunk, out)
 
