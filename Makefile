@@ -2,12 +2,12 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-# the compiled reader (schemas/_packed.c) is built by the install: a change to it reinstalls
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py schemas/_packed.c | cksum | cut -d' ' -f1)
+# the compiled parts (schemas/_packed.c, infra/_kafka_records.c) are built by the install: a change to one reinstalls
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py schemas/_packed.c infra/_kafka_records.c | cksum | cut -d' ' -f1)
 
 .PHONY: venv up up-cluster down status demo demo-server test lint typecheck unit integration clean bench-detection bench-query chaos chaos-cluster soak bench-replay bench-throughput bench-scaleout bench-scaleout-cluster bench-parse bench-overhead bench-overhead-gpu venv-train
 
-$(STAMP): pyproject.toml setup.py schemas/_packed.c
+$(STAMP): pyproject.toml setup.py schemas/_packed.c infra/_kafka_records.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e ".[dev]"

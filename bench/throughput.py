@@ -49,7 +49,7 @@ from kafka.admin import KafkaAdminClient
 from kafka.partitioner.default import murmur2
 
 from bench.provenance import git_commit, machine
-from infra import ClickHouseServer, InfraConfig, KafkaBroker
+from infra import ClickHouseServer, InfraConfig, KafkaBroker, kafka_records
 from infra.clients import kafka_client_config
 from infra.cluster import Cluster
 from infra.files import private_dir
@@ -193,8 +193,11 @@ def ceiling(settings: Settings, topics: list[str], total: int) -> dict[str, floa
 
     The rate is timed from the first record, so the consumer's connect (TLS, SASL, metadata,
     offsets: a fixed cost, most of a small trial's read) does not pose as per-event cost; the
-    start-up and the reader's CPU per event are reported beside it.
+    start-up and the reader's CPU per event are reported beside it. It reads with kafka-python's own record
+    reader: the C one the workers install (infra/kafka_records.py) is part of what the ratios measure.
     """
+    if kafka_records.installed():
+        raise RuntimeError("the plain-consumer ceiling must read with kafka-python's own record reader")
     consumer = KafkaConsumer(*topics, **kafka_client_config(settings, "admin"), auto_offset_reset="earliest",
                              enable_auto_commit=False, consumer_timeout_ms=5000, max_poll_records=5000)
     seen = n = 0

@@ -37,6 +37,7 @@ from typing import Any, Protocol
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
+from infra import kafka_records
 from infra.clients import bootstrapped, kafka_client_config
 from infra.consumer_group import group_consumer
 from infra.delivery import OUTAGE_BACKOFF_S
@@ -127,6 +128,7 @@ class LandLoop(ConsumerLoop):
         self.messages = 0
 
     def _kafka_clients(self) -> tuple[Consumer, Sender]:
+        kafka_records.install()  # fetched batches read in C: ~1 µs an event less (infra/kafka_records.py)
         base = kafka_client_config(self.settings, "land")
         consumer: Any = group_consumer(*self.processor.topics, **base, group_id=land_group(self.settings),
                                        listener=self.revocations, **consumer_options(self.settings))

@@ -68,3 +68,19 @@ def test_find_max_rounds_the_start_to_a_whole_job() -> None:
     res = find_max(lambda ranks: ranks < 700, 500)
     assert [t["ranks"] for t in res["tried"]] == [512, 640, 800]
     assert res["max_ranks"] == 640
+
+
+def test_the_ceiling_refuses_to_measure_with_the_workers_record_reader(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ceiling is a plain kafka-python consumer: in a process where the workers' C record reader is installed
+    it would measure that reader instead, and the ratios would hide what the reader saves."""
+    from kafka.record import memory_records
+    from kafka.record.default_records import DefaultRecordBatch
+
+    from bench.throughput import ceiling
+    from infra import kafka_records
+    from infra.settings import load_settings
+
+    monkeypatch.setattr(memory_records, "DefaultRecordBatch", DefaultRecordBatch)
+    kafka_records.install()
+    with pytest.raises(RuntimeError, match="plain-consumer ceiling"):
+        ceiling(load_settings(env={}), ["steps"], 1)

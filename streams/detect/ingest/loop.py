@@ -21,6 +21,7 @@ from typing import Any
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
+from infra import kafka_records
 from infra.clients import bootstrapped, close_quietly, kafka_client_config
 from infra.consumer_group import group_consumer
 from infra.delivery import deliver_all
@@ -132,6 +133,7 @@ class DecodeLoop(ConsumerLoop):
             log.warning("decode could not tell the engines it is stalled by a rebalance: %r", exc)
 
     def open_consumer(self) -> Consumer:
+        kafka_records.install()  # fetched batches read in C: ~1 µs an event less (infra/kafka_records.py)
         consumer: Consumer = group_consumer(
             **kafka_client_config(self.settings, "detect"), group_id=decode_group(self.settings),
             enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=self.batching.max_records,
