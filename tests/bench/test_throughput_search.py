@@ -84,3 +84,12 @@ def test_the_ceiling_refuses_to_measure_with_the_workers_record_reader(monkeypat
     kafka_records.install()
     with pytest.raises(RuntimeError, match="plain-consumer ceiling"):
         ceiling(load_settings(env={}), ["steps"], 1)
+
+
+def test_the_ceiling_is_the_median_read() -> None:
+    from bench.throughput import median_read
+
+    reads = [{"events_per_s": 180_000.0, "cpu_us_per_event": 5.0}, {"events_per_s": 210_000.0, "cpu_us_per_event": 4.4},
+             {"events_per_s": 160_000.0, "cpu_us_per_event": 6.1}]
+    assert median_read(reads) is reads[0]
+    assert median_read(reads[1:]) is reads[1]  # an even count: the faster of the middle two
