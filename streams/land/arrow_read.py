@@ -47,17 +47,25 @@ DEVICE = pa.struct([("type", pa.string()), ("v", pa.string()), ("host", pa.strin
                     ("device_kind", pa.string()), *[(m, pa.float64()) for m in METRICS]])
 
 
-def read(raws: list[bytes], schema: pa.Schema) -> tuple[pa.StructArray, IntArray] | None:
+def read(raws: list[bytes], schema: pa.Schema, refuse_null: bool = False
+         ) -> tuple[pa.StructArray, IntArray] | None:
     """The records' elements as one struct array (`schema`: from `packed_schema`), and each record's element
-    count; None: not sure. A `null` reads like a missing field: a caller that tells them apart declines
-    records that say `null` before reading.
+    count; None: not sure. A `null` reads like a missing field; `refuse_null`: None when any field says `null`
+    (for a caller that tells them apart).
 
     The compiled reader (`schemas.packed_columns`) reads what it accepts, pyarrow's JSON reader the rest (an
-    escaped string, a duplicate key, a number the compiled reader leaves to others): the same array either way."""
+    escaped string, a duplicate key, a number the compiled reader leaves to others): the same array either way.
+    The compiled reader marks a `null` in its columns' states; before pyarrow's reader (which does not) the
+    records are searched for `null` (a string containing it declines too: the caller then reads them its own
+    way). Searching every batch's bytes cost the land worker ~0.35 CPU-µs/event at 10,240 ranks."""
     element = schema.field("e").type.value_type
     fast = packed.read(raws, spec_of(element), MAX_PACKED_EVENTS)
     if fast is not None:
+        if refuse_null and any((states == packed.NULL).any() for states in fast.states.values()):
+            return None
         return pa.StructArray.from_arrays(_children(fast, element, ""), fields=list(element)), fast.counts
+    if refuse_null and any(b"null" in raw for raw in raws):
+        return None
     return _read_json(raws, schema)
 
 

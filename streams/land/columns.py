@@ -63,9 +63,9 @@ def _fields(kind: str, raws: list[bytes], ingested_ns: int, element: pa.DataType
             required: tuple[str, ...]) -> dict[str, pa.Array] | None:
     """The elements' fields by name when they read, are all `kind` of a version the fast mapping takes, and
     have every `required` field; None otherwise."""
-    if not 0 <= ingested_ns <= _I64 or any(b"null" in raw for raw in raws):
+    if not 0 <= ingested_ns <= _I64:
         return None
-    got = read(raws, schema)
+    got = read(raws, schema, refuse_null=True)
     if got is None:
         return None
     events = got[0]

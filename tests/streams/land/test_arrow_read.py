@@ -84,3 +84,18 @@ def test_a_summary_without_aggregates_and_missing_nested_fields_read_alike() -> 
     raws = [orjson.dumps([_summary(0, entries=[]), {**_summary(1), "domains": {}}]),
             orjson.dumps({k: v for k, v in _summary(2).items() if k not in ("domains", "other_ns")})]
     assert _same(raws, _SUMMARY_SCHEMA)
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_refuse_null_declines_a_field_that_says_null_and_not_a_name_that_contains_it(compiled: bool) -> None:
+    """`refuse_null` reads a `null` from the compiled reader's states (no search through the records' bytes);
+    records the compiled reader leaves to pyarrow (here: an escaped string) are still searched for it."""
+    escape = "\\u0041" if not compiled else ""
+    step = orjson.loads(_records()["step"][0])[0]
+    named = [orjson.dumps([{**step, "job": "nullify"}]).replace(b'"nullify"', f'"nullify{escape}"'.encode())]
+    said = [orjson.dumps([{**step, "flops": None}]).replace(b'"job":"', f'"job":"{escape}'.encode())]
+    assert (arrow_read.packed.read(named, arrow_read.spec_of(_SCHEMA.field("e").type.value_type), 4096)
+            is not None) == compiled
+    assert arrow_read.read(said, _SCHEMA) is not None  # a null reads as a missing field ...
+    assert arrow_read.read(said, _SCHEMA, refuse_null=True) is None  # ... unless the caller refuses it
+    assert (arrow_read.read(named, _SCHEMA, refuse_null=True) is not None) == compiled
