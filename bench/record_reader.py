@@ -29,17 +29,20 @@ def batches(ranks: int) -> tuple[list[bytes], int, int]:
     """(record batches, records, events) of one step of a `ranks`-rank job, every topic's records together."""
     job = Job("reader", ranks)
     records = job.step(0, 0.0, packed=True, device_ts_ns=T0_NS)
+    def new() -> Any:
+        return DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0, producer_id=-1,
+                                         producer_epoch=-1, base_sequence=-1, batch_size=BATCH_BYTES)
+
     out: list[bytes] = []
-    builder: Any = None
+    builder, first = new(), 0
     events = 0
     for offset, (_, key, value) in enumerate(records):
         events += value.count(b'"type":')
-        if builder is None or builder.size_in_bytes() + len(value) > BATCH_BYTES:
-            if builder is not None:
-                out.append(bytes(builder.build()))
-            builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0, producer_id=-1,
-                                                producer_epoch=-1, base_sequence=-1, batch_size=BATCH_BYTES)
-        builder.append(offset, timestamp=1_767_225_600_000 + offset, key=key, value=value, headers=[])
+        # kafka-python's builder refuses (None) a record that would take a started batch past its size
+        if builder.append(offset - first, timestamp=1_767_225_600_000, key=key, value=value, headers=[]) is None:
+            out.append(bytes(builder.build()))
+            builder, first = new(), offset
+            builder.append(0, timestamp=1_767_225_600_000, key=key, value=value, headers=[])
     out.append(bytes(builder.build()))
     return out, len(records), events
 
