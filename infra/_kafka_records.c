@@ -1,7 +1,8 @@
 /* A Kafka record batch's records (message format v2) read in C, for infra/kafka_records.py.
  *
- * kafka-python reads each record in Python: nine varints and four slices, ~8 µs a record, about a
- * fifth of the detect worker's decode process at 10,240 ranks (issue #25). This reads the same
+ * kafka-python reads each record in Python: nine varints and four slices, 3.3 µs a record in process
+ * (bench/results/record-reader.json), 13 % of the detect worker's decode process's py-spy samples at
+ * 10,240 ranks (issue #25). This reads the same
  * fields with the same rules (zigzag varints, key/value as bytes or None, headers as (str, bytes|None)
  * pairs, each record's length checked against what was read) and builds the same record objects.
  *

@@ -1,9 +1,10 @@
 """Fetched record batches read in C: kafka-python's record reader without its per-record Python.
 
 Why this exists. kafka-python 3.0.12 reads every fetched record in Python (`DefaultRecordBatch._read_msg`:
-nine varints, four slices, a length check), ~8 µs a record. At 10,240 ranks the workers' input is ~3,840
-packed records a second, and that reading was ~1 µs of the ~5 µs each event costs the detect worker's decode
-process, and the same again in the land worker (py-spy, issue #25). `infra/_kafka_records.c` reads a batch's
+nine varints, four slices, a length check): 3.3 µs a record in process, against 0.69 here
+(`bench/results/record-reader.json`). At 10,240 ranks the workers' input is ~3,840 packed records a second; live,
+reading them in C took ~0.45 CPU-µs off each event of the detect worker's decode process (~6 µs) and about as
+much off the land worker's (BENCHMARKS.md, issue #25). `infra/_kafka_records.c` reads a batch's
 records with the same rules and builds the same `DefaultRecord` objects, so everything above the batch
 (kafka-python's fetcher: CRC checks, offsets, skipping, transactions, `ConsumerRecord`s) is unchanged.
 

@@ -128,7 +128,7 @@ class LandLoop(ConsumerLoop):
         self.messages = 0
 
     def _kafka_clients(self) -> tuple[Consumer, Sender]:
-        kafka_records.install()  # fetched batches read in C: ~1 µs an event less (infra/kafka_records.py)
+        kafka_records.install()  # fetched batches read in C: ~0.45 µs an event less (infra/kafka_records.py)
         base = kafka_client_config(self.settings, "land")
         consumer: Any = group_consumer(*self.processor.topics, **base, group_id=land_group(self.settings),
                                        listener=self.revocations, **consumer_options(self.settings))
