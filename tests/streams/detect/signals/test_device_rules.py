@@ -176,3 +176,14 @@ def test_rounds_hold_each_device_s_r_th_sample_in_time_order() -> None:
         order = np.argsort(rng.integers(0, 50, size=size), kind="stable")
         got = [r.tolist() for r in _rounds(idx[order], order)]
         assert got == _rounds_one_by_one(idx[order].tolist(), order.tolist())
+
+
+def test_new_devices_are_numbered_in_order_of_first_appearance_after_the_known_ones() -> None:
+    """A device's series index is its place in the job's `devices` table (snapshots keep it): a tick with known and
+    new devices, some twice, numbers only the new ones, in the order they first appear."""
+    state = SignalState(devices={"node-0/3": 0, "node-0/1": 1})
+    chunk = _tick(5)
+    chunk["device"] = [6, 3, 2, 6, 1, 0, 2, 7]
+    device_findings(chunk, state, DetectionConfig().params(DeviceParams), {})  # type: ignore[arg-type]
+    assert state.devices == {"node-0/3": 0, "node-0/1": 1, "node-0/6": 2, "node-0/2": 3, "node-0/0": 4, "node-0/7": 5}
+    assert list(state.devices) == ["node-0/3", "node-0/1", "node-0/6", "node-0/2", "node-0/0", "node-0/7"]
