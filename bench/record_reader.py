@@ -35,16 +35,14 @@ def batches(ranks: int) -> tuple[list[bytes], int, int]:
 
     out: list[bytes] = []
     builder, first = new(), 0
-    events = 0
     for offset, (_, key, value) in enumerate(records):
-        events += value.count(b'"type":')
         # kafka-python's builder refuses (None) a record that would take a started batch past its size
         if builder.append(offset - first, timestamp=1_767_225_600_000, key=key, value=value, headers=[]) is None:
             out.append(bytes(builder.build()))
             builder, first = new(), offset
             builder.append(0, timestamp=1_767_225_600_000, key=key, value=value, headers=[])
     out.append(bytes(builder.build()))
-    return out, len(records), events
+    return out, len(records), 3 * job.world  # a step, a kernel summary and a device sample per rank
 
 
 def read_all(cls: type[DefaultRecordBatch], data: list[bytes]) -> list[tuple[int, bytes | None, bytes | None]]:

@@ -87,8 +87,8 @@ def test_a_compressed_batch_and_a_log_append_time_batch_read_the_same() -> None:
         got = read(CRecordBatch, data)
         assert got == read(DefaultRecordBatch, data)
         assert len(got[0]) == 30
-    assert {r[2] for r in read(CRecordBatch, with_attribute(build(rows), 0x08))[0]} == {
-        DefaultRecordBatch(build(rows)).max_timestamp}
+    log_append = with_attribute(build(rows), DefaultRecordBatch.TIMESTAMP_TYPE_MASK)
+    assert {r[2] for r in read(CRecordBatch, log_append)[0]} == {DefaultRecordBatch(build(rows)).max_timestamp}
 
 
 @pytest.mark.parametrize("damage", ["truncated", "trailing bytes", "length too long", "header key not utf-8"])

@@ -178,6 +178,12 @@ def _numbers(values: Any, ints: bool) -> npt.NDArray[Any] | None:
     return None
 
 
+def _device_keys(hosts: list[str], devices: Any) -> list[str]:
+    """Each sample's device as the job's device state names it ("host/device")."""
+    numbers = devices.tolist() if isinstance(devices, np.ndarray) else devices
+    return [f"{h}/{d}" for h, d in zip(hosts, numbers, strict=True)]
+
+
 def _regroup_arrays(chunk: dict[str, Any], state: SignalState) -> bool:
     """The chunk's samples into their ticks, a piece per tick: numpy arrays for the numeric columns (a binary
     frame's as they came, a JSON chunk's converted), a list for the text ones; False, nothing changed, for a
@@ -198,7 +204,7 @@ def _regroup_arrays(chunk: dict[str, Any], state: SignalState) -> bool:
         return False
     ticks = cols["ts_ns"] // TICK_NS
     seen = state.device_tick
-    keys = [f"{h}/{d}" for h, d in zip(hosts, cols["device"].tolist(), strict=True)]
+    keys = _device_keys(hosts, cols["device"])
     lo, hi = (int(ticks.min()), int(ticks.max())) if n else (0, -1)
     if lo == hi and lo >= max(0, max(seen.values(), default=0)):
         # the usual chunk: one tick, no device newer: every device's newest tick becomes it, as the loop below
@@ -252,8 +258,7 @@ def device_findings(chunk: DeviceChunk, state: SignalState, params: DeviceParams
     hosts: list[str] = chunk["host"]
     devices = chunk["device"]
     ranks = chunk["rank"]
-    keys = [f"{h}/{d}" for h, d in zip(hosts, devices.tolist() if isinstance(devices, np.ndarray) else devices,
-                                        strict=True)]
+    keys = _device_keys(hosts, devices)
     series = state.devices
     idx = np.fromiter(map(series.get, keys, repeat(-1)), dtype=np.int64, count=len(keys))
     if (idx < 0).any():  # new devices, numbered in order of first appearance
