@@ -104,7 +104,35 @@ def offline_verdict(paths: tuple[Path, ...]) -> dict[str, Any]:
     return {"verdict": Counter(confirmed).most_common(1)[0][0] if confirmed else None,
             "findings": [{"severity": f.severity, "rank": f.rank, "summary": f.summary} for f in named],
             "late_start_straggler": late_start_straggler(profiles) if profiles else None,
+            **({"matched_waits": waits} if (waits := matched_waits(profiles)) else {}),
             "seconds": round(time.perf_counter() - started, 3)}
+
+
+def matched_waits(profiles: list[Any]) -> dict[str, Any] | None:
+    """For a pair whose traces lost different collectives (ranks.py matched them by their common end): per trace
+    step, the rank that starts last at the collectives both traces hold and its peer's summed wait for it over the
+    step's time, the figure the live pair rule would read had both traces kept every collective."""
+    from streams.profiles.analysis.ranks import match_collectives
+
+    if len(profiles) != 2 or not profiles[0].steps:
+        return None
+    matched = match_collectives(profiles)
+    if not matched.by_end:
+        return None
+    steps = sorted(profiles[0].steps, key=lambda s: s.ts)
+    waited: dict[int, dict[int, float]] = {}
+    for per_rank in matched.matched.values():
+        late = max(per_rank, key=lambda r: per_rank[r][0])
+        first = min(ts for ts, _dur in per_rank.values())
+        step = next((s for s in reversed(steps) if s.ts <= first), steps[0])
+        by_rank = waited.setdefault(step.number, {})
+        by_rank[late] = by_rank.get(late, 0.0) + per_rank[late][0] - first
+    rows = []
+    for s in steps:
+        if s.number in waited and s.dur > 0:
+            late, wait_us = max(waited[s.number].items(), key=lambda kv: kv[1])
+            rows.append({"step": s.number, "late": late, "peer_wait_share": round(wait_us / s.dur, 4)})
+    return {"collectives": len(matched.matched), "unmatched": matched.unmatched, "steps": rows}
 
 
 # --- references ------------------------------------------------------------------------------------------
@@ -274,17 +302,26 @@ def pair_gaps(replay: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _why_not(trace_ranks: int, live: int | None, reference: int | None, gaps: list[dict[str, Any]]) -> str | None:
+def _steps_text(gaps: list[dict[str, Any]]) -> str:
+    return "; ".join(f"step {g['step']}: rank {g['late']} late, its peer waits {100 * g['peer_wait_share']:.1f} %"
+                     for g in gaps)
+
+
+def _why_not(trace_ranks: int, live: int | None, reference: int | None, gaps: list[dict[str, Any]],
+             matched: dict[str, Any] | None = None) -> str | None:
     if live == reference:
         return None
     if trace_ranks == 2:
-        seen = "; ".join(f"step {g['step']}: rank {g['late']} late, its peer waits {100 * g['peer_wait_share']:.1f} %"
-                         for g in gaps)
+        lost = ("" if not matched else
+                f". Each rank's trace lacks collectives the other's holds ({matched['unmatched']} kernels without a "
+                "peer), so those per-step waits compare different collectives; the "
+                f"{matched['collectives']} both traces hold (matched by their common end): "
+                f"{_steps_text(matched['steps'])}")
         return ("2 ranks: the live pair rule names the later arriver when its peer's extra wait is >= 5 % of the step "
                 "and >= 6 sigma (2 x slow_rank_z) of the pair's step-to-step noise "
                 "(streams/detect/scopes/slow_pair.py); the trace's steps: "
-                f"{seen}. The reference names the later of the two from per-collective start times, which the "
-                "step events do not carry")
+                f"{_steps_text(gaps)}{lost}. The reference names the later of the two from per-collective start "
+                "times, whatever the wait costs, which the step events do not carry")
     return ("the live scopes name a slow rank that is an outlier of its group (robust z, Dixon's Q at 99.5 %) or "
             "that its group waits for alone >= 5 % of the step, step after step "
             "(streams/detect/scopes/sustained.py); the reference names the extreme rank of a dimension whose spread "
@@ -348,7 +385,8 @@ def main(argv: list[str] | None = None) -> int:
         live_ok = has_ref and verdict == ref["verdict"]
         offline_ok = has_ref and row["offline"]["verdict"] == ref["verdict"]
         row["agreement"] = {"live": live_ok, "offline": offline_ok, "both": live_ok and offline_ok,
-                            "why_live_differs": _why_not(len(replay.ranks), verdict, ref["verdict"], gaps) if has_ref
+                            "why_live_differs": _why_not(len(replay.ranks), verdict, ref["verdict"], gaps,
+                                                        row["offline"].get("matched_waits")) if has_ref
                             else "no reference verdict"}
     result = {"traces": rows, "not_replayed": skipped, "speed": args.speed, "steps": args.steps, "repeat": args.repeat,
               "agreement": {r["name"]: r["agreement"]["both"] for r in rows},

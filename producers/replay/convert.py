@@ -39,6 +39,7 @@ from schemas import Domain, JobEvent, KernelAggregate, KernelSummary, Phases, St
 from schemas.kernel import CollectiveOp
 from schemas.kernel_summary import MAX_AGGREGATES_PER_SUMMARY
 from streams.profiles.analysis.breakdown import kernel_steps, step_breakdowns
+from streams.profiles.analysis.ranks import match_collectives
 from streams.profiles.model import COMMUNICATION, COMPUTE, ClusterTable, Profile
 
 ReplayEvent = StepEvent | KernelSummary
@@ -265,6 +266,10 @@ def from_profiles(profiles: list[Profile], job: str, now_ns: int, *, keep_time: 
     if trace_world is not None and trace_world > len(ranks):
         notes.append(f"the trace holds {len(ranks)} of its job's {trace_world} ranks; replayed as a "
                      f"{len(ranks)}-rank job")
+    lost = match_collectives(profiles).unmatched
+    if lost:
+        notes.append(f"{lost} collective kernels are in one rank's trace only (a sampled or cut trace): the ranks' "
+                     "per-step waits also count the ones their peers' traces lack")
     rank_steps: list[_RankStep] = []
     for p, tr in zip(profiles, trace_ranks, strict=True):
         rank_steps.extend(_profile_steps(p, tr))

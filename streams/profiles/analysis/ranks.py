@@ -2,7 +2,15 @@
 
 In a synchronous collective every rank leaves together, so the rank that *starts* last and has
 the *shortest* kernel is the one the others waited for. Collectives are matched across ranks by
-(group, op, sequence number within the group). Pipeline stages are kept apart: only ranks of the
+(group, op, sequence number within the group): a communicator runs its collectives in one order
+on every rank. A trace that lost events (a sampled Kineto trace, a CUPTI buffer that overflowed)
+breaks that order: its n-th is another collective than its peer's n-th, and the pair shows it by
+not even overlapping in time (one rank's ended before the other's began). Where the order pairs
+any such, and matching by the common end (every rank leaves a synchronous collective at once; the
+late arriver's kernel is the shortest, not the last to end) pairs as many that end together, the
+ends decide, and collectives that only some ranks' traces hold are left out
+(`MatchedCollectives.unmatched`). Ranks on different hosts whose clocks disagree end together
+nowhere, either way: the order stands. Pipeline stages are kept apart: only ranks of the
 same stage are compared, and one-sided point-to-point transfers (the pipeline's own send/recv,
 whose waits are bubbles by design) do not vote. NCCL's SendRecv kernel carries all-to-all and
 does vote. A rank whose dump has no collective list (torch_npu level 0 writes no
@@ -37,6 +45,17 @@ class LateArrival:
 
 
 Matched = dict[tuple[int | None, str, str, int], dict[int, tuple[float, float]]]
+END_SLACK_US = 50.0  # ranks leave a synchronous collective together, up to this ...
+END_SLACK_SHARE = 0.02  # ... or this share of the shorter kernel (an all-to-all's last receives differ)
+
+
+@dataclass(frozen=True, slots=True)
+class MatchedCollectives:
+    """The collectives matched across ranks, and how many one rank's trace held that no peer's matched."""
+
+    matched: Matched
+    unmatched: int
+    by_end: tuple[tuple[str, str], ...]  # (group, op) matched by their common end, not by order
 
 
 def kernel_collectives(p: Profile) -> list[Collective]:
@@ -59,25 +78,79 @@ def kernel_collectives(p: Profile) -> list[Collective]:
     return out
 
 
-def matched_collectives(profiles: list[Profile]) -> Matched:
+def _slack(a: tuple[float, float], b: tuple[float, float]) -> float:
+    return max(END_SLACK_US, END_SLACK_SHARE * min(a[1], b[1]))
+
+
+def _end_together(per_rank: dict[int, tuple[float, float]]) -> bool:
+    """The ranks' kernels of one synchronous collective end together (the late arriver's is the shortest)."""
+    spans = list(per_rank.values())
+    return all(abs((a[0] + a[1]) - (b[0] + b[1])) <= _slack(a, b) for i, a in enumerate(spans) for b in spans[i + 1:])
+
+
+def _apart(per_rank: dict[int, tuple[float, float]]) -> bool:
+    """Two of the ranks' kernels do not even overlap in time: they cannot be one synchronous collective."""
+    spans = list(per_rank.values())
+    return any(max(a[0], b[0]) > min(a[0] + a[1], b[0] + b[1]) + END_SLACK_US
+               for i, a in enumerate(spans) for b in spans[i + 1:])
+
+
+def _by_order(per_rank: dict[int, list[tuple[float, float]]]) -> list[dict[int, tuple[float, float]]]:
+    n = max(len(v) for v in per_rank.values())
+    return [{r: v[i] for r, v in per_rank.items() if i < len(v)} for i in range(n)]
+
+
+def _by_end(per_rank: dict[int, list[tuple[float, float]]]) -> list[dict[int, tuple[float, float]]]:
+    """Collectives grouped by their common end: in end order, an instance joins the open group when its
+    rank is not in it yet and it ends together with every member."""
+    groups: list[dict[int, tuple[float, float]]] = []
+    for _end, rank, span in sorted((ts + dur, r, (ts, dur)) for r, v in per_rank.items() for ts, dur in v):
+        group = groups[-1] if groups else None
+        if group is not None and rank not in group and _end_together({**group, rank: span}):
+            group[rank] = span
+        else:
+            groups.append({rank: span})
+    return groups
+
+
+def _fits(matches: list[dict[int, tuple[float, float]]]) -> int:
+    return sum(1 for m in matches if len(m) >= 2 and _end_together(m))
+
+
+def match_collectives(profiles: list[Profile]) -> MatchedCollectives:
     """(stage, group, op, n-th of that op in the group) -> rank -> (start, duration); p2p left out."""
-    table: Matched = {}
+    lists: dict[tuple[int | None, str, str], dict[int, list[tuple[float, float]]]] = {}
     for p in profiles:
         if p.rank is None:
             continue
-        seq: dict[tuple[str, str], int] = {}
         for c in sorted(p.collectives or kernel_collectives(p), key=lambda c: c.ts):
             if c.op in P2P_OPS:
                 continue
-            n = seq.get((c.group, c.op), 0)
-            seq[(c.group, c.op)] = n + 1
-            table.setdefault((p.stage, c.group, c.op, n), {})[p.rank] = (c.ts, c.dur)
-    return table
+            lists.setdefault((p.stage, c.group, c.op), {}).setdefault(p.rank, []).append((c.ts, c.dur))
+    table: Matched = {}
+    unmatched = 0
+    by_end: list[tuple[str, str]] = []
+    for (stage, group, op), per_rank in lists.items():
+        matches = _by_order(per_rank)
+        if len(per_rank) >= 2 and any(_apart(m) for m in matches):
+            ends = _by_end(per_rank)
+            if _fits(ends) >= max(_fits(matches), 1):  # clocks apart (no end agrees): the order stands
+                matches = [m for m in ends if len(m) >= 2]
+                unmatched += sum(len(v) for v in per_rank.values()) - sum(len(m) for m in matches)
+                by_end.append((group, op))
+        for n, m in enumerate(matches):
+            table[(stage, group, op, n)] = m
+    return MatchedCollectives(table, unmatched, tuple(by_end))
 
 
-def late_arrivals(profiles: list[Profile]) -> list[LateArrival]:
+def matched_collectives(profiles: list[Profile]) -> Matched:
+    """`match_collectives`' table alone."""
+    return match_collectives(profiles).matched
+
+
+def late_arrivals(matched: Matched) -> list[LateArrival]:
     out: list[LateArrival] = []
-    for (_stage, group, op, n), per_rank in matched_collectives(profiles).items():
+    for (_stage, group, op, n), per_rank in matched.items():
         if len(per_rank) < 2:
             continue
         late = max(per_rank, key=lambda r: per_rank[r][0])
@@ -94,7 +167,8 @@ def cluster_verdict(profiles: list[Profile], min_share: float = 0.5, min_wait_sh
     be at least `min_wait_share` of the mean step (the 1 % HTA's straggler analysis takes as a long
     kernel). Someone always starts last; a torch_npu level-2 recording named rank 0 from late
     arrivals of 0.08 ms on a 148 ms step, where msprof-analyze sees no slow rank."""
-    arrivals = late_arrivals(profiles)
+    collectives = match_collectives(profiles)
+    arrivals = late_arrivals(collectives.matched)
     if not arrivals:
         return []
     votes = Counter(a.late_rank for a in arrivals if a.late_rank == a.shortest_rank)
@@ -108,11 +182,14 @@ def cluster_verdict(profiles: list[Profile], min_share: float = 0.5, min_wait_sh
     steps = [s.dur for p in profiles for s in p.steps if s.dur > 0]
     if steps and sum(lateness) / len(lateness) < min_wait_share * float(np.mean(steps)):
         return []
+    left_out = (f" ({collectives.unmatched} collectives that only one rank's trace holds left out: matched by "
+                "their common end)" if collectives.unmatched else "")
     return [Finding(
         "slow_rank",
         f"rank {rank} arrives last (and runs the shortest kernel) at {count} of {len(arrivals)} collectives; "
-        f"the others wait {sum(lateness) / len(lateness) / 1e3:.2f} ms on average",
-        {"late_share": share, "collectives": float(len(arrivals)), "mean_lateness_us": sum(lateness) / len(lateness)},
+        f"the others wait {sum(lateness) / len(lateness) / 1e3:.2f} ms on average{left_out}",
+        {"late_share": share, "collectives": float(len(arrivals)), "mean_lateness_us": sum(lateness) / len(lateness),
+         "unmatched_collectives": float(collectives.unmatched)},
         rank=rank,
     )]
 

@@ -43,6 +43,8 @@ def test_kineto_pair_replays_as_a_two_rank_job_with_the_traces_own_figures() -> 
     assert decoded == replay.events()
     assert (replay.world, replay.ranks, replay.trace_world) == (2, {0: 0, 1: 1}, 128)
     assert "2 of its job's 128 ranks" in replay.notes[0]
+    # HTA's trace_filter sample lost different kernels on each rank: 5 of each rank's 10 have no peer
+    assert "10 collective kernels are in one rank's trace only" in replay.notes[1]
     assert isinstance(replay.start, JobEvent) and replay.start.kernel_summaries is True
     assert replay.start.parallel == {"dp": 2} and replay.end.last_step == 552
     steps = _steps(replay)
@@ -65,6 +67,7 @@ def test_ascend_pair_carries_collective_bytes_from_communication_json() -> None:
     replay = load_replay([ASCEND], "job-a", NOW)
     assert _roundtrip(replay) == replay.events()
     assert replay.world == 2 and [s.step for s in replay.steps] == [50]
+    assert not any("trace only" in n for n in replay.notes)  # a complete pair: every collective has its peer
     for summary in _summaries(replay):
         comm = [e for e in summary.entries if e.cat == "comm"]
         assert [e.key for e in comm] == ["allreduce/dp"]

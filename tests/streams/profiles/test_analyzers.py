@@ -53,10 +53,10 @@ def test_late_arriver_and_stages_kept_apart() -> None:
     ranks = [_rank(0, [100, 300], [50, 60]), _rank(1, [102, 305], [48, 55]), _rank(2, [140, 350], [10, 10])]
     verdict = cluster_verdict(ranks)
     assert verdict and verdict[0].rank == 2 and verdict[0].cause == "slow_rank"
-    # stage 1 starts 400 µs later by design (pipeline bubble): compared across stages it would be
-    # "late"; kept apart, the late rank is rank 1 of stage 0
+    # stage 1 starts its collectives later by design (pipeline bubble), ending when stage 0's do:
+    # compared across stages it would be "late"; kept apart, the late rank is rank 1 of stage 0
     staged = [_rank(0, [100, 300], [50, 60], 0), _rank(1, [130, 330], [20, 30], 0),
-              _rank(2, [500, 700], [10, 10], 1), _rank(3, [500, 700], [10, 10], 1)]
+              _rank(2, [145, 350], [5, 10], 1), _rank(3, [145, 350], [5, 10], 1)]
     assert [f.rank for f in cluster_verdict(staged)] == [1]
     unstaged = [_rank(p.rank or 0, [c.ts for c in p.collectives], [c.dur for c in p.collectives]) for p in staged]
     assert [f.rank for f in cluster_verdict(unstaged)] != [1]
