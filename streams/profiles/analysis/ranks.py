@@ -9,10 +9,13 @@ not even overlapping in time (one rank's ended before the other's began). Where 
 any such, and matching by the common end (every rank leaves a synchronous collective at once; the
 late arriver's kernel is the shortest, not the last to end) pairs as many that end together, the
 ends decide, and collectives that only some ranks' traces hold are left out
-(`MatchedCollectives.unmatched`). Ranks on different hosts whose clocks disagree end together
-nowhere, either way: the order stands. Pipeline stages are kept apart: only ranks of the
-same stage are compared, and one-sided point-to-point transfers (the pipeline's own send/recv,
-whose waits are bubbles by design) do not vote. NCCL's SendRecv kernel carries all-to-all and
+(`MatchedCollectives.unmatched`). Ranks on different hosts may read different clocks: the
+offset the order's overlapping pairs show is taken out before either test, and clocks too far
+apart for any pair to overlap end together nowhere, either way: the order stands.
+
+Pipeline stages are kept apart: only ranks of the same stage are compared, and one-sided
+point-to-point transfers (the pipeline's own send/recv, whose waits are bubbles by design) do not
+vote. NCCL's SendRecv kernel carries all-to-all and
 does vote. A rank whose dump has no collective list (torch_npu level 0 writes no
 communication.json) is matched by its communication kernels themselves (`hcom_allReduce__868_0_1`,
 `ncclDevKernel_AllReduce_...`): the op from the name, the group from the name's communicator
@@ -95,6 +98,20 @@ def _apart(per_rank: dict[int, tuple[float, float]]) -> bool:
                for i, a in enumerate(spans) for b in spans[i + 1:])
 
 
+def _clock_offsets(per_rank: dict[int, list[tuple[float, float]]],
+                   matches: list[dict[int, tuple[float, float]]]) -> dict[int, float]:
+    """How far each rank's clock runs ahead of the lowest rank's: the median end difference of the order's
+    pairs that overlap (ranks on other hosts; 0 without any). A pair the order got wrong rarely overlaps."""
+    ref = min(per_rank)
+    out = {ref: 0.0}
+    for r in per_rank:
+        if r != ref:
+            diffs = [(m[r][0] + m[r][1]) - (m[ref][0] + m[ref][1]) for m in matches
+                     if r in m and ref in m and not _apart({ref: m[ref], r: m[r]})]
+            out[r] = float(np.median(diffs)) if diffs else 0.0
+    return out
+
+
 def _by_order(per_rank: dict[int, list[tuple[float, float]]]) -> list[dict[int, tuple[float, float]]]:
     n = max(len(v) for v in per_rank.values())
     return [{r: v[i] for r, v in per_rank.items() if i < len(v)} for i in range(n)]
@@ -132,12 +149,16 @@ def match_collectives(profiles: list[Profile]) -> MatchedCollectives:
     by_end: list[tuple[str, str]] = []
     for (stage, group, op), per_rank in lists.items():
         matches = _by_order(per_rank)
-        if len(per_rank) >= 2 and any(_apart(m) for m in matches):
-            ends = _by_end(per_rank)
-            if _fits(ends) >= max(_fits(matches), 1):  # clocks apart (no end agrees): the order stands
-                matches = [m for m in ends if len(m) >= 2]
-                unmatched += sum(len(v) for v in per_rank.values()) - sum(len(m) for m in matches)
-                by_end.append((group, op))
+        if len(per_rank) >= 2:
+            offsets = _clock_offsets(per_rank, matches)
+            aligned = {r: [(ts - offsets[r], dur) for ts, dur in v] for r, v in per_rank.items()}
+            in_order = _by_order(aligned)
+            if any(_apart(m) for m in in_order):
+                ends = _by_end(aligned)
+                if _fits(ends) >= max(_fits(in_order), 1):  # clocks apart (no end agrees): the order stands
+                    matches = [{r: (ts + offsets[r], dur) for r, (ts, dur) in m.items()} for m in ends if len(m) >= 2]
+                    unmatched += sum(len(v) for v in per_rank.values()) - sum(len(m) for m in matches)
+                    by_end.append((group, op))
         for n, m in enumerate(matches):
             table[(stage, group, op, n)] = m
     return MatchedCollectives(table, unmatched, tuple(by_end))

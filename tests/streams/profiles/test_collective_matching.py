@@ -57,6 +57,16 @@ def test_clocks_apart_keep_the_order() -> None:
     assert matched.by_end == () and matched.unmatched == 0 and len(matched.matched) == 4
 
 
+def test_a_small_clock_offset_keeps_the_order_of_short_and_long_collectives() -> None:
+    # rank 1's host clock runs 1 ms ahead: its 100-ms all-reduces overlap rank 0's and end within their slack
+    # (2 %), its 0.2-ms ones do not even overlap; read through the offset the long ones show, every pair ends
+    # together, so the order stands and no short one is left out
+    spans = [(200_000.0 * (i + 1), 100_000.0 if i % 2 == 0 else 200.0) for i in range(6)]
+    profiles = [_rank(0, spans), _rank(1, [(end, dur * 0.9) for end, dur in spans], offset_us=1_000.0)]
+    matched = match_collectives(profiles)
+    assert matched.by_end == () and matched.unmatched == 0 and len(matched.matched) == 6
+
+
 def test_kineto_sample_pairs_only_the_all_to_alls_both_traces_hold(real_samples: Path) -> None:
     # HTA's trace_filter sample lost different kernels on each rank: 5 of each rank's 10 SendRecv kernels end
     # together with one of the other's (within 0.33 ms), rank 1 starting later at all 5 (0.08-22.3 ms)
