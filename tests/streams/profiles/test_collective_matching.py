@@ -50,6 +50,16 @@ def test_traces_that_lost_different_collectives_are_matched_by_their_common_end(
     assert [(w.late_rank, w.r_wait) for w in waits] == [(1, pytest.approx(1 - 7 / 8))] * 2
 
 
+def test_recordings_that_start_at_different_collectives_are_matched_by_end() -> None:
+    # rank 0's profiler started one all-to-all earlier than rank 1's: by order every pair is one collective off
+    profiles = [_rank(0, [(e, 8_000.0) for e in ENDS]), _rank(1, [(e, 6_000.0) for e in ENDS[1:]])]
+    matched = match_collectives(profiles)
+    assert matched.unmatched == 1 and len(matched.matched) == 3
+    assert all(abs(sum(m[0]) - sum(m[1])) < 1.0 for m in matched.matched.values())  # each pair ends together
+    verdict = cluster_verdict(profiles)  # by order: rank 1 "22 ms late" at each
+    assert [(f.rank, f.evidence["collectives"], f.evidence["mean_lateness_us"]) for f in verdict] == [(1, 3.0, 2000.0)]
+
+
 def test_clocks_apart_keep_the_order() -> None:
     # rank 1's host clock runs 50 ms ahead: no pair ends together either way, so the order stands (as before)
     profiles = [_rank(0, [(e, 8_000.0) for e in ENDS]), _rank(1, [(e, 6_000.0) for e in ENDS], offset_us=50_000.0)]
