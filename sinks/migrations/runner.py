@@ -18,14 +18,22 @@ the record table and every migration's tables are created ``ON CLUSTER``, as rep
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from sinks.backend import Backend, qualified, quote_identifier
 from sinks.features import Features
 from sinks.migrations import MIGRATIONS, Migration
 from sinks.migrations.cluster import cluster_statements
+from sinks.migrations.cluster_ddl import BACKGROUND_TIMEOUT_S, run_on_cluster
 from sinks.migrations.ddl import create_table
+
+if TYPE_CHECKING:
+    from sinks.server import ServerBackend
+
+log = logging.getLogger(__name__)
 
 RECORD_TABLE = "schema_migrations"
 RECORD_COLUMNS = ("id", "description", "applied_ns")
@@ -55,20 +63,32 @@ def _record_on_every_replica(backend: Backend, migration: Migration, cluster: st
     before this returns, so the next runner, reading through the Distributed table from whichever
     replica, sees it (a record on one replica only made the next start re-run the DDL ON CLUSTER,
     which waits for every node)."""
-    from sinks.server import ServerBackend
-
-    if not isinstance(backend, ServerBackend):
-        raise ValueError("a ClickHouse cluster needs the ClickHouse server backend (clickhouse_url)")
+    backend = _server(backend)
     replicas = backend.query("SELECT max(replica_num) FROM system.clusters WHERE cluster = %(c)s", {"c": cluster})
     quorum = int(replicas[0][0]) if replicas and replicas[0][0] else 0
     backend.insert(RECORD_TABLE, RECORD_COLUMNS, [(migration.id, migration.description, time.time_ns())],
                    settings={"insert_quorum": quorum} if quorum > 1 else None)
 
 
-def migrate(backend: Backend, migrations: Sequence[Migration] = MIGRATIONS, cluster: str = "") -> list[str]:
+def _server(backend: Backend) -> ServerBackend:
+    from sinks.server import ServerBackend
+
+    if not isinstance(backend, ServerBackend):
+        raise ValueError("a ClickHouse cluster needs the ClickHouse server backend (clickhouse_url)")
+    return backend
+
+
+def _log_slow(task: str) -> None:
+    log.warning("%s: a node has not run it yet; waiting for it (up to %.0f s)", task, BACKGROUND_TIMEOUT_S)
+
+
+def migrate(backend: Backend, migrations: Sequence[Migration] = MIGRATIONS, cluster: str = "",
+            on_slow_ddl: Callable[[str], None] = _log_slow) -> list[str]:
     """Apply every migration not yet recorded, in order; return the ids applied (empty: up to date).
 
-    `cluster`: apply the cluster form on that ClickHouse cluster (module docstring).
+    `cluster`: apply the cluster form on that ClickHouse cluster (module docstring); each ``ON CLUSTER``
+    statement is waited for until every node ran it (`cluster_ddl.run_on_cluster`), `on_slow_ddl` told
+    of a statement whose answer did not come in time.
     """
     ids = [m.id for m in migrations]
     if ids != sorted(ids) or len(set(ids)) != len(ids):
@@ -81,13 +101,18 @@ def migrate(backend: Backend, migrations: Sequence[Migration] = MIGRATIONS, clus
             return cluster_statements(migration, db, features, cluster)
         return migration.statements(db, features)
 
+    def run(statement: str) -> None:
+        if cluster:
+            run_on_cluster(_server(backend), statement, on_slow=on_slow_ddl)
+        else:
+            backend.execute(statement)
+
     if cluster:
         # ON CLUSTER DDL waits for every node: skipped once done, so a later start with a replica down works
         if not _exists(backend, RECORD_TABLE):
-            backend.execute(f"CREATE DATABASE IF NOT EXISTS {quote_identifier(db)} ON CLUSTER "
-                            f"{quote_identifier(cluster)}")
+            run(f"CREATE DATABASE IF NOT EXISTS {quote_identifier(db)} ON CLUSTER {quote_identifier(cluster)}")
             for statement in statements(RECORD):
-                backend.execute(statement)
+                run(statement)
     else:
         for statement in statements(RECORD):
             backend.execute(statement)
@@ -98,7 +123,7 @@ def migrate(backend: Backend, migrations: Sequence[Migration] = MIGRATIONS, clus
             continue
         for statement in statements(migration):
             try:
-                backend.execute(statement)
+                run(statement)
             except Exception as exc:
                 if not _column_already_added(statement, exc):
                     raise

@@ -10,6 +10,8 @@ Arrow blocks, which the server backend inserts column by column through the Dist
 from __future__ import annotations
 
 import datetime as dt
+import os
+import signal
 from dataclasses import replace
 
 import pyarrow as pa
@@ -123,3 +125,36 @@ def test_a_replayed_arrow_block_lands_once_through_the_distributed_table(loopbac
         assert sorted(stored, key=repr) == sorted(arrow_rows(data), key=repr)
     finally:
         backend.close()
+
+
+def test_a_node_that_stalls_on_a_ddl_delays_the_migration_instead_of_failing_it(
+        loopback_cluster: Cluster, unique_name: str) -> None:
+    # s2r2 is stopped (SIGSTOP) before the first ON CLUSTER statement: the server cannot answer it, and the
+    # client's socket gives up after 5 s. The runner finds the statement's task in the DDL queue, resumes
+    # the node through `on_slow_ddl`, and goes on once every node ran it: the migration completes (before,
+    # the socket's timeout failed it, while the stalled node still ran the statement later).
+    from infra.clients import clickhouse_credentials
+
+    settings = replace(loopback_cluster.client_settings(), clickhouse_database=unique_name)
+    creds = clickhouse_credentials(settings, "write")
+    assert creds is not None
+    backend = ServerBackend(settings.clickhouse_url, unique_name, user=creds[0], password=creds[1],
+                            send_receive_timeout=5.0, create_database=False)
+    stalled = loopback_cluster.clickhouse.node(2, 2)
+    pid = stalled.pid()
+    assert pid is not None
+    slow: list[str] = []
+
+    def resume(task: str) -> None:
+        slow.append(task)
+        os.kill(pid, signal.SIGCONT)
+
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        assert migrate(backend, cluster=settings.clickhouse_cluster, on_slow_ddl=resume) == [m.id for m in MIGRATIONS]
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        backend.close()
+    assert len(slow) == 1 and slow[0].startswith("/clickhouse/task_queue/ddl/query-")
+    tables = _on_every_node(loopback_cluster, f"SELECT count() FROM system.tables WHERE database = '{unique_name}'")
+    assert len({t[0][0] for t in tables}) == 1 and tables[0][0][0] > 0, tables
