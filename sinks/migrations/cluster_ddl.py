@@ -86,8 +86,12 @@ def _newest_task(backend: ServerBackend) -> str:
 
 
 def _task_after(backend: ServerBackend, mark: str) -> str | None:
-    rows = backend.query("SELECT name FROM system.zookeeper WHERE path = %(p)s AND name > %(m)s ORDER BY name LIMIT 1",
-                         {"p": DDL_QUEUE, "m": mark})
+    """The first task queued after `mark`; None without one (or without a queue at `DDL_QUEUE`: another path)."""
+    try:
+        rows = backend.query("SELECT name FROM system.zookeeper WHERE path = %(p)s AND name > %(m)s "
+                             "ORDER BY name LIMIT 1", {"p": DDL_QUEUE, "m": mark})
+    except SinkError:
+        return None
     return f"{DDL_QUEUE}/{rows[0][0]}" if rows else None
 
 
