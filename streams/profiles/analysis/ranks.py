@@ -49,7 +49,7 @@ class LateArrival:
 
 Matched = dict[tuple[int | None, str, str, int], dict[int, tuple[float, float]]]
 END_SLACK_US = 50.0  # ranks leave a synchronous collective together, up to this ...
-END_SLACK_SHARE = 0.02  # ... or this share of the shorter kernel (an all-to-all's last receives differ)
+END_SLACK_SHARE = 0.02  # ... or this share of the shortest kernel (an all-to-all's last receives differ)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,21 +81,18 @@ def kernel_collectives(p: Profile) -> list[Collective]:
     return out
 
 
-def _slack(a: tuple[float, float], b: tuple[float, float]) -> float:
-    return max(END_SLACK_US, END_SLACK_SHARE * min(a[1], b[1]))
-
-
 def _end_together(per_rank: dict[int, tuple[float, float]]) -> bool:
-    """The ranks' kernels of one synchronous collective end together (the late arriver's is the shortest)."""
-    spans = list(per_rank.values())
-    return all(abs((a[0] + a[1]) - (b[0] + b[1])) <= _slack(a, b) for i, a in enumerate(spans) for b in spans[i + 1:])
+    """The ranks' kernels of one synchronous collective end together (the late arriver's is the shortest):
+    their ends within `END_SLACK_US`, or `END_SLACK_SHARE` of the shortest kernel."""
+    ends = [ts + dur for ts, dur in per_rank.values()]
+    shortest = min(dur for _ts, dur in per_rank.values())
+    return max(ends) - min(ends) <= max(END_SLACK_US, END_SLACK_SHARE * shortest)
 
 
 def _apart(per_rank: dict[int, tuple[float, float]]) -> bool:
-    """Two of the ranks' kernels do not even overlap in time: they cannot be one synchronous collective."""
-    spans = list(per_rank.values())
-    return any(max(a[0], b[0]) > min(a[0] + a[1], b[0] + b[1]) + END_SLACK_US
-               for i, a in enumerate(spans) for b in spans[i + 1:])
+    """Two of the ranks' kernels do not even overlap in time (the latest start is after the earliest end):
+    they cannot be one synchronous collective."""
+    return max(ts for ts, _dur in per_rank.values()) > min(ts + dur for ts, dur in per_rank.values()) + END_SLACK_US
 
 
 def _clock_offsets(per_rank: dict[int, list[tuple[float, float]]],
@@ -119,14 +116,18 @@ def _by_order(per_rank: dict[int, list[tuple[float, float]]]) -> list[dict[int, 
 
 def _by_end(per_rank: dict[int, list[tuple[float, float]]]) -> list[dict[int, tuple[float, float]]]:
     """Collectives grouped by their common end: in end order, an instance joins the open group when its
-    rank is not in it yet and it ends together with every member."""
+    rank is not in it yet and the group still ends together with it (`_end_together`, kept as it grows)."""
     groups: list[dict[int, tuple[float, float]]] = []
-    for _end, rank, span in sorted((ts + dur, r, (ts, dur)) for r, v in per_rank.items() for ts, dur in v):
-        group = groups[-1] if groups else None
-        if group is not None and rank not in group and _end_together({**group, rank: span}):
-            group[rank] = span
-        else:
-            groups.append({rank: span})
+    first_end = shortest = 0.0
+    for end, rank, span in sorted((ts + dur, r, (ts, dur)) for r, v in per_rank.items() for ts, dur in v):
+        if groups and rank not in groups[-1]:
+            short = min(shortest, span[1])
+            if end - first_end <= max(END_SLACK_US, END_SLACK_SHARE * short):
+                groups[-1][rank] = span
+                shortest = short
+                continue
+        groups.append({rank: span})
+        first_end, shortest = end, span[1]
     return groups
 
 
