@@ -60,6 +60,20 @@ def test_recordings_that_start_at_different_collectives_are_matched_by_end() -> 
     assert [(f.rank, f.evidence["collectives"], f.evidence["mean_lateness_us"]) for f in verdict] == [(1, 3.0, 2000.0)]
 
 
+def test_eight_ranks_that_each_lost_some_collectives_name_the_late_one() -> None:
+    # 40 all-reduces; rank 5 starts each 1 ms late (so its kernel is 1 ms shorter); every rank's trace lost a
+    # different tenth of them. Matched by end, each collective is compared on the ranks that hold it
+    ends = [10_000.0 * (i + 1) for i in range(40)]
+    profiles = [_rank(r, [(e, 4_000.0 if r == 5 else 5_000.0) for i, e in enumerate(ends) if (i + r) % 10 != 0])
+                for r in range(8)]
+    matched = match_collectives(profiles)
+    assert len(matched.matched) == 40 and matched.unmatched == 0
+    late = [m for m in matched.matched.values() if 5 in m]
+    assert len(late) == 36 and all(max(m, key=lambda r: m[r][0]) == 5 for m in late)
+    verdict = cluster_verdict(profiles)
+    assert [(f.rank, f.evidence["collectives"], f.evidence["mean_lateness_us"]) for f in verdict] == [(5, 36.0, 1000.0)]
+
+
 def test_clocks_apart_keep_the_order() -> None:
     # rank 1's host clock runs 50 ms ahead: no pair ends together either way, so the order stands (as before)
     profiles = [_rank(0, [(e, 8_000.0) for e in ENDS]), _rank(1, [(e, 6_000.0) for e in ENDS], offset_us=50_000.0)]
