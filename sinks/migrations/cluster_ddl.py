@@ -12,6 +12,10 @@ from ZooKeeper (``system.zookeeper``) until every node listed in the task has fi
 error is raised as the statement's), or ``background_timeout_s`` passed (an error naming the nodes still
 missing).
 
+The statement's own ``distributed_ddl_task_timeout`` cannot be lowered below the socket's instead:
+clickhouse-driver writes Int64 settings as unsigned varints, which 18.16 reads zig-zag coded (3 arrives as
+-2: wait forever), and the wait would still have to go on after the server gave up.
+
 The queue path is the server's ``distributed_ddl.path`` (ClickHouse's default, which infra's loopback
 cluster keeps). One runner at a time, as for the migrations: the first task after the mark is ours.
 """
