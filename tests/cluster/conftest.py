@@ -41,7 +41,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     only the test output."""
     outcome = yield
     report = outcome.get_result()  # type: ignore[attr-defined]
-    if report.when != "call" or not report.failed or "loopback_cluster" not in item.fixturenames:
+    if report.when != "call" or not report.failed or "loopback_cluster" not in getattr(item, "fixturenames", ()):
         return
     cluster: Cluster = item.funcargs["loopback_cluster"]  # type: ignore[attr-defined]
     for node in cluster.clickhouse.nodes:
