@@ -112,7 +112,7 @@ def matched_waits(profiles: list[Any]) -> dict[str, Any] | None:
     """For a pair whose traces lost different collectives (ranks.py matched them by their common end): per trace
     step, the rank that starts last at the collectives both traces hold and its peer's summed wait for it over the
     step's time, the figure the live pair rule would read had both traces kept every collective."""
-    from streams.profiles.analysis.ranks import match_collectives
+    from streams.profiles.analysis.ranks import late_arrivals, match_collectives
 
     if len(profiles) != 2 or not profiles[0].steps:
         return None
@@ -121,12 +121,10 @@ def matched_waits(profiles: list[Any]) -> dict[str, Any] | None:
         return None
     steps = sorted(profiles[0].steps, key=lambda s: s.ts)
     waited: dict[int, dict[int, float]] = {}
-    for per_rank in matched.matched.values():
-        late = max(per_rank, key=lambda r: per_rank[r][0])
-        first = min(ts for ts, _dur in per_rank.values())
-        step = next((s for s in reversed(steps) if s.ts <= first), steps[0])
+    for arrival in late_arrivals(matched.matched):
+        step = next((s for s in reversed(steps) if s.ts <= arrival.first_start_us), steps[0])
         by_rank = waited.setdefault(step.number, {})
-        by_rank[late] = by_rank.get(late, 0.0) + per_rank[late][0] - first
+        by_rank[arrival.late_rank] = by_rank.get(arrival.late_rank, 0.0) + arrival.lateness_us
     rows = []
     for s in steps:
         if s.number in waited and s.dur > 0:

@@ -45,6 +45,7 @@ class LateArrival:
     late_rank: int
     lateness_us: float  # last start − first start
     shortest_rank: int
+    first_start_us: float
 
 
 Matched = dict[tuple[int | None, str, str, int], dict[int, tuple[float, float]]]
@@ -81,12 +82,16 @@ def kernel_collectives(p: Profile) -> list[Collective]:
     return out
 
 
+def _end_slack(shortest: float) -> float:
+    """How far apart the ends of one collective's kernels may be, the shortest kernel lasting `shortest` µs."""
+    return max(END_SLACK_US, END_SLACK_SHARE * shortest)
+
+
 def _end_together(per_rank: dict[int, tuple[float, float]]) -> bool:
     """The ranks' kernels of one synchronous collective end together (the late arriver's is the shortest):
-    their ends within `END_SLACK_US`, or `END_SLACK_SHARE` of the shortest kernel."""
+    their ends within `_end_slack`."""
     ends = [ts + dur for ts, dur in per_rank.values()]
-    shortest = min(dur for _ts, dur in per_rank.values())
-    return max(ends) - min(ends) <= max(END_SLACK_US, END_SLACK_SHARE * shortest)
+    return max(ends) - min(ends) <= _end_slack(min(dur for _ts, dur in per_rank.values()))
 
 
 def _apart(per_rank: dict[int, tuple[float, float]]) -> bool:
@@ -122,7 +127,7 @@ def _by_end(per_rank: dict[int, list[tuple[float, float]]]) -> list[dict[int, tu
     for end, rank, span in sorted((ts + dur, r, (ts, dur)) for r, v in per_rank.items() for ts, dur in v):
         if groups and rank not in groups[-1]:
             short = min(shortest, span[1])
-            if end - first_end <= max(END_SLACK_US, END_SLACK_SHARE * short):
+            if end - first_end <= _end_slack(short):
                 groups[-1][rank] = span
                 shortest = short
                 continue
@@ -180,7 +185,7 @@ def late_arrivals(matched: Matched) -> list[LateArrival]:
         if per_rank[late][0] <= first:
             continue  # everyone started together: nobody was waited for
         shortest = min(per_rank, key=lambda r: per_rank[r][1])
-        out.append(LateArrival((group, op, n), late, per_rank[late][0] - first, shortest))
+        out.append(LateArrival((group, op, n), late, per_rank[late][0] - first, shortest, first))
     return out
 
 
