@@ -19,6 +19,11 @@ null, a rank without collectives in a step gets no comm aggregate.
   level 0 writes no communication.json, the communication kernels themselves), the compute kernels as one `compute`
   aggregate, memory copies and the rest as `other_ns`. A cluster table's collectives are sent
   only when `cluster_communication.json` covers every rank (it has no compute kernels either).
+- Collectives one rank's trace holds and no peer's does (a sampled trace, a CUPTI buffer that
+  overflowed on one rank; `match_collectives` finds them by their common end) are left out of
+  that rank's exposed communication: it would otherwise count waits its peers' steps lack, and
+  the per-step comparison of the ranks' waits would compare different collectives. They stay in
+  its kernel summary (the device did run them). A note says how many.
 - Time: re-based so the first step starts at `base_ns` (now, or the trace's own epoch time);
   `repeats` > 1 plays the steps again after themselves (step numbers and times continue), which
   gives the detector's persistence rules the several steps a 1-2 step profile lacks; a replay
@@ -30,7 +35,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -123,10 +128,11 @@ def _rank_map(ranks: list[int]) -> dict[int, int]:
     return {r: i for i, r in enumerate(ordered)}
 
 
-def _profile_steps(p: Profile, rank: int) -> list[_RankStep]:
+def _profile_steps(p: Profile, rank: int, alone: frozenset[float] = frozenset()) -> list[_RankStep]:
+    """`alone`: starts of collectives no peer's trace holds, left out of the exposed communication."""
     if not p.steps:
         return []
-    breakdowns = {b.step: b for b in step_breakdowns(p)}
+    breakdowns = {b.step: b for b in step_breakdowns(_without(p, alone))}
     k = p.kernels
     steps = kernel_steps(p)
     starts = np.array([s.ts for s in p.steps])
@@ -266,13 +272,15 @@ def from_profiles(profiles: list[Profile], job: str, now_ns: int, *, keep_time: 
     if trace_world is not None and trace_world > len(ranks):
         notes.append(f"the trace holds {len(ranks)} of its job's {trace_world} ranks; replayed as a "
                      f"{len(ranks)}-rank job")
-    lost = match_collectives(profiles).unmatched
-    if lost:
-        notes.append(f"{lost} collective kernels are in one rank's trace only (a sampled or cut trace): the ranks' "
-                     "per-step waits also count the ones their peers' traces lack")
+    matching = match_collectives(profiles)
+    if matching.unmatched:
+        notes.append(f"{matching.unmatched} collective kernels are in one rank's trace only (a sampled or cut trace): "
+                     "left out of the ranks' exposed communication, so their per-step waits compare the collectives "
+                     "every trace holds")
     rank_steps: list[_RankStep] = []
     for p, tr in zip(profiles, trace_ranks, strict=True):
-        rank_steps.extend(_profile_steps(p, tr))
+        rank_steps.extend(_profile_steps(p, tr, matching.alone.get(tr, frozenset()) if p.rank is not None
+                                         else frozenset()))
     fmt = "+".join(sorted({p.format for p in profiles}))
     base = None
     if keep_time and rank_steps:
@@ -282,6 +290,15 @@ def from_profiles(profiles: list[Profile], job: str, now_ns: int, *, keep_time: 
             notes.append("the trace's clock is not epoch time: re-based to now")
     source = ", ".join(p.source for p in profiles)
     return _assemble(job, source, fmt, rank_steps, ranks, trace_world, base, now_ns, repeats, notes)
+
+
+def _without(p: Profile, starts: frozenset[float]) -> Profile:
+    """`p` without its collectives (and their communication kernels) that start at `starts`."""
+    if not starts:
+        return p
+    k = p.kernels
+    drop = (k.kind == COMMUNICATION) & np.isin(k.ts, np.fromiter(starts, dtype=np.float64, count=len(starts)))
+    return replace(p, kernels=k.take(~drop), collectives=[c for c in p.collectives if c.ts not in starts])
 
 
 def _step_number(row_step: Any, default: int) -> int:

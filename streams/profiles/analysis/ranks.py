@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -60,6 +60,7 @@ class MatchedCollectives:
     matched: Matched
     unmatched: int
     by_end: tuple[tuple[str, str], ...]  # (group, op) matched by their common end, not by order
+    alone: dict[int, frozenset[float]] = field(default_factory=dict)  # rank -> starts of its kernels left out
 
 
 def kernel_collectives(p: Profile) -> list[Collective]:
@@ -153,6 +154,7 @@ def match_collectives(profiles: list[Profile]) -> MatchedCollectives:
     table: Matched = {}
     unmatched = 0
     by_end: list[tuple[str, str]] = []
+    alone: dict[int, set[float]] = {}
     for (stage, group, op), per_rank in lists.items():
         matches = _by_order(per_rank)
         if len(per_rank) >= 2:
@@ -165,9 +167,14 @@ def match_collectives(profiles: list[Profile]) -> MatchedCollectives:
                     matches = [{r: (ts + offsets[r], dur) for r, (ts, dur) in m.items()} for m in ends if len(m) >= 2]
                     unmatched += sum(len(v) for v in per_rank.values()) - sum(len(m) for m in matches)
                     by_end.append((group, op))
+                    for r, v in per_rank.items():  # aligned starts compared: the same arithmetic, exact
+                        kept = {m[r][0] for m in ends if len(m) >= 2 and r in m}
+                        alone.setdefault(r, set()).update(
+                            raw for raw, (ts, _dur) in zip((t for t, _ in v), aligned[r], strict=True)
+                            if ts not in kept)
         for n, m in enumerate(matches):
             table[(stage, group, op, n)] = m
-    return MatchedCollectives(table, unmatched, tuple(by_end))
+    return MatchedCollectives(table, unmatched, tuple(by_end), {r: frozenset(v) for r, v in alone.items()})
 
 
 def matched_collectives(profiles: list[Profile]) -> Matched:

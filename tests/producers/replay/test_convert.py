@@ -12,8 +12,9 @@ import pytest
 from producers.replay import Replay, collective_op, from_profiles, load_replay
 from schemas import JobEvent, KernelSummary, StepEvent, decode, encode
 from streams.profiles.analysis.breakdown import step_breakdowns
+from streams.profiles.analysis.ranks import match_collectives
 from streams.profiles.importers.kineto import parse_kineto
-from streams.profiles.model import Collective, Kernels, Profile, Step
+from streams.profiles.model import COMMUNICATION, COMPUTE, Collective, Kernels, Profile, Step
 from streams.profiles.samples import real_samples_dir
 
 REAL = real_samples_dir()
@@ -53,12 +54,17 @@ def test_kineto_pair_replays_as_a_two_rank_job_with_the_traces_own_figures() -> 
     first = next(s for s in steps if (s.step, s.rank) == (551, 0))
     assert first.start_ns == NOW  # rank 0 starts the trace's first step
     assert first.end_ns - first.start_ns == round(rank0.steps[0].dur * 1e3)
+    # the breakdown of rank 0's kernels less the SendRecv kernels rank 1's trace lost
+    alone = match_collectives([rank0, parse_kineto(KINETO[1])]).alone[0]
+    assert len(alone) == 5
+    rank0.kernels = rank0.kernels.take(~((rank0.kernels.kind == COMMUNICATION) & np.isin(rank0.kernels.ts,
+                                                                                          sorted(alone))))
     exposed = step_breakdowns(rank0)[0].communication_not_overlapped
     assert first.phases.comm_exposed_ms == pytest.approx(exposed / 1e3)
     summary = next(s for s in _summaries(replay) if (s.step, s.rank) == (551, 0))
     comm = next(e for e in summary.entries if e.cat == "comm")
     assert (comm.key, comm.op, comm.domain, comm.group_size) == ("alltoall/dp", "alltoall", "dp", 2)  # SendRecv
-    # the trace's collective kernels of that step, summed: 5 SendRecv kernels
+    # the trace's collective kernels of that step, summed: 5 SendRecv kernels (the device ran all five)
     assert comm.count == 5
     assert comm.total_ns == pytest.approx(195_327_000, abs=comm.count)
 
@@ -112,6 +118,48 @@ def _profile(rank: int, world: int, kernels: bool = True) -> Profile:
     p.collectives = [Collective("ncclKernel_AllReduce", "allreduce", 1_200.0, 50.0, 4096.0, "pg", 0),
                      Collective("ncclKernel_AllReduce", "allreduce", 1_700.0, 70.0, math.nan, "pg", 1)]
     return p
+
+
+def _comm_profile(rank: int, spans: list[tuple[float, float]]) -> Profile:
+    """Step 7 (1,000-1,500 µs): one compute kernel, then all-reduce kernels at `spans` (start, duration)."""
+    p = Profile(source=f"r{rank}", format="kineto", rank=rank, world=2)
+    p.names.id("gemm")
+    ts = np.array([1_100.0, *(s for s, _ in spans)])
+    dur = np.array([10.0, *(d for _, d in spans)])
+    kind = np.array([COMPUTE, *([COMMUNICATION] * len(spans))], np.int8)
+    n = ts.size
+    p.kernels = Kernels(ts, dur, kind, np.zeros(n, np.int32), np.zeros(n, np.int32), np.full(n, -1, np.int64))
+    p.steps = [Step(7, 1_000.0, 500.0)]
+    p.collectives = [Collective("ncclKernel_AllReduce", "allreduce", s, d, 1024.0, "pg", i)
+                     for i, (s, d) in enumerate(spans)]
+    return p
+
+
+def test_a_collective_that_only_one_ranks_trace_holds_is_left_out_of_its_exposed_communication() -> None:
+    # rank 1's trace lost the middle all-reduce (sampled): the ranks leave the other two together (ends 1,250
+    # and 1,440); rank 0's 50 µs in the lost one has no peer figure to compare with
+    rank0 = _comm_profile(0, [(1_200.0, 50.0), (1_300.0, 50.0), (1_400.0, 40.0)])
+    rank1 = _comm_profile(1, [(1_220.0, 30.0), (1_410.0, 30.0)])
+    replay = from_profiles([rank0, rank1], "job-l", NOW)
+    assert any("1 collective kernels are in one rank's trace only" in n and "left out" in n for n in replay.notes)
+    exposed = {s.rank: s.phases.comm_exposed_ms for s in _steps(replay)}
+    assert exposed == {0: pytest.approx(0.090), 1: pytest.approx(0.060)}  # not 0.140 for rank 0
+    # the kernel summaries keep what each device ran
+    comm = {s.rank: next(e for e in s.entries if e.cat == "comm") for s in _summaries(replay)}
+    assert (comm[0].count, comm[0].total_ns, comm[0].bytes) == (3, 140_000, 3072)
+    assert (comm[1].count, comm[1].total_ns) == (2, 60_000)
+    assert _roundtrip(replay) == replay.events()
+
+
+def test_the_sampled_kineto_pairs_steps_compare_the_collectives_both_traces_hold() -> None:
+    # HTA names rank 1 (the later starter at every all-to-all both traces hold); with the lost kernels counted,
+    # step 552's waits named rank 0 (its peer "waited" in kernels rank 0's trace lacks)
+    replay = load_replay(list(KINETO), "job-k", NOW)
+    late = {}
+    for step in replay.steps:
+        by_rank = {e.rank: e.phases.comm_exposed_ms for e in step.events if isinstance(e, StepEvent)}
+        late[step.step] = min(by_rank, key=lambda r: by_rank[r])  # the late arriver waits least
+    assert late == {551: 1, 552: 1}
 
 
 def test_ranks_are_renumbered_when_the_trace_holds_a_slice_of_its_job() -> None:
