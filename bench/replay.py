@@ -10,7 +10,9 @@ Per trace:
   3 flagged steps; the verdict is the trace rank of the rank- or host-scoped incidents (SLOW_RANK,
   SLOW_HOST, R5 ...; hangs excluded), none when there is none; every incident is listed; for a
   2-rank trace, each trace step's wait gap (the later arriver and its peer's extra wait in
-  collectives, share of the step: what `streams/detect/scopes/slow_pair.py` judges);
+  collectives, share of the step: what `streams/detect/scopes/slow_pair.py` judges); a land worker
+  lands the same topics into a scratch chdb, and `slowest_ranks` is `steplens ranks` on that history
+  (mean busy time = step - exposed communication, slowest first);
 - offline: the `steplens analyse` code path (loader + diagnose); the verdict is the rank of its
   slow_rank findings of severity warning or critical (an `info` one is an unconfirmed extreme);
 - reference: HolisticTraceAnalysis 0.5.0 `get_potential_stragglers(num_candidates=1)` for Kineto
@@ -20,7 +22,15 @@ Per trace:
   bench/msprof_slow_rank.py, in .steplens/bench-msprof): a dimension whose max-min gap exceeds 5 %
   of the mean step names its extreme rank (most Computing or Free, least Communication: the rank
   the others wait for); "none" when no dimension is flagged;
-- agreement: live and offline each equal to the reference (the same rank, or both none).
+- agreement: live and offline each equal to the reference (the same rank, or both none), on the
+  reference's own question (`ANCHOR_QUESTIONS`). msprof-analyze's advisor asks whether a rank costs
+  the others >= 5 % of the step and may answer none: the live answer is the incidents, whose bar is
+  the same. HTA's `get_potential_stragglers` ranks every rank by how often it starts its collectives
+  last, whatever that costs, and never answers none: the live answer is an incident's rank, else the
+  landed history's slowest rank. `live_alerts` compares the incidents alone with either reference,
+  and `why_alerts_differ` says why they differ. The file's `traces` is keyed by trace name with
+  bench/RESULTS.md's keys (`ranks`, `format`, `live_verdict`, `offline_verdict`, `anchor`,
+  `anchor_verdict`, `agreement`) first.
 
 A tool that cannot run records why instead of a verdict. Traces with one rank are listed as not
 replayed (nobody to compare with).
@@ -226,8 +236,11 @@ def live_verdict(incidents: list[dict[str, Any]], trace_rank: Callable[[int], in
 
 
 def run_live(settings: Settings, replays: list[Any], speed: float, logs: Path,
-             stall_s: float = 120.0) -> dict[str, dict[str, Any]]:
-    """Send every replay through Kafka to a fresh detect worker; each job's incident events, as published."""
+             stall_s: float = 120.0, land_db: Path | None = None) -> dict[str, dict[str, Any]]:
+    """Send every replay through Kafka to a fresh detect worker; each job's incident events, as published.
+
+    With `land_db`, a land worker lands the same topics into an embedded chdb there, and each job gets
+    `slowest_ranks`: the fleet history's answer (`steplens ranks`) once the land worker has stopped."""
     from bench.detection.run import read_alerts, wait_jobs_finished
     from infra.clients import kafka_client_config
     from producers.emitter import BackgroundEmitter
@@ -236,6 +249,7 @@ def run_live(settings: Settings, replays: list[Any], speed: float, logs: Path,
     from schemas import Topics
     from steplens.demo import start_worker, stop_worker
     from steplens.lag import end_offsets, wait_pipeline_caught_up
+    from streams.land.processor import landing_types
     from streams.topics_admin import DetectTopics, ensure_topics
 
     topics = Topics(settings.topic_prefix)
@@ -245,7 +259,10 @@ def run_live(settings: Settings, replays: list[Any], speed: float, logs: Path,
            "STEPLENS_TOPIC_PREFIX": settings.topic_prefix, "STEPLENS_APP_ID": settings.app_id,
            "STEPLENS_TOPIC_PARTITIONS": str(settings.topic_partitions),
            "STEPLENS_SECRETS_DIR": str(settings.secrets_path)}
-    worker = start_worker("detect", env, logs)
+    workers = [start_worker("detect", env, logs)]
+    if land_db is not None:
+        workers.append(start_worker("land", {**env, "STEPLENS_CLICKHOUSE_URL": "", "STEPLENS_CHDB_PATH": str(land_db)},
+                                    logs))
     out: dict[str, dict[str, Any]] = {}
     try:
         for replay in replays:
@@ -260,15 +277,38 @@ def run_live(settings: Settings, replays: list[Any], speed: float, logs: Path,
         groups = {f"{settings.app_id}-detect-decode": [topics.steps, topics.kernel_summaries, topics.device,
                                                        topics.jobs],
                   f"{settings.app_id}-detect": [DetectTopics(settings.topic_prefix).partials]}
-        wait_pipeline_caught_up(settings, groups, [worker], stall_s=stall_s, every_s=1.0)
+        if land_db is not None:
+            groups[f"{settings.app_id}-land"] = list(landing_types(topics))
+        wait_pipeline_caught_up(settings, groups, workers, stall_s=stall_s, every_s=1.0)
         unfinished = wait_jobs_finished(settings, set(out), 120.0)
+        if land_db is not None:  # the incidents published meanwhile land too
+            wait_pipeline_caught_up(settings, groups, workers, stall_s=stall_s, every_s=1.0)
     finally:
-        stop_worker(worker)
+        for worker in workers:
+            stop_worker(worker)
     alerts = read_alerts(settings, topics.incidents, alert_start, set(out))
     for job, entry in out.items():
         entry["finished"] = job not in unfinished
         entry["incidents"] = [a for a in alerts if a.get("job") == job]
+    if land_db is not None:
+        history = replace(settings, clickhouse_url="", chdb_path=land_db)
+        for job, entry in out.items():
+            entry["slowest_ranks"] = slowest_ranks(history, job)
     return out
+
+
+def slowest_ranks(settings: Settings, job: str) -> list[dict[str, Any]]:
+    """`steplens ranks --job JOB` on the landed history: every rank, slowest (most busy time) first."""
+    from sinks import open_backend
+    from steplens.queries.base import run
+    from steplens.queries.fleet import slowest_ranks as query
+
+    backend = open_backend(settings, "read")
+    try:
+        result = run(backend, query(job, limit=1_000_000))
+    finally:
+        backend.close()
+    return result.records()
 
 
 def _summary(incident: dict[str, Any], trace_rank: Callable[[int], int]) -> dict[str, Any]:
@@ -360,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"• {trace.name}: offline and {trace.reference} verdicts", flush=True)
             reference = hta_verdict(trace.paths, work) if trace.reference == "hta" else msprof_verdict(trace.paths,
                                                                                                       work)
-            rows.append({"name": trace.name, "origin": trace.origin,
+            rows.append({"name": trace.name, "anchor_kind": trace.reference, "origin": trace.origin,
                          "paths": [os.path.relpath(p, REPO_ROOT) for p in trace.paths], "format": replay.format,
                          "trace_ranks": sorted(replay.ranks), "trace_world": replay.trace_world,
                          "steps_in_trace": len(replay.steps) // replay.repeats, "repeats": replay.repeats,
@@ -369,35 +409,79 @@ def main(argv: list[str] | None = None) -> int:
         logs.mkdir(parents=True, exist_ok=True)
         print(f"• live: {len(replays)} replays through Kafka and a detect worker (speed {args.speed:g}, "
               f"{'x' + str(args.repeat) if args.repeat else f'>= {args.steps} steps'})", flush=True)
-        live = run_live(settings, replays, args.speed, logs)
+        live = run_live(settings, replays, args.speed, logs, land_db=tmp / "chdb")
     for row, replay in zip(rows, replays, strict=True):
         entry = live[replay.job]
-        verdict = live_verdict(entry["incidents"], replay.trace_rank)
+        alerts = live_verdict(entry["incidents"], replay.trace_rank)
+        history = [{**r, "rank": replay.trace_rank(int(r["rank"]))} for r in entry.get("slowest_ranks", [])]
         gaps = pair_gaps(replay)
-        row["live"] = {"verdict": verdict, "job": replay.job, "events": entry["events"], "dropped": entry["dropped"],
+        row["live"] = {"verdict": alerts, "job": replay.job, "events": entry["events"], "dropped": entry["dropped"],
                        "send_seconds": entry["send_seconds"], "finished": entry["finished"],
                        "incidents": [_summary(i, replay.trace_rank) for i in entry["incidents"]],
+                       "slowest_ranks": [{k: r[k] for k in ("rank", "steps", "busy_ms", "step_ms", "vs_median")}
+                                         for r in history[:3]],
                        **({"pair_gaps": gaps} if gaps else {})}
-        ref = row["reference"]
-        has_ref = "error" not in ref
-        live_ok = has_ref and verdict == ref["verdict"]
-        offline_ok = has_ref and row["offline"]["verdict"] == ref["verdict"]
-        row["agreement"] = {"live": live_ok, "offline": offline_ok, "both": live_ok and offline_ok,
-                            "why_live_differs": _why_not(len(replay.ranks), verdict, ref["verdict"], gaps,
-                                                        row["offline"].get("matched_waits")) if has_ref
-                            else "no reference verdict"}
-    result = {"traces": rows, "not_replayed": skipped, "speed": args.speed, "steps": args.steps, "repeat": args.repeat,
+        row["agreement"] = judge(row, history, len(replay.ranks), gaps)
+    result = {"traces": {r["name"]: keyed(r) for r in rows}, "not_replayed": skipped, "speed": args.speed,
+              "steps": args.steps, "repeat": args.repeat,
               "agreement": {r["name"]: r["agreement"]["both"] for r in rows},
               "machine": machine(), "started": started, "git": git_commit()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
-    print(f"{'trace':<42} {'live':>5} {'offline':>8} {'reference':>10} {'agree':>6}")
-    for r in rows:
-        ref_v = r["reference"].get("verdict") if "error" not in r["reference"] else "n/a"
-        print(f"{r['name']:<42} {_show(r['live']['verdict']):>5} {_show(r['offline']['verdict']):>8} "
-              f"{_show(ref_v):>10} {'yes' if r['agreement']['both'] else 'NO':>6}")
+    print(f"{'trace':<42} {'live':>5} {'(alerts)':>8} {'offline':>8} {'anchor':>7} {'agree':>6}")
+    for name, t in result["traces"].items():
+        agree = "yes" if t["agreement"] else "NO"
+        print(f"{name:<42} {_show(t['live_verdict']):>5} {_show(t['live_alerts_verdict']):>8} "
+              f"{_show(t['offline_verdict']):>8} {_show(t['anchor_verdict']):>7} {agree:>6}")
     print(f"wrote {args.out}")
     return 0
+
+
+ANCHOR_QUESTIONS = {
+    "hta": ("which rank starts its collectives last most often, whatever it costs (get_potential_stragglers ranks "
+            "every rank and never answers none); live: the rank of an incident, else the fleet history's slowest "
+            "rank (`steplens ranks`: most busy time, step - exposed communication, on the landed steps)"),
+    "msprof": ("does a rank cost the others >= 5 % of the mean step, and which (the advisor answers none when no "
+               "dimension is flagged); live: the ranks of the incidents (the same 5 % bar), none without one"),
+}
+
+
+def history_verdict(history: list[dict[str, Any]]) -> int | None:
+    """The landed history's slowest rank: the first of `steplens ranks` when it is busier than the next."""
+    if len(history) < 2 or float(history[0]["busy_ms"]) <= float(history[1]["busy_ms"]):
+        return None
+    return int(history[0]["rank"])
+
+
+def judge(row: dict[str, Any], history: list[dict[str, Any]], trace_ranks: int,
+          gaps: list[dict[str, Any]]) -> dict[str, Any]:
+    """Live and offline verdicts against the anchor's, each on the anchor's own question (`ANCHOR_QUESTIONS`);
+    the incidents alone against the anchor as well (`live_alerts`), with why they differ."""
+    ref = row["reference"]
+    alerts = row["live"]["verdict"]
+    if "error" in ref:
+        return {"live": False, "offline": False, "both": False, "live_alerts": False, "live_answer": alerts,
+                "why_live_differs": "no anchor verdict"}
+    answer = alerts if alerts is not None or row["anchor_kind"] == "msprof" else history_verdict(history)
+    live_ok = answer == ref["verdict"]
+    offline_ok = row["offline"]["verdict"] == ref["verdict"]
+    out = {"live": live_ok, "offline": offline_ok, "both": live_ok and offline_ok, "live_answer": answer,
+           "live_alerts": alerts == ref["verdict"], "question": ANCHOR_QUESTIONS[row["anchor_kind"]]}
+    why = _why_not(trace_ranks, alerts, ref["verdict"], gaps, row["offline"].get("matched_waits"))
+    if why is not None:
+        out["why_alerts_differ"] = why
+    return out
+
+
+def keyed(row: dict[str, Any]) -> dict[str, Any]:
+    """A trace's entry of `traces` (keyed by name): bench/RESULTS.md's keys first, then the detail."""
+    ref = row["reference"]
+    agreement = row["agreement"]
+    return {"ranks": len(row["trace_ranks"]), "format": row["format"], "live_verdict": agreement["live_answer"],
+            "live_alerts_verdict": row["live"]["verdict"], "offline_verdict": row["offline"]["verdict"],
+            "anchor": ref["tool"], "anchor_verdict": None if "error" in ref else ref["verdict"],
+            "agreement": agreement["both"], "agreement_detail": agreement,
+            **{k: v for k, v in row.items() if k not in ("name", "agreement", "anchor_kind")}}
 
 
 def _repeats(paths: tuple[Path, ...], steps: int) -> int:

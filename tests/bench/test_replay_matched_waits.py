@@ -1,9 +1,11 @@
-"""bench/replay.py's per-step wait of a pair whose traces lost different collectives: what `replay.json` gives as
-the live rule's figure on the collectives both traces hold."""
+"""bench/replay.py's judging: the per-step wait of a pair whose traces lost different collectives (the live rule's
+figure on the collectives both traces hold), and each verdict against the anchor's on the anchor's own question."""
 
 from __future__ import annotations
 
-from bench.replay import _why_not, matched_waits
+from typing import Any
+
+from bench.replay import _why_not, history_verdict, judge, keyed, matched_waits
 from streams.profiles.model import Collective, Profile, Step
 
 
@@ -32,3 +34,51 @@ def test_complete_traces_have_no_matched_figure() -> None:
     r0 = _rank(0, [(20_000.0, 9_000.0)])
     r1 = _rank(1, [(20_000.0, 8_000.0)])
     assert matched_waits([r0, r1]) is None
+
+
+def _row(anchor_kind: str, anchor: int | None, alerts: int | None, offline: int | None) -> dict[str, Any]:
+    tool = "HolisticTraceAnalysis 0.5.0" if anchor_kind == "hta" else "msprof-analyze 26.2.0"
+    return {"name": "t", "anchor_kind": anchor_kind, "format": "kineto", "trace_ranks": [0, 1],
+            "reference": {"tool": tool, "verdict": anchor}, "offline": {"verdict": offline},
+            "live": {"verdict": alerts}}
+
+
+def _history(*busy: float) -> list[dict[str, Any]]:
+    return [{"rank": r, "busy_ms": b} for r, b in sorted(enumerate(busy), key=lambda x: -x[1])]
+
+
+def test_the_slowest_rank_of_the_history_is_its_first_only_when_busier_than_the_next() -> None:
+    assert history_verdict(_history(497.0, 506.0)) == 1
+    assert history_verdict(_history(500.0, 500.0)) is None  # a tie names nobody
+    assert history_verdict(_history(500.0)) is None
+
+
+def test_hta_is_answered_by_the_history_when_no_incident_names_a_rank() -> None:
+    # HTA names the later starter whatever it costs: the live answer is the landed history's slowest rank,
+    # while the incidents (5 % bar) stay none and are reported as not agreeing
+    row = _row("hta", 1, None, 1)
+    verdict = judge(row, _history(497.0, 506.0), 2, [])
+    assert (verdict["live"], verdict["offline"], verdict["both"], verdict["live_answer"]) == (True, True, True, 1)
+    assert verdict["live_alerts"] is False and "5 %" in verdict["why_alerts_differ"]
+    assert judge(row, _history(506.0, 497.0), 2, [])["live"] is False  # the history naming rank 0 disagrees
+    row = _row("hta", 1, 0, 1)  # an incident's rank answers before the history
+    assert judge(row, _history(497.0, 506.0), 2, [])["live_answer"] == 0
+
+
+def test_msprof_is_answered_by_the_incidents_alone() -> None:
+    # msprof-analyze's advisor can answer none (no dimension over 5 %): the history's slowest rank is no answer
+    verdict = judge(_row("msprof", None, None, None), _history(497.0, 506.0), 2, [])
+    assert (verdict["live"], verdict["live_answer"], verdict["both"]) == (True, None, True)
+    verdict = judge(_row("msprof", 1, None, 1), _history(497.0, 506.0), 2, [])
+    assert (verdict["live"], verdict["live_answer"], verdict["both"]) == (False, None, False)
+
+
+def test_a_trace_entry_carries_the_result_files_keys() -> None:
+    row = _row("hta", 1, None, 1)
+    row["agreement"] = judge(row, _history(497.0, 506.0), 2, [])
+    entry = keyed(row)
+    assert {k: entry[k] for k in ("ranks", "format", "live_verdict", "offline_verdict", "anchor", "anchor_verdict",
+                                  "agreement")} == {
+        "ranks": 2, "format": "kineto", "live_verdict": 1, "offline_verdict": 1,
+        "anchor": "HolisticTraceAnalysis 0.5.0", "anchor_verdict": 1, "agreement": True}
+    assert entry["live_alerts_verdict"] is None and "name" not in entry

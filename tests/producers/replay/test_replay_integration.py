@@ -1,9 +1,10 @@
 """`steplens replay` end to end: real two-rank traces through the real broker and a detect worker.
 
-A pair is judged by the peer's wait (streams/detect/scopes/slow_pair.py). The Kineto pair's gap alternates
-(rank 0 waits 6.2 % of step 551 for rank 1, rank 1 0.7 % of step 552 for rank 0): no straggler, and
-what the trace itself shows job-wide: the GPUs idle half of every step (device kernels explain 50 %
-of the step), R7's minority-kernel gap, opened at the third step of persistence. The torch_npu
+A pair is judged by the peer's wait (streams/detect/scopes/slow_pair.py). On the Kineto pair's collectives that
+both traces hold, rank 0 waits 1.4 % of step 551 and 2.8 % of step 552 for rank 1: under the pair rule's 5 %,
+no incident names it; the landed history (`steplens ranks`) has rank 1 as the slowest rank (HTA's straggler). The
+trace itself shows job-wide: the GPUs idle half of every step (device kernels explain 50 % of the step), R7's
+minority-kernel gap, opened at the third step of persistence. The torch_npu
 level-0 pair: rank 0 waits 16.9 ms (13 % of the step) for rank 1 every step, msprof-analyze's slow
 rank: one SLOW_RANK incident for rank 1.
 """
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer
 
-from bench.replay import live_verdict, run_live
+from bench.replay import history_verdict, live_verdict, run_live
 from infra.clients import kafka_client_config
 from infra.settings import Settings
 from producers.replay import load_replay
@@ -39,7 +40,7 @@ def test_real_trace_replayed_through_kafka_is_judged_by_the_detect_worker(
     settings = replace(kafka_settings, home=tmp_path, topic_prefix=f"{unique_name}.", app_id=unique_name,
                        topic_partitions=2)
     replay = load_replay(KINETO, f"{unique_name}-kineto", time.time_ns(), repeats=5)
-    live = run_live(settings, [replay], speed=0.0, logs=tmp_path, stall_s=60.0)[replay.job]
+    live = run_live(settings, [replay], speed=0.0, logs=tmp_path, stall_s=60.0, land_db=tmp_path / "chdb")[replay.job]
     log = (tmp_path / "worker-detect.log").read_text(errors="replace")[-3000:]
     assert live["finished"], log
     assert (live["dropped"], live["events"]) == (0, len(replay.events()))
@@ -48,6 +49,9 @@ def test_real_trace_replayed_through_kafka_is_judged_by_the_detect_worker(
                                                                         ("resolved", "R7", "job")], log
     assert incidents[0]["step_first"] == 553 and incidents[0]["observed"] == pytest.approx(0.50, abs=0.01)
     assert live_verdict(incidents, replay.trace_rank) is None
+    history = live["slowest_ranks"]  # landed by the land worker, read as `steplens ranks` reads it
+    assert [(r["rank"], r["steps"]) for r in history] == [(1, 10), (0, 10)]
+    assert history_verdict(history) == 1 and history[0]["busy_ms"] > history[1]["busy_ms"]
 
 
 def test_a_real_pair_whose_peer_waits_opens_one_slow_rank_incident(
