@@ -572,8 +572,17 @@ class Harness:
 
         results = RestartRun(self).run(plan(6 if self.quick else 10))
         lags = [r.lag_zero_s for r in results if r.lag_zero_s is not None]
-        return {"cycles": len(results), "cycles_ok": sum(r.ok for r in results),
-                "max_lag_zero_s": max(lags) if len(lags) == len(results) else None,
+        worst = max(lags) if len(lags) == len(results) else None
+        lost = [r.lost for r in results]
+        duplicates = [r.duplicates for r in results]
+        return {"sent": sum(r.sent for r in results), "landed": sum(r.landed for r in results),
+                # a deployment's database outlives its cycles: its dead letters are counted in each (0 expected)
+                "dead_lettered": max((r.dead_lettered for r in results), default=0),
+                "lost": sum(lost) if None not in lost else None,
+                "duplicates": sum(duplicates) if None not in duplicates else None,
+                "recovery_s": worst,  # a start-up's recovery: its last send to every group's lag 0
+                "cycles": len(results), "cycles_ok": sum(r.ok for r in results),
+                "max_lag_zero_s": worst,
                 "decoded_twice": sum(r.decoded_twice for r in results),
                 "duplicate_incidents": sum(max(0, r.slow_rank_incidents - 1) for r in results),
                 "missed_incidents": sum(r.slow_rank_incidents == 0 for r in results),

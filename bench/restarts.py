@@ -96,6 +96,9 @@ class CycleResult:
     other_rules: list[str] = field(default_factory=list)  # "RULE ranks" of each other incident: why, at a glance
     decoded_twice: int = 0
     step_reports: int = 0
+    sent: int = 0                  # the job's valid events produced
+    landed: int = 0                # ... of them in the deployment's database after the workers stopped
+    dead_lettered: int = 0         # the deployment's dead letters (nothing malformed is sent: 0)
     lost: int | None = None        # the job's events never landed (after the workers stopped)
     duplicates: int | None = None  # rows beyond one per key under FINAL, in the deployment's database
     lagging_groups: dict[str, int] = field(default_factory=dict)
@@ -106,7 +109,7 @@ class CycleResult:
     def ok(self) -> bool:
         return (self.lag_zero_s is not None and self.lag_zero_s <= LAG_DEADLINE_S and self.slow_rank_incidents == 1
                 and self.other_incidents == 0 and self.decoded_twice == 0 and self.lost == 0
-                and self.duplicates == 0)
+                and self.duplicates == 0 and self.dead_lettered == 0)
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "ok": self.ok}
@@ -242,6 +245,7 @@ class RestartRun:
         lap("stop")
         landed = count(rig, sent, {self.slow_rank}, job.job_id)  # the sink is free once land stopped
         result.lost, result.duplicates = landed["lost"], landed["duplicates"]
+        result.sent, result.landed, result.dead_lettered = landed["sent"], landed["landed"], landed["dead_lettered"]
         lap("count")
         log(f"cycle {p.index}: {result.as_dict()}")
         if self.on_cycle is not None:
