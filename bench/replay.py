@@ -351,10 +351,10 @@ def _why_not(trace_ranks: int, live: int | None, reference: int | None, gaps: li
         return None
     if trace_ranks == 2:
         lost = ("" if not matched else
-                f". Each rank's trace lacks collectives the other's holds ({matched['unmatched']} kernels without a "
-                "peer), so those per-step waits compare different collectives; the "
-                f"{matched['collectives']} both traces hold (matched by their common end): "
-                f"{_steps_text(matched['steps'])}")
+                f". Each rank's trace lacks collectives the other's holds: the replay leaves the "
+                f"{matched['unmatched']} kernels without a peer out of the exposed communication, so the steps "
+                f"compare the {matched['collectives']} both traces hold; by their start times (the offline "
+                f"analysis): {_steps_text(matched['steps'])}")
         return ("2 ranks: the live pair rule names the later arriver when its peer's extra wait is >= 5 % of the step "
                 "and >= 6 sigma (2 x slow_rank_z) of the pair's step-to-step noise "
                 "(streams/detect/scopes/slow_pair.py); the trace's steps: "
