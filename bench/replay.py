@@ -14,7 +14,8 @@ Per trace:
   lands the same topics into a scratch chdb, and `slowest_ranks` is `steplens ranks` on that history
   (mean busy time = step - exposed communication, slowest first);
 - offline: the `steplens analyse` code path (loader + diagnose); the verdict is the rank of its
-  slow_rank findings of severity warning or critical (an `info` one is an unconfirmed extreme);
+  slow_rank findings of severity warning or critical (an `info` one is an unconfirmed extreme, or a
+  late arriver whose peers wait less than 5 % of a step for it: `named` is the rank of any);
 - reference: HolisticTraceAnalysis 0.5.0 `get_potential_stragglers(num_candidates=1)` for Kineto
   (bench/parse_hta.py in the interpreter that has `hta`: $STEPLENS_HTA_PYTHON, else
   .steplens/bench-hta/bin/python, else this one); msprof-analyze 26.2.0 for Ascend outputs
@@ -112,6 +113,7 @@ def offline_verdict(paths: tuple[Path, ...]) -> dict[str, Any]:
     named = [f for f in diag.cluster if f.cause == "slow_rank" and f.rank is not None]
     confirmed = [f.rank for f in named if f.severity != "info"]
     return {"verdict": Counter(confirmed).most_common(1)[0][0] if confirmed else None,
+            "named": Counter(f.rank for f in named).most_common(1)[0][0] if named else None,
             "findings": [{"severity": f.severity, "rank": f.rank, "summary": f.summary} for f in named],
             "late_start_straggler": late_start_straggler(profiles) if profiles else None,
             **({"matched_waits": waits} if (waits := matched_waits(profiles)) else {}),
@@ -440,9 +442,11 @@ def main(argv: list[str] | None = None) -> int:
 ANCHOR_QUESTIONS = {
     "hta": ("which rank starts its collectives last most often, whatever it costs (get_potential_stragglers ranks "
             "every rank and never answers none); live: the rank of an incident, else the fleet history's slowest "
-            "rank (`steplens ranks`: most busy time, step - exposed communication, on the landed steps)"),
+            "rank (`steplens ranks`: most busy time, step - exposed communication, on the landed steps); offline: "
+            "a slow rank (warning), else the late arriver it names below the 5 % bar (info)"),
     "msprof": ("does a rank cost the others >= 5 % of the mean step, and which (the advisor answers none when no "
-               "dimension is flagged); live: the ranks of the incidents (the same 5 % bar), none without one"),
+               "dimension is flagged); live: the ranks of the incidents (the same 5 % bar), none without one; "
+               "offline: its slow ranks (warning: the same bar), none without one"),
 }
 
 
@@ -461,12 +465,16 @@ def judge(row: dict[str, Any], history: list[dict[str, Any]], trace_ranks: int,
     alerts = row["live"]["verdict"]
     if "error" in ref:
         return {"live": False, "offline": False, "both": False, "live_alerts": False, "live_answer": alerts,
-                "why_live_differs": "no anchor verdict"}
-    answer = alerts if alerts is not None or row["anchor_kind"] == "msprof" else history_verdict(history)
+                "offline_answer": row["offline"]["verdict"], "why_alerts_differ": "no anchor verdict"}
+    costless = row["anchor_kind"] == "hta"  # the anchor names a rank whatever it costs
+    answer = history_verdict(history) if alerts is None and costless else alerts
+    offline = row["offline"]["verdict"]
+    offline_answer = row["offline"].get("named") if offline is None and costless else offline
     live_ok = answer == ref["verdict"]
-    offline_ok = row["offline"]["verdict"] == ref["verdict"]
+    offline_ok = offline_answer == ref["verdict"]
     out = {"live": live_ok, "offline": offline_ok, "both": live_ok and offline_ok, "live_answer": answer,
-           "live_alerts": alerts == ref["verdict"], "question": ANCHOR_QUESTIONS[row["anchor_kind"]]}
+           "offline_answer": offline_answer, "live_alerts": alerts == ref["verdict"],
+           "offline_warnings": offline == ref["verdict"], "question": ANCHOR_QUESTIONS[row["anchor_kind"]]}
     why = _why_not(trace_ranks, alerts, ref["verdict"], gaps, row["offline"].get("matched_waits"))
     if why is not None:
         out["why_alerts_differ"] = why
@@ -478,7 +486,8 @@ def keyed(row: dict[str, Any]) -> dict[str, Any]:
     ref = row["reference"]
     agreement = row["agreement"]
     return {"ranks": len(row["trace_ranks"]), "format": row["format"], "live_verdict": agreement["live_answer"],
-            "live_alerts_verdict": row["live"]["verdict"], "offline_verdict": row["offline"]["verdict"],
+            "live_alerts_verdict": row["live"]["verdict"], "offline_verdict": agreement["offline_answer"],
+            "offline_warnings_verdict": row["offline"]["verdict"],
             "anchor": ref["tool"], "anchor_verdict": None if "error" in ref else ref["verdict"],
             "agreement": agreement["both"], "agreement_detail": agreement,
             **{k: v for k, v in row.items() if k not in ("name", "agreement", "anchor_kind")}}

@@ -36,10 +36,13 @@ def test_complete_traces_have_no_matched_figure() -> None:
     assert matched_waits([r0, r1]) is None
 
 
-def _row(anchor_kind: str, anchor: int | None, alerts: int | None, offline: int | None) -> dict[str, Any]:
+def _row(anchor_kind: str, anchor: int | None, alerts: int | None, offline: int | None,
+         named: int | None = None) -> dict[str, Any]:
+    """`offline`: the rank of its warnings; `named`: of any slow_rank finding (an info one too)."""
     tool = "HolisticTraceAnalysis 0.5.0" if anchor_kind == "hta" else "msprof-analyze 26.2.0"
     return {"name": "t", "anchor_kind": anchor_kind, "format": "kineto", "trace_ranks": [0, 1],
-            "reference": {"tool": tool, "verdict": anchor}, "offline": {"verdict": offline},
+            "reference": {"tool": tool, "verdict": anchor},
+            "offline": {"verdict": offline, "named": offline if named is None else named},
             "live": {"verdict": alerts}}
 
 
@@ -63,6 +66,15 @@ def test_hta_is_answered_by_the_history_when_no_incident_names_a_rank() -> None:
     assert judge(row, _history(506.0, 497.0), 2, [])["live"] is False  # the history naming rank 0 disagrees
     row = _row("hta", 1, 0, 1)  # an incident's rank answers before the history
     assert judge(row, _history(497.0, 506.0), 2, [])["live_answer"] == 0
+
+
+def test_hta_is_answered_offline_by_a_late_arriver_under_the_slow_rank_bar() -> None:
+    # steplens analyse names rank 1 as a late arriver (info: its peer waits 2.6 % of a step), no slow rank
+    verdict = judge(_row("hta", 1, None, None, named=1), _history(497.0, 506.0), 2, [])
+    assert (verdict["offline"], verdict["offline_answer"], verdict["offline_warnings"]) == (True, 1, False)
+    # for msprof-analyze the same info finding is no answer: it asks for a slow rank
+    verdict = judge(_row("msprof", None, None, None, named=1), _history(497.0, 506.0), 2, [])
+    assert (verdict["offline"], verdict["offline_answer"]) == (True, None)
 
 
 def test_msprof_is_answered_by_the_incidents_alone() -> None:
