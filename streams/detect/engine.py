@@ -404,14 +404,22 @@ class JobEngine:
         Device samples travel on their own topic and may run ahead of the steps (a backlog on
         the step topic, a worker catching up): a finding from a sample taken after this step
         ended waits for the frame of its own time, so a fault is never dated before its onset.
-        Samples that arrive behind the steps join the step being evaluated (the earliest still open).
+        Samples that arrive behind the steps join the step being evaluated (the earliest still open),
+        dated by their own time (`since_step`): a device's last samples of a fault, released after the
+        fault's incident resolved, are that incident's evidence, not a new incident (incidents/book.py).
+        The date counts back in the longest recent step, so it is never earlier than the sample.
         """
         end = int(frame.end_ns[frame.seen].max(initial=0))
+        starts = frame.start_ns[frame.seen]
+        start = int(starts[starts > 0].min()) if np.any(starts > 0) else 0
+        longest_ns = max([end - start, *(round(ms * 1e6) for ms in self.frames.recent_ms)])
         take: list[Finding] = []
         keep: list[tuple[int, Finding]] = []
         for taken_ns, f in self.signals.pending:
             if end == 0 or taken_ns <= end:
                 f.step = frame.step
+                if 0 < start < end and taken_ns < start:  # behind the steps
+                    f.since_step = frame.step - max(1, -(-(start - taken_ns) // longest_ns))
                 take.append(f)
             else:
                 keep.append((taken_ns, f))

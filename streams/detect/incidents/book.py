@@ -160,6 +160,10 @@ class IncidentBook:
                     host = held
                 if host is not None:  # absorbed by its host's incident: its evidence keeps that one open
                     f.key, f.scope, f.host = f"host:{host}", "host", host
+            late = self._held_by_then(f, step)
+            if late is not None:  # evidence from before an incident of its ranks resolved: that incident's
+                self._merge(late, f)
+                continue
             tid = f"{f.family}:{f.key}"
             if tid in touched:
                 track = self.tracks.get(tid)  # None: resolved a moment ago (a shift), nothing to join
@@ -240,6 +244,19 @@ class IncidentBook:
         if hold > 0 and self.hold_down_steps > 0:
             self.held[tid] = track
         return self._event(track, "resolved", now_ns)
+
+    def _held_by_then(self, f: Finding, step: int) -> Track | None:
+        """The held (resolved) incident that a late finding belongs to: the finding is dated before this step
+        (`since_step`: samples released late), no later than that incident's resolution, of the same family,
+        and names only ranks the incident names. None: the finding is judged as any other."""
+        since = getattr(f, "since_step", None)
+        if since is None or since >= step or not f.ranks:
+            return None
+        for track in self.held.values():
+            if (track.finding.family == f.family and track.resolved_at is not None and since <= track.resolved_at
+                    and set(f.ranks) <= set(track.finding.ranks)):
+                return track
+        return None
 
     def _revive(self, tid: str, f: Finding, step: int) -> Track | None:
         """The held incident of this problem, back as a candidate (None: nothing held)."""

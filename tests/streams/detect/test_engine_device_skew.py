@@ -44,6 +44,19 @@ def test_a_late_sample_joins_the_step_being_evaluated() -> None:
     assert [f.step for f in out] == [40] and engine.signals.pending == []
 
 
+def test_a_late_sample_is_dated_by_its_own_time() -> None:
+    # step 40 ran 39-40 s: a sample of 10.0 s is 29 steps of its length behind, one of 38.5 s one step, one
+    # taken during step 40 is on time; the book reads the date (a sample from before an incident resolved)
+    engine = JobEngine.create("j", DetectionConfig())
+    _pending(engine, [10.0, 38.5, 39.5])
+    out = engine._device_findings_until(_frame(40, end_s=40.0))
+    assert [(f.step, f.since_step) for f in out] == [(40, 11), (40, 39), (40, None)]
+    # recent steps of 2 s (a slowdown): counted back in the longest, never dated before the sample's own step
+    engine.frames.recent_ms = [2_000.0, 2_000.0, 1_000.0]
+    _pending(engine, [10.0])
+    assert [f.since_step for f in engine._device_findings_until(_frame(41, end_s=41.0))] == [26]
+
+
 def test_a_frame_without_reports_takes_everything_pending() -> None:
     engine = JobEngine.create("j", DetectionConfig())
     _pending(engine, [5.0, 500.0])
