@@ -132,7 +132,7 @@ def _profile_steps(p: Profile, rank: int, alone: frozenset[float] = frozenset())
     """`alone`: starts of collectives no peer's trace holds, left out of the exposed communication."""
     if not p.steps:
         return []
-    breakdowns = {b.step: b for b in step_breakdowns(_without(p, alone))}
+    breakdowns = {b.step: b for b in step_breakdowns(_without_kernels(p, alone))}
     k = p.kernels
     steps = kernel_steps(p)
     starts = np.array([s.ts for s in p.steps])
@@ -292,13 +292,13 @@ def from_profiles(profiles: list[Profile], job: str, now_ns: int, *, keep_time: 
     return _assemble(job, source, fmt, rank_steps, ranks, trace_world, base, now_ns, repeats, notes)
 
 
-def _without(p: Profile, starts: frozenset[float]) -> Profile:
-    """`p` without its collectives (and their communication kernels) that start at `starts`."""
+def _without_kernels(p: Profile, starts: frozenset[float]) -> Profile:
+    """`p` without its communication kernels that start at `starts` (the breakdown reads kernels only)."""
     if not starts:
         return p
     k = p.kernels
     drop = (k.kind == COMMUNICATION) & np.isin(k.ts, np.fromiter(starts, dtype=np.float64, count=len(starts)))
-    return replace(p, kernels=k.take(~drop), collectives=[c for c in p.collectives if c.ts not in starts])
+    return replace(p, kernels=k.take(~drop))
 
 
 def _step_number(row_step: Any, default: int) -> int:

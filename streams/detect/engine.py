@@ -409,6 +409,8 @@ class JobEngine:
         fault's incident resolved, are that incident's evidence, not a new incident (incidents/book.py).
         The date counts back in the longest recent step, so it is never earlier than the sample.
         """
+        if not self.signals.pending:
+            return []
         end = int(frame.end_ns[frame.seen].max(initial=0))
         starts = frame.start_ns[frame.seen]
         start = int(starts[starts > 0].min()) if np.any(starts > 0) else 0
