@@ -35,7 +35,8 @@ _ALTER = re.compile(r"^ALTER TABLE `(?P<db>[^`]+)`\.`(?P<table>[^`]+)` (?P<rest>
 _DROP = re.compile(r"^DROP TABLE IF EXISTS `(?P<db>[^`]+)`\.`(?P<table>[^`]+)`$")
 _DEDUP = re.compile(r"\nSETTINGS non_replicated_deduplication_window = \d+")
 
-SHARD_KEYS = {"device_samples": "host", "host_health": "host", "dead_letters": "topic", "schema_migrations": "id"}
+SHARD_KEYS = {"device_samples": "host", "host_health": "host", "dead_letters": "topic", "schema_migrations": "id",
+              "reference_models": "version"}
 
 
 def _lit(text: str) -> str:
