@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 import orjson
 
 from infra.settings import Settings, load_settings
-from steplens import output
+from steplens import model_cli, output
 
 EXIT_OK, EXIT_EMPTY, EXIT_USAGE, EXIT_BACKEND = 0, 1, 2, 3
 
@@ -41,10 +42,29 @@ def _time_range(args: argparse.Namespace) -> Any:
     return TimeRange.parse(args.since, args.until)
 
 
+def _unknown_job(backend: Any, job: str | None) -> bool:
+    """True (and says so on stderr) when `job` is named but the history has no rank of it: an unknown
+    job gets a message and exit 1, never an empty table, report or trace that looks like an answer."""
+    if not job:
+        return False
+    from sinks.backend import qualified
+
+    topology = qualified(backend.database, "topology")
+    if backend.query(f"SELECT count() FROM {topology} WHERE job = %(job)s", {"job": job})[0][0]:
+        return False
+    known = [str(r[0]) for r in backend.query(
+        f"SELECT job, max(seen_ns) AS seen FROM {topology} GROUP BY job ORDER BY seen DESC LIMIT 5")]
+    hint = f"; the latest jobs: {', '.join(known)}" if known else "; the history has no job yet"
+    print(f"steplens: no job {job!r} in database {backend.database!r}{hint}", file=sys.stderr)
+    return True
+
+
 def _emit_query(args: argparse.Namespace, settings: Settings, build: Callable[[], Any]) -> int:
     from steplens.queries import run
 
     with _backend(settings) as backend:
+        if _unknown_job(backend, getattr(args, "job", None)):
+            return EXIT_EMPTY
         result = run(backend, build())
     output.write(sys.stdout, args.format, result.columns, result.rows)
     return EXIT_OK if result.rows else EXIT_EMPTY
@@ -92,6 +112,8 @@ def _report(args: argparse.Namespace, s: Settings) -> int:
     from steplens.report_html import render
 
     with _backend(s) as backend:
+        if _unknown_job(backend, args.job):
+            return EXIT_EMPTY
         data = collect(backend, args.job or "", _time_range(args), progress=sys.stderr)
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -117,8 +139,12 @@ def _timeline(args: argparse.Namespace, s: Settings) -> int:
 
     (r0, r1), (s0, s1) = args.ranks, args.steps
     with _backend(s) as backend:
+        if _unknown_job(backend, args.job):
+            return EXIT_EMPTY
         trace = export(backend, Selection(args.job, r0, r1, s0, s1))
-    Path(args.output).write_bytes(orjson.dumps(trace))
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(orjson.dumps(trace))
     slices = sum(1 for e in trace["traceEvents"] if e["ph"] == "X")
     print(f"{args.output}: {slices} slices; open it in https://ui.perfetto.dev", file=sys.stderr)
     return EXIT_OK if slices else EXIT_EMPTY
@@ -184,6 +210,33 @@ def _alerts_forward(args: argparse.Namespace, s: Settings) -> int:
     return EXIT_OK
 
 
+def _when(text: str) -> str:
+    """--since / --until: checked here, so a bad time is a usage error, never a traceback."""
+    from steplens.queries import TimeRange
+
+    try:
+        TimeRange.parse(text, None)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a time: give an ISO time (2026-11-23 or 2026-11-23T04:00, UTC) or a span before "
+            f"now like 90m, 6h, 7d ({exc})") from None
+    return text
+
+
+def _number(kind: type[int] | type[float], low: float, *, above: bool = False) -> Callable[[str], Any]:
+    """An argparse type: a number of `kind` at least `low` (or strictly above it)."""
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a {'whole ' if kind is int else ''}number, got {text!r}"
+                                             ) from None
+        if value != value or (value <= low if above else value < low):  # NaN too
+            raise argparse.ArgumentTypeError(f"must be {'>' if above else '>='} {low:g}, got {text}")
+        return value
+    return parse
+
+
 def _version(text: str) -> tuple[int, int, int]:
     from sinks.backend import parse_version
 
@@ -204,10 +257,11 @@ def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.ArgumentParser(add_help=False)
     fmt.add_argument("--format", choices=output.FORMATS, default="table", help="output format (default table)")
     rng = argparse.ArgumentParser(add_help=False)
-    rng.add_argument("--since", help="start: ISO time (UTC) or relative like 90m, 6h, 7d (default: all history)")
-    rng.add_argument("--until", help="end, same forms (default: now and later)")
+    rng.add_argument("--since", type=_when,
+                     help="start: ISO time (UTC) or relative like 90m, 6h, 7d (default: all history)")
+    rng.add_argument("--until", type=_when, help="end, same forms (default: now and later)")
     lim = argparse.ArgumentParser(add_help=False)
-    lim.add_argument("--limit", type=int, default=20, help="at most this many rows (default 20)")
+    lim.add_argument("--limit", type=_number(int, 1), default=20, help="at most this many rows (default 20)")
 
     def add(name: str, handler: Handler, help_text: str, parents: Sequence[argparse.ArgumentParser] = ()) -> Any:
         p = sub.add_parser(name, help=help_text, description=help_text, parents=list(parents))
@@ -223,17 +277,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--job")
     p.add_argument("--rule", help="rule id: R1..R10, SLOW_STEP, SLOW_RANK, SLOW_HOST, ...")
     p.add_argument("--host")
-    p.add_argument("--rank", type=int)
+    p.add_argument("--rank", type=_number(int, 0))
     p = add("perf", _perf, "a job's step-time percentiles, tokens/s/p, MFU and HFU (spec §1)", [fmt])
     p.add_argument("--job", required=True)
-    p.add_argument("--recompute", type=float, default=1.0,
+    p.add_argument("--recompute", type=_number(float, 1.0), default=1.0,
                    help="HFU/MFU FLOPs ratio: 4/3 = 1.333 with full recomputation (default 1)")
     p = add("offenders", _offenders, "hosts named in incidents of several jobs: candidates to isolate",
             [fmt, rng, lim])
-    p.add_argument("--min-jobs", type=int, default=2, help="in at least this many jobs (default 2)")
+    p.add_argument("--min-jobs", type=_number(int, 1), default=2, help="in at least this many jobs (default 2)")
     p = add("lost", _lost, "device-hours lost to slow steps and stragglers, per job", [fmt, rng])
     p.add_argument("--job", help="one job (default: every job)")
-    p.add_argument("--slow-ratio", type=float, default=1.10, help="slow step: above ratio x median (default 1.10)")
+    p.add_argument("--slow-ratio", type=_number(float, 1.0, above=True), default=1.10,
+                   help="slow step: above ratio x median (default 1.10)")
     p = add("health", _health, "device health per host: temperature, power swing, down-clocking", [fmt, rng, lim])
     p.add_argument("--host")
     p = add("report", _report, "write the self-contained HTML capacity report (job, cluster or time range)", [rng])
@@ -243,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--job", required=True)
     p.add_argument("--ranks", type=_span, required=True, help="N or N-M, e.g. 0-15")
     p.add_argument("--steps", type=_span, required=True, help="N or N-M, e.g. 3990-4010")
-    p.add_argument("-o", "--output", default="trace.json")
+    p.add_argument("-o", "--output", default="reports/trace.json", help="JSON file (default reports/trace.json)")
     p = add("migrate", _migrate, "apply the ClickHouse migrations, or print the cluster-mode DDL")
     p.add_argument("--print-cluster", metavar="CLUSTER",
                    help="print ReplicatedMergeTree + Distributed DDL for this named cluster instead")
@@ -273,6 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="exit once every incident on the topic is posted and committed (default: run until SIGTERM)")
     _register_analyse(sub)
     _register_replay(sub)
+    model_cli.register(sub, fmt)
     return parser
 
 
@@ -329,9 +385,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         code: int = args.handler(args, settings)
+        sys.stdout.flush()
     except SinkError as exc:
         print(f"steplens: error: {exc}", file=sys.stderr)
         return EXIT_BACKEND
+    except BrokenPipeError:  # `steplens ... | head`: the reader left; say nothing more to it
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
     return code
 
 

@@ -43,7 +43,7 @@ def test_incident_history_filters(fleet: tuple[Backend, Truth], capsys: Capture)
     code, rows = cli(capsys, "incidents", "--rank", str(truth.slow_rank), "--job", "job-a")
     assert [r["incident_id"] for r in rows] == ["a-1"]
     code, rows = cli(capsys, "incidents", "--job", "no-such-job")
-    assert code == EXIT_EMPTY and rows == []
+    assert code == EXIT_EMPTY and rows is None  # a message, not an empty table (test_unknown_job_...)
 
 
 def test_job_performance_matches_spec_formulas(fleet: tuple[Backend, Truth], capsys: Capture) -> None:
@@ -93,3 +93,66 @@ def test_formats_and_exit_codes(fleet: tuple[Backend, Truth], capsys: Capture) -
     assert main(["--help"]) == EXIT_OK
     for command in ("ranks", "report", "timeline", "migrate", "up", "worker", "demo"):
         assert main([command, "--help"]) == EXIT_OK
+
+
+BAD_VALUES = [
+    ("ranks", "--job", "job-a", "--since", "yesterday"),
+    ("ranks", "--job", "job-a", "--since", "2026-13-45"),
+    ("ranks", "--job", "job-a", "--until", "6x"),
+    ("ranks", "--job", "job-a", "--limit", "-5"),
+    ("ranks", "--job", "job-a", "--limit", "0"),
+    ("ranks", "--job", "job-a", "--limit", "ten"),
+    ("hosts", "--job", "job-a", "--limit", "-1"),
+    ("incidents", "--rank", "-3"),
+    ("perf", "--job", "job-a", "--recompute", "-1"),
+    ("perf", "--job", "job-a", "--recompute", "nan"),
+    ("lost", "--slow-ratio", "0"),
+    ("lost", "--slow-ratio", "1"),
+    ("offenders", "--min-jobs", "0"),
+    ("model", "show", "--version", "0"),
+    ("model", "fit", "--min-jobs", "-2"),
+]
+
+
+@pytest.mark.parametrize("argv", BAD_VALUES, ids=lambda a: " ".join(a))
+def test_bad_values_are_usage_errors_with_a_message(argv: tuple[str, ...], capsys: Capture) -> None:
+    """Checked by the parser, before any backend opens: exit 2 and a line that names the argument."""
+    assert main(list(argv)) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "error: argument" in err and "Traceback" not in err
+
+
+def test_relative_and_iso_times_are_accepted(fleet: tuple[Backend, Truth], capsys: Capture) -> None:
+    for since in ("10m", "6h", "2d", "2020-01-01", "2020-01-01T04:00"):
+        assert main(["ranks", "--job", "job-a", "--since", since, "--limit", "1"]) in (EXIT_OK, EXIT_EMPTY)
+        assert "error" not in capsys.readouterr().err
+
+
+def test_unknown_job_is_a_message_and_no_artefact(fleet: tuple[Backend, Truth], capsys: Capture,
+                                                   tmp_path: Any) -> None:
+    for argv in (["ranks", "--job", "nope"], ["hosts", "--job", "nope"], ["perf", "--job", "nope"],
+                 ["incidents", "--job", "nope"], ["lost", "--job", "nope"]):
+        assert main(argv) == EXIT_EMPTY, argv
+        captured = capsys.readouterr()
+        assert captured.out == "" and "no job 'nope'" in captured.err and "job-a" in captured.err, argv
+    report, trace = tmp_path / "r" / "nope.html", tmp_path / "t" / "nope.json"
+    assert main(["report", "--job", "nope", "-o", str(report)]) == EXIT_EMPTY
+    assert main(["timeline", "--job", "nope", "--ranks", "0", "--steps", "1", "-o", str(trace)]) == EXIT_EMPTY
+    assert not report.exists() and not trace.exists()
+
+
+def test_timeline_creates_its_folder(fleet: tuple[Backend, Truth], capsys: Capture, tmp_path: Any) -> None:
+    out = tmp_path / "no" / "such" / "dir" / "t.json"
+    assert main(["timeline", "--job", "job-a", "--ranks", "0-1", "--steps", "0-3", "-o", str(out)]) == EXIT_OK
+    assert orjson.loads(out.read_bytes())["traceEvents"]
+
+
+def test_closed_pipe_is_quiet() -> None:
+    """`steplens migrate --print-cluster fleet | head -1`: the reader leaves early; no BrokenPipeError."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(f"{sys.executable} -m steplens.cli migrate --print-cluster fleet | head -1",
+                          shell=True, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.stdout.startswith("CREATE")
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
