@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sinks.backend import Backend, qualified
+from streams.model.kernels import KernelFlops
 from streams.model.reference import CollectiveCurve, KernelBench, ReferenceModels
 
 TABLE = "reference_models"
@@ -97,16 +98,6 @@ class CollectiveSamples:
     transfer_ns: npt.NDArray[np.float64]
 
 
-@dataclass(frozen=True, slots=True)
-class KernelSamples:
-    """One figure per (job, kernel key): the job's median FLOP/s over its healthy steps, and its device kind."""
-
-    job: list[str]
-    key: list[str]
-    device_kind: list[str]
-    flops_per_s: npt.NDArray[np.float64]
-
-
 def _incident_spans(backend: Backend) -> dict[str, list[tuple[int, int]]]:
     rows = backend.query(
         f"SELECT job, ifNull(step_first, 0), ifNull(step_last, ifNull(step_first, 0)) "
@@ -177,8 +168,9 @@ def collect_collectives(backend: Backend, *, max_steps_per_job: int = 2000) -> C
                              np.asarray(nb, dtype=np.float64), np.asarray(tr, dtype=np.float64))
 
 
-def collect_kernels(backend: Backend) -> KernelSamples:
-    """Each job's median FLOP/s per compute kernel key over its steps outside incidents, with its device kind."""
+def collect_kernels(backend: Backend) -> list[KernelFlops]:
+    """FLOP/s per (job, compute kernel key, step) outside incidents, with the job's device kind (from its
+    device samples: a job without any is left out, there is no device kind to hold it against)."""
     ks = qualified(backend.database, "kernel_summaries")
     rows = backend.query(
         f"SELECT job, key, step, sum(flops) / sum(total_ns) * 1e9 FROM {ks} "
@@ -186,13 +178,7 @@ def collect_kernels(backend: Backend) -> KernelSamples:
     kinds = {str(j): str(k) for j, k in backend.query(
         f"SELECT job, any(device_kind) FROM {qualified(backend.database, 'device_samples')} "
         "WHERE job != '' AND device_kind != '' GROUP BY job")}
-    spans = _incident_spans(backend)
-    jobs = [str(r[0]) for r in rows]
-    keep = _healthy(jobs, np.array([int(r[2]) for r in rows], dtype=np.int64), spans)
-    per: dict[tuple[str, str], list[float]] = {}
-    for row, ok in zip(rows, keep, strict=True):
-        if ok and str(row[0]) in kinds:
-            per.setdefault((str(row[0]), str(row[1])), []).append(float(row[3]))
-    keys = sorted(per)
-    return KernelSamples([j for j, _ in keys], [k for _, k in keys], [kinds[j] for j, _ in keys],
-                         np.asarray([float(np.median(per[k])) for k in keys], dtype=np.float64))
+    keep = _healthy([str(r[0]) for r in rows], np.array([int(r[2]) for r in rows], dtype=np.int64),
+                    _incident_spans(backend))
+    return [KernelFlops(job=str(job), key=str(key), device_kind=kinds[str(job)], flops_per_s=float(value))
+            for (job, key, _, value), ok in zip(rows, keep, strict=True) if ok and str(job) in kinds]
