@@ -28,6 +28,7 @@ from infra.alertmanager import AlertmanagerServer
 from infra.prometheus import PrometheusServer
 from infra.secrets import CLICKHOUSE_READER, CLICKHOUSE_WRITER
 from infra.settings import Settings
+from tests.file_timings import FileTimings
 
 
 class _Service(Protocol):
@@ -106,3 +107,7 @@ def prometheus_service(infra_config: InfraConfig) -> Iterator[PrometheusServer]:
 def unique_name() -> str:
     """A name no other test uses: per-test topics, databases and job ids."""
     return f"t{uuid.uuid4().hex[:12]}"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(FileTimings(), "steplens-file-timings")
