@@ -183,7 +183,10 @@ def _services(args: argparse.Namespace, s: Settings) -> int:
 def _demo(args: argparse.Namespace, s: Settings) -> int:
     from steplens import demo
 
-    return demo.main(list(args.rest))
+    try:
+        return demo.main(list(args.rest))
+    except SystemExit as exc:  # the demo's own argparse: 0 for --help, 2 for a bad option
+        return int(exc.code or 0)
 
 
 def _worker(args: argparse.Namespace, s: Settings) -> int:
@@ -310,8 +313,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--only", choices=("kafka", "clickhouse", "alertmanager", "prometheus"))
         p.add_argument("--cluster", action="store_true",
                        help="the loopback cluster: 3 Kafka nodes, ZooKeeper, 2 shards x 2 ClickHouse replicas")
-    p = add("demo", _demo, "simulated job with injected faults through the real pipeline")
-    p.add_argument("rest", nargs=argparse.REMAINDER, help="options of the demo (steplens demo -- --help)")
+    help_text = "simulated job with injected faults through the real pipeline (steplens demo --help: its options)"
+    p = sub.add_parser("demo", help=help_text, description=help_text, add_help=False)  # --help is the demo's
+    p.set_defaults(handler=_demo, rest=[])
     p = add("worker", _worker, "run one Faust worker in the foreground")
     p.add_argument("--role", choices=("detect", "land", "parse", "alerts"), required=True)
     p.add_argument("--loglevel", default="info")
@@ -372,6 +376,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from streams.profiles.cli import take_paths
 
             take_paths(args.analyse_parser, args, extra)
+        elif getattr(args, "command", None) == "demo":  # every option after `demo` is the demo's own
+            args.rest = [a for a in extra if a != "--"]
         elif extra:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as exc:  # argparse: 0 for --help, 2 for usage errors

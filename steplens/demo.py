@@ -53,7 +53,7 @@ class DemoRun:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def build_job(job_id: str, steps: int, seed: int) -> FleetJob:
+def build_job(job_id: str, steps: int, seed: int, *, now_ns: int | None = None) -> FleetJob:
     """The demo job, as catalogue faults on the fleet simulator (its realistic healthy noise: warm-up,
     checkpoints, evaluation, hiccups, GC): a straggler on rank 37 throughout (compute ×1.25), three
     steps of 350 ms GC pauses on every rank and three of a 450 ms data stall.
@@ -61,11 +61,18 @@ def build_job(job_id: str, steps: int, seed: int) -> FleetJob:
     The data stall lasts three steps: one slow batch on its own is part of healthy training
     (the slow step opens only when it persists: `slow_step_open_after`, docs/detection.md), and
     a demo that injected a single one failed its own check (tests/steplens/test_demo_job.py
-    now replays this job through the engine)."""
+    now replays this job through the engine).
+
+    The job runs on today's clock: it ends just before `now_ns` (default: now), so `steplens ranks
+    --since 10m` right after the demo, the report's axes and the timeline all show it where a
+    user looks (its length is estimated from the healthy step time, with room for the faults)."""
     topo = Topology(dp=8, tp=4, pp=2)
     faults = [straggler(topo, 37, 1.25, 0, steps - 1), *gc_pauses(topo, (40, 41, 42), 350.0),
               *data_stalls(topo, (77, 78, 79), 450.0)]
-    return FleetJob(job_id, topo, steps, faults, seed)
+    nominal_ms = FleetJob(job_id, topo, 1, (), seed).nominal_ms
+    end_ns = time.time_ns() if now_ns is None else now_ns
+    start_ns = end_ns - int(steps * nominal_ms * 1.5 * 1e6)
+    return FleetJob(job_id, topo, steps, faults, seed, start_ns=start_ns)
 
 
 def malformed_events(job: str) -> list[tuple[bytes, bytes]]:
@@ -312,9 +319,10 @@ def run(settings: Settings, steps: int, seed: int, use_server: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m steplens demo")
-    parser.add_argument("--steps", type=int, default=120)
-    parser.add_argument("--seed", type=int, default=7)
+    parser = argparse.ArgumentParser(prog="steplens demo", description="a simulated 64-rank job with injected faults "
+                                     "through Kafka, the workers and ClickHouse, scored against its ground truth")
+    parser.add_argument("--steps", type=int, default=120, help="training steps to simulate (default 120)")
+    parser.add_argument("--seed", type=int, default=7, help="the simulator's seed (default 7)")
     parser.add_argument("--clickhouse", choices=("embedded", "server"), default="embedded",
                         help="land in embedded chdb (default) or the ClickHouse server started by infra/")
     args = parser.parse_args(argv)

@@ -156,3 +156,23 @@ def test_closed_pipe_is_quiet() -> None:
                           shell=True, capture_output=True, text=True, timeout=120, check=False)
     assert proc.stdout.startswith("CREATE")
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+
+
+def test_demo_takes_its_own_options(capsys: Capture) -> None:
+    """`steplens demo --steps 5` and `steplens demo --help` reach the demo's parser (they were
+    'unrecognized arguments' before: only `python -m steplens demo` took them)."""
+    assert main(["demo", "--help"]) == EXIT_OK
+    assert "--steps" in capsys.readouterr().out
+    assert main(["demo", "--", "--help"]) == EXIT_OK
+    assert main(["demo", "--steps", "x"]) == EXIT_USAGE
+    assert "argument --steps" in capsys.readouterr().err
+
+
+def test_demo_job_runs_on_todays_clock() -> None:
+    import time
+
+    from steplens.demo import build_job
+
+    now = time.time_ns()
+    job = build_job("clock", steps=120, seed=7, now_ns=now)
+    assert now - 15 * 60 * 10**9 < job.start_ns < job.end_ns() <= now
