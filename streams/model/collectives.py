@@ -23,7 +23,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from streams.model.reference import CollectiveCurve
+from streams.model.reference import CollectiveCurve, ReferenceModels
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -221,3 +221,58 @@ def fit_curve(op: str, link: str, group_size: int, nbytes: npt.ArrayLike, transf
     curve = _curve(op, link, group_size, best[1], samples=int(m_all.size))
     err = geomean_error(curve.time_ns(m_all), t_all)
     return _curve(op, link, group_size, best[1], fit_error=err, samples=int(m_all.size))
+
+
+def bus_factor(op: str, group_size: int) -> float:
+    """nccl-tests' bus-bandwidth factor: how many times a rank's message crosses the links."""
+    n = group_size
+    if n <= 1:
+        return 0.0
+    if op == "allreduce":
+        return 2.0 * (n - 1) / n
+    if op in ("allgather", "reducescatter", "alltoall"):
+        return (n - 1) / n
+    return 1.0
+
+
+def expected_transfer_ns(models: ReferenceModels, op: str, link: str, group_size: int, nbytes: float) -> float:
+    """Expected transfer time (ns) of one call of `nbytes` per rank, NaN where no curve exists.
+
+    The curve of the nearest group size is used; another group size moves its message over the
+    links `bus_factor` times, so the size is scaled by the two factors' ratio first (a ring
+    all-reduce of 8 ranks moves 1.75 m, of 4 ranks 1.5 m).
+    """
+    curve = models.curve(op, link, group_size)
+    if curve is None or curve.samples == 0:
+        return math.nan
+    have, want = bus_factor(op, curve.group_size), bus_factor(op, group_size)
+    scale = want / have if have > 0 and want > 0 else 1.0
+    return curve.expected_ns(nbytes * scale)
+
+
+def fit_curves(samples: dict[tuple[str, str, int], tuple[npt.ArrayLike, npt.ArrayLike]], *, pool: bool = True,
+               ) -> tuple[CollectiveCurve, ...]:
+    """One curve per (op, link, group size) of `samples` ((sizes per rank, transfer ns) per key).
+
+    `pool`: each curve also learns from the other group sizes of its (op, link), their sizes scaled
+    by the ratio of bus factors (`expected_transfer_ns`): a fleet rarely runs one group size over
+    many message sizes, and a curve fitted on one size cannot place its regions. `fit_error` and
+    `samples` stay those of the curve's own group size where it has samples.
+    """
+    out: list[CollectiveCurve] = []
+    for (op, link, g), (sizes, times) in sorted(samples.items()):
+        m = [np.asarray(sizes, dtype=np.float64).ravel()]
+        t = [np.asarray(times, dtype=np.float64).ravel()]
+        if pool:
+            for (op2, link2, g2), (s2, t2) in samples.items():
+                have, want = bus_factor(op, g2), bus_factor(op, g)
+                if (op2, link2) == (op, link) and g2 != g and have > 0 and want > 0:
+                    m.append(np.asarray(s2, dtype=np.float64).ravel() * have / want)
+                    t.append(np.asarray(t2, dtype=np.float64).ravel())
+        curve = fit_curve(op, link, g, np.concatenate(m), np.concatenate(t))
+        own_err = geomean_error(curve.time_ns(m[0]), t[0]) if m[0].size else math.nan
+        out.append(CollectiveCurve(op=op, link=link, group_size=g, t_s_ns=curve.t_s_ns, m1=curve.m1, m2=curve.m2,
+                                   bw_max=curve.bw_max, sig_l=curve.sig_l, sig_x0=curve.sig_x0, sig_k=curve.sig_k,
+                                   sig_b=curve.sig_b, fit_error=own_err,
+                                   samples=int(np.sum(np.isfinite(m[0]) & (m[0] > 0)))))
+    return tuple(out)
