@@ -44,10 +44,6 @@ _FFN_SAVED: dict[str, int] = {"gelu": 2, "relu": 1, "swiglu": 4}
 # Optimizer states per parameter (Adam: momentum and variance; SGD: momentum).
 _OPT_STATES: dict[str, int] = {"adam": 2, "sgd": 1, "none": 0}
 
-# DDP broadcasts the initial parameters from rank 0 in coalesced buckets of this size
-# (torch.nn.parallel.DistributedDataParallel's broadcast_bucket_size).
-DDP_BROADCAST_BUCKET_BYTES = 250 * 1024 * 1024
-
 
 @dataclass(frozen=True, slots=True)
 class ModelShape:
@@ -134,9 +130,7 @@ class Layout:
     MindSpore graph mode applies the update as gradients are produced, the seed's static table;
     accumulation or pipelining still adds one copy, as the seed says).
     `ddp_buckets`: PyTorch DDP without gradient_as_bucket_view keeps a flat copy of the
-    gradients in its buckets. `ddp_receiver`: on a rank other than DDP's broadcast source,
-    the coalesced buffer of the initial parameter broadcast stays allocated (seen on gloo).
-    `holds_output`: the loop keeps the model's output (`out = model(x)`), so the logits live
+    gradients in its buckets. `holds_output`: the loop keeps the model's output (`out = model(x)`), so the logits live
     through backward, the optimizer step and the next forward. `optimizer_impl`: PyTorch's
     "for_loop" Adam allocates two temporaries of the parameter it updates (sqrt, then the
     division), "foreach" one of every parameter at once, "fused" none.
@@ -153,7 +147,6 @@ class Layout:
     microbatches: int | None = None
     grad_lifetime: GradLifetime = "keep"
     ddp_buckets: bool = False
-    ddp_receiver: bool = False
     holds_output: bool = True
     optimizer_impl: OptimizerImpl = "for_loop"
 
@@ -290,8 +283,6 @@ def expected_peak_bytes(shape: ModelShape, layout: Layout) -> MemoryEstimate:
     extra_static = 0.0
     if layout.ddp_buckets:
         extra_static += n * shape.weight_bytes
-    if layout.ddp_receiver:
-        extra_static += min(n * shape.weight_bytes, DDP_BROADCAST_BUCKET_BYTES)
     in_flight = min(layout.pp, layout.microbatches if layout.microbatches is not None else layout.pp)
     layers_here = shape.layers / max(layout.pp, 1)
     acts = in_flight * layers_here * layer_activation_bytes(shape, layout) + _recompute_transient(shape, layout)
