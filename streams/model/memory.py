@@ -161,7 +161,12 @@ class Layout:
 
 @dataclass(frozen=True, slots=True)
 class MemoryEstimate:
-    """The expected peak of one rank, in bytes, split by what holds it, at the step's peak `phase`."""
+    """The expected peak of one rank, in bytes, split by what holds it, at the step's peak `phase`.
+
+    `activations` counts every tensor of the forward pass alive at that moment, the loss
+    head's (logits, log-probabilities and, at backward_start, their gradients) included;
+    `extra` is what the framework adds: DDP's gradient buckets and the optimizer's temporaries.
+    """
 
     weights: float
     grads: float
@@ -301,9 +306,9 @@ def expected_peak_bytes(shape: ModelShape, layout: Layout) -> MemoryEstimate:
     grads_bwd = 0.0 if layout.grad_lifetime in ("before_forward", "before_backward") else g_full
     opt_tmp = _optimizer_transient(shape, layout, n)
     cands = [
-        MemoryEstimate(w, grads_fwd, st, acts, extra_static + head_fwd, "forward_end"),
-        MemoryEstimate(w, grads_bwd, st, acts, extra_static + head_bwd, "backward_start"),
-        MemoryEstimate(w, g_full, st, 0.0, extra_static + held + opt_tmp, "optimizer"),
+        MemoryEstimate(w, grads_fwd, st, acts + head_fwd, extra_static, "forward_end"),
+        MemoryEstimate(w, grads_bwd, st, acts + head_bwd, extra_static, "backward_start"),
+        MemoryEstimate(w, g_full, st, held, extra_static + opt_tmp, "optimizer"),
     ]
     return max(cands, key=lambda c: c.total)
 
