@@ -38,6 +38,7 @@ from streams.model.step_time import (
     StepPrediction,
     SummaryStep,
     fit_durations,
+    fit_rank_spread,
     predict_summary_step,
     predict_trace,
     rank_tasks,
@@ -194,11 +195,13 @@ class _Samples:
 
     calls: dict[tuple[str, str, int], tuple[list[float], list[float]]]
     flops: list[KernelFlops]
+    steps: list[SummaryStep]
 
 
 def _learn(job: FleetJob, frames: list[StepFrame], into: _Samples) -> None:
     for frame in frames:
         s = _summary(job, frame)
+        into.steps.append(s)
         for j in range(s.count.size):
             if s.cat[j] == "comm" and s.op[j] and s.link[j] and s.nbytes[j] > 0 and math.isfinite(s.transfer_ns[j]):
                 sizes, times = into.calls.setdefault((str(s.op[j]), str(s.link[j]), int(s.group_size[j])), ([], []))
@@ -216,13 +219,14 @@ def _healthy(job: FleetJob) -> list[StepFrame]:
             and not (nz.checkpoint_every and f.step and f.step % nz.checkpoint_every == 0)]
 
 
-def _sim_entries() -> tuple[dict[str, dict[str, object]], dict[str, float], ReferenceModels]:
-    train = _Samples({}, [])
+def _sim_entries() -> tuple[dict[str, dict[str, object]], dict[str, float], ReferenceModels, float]:
+    train = _Samples({}, [], [])
     for n, layout in enumerate(TRAIN_LAYOUTS):
         job = _job(layout, seed=100 + n)
         _learn(job, _healthy(job), train)
     curves = fit_curves({k: (np.array(v[0]), np.array(v[1])) for k, v in train.calls.items()})
     models = ReferenceModels(version=1, stack="simulator", curves=curves, kernels=fit_kernel_bench(train.flops))
+    spread = fit_rank_spread(train.steps, models)
     fitted = ("reference models fitted on the healthy simulated jobs of layouts (dp, tp, pp) "
               + ", ".join(str(x) for x in TRAIN_LAYOUTS))
     entries: dict[str, dict[str, object]] = {}
@@ -233,7 +237,7 @@ def _sim_entries() -> tuple[dict[str, dict[str, object]], dict[str, float], Refe
         obs, exp, comp_o, comp_e, exp_o, exp_e, share = [], [], [], [], [], [], []
         for frame in frames:
             s = _summary(job, frame)
-            p = predict_summary_step(s, models)
+            p = predict_summary_step(s, models, spread)
             obs.append(p.observed.step_ms)
             exp.append(p.expected.step_ms)
             comp_o.append(p.observed.compute_ms)
@@ -259,13 +263,13 @@ def _sim_entries() -> tuple[dict[str, dict[str, object]], dict[str, float], Refe
             "modelled_kernel_share": float(np.mean(share)),
         }
     fit_err = {link: geomean_error(np.array(pe), np.array(po)) for link, (pe, po) in sorted(held.items())}
-    return entries, fit_err, models
+    return entries, fit_err, models, spread
 
 
 def time_section(real_root: Path = REAL) -> dict[str, object]:
     """`step_time_error_geomean`, `per_trace`, `collective_fit_error` (+ how they were measured)."""
     per_trace = _trace_entries(real_root) if real_root.exists() else {}
-    sim, fit_err, models = _sim_entries()
+    sim, fit_err, models, spread = _sim_entries()
     per_trace.update(sim)
     scored = [v for v in per_trace.values() if v.get("predictable", True)]
     exp = np.array([float(str(v["expected_ms"])) for v in scored])
@@ -286,6 +290,7 @@ def time_section(real_root: Path = REAL) -> dict[str, object]:
         "collective_fit_error": fit_err,
         "collective_fit_error_on": "held-out calls: the test layouts' collectives against curves fitted on the "
                                    "training layouts (wait removed, per call)",
+        "rank_spread": spread,
         "collective_curves": [{"op": c.op, "link": c.link, "group_size": c.group_size, "fit_error": c.fit_error,
                                "samples": c.samples} for c in models.curves],
     }

@@ -76,10 +76,18 @@ class RankTasks:
     syncs: F64  # [n, 2] blocking host syncs (start, end)
     steps: list[Step]
 
+    occurrence: I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
     def key(self, i: int) -> str:
         """The duration model's key: the kernel name, and a collective's size when known."""
         b = self.nbytes[i]
         return f"{self.name[i]}|{b:.0f}" if math.isfinite(b) else self.name[i]
+
+    def occurrence_key(self, i: int) -> str:
+        """The key and which of its calls in the step this is: a kernel name serves many shapes (one
+        GEMM kernel for every layer's projections), and the n-th call of a step is the same layer and
+        shape on every rank and in every step of a job."""
+        return f"{self.key(i)}#{int(self.occurrence[i])}" if self.occurrence.size else self.key(i)
 
 
 def rank_tasks(profiles: Sequence[Profile]) -> list[RankTasks]:
@@ -119,9 +127,17 @@ def rank_tasks(profiles: Sequence[Profile]) -> list[RankTasks]:
         sync_rows = [i for i in range(len(rt)) if _SYNC_CALL.search(p.names[int(rt.name[i])])] if len(rt) else []
         syncs = np.array([[rt.ts[i], rt.ts[i] + rt.dur[i]] for i in sync_rows]).reshape(-1, 2)
         syncs = syncs[np.argsort(syncs[:, 1])] if syncs.size else syncs
-        out.append(RankTasks(rank=rank, ts=ts, dur=dur, launch=launch, stream=k.stream[keep], kind=kind,
-                             step=steps[keep], name=[p.names[int(n)] for n in k.name[keep]], nbytes=nbytes, coll=coll,
-                             syncs=syncs, steps=list(p.steps) or [Step(0, float(k.ts.min(initial=0.0)), 0.0)]))
+        task = RankTasks(rank=rank, ts=ts, dur=dur, launch=launch, stream=k.stream[keep], kind=kind,
+                         step=steps[keep], name=[p.names[int(n)] for n in k.name[keep]], nbytes=nbytes, coll=coll,
+                         syncs=syncs, steps=list(p.steps) or [Step(0, float(k.ts.min(initial=0.0)), 0.0)])
+        seen: dict[tuple[int, str], int] = {}
+        occ = np.zeros(ts.size, dtype=np.int64)
+        for i in range(ts.size):
+            ok = (int(task.step[i]), task.key(i))
+            occ[i] = seen.get(ok, 0)
+            seen[ok] = int(occ[i]) + 1
+        task.occurrence = occ
+        out.append(task)
     return out
 
 
@@ -145,24 +161,28 @@ def _launch_times(p: Profile) -> F64:
 
 @dataclass(frozen=True, slots=True)
 class DurationModel:
-    """Kernel durations (µs) learned from other ranks or steps: by (name, size), by name, by kind.
+    """Kernel durations (µs) learned from other ranks or steps: by (name, size, n-th call in the step),
+    by (name, size), by name, by kind, the first that knows the kernel.
 
     `fitted_on` says what it saw, so a prediction states its provenance.
     """
 
+    by_occurrence: dict[str, float]
     by_key: dict[str, float]
     by_name: dict[str, float]
     by_kind: dict[int, float]
     fitted_on: str
 
     def predict(self, tasks: RankTasks) -> tuple[F64, npt.NDArray[np.int8]]:
-        """Per kernel: its expected duration, and how it was found (2 key, 1 name, 0 kind, -1 none)."""
+        """Per kernel: its expected duration, and how it was found (3 call, 2 key, 1 name, 0 kind, -1 none)."""
         n = tasks.ts.size
         out = np.full(n, np.nan)
         how = np.full(n, -1, dtype=np.int8)
         for i in range(n):
-            key, name = tasks.key(i), tasks.name[i]
-            if key in self.by_key:
+            occ, key, name = tasks.occurrence_key(i), tasks.key(i), tasks.name[i]
+            if occ in self.by_occurrence:
+                out[i], how[i] = self.by_occurrence[occ], 3
+            elif key in self.by_key:
                 out[i], how[i] = self.by_key[key], 2
             elif name in self.by_name:
                 out[i], how[i] = self.by_name[name], 1
@@ -173,12 +193,14 @@ class DurationModel:
 
 def fit_durations(parts: Sequence[tuple[RankTasks, npt.NDArray[np.bool_]]], fitted_on: str) -> DurationModel:
     """Median durations of the selected kernels of each (tasks, mask)."""
+    by_occ: dict[str, list[float]] = {}
     by_key: dict[str, list[float]] = {}
     by_name: dict[str, list[float]] = {}
     by_kind: dict[int, list[float]] = {}
     for tasks, mask in parts:
         for i in np.flatnonzero(mask).tolist():
             d = float(tasks.dur[i])
+            by_occ.setdefault(tasks.occurrence_key(i), []).append(d)
             by_key.setdefault(tasks.key(i), []).append(d)
             by_name.setdefault(tasks.name[i], []).append(d)
             by_kind.setdefault(int(tasks.kind[i]), []).append(d)
@@ -186,7 +208,8 @@ def fit_durations(parts: Sequence[tuple[RankTasks, npt.NDArray[np.bool_]]], fitt
     def med(d: dict[str, list[float]]) -> dict[str, float]:
         return {k: float(np.median(v)) for k, v in d.items()}
 
-    return DurationModel(med(by_key), med(by_name), {k: float(np.median(v)) for k, v in by_kind.items()}, fitted_on)
+    kinds = {k: float(np.median(v)) for k, v in by_kind.items()}
+    return DurationModel(med(by_occ), med(by_key), med(by_name), kinds, fitted_on)
 
 
 @dataclass(frozen=True, slots=True)
@@ -452,17 +475,65 @@ def expected_kernel_ns(s: SummaryStep, models: ReferenceModels) -> tuple[F64, np
     return exp, ok
 
 
-def predict_summary_step(s: SummaryStep, models: ReferenceModels) -> SummaryPrediction:
-    """The coarse composition: per rank, busy = observed busy - observed + expected kernel time of the
-    rows inside the phases; the tail = observed tail x (expected / observed transfer of the rows outside
-    them); step = max over ranks of busy + tail (the inter-rank sync at the step's end)."""
+def expected_max_z(n: int) -> float:
+    """E[max of n standard normals] (Blom's approximation; 0 for one): how far the slowest of n
+    alike ranks runs above their typical one, in standard deviations."""
+    if n <= 1:
+        return 0.0
+    p = (n - 0.375) / (n + 0.25)
+    # Acklam-free: the inverse normal CDF by bisection on erf, exact enough for a spread
+    lo, hi = 0.0, 8.0
+    for _ in range(60):
+        mid = (lo + hi) / 2.0
+        if 0.5 * (1.0 + math.erf(mid / math.sqrt(2.0))) < p:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2.0
+
+
+def _rank_kernel_ns(s: SummaryStep, exp: F64, obs: F64) -> tuple[F64, F64]:
+    """Per rank, the in-phase kernel time expected and observed (ns)."""
+    world = s.busy_ms.size
+    e, o = np.zeros(world), np.zeros(world)
+    np.add.at(e, s.rank[s.in_phase], exp[s.in_phase])
+    np.add.at(o, s.rank[s.in_phase], obs[s.in_phase])
+    return e, o
+
+
+def fit_rank_spread(steps: Sequence[SummaryStep], models: ReferenceModels) -> float:
+    """The fleet's healthy rank-to-rank spread: the median over steps of the coefficient of variation
+    across ranks of (observed / expected in-phase kernel time). Healthy ranks differ by a few percent
+    (clocks, thermals, data), and a synchronous step runs at its slowest rank's pace, so a step composed
+    of typical kernel times alone comes out short by the expected maximum of that spread."""
+    cvs = []
+    for s in steps:
+        exp, obs = _observed_expected(s, models)[:2]
+        e, o = _rank_kernel_ns(s, exp, obs)
+        ok = e > 0
+        if ok.sum() >= 2:
+            ratio = o[ok] / e[ok]
+            cvs.append(float(np.std(ratio) / np.mean(ratio)))
+    return float(np.median(cvs)) if cvs else 0.0
+
+
+def _observed_expected(s: SummaryStep, models: ReferenceModels) -> tuple[F64, F64, npt.NDArray[np.bool_]]:
     exp, ok = expected_kernel_ns(s, models)
     obs = np.where(np.isfinite(s.transfer_ns), s.transfer_ns, s.total_ns) if s.transfer_ns.size else s.total_ns
     exp = np.where(ok, exp, obs)  # what no model predicts stays as observed (its transfer, wait removed)
+    return exp, obs, ok
+
+
+def predict_summary_step(s: SummaryStep, models: ReferenceModels, rank_spread: float = 0.0) -> SummaryPrediction:
+    """The coarse composition: per rank, busy = observed busy - observed + expected kernel time of the
+    rows inside the phases, the typical rank's kernels raised by the expected maximum of the fleet's
+    healthy `rank_spread` over the job's ranks (`fit_rank_spread`); the tail = observed tail x (expected
+    / observed transfer of the rows outside the phases); step = max over ranks of busy + tail (the
+    inter-rank sync at the step's end)."""
+    exp, obs, ok = _observed_expected(s, models)
     world = s.busy_ms.size
-    delta = np.zeros(world)
-    np.add.at(delta, s.rank[s.in_phase], (exp - obs)[s.in_phase] / 1e6)
-    busy_exp = s.busy_ms + delta
+    e_rank, o_rank = _rank_kernel_ns(s, exp, obs)
+    busy_exp = s.busy_ms + (e_rank - o_rank) / 1e6 + e_rank / 1e6 * rank_spread * expected_max_z(world)
     out_rows = ~s.in_phase & np.array([c == "comm" for c in s.cat], dtype=bool)
     tail_obs = max(0.0, s.step_ms - float(s.busy_ms.max()))
     obs_out, exp_out = float(obs[out_rows].sum()), float(exp[out_rows].sum())
