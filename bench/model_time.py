@@ -48,6 +48,8 @@ from streams.profiles.importers.kineto import parse_kineto
 from streams.profiles.model import Profile
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "real"
+# the real traces kept in the repository (two more recordings of the shared Ascend job, levels 0 and 2)
+REPO_REAL = Path(__file__).resolve().parent / "data" / "real"
 HOST_PHASES = ("data_ms", "gc_ms", "interstep_cpu_ms")
 # a launch's first steps warm up (compile, caches, allocator): the fleet's benches leave them out
 WARMUP_STEPS = 5
@@ -76,6 +78,10 @@ def _trace_sets(root: Path) -> list[TraceSet]:
     asc = [root / "ascend-torch_npu" / f"rank{r}_ascend_pt" for r in (0, 1)]
     if all(p.exists() for p in asc):
         sets.append(TraceSet("ascend-torch_npu", [parse_ascend(p) for p in asc]))
+    for level in (0, 2):
+        pair = [REPO_REAL / f"msinsight-torch_npu-level{level}" / f"rank{r}_ascend_pt" for r in (0, 1)]
+        if all(p.exists() for p in pair):
+            sets.append(TraceSet(f"repo:msinsight-torch_npu-level{level}", [parse_ascend(p) for p in pair]))
     return sets
 
 

@@ -53,6 +53,8 @@ I64 = npt.NDArray[np.int64]
 DEPENDENCY_WINDOW_US = 20.0
 # host calls that block the CPU until the device catches up (Kineto runtime names)
 _SYNC_CALL = re.compile(r"(Synchronize$)|(^cudaMemcpy$)|(^aclrtSynchronize)")
+# the communication stream of a rank whose dump names no streams
+NO_STREAM_COMM = -2
 # a collective kernel and the collective list's entry are one call when their starts are this close
 _MATCH_SLACK_US = 50.0
 
@@ -127,7 +129,11 @@ def rank_tasks(profiles: Sequence[Profile]) -> list[RankTasks]:
         sync_rows = [i for i in range(len(rt)) if _SYNC_CALL.search(p.names[int(rt.name[i])])] if len(rt) else []
         syncs = np.array([[rt.ts[i], rt.ts[i] + rt.dur[i]] for i in sync_rows]).reshape(-1, 2)
         syncs = syncs[np.argsort(syncs[:, 1])] if syncs.size else syncs
-        task = RankTasks(rank=rank, ts=ts, dur=dur, launch=launch, stream=k.stream[keep], kind=kind,
+        # a dump without streams (torch_npu level 0: every task on -1): paper 001's two streams per rank,
+        # collectives on their own, else a 70 ms all-reduce would hold every compute kernel behind it
+        stream = k.stream[keep].copy()
+        stream[(stream < 0) & (kind == COMMUNICATION)] = NO_STREAM_COMM
+        task = RankTasks(rank=rank, ts=ts, dur=dur, launch=launch, stream=stream, kind=kind,
                          step=steps[keep], name=[p.names[int(n)] for n in k.name[keep]], nbytes=nbytes, coll=coll,
                          syncs=syncs, steps=list(p.steps) or [Step(0, float(k.ts.min(initial=0.0)), 0.0)])
         seen: dict[tuple[int, str], int] = {}
