@@ -141,6 +141,18 @@ class DetectionConfig:
     r10_severe: float = 0.5
     r10_k: float = 5.0
     r10_min_ratio: float = 0.1
+    # below what the fleet achieves (streams/detect/scopes/expected.py, issue #44): a job judged against the fleet's
+    # reference models over its first steps, one BELOW_EXPECTED incident when it runs well below them
+    reference_models: str = ""       # a reference-model export (JSON, streams/model/reference.py) loaded at start;
+    #                                  "" = none (STEPLENS_REFERENCE_MODELS); the fleet learns its own as well
+    expected_warmup_steps: int = 5   # a job's first steps not judged (compile, caches, allocator)
+    expected_steps: int = 10         # steps judged after them; the verdict comes then (step ~15, < 30)
+    expected_decide_by: int = 30     # no verdict by this many steps from the job's start: none (silent)
+    expected_share: float = 0.8      # share of those steps a component must be below on
+    expected_comm_ratio: float = 2.0  # a collective's transfer time >= this x its curve: half the fleet's bandwidth
+    expected_compute_ratio: float = 0.85  # a kernel's FLOP/s <= this x the fleet's p50 (and below its p10)
+    expected_refit_s: float = 60.0   # the fleet refits its learned models at most this often (worker clock)
+    expected_min_jobs: int = 3       # healthy jobs a learned kernel benchmark or curve needs before it judges
 
     # Engine snapshots pickle the config. Pickled by name: dataclass(slots=True) pickles a frozen class's
     # values as a list in field order, so a field added in the middle shifted every later value of a
@@ -173,6 +185,9 @@ class DetectionConfig:
 # the field order of configs pickled as lists (snapshots SLS6/SLS7 written before the config pickled by name:
 # every field of today's but those added since)
 _ADDED_SINCE_LIST_STATE = frozenset({"batch_gather_s", "snapshot_max_share", "snapshot_interval_max_s"})
+_ADDED_SINCE_LIST_STATE |= {"reference_models", "expected_warmup_steps", "expected_steps", "expected_decide_by",
+                            "expected_share", "expected_comm_ratio", "expected_compute_ratio", "expected_refit_s",
+                            "expected_min_jobs"}
 _DETECTION_LIST_STATE = tuple(f.name for f in fields(DetectionConfig) if f.name not in _ADDED_SINCE_LIST_STATE)
 
 
@@ -408,6 +423,8 @@ def load_settings(env: Mapping[str, str] | None = None, toml_path: Path | None =
         for f in fields(DetectionConfig)
         if env.get(f"STEPLENS_DETECTION_{f.name.upper()}")
     }
+    if env.get("STEPLENS_REFERENCE_MODELS") and "reference_models" not in detection:
+        detection["reference_models"] = env["STEPLENS_REFERENCE_MODELS"]  # the fleet's reference export
     if detection:
         top["detection"] = detection
     result: Settings = _apply(settings, top, "")

@@ -24,6 +24,7 @@ RULE_IDS = (
     "SLOW_HOST", "SLOW_GROUP", "SLOW_LINK", "SLOW_STAGE", "HUNG_RANK", "HUNG_HOST", "DIAGNOSIS",
     # contract 1.4: a job whose every rank and device stopped reporting (a crash), one incident
     "JOB_STOPPED",
+    "BELOW_EXPECTED",  # issue #44: a job well below the fleet's reference models from its start
 )
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from producers.simulator.model import ModelConfig, bus_factor
+from producers.simulator.model import TCP_SOCKETS, Hardware, ModelConfig, bus_factor
 from producers.simulator.topology import Topology
 
 if TYPE_CHECKING:
@@ -425,6 +425,39 @@ def data_stalls(topo: Topology, steps: Iterable[int], stall_ms: float,
     return _pauses(topo, steps, ranks, "slow_data_loader", {"data_add_ms": stall_ms}, "data stall")
 
 
+# --- job-long conditions (issue #44): the hardware the job runs on from its first step -------------------
+# No step effect: the job's plan is built on the changed hardware (`job_hardware`), so every collective on
+# the link class and every compute kernel follows from it through the same model as a healthy job's.
+@kind("socket_fallback")
+def _socket_fallback(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    """Inter-host collectives over TCP sockets from the start (NCCL_IB_DISABLE, a wrong NCCL_SOCKET_IFNAME)."""
+
+
+@kind("downclock")
+def _downclock(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    """Every device of the job at a lower sustained clock from the start (a power cap, application clocks)."""
+
+
+def job_hardware(hw: Hardware, faults: Iterable[FaultSpec]) -> Hardware:
+    """The hardware a job runs on, its job-long conditions applied: a socket fallback puts its inter-host
+    collectives on TCP_SOCKETS, a down-clock lowers every device's clock (`clock_factor` of the rated one)."""
+    from dataclasses import replace
+
+    for f in faults:
+        if f.kind == "socket_fallback":
+            hw = replace(hw, inter=TCP_SOCKETS)
+        elif f.kind == "downclock":
+            hw = replace(hw, freq_mhz=hw.rated_mhz * _m(f, "clock_factor", 0.8))
+    return hw
+
+
+def _from_start(kind_: str, rules: tuple[str, ...], row: str, mag: dict[str, float]) -> BuildFaults:
+    def build(topo: Topology, steps: int, rng: np.random.Generator) -> list[FaultSpec]:
+        return [FaultSpec(kind=kind_, scope="job", start=0, end=None, ranks=tuple(range(topo.world)),
+                          magnitude=mag, rules=rules, row=row)]
+    return build
+
+
 # --- scenarios -----------------------------------------------------------------------------
 BuildFaults = Callable[[Topology, int, np.random.Generator], list[FaultSpec]]
 
@@ -440,6 +473,7 @@ class Scenario:
     build: BuildFaults
     moe: bool = False
     jitter: float | None = None  # per-phase healthy jitter when not the default (a noisy but healthy job)
+    shape: tuple[int, int, int] | None = None  # (dp, tp, pp) whatever the ranks asked for: a layout of its own
 
     def noise(self) -> Noise | None:
         from producers.simulator.fleet import Noise
@@ -447,6 +481,9 @@ class Scenario:
         return None if self.jitter is None else Noise(jitter=self.jitter)
 
     def topology(self, ranks: int) -> Topology:
+        if self.shape is not None:
+            dp, tp, pp = self.shape
+            return Topology(dp=dp, tp=tp, pp=pp, ep=1, devices_per_host=8)
         return layout(ranks, moe=self.moe)
 
     def model(self, topo: Topology) -> ModelConfig:
@@ -737,6 +774,22 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              "in the relaunch", ("JOB_STOPPED", "SLOW_RANK", "R4"), _relaunch_slow_build),
     Scenario("elastic_relaunch", "attempts", "a dead host hangs the job; relaunched 20 s after without it",
              ("HUNG_HOST",), _elastic_build),
+    # below what the fleet achieves, from the job's first step (issue #44): judged against reference models
+    # fitted on healthy jobs of other layouts (bench.detection.reference)
+    Scenario("socket_fallback", "expected", "inter-host collectives on TCP sockets from step 0 (a third of RDMA's "
+             "bandwidth), TP4 PP2 DP8", ("BELOW_EXPECTED",),
+             _from_start("socket_fallback", ("BELOW_EXPECTED",), "socket fallback from the start", {})),
+    Scenario("socket_fallback_256", "expected", "inter-host collectives on TCP sockets from step 0, 256 ranks "
+             "TP8 PP2 DP16", ("BELOW_EXPECTED",),
+             _from_start("socket_fallback", ("BELOW_EXPECTED",), "socket fallback from the start", {}),
+             shape=(16, 8, 2)),
+    Scenario("compute_downclock", "expected", "every device at 0.8x its rated clock from step 0, TP4 PP2 DP8",
+             ("BELOW_EXPECTED",), _from_start("downclock", ("BELOW_EXPECTED",), "compute 0.8x from the start",
+                                              {"clock_factor": 0.8})),
+    Scenario("compute_downclock_256", "expected", "every device at 0.8x its rated clock from step 0, 256 ranks "
+             "TP4 PP4 DP16", ("BELOW_EXPECTED",),
+             _from_start("downclock", ("BELOW_EXPECTED",), "compute 0.8x from the start", {"clock_factor": 0.8}),
+             shape=(16, 4, 4)),
     Scenario("healthy", "healthy", "no fault: jitter, warm-up, checkpoints, eval, hiccups, GC", (), _healthy),
     Scenario("healthy_restart", "healthy", "no fault; preempted and restarted from 20 steps back within 20 s", (),
              _healthy_restart_build),

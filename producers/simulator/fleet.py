@@ -238,7 +238,10 @@ class FleetJob:
         self.faults = tuple(faults)
         self.seed = seed
         self.model = model or ModelConfig(microbatches=max(8, 4 * topology.pp))
-        self.hardware = hardware or Hardware()
+        from producers.simulator.catalogue import job_hardware  # the catalogue builds on this module
+
+        # a job-long condition (a socket fallback, down-clocked devices) is the hardware the job runs on
+        self.hardware = job_hardware(hardware or Hardware(), faults)
         self.noise = noise or Noise()
         self.start_ns = start_ns
         self.device_hz = device_hz

@@ -90,6 +90,10 @@ class LinkClass:
 
 INTRA_HOST = LinkClass("intra", bw_gbps=150.0, t_s_us=8.0, m1=64e3, m2=32e6)  # HCCS/NVLink; saturates ≈ 32 MB
 INTER_HOST = LinkClass("inter", bw_gbps=22.0, t_s_us=25.0, m1=256e3, m2=64e6)  # 200 Gb/s RoCE per device
+# NCCL/HCCL's socket transport over the same hosts (RDMA unusable: NCCL_IB_DISABLE, a wrong NCCL_SOCKET_IFNAME
+# picking the management NIC): kernel TCP stacks, copies through host memory, a few streams per peer. Per device
+# ~7 GB/s of bus bandwidth (a third of RoCE's) and a start-up latency of tens of µs more per call
+TCP_SOCKETS = LinkClass("tcp", bw_gbps=7.0, t_s_us=80.0, m1=512e3, m2=128e6)
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -120,7 +124,8 @@ class Hardware:
     max_w: float = 400.0
     ambient_c: float = 35.0
     c_per_w: float = 0.11
-    freq_mhz: float = 1800.0
+    freq_mhz: float = 1800.0  # the devices' sustained AI Core / SM clock (what device samples report)
+    rated_mhz: float = 1800.0  # the clock `peak_flops` is rated at: compute-bound kernels run at freq / rated of it
     intra: LinkClass = INTRA_HOST
     inter: LinkClass = INTER_HOST
 
@@ -185,7 +190,8 @@ def build_plan(model: ModelConfig, topo: Topology, hw: Hardware) -> StepPlan:
     def compute(metric: str, phase: str, tag: str, shape: dict[str, int], flops: float, eff: float,
                 count: IntArray) -> None:
         kinds.append(KernelKind(key=f"{metric}:{tag}", cat="compute", metric=metric, phase=phase, count=count,
-                                call_ns=flops / (hw.peak_flops * eff) * 1e9, flops=flops, shape=shape))
+                                call_ns=flops / (hw.peak_flops * eff * hw.freq_mhz / hw.rated_mhz) * 1e9,
+                                flops=flops, shape=shape))
 
     heads = max(1, model.heads // tp)
     kv = model.kv_heads * h // model.heads

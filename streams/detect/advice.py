@@ -111,6 +111,17 @@ SCOPES: dict[str, Advice] = {
                          "even sharding); profile the hot ranks"),
     "SLOW_STAGE": Advice("one pipeline stage got slower (its layers, its devices or its inputs)",
                          "profile the stage's ranks; rebalance layers across stages if it persists"),
+    # below what the fleet achieves from the job's start (scopes/expected.py): cause "network" / "compute"
+    "BELOW_EXPECTED_NETWORK": Advice(
+        "network: collectives far below the fleet's bandwidth on this link class from the start (a TCP socket "
+        "fallback instead of RDMA, a wrong interface, a down-trained NIC)",
+        "check NCCL_SOCKET_IFNAME / NCCL_IB_DISABLE / NCCL_IB_HCA (HCCL_SOCKET_IFNAME, HCCL_INTRA_ROCE_ENABLE on "
+        "Ascend) and the NIC (ibstat, link speed, RDMA counters); the NCCL/HCCL init log names the transport"),
+    "BELOW_EXPECTED_COMPUTE": Advice(
+        "compute: kernels below the fleet's FLOP/s on this device kind from the start (down-clocked devices, "
+        "a power cap, thermal throttling, an old driver or firmware)",
+        "check the clocks and power limit (nvidia-smi -q -d CLOCK,POWER / npu-smi info), thermals and the "
+        "driver/firmware version against the fleet's; reset application clocks"),
 }
 
 

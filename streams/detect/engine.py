@@ -42,7 +42,17 @@ from streams.detect.combine.chunks import (
 )
 from streams.detect.incidents.book import IncidentBook
 from streams.detect.incidents.join import CULPRIT_RULES, JoinState, OpenTrack, join
-from streams.detect.scopes import group_split, hung, pp_stage, slow_link, slow_pair, slow_rank, slow_step, stall
+from streams.detect.scopes import (
+    expected,
+    group_split,
+    hung,
+    pp_stage,
+    slow_link,
+    slow_pair,
+    slow_rank,
+    slow_step,
+    stall,
+)
 from streams.detect.scopes.finding import Finding
 from streams.detect.scopes.stopped import job_stopped
 from streams.detect.signals import (
@@ -57,6 +67,7 @@ from streams.detect.signals import (
     name_slow_groups,
 )
 from streams.detect.windows.step_frames import Frame, StepFrames, Topology, WindowParams
+from streams.model.reference import ReferenceModels
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -167,6 +178,9 @@ class JobEngine:
     last_step_ts_ns: int = 0  # the job's clock at the end of its newest step report (this attempt's alone)
     previous: JobEngine | None = None  # the attempt this relaunch replaced, until its reports are all in
     launch_ts_ns: int = 0  # the job's clock at this attempt's first `start` or step (0: none yet)
+    expected: expected.ExpectedState = field(default_factory=expected.ExpectedState)  # below the fleet (issue #44)
+    device_kind: str = ""  # the job's devices' kind, from their samples ("": not said)
+    reference: ReferenceModels | None = None  # the fleet's reference models, set by the FleetEngine
 
     @classmethod
     def create(cls, job: str, cfg: DetectionConfig, attempt: int = 0) -> JobEngine:
@@ -367,7 +381,20 @@ class JobEngine:
         if not slow_now:  # R3 on step throughput that no culprit took: no slowdown's onset (above)
             findings = [f for f in findings
                         if not (f.rule == "R3" and f.metric == "step_throughput" and f.key == "job")]
+        findings.extend(self._below_expected(frame))
         return list(self.book.observe(frame.step, findings, now_ns, frame.seen))
+
+    def _below_expected(self, frame: Frame) -> list[Finding]:
+        """The job against the fleet's reference models (scopes/expected.py), after the join: a job slow
+        from its start has no culprit to join, and a culprit's incident is no reason to judge it."""
+        t = time.perf_counter()
+        state = getattr(self, "expected", None)  # a snapshot from before the scope existed has none
+        if state is None:
+            state = self.expected = expected.ExpectedState()
+        self.expected, found = expected.evaluate(frame, self.frames.topo, state, self.cfg.params(expected.Params),
+                                                 getattr(self, "reference", None), getattr(self, "device_kind", ""))
+        self._timed("BELOW_EXPECTED", t)
+        return found
 
     def _tracks(self) -> list[OpenTrack]:
         # `first`: the step the current episode began at (a culprit back for another burst is as young as the burst)
@@ -384,6 +411,9 @@ class JobEngine:
 
     def _device(self, chunk: DeviceChunk, now_ns: int) -> list[Output]:
         # device findings wait for the step of their samples' time (one book cadence: steps)
+        kind = chunk.get("device_kind")
+        if isinstance(kind, str) and kind:
+            self.device_kind = kind
         self.stall.on_device(np.asarray(chunk["rank"], dtype=np.int64), np.asarray(chunk["ts_ns"], dtype=np.int64),
                              np.asarray(chunk["aicore_pct"], dtype=np.float64))
         pending = self.signals.pending
@@ -474,6 +504,31 @@ class FleetEngine:
     # jobs finished and let go (`evict`): job -> (its last attempt, the job's clock at its end), oldest first
     finished: dict[str, tuple[int, int]] = field(default_factory=dict)
     late_after_finish: int = 0  # chunks of a finished, let-go attempt: counted, never a new job
+    # the fleet's reference models: the export named by `reference_models`, and what its healthy jobs teach
+    learner: expected.FleetLearner = field(default_factory=expected.FleetLearner)
+
+    def __post_init__(self) -> None:
+        if self.cfg.reference_models and self.learner.base is None:
+            with open(self.cfg.reference_models, "rb") as fh:
+                self.learner.base = ReferenceModels.from_json(fh.read())
+
+    def learn(self, now_ns: int, force: bool = False) -> None:
+        """Pool what the jobs under no incident show and refit, at most every `expected_refit_s`."""
+        if not force and now_ns - self.learner.refit_ns < self.cfg.expected_refit_s * 1e9:
+            return
+        self.learner.refit_ns = now_ns
+        for name, engine in self.jobs.items():
+            self._teach(name, engine)
+        self.learner.refit(self.cfg.expected_min_jobs)
+
+    def _teach(self, name: str, engine: JobEngine) -> None:
+        state = getattr(engine, "expected", None)
+        if state is None:
+            return
+        if engine.book.open_incidents() or state.below:
+            self.learner.take(name, state, healthy=False)  # under an incident: it teaches nothing
+        elif not engine.book.tracks:  # a candidate may become one: its figures wait
+            self.learner.take(name, state, healthy=True)
 
     def evict(self, job: str) -> JobEngine:
         """Let a finished job's state go (its final snapshot is on the state topic), remembering that it
@@ -481,6 +536,7 @@ class FleetEngine:
         another decode member, can trail the `end` and the last step) is late, not a new job (one made of
         a trailing summary's ranks alone opened frames that timed out into HUNG_RANK for every other rank)."""
         engine = self.jobs.pop(job)
+        self._teach(job, engine)
         self.finished.pop(job, None)
         self.finished[job] = (engine.attempt, engine.end_ts_ns)
         while len(self.finished) > FINISHED_JOBS_KEPT:
@@ -554,6 +610,7 @@ class FleetEngine:
                 return out
             engine = self.jobs[job] = engine.relaunched(attempt)
         # one judge of "lagging" for chunks and ticks alike: right after a chunk that says, it is that
+        engine.reference = self.learner.reference()
         out.extend(engine.on_chunk(chunk, now_ns, lagging))
         return out
 
@@ -590,8 +647,11 @@ class FleetEngine:
         self.awake_ns = self.awake_ns or now_ns
         lagging = self.lagging_now(now_ns)
         out: list[Output] = []
+        self.learn(now_ns)
+        reference = self.learner.reference()
         for engine in list(self.jobs.values()):
             engine.frames.input_lagging = lagging
+            engine.reference = reference
             self._woken(engine)
             out.extend(engine.tick(now_ns))
         return out

@@ -445,6 +445,7 @@ def device(record_ids: list[int], raws: list[bytes]) -> list[Placed] | None:
     fast = read_packed("device", raws)
     if fast is not None:
         hosts, dev, ts, rank, metrics, jobs = _device_columns_packed(fast)
+        kinds: list[Any] = list(fast.texts["device_kind"])
         counts = fast.counts
     else:
         got = read("device", raws)
@@ -452,6 +453,7 @@ def device(record_ids: list[int], raws: list[bytes]) -> list[Placed] | None:
             return None
         events, counts = got
         hosts, dev, ts, rank, metrics, jobs = _device_columns(events)
+        kinds = [e.device_kind for e in events]
     if "" in hosts or not ((dev >= 0) & (dev <= U16) & (ts > 0)).all():
         return None
     cols: dict[str, npt.NDArray[Any] | list[Any]] = {"host": hosts, "device": dev, "rank": rank, "ts_ns": ts}
@@ -466,6 +468,9 @@ def device(record_ids: list[int], raws: list[bytes]) -> list[Placed] | None:
         chunk: dict[str, Any] = {"kind": "device", "job": job}
         for name in ("host", "device", "rank", "ts_ns", *METRICS):
             chunk[name] = _column(cols[name], rows, whole)
+        kind = next((kinds[i] for i in rows.tolist() if kinds[i]), None)  # the job's devices' kind (issue #44)
+        if kind:
+            chunk["device_kind"] = kind
         out.append(((int(at[first]), int(inside[first])), f"device:{job}", chunk))
     return out
 

@@ -226,6 +226,9 @@ def _add_device(chunks: dict[str, dict[str, Any]], doc: dict[str, Any]) -> bool:
     chunk["ts_ns"].append(ts)
     for m in DEVICE_METRICS:
         chunk[m].append(_num(doc.get(m)))
+    kind = doc.get("device_kind")
+    if isinstance(kind, str) and kind and "device_kind" not in chunk:
+        chunk["device_kind"] = kind  # the job's devices' kind: what the fleet's benchmarks are per (issue #44)
     return True
 
 

@@ -1,0 +1,354 @@
+"""Below what the fleet achieves: a job slow from its first step, on every rank alike (issue #44).
+
+Every other scope judges a rank against its peers or a step against the job's past, so a job
+whose collectives fell back to TCP sockets (a wrong NCCL_SOCKET_IFNAME, IB disabled) or whose
+every device is down-clocked raises nothing: no peer differs and its history starts slow. This
+scope judges the job against the fleet's reference models (`streams/model/reference.py`):
+
+- per collective key (op / domain): the transfer time of one call with the wait removed (the
+  group's least time per byte, `comm_columns.transfer_ns`, as R5/R6 read it) against the
+  reference curve of (op, link class of the group: "intra" when its ranks share one host, else
+  "inter", group size) at the call's bytes; the job's figure is the median over its ranks;
+- per compute kernel key: the job's FLOP/s (median over ranks) against the fleet's benchmark of
+  that key on the job's device kind (`KernelBench`); a benchmark that is only the vendor prior
+  judges nothing (a new device kind raises nothing until the fleet has history on it).
+
+The verdict is taken once per component, early: the job's first `expected_warmup_steps` frames are
+skipped, then each component's first `expected_steps` frames with a reference for it (a kernel's
+only once the device samples told the job's device kind) are judged, and it is
+below when it is below on `expected_share` of them and its median is: a collective at
+`expected_comm_ratio` x its expected time or more, a kernel at `expected_compute_ratio` x the
+fleet's p50 or less AND under the fleet's p10. No verdict by `expected_decide_by` frames: none.
+A job found below yields one finding per frame while its recent frames stay below (the incident
+resolves when the job is fixed); a job found matching the fleet stays silent for good (a later
+slowdown is the relative scopes' to find, against the job's own past).
+
+The scope also gathers what the fleet learns from the job (`ExpectedState.learned`): per curve
+(op, link, group size) the job's median (bytes, transfer) per call, per (kernel, device kind) its
+median FLOP/s. The FleetEngine pools them from jobs under no incident (`FleetLearner`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from schemas.columns import DOMAINS
+from streams.detect.advice import SCOPES
+from streams.detect.scopes.finding import Finding
+from streams.detect.windows.comm_columns import comm_columns, transfer_ns
+from streams.detect.windows.step_frames import PHASE_INDEX, FloatArray, Frame, Topology
+from streams.model.reference import CollectiveCurve, KernelBench, ReferenceModels, link_class_of
+
+NETWORK = SCOPES["BELOW_EXPECTED_NETWORK"]
+COMPUTE = SCOPES["BELOW_EXPECTED_COMPUTE"]
+POINT_TO_POINT = ("pp",)  # a send and its recv are the two ends of one transfer (as signals/kernels.py)
+OP_NAMES = {"allreduce": "all-reduce", "allgather": "all-gather", "reducescatter": "reduce-scatter",
+            "alltoall": "all-to-all", "broadcast": "broadcast", "send": "send", "recv": "recv"}
+LINK_NAMES = {"intra": "intra-host HCCS/NVLink", "inter": "inter-host RDMA", "tcp": "TCP"}
+LEARN_KEEP = 32  # per-frame figures a job keeps per curve or kernel for the fleet to learn from
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    """The settings this scope reads (infra/settings.py `DetectionConfig.params` fills them)."""
+
+    expected_warmup_steps: int
+    expected_steps: int
+    expected_decide_by: int
+    expected_share: float
+    expected_comm_ratio: float
+    expected_compute_ratio: float
+    resolve_after_steps: int
+
+
+@dataclass(frozen=True, slots=True)
+class Component:
+    """One collective or kernel key of one frame against its reference."""
+
+    name: str          # "comm:allreduce/dp", "compute:F2:4096x4096x4096"
+    kind: str          # "comm" or "compute"
+    ratio: float       # comm: observed / expected time (>= 1 slow); compute: FLOP/s / fleet p50 (<= 1 slow)
+    below: bool        # past its threshold in this frame
+    excess_ms: float   # per rank (median): what it cost the step over its expectation
+    text: str          # the component and its expected figure, for the incident
+
+
+@dataclass(slots=True)
+class ExpectedState:
+    frames: int = 0                 # frames seen (from the job's first)
+    judged: dict[str, list[float]] = field(default_factory=dict)  # component -> ratios of judged frames
+    flagged: dict[str, list[bool]] = field(default_factory=dict)  # component -> below in those frames
+    decided: bool = False           # past `expected_decide_by` frames: no component gets a verdict any more
+    below: list[str] = field(default_factory=list)  # components whose verdict was "below the fleet"
+    cleared: list[str] = field(default_factory=list)  # ... and "matches the fleet" (judged no more)
+    # what the fleet may learn from this job (pooled while it has no incident): curve -> (bytes, ns) per call,
+    # "kernel|device kind" -> FLOP/s; the job's per-frame medians, the newest LEARN_KEEP
+    learned_comm: dict[tuple[str, str, int], list[tuple[float, float]]] = field(default_factory=dict)
+    learned_flops: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+
+
+def _mb(nbytes: float) -> str:
+    return f"{nbytes / 1e6:.0f} MB" if nbytes >= 1e7 else f"{nbytes / 1e6:.1f} MB" if nbytes >= 1e6 \
+        else f"{nbytes / 1e3:.0f} KB"
+
+
+def _hosts_per_group(groups: Any, host_of: Any) -> FloatArray:
+    """Per rank: how many hosts its group spans (NaN: no group)."""
+    ok = (groups >= 0) & (host_of >= 0)
+    out = np.full(groups.size, np.nan)
+    if not ok.any():
+        return out
+    g, h = groups[ok], host_of[ok]
+    pairs = np.unique(g * (int(h.max()) + 1) + h)
+    count = np.bincount(pairs // (int(h.max()) + 1), minlength=int(g.max()) + 1).astype(np.float64)
+    out[ok] = count[g]
+    return out
+
+
+def _comm(frame: Frame, topo: Topology, ref: ReferenceModels | None, params: Params,
+          state: ExpectedState, learn: bool) -> list[Component]:
+    world = min(frame.seen.size, topo.world)
+    cols = {k: c for k, c in comm_columns(frame).items() if c.domain in DOMAINS and np.isfinite(c.nbytes).any()}
+    out: list[Component] = []
+    exposed = frame.phases[PHASE_INDEX["comm_exposed_ms"], :world]
+    exposed_ms = float(np.nanmedian(exposed)) if np.isfinite(exposed).any() else math.inf
+    for domain in sorted({str(c.domain) for c in cols.values()}):
+        d = DOMAINS.index(domain)
+        groups = topo.groups[d, :world]
+        sizes = topo.sizes[d, :world]
+        spans = _hosts_per_group(groups, topo.host_of[:world])
+        names = [n for n, c in cols.items() if c.domain == domain]
+        for subset in [names] if domain in POINT_TO_POINT else [[n] for n in names]:
+            moved = transfer_ns([cols[n] for n in subset], groups)
+            for name, tr in zip(subset, moved, strict=True):
+                col = cols[name]
+                calls = col.calls[:world]
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    t_call = tr[:world] / calls
+                    m_call = col.nbytes[:world] / calls
+                op = name.split("/", 1)[0]
+                ok = np.isfinite(t_call) & np.isfinite(m_call) & (calls > 0) & np.isfinite(spans) & (sizes > 1)
+                if not ok.any():
+                    continue
+                inter = spans > 1
+                for link_ok, link_of in ((ok & ~inter, False), (ok & inter, True)):
+                    if not link_ok.any():
+                        continue
+                    link = link_class_of(2 if link_of else 1)
+                    size = int(np.median(sizes[link_ok]))
+                    m_med, t_med = float(np.median(m_call[link_ok])), float(np.median(t_call[link_ok]))
+                    if learn:
+                        got = state.learned_comm.setdefault((op, link, size), [])
+                        got.append((m_med, t_med))
+                        del got[:-LEARN_KEEP]
+                    curve = ref.curve(op, link, size) if ref is not None else None
+                    if curve is None:
+                        continue
+                    expected = curve.time_ns(m_call[link_ok])
+                    ratio = float(np.median(t_call[link_ok] / expected))
+                    exp_med = float(np.median(expected))
+                    excess = float(np.median((t_call[link_ok] - expected) * calls[link_ok])) / 1e6
+                    where = f"{domain.upper()} {OP_NAMES.get(op, op)} {_mb(m_med)} on {LINK_NAMES.get(link, link)}"
+                    text = (f"{where} {ratio:.1f}x its expected time (expected {exp_med / 1e6:.3g} ms, "
+                            f"{_version(ref, curve)})")
+                    out.append(Component(f"comm:{name}|{link}", "comm", ratio, ratio >= params.expected_comm_ratio,
+                                         min(max(excess, 0.0), exposed_ms), text))
+    return out
+
+
+def _version(ref: ReferenceModels | None, curve: CollectiveCurve) -> str:
+    v = ref.version if ref is not None else 0
+    return f"fleet curve v{v}, group of {curve.group_size}"
+
+
+def _compute(frame: Frame, ref: ReferenceModels | None, device_kind: str, params: Params, state: ExpectedState,
+             learn: bool) -> list[Component]:
+    rows = frame.kernel_rows()
+    if rows is None or not device_kind:
+        return []
+    world = frame.seen.size
+    out: list[Component] = []
+    sel = (rows.total_ns > 0) & (rows.rank < world) & (rows.flops > 0)
+    for key, r in rows.by_name(rows.key, sel):
+        rate = rows.flops[r] / rows.total_ns[r] * 1e9
+        value = float(np.median(rate))
+        if learn:
+            got = state.learned_flops.setdefault((key, device_kind), [])
+            got.append(value)
+            del got[:-LEARN_KEEP]
+        bench: KernelBench | None = ref.kernel_bench(key, device_kind) if ref is not None else None
+        if bench is None or bench.source != "fleet" or bench.p50 <= 0:
+            continue  # no benchmark, or only the vendor's peak: a new device kind is not judged on a prior
+        ratio = value / bench.p50
+        below = ratio <= params.expected_compute_ratio and value < bench.p10
+        flops = rows.flops[r]
+        excess = float(np.median(rows.total_ns[r] - flops / bench.p50 * 1e9)) / 1e6
+        text = (f"{key} at {ratio:.2f}x the fleet's FLOP/s on {device_kind} (p50 {bench.p50 / 1e12:.0f} TFLOP/s, "
+                f"p10 {bench.p10 / 1e12:.0f}, {bench.jobs} jobs)")
+        out.append(Component(f"compute:{key}", "compute", ratio, below, max(excess, 0.0), text))
+    return out
+
+
+def evaluate(frame: Frame, topo: Topology, state: ExpectedState, params: Params, ref: ReferenceModels | None,
+             device_kind: str) -> tuple[ExpectedState, list[Finding]]:
+    """One released frame; `ref`: the fleet's reference models (None: none yet), `device_kind`: the job's
+    devices' kind from their samples ("" : not known yet)."""
+    if not frame.seen.any():
+        return state, []
+    state.frames += 1
+    if state.frames <= params.expected_warmup_steps or not frame.kernels or topo.world == 0:
+        return state, []
+    learn = True
+    comps = _comm(frame, topo, ref, params, state, learn) + _compute(frame, ref, device_kind, params, state, learn)
+    for c in comps:
+        if c.name in state.cleared:
+            continue
+        flags = state.flagged.setdefault(c.name, [])
+        if c.name in state.below:  # after its verdict: its recent frames, to resolve once the job is fixed
+            flags.append(c.below)
+            del flags[:-params.expected_steps]
+            continue
+        if state.decided:
+            continue  # past `expected_decide_by`: no new verdict
+        flags.append(c.below)
+        state.judged.setdefault(c.name, []).append(c.ratio)
+        if len(flags) >= params.expected_steps:  # the component's verdict
+            (state.below if sum(flags) >= params.expected_share * len(flags) else state.cleared).append(c.name)
+    if state.frames >= params.expected_decide_by:
+        state.decided = True
+    now_below = [c for c in comps if c.name in state.below
+                 and sum(state.flagged[c.name][-params.expected_steps:]) >= params.expected_share
+                 * len(state.flagged[c.name][-params.expected_steps:])]
+    if not now_below:
+        return state, []
+    return state, [_finding(frame, now_below, params)]
+
+
+def _finding(frame: Frame, below: list[Component], params: Params) -> Finding:
+    """One job finding naming the component that costs the step most, the others in its evidence."""
+    lead = max(below, key=lambda c: c.excess_ms)
+    durations = frame.duration_ms[frame.seen]
+    step_ms = float(np.median(durations)) if durations.size else math.nan
+    excess = sum(c.excess_ms for c in below)
+    expected_step = max(step_ms - excess, 0.0)
+    network = lead.kind == "comm"
+    advice = NETWORK if network else COMPUTE
+    more = f" (and {len(below) - 1} more)" if len(below) > 1 else ""
+    summary = f"below the fleet: {lead.text}{more}; step {step_ms / 1e3:.3g} s, expected {expected_step / 1e3:.3g} s"
+    evidence: dict[str, float] = {"step_ms": round(step_ms, 3), "expected_step_ms": round(expected_step, 3),
+                                  "components_below": float(len(below))}
+    for c in below[:8]:
+        evidence[f"ratio:{c.name}"] = round(c.ratio, 3)
+    return Finding(
+        rule="BELOW_EXPECTED", key="expected", scope="job", step=frame.step, summary=summary, severity="critical",
+        metric=lead.name.split(":", 1)[1].split("|", 1)[0], observed=round(lead.ratio, 3), expected=1.0,
+        threshold=params.expected_comm_ratio if network else params.expected_compute_ratio, unit="x",
+        evidence=evidence, cause=("network: " if network else "compute: ") + advice.cause,
+        suggestion=advice.suggestion, open_after=1, resolve_after=params.resolve_after_steps)
+
+
+# --- what the fleet learns ---------------------------------------------------------------------------------
+def fit_curve(op: str, link: str, group_size: int, points: list[tuple[float, float]]) -> CollectiveCurve:
+    """A collective's curve from (bytes per call, transfer ns per call) points.
+
+    Through `streams.model.collectives.fit_curve` (paper 001's three regions) when that module is there;
+    else its last region alone, `t_s + m / bw` by least squares (one message size: a line through the
+    origin), which is what the sizes a fleet's jobs move (MB and up) sit on."""
+    m = np.array([p[0] for p in points], dtype=np.float64)
+    t = np.array([p[1] for p in points], dtype=np.float64)
+    try:
+        module = importlib.import_module("streams.model.collectives")
+    except ImportError:
+        module = None
+    fitter = getattr(module, "fit_curve", None) if module is not None else None
+    if fitter is not None and np.unique(m).size >= 4:
+        curve = fitter(op, link, group_size, m, t)
+        if isinstance(curve, CollectiveCurve):
+            return curve
+    t_s, bw = 0.0, float(np.sum(m * m) / max(float(np.sum(m * t)), 1e-9))
+    if np.unique(m).size >= 2:
+        slope, intercept = np.polyfit(m, t, 1)
+        if slope > 0 and intercept >= 0:
+            t_s, bw = float(intercept), float(1.0 / slope)
+    pred = t_s + m / bw
+    err = float(np.exp(np.mean(np.log(np.maximum(np.abs(pred - t) / np.maximum(t, 1e-9), 1e-9)))))
+    return CollectiveCurve(op=op, link=link, group_size=group_size, t_s_ns=t_s, m1=0.0, m2=0.0, bw_max=bw,
+                           fit_error=err, samples=int(m.size))
+
+
+def fit_reference(comm: dict[tuple[str, str, int], list[list[tuple[float, float]]]],
+                  flops: dict[tuple[str, str], list[float]], *, version: int = 1, min_jobs: int = 1,
+                  stack: str = "") -> ReferenceModels:
+    """Reference models from what healthy jobs showed: `comm` per curve a list of jobs' points, `flops` per
+    (kernel key, device kind) one figure per job (its median). A curve or benchmark from fewer than
+    `min_jobs` jobs is left out (one job is its own benchmark)."""
+    curves = tuple(fit_curve(op, link, size, [p for job in jobs for p in job])
+                   for (op, link, size), jobs in sorted(comm.items()) if len(jobs) >= min_jobs and any(jobs))
+    kernels = tuple(KernelBench(key=key, device_kind=kind, p10=float(np.percentile(v, 10)),
+                                p50=float(np.percentile(v, 50)), p90=float(np.percentile(v, 90)), jobs=len(v))
+                    for (key, kind), v in sorted(flops.items()) if len(v) >= min_jobs)
+    return ReferenceModels(version=version, stack=stack, curves=curves, kernels=kernels)
+
+
+@dataclass(slots=True)
+class FleetLearner:
+    """What the fleet learned from its healthy jobs, refitted at a bounded rate (FleetEngine).
+
+    Per job its latest figures (`ExpectedState.learned_*`): a job is (re)taken while it has no open
+    incident and no BELOW_EXPECTED candidate, and dropped from the pool as soon as it has one: a job
+    under an incident never teaches the fleet. `base`: the reference loaded at start (an export); what
+    the fleet learned overrides it where it has `min_jobs` jobs."""
+
+    base: ReferenceModels | None = None
+    comm: dict[str, dict[tuple[str, str, int], list[tuple[float, float]]]] = field(default_factory=dict)
+    flops: dict[str, dict[tuple[str, str], float]] = field(default_factory=dict)
+    refit_ns: int = 0
+    version: int = 0
+    current: ReferenceModels | None = None
+    jobs_kept: int = 512  # jobs whose figures the pool keeps (the newest)
+
+    def take(self, job: str, state: ExpectedState, healthy: bool) -> None:
+        if not healthy:
+            self.comm.pop(job, None)
+            self.flops.pop(job, None)
+            return
+        if state.learned_comm:
+            self.comm[job] = {k: v[-LEARN_KEEP:] for k, v in state.learned_comm.items()}
+        if state.learned_flops:
+            self.flops[job] = {k: float(np.median(v)) for k, v in state.learned_flops.items() if v}
+        for pool in (self.comm, self.flops):
+            while len(pool) > self.jobs_kept:
+                del pool[next(iter(pool))]
+
+    def reference(self) -> ReferenceModels | None:
+        return self.current if self.current is not None else self.base
+
+    def refit(self, min_jobs: int) -> ReferenceModels | None:
+        comm: dict[tuple[str, str, int], list[list[tuple[float, float]]]] = {}
+        for per_job in self.comm.values():
+            for k, pts in per_job.items():
+                comm.setdefault(k, []).append(pts)
+        flops: dict[tuple[str, str], list[float]] = {}
+        for per_job_f in self.flops.values():
+            for kf, v in per_job_f.items():
+                flops.setdefault(kf, []).append(v)
+        learned = fit_reference(comm, flops, min_jobs=max(1, min_jobs))
+        if not learned.curves and not learned.kernels:
+            self.current = None
+            return self.reference()
+        base = self.base
+        mine_c = {(c.op, c.link, c.group_size) for c in learned.curves}
+        mine_k = {(k.key, k.device_kind) for k in learned.kernels}
+        curves = learned.curves + tuple(c for c in (base.curves if base else ())
+                                        if (c.op, c.link, c.group_size) not in mine_c)
+        kernels = learned.kernels + tuple(k for k in (base.kernels if base else ())
+                                          if (k.key, k.device_kind) not in mine_k)
+        self.version += 1
+        self.current = ReferenceModels(version=(base.version if base else 0) * 1000 + self.version,
+                                       stack=base.stack if base else "", curves=curves, kernels=kernels)
+        return self.current

@@ -1,0 +1,95 @@
+"""Below what the fleet achieves (streams/detect/scopes/expected.py): simulated jobs judged against a reference
+fitted on healthy simulated jobs of other layouts, through decode and the FleetEngine (no Kafka)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.detection.reference import feed, learn, training_jobs
+from infra.settings import DetectionConfig
+from producers.simulator.catalogue import scenario_job
+from producers.simulator.fleet import FleetJob, Noise
+from producers.simulator.topology import Topology
+from schemas import Incident
+from streams.detect.engine import FleetEngine
+from streams.model.reference import ReferenceModels
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fleet's reference learned from healthy jobs of layouts none of the tests' jobs has."""
+    ref = learn(training_jobs(seed=5, steps=30), DetectionConfig(expected_min_jobs=1))
+    assert ref is not None and ref.curves and ref.kernels
+    path = tmp_path_factory.mktemp("ref") / "reference.json"
+    path.write_bytes(ref.to_json())
+    return path
+
+
+def _opened(job: FleetJob, cfg: DetectionConfig) -> list[Incident]:
+    out = feed([job], FleetEngine(cfg))
+    return [o for o in out if isinstance(o, Incident) and o.state == "open"]
+
+
+def test_socket_fallback_opens_one_incident_naming_the_collective(reference: Path) -> None:
+    job = scenario_job("socket_fallback", steps=40, seed=1)
+    opened = _opened(job, DetectionConfig(reference_models=str(reference)))
+    assert [i.rule for i in opened] == ["BELOW_EXPECTED"]
+    inc = opened[0]
+    assert inc.scope == "job" and inc.step_first is not None and inc.step_first < 30
+    assert "all-reduce" in inc.summary and "expected" in inc.summary and "ms" in inc.summary
+    assert inc.observed is not None and inc.observed >= 2.0  # half the fleet's bandwidth or less
+    assert inc.cause is not None and inc.cause.startswith("network")
+    assert "NCCL_SOCKET_IFNAME" in (inc.suggestion or "")
+
+
+def test_downclocked_job_opens_one_incident_naming_a_kernel(reference: Path) -> None:
+    job = scenario_job("compute_downclock_256", steps=40, seed=2)
+    opened = _opened(job, DetectionConfig(reference_models=str(reference)))
+    assert [i.rule for i in opened] == ["BELOW_EXPECTED"]
+    inc = opened[0]
+    assert inc.step_first is not None and inc.step_first < 30
+    assert "FLOP/s on ascend-910b" in inc.summary and inc.metric and inc.metric[:2] in ("F1", "F2", "B1", "B2")
+    assert inc.observed is not None and 0.75 < inc.observed < 0.85
+    assert inc.cause is not None and inc.cause.startswith("compute")
+
+
+@pytest.mark.parametrize("shape", [(12, 4, 2), (6, 8, 2), (16, 1, 1)])
+def test_healthy_job_of_an_unseen_layout_stays_quiet(reference: Path, shape: tuple[int, int, int]) -> None:
+    dp, tp, pp = shape
+    job = FleetJob(f"healthy-{dp}x{tp}x{pp}", Topology(dp=dp, tp=tp, pp=pp, ep=1), 40, (), 7, noise=Noise(jitter=0.08))
+    opened = _opened(job, DetectionConfig(reference_models=str(reference)))
+    assert [i for i in opened if i.rule == "BELOW_EXPECTED"] == []
+
+
+def test_no_reference_is_silent() -> None:
+    """A new fleet, no export and no history: a job slow from its start raises nothing."""
+    for name in ("socket_fallback", "compute_downclock"):
+        opened = _opened(scenario_job(name, steps=40, seed=3), DetectionConfig())
+        assert [i for i in opened if i.rule == "BELOW_EXPECTED"] == []
+
+
+def test_vendor_prior_alone_judges_no_kernel(reference: Path) -> None:
+    """A device kind the fleet has no history on has only the vendor's peak: nothing is judged on it."""
+    ref = ReferenceModels.from_json(reference.read_bytes())
+    assert ref.kernel_bench("F2:unseen", "ascend-910b") is not None  # the prior exists ...
+    no_kernels = ReferenceModels(version=ref.version, curves=ref.curves, kernels=())
+    fleet = FleetEngine(DetectionConfig())
+    fleet.learner.base = no_kernels
+    out = feed([scenario_job("compute_downclock", steps=40, seed=4)], fleet)
+    assert [o for o in out if isinstance(o, Incident) and o.rule == "BELOW_EXPECTED"] == []  # ... and is not used
+
+
+def test_fleet_learns_online_from_healthy_jobs_only() -> None:
+    """No export: the fleet learns from the healthy jobs it sees (refit at a bounded rate), and a job slow from
+    its start that arrives later is judged against them; the slow job itself teaches nothing."""
+    fleet = FleetEngine(DetectionConfig(expected_min_jobs=2, expected_refit_s=1.0))
+    healthy = [FleetJob(f"h{i}", Topology(dp=8, tp=tp, pp=pp, ep=1), 30, (), 20 + i)  # DP groups of 8 over hosts
+               for i, (tp, pp) in enumerate(((4, 1), (2, 1), (2, 2)))]
+    feed(healthy, fleet)
+    learned = fleet.learner.reference()
+    assert learned is not None and learned.curve("allreduce", "inter", 8) is not None
+    out = feed([scenario_job("socket_fallback", steps=40, seed=6)], fleet)
+    assert [o.rule for o in out if isinstance(o, Incident) and o.state == "open"] == ["BELOW_EXPECTED"]
+    assert "socket_fallback-64-s6" not in fleet.learner.comm
