@@ -374,6 +374,7 @@ class StepPrediction:
     expected: PhaseFigures
     baseline_ms: float  # max over streams of their summed expected durations (no sync): paper's baseline
     coverage: float  # share of the observed device time whose duration came from a name match
+    host_bound: bool = False  # the observed step ended with the host's step, after its last kernel
 
     @property
     def error(self) -> float:
@@ -415,7 +416,8 @@ def predict_trace(tasks: Sequence[RankTasks], dur: Sequence[F64], how: Sequence[
             sums = [float(np.nansum(dur[r][sel & (t.stream == s)])) for s in np.unique(t.stream[sel]).tolist()]
             named = sel & (how[r] >= 1)
             cover = float(t.dur[named].sum() / max(float(t.dur[sel].sum()), 1e-9))
-            out.append(StepPrediction(t.rank, step.number, observed, expected, max(sums) / 1e3, cover))
+            out.append(StepPrediction(t.rank, step.number, observed, expected, max(sums) / 1e3, cover,
+                                      step.end >= float(obs_end[sel].max())))
     return out
 
 
