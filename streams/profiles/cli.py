@@ -42,7 +42,7 @@ class ProgressBar:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The `analyse` options, shared by `steplens analyse` and `python -m streams.profiles analyse`."""
-    parser.add_argument("paths", nargs="*", type=Path, metavar="PATH",
+    parser.add_argument("paths", nargs="+", type=Path, metavar="PATH",
                         help="trace file, *_ascend_pt folder, cluster_analysis_output folder or CSV, or a folder "
                              "holding any of them")
     parser.add_argument("--html", type=Path, default=Path("steplens-report.html"),

@@ -38,8 +38,15 @@ class NotATraceError(TraceFormatError):
     """The file holds no event array at all: some other JSON, not a damaged trace (a folder walk skips it)."""
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
 def open_trace(path: Path) -> IO[bytes]:
-    if path.suffix == ".gz":
+    """The file's bytes, gunzipped when it is gzip by its first two bytes (whatever its name: users
+    rename traces, and a `.json` may be compressed or a `.gz` not)."""
+    with path.open("rb") as fh:
+        gzipped = fh.read(2) == GZIP_MAGIC
+    if gzipped:
         return cast(IO[bytes], gzip.open(path, "rb"))
     return path.open("rb")
 

@@ -27,10 +27,8 @@ def discover(path: Path) -> Iterator[tuple[str, Path]]:
         if is_cluster_file(path):
             yield "msprof", path
             return
-        if path.name.endswith((".json", ".json.gz")):
-            yield "kineto", path
-            return
-        raise TraceFormatError(f"{path}: not a Kineto trace (.json / .json.gz) nor an msprof-analyze output")
+        yield "kineto", path  # whatever its name: the trace reader says so if its content is no trace
+        return
     if not path.exists():
         raise TraceFormatError(f"{path}: no such file or directory")
     if is_ascend_dir(path):
@@ -41,7 +39,11 @@ def discover(path: Path) -> Iterator[tuple[str, Path]]:
     for child in sorted(path.iterdir()):
         if child.is_dir():
             yield from discover(child)
-        elif child.name.endswith((".json", ".json.gz")) and not child.name.startswith(_NOT_TRACES):
+        elif child.name.startswith(_NOT_TRACES):
+            continue
+        elif is_cluster_file(child):  # a renamed cluster table, by its content
+            yield "msprof", child
+        elif child.name.endswith((".json", ".json.gz")):
             yield "kineto", child
 
 

@@ -74,9 +74,7 @@ def text_report(diag: Diagnosis) -> str:
     if not findings:
         lines.append("   nothing abnormal found")
     for f in findings:
-        where = " ".join(x for x in (f"rank {f.rank}" if f.rank is not None else "",
-                                     f"step {f.step}" if f.step is not None else "") if x)
-        lines.append(f" [{f.severity}] {where}: {f.summary}")
+        lines.append(f" [{f.severity}] {f.where()}: {f.summary}")
         lines.append(f"     cause: {f.advice.cause} -> {f.advice.suggestion}")
         lines.append(f"     evidence: {f.evidence_text()}")
     return "\n".join(lines)
@@ -121,9 +119,7 @@ def html_report(diag: Diagnosis, title: str = "steplens profile diagnosis") -> s
     body = [f"<h1>{esc(title)}</h1>", "<h2>Diagnosis</h2>", "<table><tr><th>severity</th><th>where</th>"
             "<th>finding</th><th>cause</th><th>optimisation</th><th>evidence</th></tr>"]
     for f in diag.findings():
-        where = " ".join(x for x in (f"rank {f.rank}" if f.rank is not None else "",
-                                     f"step {f.step}" if f.step is not None else "") if x)
-        body.append(f"<tr><td>{esc(f.severity)}</td><td>{esc(where)}</td><td>{esc(f.summary)}</td>"
+        body.append(f"<tr><td>{esc(f.severity)}</td><td>{esc(f.where())}</td><td>{esc(f.summary)}</td>"
                     f"<td>{esc(f.advice.cause)}</td><td>{esc(f.advice.suggestion)}</td>"
                     f"<td>{esc(f.evidence_text())}</td></tr>")
     body.append("</table>")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from streams.profiles.analysis.breakdown import Breakdown, step_breakdowns
 from streams.profiles.analysis.cluster_table import cluster_table_verdict
@@ -50,11 +50,12 @@ def diagnose(profiles: list[Profile], clusters: list[ClusterTable] | None = None
     diag = Diagnosis(clusters=list(clusters or []))
     for p in profiles:
         steps = step_breakdowns(p)
-        findings = [*communication_causes(p, steps), *host_causes(p), *roofline(p)]
+        findings = [replace(f, source=f.source or p.source)
+                    for f in (*communication_causes(p, steps), *host_causes(p), *roofline(p))]
         diag.ranks.append(RankDiagnosis(p, steps, critical_path(p.kernels, p.names), findings))
     diag.cluster.extend(cluster_verdict(profiles))
-    for table in diag.clusters:
-        diag.cluster.extend(cluster_table_verdict(table))
+    for table in diag.clusters:  # tables stay apart: each finding names the table it came from
+        diag.cluster.extend(replace(f, source=f.source or table.source) for f in cluster_table_verdict(table))
     diag.waits = collective_waits(profiles, diag.clusters)
     diag.rank_table = rank_rows([(r.profile, r.steps) for r in diag.ranks], diag.clusters, diag.waits)
     return diag

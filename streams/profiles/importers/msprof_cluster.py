@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from streams.profiles.jsonstream import TraceFormatError
+from streams.profiles.jsonstream import TraceFormatError, open_trace
 from streams.profiles.model import ClusterTable
 
 FILES = ("cluster_step_trace_time.csv", "cluster_communication.json", "communication_group.json")
@@ -30,18 +30,42 @@ def is_cluster_dir(path: Path) -> bool:
     return path.is_dir() and any((path / f).is_file() for f in FILES)
 
 
-def is_cluster_file(path: Path) -> bool:
-    """One msprof-analyze output passed on its own: by name, or a CSV with the step-trace table's header
-    (users rename `cluster_step_trace_time.csv` when they collect several runs)."""
+SNIFF_BYTES = 1 << 16
+# what a renamed file's first 64 KB show: the communication table's per-op record, the group file's keys
+_COMM_MARK = b'"Communication Time Info"'
+_GROUP_KEYS = frozenset(("collective", "p2p", "comm_group_parallel_info"))
+
+
+def cluster_file_kind(path: Path) -> str | None:
+    """Which msprof-analyze output a file is (its canonical name in FILES), by name or else by content:
+    users rename `cluster_step_trace_time.csv` and `cluster_communication.json` when they collect
+    several runs, and a renamed file is still the same table. None: not one of them."""
     if not path.is_file():
-        return False
+        return None
     if path.name in FILES:
-        return True
-    if path.suffix.lower() != ".csv":
-        return False
-    with path.open(newline="", encoding="utf-8-sig") as fh:
-        header = next(csv.reader(fh), [])
-    return {h.strip() for h in header} >= STEP_CSV_COLUMNS
+        return path.name
+    with open_trace(path) as fh:
+        head = fh.read(SNIFF_BYTES)
+    text = head.lstrip()
+    if text.startswith((b"{", b"[")):
+        if _COMM_MARK in head:
+            return "cluster_communication.json"
+        if text.startswith(b"{") and b'"traceEvents"' not in head:
+            try:
+                doc = orjson.loads(head) if len(head) < SNIFF_BYTES else None
+            except orjson.JSONDecodeError:
+                doc = None
+            if isinstance(doc, dict) and doc and set(doc) <= _GROUP_KEYS:
+                return "communication_group.json"
+        return None
+    first = head.decode("utf-8-sig", errors="replace").splitlines()[:1]
+    header = next(csv.reader(first), []) if first else []
+    return FILES[0] if {h.strip() for h in header} >= STEP_CSV_COLUMNS else None
+
+
+def is_cluster_file(path: Path) -> bool:
+    """One msprof-analyze output passed on its own, under any name (`cluster_file_kind`)."""
+    return cluster_file_kind(path) is not None
 
 
 def _num(value: str) -> Any:
@@ -85,10 +109,10 @@ def _rank_of(path: list[str]) -> int:
 def parse_cluster(root: Path) -> ClusterTable:
     """A `cluster_analysis_output` folder, or one of its files on its own."""
     if root.is_file():
-        if not is_cluster_file(root):
+        kind = cluster_file_kind(root)
+        if kind is None:
             raise TraceFormatError(f"{root}: not an msprof-analyze output ({', '.join(FILES)})")
-        name = root.name if root.name in FILES else FILES[0]
-        return _parse_files(root, {name: root})
+        return _parse_files(root, {kind: root})
     if not is_cluster_dir(root):
         raise TraceFormatError(f"{root}: none of {', '.join(FILES)}")
     return _parse_files(root, {f: root / f for f in FILES if (root / f).is_file()})

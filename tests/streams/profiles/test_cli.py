@@ -108,3 +108,48 @@ def test_cluster_table_late_arriver_and_stages_end_to_end(tmp_path: Path, capsys
     assert main(["analyse", str(table), "--html", str(tmp_path / "r.html")]) == 0
     out = capsys.readouterr().out
     assert "computes" not in out and "nothing abnormal found" in out
+
+
+def test_formats_are_told_by_content_under_any_name(real_samples: Path, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Renamed dumps: a gzipped Kineto trace without .gz, msprof's communication table and group file
+    under a run's name, a folder of renamed step tables (issue #45: each was refused)."""
+    trace = tmp_path / "rank1.trace"
+    trace.write_bytes((KINETO / "trace_filter_sampled_rank-1.json.gz").read_bytes())
+    comm = tmp_path / "run7_comm.json"
+    comm.write_bytes((FIXTURES / "msprof_cluster" / "cluster_communication.json").read_bytes())
+    groups = tmp_path / "run7_groups.json"
+    groups.write_bytes((FIXTURES / "msprof_cluster" / "communication_group.json").read_bytes())
+    for path, expect in ((trace, "rank 1 (kineto"), (comm, "== collectives by wait ratio"), (groups, "== diagnosis")):
+        assert main(["analyse", str(path), "--html", str(tmp_path / "r.html")]) == 0, path
+        assert expect in capsys.readouterr().out
+    folder = tmp_path / "tables"
+    folder.mkdir()
+    step_csv = (FIXTURES / "msprof_cluster" / "cluster_step_trace_time.csv").read_text()
+    for name in ("run1.csv", "run2.txt"):
+        (folder / name).write_text(step_csv)
+    assert main(["analyse", str(folder), "--html", str(tmp_path / "r.html")]) == 0
+    out = capsys.readouterr().out
+    assert "run1.csv" in out and "run2.txt" in out
+
+
+def test_two_tables_stay_apart_and_each_finding_names_its_source(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [f"7,rank,{r},{100000 + 100 * (r % 3)},{30000 + 100 * r},4000,{34000 + 100 * r},{10000 - 100 * r},0,0,"
+            f"{30000 + 100 * r},500" for r in range(8)]
+    rows[5] = "7,rank,5,100100,4000,4000,8000,36000,0,0,4000,9000"
+    slow = _step_table(tmp_path, "job_a.csv", rows)
+    healthy = _step_table(tmp_path, "job_b.csv", [r if i != 5 else rows[4].replace(",4,", ",5,", 1)
+                                                 for i, r in enumerate(rows)])
+    assert main(["analyse", str(slow), str(healthy), "--html", str(tmp_path / "r.html")]) == 0
+    out = capsys.readouterr().out
+    verdicts = [line for line in out.splitlines() if "the one the others wait for" in line]
+    assert verdicts and all("(job_a.csv)" in line for line in verdicts), verdicts
+    table = out.split("== ranks", 1)[1].split("==", 1)[0]
+    assert table.count("job_a.csv") == 8 and table.count("job_b.csv") == 8
+
+
+def test_help_says_path_is_required(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["analyse", "--help"]) == 0
+    usage = " ".join(capsys.readouterr().out.split("\n\n", 1)[0].split())  # wrapped: one line
+    assert usage.endswith("[--progress] PATH [PATH ...]"), usage
