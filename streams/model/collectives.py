@@ -19,6 +19,8 @@ bandwidth seen (a lower bound, so larger messages are predicted slow rather than
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import replace
 
 import numpy as np
 import numpy.typing as npt
@@ -174,6 +176,8 @@ def _candidate(m: FloatArray, t: FloatArray, w: FloatArray, i: int, j: int, lo_b
     if math.isnan(inv_bw):  # no saturated region observed: continue the transition's end bandwidth
         end_bw = 10.0 ** (sig_l / (1.0 + math.exp(-k * (ly - x0))) + b) if r2.any() else float(np.max(m / t))
         inv_bw = 1.0 / max(end_bw, 1e-12)
+    if i == 0 and j == 0:  # every sample saturated: t_s + m / bw_max at every size, not a constant below
+        m1 = m2 = 1.0
     params = (t_s, m1, m2, 1.0 / inv_bw, sig_l, x0, k, b)
     with np.errstate(over="ignore"):
         res = np.log10(_curve("", "", 0, params).time_ns(m) / t)
@@ -220,7 +224,7 @@ def fit_curve(op: str, link: str, group_size: int, nbytes: npt.ArrayLike, transf
         assert best is not None
     curve = _curve(op, link, group_size, best[1], samples=int(m_all.size))
     err = geomean_error(curve.time_ns(m_all), t_all)
-    return _curve(op, link, group_size, best[1], fit_error=err, samples=int(m_all.size))
+    return replace(curve, fit_error=err, m_min=float(m_all.min()), m_max=float(m_all.max()))
 
 
 def bus_factor(op: str, group_size: int) -> float:
@@ -250,7 +254,7 @@ def expected_transfer_ns(models: ReferenceModels, op: str, link: str, group_size
     return curve.expected_ns(nbytes * scale)
 
 
-def fit_curves(samples: dict[tuple[str, str, int], tuple[npt.ArrayLike, npt.ArrayLike]], *, pool: bool = True,
+def fit_curves(samples: Mapping[tuple[str, str, int], tuple[npt.ArrayLike, npt.ArrayLike]], *, pool: bool = True,
                ) -> tuple[CollectiveCurve, ...]:
     """One curve per (op, link, group size) of `samples` ((sizes per rank, transfer ns) per key).
 
@@ -271,8 +275,6 @@ def fit_curves(samples: dict[tuple[str, str, int], tuple[npt.ArrayLike, npt.Arra
                     t.append(np.asarray(t2, dtype=np.float64).ravel())
         curve = fit_curve(op, link, g, np.concatenate(m), np.concatenate(t))
         own_err = geomean_error(curve.time_ns(m[0]), t[0]) if m[0].size else math.nan
-        out.append(CollectiveCurve(op=op, link=link, group_size=g, t_s_ns=curve.t_s_ns, m1=curve.m1, m2=curve.m2,
-                                   bw_max=curve.bw_max, sig_l=curve.sig_l, sig_x0=curve.sig_x0, sig_k=curve.sig_k,
-                                   sig_b=curve.sig_b, fit_error=own_err,
-                                   samples=int(np.sum(np.isfinite(m[0]) & (m[0] > 0)))))
+        out.append(replace(curve, group_size=g, fit_error=own_err,
+                           samples=int(np.sum(np.isfinite(m[0]) & (m[0] > 0)))))
     return tuple(out)

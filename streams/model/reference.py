@@ -63,6 +63,8 @@ class CollectiveCurve:
     S-shaped rise in log space with `sig(x) = L / (1 + exp(-k (x - x0))) + b` (bytes per ns);
     `t(m) = t_s + m / bw_max` for m >= m2. 8 parameters, as in the paper.
     `fit_error`: the geomean relative error of the fit on its own samples; `samples`: how many.
+    `m_min` / `m_max`: the message sizes it was fitted on (0: not recorded); outside them the curve
+    extrapolates, and a judgement there deserves less trust.
     """
 
     op: str
@@ -78,6 +80,8 @@ class CollectiveCurve:
     sig_b: float = 0.0
     fit_error: float = float("nan")
     samples: int = 0
+    m_min: float = 0.0
+    m_max: float = 0.0
 
     def time_ns(self, nbytes: float | FloatArray) -> FloatArray:
         """Expected transfer time of a message of `nbytes` bytes per rank, ns."""

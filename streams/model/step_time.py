@@ -277,6 +277,7 @@ def simulate(tasks: Sequence[RankTasks], dur: Sequence[F64]) -> Schedule:
     sync_cursor = [0] * n_r
     delta = [0.0] * n_r
     arrived: dict[int, dict[int, float]] = {}
+    closed: dict[int, float] = {}  # calls closed without every member (lost events): their end
 
     def ready_time(r: int, i: int) -> float:
         t = tasks[r]
@@ -325,6 +326,10 @@ def simulate(tasks: Sequence[RankTasks], dur: Sequence[F64]) -> Schedule:
                     start[r][i] = ready_time(r, i)
                     got[r] = float(start[r][i])
                     progressed = True
+                if cid in closed:  # arrived after the call was closed without it: it runs on its own
+                    end[r][i] = max(closed[cid], start[r][i] + dur[r][i])
+                    cursor[r] += 1
+                    continue
                 if len(got) < len(members[cid]):
                     break  # wait for the group
                 _finish(cid, members[cid], got, dur, end)
@@ -341,7 +346,7 @@ def simulate(tasks: Sequence[RankTasks], dur: Sequence[F64]) -> Schedule:
             for r, i in present:
                 if cursor[r] == i:
                     cursor[r] += 1
-            members[cid] = present
+            closed[cid] = float(end[present[0][0]][present[0][1]])
     return Schedule(start, end, shift)
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from streams.model.collectives import fit_curve, geomean_error
-from streams.model.reference import CollectiveCurve, FloatArray
+from streams.model.collectives import bus_factor, expected_transfer_ns, fit_curve, fit_curves, geomean_error
+from streams.model.reference import CollectiveCurve, FloatArray, ReferenceModels
 
 TRUE = CollectiveCurve("allreduce", "intra", 8, t_s_ns=20e3, m1=64e3, m2=32e6, bw_max=100.0,
                        sig_l=1.5, sig_x0=6.0, sig_k=2.0, sig_b=0.5)
@@ -56,3 +56,35 @@ def test_few_points_and_bad_samples() -> None:
 def test_geomean_error_is_symmetric() -> None:
     assert abs(geomean_error(np.array([1.1]), np.array([1.0])) - 0.1) < 1e-9
     assert abs(geomean_error(np.array([1.0]), np.array([1.1])) - 0.1) < 1e-9
+
+
+def _ring(n: int, sizes: FloatArray) -> FloatArray:
+    """A ring all-reduce of n ranks on TRUE's link: the link moves bus_factor x the message."""
+    return TRUE.time_ns(sizes * bus_factor("allreduce", n))
+
+
+def test_pooled_group_sizes_place_the_regions_one_size_cannot() -> None:
+    # each group size ran two message sizes only (its jobs' gradient buckets): too few for 8 parameters
+    one = {(("allreduce", "inter", n)): (np.repeat(m, 10), _ring(n, np.repeat(m, 10)))
+           for n, m in ((2, np.array([2e5, 6e5])), (4, np.array([3e6, 9e6])), (8, np.array([5e7, 1.5e8])),
+                        (16, np.array([4e8, 8e8])))}
+    alone = ReferenceModels(curves=fit_curves(one, pool=False))
+    pooled = ReferenceModels(curves=fit_curves(one))
+    held = np.geomspace(1.2e5, 8e8, 25)  # inside what the pooled sizes span
+    truth = _ring(8, held)
+
+    def err(models: ReferenceModels) -> float:
+        got = np.array([expected_transfer_ns(models, "allreduce", "inter", 8, float(m)) for m in held])
+        return geomean_error(got, truth)
+
+    assert err(pooled) < 0.1 < err(alone)
+    c8 = next(c for c in pooled.curves if c.group_size == 8)
+    assert c8.samples == 20 and c8.fit_error < 0.05  # its own samples, not the pooled ones
+
+
+def test_unknown_group_size_scales_by_bus_factor() -> None:
+    sizes = np.geomspace(1e3, 1e9, 30)
+    models = ReferenceModels(curves=(fit_curve("allreduce", "intra", 8, sizes, _ring(8, sizes)),))
+    got = expected_transfer_ns(models, "allreduce", "intra", 4, 4e8)
+    assert abs(got / float(_ring(4, np.array([4e8]))[0]) - 1) < 0.03
+    assert np.isnan(expected_transfer_ns(models, "alltoall", "intra", 4, 4e8))

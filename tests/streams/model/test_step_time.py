@@ -130,3 +130,13 @@ def test_real_ascend_pair_predicted_from_the_other_rank() -> None:
     for i, c in enumerate(tasks[1].coll):
         if c >= 0:
             assert sched.end[1][i] == ends[int(c)]
+
+
+def test_collective_with_a_member_that_never_arrives_in_order() -> None:
+    # rank 1's trace holds the two all-reduces in the opposite order (lost or misordered events):
+    # neither can wait for the other forever, and every task still gets an end
+    r0 = _rank(0, [(0, 10, CP, -1, "A"), (10, 5, CM, 0, "ar0"), (20, 5, CM, 1, "ar1")])
+    r1 = _rank(1, [(0, 10, CP, -1, "A"), (10, 5, CM, 1, "ar1"), (20, 5, CM, 0, "ar0")])
+    sched = simulate([r0, r1], [np.array([10.0, 5.0, 5.0])] * 2)
+    for r in (0, 1):
+        assert np.isfinite(sched.end[r]).all() and (sched.end[r] >= sched.start[r]).all()
