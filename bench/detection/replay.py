@@ -150,12 +150,16 @@ def main(argv: list[str] | None = None) -> int:
                         "(the packed-records order of a long Kafka backlog)")
     add_trait_option(p)
     p.add_argument("--out", type=Path, help="also write the figures to this JSON file (mode: in-process replay)")
+    p.add_argument("--reference-models", type=Path, metavar="JSON",
+                   help="the fleet's reference export the engine starts from (bench.detection.reference builds "
+                        "one from healthy jobs of other layouts); default: none, the engine learns its own")
     args = p.parse_args(argv)
     if args.quick:
         args.steps = min(args.steps, 60)
     t0 = time.monotonic()
     started = datetime.now(UTC).isoformat(timespec="seconds")
-    result = replay(args)
+    refs = getattr(args, "reference_models", None)
+    result = replay(args, DetectionConfig(reference_models=str(refs)) if refs else None)
     if args.show:
         last: dict[str, dict[str, Any]] = {}
         for m in result["messages"]:
