@@ -288,6 +288,7 @@ class Settings:
     alertmanager_url: str = ""        # e.g. http://alertmanager:9093; empty: no bridge
     alerts_resend_s: float = 60.0     # a firing incident's alert is re-sent this often (endsAt 4 re-sends ahead)
     alerts_report_url: str = ""       # annotation `report`: URL template with {job}, {incident_id}, {rule}
+    alerts_runbook_url: str = ""      # annotation `runbook_url`: docs/runbooks.md served here (+ #rule); "": the file
     alerts_metrics_port: int = 0      # Prometheus self-metrics port of the bridge; 0 = off
 
     @property
@@ -373,6 +374,7 @@ _ENV = {
     "STEPLENS_ALERTMANAGER_URL": ("", "alertmanager_url"),
     "STEPLENS_ALERTS_RESEND_S": ("", "alerts_resend_s"),
     "STEPLENS_ALERTS_REPORT_URL": ("", "alerts_report_url"),
+    "STEPLENS_ALERTS_RUNBOOK_URL": ("", "alerts_runbook_url"),
     "STEPLENS_ALERTS_METRICS_PORT": ("", "alerts_metrics_port"),
 }
 

@@ -43,12 +43,13 @@ class AlertBook:
     """Firing incidents by id, and the alerts due at a given time (see the module docstring)."""
 
     def __init__(self, resend_s: float = DEFAULT_RESEND_S, report_template: str = "",
-                 generator_template: str = "") -> None:
+                 generator_template: str = "", runbook_base: str = "") -> None:
         if resend_s <= 0:
             raise ValueError(f"resend_s must be positive, got {resend_s}")
         self.resend_ns = int(resend_s * 1e9)
         self.report_template = report_template
         self.generator_template = generator_template
+        self.runbook_base = runbook_base
         self.entries: dict[str, Entry] = {}
 
     def apply(self, incident: Incident, replay: bool = False) -> None:
@@ -87,8 +88,8 @@ class AlertBook:
             ends = entry.ends_ns if entry.ends_ns is not None else now_ns + EXPIRY_RESENDS * self.resend_ns
             generator = (self.generator_template and
                          report_link(self.generator_template, entry.latest))
-            out.append((incident_id, alert(entry.labels, annotations_of(entry.latest, self.report_template),
-                                           entry.starts_ns, ends, generator)))
+            notes = annotations_of(entry.latest, self.report_template, self.runbook_base)
+            out.append((incident_id, alert(entry.labels, notes, entry.starts_ns, ends, generator)))
         return out
 
     def posted(self, incident_ids: list[str], now_ns: int) -> None:

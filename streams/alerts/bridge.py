@@ -77,7 +77,8 @@ class AlertBridge:
         self.url = alertmanager_url
         self.once = once
         self.topic = Topics(settings.topic_prefix).incidents
-        self.book = AlertBook(settings.alerts_resend_s, settings.alerts_report_url)
+        self.book = AlertBook(settings.alerts_resend_s, settings.alerts_report_url,
+                              runbook_base=settings.alerts_runbook_url)
         self._consumer = consumer or self._kafka_consumer
         self._post = post
         self._clock = clock

@@ -5,17 +5,46 @@ that alert, different labels make another one. So the labels are fixed by the fi
 of an incident the bridge sees (`labels_of`) and carry its `incident_id` (two incidents of
 one rule on one rank never merge into one alert); everything that changes while an
 incident goes on (summary, steps, figures, even a severity upgrade) is an annotation,
-taken from its latest event (`annotations_of`). Labels: alertname (the rule), job (the
-training job), scope, severity, incident_id and, when the incident names them, host, rank
-(one rank), group (domain/group), stage, device, link.
+taken from its latest event (`annotations_of`).
+
+Prometheus' conventions, so steplens' alerts sit in an Alertmanager beside everything else:
+`alertname` is CamelCase (`SteplensSlowRank`; the spec's rule id stays in the `rule` label);
+the training job is `training_job`, never `job`, which Prometheus gives the scrape job
+(steplens' own worker alerts carry `job="steplens"` in the same Alertmanager); annotations
+`summary`, `description` and `runbook_url` (a section of docs/runbooks.md per rule). Labels:
+alertname, rule, training_job, scope, severity, incident_id and, when the incident names
+them, host, rank (one rank), group (domain/group), stage, device, link, attempt.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 from typing import Any
 
 from schemas import Incident
+
+# the spec's rule ids read as alert names (the rest: "Steplens" + the id in CamelCase)
+ALERT_NAMES = {
+    "R1": "SteplensStaticBound", "R2": "SteplensDrift", "R3": "SteplensThroughputDrop",
+    "R4": "SteplensKernelEfficiency", "R5": "SteplensSlowRankInGroup", "R6": "SteplensGroupBandwidth",
+    "R7": "SteplensMinorityKernels", "R8": "SteplensLaunchLatency", "R9": "SteplensCopyRate",
+    "R10": "SteplensInterstepCpu", "OOM": "SteplensOutOfMemorySoon",
+}
+RUNBOOK = Path(__file__).resolve().parents[2] / "docs" / "runbooks.md"
+
+
+def alert_name(rule: str) -> str:
+    """`SLOW_RANK` -> `SteplensSlowRank`, `R4` -> `SteplensKernelEfficiency`."""
+    return ALERT_NAMES.get(rule) or "Steplens" + "".join(w.capitalize() for w in rule.split("_"))
+
+
+def runbook_url(rule: str, base: str = "") -> str:
+    """The rule's section of docs/runbooks.md (anchor: the rule id in lower case), under `base` when
+    the docs are served (setting `alerts_runbook_url`), else the file in this checkout."""
+    anchor = rule.lower()
+    return f"{base.rstrip('#')}#{anchor}" if base else f"{RUNBOOK.as_uri()}#{anchor}"
+
 
 MAX_ANNOTATION_CHARS = 2000  # an annotation is shown in chat messages and pages: the incident's text is capped
 
@@ -23,8 +52,9 @@ MAX_ANNOTATION_CHARS = 2000  # an annotation is shown in chat messages and pages
 def labels_of(incident: Incident) -> dict[str, str]:
     """The alert's identity (stable for the incident's life: the first event's values)."""
     labels = {
-        "alertname": incident.rule,
-        "job": incident.job,
+        "alertname": alert_name(incident.rule),
+        "rule": incident.rule,
+        "training_job": incident.job,
         "scope": incident.scope,
         "severity": incident.severity,
         "incident_id": incident.incident_id,
@@ -67,10 +97,27 @@ def _steps(incident: Incident) -> str | None:
     return f"{first}-{last}"
 
 
-def annotations_of(incident: Incident, report_template: str = "") -> dict[str, str]:
-    """What the latest event says: summary, cause, suggestion, figures, and the report link."""
+def description(incident: Incident) -> str:
+    """The incident in a few lines for a page or a chat message: what, where, why, what to do."""
+    lines = [incident.summary]
+    where = [f"training job {incident.job}", f"scope {incident.scope}"]
+    steps = _steps(incident)
+    if steps is not None:
+        where.append(f"steps {steps}")
+    lines.append(", ".join(where))
+    if incident.cause:
+        lines.append(f"Likely cause: {incident.cause}.")
+    if incident.suggestion:
+        lines.append(f"What to do: {incident.suggestion}.")
+    return "\n".join(lines)
+
+
+def annotations_of(incident: Incident, report_template: str = "", runbook_base: str = "") -> dict[str, str]:
+    """What the latest event says: summary, description, runbook, cause, suggestion, figures, the report link."""
     notes: dict[str, str] = {
         "summary": incident.summary,
+        "description": description(incident),
+        "runbook_url": runbook_url(incident.rule, runbook_base),
         "incident_id": incident.incident_id,
         "state": incident.state,
         "severity": incident.severity,

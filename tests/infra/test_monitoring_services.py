@@ -26,11 +26,12 @@ def test_ports_come_from_the_environment_and_must_not_collide(tmp_path: Path) ->
         InfraConfig(home=tmp_path, prometheus_port=19092)
 
 
-def test_alertmanager_config_groups_by_rule_and_job_and_notifies_nobody(tmp_path: Path) -> None:
+def test_alertmanager_config_routes_incidents_and_worker_alerts_apart(tmp_path: Path) -> None:
     text = AlertmanagerServer(InfraConfig(home=tmp_path)).render_config()
     config = json.loads(text.split("\n", 1)[1])  # JSON is YAML; the first line is a comment
-    assert config["route"]["group_by"] == ["alertname", "job"]
-    assert config["receivers"] == [{"name": "steplens-null"}]
+    assert config["route"]["group_by"] == ["alertname", "training_job"]
+    assert [r["matchers"] for r in config["route"]["routes"]] == [['training_job=~".+"'], ['job="steplens"']]
+    assert {r["name"] for r in config["receivers"]} == {"steplens-null", "steplens-training", "steplens-workers"}
 
 
 def test_prometheus_targets_are_files_it_discovers(tmp_path: Path) -> None:

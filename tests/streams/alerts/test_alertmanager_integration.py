@@ -59,7 +59,7 @@ def _get(url: str, path: str, **query: Any) -> Any:
 
 def _alerts(url: str, job: str) -> dict[str, dict[str, Any]]:
     """Active alerts of `job` by incident id (asserting one alert per incident)."""
-    alerts = _get(url, "/api/v2/alerts", filter=f'job="{job}"')
+    alerts = _get(url, "/api/v2/alerts", filter=f'training_job="{job}"')
     ids = [a["labels"]["incident_id"] for a in alerts]
     assert len(ids) == len(set(ids)), f"two alerts for one incident: {ids}"
     return {a["labels"]["incident_id"]: a for a in alerts}
@@ -98,16 +98,20 @@ def test_incidents_appear_grouped_update_resolve_and_survive_a_restart_without_d
     alerts = _alerts(url, job)
     assert sorted(alerts) == [a.incident_id, b.incident_id]
     got = alerts[a.incident_id]
-    assert got["labels"] == {"alertname": "SLOW_RANK", "job": job, "scope": "rank", "severity": "warning",
-                             "incident_id": a.incident_id, "host": "node-1", "rank": "3", "group": "dp/1",
-                             "device": "3"}
+    assert got["labels"] == {"alertname": "SteplensSlowRank", "rule": "SLOW_RANK", "training_job": job,
+                             "scope": "rank", "severity": "warning", "incident_id": a.incident_id, "host": "node-1",
+                             "rank": "3", "group": "dp/1", "device": "3"}
+    assert got["annotations"]["runbook_url"].endswith("docs/runbooks.md#slow_rank")
+    assert got["annotations"]["description"].startswith("rank 3 is slow\n")
     assert got["annotations"]["summary"] == "rank 3 is slow"
     assert got["annotations"]["cause"] == "straggler" and got["annotations"]["suggestion"] == "check node-1"
     assert got["annotations"]["report"] == f"steplens incidents --job {job} --rule SLOW_RANK"
     assert got["status"]["state"] == "active"
     # grouped by rule and training job: one group holding both
-    groups = [g for g in _get(url, "/api/v2/alerts/groups", filter=f'job="{job}"')]
-    assert [(g["labels"], len(g["alerts"])) for g in groups] == [({"alertname": "SLOW_RANK", "job": job}, 2)]
+    groups = [g for g in _get(url, "/api/v2/alerts/groups", filter=f'training_job="{job}"')]
+    assert [(g["labels"], len(g["alerts"])) for g in groups] == [
+        ({"alertname": "SteplensSlowRank", "training_job": job}, 2)]
+    assert {r["name"] for a in alerts.values() for r in a["receivers"]} == {"steplens-training"}
 
     # a worsens (an update: severity and summary change), b resolves
     later = time.time_ns()
@@ -176,12 +180,37 @@ def test_the_demo_jobs_incidents_appear_grouped_and_resolve(
     _produce(settings, [e for e in events if e.state != "resolved"])
     AlertBridge(settings, url, once=True).run()
     assert set(_alerts(url, unique_name)) == ids
-    groups = _get(url, "/api/v2/alerts/groups", filter=f'job="{unique_name}"')
-    assert sorted((g["labels"]["alertname"], len(g["alerts"])) for g in groups) == [("SLOW_RANK", 1),
-                                                                                     ("SLOW_STEP", 2)]
-    [straggler] = [a for a in _alerts(url, unique_name).values() if a["labels"]["alertname"] == "SLOW_RANK"]
+    groups = _get(url, "/api/v2/alerts/groups", filter=f'training_job="{unique_name}"')
+    assert sorted((g["labels"]["alertname"], len(g["alerts"])) for g in groups) == [("SteplensSlowRank", 1),
+                                                                                     ("SteplensSlowStep", 2)]
+    [straggler] = [a for a in _alerts(url, unique_name).values() if a["labels"]["rule"] == "SLOW_RANK"]
     assert straggler["labels"]["rank"] == "37" and straggler["labels"]["host"] == "node-4"
 
     _produce(settings, [e for e in events if e.state == "resolved"])
     AlertBridge(settings, url, once=True).run()
     assert _alerts(url, unique_name) == {}  # every incident resolved: no alert of the job is active
+
+
+def test_routes_on_training_job_and_on_the_scrape_job_stay_apart(
+    kafka_settings: Settings, alertmanager_service: AlertmanagerServer, unique_name: str
+) -> None:
+    """An incident's alert reaches the route matching `training_job`; steplens' own worker alert,
+    labelled `job="steplens"` as Prometheus labels its scrape job, reaches the workers' route only
+    (with the training job under `job`, as before, a route on `job` took both)."""
+    settings = _settings(kafka_settings, unique_name)
+    url = alertmanager_service.url
+    a, _ = _pair(unique_name)
+    _produce(settings, [a])
+    AlertBridge(settings, url, once=True).run()
+    worker = [{"labels": {"alertname": "SteplensWorkerDown", "job": "steplens", "instance": f"{unique_name}:9465",
+                          "severity": "critical"},
+               "annotations": {"summary": "a steplens worker is down"}}]
+    request = urllib.request.Request(f"{url}/api/v2/alerts", data=json.dumps(worker).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        assert resp.status == 200
+    [incident_alert] = _alerts(url, unique_name).values()
+    assert [r["name"] for r in incident_alert["receivers"]] == ["steplens-training"]
+    assert "job" not in incident_alert["labels"]
+    [worker_alert] = _get(url, "/api/v2/alerts", filter=f'instance="{unique_name}:9465"')
+    assert [r["name"] for r in worker_alert["receivers"]] == ["steplens-workers"]

@@ -14,10 +14,16 @@ T0 = 1_800_000_000 * S
 
 def test_labels_name_the_incident_and_annotations_describe_it() -> None:
     inc = incident(incident_id="i-1", job="j", ranks=[3], detected_ns=T0)
-    assert labels_of(inc) == {"alertname": "SLOW_RANK", "job": "j", "scope": "rank", "severity": "warning",
-                              "incident_id": "i-1", "host": "node-1", "rank": "3", "group": "dp/1",
-                              "device": "3"}
+    assert labels_of(inc) == {"alertname": "SteplensSlowRank", "rule": "SLOW_RANK", "training_job": "j",
+                              "scope": "rank", "severity": "warning", "incident_id": "i-1", "host": "node-1",
+                              "rank": "3", "group": "dp/1", "device": "3"}
+    assert "job" not in labels_of(inc)  # Prometheus' scrape job: never the training job
     notes = annotations_of(inc)
+    assert notes["runbook_url"].startswith("file://") and notes["runbook_url"].endswith("docs/runbooks.md#slow_rank")
+    assert annotations_of(inc, runbook_base="https://docs.example/runbooks.html")["runbook_url"] == \
+        "https://docs.example/runbooks.html#slow_rank"
+    assert notes["description"].splitlines() == ["rank 3 is slow", "training job j, scope rank, steps 10-12",
+                                                 "Likely cause: straggler.", "What to do: check the host."]
     assert notes["summary"] == "rank 3 is slow" and notes["cause"] == "straggler"
     assert notes["suggestion"] == "check the host" and notes["incident_id"] == "i-1"
     assert notes["steps"] == "10-12" and notes["figures"] == "observed 1250, expected 1000, threshold 1100 ms"
@@ -102,3 +108,16 @@ def test_a_reopened_incident_fires_again_as_the_same_alert() -> None:
     book.apply(incident(incident_id="a", state="update", detected_ns=T0 + 2 * S))
     [(_, body)] = book.due(T0 + 3 * S)
     assert body["endsAt"] > rfc3339(T0 + 3 * S)
+
+
+def test_alert_names_are_camel_case_and_every_rule_has_a_runbook_section() -> None:
+    from schemas.incident import RULE_IDS
+    from streams.alerts.mapping import RUNBOOK, alert_name
+
+    assert alert_name("R4") == "SteplensKernelEfficiency" and alert_name("HUNG_HOST") == "SteplensHungHost"
+    names = [alert_name(rule) for rule in RULE_IDS]
+    assert len(set(names)) == len(names)
+    assert all(n.isalnum() and n[0].isupper() and n.startswith("Steplens") for n in names)
+    text = RUNBOOK.read_text()
+    missing = [rule for rule in RULE_IDS if f'<a id="{rule.lower()}"></a>' not in text]
+    assert not missing, f"docs/runbooks.md has no section for {missing}"
