@@ -53,6 +53,8 @@ I64 = npt.NDArray[np.int64]
 DEPENDENCY_WINDOW_US = 20.0
 # host calls that block the CPU until the device catches up (Kineto runtime names)
 _SYNC_CALL = re.compile(r"(Synchronize$)|(^cudaMemcpy$)|(^aclrtSynchronize)")
+# a host step ending within this share of its duration after the device's last kernel waited for it
+STEP_END_SYNC_SHARE = 0.05
 # the communication stream of a rank whose dump names no streams
 NO_STREAM_COMM = -2
 # a collective kernel and the collective list's entry are one call when their starts are this close
@@ -79,6 +81,7 @@ class RankTasks:
     steps: list[Step]
 
     occurrence: I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    end_sync: dict[int, tuple[float, float]] = field(default_factory=dict)  # step index -> its end's sync
 
     def key(self, i: int) -> str:
         """The duration model's key: the kernel name, and a collective's size when known."""
@@ -127,14 +130,28 @@ def rank_tasks(profiles: Sequence[Profile]) -> list[RankTasks]:
                     coll[comm[j]] = cid
         rt = p.runtime
         sync_rows = [i for i in range(len(rt)) if _SYNC_CALL.search(p.names[int(rt.name[i])])] if len(rt) else []
-        syncs = np.array([[rt.ts[i], rt.ts[i] + rt.dur[i]] for i in sync_rows]).reshape(-1, 2)
-        syncs = syncs[np.argsort(syncs[:, 1])] if syncs.size else syncs
+        sync_list = [(float(rt.ts[i]), float(rt.ts[i] + rt.dur[i])) for i in sync_rows]
+        end_sync: dict[int, tuple[float, float]] = {}
+        task_steps = steps[keep]
+        for si, st in enumerate(p.steps):
+            sel = task_steps == si
+            if not sel.any():
+                continue
+            last = float((ts + dur)[sel].max())
+            if last <= st.end <= last + STEP_END_SYNC_SHARE * st.dur:
+                # the host's step ended right after the device's last kernel: it waited for it (loss.item(),
+                # an optimizer sync). A blocking sync from its last launch (else the step's start) until then.
+                launched = launch[sel][np.isfinite(launch[sel])]
+                end_sync[si] = (float(launched.max()) if launched.size else st.ts, last)
+                sync_list.append(end_sync[si])
+        syncs = np.array(sorted(sync_list, key=lambda x: x[1])).reshape(-1, 2)
         # a dump without streams (torch_npu level 0: every task on -1): paper 001's two streams per rank,
         # collectives on their own, else a 70 ms all-reduce would hold every compute kernel behind it
         stream = k.stream[keep].copy()
         stream[(stream < 0) & (kind == COMMUNICATION)] = NO_STREAM_COMM
         task = RankTasks(rank=rank, ts=ts, dur=dur, launch=launch, stream=stream, kind=kind,
-                         step=steps[keep], name=[p.names[int(n)] for n in k.name[keep]], nbytes=nbytes, coll=coll,
+                         step=task_steps, end_sync=end_sync, name=[p.names[int(n)] for n in k.name[keep]],
+                         nbytes=nbytes, coll=coll,
                          syncs=syncs, steps=list(p.steps) or [Step(0, float(k.ts.min(initial=0.0)), 0.0)])
         seen: dict[tuple[int, str], int] = {}
         occ = np.zeros(ts.size, dtype=np.int64)
@@ -400,7 +417,9 @@ def predict_trace(tasks: Sequence[RankTasks], dur: Sequence[F64], how: Sequence[
     """Every rank-step's expected vs observed time and phases, given each task's expected duration.
 
     A step runs from its host start (the `ProfilerStep` annotation) to the later of its host end and
-    its last kernel's end; predicted, both host ends move with the CPU's predicted shift.
+    its last kernel's end; predicted, both host ends move with the CPU's predicted shift. A host step
+    that ended right after its last kernel (`RankTasks.end_sync`) waited for the device: predicted, it
+    ends when the predicted device does (or the CPU's last launch, if later) plus the host's own tail.
     """
     sched = simulate(tasks, dur)
     out: list[StepPrediction] = []
@@ -415,7 +434,11 @@ def predict_trace(tasks: Sequence[RankTasks], dur: Sequence[F64], how: Sequence[
             shift_end = float(sched.shift[r][idx[-1]])
             lo_obs, hi_obs = step.ts, max(step.end, float(obs_end[sel].max()))
             lo_exp = step.ts + (shift_start if si > 0 else 0.0)
-            hi_exp = max(step.end + shift_end, float(sched.end[r][sel].max()))
+            last_exp = float(sched.end[r][sel].max())
+            if si in t.end_sync:
+                s0, s1 = t.end_sync[si]
+                shift_end = max(s0 + shift_end, last_exp) - s1
+            hi_exp = max(step.end + shift_end, last_exp)
             observed = _phases(t, sel, t.ts, t.dur, lo_obs, hi_obs)
             expected = _phases(t, sel, sched.start[r], sched.end[r] - sched.start[r], lo_exp, hi_exp)
             sums = [float(np.nansum(dur[r][sel & (t.stream == s)])) for s in np.unique(t.stream[sel]).tolist()]

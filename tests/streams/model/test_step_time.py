@@ -140,3 +140,41 @@ def test_collective_with_a_member_that_never_arrives_in_order() -> None:
     sched = simulate([r0, r1], [np.array([10.0, 5.0, 5.0])] * 2)
     for r in (0, 1):
         assert np.isfinite(sched.end[r]).all() and (sched.end[r] >= sched.start[r]).all()
+
+
+def test_host_step_that_waited_for_the_device_moves_with_it() -> None:
+    # the host's step ends 1 µs after the last kernel (it synchronised): predicted slower kernels end it later;
+    # a host step ending long after the device (host-bound) keeps its own end
+    synced = rank_tasks_of([(0, 40, CP, -1, "A"), (40, 60, CP, -1, "B")], step_dur=101.0)
+    slow = predict_trace([synced], [np.array([40.0, 120.0])], [np.full(2, 2, dtype=np.int8)])
+    assert abs(slow[0].expected.step_ms - 0.161) < 1e-9 and abs(slow[0].observed.step_ms - 0.101) < 1e-9
+    host = rank_tasks_of([(0, 40, CP, -1, "A"), (40, 60, CP, -1, "B")], step_dur=1000.0)
+    same = predict_trace([host], [np.array([40.0, 120.0])], [np.full(2, 2, dtype=np.int8)])
+    assert abs(same[0].expected.step_ms - 1.0) < 1e-9
+
+
+def rank_tasks_of(rows: list[tuple[float, float, int, int, str]], step_dur: float) -> RankTasks:
+    t = _rank(0, rows)
+    t.steps = [Step(0, 0.0, step_dur)]
+    last = float((t.ts + t.dur).max())
+    if last <= step_dur <= last * 1.05:
+        t.end_sync = {0: (0.0, last)}
+    return t
+
+
+def test_real_kineto_pair_baseline_underestimates() -> None:
+    from streams.profiles.importers.kineto import parse_kineto
+
+    root = REAL / "kineto-hta"
+    tasks = rank_tasks([parse_kineto(root / f"trace_filter_sampled_rank-{r}.json.gz") for r in (0, 1)])
+    durs, hows = [], []
+    for r in (0, 1):
+        d, h = fit_durations([(tasks[1 - r], np.ones(tasks[1 - r].ts.size, dtype=bool))], "other").predict(tasks[r])
+        durs.append(d)
+        hows.append(h)
+    preds = predict_trace(tasks, durs, hows)
+    assert len(preds) == 4 and all(t.end_sync for t in tasks)  # each step's host end waited for the device
+    for p in preds:
+        device = p.observed.compute_ms + p.observed.comm_exposed_ms
+        assert p.baseline_ms < 0.7 * device  # paper 001: summing streams misses the waits
+        assert p.error < 0.05
