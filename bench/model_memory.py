@@ -13,6 +13,9 @@ PyTorch's SDPA, which on CPU is the flash kernel), fp32 everywhere, an untied LM
 with gradient buckets, `zero_grad(set_to_none=True)` between forward and backward, and the
 loop holding `out` (the logits).
 
+`layer_cases`: the branches the workload does not take (dropout, GeLU, CPU SDPA's math path),
+checked on one real nn.TransformerEncoderLayer: the bytes its forward leaves for backward.
+
 `python -m bench.model_memory` prints `memory_section()` as JSON; `--measure` is the child.
 """
 
@@ -120,6 +123,67 @@ def step_peaks(events: list[dict[str, Any]]) -> dict[str, Any]:
     return {"peaks": peaks, "where": where}
 
 
+# One nn.TransformerEncoderLayer in train mode, its forward's saved tensors measured: the branches
+# the workload does not take (attention and FFN dropout, which send CPU SDPA to its math path; GeLU).
+LAYER_CASES: dict[str, dict[str, Any]] = {
+    f"s{s}_b{b}_h{h}_a{a}_f{f}_{act}_p{p}": {"seq": s, "batch": b, "hidden": h, "heads": a, "ffn": f,
+                                             "activation": act, "dropout": p}
+    for (s, b, h, a, f) in ((128, 4, 256, 4, 1024), (256, 2, 128, 8, 200))
+    for act in ("gelu", "relu") for p in (0.0, 0.1)
+}
+
+
+def layer_shape(c: dict[str, Any]) -> ModelShape:
+    """nn.TransformerEncoderLayer as the model sees it: CPU SDPA is flash without dropout, math with it;
+    the CPU dropout kernel keeps an fp32 mask; the layer has a dropout inside its FFN."""
+    drop = c["dropout"] > 0
+    return ModelShape(params=0, layers=1, hidden=c["hidden"], heads=c["heads"], ffn=c["ffn"], seq=c["seq"],
+                      micro_batch=c["batch"], precision=4, dropout=drop, mask_bytes=4, ffn_dropout=True,
+                      activation=c["activation"], attention="math" if drop else "flash")
+
+
+def layer_saved_bytes(c: dict[str, Any]) -> float:
+    """Bytes one real layer's forward leaves allocated for backward (the CPU allocator's events, via the
+    profiler), less its input and output."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(c["hidden"], c["heads"], c["ffn"], dropout=c["dropout"],
+                                       activation=c["activation"], batch_first=True).train()
+    with (tempfile.TemporaryDirectory(prefix="steplens-layer-") as tmp,
+          torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof):
+        x = torch.randn(c["batch"], c["seq"], c["hidden"], requires_grad=True)
+        y = layer(x)
+        prof.stop()
+        trace = Path(tmp, "layer.json")
+        prof.export_chrome_trace(str(trace))
+        events = orjson.loads(trace.read_bytes())["traceEvents"]
+    # the allocator's running total carries earlier sessions of this process: count this session's
+    # own allocations still live at its end instead
+    live: dict[int, int] = {}
+    for e in sorted((e for e in events if e.get("name") == "[memory]"), key=lambda e: float(e["ts"])):
+        addr, nbytes = int(e["args"]["Addr"]), int(e["args"]["Bytes"])
+        if nbytes > 0:
+            live[addr] = nbytes
+        else:
+            live.pop(addr, None)
+    return float(sum(live.values())) - float(x.nbytes + y.nbytes)
+
+
+def layer_section() -> dict[str, dict[str, object]]:
+    """Per LAYER_CASES case: measured and expected saved bytes of one layer."""
+    from streams.model.memory import Layout, layer_activation_bytes
+
+    rows: dict[str, dict[str, object]] = {}
+    for name, c in LAYER_CASES.items():
+        measured = layer_saved_bytes(c)
+        expected = layer_activation_bytes(layer_shape(c), Layout())
+        rows[name] = {"expected_mb": expected / 1e6, "measured_mb": measured / 1e6,
+                      "error": abs(expected - measured) / measured, "device": "cpu", **c}
+    return rows
+
+
 def _measure(c: dict[str, int], out: str) -> None:
     from torch.multiprocessing.spawn import spawn
 
@@ -161,7 +225,10 @@ def memory_section(cases: dict[str, dict[str, int]] | None = None) -> dict[str, 
                 "params": workload_params(c), "steps_measured": len(steady), **c,
             }
     seed = seed004_static(7e9, 8)
+    layers = layer_section()
     return {
+        "layer_error_max": max(float(r["error"]) for r in layers.values()),  # type: ignore[arg-type]
+        "layer_cases": layers,
         "memory_error": math.exp(sum(math.log(max(e, 1e-12)) for e in errors) / len(errors)),
         "memory_error_max": max(errors),
         "memory_cases": rows,

@@ -28,7 +28,7 @@ from typing import Literal
 
 Optimizer = Literal["adam", "sgd", "none"]
 Recompute = Literal["none", "selective", "full"]
-Attention = Literal["eager", "flash"]
+Attention = Literal["eager", "math", "flash"]
 Activation = Literal["gelu", "relu", "swiglu"]
 GradLifetime = Literal["keep", "before_forward", "before_backward", "fused"]
 OptimizerImpl = Literal["for_loop", "foreach", "fused"]
@@ -40,6 +40,9 @@ PHASES = ("forward_end", "backward_start", "optimizer")
 # ReLU's backward reads its own output, which is also the next linear's input (one);
 # SwiGLU keeps the gate and up projections, silu(gate) and their product (four).
 _FFN_SAVED: dict[str, int] = {"gelu": 2, "relu": 1, "swiglu": 4}
+# With a dropout between the activation and the second linear (torch.nn.TransformerEncoderLayer),
+# the second linear keeps the dropout's output instead: ReLU then keeps two as well.
+_FFN_SAVED_INNER_DROPOUT: dict[str, int] = {"gelu": 2, "relu": 2, "swiglu": 4}
 
 # Optimizer states per parameter (Adam: momentum and variance; SGD: momentum).
 _OPT_STATES: dict[str, int] = {"adam": 2, "sgd": 1, "none": 0}
@@ -59,8 +62,12 @@ class ModelShape:
     `dropout`: the model trains with dropout, so every dropout keeps a mask of `mask_bytes`
     per element (1 in the seed: a byte mask; PyTorch's CPU kernel keeps a full-precision one).
     `attention`: "eager" keeps the a·s² softmax (and its dropout) for backward — the seed's
-    5as/h term; "flash" (FlashAttention, PyTorch's SDPA flash/memory-efficient kernels) keeps
-    only its output and a fp32 log-sum-exp per (batch, head, position).
+    5as/h term; "math" is PyTorch's SDPA fallback (what CPU SDPA uses with attention dropout):
+    eager plus the scaled copies of Q and K it multiplies; "flash" (FlashAttention, PyTorch's
+    SDPA flash/memory-efficient kernels) keeps only its output and a fp32 log-sum-exp per
+    (batch, head, position). `ffn_dropout`: a dropout between the FFN's activation and its
+    second linear (torch.nn.TransformerEncoderLayer has one, GPT/Megatron do not), keeping an
+    ffn-wide mask and output.
     `loss_bytes`: the log-probabilities' element (cross-entropy runs in fp32 under autocast).
     `largest_param`: elements of the largest single weight tensor (the for-loop optimizer's
     temporaries are sized by it); by default the largest of the embedding, an FFN matrix and
@@ -85,6 +92,7 @@ class ModelShape:
     activation: Activation = "gelu"
     attention: Attention = "eager"
     dropout: bool = True
+    ffn_dropout: bool = False
     mask_bytes: int = 1
     loss_bytes: int = 4
     largest_param: float | None = None
@@ -229,6 +237,10 @@ def layer_activation_bytes(shape: ModelShape, layout: Layout) -> float:
     them too. Selective recompute drops the a·s² terms; full recompute keeps the layer's
     input only (the seed's 2sbh), plus, transiently, one layer's activations during its
     recomputation (`_recompute_transient`).
+
+    PyTorch's own layer (`ffn_dropout`, `attention="math"`) adds an ffn-wide mask and output
+    and the scaled Q, K copies; checked against a real nn.TransformerEncoderLayer's saved
+    tensors in tests/bench/test_model_memory.py.
     """
     s, b, h, a = shape.seq, shape.micro_batch, shape.hidden, shape.heads
     e, m = shape.precision, shape.mask_bytes if shape.dropout else 0
@@ -241,7 +253,14 @@ def layer_activation_bytes(shape: ModelShape, layout: Layout) -> float:
     # whole under TP: attention input, FFN input, two LayerNorm inputs; two dropout masks
     whole = e * 4 * sbh + 2 * m * sbh
     # split under TP: Q, K, V, the context, the FFN's inner tensors
-    split = e * (2 + 2 * g) * sbh + e * _FFN_SAVED[shape.activation] * s * b * shape.ffn_width
+    sbf = s * b * shape.ffn_width
+    if shape.ffn_dropout and shape.dropout:
+        ffn = e * _FFN_SAVED_INNER_DROPOUT[shape.activation] * sbf + m * sbf
+    else:
+        ffn = e * _FFN_SAVED[shape.activation] * sbf
+    split = e * (2 + 2 * g) * sbh + ffn
+    if shape.attention == "math":
+        split += e * (1 + g) * sbh  # q·√scale and k·√scale, the tensors its first matmul saves
     if shape.recompute == "selective":
         quad = 0.0
     elif shape.attention == "flash":

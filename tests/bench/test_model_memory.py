@@ -50,3 +50,15 @@ def test_memory_section_on_a_real_tiny_run() -> None:
     assert err < 0.10, row  # the acceptance bar, on a model the cases in CASES never saw
     assert out["seed004_7b"] == {"no_parallel_gb": 70.0, "optimizer_parallel_gb": 8.75,
                                  "optimizer_parallel_grad_accum_gb": 22.75}
+
+
+def test_a_real_layer_with_dropout_and_gelu_matches_the_table() -> None:
+    """The branches the workload does not take: attention/FFN dropout (CPU SDPA's math path), GeLU."""
+    from bench.model_memory import LAYER_CASES, layer_saved_bytes, layer_shape
+    from streams.model.memory import Layout, layer_activation_bytes
+
+    for name in ("s256_b2_h128_a8_f200_gelu_p0.1", "s128_b4_h256_a4_f1024_relu_p0.0"):
+        c = LAYER_CASES[name]
+        measured = layer_saved_bytes(c)
+        expected = layer_activation_bytes(layer_shape(c), Layout())
+        assert abs(expected - measured) / measured < 0.01, (name, expected, measured)

@@ -181,3 +181,21 @@ def test_logits_held_by_the_loop_count_at_the_optimizer_step() -> None:
     free = expected_peak_bytes(shape, Layout(holds_output=False))
     assert held.phase == free.phase == "optimizer"
     assert held.total - free.total == 4 * 16 * 2 * 32000
+
+
+def test_pytorch_math_attention_and_inner_ffn_dropout() -> None:
+    """PyTorch's SDPA math path keeps scaled Q and K copies; a dropout inside the FFN keeps its mask
+    and output, so ReLU keeps two ffn-wide tensors as GeLU does."""
+    s, b, h, a, f = 256, 2, 512, 8, 1536
+    sbh, sbf = s * b * h, s * b * f
+    base = gpt(s, b, h, a, ffn=f, precision=4, mask_bytes=4, kv_heads=2)
+    for t in (1, 4):
+        lay = Layout(tp=t)
+        math_path = layer_activation_bytes(replace(base, attention="math"), lay) - layer_activation_bytes(base, lay)
+        assert math.isclose(math_path, 4 * (1 + 2 / 8) * sbh / t, rel_tol=1e-12)
+    relu = replace(base, activation="relu")
+    inner = layer_activation_bytes(replace(relu, ffn_dropout=True), Layout()) - layer_activation_bytes(relu, Layout())
+    assert math.isclose(inner, 4 * sbf + 4 * sbf, rel_tol=1e-12)  # one more fp32 tensor and an fp32 mask
+    no_drop = replace(relu, dropout=False)
+    assert layer_activation_bytes(replace(no_drop, ffn_dropout=True), Layout()) == layer_activation_bytes(
+        no_drop, Layout())
