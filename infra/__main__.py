@@ -25,9 +25,18 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m infra",
         description="Project-local Kafka (KRaft), ClickHouse, Alertmanager and Prometheus on 127.0.0.1.",
-        epilog="Environment: STEPLENS_HOME, STEPLENS_KAFKA_PORT, STEPLENS_KAFKA_CONTROLLER_PORT, "
-        "STEPLENS_CLICKHOUSE_TCP_PORT, STEPLENS_CLICKHOUSE_HTTP_PORT, "
-        "STEPLENS_CLICKHOUSE_INTERSERVER_PORT, STEPLENS_ALERTMANAGER_PORT, STEPLENS_PROMETHEUS_PORT.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="environment (defaults in brackets):\n"
+        "  STEPLENS_HOME                         where services keep data and logs [./.steplens]\n"
+        "  STEPLENS_KAFKA_PORT                   the broker's listener [19092]; the clients follow it\n"
+        "                                        unless STEPLENS_KAFKA_BOOTSTRAP names another broker\n"
+        "  STEPLENS_KAFKA_CONTROLLER_PORT        KRaft controller [19093]\n"
+        "  STEPLENS_CLICKHOUSE_TCP_PORT          ClickHouse native protocol [19000]\n"
+        "  STEPLENS_CLICKHOUSE_HTTP_PORT         ClickHouse HTTP [18123]\n"
+        "  STEPLENS_CLICKHOUSE_INTERSERVER_PORT  ClickHouse interserver [19009]\n"
+        "  STEPLENS_ALERTMANAGER_PORT            Alertmanager [19094]\n"
+        "  STEPLENS_PROMETHEUS_PORT              Prometheus [19090]\n"
+        "  STEPLENS_CLUSTER_*                    the loopback cluster's ports (docs/scaling.md)",
     )
     parser.add_argument("command", choices=("up", "down", "status", "rotate", "wipe"))
     parser.add_argument("target", nargs="?", help="rotate: kafka:<principal> or clickhouse:<user>")

@@ -411,6 +411,9 @@ def _apply(obj: Any, values: Mapping[str, Any], where: str) -> Any:
 def load_settings(env: Mapping[str, str] | None = None, toml_path: Path | None = None) -> Settings:
     """Defaults, then the TOML file (STEPLENS_CONFIG or `toml_path`), then STEPLENS_* variables.
 
+    STEPLENS_KAFKA_PORT, which moves the local broker, moves the clients' bootstrap with it unless
+    STEPLENS_KAFKA_BOOTSTRAP or the TOML file names one.
+
     Detection thresholds can also be set per variable: STEPLENS_DETECTION_<NAME>.
     """
     env = os.environ if env is None else env
@@ -420,6 +423,10 @@ def load_settings(env: Mapping[str, str] | None = None, toml_path: Path | None =
         with open(path, "rb") as fh:
             settings = _apply(settings, tomllib.load(fh), "")
     top: dict[str, Any] = {key: env[var] for var, (_, key) in _ENV.items() if env.get(var)}
+    if env.get("STEPLENS_KAFKA_PORT") and "kafka_bootstrap" not in top and \
+            settings.kafka_bootstrap == Settings().kafka_bootstrap:
+        # one setting moves the broker (infra/config.py) and its clients together
+        top["kafka_bootstrap"] = f"127.0.0.1:{env['STEPLENS_KAFKA_PORT'].strip()}"
     detection = {
         f.name: env[f"STEPLENS_DETECTION_{f.name.upper()}"]
         for f in fields(DetectionConfig)

@@ -67,3 +67,24 @@ def test_a_pickled_detection_config_restores_by_name_whatever_fields_came_or_wen
     added_since = {"batch_gather_s", "snapshot_max_share", "snapshot_interval_max_s"}
     old.__setstate__([getattr(cfg, f.name) for f in dc_fields(cfg) if f.name not in added_since])
     assert old == DetectionConfig(r10_min_ratio=0.25, r1_k=7.0)
+
+
+def test_the_kafka_port_moves_the_clients_too() -> None:
+    """STEPLENS_KAFKA_PORT moved the broker while the clients still bootstrapped to 19092 (issue #46)."""
+    from infra.settings import load_settings
+
+    assert load_settings({}).kafka_bootstrap == "127.0.0.1:19092"
+    assert load_settings({"STEPLENS_KAFKA_PORT": "29092"}).kafka_bootstrap == "127.0.0.1:29092"
+    named = {"STEPLENS_KAFKA_PORT": "29092", "STEPLENS_KAFKA_BOOTSTRAP": "kafka-1:9092"}
+    assert load_settings(named).kafka_bootstrap == "kafka-1:9092"
+
+
+def test_infra_help_lists_the_environment(capsys: pytest.CaptureFixture[str]) -> None:
+    from infra.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for name in ("STEPLENS_HOME", "STEPLENS_KAFKA_PORT", "STEPLENS_KAFKA_BOOTSTRAP", "STEPLENS_PROMETHEUS_PORT"):
+        assert name in out
