@@ -85,7 +85,11 @@ class DetectionConfig:
     rule_open_after: int = 3         # flagged steps before a rule-only incident opens (R4–R10 per rank)
     r1_k: int = 3                    # R1: consecutive samples outside [L, U]
     r1_temp_max_c: float = 85.0
-    r1_mem_max_pct: float = 90.0     # spec §4: memory >= 90 % is the memory-mismanagement symptom
+    r1_mem_max_pct: float = 90.0     # spec §4: memory >= 90 % is the memory-mismanagement symptom; judged only
+    #                                  on a device whose memory rose into the band during the run (its level, the
+    #                                  median of r1_mem_baseline_samples samples after r2_warmup_mem_pct, under
+    #                                  the bound): a job that keeps HBM at 95-97 % by design raises nothing
+    r1_mem_baseline_samples: int = 20
     r1_power_max_w: float = 0.0
     r1_aicore_min_pct: float = 30.0  # spec §4 unbalanced scheduling: some cores 100 %, others <= 30 %
     r1_membw_min_pct: float = 25.0   # spec §4 memory bottleneck "< 40 %": under the healthy band (38 % at the
@@ -113,6 +117,16 @@ class DetectionConfig:
     #                                  (a checkpoint, an evaluation, a job-wide stall) and the next tick
     #                                  are left out: hosts sample at their own phase and clocks, so such
     #                                  a tick mixes devices sampled before and after the change
+    # OOM forecast (streams/detect/rules/oom_forecast.py, issue #44): a device whose T6 trend reaches 100 %
+    # within the horizon; told in steps, converted with the job's recent step time (device samples are timed)
+    oom_horizon_steps: float = 200.0  # forecast a run-out this many steps ahead at most (a steady creep is
+    #                                   caught as soon as its trend is significant: >= 50 steps ahead at 0.05-0.3
+    #                                   %/step from 70-94 %; gc_leak's +0.1 %/step from ~72 % is ~260 steps out)
+    oom_min_growth_pct_per_step: float = 0.01  # slower growth is no leak (200 steps to gain 2 %)
+    oom_window: int = 60             # samples per device the trend is fitted on (~1 per second)
+    oom_min_samples: int = 30        # samples in the window before a verdict
+    oom_t_min: float = 8.0           # the least-squares slope's t statistic (a leak of 0.05 %/step under
+    #                                  0.3 % noise is t ~ 19 over 60 samples; flat noise stays under 5)
     r3_warmup: int = 50              # R3 W
     r3_length: int = 50              # R3 L
     r3_k: float = 2.0                # R3 k (spec: 2–3; 3 missed a 25 % drop behind one eval step in the first window)
@@ -188,6 +202,8 @@ _ADDED_SINCE_LIST_STATE = frozenset({"batch_gather_s", "snapshot_max_share", "sn
 _ADDED_SINCE_LIST_STATE |= {"reference_models", "expected_warmup_steps", "expected_steps", "expected_decide_by",
                             "expected_share", "expected_comm_ratio", "expected_compute_ratio", "expected_refit_s",
                             "expected_min_jobs"}
+_ADDED_SINCE_LIST_STATE |= {"r1_mem_baseline_samples", "oom_horizon_steps", "oom_min_growth_pct_per_step",
+                            "oom_window", "oom_min_samples", "oom_t_min"}
 _DETECTION_LIST_STATE = tuple(f.name for f in fields(DetectionConfig) if f.name not in _ADDED_SINCE_LIST_STATE)
 
 

@@ -19,6 +19,7 @@ Scope = Literal["job", "domain", "group", "rank", "device", "host", "link", "sta
 # Rule ids: R1–R10 from the spec, plus the Hermes cluster analyses.
 RULE_IDS = (
     "R1", "R2", "R3", "R4", "R5", "R6", "R7", "R8", "R9", "R10",
+    "OOM",  # issue #44: a device whose memory trend reaches its capacity within the forecast horizon
     "SLOW_STEP", "SLOW_RANK",
     # contract 1.1: the fleet-scale scopes
     "SLOW_HOST", "SLOW_GROUP", "SLOW_LINK", "SLOW_STAGE", "HUNG_RANK", "HUNG_HOST", "DIAGNOSIS",

@@ -181,6 +181,7 @@ class FaultOutcome:
     incidents: int
     delay_steps: float | None
     delay_s: float | None
+    lead_steps: float | None = None  # a forecast fault (`oom_step` in its magnitude): steps from detection to it
 
 
 @dataclass(slots=True)
@@ -205,17 +206,19 @@ def score_run(truth: RunTruth, incidents: list[IncidentView]) -> RunScore:
         matched.update(i.incident_id for i in hits)
         expected = set(fault.get("rules") or [])
         found_rules = set().union(*(i.rules for i in hits)) if hits else set()
-        delay_steps = delay_s = None
+        delay_steps = delay_s = lead_steps = None
         if hits:
             first = min(hits, key=lambda i: i.first_detected_ns)
             step_at = first.first_step_last if first.first_step_last is not None else fault["start_step"]
             delay_steps = float(max(0, int(step_at) - int(fault["start_step"])))
+            if "oom_step" in (fault.get("magnitude") or {}):  # a forecast: how far ahead of the crash it came
+                lead_steps = float(fault["magnitude"]["oom_step"]) - int(step_at)
             if truth.paced and n in truth.onset_ns:
                 delay_s = max(0.0, (first.first_detected_ns - truth.onset_ns[n]) / 1e9)
         outcomes.append(FaultOutcome(
             detected=bool(hits), localised=any(localised(i, fault) for i in hits),
             rule_attribution=len(expected & found_rules) / len(expected) if expected else 1.0,
-            incidents=len(hits), delay_steps=delay_steps, delay_s=delay_s))
+            incidents=len(hits), delay_steps=delay_steps, delay_s=delay_s, lead_steps=lead_steps))
     return RunScore(faults=outcomes, incidents=len(mine), matched_incidents=len(matched),
                     false_alarms=len(mine) - len(matched), rank_steps=truth.rank_steps)
 
@@ -231,7 +234,10 @@ def summarise(runs: list[RunScore]) -> dict[str, Any]:
     incidents = sum(r.incidents for r in runs)
     delays = [f.delay_steps for f in detected if f.delay_steps is not None]
     delays_s = [f.delay_s for f in detected if f.delay_s is not None]
+    leads = [f.lead_steps for f in detected if f.lead_steps is not None]
+    forecast = {"forecast_lead_steps_min": min(leads), "forecast_lead_steps_p50": _pct(leads, 50)} if leads else {}
     return {
+        **forecast,
         "faults": len(faults),
         "recall": len(detected) / len(faults) if faults else None,
         "precision": (sum(r.matched_incidents for r in runs) / incidents if incidents else 0.0) if faults else None,

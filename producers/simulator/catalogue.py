@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -191,6 +191,22 @@ def _gc_leak(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random
     if (step - f.start) % int(_m(f, "every_steps", 3)) == 0:
         fx.add("gc_ms", _r(f), _m(f, "pause_ms", 650.0))
         fx.gc_count_add[_r(f)] += 1
+
+
+DEVICE_MEM_GB = 64.0  # the simulated device's memory (an Ascend 910B's HBM), what a leak's bytes are a share of
+
+
+def leak_pct(f: FaultSpec) -> float:
+    """A `memory_leak`'s growth in % of the device's capacity per step, from its bytes per step."""
+    return _m(f, "leak_mb_per_step", 64.0) / (_m(f, "device_gb", DEVICE_MEM_GB) * 1024.0) * 100.0
+
+
+@kind("memory_leak")
+def _memory_leak(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    # tensors kept across steps (a loss kept with its graph, a growing cache): the rank's allocations grow
+    # by the same bytes every step until they reach the device's capacity, where an allocation fails and the
+    # rank dies out of memory (FleetJob.oom_step: the job's processes stop there)
+    fx.mem_add[_r(f)] += leak_pct(f) * (step - f.start)
 
 
 @kind("moe_imbalance")
@@ -473,11 +489,17 @@ class Scenario:
     build: BuildFaults
     moe: bool = False
     jitter: float | None = None  # per-phase healthy jitter when not the default (a noisy but healthy job)
+    memory: tuple[float, float, float] | None = None  # the job's device memory (Noise.mem_level_pct,
+    #                                                   mem_spread_pct, mem_sawtooth_pct) when not the default
     shape: tuple[int, int, int] | None = None  # (dp, tp, pp) whatever the ranks asked for: a layout of its own
 
     def noise(self) -> Noise | None:
         from producers.simulator.fleet import Noise
 
+        if self.memory is not None:
+            level, spread, saw = self.memory
+            base = Noise() if self.jitter is None else Noise(jitter=self.jitter)
+            return replace(base, mem_level_pct=level, mem_spread_pct=spread, mem_sawtooth_pct=saw)
         return None if self.jitter is None else Noise(jitter=self.jitter)
 
     def topology(self, ranks: int) -> Topology:
@@ -608,6 +630,26 @@ def _foreign_build(topo: Topology, steps: int, rng: np.random.Generator) -> list
 
 def _healthy(topo: Topology, steps: int, rng: np.random.Generator) -> list[FaultSpec]:
     return []
+
+
+LEAK_START = 10  # a leak is in the code: it grows from the first steps after warm-up
+
+
+def _leak_build(pct_per_step: float, peak: float) -> BuildFaults:
+    """One rank leaking `pct_per_step` of its device's memory per step (as bytes) from LEAK_START, on a job whose
+    devices peak at `peak` % (`Scenario.memory`'s level plus its sawtooth, no spread): its out-of-memory step is
+    in the ground truth
+    (`oom_step`, the step its allocations reach capacity; past the run's end when the run stops first)."""
+    def build(topo: Topology, steps: int, rng: np.random.Generator) -> list[FaultSpec]:
+        rank = _pick_rank(topo, rng)
+        mb = pct_per_step / 100.0 * DEVICE_MEM_GB * 1024.0
+        start = min(LEAK_START, max(0, steps - 2))
+        oom = start + math.ceil((100.0 - peak) / pct_per_step - 1e-9)
+        return [FaultSpec(kind="memory_leak", scope="rank", start=start, end=None, ranks=(rank,),
+                          hosts=(f"node-{rank // topo.devices_per_host}",),
+                          magnitude={"leak_mb_per_step": mb, "device_gb": DEVICE_MEM_GB, "oom_step": float(oom)},
+                          rules=("OOM",), row="memory leak (device memory +%/step to capacity)")]
+    return build
 
 
 CHECKPOINT_BACK = 20  # a relaunch restarts this many steps before the crash (its last checkpoint)
@@ -790,7 +832,23 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              "TP4 PP4 DP16", ("BELOW_EXPECTED",),
              _from_start("downclock", ("BELOW_EXPECTED",), "compute 0.8x from the start", {"clock_factor": 0.8}),
              shape=(16, 4, 4)),
+    # a leak's growth per step to the device's capacity (issue #44): the OOM forecast, >= 50 steps ahead; the
+    # levels and rates put the out-of-memory step at 130-140, past a 120-step run (the run stops before the crash)
+    Scenario("memory_leak_slow", "memory", "one rank leaks 0.05 %/step (33 MB) from 94 %: out of memory at "
+             "step ~130", ("OOM",), _leak_build(0.05, 94.0), memory=(94.0, 0.0, 0.0)),
+    Scenario("memory_leak", "memory", "one rank leaks 0.1 %/step (66 MB) from 88 %: out of memory at step ~130",
+             ("OOM",), _leak_build(0.1, 88.0), memory=(88.0, 0.0, 0.0)),
+    Scenario("memory_leak_sawtooth", "memory", "one rank leaks 0.2 %/step (131 MB) from 70 % under an 8 % "
+             "per-step sawtooth: its peak out of memory at step ~120", ("OOM",), _leak_build(0.2, 78.0),
+             memory=(70.0, 0.0, 8.0)),
+    Scenario("memory_leak_fast", "memory", "one rank leaks 0.3 %/step (197 MB) from 64 %: out of memory at "
+             "step ~130", ("OOM",), _leak_build(0.3, 64.0), memory=(64.0, 0.0, 0.0)),
     Scenario("healthy", "healthy", "no fault: jitter, warm-up, checkpoints, eval, hiccups, GC", (), _healthy),
+    Scenario("healthy_full_memory", "healthy", "no fault; device memory steady at 95-97 % (a caching allocator "
+             "keeping HBM full by design)", (), _healthy, memory=(95.0, 2.0, 0.0)),
+    Scenario("healthy_memory_sawtooth", "healthy", "no fault; device memory 88-90 % plus an 8 % per-step "
+             "sawtooth (activations allocated and freed every step, peaks at 96-98 %)", (), _healthy,
+             memory=(88.0, 2.0, 8.0)),
     Scenario("healthy_restart", "healthy", "no fault; preempted and restarted from 20 steps back within 20 s", (),
              _healthy_restart_build),
     Scenario("healthy_elastic", "healthy", "no fault; one host preempted, relaunched without it within 20 s", (),

@@ -79,6 +79,13 @@ class Noise:
     gc_ms: float = 30.0
     interstep_ms: float = 4.0
     optimizer_frac: float = 0.03
+    # device memory (T6), % of capacity: each device holds a steady level of the job's own, mem_level_pct plus
+    # up to mem_spread_pct (None: the simulator's 68-74 %); a caching allocator or large micro-batches keep it
+    # at 90-97 % by design. mem_sawtooth_pct: what a step allocates (activations) and frees by its end, so a
+    # sample reads level + sawtooth x the share of the step gone by
+    mem_level_pct: float | None = None
+    mem_spread_pct: float = 6.0
+    mem_sawtooth_pct: float = 0.0
 
     @classmethod
     def quiet(cls, jitter: float = 0.015) -> Noise:
@@ -277,8 +284,39 @@ class FleetJob:
 
     @property
     def crash_step(self) -> int | None:
-        """The step at which this attempt's processes die (a `job_crash` fault): no frame from it on."""
-        return min((f.start for f in self.faults if f.kind == "job_crash"), default=None)
+        """The step at which this attempt's processes die (a `job_crash` fault, or a device out of memory:
+        `oom_step`): no frame from it on."""
+        crashes = [f.start for f in self.faults if f.kind == "job_crash"]
+        oom = self.oom_step
+        return min([*crashes, *([] if oom is None else [oom])], default=None)
+
+    @cached_property
+    def mem_levels(self) -> FloatArray:
+        """Per device, its steady memory level (% of capacity) before any fault: the first draw of the timing
+        model's stream (`iter_frames` draws it there too, so every later number stays as it was)."""
+        u = np.random.default_rng(self.seed).random(self.world)
+        level = 68.0 if self.noise.mem_level_pct is None else self.noise.mem_level_pct
+        levels: FloatArray = level + self.noise.mem_spread_pct * u
+        return levels
+
+    @cached_property
+    def oom_step(self) -> int | None:
+        """The first step a device's allocations reach its capacity (a `memory_leak`'s growth over its level):
+        its allocation fails, the rank dies out of memory and takes the job's processes with it (None: never)."""
+        from producers.simulator.catalogue import leak_pct  # the catalogue builds on this module
+
+        out: int | None = None
+        for f in self.faults:
+            if f.kind != "memory_leak" or f.attempt != self.attempt:
+                continue
+            rate = leak_pct(f)
+            if rate <= 0:
+                continue
+            room = 100.0 - float(max(self.mem_levels[r] for r in f.ranks)) - self.noise.mem_sawtooth_pct  # its peak
+            step = f.start + max(0, int(np.ceil(room / rate)))
+            if (f.end is None or step <= f.end) and step < self.steps:
+                out = step if out is None else min(out, step)
+        return out
 
     @property
     def world(self) -> int:
@@ -385,7 +423,8 @@ class FleetJob:
         domains = {k.domain for k in plan.kinds if k.domain}
         gids = topo.group_ids
         temp = np.full(world, hw.ambient_c + hw.c_per_w * (hw.idle_w + 0.7 * (hw.max_w - hw.idle_w)))
-        mem_base = 68.0 + 6.0 * rng.random(world)
+        rng.random(world)  # the devices' memory levels (`mem_levels`): drawn here, kept in the stream
+        mem_base = self.mem_levels
         sigma, mu = nz.jitter, -0.5 * nz.jitter**2
         tick_ns = round(1e9 / self.device_hz)
         next_tick = self.start_ns
@@ -500,7 +539,9 @@ class FleetJob:
                     ts_ns=next_tick, power_w=power, temp_c=temp + rng.normal(0.0, 0.2, world), aicore_pct=load,
                     aicpu_pct=np.clip(3.0 + fx.cpu_add * 0.2 + rng.random(world), 0, 100),
                     ctrlcpu_pct=np.clip(12.0 + fx.cpu_add + 2.0 * rng.random(world), 0, 100),
-                    mem_pct=np.clip(mem_base + fx.mem_add + rng.normal(0, 0.3, world), 0, 100),
+                    mem_pct=np.clip(mem_base + fx.mem_add + rng.normal(0, 0.3, world)
+                                    + nz.mem_sawtooth_pct * (next_tick - start_ns) / max(end_ns - start_ns, 1),
+                                    0, 100),
                     membw_pct=np.clip(55.0 * (load / 90.0) * fx.membw_mul + rng.normal(0, 1.0, world), 0, 100),
                     freq_mhz=hw.freq_mhz * fx.freq_mul, reporting=~fx.device_silent))
                 next_tick += tick_ns

@@ -91,6 +91,12 @@ RULES: dict[str, Advice] = {
                  "operator fusion, remove sync ops; static shapes"),
     "R9": Advice("host-device copy rate outside its band", "pin_memory and prefetch; check PCIe/host memory bandwidth"),
     "R10": Advice("CPU work between steps", "move logging/checkpointing off the step boundary; remove sync ops"),
+    "OOM": Advice("device memory grows step after step (a leak: tensors kept across steps, a growing cache or "
+                  "history) and will reach the device's capacity: the job will crash out of memory and restart "
+                  "from its last checkpoint",
+                  "checkpoint now; then find the leak (torch.cuda.memory_snapshot / memory_summary, tensors kept "
+                  "in lists, loss or metrics kept with their graph: .item() or .detach()); to buy time lower the "
+                  "micro-batch or enable recompute (activation checkpointing)"),
 }
 
 # scopes whose advice does not depend on a phase (streams/detect/scopes/)

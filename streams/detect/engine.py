@@ -424,9 +424,16 @@ class JobEngine:
                 taken_ns = int(_stamps(tick).max(initial=0))
                 pending.extend((taken_ns, f) for f in device_findings(tick, self.signals, params,
                                                                       self.stats.rule_seconds,
-                                                                      self.frames.topo.stage))
+                                                                      self.frames.topo.stage, self._clock()))
         del pending[:-1000]
         return []
+
+    def _clock(self) -> tuple[int, int, float]:
+        """The job's newest step, its end (ns, the job's clock; 0: none yet) and its recent step time in seconds
+        (0: none yet): what the OOM forecast tells its steps by."""
+        recent = self.frames.recent_ms
+        return (int(self.frames.newest_of.max(initial=-1)), self.stall.last_end_ns,
+                float(np.median(recent)) / 1e3 if recent else 0.0)
 
     def _device_findings_until(self, frame: Frame) -> list[Finding]:
         """Device findings whose samples were taken by the end of this step, stamped with it.

@@ -1,7 +1,9 @@
 """The device feed: R1 (T1, T2, T3, T6, T7 bounds and the clock's down-clocking; lower bounds only where the
-job or device is meant to be busy) and R2 (CUSUM on T1, T2, T6) per device, on one tick of a job's device
-samples; R2 on the device's deviation from the job's median device at the same tick (common mode such as the
-thermal warm-up of a starting job is not a device drift). Samples are regrouped per tick first (`device_ticks`).
+job or device is meant to be busy; T6 only on memory that rose into its band during the run) and R2 (CUSUM on
+T1, T2, T6) per device, on one tick of a job's device samples; R2 on the device's deviation from the job's
+median device at the same tick (common mode such as the thermal warm-up of a starting job is not a device
+drift); the OOM forecast on T6's trend (`rules/oom_forecast.py`). Samples are regrouped per tick first
+(`device_ticks`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy.typing as npt
 
 from schemas.columns import DEVICE_METRICS
 from streams.detect.combine.chunks import DeviceChunk, column
+from streams.detect.rules import oom_forecast as oom
 from streams.detect.rules import r01_static_bounds as r1
 from streams.detect.rules import r02_cusum as r2
 from streams.detect.rules.base import Alarms, BoolArray, FloatArray, IntArray
@@ -55,6 +58,21 @@ class DeviceParams:
     r2_sigma_min_power_w: float
     r2_sigma_min_mem_pct: float
     r2_transition: float
+    r1_mem_baseline_samples: int
+    oom_horizon_steps: float
+    oom_min_growth_pct_per_step: float
+    oom_window: int
+    oom_min_samples: int
+    oom_t_min: float
+
+    def oom_params(self, step_s: float) -> oom.Params:
+        """The forecast's parameters in seconds of the samples' clock, from its settings in steps and the job's
+        recent step time (unknown, 0: no growth is fast enough, nothing is forecast); its warm-up is memory's
+        for R2 (the job's own warm-up steps)."""
+        per_s = self.oom_min_growth_pct_per_step / step_s if step_s > 0 else np.inf
+        return oom.Params(horizon_s=self.oom_horizon_steps * max(step_s, 0.0), min_growth_per_s=float(per_s),
+                          window=self.oom_window, min_samples=self.oom_min_samples, t_min=self.oom_t_min,
+                          warmup=self.r2_warmup_mem_pct)
 
     def r1_bounds(self) -> tuple[tuple[str, float, bool, str | None], ...]:
         """R1's configured bound per device metric (0 = off): (metric, bound, lower?, where a lower bound
@@ -251,9 +269,13 @@ def _regroup_each(chunk: dict[str, Any], state: SignalState) -> None:
 
 
 def device_findings(chunk: DeviceChunk, state: SignalState, params: DeviceParams,
-                    timings: dict[str, float], stage_of: IntArray | None = None) -> list[Finding]:
-    """R1/R2 on one tick of a job's device samples. `stage_of`: the PP stage of each rank (the
-    engine's topology, -1 or absent = unknown): R2's common mode is the device's stage."""
+                    timings: dict[str, float], stage_of: IntArray | None = None,
+                    clock: tuple[int, int, float] | None = None) -> list[Finding]:
+    """R1/R2 and the OOM forecast on one tick of a job's device samples. `stage_of`: the PP stage of each
+    rank (the engine's topology, -1 or absent = unknown): R2's common mode is the device's stage. `clock`:
+    the job's newest step, when it ended (ns, its own clock) and its recent step time in seconds (the forecast
+    is told in steps, from the step of the samples' time; None: the
+    samples still fill its window, nothing is forecast)."""
     t0 = time.perf_counter()
     hosts: list[str] = chunk["host"]
     devices = chunk["device"]
@@ -277,6 +299,9 @@ def device_findings(chunk: DeviceChunk, state: SignalState, params: DeviceParams
     order = np.argsort(np.asarray(chunk["ts_ns"], dtype=np.int64), kind="stable")
     rounds = _rounds(idx[order], order)
     r2_params = params.r2_params()
+    stamps_s = np.asarray(chunk["ts_ns"], dtype=np.int64) / 1e9
+    step_s = clock[2] if clock is not None else 0.0
+    oom_params = params.oom_params(step_s)
     out: list[Finding] = []
     for sel in rounds:
         aicore = np.full(n, np.nan)
@@ -285,6 +310,8 @@ def device_findings(chunk: DeviceChunk, state: SignalState, params: DeviceParams
         for metric, bound, lower, gate in _r1_bounds(values["freq_mhz"][sel], state, params):
             x = np.full(n, np.nan)
             x[idx[sel]] = values[metric][sel]
+            if metric == "mem_pct":
+                x = _risen(x, state, params, bound)
             r1_params = r1.Params(lower=bound if lower else np.nan, upper=np.nan if lower else bound, k=params.r1_k)
             key = f"r1:{metric}"
             st, alarms = r1.evaluate(x, grow(state.rules.get(key), n, "run"), r1_params,
@@ -302,7 +329,76 @@ def device_findings(chunk: DeviceChunk, state: SignalState, params: DeviceParams
             state.rules[key] = st2
             out.extend(_device_finding("R2", metric, _confirmed(alarms, x, state, key, params), names, state,
                                        params.resolve_after_steps))
+        mem, ts = np.full(n, np.nan), np.full(n, np.nan)
+        mem[idx[sel]] = values["mem_pct"][sel]
+        ts[idx[sel]] = stamps_s[sel]
+        st_oom, forecast = oom.evaluate(ts, mem, grow(state.rules.get("oom"), n, "pos"), oom_params)
+        state.rules["oom"] = st_oom
+        if len(forecast) and clock is not None and step_s > 0:
+            newest, ended_ns, _ = clock
+            # the step of these samples' time: device samples run ahead of or behind the steps (their own topic)
+            at = newest + round((float(np.nanmax(ts)) - ended_ns / 1e9) / step_s) if ended_ns > 0 else newest
+            out.extend(_oom_findings(forecast, names, state, (max(at, 0), step_s), params))
     timed(timings, "R1/R2", t0)
+    return out
+
+
+@dataclass(slots=True)
+class _MemBase:
+    count: IntArray   # samples seen per device
+    first: FloatArray  # (n, r1_mem_baseline_samples) its samples after R2's memory warm-up
+    base: FloatArray  # their median once all are in (NaN before)
+
+
+def _risen(x: FloatArray, state: SignalState, params: DeviceParams, bound: float) -> FloatArray:
+    """T6 for R1's bound where the device's memory rose into the band during the run, 0 (inside) elsewhere.
+
+    A job that keeps HBM near full by design (a caching allocator, large micro-batches) sits at 95-97 % from
+    its first steps: that is its level, not a risk (issue #44; a leak is the forecast's, `oom_forecast`).
+    Memory that climbs over the bound from a level under it (spec §4: memory mismanagement, a bad batch size)
+    is news. A device's level is the median of its `r1_mem_baseline_samples` samples after R2's memory
+    warm-up (`r2_warmup_mem_pct`, the job's own warm-up); before it is known the bound judges nothing."""
+    size, warm = params.r1_mem_baseline_samples, params.r2_warmup_mem_pct
+    st = grow(state.rules.get("r1:mem_base"), x.size, "count")
+    if st is None or st.first.shape[1] != size:
+        st = _MemBase(np.zeros(x.size, dtype=np.int64), np.full((x.size, max(size, 1)), np.nan),
+                      np.full(x.size, np.nan))
+        state.rules["r1:mem_base"] = st
+    rows = np.flatnonzero(np.isfinite(x))
+    k = st.count[rows] - warm
+    filling = rows[(k >= 0) & (k < size)]
+    st.first[filling, (st.count[filling] - warm)] = x[filling]
+    st.count[rows] += 1
+    done = filling[st.count[filling] - warm == size]
+    if done.size:
+        st.base[done] = np.median(st.first[done], axis=1)
+    risen = np.isfinite(st.base) & (st.base < bound)
+    out: FloatArray = np.where(risen, x, np.where(np.isfinite(x), 0.0, np.nan))
+    return out
+
+
+def _oom_findings(fc: oom.Forecast, names: list[str], state: SignalState, clock: tuple[int, float],
+                  params: DeviceParams) -> list[Finding]:
+    """One finding per device forecast to run out of memory, told in the job's steps (`clock`: the step of the
+    samples' time and the step time in seconds)."""
+    step, step_s = clock
+    a = Alarms(index=fc.index, value=fc.level, baseline=np.full(len(fc), np.nan), threshold=np.full(len(fc), 100.0))
+    out = []
+    for i, j in enumerate(fc.index.tolist()):
+        host, dev = names[j].rsplit("/", 1)
+        rank = state.device_rank.get(j)
+        left_s = float(fc.seconds_left[i])
+        steps_left = int(np.ceil(left_s / step_s))
+        growth = float(fc.growth_per_s[i]) * step_s
+        when = f"~{left_s / 60:.0f} min" if left_s >= 90 else f"~{left_s:.0f} s"
+        who = f"rank {rank} ({host} dev {dev})" if rank is not None else f"{host} device {dev}"
+        out.append(rule_finding(
+            "OOM", f"device:{names[j]}", "device", 0,
+            f"{who} will run out of device memory at ~step {step + steps_left:,} (in {steps_left:,} steps, "
+            f"{when}): {fc.level[i]:.0f} % now, +{growth:.2f} %/step", a, i, params.resolve_after_steps,
+            metric="T6", host=host, device=int(dev), ranks=[rank] if rank is not None else [], unit="%",
+            evidence={"oom_step": float(step + steps_left), "steps_left": float(steps_left), "seconds_left": left_s,
+                      "growth_pct_per_step": growth}, open_after=2, severity="warning"))
     return out
 
 

@@ -152,6 +152,16 @@ def _gc_leak(p: Pair) -> None:
     assert mem[-1] - mem[0] >= 0.6 * 10.0 * steps / 100.0  # +10 % per 100 steps (sample noise allowed)
 
 
+def _memory_leak(p: Pair) -> None:
+    from producers.simulator.catalogue import leak_pct
+
+    mem = p.device(p.bad, "mem_pct")
+    per_step = (mem[-1] - mem[0]) / (len(p.window) - 1)
+    assert per_step == pytest.approx(leak_pct(p.fault), rel=0.5)  # its bytes per step, as a share of the device
+    rest = others(p)
+    assert np.abs(p.device(p.bad, "mem_pct", rest) - p.device(p.good, "mem_pct", rest)).max() < 0.5
+
+
 def _moe_imbalance(p: Pair) -> None:
     key = next(k for k in p.job.plan.kind_index if k.startswith("F4:"))
     hot, cold = p.ranks[: len(p.ranks) // 2], p.ranks[len(p.ranks) // 2:]
@@ -330,6 +340,8 @@ CHECKS: dict[str, Callable[[Pair], None]] = {
     "bursty_rank": _bursty_rank, "hung_rank": _hung,
     "dead_host": _hung, "slow_host": _slow_compute_one, "flapping_link": _flapping_link,
     "slow_pp_stage": _slow_pp_stage, "step_time_shift": _step_time_shift,
+    "memory_leak_slow": _memory_leak, "memory_leak": _memory_leak, "memory_leak_sawtooth": _memory_leak,
+    "memory_leak_fast": _memory_leak,
 }
 
 

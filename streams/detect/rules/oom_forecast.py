@@ -1,0 +1,162 @@
+"""OOM forecast (issue #44 item 4): when a device's memory trend reaches its capacity, per device series.
+
+A static bound on T6 fires minutes before a crash, when nothing can be done, and on healthy jobs
+that keep HBM near full by design (caching allocators, large micro-batches). This reads the
+trend instead: over the last `window` samples of each device, a least-squares slope with its
+t statistic, and the slopes between the medians of the window's thirds (Tukey's resistant line).
+A device is forecast to run out when all of them say it grows: the fit is significant
+(t >= `t_min`), the early and the late third-to-third slopes are both >= `min_growth_per_s` and the
+late one at least `steady_share` of the early one (a steady creep, not a step nor a ramp that
+flattens, which a starting job's allocator filling its cache is), and
+its upper envelope (the fit now plus the residuals' `envelope_q` quantile: a sawtooth runs out at
+its peak) reaches `capacity_pct` within `horizon_s`. Steady memory at any level, noise around it
+and a per-step sawtooth have no significant growth and say nothing. Once forecasting, a device
+keeps its verdict while the fit still grows at half the thresholds (hysteresis: one incident, not
+a flicker), and drops it when growth stops.
+
+A device's first `warmup` samples are left out: a starting job's allocator fills its cache over its
+first steps, a ramp that flattens (one longer than the warm-up looks like a leak while it climbs).
+Time is in seconds of the samples' own clock (device samples are timed, not stepped); the caller
+converts its horizon and growth floor from steps with the job's step time. NaN input = no sample.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from streams.detect.rules.base import BoolArray, FloatArray, IntArray, as_array
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    horizon_s: float                # forecast a run-out at most this far ahead
+    min_growth_per_s: float         # slower growth is no leak (percentage points per second)
+    window: int = 60                # samples per device the trend is fitted on
+    min_samples: int = 30           # samples in the window before a verdict
+    t_min: float = 8.0              # the least-squares slope's t statistic
+    envelope_q: float = 0.9         # quantile of the residuals added to the fit: the level's upper envelope
+    steady_share: float = 0.5       # to open, the late third-to-third slope is at least this share of the early
+    warmup: int = 20                # a device's first samples are left out (a starting job's allocator fills)
+    capacity_pct: float = 100.0
+
+
+@dataclass(slots=True)
+class State:
+    t: FloatArray      # (n, window) seconds since `origin`, NaN = empty
+    y: FloatArray      # (n, window) memory %, NaN = empty
+    pos: IntArray      # samples pushed per series
+    seen: IntArray     # samples seen per series (the first `warmup` are not pushed)
+    active: BoolArray  # forecasting now (hysteresis)
+    origin: float      # the first sample's time, seconds: keeps the fit's sums well conditioned
+
+
+@dataclass(frozen=True, slots=True)
+class Forecast:
+    """The devices forecast to run out: their level now (upper envelope, %), growth (% per second) and
+    seconds until the envelope reaches capacity (0 when it is there already)."""
+
+    index: IntArray
+    level: FloatArray
+    growth_per_s: FloatArray
+    seconds_left: FloatArray
+
+    def __len__(self) -> int:
+        return int(self.index.size)
+
+
+def _new(n: int, params: Params, origin: float) -> State:
+    return State(t=np.full((n, params.window), np.nan), y=np.full((n, params.window), np.nan),
+                 pos=np.zeros(n, dtype=np.int64), seen=np.zeros(n, dtype=np.int64), active=np.zeros(n, dtype=bool),
+                 origin=origin)
+
+
+def evaluate(ts_s: FloatArray, x: FloatArray, state: State | None, params: Params) -> tuple[State, Forecast]:
+    """Push one sample per series (`ts_s` its time in seconds, `x` its memory %, NaN = none) and forecast."""
+    x, ts_s = as_array(x), np.broadcast_to(as_array(ts_s), as_array(x).shape)
+    present = np.isfinite(x) & np.isfinite(ts_s)
+    if state is None or state.pos.size != x.size or state.t.shape[1] != params.window:
+        origin = float(np.min(ts_s[present])) if present.any() else 0.0
+        state = _new(x.size, params, origin)
+    state.seen[present] += 1
+    present &= state.seen > params.warmup
+    rows = np.flatnonzero(present)
+    col = state.pos[rows] % params.window
+    state.t[rows, col] = ts_s[rows] - state.origin
+    state.y[rows, col] = x[rows]
+    state.pos[rows] += 1
+    counted = np.minimum(state.pos, params.window)
+    judged = np.flatnonzero(present & (counted >= params.min_samples))
+    empty = Forecast(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), np.zeros(0))
+    if not judged.size:
+        return state, empty
+    t, y = _in_order(state.t[judged], state.y[judged])
+    slope, tstat, resid, fit_now = _least_squares(t, y)
+    early, late = _third_slopes(t, y)
+    level = fit_now + _quantile(resid, params.envelope_q)
+    left = np.where(level >= params.capacity_pct, 0.0,
+                    (params.capacity_pct - level) / np.where(slope > 0, slope, np.inf))
+    was = state.active[judged]
+    relax = np.where(was, 0.5, 1.0)  # a device forecasting already keeps it at half the thresholds
+    steady = (early >= params.min_growth_per_s) & (late >= params.steady_share * early)  # not a ramp flattening
+    growing = (slope >= relax * params.min_growth_per_s) & (tstat >= relax * params.t_min) \
+        & (late >= relax * params.min_growth_per_s) & (was | steady)
+    alarm = growing & (left <= params.horizon_s / relax)
+    state.active[judged] = alarm
+    pick = np.flatnonzero(alarm)
+    return state, Forecast(judged[pick].astype(np.int64), level[pick], slope[pick], left[pick])
+
+
+def _in_order(t: FloatArray, y: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Each row's samples in time order, empty slots (NaN) last."""
+    order = np.argsort(np.where(np.isfinite(t), t, np.inf), axis=1, kind="stable")
+    return np.take_along_axis(t, order, axis=1), np.take_along_axis(y, order, axis=1)
+
+
+def _least_squares(t: FloatArray, y: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Per row: the slope, its t statistic, the residuals (NaN where empty) and the fit at the row's last time."""
+    ok = np.isfinite(t) & np.isfinite(y)
+    m = ok.sum(axis=1).astype(np.float64)
+    tz, yz = np.where(ok, t, 0.0), np.where(ok, y, 0.0)
+    tm, ym = tz.sum(axis=1) / m, yz.sum(axis=1) / m
+    dt = np.where(ok, t - tm[:, None], 0.0)
+    sxx = (dt * dt).sum(axis=1)
+    slope = np.where(sxx > 0, (dt * (yz - ym[:, None])).sum(axis=1) / np.where(sxx > 0, sxx, 1.0), 0.0)
+    resid = np.where(ok, y - (ym[:, None] + slope[:, None] * dt), np.nan)
+    s2 = np.nansum(resid * resid, axis=1) / np.maximum(m - 2, 1)
+    se = np.sqrt(s2 / np.where(sxx > 0, sxx, np.inf))
+    tstat = np.where(se > 0, slope / np.where(se > 0, se, 1.0), np.where(slope > 0, np.inf, 0.0))
+    last = np.nanmax(np.where(ok, t, np.nan), axis=1)
+    return slope, tstat, resid, ym + slope * (last - tm)
+
+
+def _third_slopes(t: FloatArray, y: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Per row (time-ordered, empty last): the slopes between the medians of its first and middle thirds
+    and of its middle and last thirds (resistant to spikes; both grow only on a steady creep)."""
+    m = np.isfinite(y).sum(axis=1)
+    cols = np.arange(t.shape[1])[None, :]
+    third = (m // 3)[:, None]
+    meds = []
+    for lo, hi in ((0, third), (third, 2 * third), (2 * third, m[:, None])):
+        sel = (cols >= lo) & (cols < hi)
+        with np.errstate(all="ignore"):
+            meds.append((_median(np.where(sel, t, np.nan)), _median(np.where(sel, y, np.nan))))
+    (t1, y1), (t2, y2), (t3, y3) = meds
+    with np.errstate(divide="ignore", invalid="ignore"):
+        early = np.where(t2 > t1, (y2 - y1) / (t2 - t1), 0.0)
+        late = np.where(t3 > t2, (y3 - y2) / (t3 - t2), 0.0)
+    return np.nan_to_num(early), np.nan_to_num(late)
+
+
+def _median(rows: FloatArray) -> FloatArray:
+    return _quantile(rows, 0.5)
+
+
+def _quantile(rows: FloatArray, q: float) -> FloatArray:
+    """Per row, the `q` quantile of its values (NaN ignored; lower of the two neighbours; a row of none: 0)."""
+    ordered = np.sort(rows, axis=1)
+    counted = np.isfinite(rows).sum(axis=1)
+    at = np.clip(np.floor(q * (counted - 1)).astype(np.int64), 0, rows.shape[1] - 1)
+    out: FloatArray = np.take_along_axis(ordered, at[:, None], axis=1)[:, 0]
+    return np.where(counted > 0, out, 0.0)

@@ -1,0 +1,59 @@
+"""The OOM forecast through the engine: a simulated leak opens one incident naming its rank before the crash;
+a job keeping its memory at 95-97 % opens none (step and device events decoded as the worker does, no Kafka)."""
+
+from __future__ import annotations
+
+from infra.settings import DetectionConfig
+from producers.simulator.catalogue import scenario_job
+from producers.simulator.events import FrameEncoder
+from producers.simulator.fleet import FleetJob
+from schemas import Incident, encode
+from streams.detect.combine import chunks as codec
+from streams.detect.engine import FleetEngine
+from streams.detect.ingest.decode import decode_batch
+from tests.streams.helpers import T0
+
+
+def _run(job: FleetJob) -> list[tuple[int, Incident]]:
+    """Each step's step events and device samples in one decode batch, the clock one step on per batch;
+    the incident events with the newest step sent when each came out."""
+    fleet = FleetEngine(DetectionConfig())
+    encoder = FrameEncoder(job, ("step", "device"))
+    start, _ = job.job_events()
+    out: list[tuple[int, Incident]] = []
+    now, sent = T0, -1
+
+    def feed(raws: list[bytes]) -> None:
+        nonlocal now
+        chunks, _ = decode_batch(raws, 1 << 20)
+        found = [o for chunk in chunks for o in fleet.on_chunk(codec.loads(codec.dumps(chunk)), now)]
+        now += 1_000_000_000
+        found += fleet.tick(now)
+        out.extend((sent, o) for o in found if isinstance(o, Incident))
+
+    feed([encode(start)])
+    for frame in job.iter_frames():
+        sent = frame.step
+        feed([e.value for e in encoder.encode(frame)])
+    return out
+
+
+def test_leak_opens_one_incident_naming_its_rank_before_the_crash() -> None:
+    job = scenario_job("memory_leak_fast", ranks=16, steps=200, seed=1)
+    leak = job.faults[0]
+    crash = job.crash_step
+    assert crash is not None and crash == int(leak.magnitude["oom_step"]), "the leak ends the job out of memory"
+    out = _run(job)
+    opened = [(sent, i) for sent, i in out if i.state == "open"]
+    assert len(opened) == 1, [i.summary for _, i in opened]
+    sent, incident = opened[0]
+    assert incident.ranks == list(leak.ranks) and "OOM" in {incident.rule, *incident.rules}
+    assert sent <= crash - 50, f"forecast at step {sent}, out of memory at {crash}: under 50 steps ahead"
+    oom = [i for _, i in out if i.rule == "OOM" or "OOM" in i.rules]
+    assert any("will run out of device memory at ~step" in i.summary for i in oom), [i.summary for i in oom]
+
+
+def test_memory_steady_at_95_to_97_percent_opens_nothing() -> None:
+    job = scenario_job("healthy_full_memory", ranks=16, steps=200, seed=2)
+    assert job.mem_levels.min() >= 95.0 and job.crash_step is None
+    assert [i.summary for _, i in _run(job)] == []
