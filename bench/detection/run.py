@@ -267,6 +267,11 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "STEPLENS_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
            "STEPLENS_TOPIC_PREFIX": settings.topic_prefix,
            "STEPLENS_CLICKHOUSE_URL": settings.clickhouse_url, "STEPLENS_HOME": str(settings.home)}
+    if not env.get("STEPLENS_REFERENCE_MODELS"):  # a new fleet started from an export: fitted on other layouts
+        from bench.detection.reference import build as build_reference
+
+        build_reference(gt_dir / "reference.json")
+        env["STEPLENS_REFERENCE_MODELS"] = str(gt_dir / "reference.json")
     logs = infra_cfg.logs_dir
     logs.mkdir(parents=True, exist_ok=True)
     workers = [start_worker(role, env, logs) for role in ("detect", "land")]

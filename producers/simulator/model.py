@@ -190,7 +190,7 @@ def build_plan(model: ModelConfig, topo: Topology, hw: Hardware) -> StepPlan:
     def compute(metric: str, phase: str, tag: str, shape: dict[str, int], flops: float, eff: float,
                 count: IntArray) -> None:
         kinds.append(KernelKind(key=f"{metric}:{tag}", cat="compute", metric=metric, phase=phase, count=count,
-                                call_ns=flops / (hw.peak_flops * eff * hw.freq_mhz / hw.rated_mhz) * 1e9,
+                                call_ns=flops / (hw.peak_flops * eff * (hw.freq_mhz / hw.rated_mhz)) * 1e9,
                                 flops=flops, shape=shape))
 
     heads = max(1, model.heads // tp)
