@@ -264,14 +264,16 @@ def _findings(frame: Frame, topo: Topology, flagged: dict[int, dict[str, float]]
             advice = advise(phase)
             waits = [v for k, v in ev.items() if k.startswith("wait_ratio_")]
             domains = sorted(k.removeprefix("wait_ratio_") for k in ev if k.startswith("wait_ratio_"))
-            groups = f"{', '.join(d.upper() for d in domains)} group{'s' if len(domains) > 1 else ''}"
+            several = len(domains) > 1
+            groups = f"{', '.join(d.upper() for d in domains)} group{'s' if several else ''}"
+            wait = "wait" if several else "waits"  # "its TP group waits for", "its DP, TP groups wait for"
             if "sustained_median_excess" in ev:
-                summary = (f"rank {rank} ({host_name}) is the one its {groups} wait for, step after step: the "
+                summary = (f"rank {rank} ({host_name}) is the one its {groups} {wait} for, step after step: the "
                            f"slowest in most of the last {WINDOW} steps, busy {100 * ev['sustained_median_excess']:.0f}"
                            f" % over the group median and {100 * ev['sustained_median_gap_share']:.0f} % of the step "
                            "after the next-latest rank (medians over those steps)")
             else:
-                summary = (f"rank {rank} ({host_name}) is the one its {groups} wait for: busy {ev['busy_ms']:.0f} ms "
+                summary = (f"rank {rank} ({host_name}) is the one its {groups} {wait} for: busy {ev['busy_ms']:.0f} ms "
                            f"vs group median {ev['group_median_ms']:.0f} ms, R_wait {max(waits):.2f}")
             out.append(Finding(
                 rule="SLOW_RANK", key=f"rank:{rank}", scope="rank", step=frame.step, ranks=[rank], host=host_name,

@@ -60,3 +60,15 @@ def test_the_latest_of_a_spread_out_group_that_the_group_waits_for_alone_is_foun
 
 def test_the_latest_of_a_spread_out_group_close_behind_the_next_is_not() -> None:
     assert not any(_run(103.0))  # 3 ms (2.3 % of the step) after the next-latest: under mstt's 5 %
+
+
+def test_the_summary_agrees_with_one_group() -> None:
+    """'its DP group waits for' (one group), not 'its DP group wait for' (issue #46)."""
+    rng = np.random.default_rng(4)
+    state, topo = SlowRankState(), _topology()
+    summaries: list[str] = []
+    for step in range(30):
+        busy = np.array([70.0, 75.0, 80.0, 85.0, 90.0, 160.0, 95.0, 100.0]) * rng.lognormal(0.0, 0.003, WORLD)
+        state, found = evaluate(_frame(step, busy), topo, state, PARAMS)
+        summaries += [f.summary for f in found if f.rule == "SLOW_RANK"]
+    assert summaries and all("is the one its DP group waits for" in s for s in summaries), summaries[:2]
