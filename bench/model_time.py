@@ -34,11 +34,10 @@ from streams.model.collectives import expected_transfer_ns, fit_curves, geomean_
 from streams.model.kernels import KernelFlops, fit_kernel_bench
 from streams.model.reference import ReferenceModels
 from streams.model.step_time import (
-    RankTasks,
     StepPrediction,
     SummaryStep,
-    fit_durations,
     fit_rank_spread,
+    held_out_predictions,
     predict_summary_step,
     predict_trace,
     rank_tasks,
@@ -105,47 +104,22 @@ def _trace_sets(root: Path) -> list[TraceSet]:
     return sets
 
 
-def _held_out(tasks: list[RankTasks]) -> tuple[list[np.ndarray], list[np.ndarray], list[str]] | None:
-    """Each rank's expected durations from the other ranks, else (one rank) from its other steps."""
-    durs, hows, fitted = [], [], []
-    if len(tasks) > 1:
-        for r, t in enumerate(tasks):
-            others = [(o, np.ones(o.ts.size, dtype=bool)) for q, o in enumerate(tasks) if q != r]
-            label = "kernel durations of rank(s) " + ", ".join(str(o.rank) for o, _ in others) + " of the same job"
-            d, h = fit_durations(others, label).predict(t)
-            durs.append(d)
-            hows.append(h)
-            fitted.append(label)
-        return durs, hows, fitted
-    t = tasks[0]
-    if len(t.steps) < 2:
-        return None
-    d = np.full(t.ts.size, np.nan)
-    h = np.full(t.ts.size, -1, dtype=np.int8)
-    for s in range(len(t.steps)):
-        mine = t.step == s
-        pd, ph = fit_durations([(t, ~mine)], "other steps").predict(t)
-        d[mine], h[mine] = pd[mine], ph[mine]
-    return [d], [h], ["kernel durations of the same rank's other profiler steps (leave-one-step-out)"]
-
-
 def _trace_entries(root: Path) -> dict[str, dict[str, object]]:
     out: dict[str, dict[str, object]] = {}
     for ts in _trace_sets(root):
         tasks = rank_tasks(ts.profiles)
-        held = _held_out(tasks)
-        if held is None:
+        held = held_out_predictions(tasks)
+        if not held:
             for t in tasks:
                 out[f"{ts.name}/rank-{t.rank}"] = {"predictable": False,
                                                    "reason": "one rank and one step: nothing to hold out"}
             continue
-        durs, hows, fitted = held
-        preds = predict_trace(tasks, durs, hows)
-        oracle = predict_trace(tasks, [t.dur.copy() for t in tasks], hows)
-        for r, t in enumerate(tasks):
-            mine = [p for p in preds if p.rank == t.rank]
+        oracle = predict_trace(tasks, [t.dur.copy() for t in tasks], [np.full(t.ts.size, 3, np.int8) for t in tasks])
+        for t in tasks:
+            mine = [p for p, _ in held if p.rank == t.rank]
+            fitted = next(f for p, f in held if p.rank == t.rank)
             orc = [p for p in oracle if p.rank == t.rank]
-            entry = _trace_entry(mine, orc, fitted[r], len(ts.profiles))
+            entry = _trace_entry(mine, orc, fitted, len(ts.profiles))
             entry["note"] = NOTES.get(ts.name, "")
             out[f"{ts.name}/rank-{t.rank}"] = entry
     return out

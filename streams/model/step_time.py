@@ -268,7 +268,7 @@ def simulate(tasks: Sequence[RankTasks], dur: Sequence[F64]) -> Schedule:
     """Algorithm 1 on every rank together: stream order, launch times, intra- and inter-rank sync.
 
     `dur[r][i]`: task i's expected duration on rank r; for a matched collective, its transfer (the
-    call ends at the latest member's start plus the members' mean expected transfer). A collective
+    call ends at the latest member's start plus the least of the members' expected times). A collective
     whose members are not all in `tasks` (ranks absent from the trace set) waits only for those
     present: the absent ranks are taken to arrive in time.
     """
@@ -369,8 +369,10 @@ def simulate(tasks: Sequence[RankTasks], dur: Sequence[F64]) -> Schedule:
 
 def _finish(cid: int, group: list[tuple[int, int]], got: dict[int, float], dur: Sequence[F64],
             end: list[F64]) -> None:
-    """Inter-rank sync: every member ends at the last arrival plus the members' mean expected transfer."""
-    transfer = float(np.nanmean([dur[r][i] for r, i in group]))
+    """Inter-rank sync: every member ends at the last arrival plus the call's transfer, the least of the
+    members' expected times (a duration learned from a kernel holds that kernel's wait; the least-waiting
+    member's is the closest to the transfer alone, as `comm_columns.transfer_ns` reads it)."""
+    transfer = float(np.nanmin([dur[r][i] for r, i in group]))
     done = max(got.values()) + transfer
     for r, i in group:
         end[r][i] = done
@@ -446,6 +448,34 @@ def predict_trace(tasks: Sequence[RankTasks], dur: Sequence[F64], how: Sequence[
             cover = float(t.dur[named].sum() / max(float(t.dur[sel].sum()), 1e-9))
             out.append(StepPrediction(t.rank, step.number, observed, expected, max(sums) / 1e3, cover,
                                       step.end >= float(obs_end[sel].max())))
+    return out
+
+
+def held_out_predictions(tasks: Sequence[RankTasks]) -> list[tuple[StepPrediction, str]]:
+    """Every rank-step predicted by durations that never saw it, with what they were fitted on.
+
+    Several ranks: leave-one-rank-out, the other ranks' durations for EVERY rank of the replay (were the
+    partner's tasks given the target's durations, the target's own kernel times would come back through
+    a collective's shared end). One rank: leave-one-step-out. One rank and one step: nothing (empty).
+    """
+    out: list[tuple[StepPrediction, str]] = []
+    if len(tasks) > 1:
+        for r, t in enumerate(tasks):
+            others = [(o, np.ones(o.ts.size, dtype=bool)) for q, o in enumerate(tasks) if q != r]
+            label = ("kernel durations of rank(s) " + ", ".join(str(o.rank) for o, _ in others)
+                     + " of the same job, for every rank of the replay")
+            model = fit_durations(others, label)
+            pairs = [model.predict(q) for q in tasks]
+            preds = predict_trace(tasks, [d for d, _ in pairs], [h for _, h in pairs])
+            out += [(p, label) for p in preds if p.rank == t.rank]
+        return out
+    if not tasks or len(tasks[0].steps) < 2:
+        return out
+    one = tasks[0]
+    label = "kernel durations of the same rank's other profiler steps (leave-one-step-out)"
+    for s, step in enumerate(one.steps):
+        d, h = fit_durations([(one, one.step != s)], label).predict(one)
+        out += [(p, label) for p in predict_trace([one], [d], [h]) if p.step == step.number]
     return out
 
 

@@ -14,6 +14,7 @@ from streams.model.step_time import (
     SummaryStep,
     expected_max_z,
     fit_durations,
+    held_out_predictions,
     predict_summary_step,
     predict_trace,
     rank_tasks,
@@ -112,19 +113,18 @@ def test_real_ascend_pair_predicted_from_the_other_rank() -> None:
     root = REAL / "ascend-torch_npu"
     tasks = rank_tasks([parse_ascend(root / f"rank{r}_ascend_pt") for r in (0, 1)])
     assert len(tasks) == 2 and (tasks[0].coll >= 0).sum() == (tasks[1].coll >= 0).sum() > 0
-    durs, hows = [], []
-    for r in (0, 1):
-        d, h = fit_durations([(tasks[1 - r], np.ones(tasks[1 - r].ts.size, dtype=bool))], f"rank {1 - r}").predict(
-            tasks[r])
-        durs.append(d)
-        hows.append(h)
-    preds = predict_trace(tasks, durs, hows)
-    replay = predict_trace(tasks, [t.dur.copy() for t in tasks], hows)
-    for p, o in zip(preds, replay, strict=True):
-        assert o.error < 0.02  # the composition with the observed durations gives the observed step back
-        assert p.error < 0.05  # held out: the other rank's durations
+    held = held_out_predictions(tasks)
+    assert sorted(p.rank for p, _ in held) == [0, 1]
+    assert all("rank(s) 1" in f for p, f in held if p.rank == 0) and all("rank(s) 0" in f for p, f in held
+                                                                         if p.rank == 1)
+    replay = predict_trace(tasks, [t.dur.copy() for t in tasks], [np.full(t.ts.size, 3, np.int8) for t in tasks])
+    for o in replay:
+        assert o.error < 0.01  # the composition with the observed durations gives the observed step back
+    for p, _ in held:
+        assert p.error < 0.05  # held out: the other rank's durations for both ranks of the replay
         assert p.baseline_ms < p.observed.step_ms
     # inter-rank sync: every matched collective ends at one time on both ranks
+    durs = [fit_durations([(tasks[1], np.ones(tasks[1].ts.size, dtype=bool))], "rank 1").predict(t)[0] for t in tasks]
     sched = simulate(tasks, durs)
     ends = {int(c): float(sched.end[0][i]) for i, c in enumerate(tasks[0].coll) if c >= 0}
     for i, c in enumerate(tasks[1].coll):
@@ -167,12 +167,7 @@ def test_real_kineto_pair_baseline_underestimates() -> None:
 
     root = REAL / "kineto-hta"
     tasks = rank_tasks([parse_kineto(root / f"trace_filter_sampled_rank-{r}.json.gz") for r in (0, 1)])
-    durs, hows = [], []
-    for r in (0, 1):
-        d, h = fit_durations([(tasks[1 - r], np.ones(tasks[1 - r].ts.size, dtype=bool))], "other").predict(tasks[r])
-        durs.append(d)
-        hows.append(h)
-    preds = predict_trace(tasks, durs, hows)
+    preds = [p for p, _ in held_out_predictions(tasks)]
     assert len(preds) == 4 and all(t.end_sync for t in tasks)  # each step's host end waited for the device
     for p in preds:
         device = p.observed.compute_ms + p.observed.comm_exposed_ms
