@@ -60,22 +60,23 @@ TEST_LAYOUTS = ((16, 1, 1), (2, 2, 2), (8, 4, 1), (4, 8, 2), (32, 2, 1), (8, 8, 
 
 # why a trace's figures are what they are (checked on the traces; see docs/model-time.md)
 NOTES = {
-    "kineto-hta": "2 of 128 ranks, sampled events. Host-bound (the GPU is busy ~45 % of the step, no blocking "
-                  "sync): the step follows the CPU timeline, an input, so the step error says little. Device "
-                  "error: the ranks' embedding kernels (split_embedding_*) take different times on the same "
-                  "calls (data-dependent lookups, paper 001 sec. IV-C): rank 1's compute is 1.5x rank 0's on "
-                  "the matched calls, which no duration from the other rank can know. Collectives: the partner "
-                  "rank's kernel time of the same call, which holds its waits on the 126 absent ranks.",
+    "kineto-hta": "2 of 128 ranks, sampled events. Launch-bound (the GPU is busy ~45 % of the step): its last "
+                  "kernels run as the CPU launches them (an input), so the step error says little; the device "
+                  "error tests the models. The ranks' embedding kernels (split_embedding_*) take different times "
+                  "on the same calls (data-dependent lookups, paper 001 sec. IV-C): rank 1's compute is 1.5x "
+                  "rank 0's on the matched calls, which no duration from the other rank can know. Collectives: "
+                  "the partner's kernel time of the same call, which holds its waits on the 126 absent ranks.",
     "kineto-nccl-a100": "rank 0 of 2, the other rank absent: leave-one-step-out (3 steps), no inter-rank sync. "
-                        "Host-bound (GPU busy ~23 %). Device error: step 6 runs a larger all-reduce than "
+                        "Launch-bound (GPU busy ~23 %). Device error: step 6 runs a larger all-reduce than "
                         "steps 4-5, which the other steps' durations do not hold.",
-    "ascend-torch_npu": "2 of 8 ranks, one step: the first all-reduce (~75 ms) is mostly a wait for the absent "
-                        "ranks, predicted from the partner's kernel time of the same call.",
-    "repo:msinsight-torch_npu-level0": "level 0 names no streams: paper 001's two streams per rank are assumed "
-                                       "(collectives on their own); the replay with the observed durations is "
-                                       "itself ~5 % long, the composition's own error on this dump.",
-    "repo:msinsight-torch_npu-level2": "as the level-1 pair; host-bound at the step end (the host step "
-                                       "annotation ends after the last kernel).",
+    "ascend-torch_npu": "2 of 8 ranks, one step: the first all-reduce (~75 ms) is mostly a wait for the six "
+                        "absent ranks; the held-out rank takes the partner's kernel time of it, which holds the "
+                        "partner's wait: exact when the partner arrived later, long by the wait difference "
+                        "(rank 1 from rank 0) when it arrived earlier.",
+    "repo:msinsight-torch_npu-level0": "as the level-1 pair (rank 0 waited 73 ms in the first all-reduce, rank 1 "
+                                       "56 ms: rank 1 predicted from rank 0 is long by that); level 0 names no "
+                                       "streams: paper 001's two streams per rank are assumed.",
+    "repo:msinsight-torch_npu-level2": "as the level-1 pair.",
 }
 
 # --- real traces -------------------------------------------------------------------------------------------------
