@@ -30,7 +30,7 @@ import orjson
 from producers.simulator.fleet import FleetJob, StepFrame
 from producers.simulator.topology import Topology
 from streams.detect.windows.comm_columns import CommColumn, transfer_ns
-from streams.model.collectives import expected_transfer_ns, fit_curves, geomean_error
+from streams.model.collectives import expected_transfer_ns, fit_curve, fit_curves, geomean_error
 from streams.model.kernels import KernelFlops, fit_kernel_bench
 from streams.model.reference import ReferenceModels
 from streams.model.step_time import (
@@ -155,6 +155,31 @@ def _phase_means(figs: list[object]) -> dict[str, float]:
     return {k: float(np.mean([getattr(f, k) for f in figs])) for k in keys}
 
 
+def _real_link_fit_error(root: Path) -> tuple[float, int] | None:
+    """The curve fit on real transfers: HCCL's per-link transfers (bytes, time, the wait excluded) of the
+    Ascend recordings, fitted on one rank's links and scored on the other rank's (both ways); NaN-free
+    pairs only. (geomean relative error, held-out points), None without the recordings."""
+    roots = [root / "ascend-torch_npu"] + [REPO_REAL / f"msinsight-torch_npu-level{v}" for v in (0, 2)]
+    per_rank: dict[int, tuple[list[float], list[float]]] = {0: ([], []), 1: ([], [])}
+    for base in roots:
+        for r in (0, 1):
+            path = base / f"rank{r}_ascend_pt"
+            if not path.exists():
+                continue
+            for c in parse_ascend(path).collectives:
+                per_rank[r][0].extend(c.transfers_bytes)
+                per_rank[r][1].extend(us * 1e3 for us in c.transfers_us)
+    pred: list[float] = []
+    obs: list[float] = []
+    for fit_on, score in ((0, 1), (1, 0)):
+        if not per_rank[fit_on][0] or not per_rank[score][0]:
+            return None
+        curve = fit_curve("allreduce", "intra", 8, per_rank[fit_on][0], per_rank[fit_on][1])
+        pred.extend(curve.time_ns(np.array(per_rank[score][0])).tolist())
+        obs.extend(per_rank[score][1])
+    return geomean_error(np.array(pred), np.array(obs)), len(obs)
+
+
 # --- simulator -----------------------------------------------------------------------------------------------------
 
 def _job(layout: tuple[int, int, int], seed: int) -> FleetJob:
@@ -276,6 +301,9 @@ def time_section(real_root: Path = REAL) -> dict[str, object]:
     """`step_time_error_geomean`, `per_trace`, `collective_fit_error` (+ how they were measured)."""
     per_trace = _trace_entries(real_root) if real_root.exists() else {}
     sim, fit_err, models, spread = _sim_entries()
+    real_link = _real_link_fit_error(real_root) if real_root.exists() else None
+    if real_link is not None:
+        fit_err["intra-real-ascend-hccs-link"] = real_link[0]
     per_trace.update(sim)
     scored = [v for v in per_trace.values() if v.get("predictable", True)]
     exp = np.array([float(str(v["expected_ms"])) for v in scored])
@@ -294,8 +322,11 @@ def time_section(real_root: Path = REAL) -> dict[str, object]:
             np.array([float(str(v["observed_ms"])) for v in scored if v.get("kind") == "simulated job"])),
         "per_trace": per_trace,
         "collective_fit_error": fit_err,
-        "collective_fit_error_on": "held-out calls: the test layouts' collectives against curves fitted on the "
-                                   "training layouts (wait removed, per call)",
+        "collective_fit_error_on": "intra / inter: held-out calls, the simulator's test layouts' collectives "
+                                   "(wait removed, per call) against curves fitted on its training layouts; "
+                                   "intra-real-ascend-hccs-link: the real Ascend recordings' HCCL per-link "
+                                   "transfers of one rank against a curve fitted on the other rank's, both ways"
+                                   + (f" ({real_link[1]} points)" if real_link is not None else ""),
         "rank_spread": spread,
         "collective_curves": [{"op": c.op, "link": c.link, "group_size": c.group_size, "fit_error": c.fit_error,
                                "samples": c.samples} for c in models.curves],
