@@ -73,7 +73,7 @@ def incident_history(
     sql = (
         "SELECT toDateTime(intDiv(detected_ns, 1000000000)) AS detected, job, rule, state, severity, scope, "
         "ifNull(host, '') AS host, ranks, ifNull(step_first, -1) AS step_first, ifNull(step_last, -1) AS step_last, "
-        "summary, incident_id "
+        "summary, incident_id, ifNull(cause, '') AS cause, ifNull(suggestion, '') AS suggestion "
         "FROM {db}.incidents FINAL "
         "WHERE (%(job)s = '' OR job = %(job)s) AND (%(rule)s = '' OR rule = %(rule)s) "
         "AND (%(host)s = '' OR ifNull(host, '') = %(host)s) "
@@ -83,7 +83,7 @@ def incident_history(
     )
     params = {"job": job, "rule": rule, "host": host, "rank": rank, "limit": limit, **time_range.params()}
     columns = ("detected", "job", "rule", "state", "severity", "scope", "host", "ranks", "step_first",
-               "step_last", "summary", "incident_id")
+               "step_last", "summary", "incident_id", "cause", "suggestion")
     return FleetQuery("incidents", "dashboard", sql, params, columns, _post)
 
 

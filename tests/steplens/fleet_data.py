@@ -82,7 +82,8 @@ def incidents() -> list[Incident]:
     def one(iid: str, job: str, rank: int, offset_ns: int) -> Incident:
         return Incident(incident_id=iid, job=job, rule="SLOW_RANK", state="open", severity="warning", scope="rank",
                         summary=f"rank {rank} is slow", detected_ns=T0 + offset_ns, ranks=[rank], host=host_of(rank),
-                        step_first=3, step_last=9, observed=650.0, expected=500.0, unit="ms")
+                        step_first=3, step_last=9, observed=650.0, expected=500.0, unit="ms",
+                        cause="slow compute on the device", suggestion="check the device for down-clocking")
     return [
         one("a-1", "job-a", SLOW_RANK, 10**10), one("a-2", "job-a", 9, 2 * 10**10),
         one("b-1", "job-b", SLOW_RANK, 3600 * 10**9 + 10**10),

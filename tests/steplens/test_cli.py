@@ -42,6 +42,8 @@ def test_incident_history_filters(fleet: tuple[Backend, Truth], capsys: Capture)
     assert [r["step_first"] for r in rows] == [truth.slow_steps[0]]
     code, rows = cli(capsys, "incidents", "--rank", str(truth.slow_rank), "--job", "job-a")
     assert [r["incident_id"] for r in rows] == ["a-1"]
+    assert rows[0]["cause"] == "slow compute on the device"  # what to do is in the table, not only the alert
+    assert rows[0]["suggestion"] == "check the device for down-clocking"
     code, rows = cli(capsys, "incidents", "--job", "no-such-job")
     assert code == EXIT_EMPTY and rows is None  # a message, not an empty table (test_unknown_job_...)
 

@@ -53,7 +53,8 @@ def _series(n: int) -> list[tuple[int, ...]]:
 
 def _incident(rule: str, first: int, last: int, summary: str = "slow") -> tuple[object, ...]:
     detected = dt.datetime.fromtimestamp((T0 + last * 10**9) // 10**9, dt.UTC).replace(tzinfo=None)
-    return (detected, "j", rule, "resolved", "warning", "job", "", [], first, last, summary, f"{rule}-{first}")
+    return (detected, "j", rule, "resolved", "warning", "job", "", [], first, last, summary, f"{rule}-{first}",
+            "a cause", "a suggestion")
 
 
 def test_incidents_span_their_steps_time_on_the_series() -> None:
