@@ -39,6 +39,7 @@ class Params:
     envelope_q: float = 0.9         # quantile of the residuals added to the fit: the level's upper envelope
     steady_share: float = 0.5       # to open, the late third-to-third slope is at least this share of the early
     warmup: int = 20                # a device's first samples are left out (a starting job's allocator fills)
+    every: int = 5                  # a device not forecasting is judged every this many of its samples
     capacity_pct: float = 100.0
 
 
@@ -87,22 +88,31 @@ def evaluate(ts_s: FloatArray, x: FloatArray, state: State | None, params: Param
     state.y[rows, col] = x[rows]
     state.pos[rows] += 1
     counted = np.minimum(state.pos, params.window)
-    judged = np.flatnonzero(present & (counted >= params.min_samples))
+    # a device is judged every `every` samples, the devices staggered (a trend moves slowly; at 10,240 devices
+    # the fit costs tens of ms a tick), one forecasting already at every sample (its incident's evidence)
+    turn = (state.pos + np.arange(x.size)) % max(params.every, 1) == 0
+    judged = np.flatnonzero(present & (counted >= params.min_samples) & (turn | state.active))
     empty = Forecast(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), np.zeros(0))
     if not judged.size:
         return state, empty
-    t, y = _in_order(state.t[judged], state.y[judged])
-    slope, tstat, resid, fit_now = _least_squares(t, y)
-    early, late = _third_slopes(t, y)
-    level = fit_now + _quantile(resid, params.envelope_q)
-    left = np.where(level >= params.capacity_pct, 0.0,
-                    (params.capacity_pct - level) / np.where(slope > 0, slope, np.inf))
     was = state.active[judged]
     relax = np.where(was, 0.5, 1.0)  # a device forecasting already keeps it at half the thresholds
-    steady = (early >= params.min_growth_per_s) & (late >= params.steady_share * early)  # not a ramp flattening
-    growing = (slope >= relax * params.min_growth_per_s) & (tstat >= relax * params.t_min) \
-        & (late >= relax * params.min_growth_per_s) & (was | steady)
-    alarm = growing & (left <= params.horizon_s / relax)
+    # the least-squares fit needs no order: every judged device; the rest only where it grows (few)
+    slope, tstat, resid, fit_now = _least_squares(state.t[judged], state.y[judged])
+    grows = np.flatnonzero((slope >= relax * params.min_growth_per_s) & (tstat >= relax * params.t_min))
+    alarm = np.zeros(judged.size, dtype=bool)
+    level = np.zeros(judged.size)
+    left = np.zeros(judged.size)
+    if grows.size:
+        t, y = _in_order(state.t[judged[grows]], state.y[judged[grows]])
+        early, late = _third_slopes(t, y)
+        level[grows] = fit_now[grows] + _quantile(resid[grows], params.envelope_q)
+        g = slope[grows]
+        left[grows] = np.where(level[grows] >= params.capacity_pct, 0.0,
+                               (params.capacity_pct - level[grows]) / np.where(g > 0, g, np.inf))
+        r, w = relax[grows], was[grows]
+        steady = (early >= params.min_growth_per_s) & (late >= params.steady_share * early)  # not a ramp flattening
+        alarm[grows] = (late >= r * params.min_growth_per_s) & (w | steady) & (left[grows] <= params.horizon_s / r)
     state.active[judged] = alarm
     pick = np.flatnonzero(alarm)
     return state, Forecast(judged[pick].astype(np.int64), level[pick], slope[pick], left[pick])
@@ -123,11 +133,12 @@ def _least_squares(t: FloatArray, y: FloatArray) -> tuple[FloatArray, FloatArray
     dt = np.where(ok, t - tm[:, None], 0.0)
     sxx = (dt * dt).sum(axis=1)
     slope = np.where(sxx > 0, (dt * (yz - ym[:, None])).sum(axis=1) / np.where(sxx > 0, sxx, 1.0), 0.0)
-    resid = np.where(ok, y - (ym[:, None] + slope[:, None] * dt), np.nan)
-    s2 = np.nansum(resid * resid, axis=1) / np.maximum(m - 2, 1)
+    r0 = np.where(ok, yz - ym[:, None] - slope[:, None] * dt, 0.0)
+    s2 = (r0 * r0).sum(axis=1) / np.maximum(m - 2, 1)
+    resid = np.where(ok, r0, np.nan)
     se = np.sqrt(s2 / np.where(sxx > 0, sxx, np.inf))
     tstat = np.where(se > 0, slope / np.where(se > 0, se, 1.0), np.where(slope > 0, np.inf, 0.0))
-    last = np.nanmax(np.where(ok, t, np.nan), axis=1)
+    last = np.where(ok, t, -np.inf).max(axis=1)
     return slope, tstat, resid, ym + slope * (last - tm)
 
 
