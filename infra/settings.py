@@ -300,6 +300,8 @@ class Settings:
     land_columnar: bool = True
     parse_workers: int = 1            # processes parsing profile dumps (the parse worker's pool)
     land_metrics_port: int = 0        # Prometheus self-metrics port of the land worker; 0 = off
+    land_read_endpoint: bool = True   # landing into embedded chdb: serve read-only queries of it meanwhile
+    land_read_endpoint_port: int = 0  # its port on 127.0.0.1 (0: any free one; clients read <store>.endpoint.json)
     # the Alertmanager bridge (`steplens alerts forward`, streams/alerts/, docs/operations.md)
     alertmanager_url: str = ""        # e.g. http://alertmanager:9093; empty: no bridge
     alerts_resend_s: float = 60.0     # a firing incident's alert is re-sent this often (endsAt 4 re-sends ahead)
@@ -387,6 +389,8 @@ _ENV = {
     "STEPLENS_RELAY_CONTROL": ("", "relay_control"),
     "STEPLENS_RELAY_DURABLE_ACK": ("", "relay_durable_ack"),
     "STEPLENS_LAND_METRICS_PORT": ("", "land_metrics_port"),
+    "STEPLENS_LAND_READ_ENDPOINT": ("", "land_read_endpoint"),
+    "STEPLENS_LAND_READ_ENDPOINT_PORT": ("", "land_read_endpoint_port"),
     "STEPLENS_ALERTMANAGER_URL": ("", "alertmanager_url"),
     "STEPLENS_ALERTS_RESEND_S": ("", "alerts_resend_s"),
     "STEPLENS_ALERTS_REPORT_URL": ("", "alerts_report_url"),

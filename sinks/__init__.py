@@ -31,9 +31,28 @@ def open_backend(settings: Settings, access: Literal["write", "read"] = "write")
         user, password = creds if creds is not None else (None, None)
         return ServerBackend(settings.clickhouse_url, settings.clickhouse_database, user=user, password=password,
                              create_database=access == "write")
-    from sinks.embedded import EmbeddedBackend
+    from sinks.embedded import EmbeddedBackend, in_use_by_another_process
 
+    if in_use_by_another_process(settings.embedded_path):
+        return _through_its_owner(settings)
     return EmbeddedBackend(settings.embedded_path, settings.clickhouse_database)
+
+
+def _through_its_owner(settings: Settings) -> Backend:
+    """The embedded store is another process's (chdb: one process a store): read through the endpoint it
+    announces (a land worker does, sinks/read_endpoint.py), or say who holds it and what to do."""
+    from sinks.endpoint_backend import EndpointBackend
+    from sinks.read_endpoint import endpoint_file, read_announcement
+
+    store = settings.embedded_path
+    doc = read_announcement(store)
+    if doc is not None:
+        return EndpointBackend(store, str(doc["url"]), str(doc["token"]), settings.clickhouse_database,
+                               pid=int(doc["pid"]))
+    raise SinkError(f"embedded {store}", "open",
+                    f"another process holds the store (chdb allows one process per store) and announces no read "
+                    f"endpoint ({endpoint_file(store)}): a running land worker serves reads; otherwise stop the "
+                    "process that holds it, or use a ClickHouse server (STEPLENS_CLICKHOUSE_URL)")
 
 
 __all__ = ["Backend", "Features", "SinkError", "open_backend"]

@@ -173,11 +173,24 @@ def _converter(ch_type: str) -> Convert | None:
     return None
 
 
+def json_compact_rows(raw: bytes) -> list[tuple[Any, ...]]:
+    """A `JSONCompact` result (64-bit integers unquoted) as Python rows, typed from its column types."""
+    if not raw:
+        return []
+    body = orjson.loads(raw)
+    converters = [_converter(column["type"]) for column in body["meta"]]
+    return [tuple(v if conv is None else conv(v) for conv, v in zip(converters, values, strict=True))
+            for values in body["data"]]
+
+
 class EmbeddedBackend(BackendBase):
     """`Backend` on a chdb database directory (see the module docstring for sharing rules)."""
 
-    def __init__(self, path: Path | str, database: str = "steplens", *, columnar: bool = True) -> None:
-        """`columnar=False` inserts every block as JSON (the reference the Arrow path is tested against)."""
+    def __init__(self, path: Path | str, database: str = "steplens", *, columnar: bool = True,
+                 readonly: bool = False) -> None:
+        """`columnar=False` inserts every block as JSON (the reference the Arrow path is tested against).
+        `readonly`: a session the engine itself keeps from writing (chdb's `readonly=1` per session: no
+        INSERT, DDL, SET or file()/url() table function), beside this process's writing session."""
         from chdb import session as chdb_session  # heavy import: only when the embedded backend is used
 
         self.path = Path(path).expanduser().resolve()
@@ -191,9 +204,12 @@ class EmbeddedBackend(BackendBase):
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             open_session: Callable[[str], Any] = chdb_session.Session  # chdb ships no type hints
-            self._session: Any = open_session(f"{self.path}?{_SESSION_SETTINGS}")
+            settings = _SESSION_SETTINGS + ("&readonly=1" if readonly else "")
+            self._session: Any = open_session(f"{self.path}?{settings}")
         except (RuntimeError, OSError) as exc:
             raise SinkError(self.name, "open", self._open_error(exc)) from exc
+        if readonly:
+            return
         try:
             self.execute(f"CREATE DATABASE IF NOT EXISTS {quote_identifier(self.database)}")
         except SinkError:
@@ -226,17 +242,12 @@ class EmbeddedBackend(BackendBase):
     def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
         """As `Backend.query`; `params` are quoted client-side exactly as clickhouse-driver quotes them."""
         result = self._call("query", substitute_params(self.name, sql, params), fmt="JSONCompact")
-        raw = result.bytes()
-        if not raw:
-            return []
-        body = orjson.loads(raw)
-        converters = [_converter(column["type"]) for column in body["meta"]]
-        rows: list[tuple[Any, ...]] = []
-        for values in body["data"]:
-            rows.append(
-                tuple(v if conv is None else conv(v) for conv, v in zip(converters, values, strict=True))
-            )
-        return rows
+        return json_compact_rows(result.bytes())
+
+    def raw(self, sql: str, fmt: str) -> bytes:
+        """One statement's result as the engine writes it in `fmt` (the read endpoint's answer)."""
+        data: bytes = self._call("query", sql, fmt=fmt).bytes()
+        return data
 
     def _layout(self, table: str, columns: Sequence[str]) -> _ArrowLayout | None:
         """The Arrow layout for inserting `columns` of `table` (cached; None: JSON only)."""

@@ -9,7 +9,8 @@ against, and `steplens model export --version N` gives that version back as JSON
 
 from __future__ import annotations
 
-from sinks.features import Features
+from sinks.backend import qualified
+from sinks.features import FULL_PART_STORAGE_BYTES, Features
 from sinks.migrations.ddl import create_table
 
 ID = "0016_reference_models"
@@ -45,4 +46,6 @@ def statements(db: str, features: Features) -> list[str]:
     ]
     engine = ("ReplacingMergeTree(created_ns)\nORDER BY (version, kind, op, link, group_size, key, device_kind)"
               + features.dedup_settings())
-    return [create_table(db, "reference_models", columns, engine)]
+    packed = ([f"ALTER TABLE {qualified(db, 'reference_models')} MODIFY SETTING min_bytes_for_full_part_storage = "
+               f"{FULL_PART_STORAGE_BYTES}"] if features.packed_parts else [])  # as m0015 for the tables before
+    return [create_table(db, "reference_models", columns, engine), *packed]

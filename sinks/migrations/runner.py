@@ -113,7 +113,7 @@ def migrate(backend: Backend, migrations: Sequence[Migration] = MIGRATIONS, clus
             run(f"CREATE DATABASE IF NOT EXISTS {quote_identifier(db)} ON CLUSTER {quote_identifier(cluster)}")
             for statement in statements(RECORD):
                 run(statement)
-    else:
+    elif not _exists(backend, RECORD_TABLE):  # checked first: a reader of an up-to-date store writes nothing
         for statement in statements(RECORD):
             backend.execute(statement)
     done = applied_ids(backend)

@@ -19,7 +19,9 @@ from collections.abc import Callable
 
 from infra.settings import Settings
 from sinks import SinkError, open_backend
+from sinks.embedded import EmbeddedBackend
 from sinks.migrations.runner import migrate
+from sinks.read_endpoint import ReadEndpoint
 from sinks.rows import TableRow
 from sinks.writer import BatchingWriter, Block, SinkBackpressure, Source
 
@@ -40,6 +42,7 @@ class ClickHouseLander:
         self._writer: BatchingWriter | None = None
         self._max_backoff = max_backoff_s
         self._wait = wait or threading.Event().wait  # the pause between retries (a stop event's wait, in a test)
+        self._endpoint: ReadEndpoint | None = None
 
     @property
     def rows_written(self) -> dict[str, int]:
@@ -56,6 +59,10 @@ class ClickHouseLander:
             if applied:
                 log.info("applied migrations %s", applied)
             self._writer = BatchingWriter.from_settings(backend, self._settings)
+            if isinstance(backend, EmbeddedBackend) and self._settings.land_read_endpoint and self._endpoint is None:
+                # this process owns the embedded store: let queries read it while it lands
+                self._endpoint = ReadEndpoint(backend.path, backend.database,
+                                              self._settings.land_read_endpoint_port).start()
         return self._writer
 
     def _write_now(self, pending: list[TableRow], sources: list[Source | None], blocks: list[Block]) -> None:
@@ -119,6 +126,9 @@ class ClickHouseLander:
 
     def close(self) -> None:
         """Close the backend (from the thread that wrote: a chdb session is bound to it)."""
+        if self._endpoint is not None:
+            self._endpoint.stop()
+            self._endpoint = None
         if self._writer is not None:
             self._writer.backend.close()
             self._writer = None
