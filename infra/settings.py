@@ -123,10 +123,11 @@ class DetectionConfig:
     #                                   caught as soon as its trend is significant: >= 50 steps ahead at 0.05-0.3
     #                                   %/step from 70-94 %; gc_leak's +0.1 %/step from ~72 % is ~260 steps out)
     oom_min_growth_pct_per_step: float = 0.01  # slower growth is no leak (200 steps to gain 2 %)
-    oom_window: int = 60             # samples per device the trend is fitted on (~1 per second)
-    oom_min_samples: int = 30        # samples in the window before a verdict
-    oom_t_min: float = 8.0           # the least-squares slope's t statistic (a leak of 0.05 %/step under
-    #                                  0.3 % noise is t ~ 19 over 60 samples; flat noise stays under 5)
+    oom_window: int = 48             # samples per device the trend is fitted on (~1 per second); a device is
+    #                                  judged once twice as many arrived after its warm-up (its level before)
+    oom_t_min: float = 6.0           # the least-squares slope's t statistic, its lag-1 autocorrelation
+    #                                  accounted for (0.05 %/step under 0.3 % noise: t ~ 13 over 48 samples;
+    #                                  0.2 %/step under an 8 % per-step sawtooth: ~ 7)
     r3_warmup: int = 50              # R3 W
     r3_length: int = 50              # R3 L
     r3_k: float = 2.0                # R3 k (spec: 2–3; 3 missed a 25 % drop behind one eval step in the first window)
@@ -167,6 +168,9 @@ class DetectionConfig:
     expected_compute_ratio: float = 0.85  # a kernel's FLOP/s <= this x the fleet's p50 (and below its p10)
     expected_refit_s: float = 60.0   # the fleet refits its learned models at most this often (worker clock)
     expected_min_jobs: int = 3       # healthy jobs a learned kernel benchmark or curve needs before it judges
+    expected_drift_jobs: int = 3     # fleet-wide drift: at least this many running jobs of one link class or
+    expected_drift_share: float = 0.5  # device kind below together, and more than this share of those judged on
+    #                                    it: ONE fleet incident (job "fleet") listing them, none per job
 
     # Engine snapshots pickle the config. Pickled by name: dataclass(slots=True) pickles a frozen class's
     # values as a list in field order, so a field added in the middle shifted every later value of a
@@ -201,9 +205,9 @@ class DetectionConfig:
 _ADDED_SINCE_LIST_STATE = frozenset({"batch_gather_s", "snapshot_max_share", "snapshot_interval_max_s"})
 _ADDED_SINCE_LIST_STATE |= {"reference_models", "expected_warmup_steps", "expected_steps", "expected_decide_by",
                             "expected_share", "expected_comm_ratio", "expected_compute_ratio", "expected_refit_s",
-                            "expected_min_jobs"}
+                            "expected_min_jobs", "expected_drift_jobs", "expected_drift_share"}
 _ADDED_SINCE_LIST_STATE |= {"r1_mem_baseline_samples", "oom_horizon_steps", "oom_min_growth_pct_per_step",
-                            "oom_window", "oom_min_samples", "oom_t_min"}
+                            "oom_window", "oom_t_min"}
 _DETECTION_LIST_STATE = tuple(f.name for f in fields(DetectionConfig) if f.name not in _ADDED_SINCE_LIST_STATE)
 
 
@@ -308,6 +312,7 @@ class Settings:
     alerts_report_url: str = ""       # annotation `report`: URL template with {job}, {incident_id}, {rule}
     alerts_runbook_url: str = ""      # annotation `runbook_url`: docs/runbooks.md served here (+ #rule); "": the file
     alerts_metrics_port: int = 0      # Prometheus self-metrics port of the bridge; 0 = off
+    live_url: str = ""                # where `steplens serve` is reached: alerts link it (generatorURL); "": none
 
     @property
     def embedded_path(self) -> Path:
@@ -396,6 +401,7 @@ _ENV = {
     "STEPLENS_ALERTS_REPORT_URL": ("", "alerts_report_url"),
     "STEPLENS_ALERTS_RUNBOOK_URL": ("", "alerts_runbook_url"),
     "STEPLENS_ALERTS_METRICS_PORT": ("", "alerts_metrics_port"),
+    "STEPLENS_LIVE_URL": ("", "live_url"),
 }
 
 

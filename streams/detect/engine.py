@@ -78,6 +78,7 @@ LAG_STALE_NS = 5_000_000_000  # no chunk for this long (engine idle) ...
 QUIET_TICKS = 3  # ... and for this many ticks: the decode stage has nothing queued
 # finished jobs a fleet remembers after letting their state go (oldest forgotten first): ~100 bytes each
 FINISHED_JOBS_KEPT = 10_000
+DRIFT_RESOLVE_TICKS = 100  # ticks (~0.1-1 s each) without a fleet-wide drift before its incident resolves
 
 
 def input_lagging(chunk: Chunk, batch_max: int, now_ns: int) -> bool | None:
@@ -181,6 +182,7 @@ class JobEngine:
     expected: expected.ExpectedState = field(default_factory=expected.ExpectedState)  # below the fleet (issue #44)
     device_kind: str = ""  # the job's devices' kind, from their samples ("": not said)
     reference: ReferenceModels | None = None  # the fleet's reference models, set by the FleetEngine
+    drift: frozenset[str] = frozenset()  # classes under a fleet-wide drift incident (set by the FleetEngine)
 
     @classmethod
     def create(cls, job: str, cfg: DetectionConfig, attempt: int = 0) -> JobEngine:
@@ -394,6 +396,11 @@ class JobEngine:
         self.expected, found = expected.evaluate(frame, self.frames.topo, state, self.cfg.params(expected.Params),
                                                  getattr(self, "reference", None), getattr(self, "device_kind", ""))
         self._timed("BELOW_EXPECTED", t)
+        drifting: frozenset[str] = getattr(self, "drift", frozenset())
+        if found and not set(state.below) <= set(getattr(state, "reviewed", state.below)):
+            return []  # a verdict the fleet has not weighed yet (its next tick): one of many jobs drifting?
+        if found and expected.classes(state, getattr(self, "device_kind", ""))[1] <= drifting:
+            return []  # the fleet's drift, not this job's: the fleet's incident lists it
         return found
 
     def _tracks(self) -> list[OpenTrack]:
@@ -513,6 +520,8 @@ class FleetEngine:
     late_after_finish: int = 0  # chunks of a finished, let-go attempt: counted, never a new job
     # the fleet's reference models: the export named by `reference_models`, and what its healthy jobs teach
     learner: expected.FleetLearner = field(default_factory=expected.FleetLearner)
+    drift_book: IncidentBook = field(default_factory=lambda: IncidentBook(job="fleet"))  # fleet-wide drift
+    drift_round: int = 0  # the drift book's "step": one per refit
 
     def __post_init__(self) -> None:
         if self.cfg.reference_models and self.learner.base is None:
@@ -527,6 +536,41 @@ class FleetEngine:
         for name, engine in self.jobs.items():
             self._teach(name, engine)
         self.learner.refit(self.cfg.expected_min_jobs)
+
+    def judge_drift(self, now_ns: int) -> list[Output]:
+        """Fleet-wide drift, every tick: one incident (job "fleet") when most running jobs of one link class or
+        device kind are below the reference together; their own BELOW_EXPECTED findings stop (and a job's
+        verdict waits for this judgement: one tick). The drift book's steps are these judgements (ticks)."""
+        judged: dict[str, set[str]] = {}
+        below: dict[str, set[str]] = {}
+        for name, engine in self.jobs.items():
+            state = getattr(engine, "expected", None)
+            if state is None or engine.ended or not (state.below or state.cleared):
+                continue
+            seen, low = expected.classes(state, engine.device_kind)
+            for cls in seen:
+                judged.setdefault(cls, set()).add(name)
+            for cls in low:
+                below.setdefault(cls, set()).add(name)
+        if not below and not self.drift_book.tracks:
+            self._reviewed()
+            return []
+        self.drift_round += 1
+        found = expected.drift_findings(judged, below, self.drift_round, self.cfg.expected_drift_jobs,
+                                        self.cfg.expected_drift_share, DRIFT_RESOLVE_TICKS)
+        out = list(self.drift_book.observe(self.drift_round, found, now_ns))
+        drifting = frozenset(t.finding.key.removeprefix("drift:") for t in self.drift_book.tracks.values()
+                             if t.opened)
+        for engine in self.jobs.values():
+            engine.drift = drifting
+        self._reviewed()
+        return out
+
+    def _reviewed(self) -> None:
+        for engine in self.jobs.values():
+            state = getattr(engine, "expected", None)
+            if state is not None and len(state.reviewed) != len(state.below):
+                state.reviewed = list(state.below)
 
     def _teach(self, name: str, engine: JobEngine) -> None:
         state = getattr(engine, "expected", None)
@@ -653,8 +697,8 @@ class FleetEngine:
         self.quiet_ticks += 1
         self.awake_ns = self.awake_ns or now_ns
         lagging = self.lagging_now(now_ns)
-        out: list[Output] = []
         self.learn(now_ns)
+        out = self.judge_drift(now_ns)
         reference = self.learner.reference()
         for engine in list(self.jobs.values()):
             engine.frames.input_lagging = lagging

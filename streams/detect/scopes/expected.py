@@ -86,6 +86,7 @@ class ExpectedState:
     decided: bool = False           # past `expected_decide_by` frames: no component gets a verdict any more
     below: list[str] = field(default_factory=list)  # components whose verdict was "below the fleet"
     cleared: list[str] = field(default_factory=list)  # ... and "matches the fleet" (judged no more)
+    reviewed: list[str] = field(default_factory=list)  # below verdicts the fleet's drift judgement has seen
     # what the fleet may learn from this job (pooled while it has no incident): curve -> (bytes, ns) per call,
     # "kernel|device kind" -> FLOP/s; the job's per-frame medians, the newest LEARN_KEEP
     learned_comm: dict[tuple[str, str, int], list[tuple[float, float]]] = field(default_factory=dict)
@@ -250,6 +251,44 @@ def _finding(frame: Frame, below: list[Component], params: Params) -> Finding:
         threshold=params.expected_comm_ratio if network else params.expected_compute_ratio, unit="x",
         evidence=evidence, cause=("network: " if network else "compute: ") + advice.cause,
         suggestion=advice.suggestion, open_after=1, resolve_after=params.resolve_after_steps)
+
+
+# --- fleet-wide drift ---------------------------------------------------------------------------------------
+def classes(state: ExpectedState, device_kind: str) -> tuple[set[str], set[str]]:
+    """(judged, below): the link classes ("link:inter") and device kinds ("device:<kind>") a job has a verdict
+    on, and those it was found below on."""
+    def of(name: str) -> str:
+        return f"link:{name.rsplit('|', 1)[1]}" if name.startswith("comm:") and "|" in name \
+            else f"device:{device_kind or '?'}"
+    below = {of(n) for n in state.below}
+    return {of(n) for n in state.cleared} | below, below
+
+
+def drift_findings(judged: dict[str, set[str]], below: dict[str, set[str]], round_: int, min_jobs: int,
+                   share: float, resolve_after: int) -> list[Finding]:
+    """One fleet finding per link class or device kind on which `min_jobs` running jobs or more, and more than
+    `share` of those judged on it, are below the fleet's reference together (`judged`/`below`: class -> jobs)."""
+    out = []
+    for cls, jobs in sorted(below.items()):
+        n, of = len(jobs), len(judged.get(cls, jobs))
+        if n < min_jobs or n <= share * of:
+            continue
+        kind, name = cls.split(":", 1)
+        network = kind == "link"
+        advice = NETWORK if network else COMPUTE
+        where = f"on {LINK_NAMES.get(name, name)}" if network else f"on {name} devices"
+        listed = ", ".join(sorted(jobs)[:10]) + (f" and {n - 10} more" if n > 10 else "")
+        out.append(Finding(
+            rule="BELOW_EXPECTED", key=f"drift:{cls}", scope="link" if network else "device", step=round_,
+            summary=f"fleet-wide drift: {n} of {of} running jobs {where} below the fleet's reference together "
+                    f"({listed}): the fleet, not one job", severity="critical", metric="fleet_drift",
+            link=name if network else None, observed=float(n), expected=float(of), threshold=share, unit="jobs",
+            evidence={"jobs_below": float(n), "jobs_judged": float(of)},
+            cause=("network: fleet-wide, " if network else "compute: fleet-wide, ") + advice.cause,
+            suggestion="what changed for every job at once (driver/firmware/NCCL rollout, fabric or switch "
+                       "configuration, power policy); " + advice.suggestion,
+            open_after=1, resolve_after=resolve_after))
+    return out
 
 
 # --- what the fleet learns ---------------------------------------------------------------------------------

@@ -93,3 +93,16 @@ def test_fleet_learns_online_from_healthy_jobs_only() -> None:
     out = feed([scenario_job("socket_fallback", steps=40, seed=6)], fleet)
     assert [o.rule for o in out if isinstance(o, Incident) and o.state == "open"] == ["BELOW_EXPECTED"]
     assert "socket_fallback-64-s6" not in fleet.learner.comm
+
+
+def test_fleet_wide_drift_is_one_fleet_incident(reference: Path) -> None:
+    """Most running jobs of one link class below together: ONE fleet-scope incident listing them (job "fleet"),
+    while a healthy job beside them stays quiet."""
+    jobs = [scenario_job("socket_fallback", steps=40, seed=s, job_id=f"drift-{s}") for s in range(4)]
+    jobs.append(FleetJob("beside", Topology(dp=8, tp=8, pp=1, ep=1), 40, (), 9))  # inter-host DP, healthy
+    out = feed(jobs, FleetEngine(DetectionConfig(reference_models=str(reference))))
+    opened = [o for o in out if isinstance(o, Incident) and o.state == "open"]
+    fleet = [i for i in opened if i.job == "fleet"]
+    assert len(fleet) == 1 and fleet[0].rule == "BELOW_EXPECTED" and fleet[0].scope == "link"
+    assert fleet[0].link == "inter" and all(f"drift-{s}" in fleet[0].summary for s in range(4))
+    assert not [i for i in opened if i.job != "fleet"], "no incident per job under the fleet's drift"
