@@ -72,7 +72,7 @@ def plan_runs(args: argparse.Namespace, stamp: str) -> list[tuple[str, SimRun]]:
         sc = SCENARIOS[name]
         topo = sc.topology(ranks)
         faults = build_faults(sc, topo, args.steps, seed)
-        attempts = plan_attempts(f"bench-{stamp}-{label}-{ranks}-s{seed}", topo, args.steps, faults, seed,
+        attempts = plan_attempts(f"bench-{stamp}-{label}-{topo.world}-s{seed}", topo, args.steps, faults, seed,
                                  model=sc.model(topo), noise=sc.noise(), traits=traits)
         runs.append((label, SimRun.of_attempts(attempts, packed=getattr(args, "packed", True))))
 
