@@ -833,16 +833,17 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              _from_start("downclock", ("BELOW_EXPECTED",), "compute 0.8x from the start", {"clock_factor": 0.8}),
              shape=(16, 4, 4)),
     # a leak's growth per step to the device's capacity (issue #44): the OOM forecast, >= 50 steps ahead; the
-    # levels and rates put the out-of-memory step at 130-140, past a 120-step run (the run stops before the crash)
-    Scenario("memory_leak_slow", "memory", "one rank leaks 0.05 %/step (33 MB) from 94 %: out of memory at "
-             "step ~130", ("OOM",), _leak_build(0.05, 94.0), memory=(94.0, 0.0, 0.0)),
-    Scenario("memory_leak", "memory", "one rank leaks 0.1 %/step (66 MB) from 88 %: out of memory at step ~130",
-             ("OOM",), _leak_build(0.1, 88.0), memory=(88.0, 0.0, 0.0)),
-    Scenario("memory_leak_sawtooth", "memory", "one rank leaks 0.2 %/step (131 MB) from 70 % under an 8 % "
-             "per-step sawtooth: its peak out of memory at step ~120", ("OOM",), _leak_build(0.2, 78.0),
-             memory=(70.0, 0.0, 8.0)),
-    Scenario("memory_leak_fast", "memory", "one rank leaks 0.3 %/step (197 MB) from 64 %: out of memory at "
-             "step ~130", ("OOM",), _leak_build(0.3, 64.0), memory=(64.0, 0.0, 0.0)),
+    # levels and rates put the out-of-memory step at 170, past a 120-step run (the run stops before the crash;
+    # the forecast judges a device once it has ~2 windows of samples, ~step 80 here)
+    Scenario("memory_leak_slow", "memory", "one rank leaks 0.05 %/step (33 MB) from 92 %: out of memory at "
+             "step 170", ("OOM",), _leak_build(0.05, 92.0), memory=(92.0, 0.0, 0.0)),
+    Scenario("memory_leak", "memory", "one rank leaks 0.1 %/step (66 MB) from 84 %: out of memory at step 170",
+             ("OOM",), _leak_build(0.1, 84.0), memory=(84.0, 0.0, 0.0)),
+    Scenario("memory_leak_sawtooth", "memory", "one rank leaks 0.2 %/step (131 MB) from 60 % under an 8 % "
+             "per-step sawtooth: its peak out of memory at step 170", ("OOM",), _leak_build(0.2, 68.0),
+             memory=(60.0, 0.0, 8.0)),
+    Scenario("memory_leak_fast", "memory", "one rank leaks 0.3 %/step (197 MB) from 52 %: out of memory at "
+             "step 170", ("OOM",), _leak_build(0.3, 52.0), memory=(52.0, 0.0, 0.0)),
     Scenario("healthy", "healthy", "no fault: jitter, warm-up, checkpoints, eval, hiccups, GC", (), _healthy),
     Scenario("healthy_full_memory", "healthy", "no fault; device memory steady at 95-97 % (a caching allocator "
              "keeping HBM full by design)", (), _healthy, memory=(95.0, 2.0, 0.0)),

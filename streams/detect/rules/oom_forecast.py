@@ -3,11 +3,16 @@
 A static bound on T6 fires minutes before a crash, when nothing can be done, and on healthy jobs
 that keep HBM near full by design (caching allocators, large micro-batches). This reads the
 trend instead: over the last `window` samples of each device, a least-squares slope with its
-t statistic, and the slopes between the medians of the window's thirds (Tukey's resistant line).
+t statistic, and the slopes between the medians of consecutive quarters of the window (as Tukey's
+resistant line does with thirds).
 A device is forecast to run out when all of them say it grows: the fit is significant
-(t >= `t_min`), the early and the late third-to-third slopes are both >= `min_growth_per_s` and the
-late one at least `steady_share` of the early one (a steady creep, not a step nor a ramp that
-flattens, which a starting job's allocator filling its cache is), and
+(t >= `t_min`), every quarter-to-quarter slope is >= `min_growth_per_s` and the flattest at least
+`steady_share` of the steepest (a steady creep, not a step, which raises at most two, nor a ramp that
+flattens, which a starting job's allocator filling its cache is), the t statistic holds with the
+samples' lag-1 autocorrelation accounted for (a slow wander has fewer independent samples), the
+latest quarter's upper envelope makes a new high (above the highest sample that left the window by
+more than the fit's scatter: an aliased per-step sawtooth or a wander revisits its old peak; so a
+device is judged only once samples left its window), and
 its upper envelope (the fit now plus the residuals' `envelope_q` quantile: a sawtooth runs out at
 its peak) reaches `capacity_pct` within `horizon_s`. Steady memory at any level, noise around it
 and a per-step sawtooth have no significant growth and say nothing. Once forecasting, a device
@@ -33,13 +38,14 @@ from streams.detect.rules.base import BoolArray, FloatArray, IntArray, as_array
 class Params:
     horizon_s: float                # forecast a run-out at most this far ahead
     min_growth_per_s: float         # slower growth is no leak (percentage points per second)
-    window: int = 60                # samples per device the trend is fitted on
-    min_samples: int = 30           # samples in the window before a verdict
-    t_min: float = 8.0              # the least-squares slope's t statistic
+    window: int = 48                # samples per device the trend is fitted on
+    t_min: float = 6.0              # the least-squares slope's t statistic
     envelope_q: float = 0.9         # quantile of the residuals added to the fit: the level's upper envelope
-    steady_share: float = 0.5       # to open, the late third-to-third slope is at least this share of the early
+    groups: int = 4                 # the window's groups whose medians' slopes must all grow
+    steady_share: float = 0.3       # to open, the flattest of those slopes is at least this share of the steepest
     warmup: int = 20                # a device's first samples are left out (a starting job's allocator fills)
     every: int = 5                  # a device not forecasting is judged every this many of its samples
+    high_margin: float = 1.0        # a new high: this many times the fit's scatter above what left the window
     capacity_pct: float = 100.0
 
 
@@ -49,6 +55,7 @@ class State:
     y: FloatArray      # (n, window) memory %, NaN = empty
     pos: IntArray      # samples pushed per series
     seen: IntArray     # samples seen per series (the first `warmup` are not pushed)
+    before: FloatArray  # the highest sample that left the window (-inf: none yet)
     active: BoolArray  # forecasting now (hysteresis)
     origin: float      # the first sample's time, seconds: keeps the fit's sums well conditioned
 
@@ -70,7 +77,7 @@ class Forecast:
 def _new(n: int, params: Params, origin: float) -> State:
     return State(t=np.full((n, params.window), np.nan), y=np.full((n, params.window), np.nan),
                  pos=np.zeros(n, dtype=np.int64), seen=np.zeros(n, dtype=np.int64), active=np.zeros(n, dtype=bool),
-                 origin=origin)
+                 origin=origin, before=np.full(n, -np.inf))
 
 
 def evaluate(ts_s: FloatArray, x: FloatArray, state: State | None, params: Params) -> tuple[State, Forecast]:
@@ -84,14 +91,16 @@ def evaluate(ts_s: FloatArray, x: FloatArray, state: State | None, params: Param
     present &= state.seen > params.warmup
     rows = np.flatnonzero(present)
     col = state.pos[rows] % params.window
+    leaving = state.y[rows, col]
+    state.before[rows] = np.fmax(state.before[rows], leaving)  # NaN (an empty slot) leaves it as it was
     state.t[rows, col] = ts_s[rows] - state.origin
     state.y[rows, col] = x[rows]
     state.pos[rows] += 1
-    counted = np.minimum(state.pos, params.window)
     # a device is judged every `every` samples, the devices staggered (a trend moves slowly; at 10,240 devices
     # the fit costs tens of ms a tick), one forecasting already at every sample (its incident's evidence)
     turn = (state.pos + np.arange(x.size)) % max(params.every, 1) == 0
-    judged = np.flatnonzero(present & (counted >= params.min_samples) & (turn | state.active))
+    # a device is judged once samples left its window: a leak is growth past what the device held before
+    judged = np.flatnonzero(present & (state.pos > params.window) & (turn | state.active))
     empty = Forecast(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), np.zeros(0))
     if not judged.size:
         return state, empty
@@ -105,14 +114,26 @@ def evaluate(ts_s: FloatArray, x: FloatArray, state: State | None, params: Param
     left = np.zeros(judged.size)
     if grows.size:
         t, y = _in_order(state.t[judged[grows]], state.y[judged[grows]])
-        early, late = _third_slopes(t, y)
+        slopes = _group_slopes(t, y, params.groups)
+        # the t statistic assumed independent samples: a slow wander (lag-1 autocorrelation rho > 0) has
+        # fewer, n (1 - rho) / (1 + rho); and a leak makes new highs: the latest group's upper envelope
+        # above the highest sample that left the window (an aliased sawtooth, a wander revisit their peak)
+        rho = np.clip(_lag1(y), 0.0, 0.99)
+        t_eff = tstat[grows] * np.sqrt((1.0 - rho) / (1.0 + rho))
+        recent = _quantile(np.where(np.arange(t.shape[1])[None, :] >= (np.isfinite(y).sum(axis=1)
+                                                                      * (params.groups - 1) // params.groups)[:, None],
+                                    y, np.nan), params.envelope_q)
+        spread = np.sqrt(np.nanmean(resid[grows] ** 2, axis=1))
+        higher = recent > state.before[judged[grows]] + params.high_margin * spread  # past the fit's scatter
         level[grows] = fit_now[grows] + _quantile(resid[grows], params.envelope_q)
         g = slope[grows]
         left[grows] = np.where(level[grows] >= params.capacity_pct, 0.0,
                                (params.capacity_pct - level[grows]) / np.where(g > 0, g, np.inf))
         r, w = relax[grows], was[grows]
-        steady = (early >= params.min_growth_per_s) & (late >= params.steady_share * early)  # not a ramp flattening
-        alarm[grows] = (late >= r * params.min_growth_per_s) & (w | steady) & (left[grows] <= params.horizon_s / r)
+        low, high = slopes.min(axis=1), slopes.max(axis=1)
+        steady = low >= params.steady_share * high  # to open: no group far steeper than another (a step, a ramp)
+        alarm[grows] = (low >= r * params.min_growth_per_s) & (t_eff >= r * params.t_min) & (w | (steady & higher)) \
+            & (left[grows] <= params.horizon_s / r)
     state.active[judged] = alarm
     pick = np.flatnonzero(alarm)
     return state, Forecast(judged[pick].astype(np.int64), level[pick], slope[pick], left[pick])
@@ -142,22 +163,40 @@ def _least_squares(t: FloatArray, y: FloatArray) -> tuple[FloatArray, FloatArray
     return slope, tstat, resid, ym + slope * (last - tm)
 
 
-def _third_slopes(t: FloatArray, y: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """Per row (time-ordered, empty last): the slopes between the medians of its first and middle thirds
-    and of its middle and last thirds (resistant to spikes; both grow only on a steady creep)."""
-    m = np.isfinite(y).sum(axis=1)
+def _lag1(y: FloatArray) -> FloatArray:
+    """Per row (time-ordered, empty last): the lag-1 autocorrelation of its values less their linear trend
+    (the trend of consecutive differences removed as their mean)."""
+    ok = np.isfinite(y)
+    d = np.where(ok[:, 1:] & ok[:, :-1], np.diff(np.where(ok, y, 0.0), axis=1), np.nan)
+    n = np.isfinite(d).sum(axis=1)
+    idx = np.arange(y.shape[1])[None, :]
+    mean_d = np.where(n > 0, np.nansum(d, axis=1) / np.maximum(n, 1), 0.0)
+    first = np.where(ok[:, :1], y[:, :1], 0.0)
+    detr = np.where(ok, y - first - mean_d[:, None] * idx, np.nan)
+    c = detr - np.nanmean(detr, axis=1, keepdims=True)
+    num = np.nansum(c[:, 1:] * c[:, :-1], axis=1)
+    den = np.nansum(c * c, axis=1)
+    out: FloatArray = np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
+    return out
+
+
+def _group_slopes(t: FloatArray, y: FloatArray, groups: int) -> FloatArray:
+    """Per row (time-ordered, empty last): the slopes between the medians of consecutive ones of its `groups`
+    equal groups of samples, (rows, groups - 1). Resistant to spikes; all grow only on a steady creep: a step
+    raises at most the two around the group it falls in, a ramp that flattens not the last."""
+    m = np.isfinite(y).sum(axis=1)[:, None]
     cols = np.arange(t.shape[1])[None, :]
-    third = (m // 3)[:, None]
     meds = []
-    for lo, hi in ((0, third), (third, 2 * third), (2 * third, m[:, None])):
-        sel = (cols >= lo) & (cols < hi)
-        with np.errstate(all="ignore"):
-            meds.append((_median(np.where(sel, t, np.nan)), _median(np.where(sel, y, np.nan))))
-    (t1, y1), (t2, y2), (t3, y3) = meds
+    for k in range(groups):
+        sel = (cols >= k * m // groups) & (cols < (k + 1) * m // groups)
+        meds.append((_median(np.where(sel, t, np.nan)), _median(np.where(sel, y, np.nan))))
+    out = np.zeros((t.shape[0], groups - 1))
     with np.errstate(divide="ignore", invalid="ignore"):
-        early = np.where(t2 > t1, (y2 - y1) / (t2 - t1), 0.0)
-        late = np.where(t3 > t2, (y3 - y2) / (t3 - t2), 0.0)
-    return np.nan_to_num(early), np.nan_to_num(late)
+        for k in range(groups - 1):
+            (t1, y1), (t2, y2) = meds[k], meds[k + 1]
+            out[:, k] = np.where(t2 > t1, (y2 - y1) / (t2 - t1), 0.0)
+    out_: FloatArray = np.nan_to_num(out)
+    return out_
 
 
 def _median(rows: FloatArray) -> FloatArray:

@@ -62,7 +62,6 @@ class DeviceParams:
     oom_horizon_steps: float
     oom_min_growth_pct_per_step: float
     oom_window: int
-    oom_min_samples: int
     oom_t_min: float
 
     def oom_params(self, step_s: float) -> oom.Params:
@@ -71,7 +70,7 @@ class DeviceParams:
         for R2 (the job's own warm-up steps)."""
         per_s = self.oom_min_growth_pct_per_step / step_s if step_s > 0 else np.inf
         return oom.Params(horizon_s=self.oom_horizon_steps * max(step_s, 0.0), min_growth_per_s=float(per_s),
-                          window=self.oom_window, min_samples=self.oom_min_samples, t_min=self.oom_t_min,
+                          window=self.oom_window, t_min=self.oom_t_min,
                           warmup=self.r2_warmup_mem_pct)
 
     def r1_bounds(self) -> tuple[tuple[str, float, bool, str | None], ...]:

@@ -46,11 +46,17 @@ def test_leak_opens_one_incident_naming_its_rank_before_the_crash() -> None:
     out = _run(job)
     opened = [(sent, i) for sent, i in out if i.state == "open"]
     assert len(opened) == 1, [i.summary for _, i in opened]
-    sent, incident = opened[0]
-    assert incident.ranks == list(leak.ranks) and "OOM" in {incident.rule, *incident.rules}
-    assert sent <= crash - 50, f"forecast at step {sent}, out of memory at {crash}: under 50 steps ahead"
-    oom = [i for _, i in out if i.rule == "OOM" or "OOM" in i.rules]
-    assert any("will run out of device memory at ~step" in i.summary for i in oom), [i.summary for i in oom]
+    _, incident = opened[0]
+    assert incident.ranks == list(leak.ranks)
+    # the forecast is that incident's (R2's drift on the same device may open it a little earlier)
+    oom = [(sent, i) for sent, i in out if "OOM" in {i.rule, *i.rules}]
+    assert oom and {i.incident_id for _, i in oom} == {incident.incident_id}
+    assert oom[0][0] <= crash - 50, f"forecast at step {oom[0][0]}, out of memory at {crash}: under 50 steps ahead"
+    # the step it runs out at is the incident's evidence (its text is the opening finding's: the forecast's or
+    # R2's, whichever came first), before the crash
+    steps = [s for _, i in oom if (s := i.evidence.get("oom_step")) is not None]
+    assert steps and all(oom[0][0] < s for s in steps), steps
+    assert abs(steps[-1] - crash) <= 10, (steps[-1], crash)
 
 
 def test_memory_steady_at_95_to_97_percent_opens_nothing() -> None:

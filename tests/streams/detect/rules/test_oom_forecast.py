@@ -24,9 +24,10 @@ def _alarms(series: np.ndarray, params: oom.Params = PARAMS) -> list[tuple[int, 
     return out
 
 
-def _leak(rate_per_step: float, level: float, rng: np.random.Generator, start: int = 20) -> tuple[np.ndarray, float]:
-    """Memory flat at `level` then growing `rate_per_step` from sample `start`, clipped at 100; its out-of-memory
-    time in samples."""
+def _leak(rate_per_step: float, level: float, rng: np.random.Generator, start: int = 150) -> tuple[np.ndarray, float]:
+    """Memory flat at `level` then growing `rate_per_step` from sample `start` (the job running a while: the
+    forecast judges a device once it knows the level it held), clipped at 100; its out-of-memory time in
+    samples."""
     t = np.arange(2000, dtype=np.float64)
     y = level + rate_per_step / STEP_S * np.maximum(t - start, 0) + rng.normal(0, 0.3, t.size)
     oom_at = start + (100.0 - level) / (rate_per_step / STEP_S)
@@ -43,8 +44,10 @@ def test_a_steady_leak_is_caught_at_least_50_steps_ahead(rate: float, level: flo
     assert lead_steps >= 50, lead_steps
     assert fc.index.tolist() == [0]
     assert fc.growth_per_s[0] * STEP_S == pytest.approx(rate, rel=0.5)
-    # the forecast holds to the end, once made: one incident, not a flicker
-    assert [i for i, _ in found] == list(range(first, series.size))
+    # the forecast holds once made (one incident, not a flicker), at least while the device is under 98 %
+    # (above, the samples' noise is clipped at 100 % and the growth looks slower)
+    under = int(np.argmax(np.convolve(series, np.ones(9) / 9, "same") >= 98.0)) or series.size
+    assert set(range(first, max(first, under))) <= {i for i, _ in found}
     # its time left shrinks towards the out-of-memory time
     last_i, last = found[-1]
     assert abs(last_i + last.seconds_left[0] - oom_at) < 0.2 * (oom_at - first)
@@ -52,9 +55,9 @@ def test_a_steady_leak_is_caught_at_least_50_steps_ahead(rate: float, level: flo
 
 def test_only_the_leaking_device_of_several_is_named() -> None:
     rng = np.random.default_rng(3)
-    t = np.arange(300, dtype=np.float64)[:, None]
-    series = 80.0 + rng.normal(0, 0.3, (300, 8))
-    series[:, 5] += 0.2 / STEP_S * t[:, 0]
+    t = np.arange(400, dtype=np.float64)[:, None]
+    series = 80.0 + rng.normal(0, 0.3, (400, 8))
+    series[:, 5] += 0.2 / STEP_S * np.maximum(t[:, 0] - 150, 0)
     found = _alarms(series)
     assert found and all(fc.index.tolist() == [5] for _, fc in found)
 
@@ -78,13 +81,22 @@ def test_a_per_step_sawtooth_says_nothing() -> None:
     assert _alarms(series) == []
 
 
+@pytest.mark.parametrize("jump", [10.0, 26.0])
+def test_a_step_up_is_no_leak(jump: float) -> None:
+    """Memory that jumps once and holds (a bigger batch: spec §4's bad batch size, +26 % to ~96 %) is R1's, not
+    a trend: wherever the jump falls in the window, at most two of its quarter-to-quarter slopes grow."""
+    t = np.arange(400)
+    series = 70.0 + jump * (t >= 100) + np.random.default_rng(int(jump)).normal(0, 0.3, (16, t.size))
+    assert _alarms(series.T) == []
+
+
 def test_growth_that_stops_resolves() -> None:
     rng = np.random.default_rng(9)
     grow = 80.0 + 0.1 / STEP_S * np.arange(150)
-    series = np.concatenate([grow, np.full(300, grow[-1])]) + rng.normal(0, 0.3, 450)
+    series = np.concatenate([np.full(150, 80.0), grow, np.full(300, grow[-1])]) + rng.normal(0, 0.3, 600)
     found = [i for i, _ in _alarms(series)]
-    assert found and found[0] < 150, "the growth is forecast while it lasts"
-    assert found[-1] < 150 + 60, f"still forecast {found[-1] - 150} samples after the growth stopped"
+    assert found and found[0] < 300, "the growth is forecast while it lasts"
+    assert found[-1] < 300 + 60, f"still forecast {found[-1] - 300} samples after the growth stopped"
 
 
 def test_a_ramp_that_flattens_is_no_leak() -> None:
@@ -95,6 +107,6 @@ def test_a_ramp_that_flattens_is_no_leak() -> None:
 
 
 def test_no_step_time_no_forecast() -> None:
-    series, _ = _leak(0.3, 60.0, np.random.default_rng(1))
+    series, _ = _leak(0.3, 60.0, np.random.default_rng(1))  # caught with a step time (above)
     params = oom.Params(horizon_s=0.0, min_growth_per_s=float("inf"))
     assert _alarms(series, params) == []
