@@ -123,10 +123,11 @@ class DetectionConfig:
     #                                   caught as soon as its trend is significant: >= 50 steps ahead at 0.05-0.3
     #                                   %/step from 70-94 %; gc_leak's +0.1 %/step from ~72 % is ~260 steps out)
     oom_min_growth_pct_per_step: float = 0.01  # slower growth is no leak (200 steps to gain 2 %)
-    oom_window: int = 60             # samples per device the trend is fitted on (~1 per second)
-    oom_min_samples: int = 30        # samples in the window before a verdict
-    oom_t_min: float = 8.0           # the least-squares slope's t statistic (a leak of 0.05 %/step under
-    #                                  0.3 % noise is t ~ 19 over 60 samples; flat noise stays under 5)
+    oom_window: int = 48             # samples per device the trend is fitted on (~1 per second); a device is
+    #                                  judged once twice as many arrived after its warm-up (its level before)
+    oom_t_min: float = 6.0           # the least-squares slope's t statistic, its lag-1 autocorrelation
+    #                                  accounted for (0.05 %/step under 0.3 % noise: t ~ 13 over 48 samples;
+    #                                  0.2 %/step under an 8 % per-step sawtooth: ~ 7)
     r3_warmup: int = 50              # R3 W
     r3_length: int = 50              # R3 L
     r3_k: float = 2.0                # R3 k (spec: 2–3; 3 missed a 25 % drop behind one eval step in the first window)
@@ -206,7 +207,7 @@ _ADDED_SINCE_LIST_STATE |= {"reference_models", "expected_warmup_steps", "expect
                             "expected_share", "expected_comm_ratio", "expected_compute_ratio", "expected_refit_s",
                             "expected_min_jobs", "expected_drift_jobs", "expected_drift_share"}
 _ADDED_SINCE_LIST_STATE |= {"r1_mem_baseline_samples", "oom_horizon_steps", "oom_min_growth_pct_per_step",
-                            "oom_window", "oom_min_samples", "oom_t_min"}
+                            "oom_window", "oom_t_min"}
 _DETECTION_LIST_STATE = tuple(f.name for f in fields(DetectionConfig) if f.name not in _ADDED_SINCE_LIST_STATE)
 
 
@@ -311,6 +312,7 @@ class Settings:
     alerts_report_url: str = ""       # annotation `report`: URL template with {job}, {incident_id}, {rule}
     alerts_runbook_url: str = ""      # annotation `runbook_url`: docs/runbooks.md served here (+ #rule); "": the file
     alerts_metrics_port: int = 0      # Prometheus self-metrics port of the bridge; 0 = off
+    live_url: str = ""                # where `steplens serve` is reached: alerts link it (generatorURL); "": none
 
     @property
     def embedded_path(self) -> Path:
@@ -399,6 +401,7 @@ _ENV = {
     "STEPLENS_ALERTS_REPORT_URL": ("", "alerts_report_url"),
     "STEPLENS_ALERTS_RUNBOOK_URL": ("", "alerts_runbook_url"),
     "STEPLENS_ALERTS_METRICS_PORT": ("", "alerts_metrics_port"),
+    "STEPLENS_LIVE_URL": ("", "live_url"),
 }
 
 
