@@ -47,6 +47,11 @@ class StepEvent(RankIdentity):
 
     attempt (contract 1.4): the job's launch this step belongs to (see JobEvent.attempt); a
     relaunch re-runs steps from its checkpoint, and each attempt's steps are kept apart.
+    mem_peak_bytes / mem_reserved_bytes (contract 1.5): the device memory the step allocated at its
+    peak (the allocator's peak statistic, reset at the step's start: PyTorch's
+    `torch.cuda.max_memory_allocated()` after `reset_peak_memory_stats()`) and the caching allocator's
+    reserved bytes at the step's end (`torch.cuda.memory_reserved()`); None where the rank runs on no
+    accelerator or the framework has no such statistic. Reserved far above the peak is fragmentation.
     """
 
     TYPE: ClassVar[str] = "step"
@@ -63,6 +68,8 @@ class StepEvent(RankIdentity):
     peak_flops: float | None = None
     profiling: bool = False
     attempt: int = 0
+    mem_peak_bytes: int | None = None
+    mem_reserved_bytes: int | None = None
 
     @property
     def duration_ms(self) -> float:
@@ -73,7 +80,7 @@ class StepEvent(RankIdentity):
         require(self.step >= 0, join(path, "step"), "must be >= 0")
         require(self.start_ns > 0, join(path, "start_ns"), "must be a positive epoch timestamp in ns")
         require(self.end_ns >= self.start_ns, join(path, "end_ns"), "must be >= start_ns")
-        for name in ("gc_count", "batch_size", "samples", "tokens"):
+        for name in ("gc_count", "batch_size", "samples", "tokens", "mem_peak_bytes", "mem_reserved_bytes"):
             value = getattr(self, name)
             require(value is None or value >= 0, join(path, name), "must be >= 0")
         for name in ("flops", "peak_flops"):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from schemas.errors import ContractError
 
 CONTRACT_MAJOR = 1
-CONTRACT_MINOR = 4
+CONTRACT_MINOR = 5
 CONTRACT_VERSION = f"{CONTRACT_MAJOR}.{CONTRACT_MINOR}"
 
 _VERSION = re.compile(r"([0-9]{1,6})\.([0-9]{1,6})", re.ASCII)

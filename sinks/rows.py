@@ -19,6 +19,8 @@ import base64
 import datetime as dt
 from typing import Any, NamedTuple
 
+import orjson
+
 from schemas import DOMAIN_TYPES, Incident, JobEvent, Phases, StepEvent, bounds
 from schemas.control import ControlCommand
 from schemas.device import DeviceSample
@@ -39,7 +41,7 @@ STEP_COLUMNS: tuple[str, ...] = (
     "start_ns", "end_ns", "duration_ms",
     *Phases.NAMES,
     "gc_count", "batch_size", "samples", "tokens", "flops", "peak_flops",
-    "profiling", "event_date", "ingested_ns", "attempt",
+    "profiling", "event_date", "ingested_ns", "attempt", "mem_peak_bytes", "mem_reserved_bytes",
 )
 
 INCIDENT_COLUMNS: tuple[str, ...] = (
@@ -51,7 +53,7 @@ INCIDENT_COLUMNS: tuple[str, ...] = (
 
 JOB_COLUMNS: tuple[str, ...] = (
     "job", "phase", "world", "ts_ns", "parallel_keys", "parallel_values", "last_step", "model", "event_date",
-    "attempt",
+    "attempt", "model_shape",
 )
 
 DEAD_LETTER_COLUMNS: tuple[str, ...] = (
@@ -143,6 +145,8 @@ def step_row(e: StepEvent, ingested_ns: int) -> Row:
         event_date(e.start_ns),
         _fit(ingested_ns, _INT64, "ingested_ns"),
         _fit(e.attempt, _UINT16, "attempt"),
+        _fit_opt(e.mem_peak_bytes, _INT64, "mem_peak_bytes"),
+        _fit_opt(e.mem_reserved_bytes, _INT64, "mem_reserved_bytes"),
     )
 
 
@@ -190,7 +194,15 @@ def job_row(j: JobEvent) -> Row:
         j.model,
         event_date(j.ts_ns),
         _fit(j.attempt, _UINT16, "attempt"),
+        model_shape_json(j),
     )
+
+
+def model_shape_json(j: JobEvent) -> str:
+    """`jobs.model_shape`: the start event's known shape fields as a JSON object (keys sorted), '' for none."""
+    if j.model_shape is None:
+        return ""
+    return orjson.dumps(j.model_shape.known(), option=orjson.OPT_SORT_KEYS).decode()
 
 
 def dead_letter_row(

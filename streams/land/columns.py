@@ -41,6 +41,7 @@ _I64, _U32, _I32 = bounds.INT64[1], bounds.UINT32[1], bounds.INT32[1]
 _NS_DAY = 86_400_000_000_000
 _LAST_DAY = 65_535  # 2149-06-06, the last ClickHouse Date (sinks.rows.event_date clamps there)
 _COUNTS = ("gc_count", "batch_size", "samples", "tokens")
+_MEMORY = ("mem_peak_bytes", "mem_reserved_bytes")  # contract 1.5, >= 0, null when missing
 
 
 def _ids_ok(array: pa.Array) -> bool:
@@ -139,14 +140,14 @@ def step_block(raws: list[bytes], ingested_ns: int) -> pa.Table | None:
                                                                    for i in range(len(Phases.NAMES))]
     if not all(_at_least(p, 0.0) for p in phases):
         return None
-    if not all(_at_least(f[name], 0) for name in _COUNTS) or not all(
+    if not all(_at_least(f[name], 0) for name in (*_COUNTS, *_MEMORY)) or not all(
             _at_least(f[name], 0.0) for name in ("flops", "peak_flops")):
         return None
     profiling = pc.cast(pc.fill_null(f["profiling"], False), pa.uint8())
     columns = [
         f["job"], rank, step, world, f["host"], device, *groups, stage, start, end, (end - start) / 1e6,
         *phases, *(f[name] for name in _COUNTS), f["flops"], f["peak_flops"], profiling,
-        _days(start), np.full(count, ingested_ns, dtype=np.int64), attempt,
+        _days(start), np.full(count, ingested_ns, dtype=np.int64), attempt, *(f[name] for name in _MEMORY),
     ]
     arrays = [c if isinstance(c, pa.Array) else pa.array(c) for c in columns]
     return pa.Table.from_arrays(arrays, names=list(STEP_COLUMNS))

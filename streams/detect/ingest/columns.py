@@ -74,7 +74,8 @@ Step = _struct("Step", [*_IDENTITY[:5], ("step", Int), ("start_ns", Int), ("end_
                         ("phases", PhaseTimes | None, None), ("gc_count", Int | None, None),
                         ("batch_size", float | None, None), ("samples", float | None, None),
                         ("tokens", Int | None, None), ("flops", float | None, None),
-                        ("peak_flops", float | None, None), ("profiling", bool | None, None)])
+                        ("peak_flops", float | None, None), ("profiling", bool | None, None),
+                        ("mem_peak_bytes", Int | None, None), ("mem_reserved_bytes", Int | None, None)])
 Aggregate = _struct("Aggregate", [
     ("key", str), ("total_ns", Int), ("cat", str | None, None), ("count", Int | None, 0), ("max_ns", Int | None, None),
     ("metric", str | None, None), ("shape", dict[str, Int] | None, None), ("flops", float | None, None),
@@ -232,7 +233,8 @@ _IDENTITY_SPEC = (("type", "s"), ("v", "s"), ("job", "s"), ("rank", "i"), ("worl
                   ("attempt", "i"), ("step", "i"))
 STEP_SPEC = packed.Spec((*_IDENTITY_SPEC, ("start_ns", "i"), ("end_ns", "i"), ("phases", "o"),
                          *[(f"phases.{p}", "f") for p in Phases.NAMES], ("gc_count", "i"), ("batch_size", "f"),
-                         ("samples", "f"), ("tokens", "i"), ("flops", "f"), ("peak_flops", "f"), ("profiling", "b")))
+                         ("samples", "f"), ("tokens", "i"), ("flops", "f"), ("peak_flops", "f"), ("profiling", "b"),
+                         ("mem_peak_bytes", "i"), ("mem_reserved_bytes", "i")))
 KERNEL_SUMMARY_SPEC = packed.Spec((
     *_IDENTITY_SPEC, ("entries", "l"), ("entries.key", "s"), ("entries.total_ns", "i"), ("entries.cat", "s"),
     ("entries.count", "i"), ("entries.max_ns", "i"), ("entries.metric", "s"), ("entries.shape", "n"),

@@ -27,8 +27,11 @@ import orjson
 
 from schemas.bounds import INT64, UINT16, UINT32
 from schemas.columns import DEVICE_METRICS, DOMAINS, PHASES
+from schemas.decoding import decode_object
+from schemas.errors import ContractError
+from schemas.job import ModelShape
 from schemas.packing import MAX_PACKED_EVENTS
-from schemas.version import major_ok
+from schemas.version import major_ok, parse_version
 from streams.detect.combine.chunks import KERNEL_NUMBERS, KERNEL_STRINGS, Chunk
 from streams.detect.ingest import columns
 from streams.detect.ingest.columns import attempt_key
@@ -243,12 +246,32 @@ def _add_job(chunks: dict[str, dict[str, Any]], doc: dict[str, Any]) -> bool:
             and (last is None or (isinstance(last, int) and 0 <= last <= I64))):
         return False
     attempt = _attempt(doc)
-    if attempt is None:
+    shape = _model_shape(doc)
+    if attempt is None or shape is False:
         return False
-    chunks[f"job:{phase}:{attempt_key(job, attempt)}"] = {
+    chunk: dict[str, Any] = {
         "kind": "job", "job": job, "attempt": attempt, "phase": phase, "world": world, "ts_ns": ts, "last_step": last,
         "parallel": doc.get("parallel") or {}, "kernel_summaries": doc.get("kernel_summaries") is True}
+    if shape is not None:
+        chunk["model_shape"] = shape
+    chunks[f"job:{phase}:{attempt_key(job, attempt)}"] = chunk
     return True
+
+
+def _model_shape(doc: dict[str, Any]) -> dict[str, Any] | bool | None:
+    """The start event's model shape (contract 1.5) as its known fields, checked as the contract checks it
+    (a job event is rare: the full check costs nothing); None: none; False: out of contract (the event is bad,
+    as landing dead-letters it)."""
+    value = doc.get("model_shape")
+    if value is None:
+        return None
+    if type(value) is not dict:
+        return False
+    try:
+        version = parse_version(doc.get("v"))
+        return decode_object(ModelShape, value, strict=not version.is_newer_minor, path="model_shape").known()
+    except ContractError:
+        return False
 
 
 _HANDLERS = {"step": _add_step, "kernel_summary": _add_kernel_summary, "device": _add_device, "job": _add_job}
