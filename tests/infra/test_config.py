@@ -64,7 +64,7 @@ def test_a_pickled_detection_config_restores_by_name_whatever_fields_came_or_wen
     assert restored == DetectionConfig(r10_min_ratio=0.25, batch_gather_s=0.01)  # r1_k: its default
     old = DetectionConfig.__new__(DetectionConfig)  # a list state, as snapshots before pickling by name: the
     # fields of that day, in order (those added since are not in it)
-    added_since = {"batch_gather_s", "snapshot_max_share", "snapshot_interval_max_s"}
+    from infra.settings import _ADDED_SINCE_LIST_STATE as added_since  # every field added since
     old.__setstate__([getattr(cfg, f.name) for f in dc_fields(cfg) if f.name not in added_since])
     assert old == DetectionConfig(r10_min_ratio=0.25, r1_k=7.0)
 
