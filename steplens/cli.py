@@ -88,8 +88,26 @@ def _incidents(args: argparse.Namespace, s: Settings) -> int:
 
 
 def _perf(args: argparse.Namespace, s: Settings) -> int:
-    from steplens.queries import job_performance
-    return _emit_query(args, s, lambda: job_performance(args.job, args.recompute))
+    from steplens.queries import job_performance, run
+    from steplens.queries.expected import BREAKDOWN_COLUMNS, NO_MODELS, breakdown_rows, job_expectation, with_expected
+
+    with _backend(s) as backend:
+        if _unknown_job(backend, args.job):
+            return EXIT_EMPTY
+        result = run(backend, job_performance(args.job, args.recompute))
+        expected = job_expectation(backend, args.job) if result.rows else None
+    if expected is not None and expected.expectation is None:
+        print(f"steplens: {NO_MODELS}", file=sys.stderr)
+    if args.breakdown:
+        rows = breakdown_rows(expected) if expected is not None else []
+        if expected is not None and expected.expectation is not None:
+            print(f"reference models v{expected.expectation.version}, steps {expected.step_first}-"
+                  f"{expected.step_last}: {expected.expectation.summary()}", file=sys.stderr)
+        output.write(sys.stdout, args.format, BREAKDOWN_COLUMNS, rows)
+        return EXIT_OK if rows else EXIT_EMPTY
+    columns, rows = with_expected(result.columns, result.rows, expected)
+    output.write(sys.stdout, args.format, columns, rows)
+    return EXIT_OK if rows else EXIT_EMPTY
 
 
 def _offenders(args: argparse.Namespace, s: Settings) -> int:
@@ -281,10 +299,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rule", help="rule id: R1..R10, SLOW_STEP, SLOW_RANK, SLOW_HOST, ...")
     p.add_argument("--host")
     p.add_argument("--rank", type=_number(int, 0))
-    p = add("perf", _perf, "a job's step-time percentiles, tokens/s/p, MFU and HFU (spec §1)", [fmt])
+    p = add("perf", _perf, "a job's step-time percentiles, tokens/s/p, MFU and HFU (spec §1), and the step "
+            "time the fleet's reference models expect", [fmt])
     p.add_argument("--job", required=True)
     p.add_argument("--recompute", type=_number(float, 1.0), default=1.0,
                    help="HFU/MFU FLOPs ratio: 4/3 = 1.333 with full recomputation (default 1)")
+    p.add_argument("--breakdown", action="store_true",
+                   help="per component (compute, each collective, exposed comm, host/data): observed vs the "
+                        "fleet's reference models (docs/model-time.md)")
     p = add("offenders", _offenders, "hosts named in incidents of several jobs: candidates to isolate",
             [fmt, rng, lim])
     p.add_argument("--min-jobs", type=_number(int, 1), default=2, help="in at least this many jobs (default 2)")
