@@ -258,6 +258,27 @@ def _number(kind: type[int] | type[float], low: float, *, above: bool = False) -
     return parse
 
 
+def _serve(args: argparse.Namespace, s: Settings) -> int:
+    import logging
+
+    from steplens.serve import LivePages, LiveServer
+
+    logging.basicConfig(level=logging.WARNING)
+    try:
+        server = LiveServer(LivePages(s, refresh_s=args.refresh, window=args.window), args.port)
+    except OSError as exc:
+        print(f"steplens: error: cannot serve on 127.0.0.1:{args.port}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_EMPTY
+    print(f"live page: {server.url}  (fleet; /job/<job>, /incident/<id>); Ctrl-C stops it", file=sys.stderr)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return EXIT_OK
+
+
 def _version(text: str) -> tuple[int, int, int]:
     from sinks.backend import parse_version
 
@@ -352,6 +373,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="e.g. http://127.0.0.1:9093 (default $STEPLENS_ALERTMANAGER_URL)")
     p.add_argument("--once", action="store_true",
                    help="exit once every incident on the topic is posted and committed (default: run until SIGTERM)")
+    p = add("serve", _serve, "the live page: jobs running, incidents open, slowest ranks and hosts; each job's "
+            "report; refreshed while the pipeline runs")
+    p.add_argument("--port", type=_number(int, 1), default=19480, help="port on 127.0.0.1 (default 19480)")
+    p.add_argument("--refresh", type=_number(float, 1.0), default=5.0, help="seconds between refreshes (default 5)")
+    p.add_argument("--window", type=_when, default="1h", help="what 'now' covers: 10m, 1h, 6h (default 1h)")
     _register_analyse(sub)
     _register_replay(sub)
     model_cli.register(sub, fmt)

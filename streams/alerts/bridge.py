@@ -77,7 +77,9 @@ class AlertBridge:
         self.url = alertmanager_url
         self.once = once
         self.topic = Topics(settings.topic_prefix).incidents
+        live = settings.live_url.rstrip("/")
         self.book = AlertBook(settings.alerts_resend_s, settings.alerts_report_url,
+                              generator_template=f"{live}/incident/{{incident_id}}" if live else "",
                               runbook_base=settings.alerts_runbook_url)
         self._consumer = consumer or self._kafka_consumer
         self._post = post

@@ -121,3 +121,10 @@ def test_alert_names_are_camel_case_and_every_rule_has_a_runbook_section() -> No
     text = RUNBOOK.read_text()
     missing = [rule for rule in RULE_IDS if f'<a id="{rule.lower()}"></a>' not in text]
     assert not missing, f"docs/runbooks.md has no section for {missing}"
+
+
+def test_generator_url_is_the_live_page_s_incident() -> None:
+    book = AlertBook(generator_template="http://127.0.0.1:19480/incident/{incident_id}")
+    book.apply(incident(incident_id="i-9", detected_ns=T0))
+    [(_, body)] = book.due(T0)
+    assert body["generatorURL"] == "http://127.0.0.1:19480/incident/i-9"
