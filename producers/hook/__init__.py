@@ -22,9 +22,10 @@ from producers.emitter import BackgroundEmitter
 from producers.exporter import Exporter, KafkaExporter
 from producers.hook.core import Emitter, HookStats, RankHook
 from producers.hook.identity import RankInfo, launcher_attempt
+from producers.hook.memory import AllocatorStats
 from producers.hook.profiling import ProfilerBackend, ProfileRequest
 from producers.sampler.ranks import register_device
-from schemas import Domain, Topics
+from schemas import Domain, ModelShape, Topics
 
 # How long a rank's events may wait before they are sent (a batch of 512 goes at once): the hook's
 # builder thread wakes at this interval and hands the round's events to the emitter, sent at once
@@ -73,8 +74,15 @@ def start(
     follow_control: bool = True,
     register: bool = True,
     emitter_factory: Callable[[], Emitter] | None = None,
+    model_shape: ModelShape | None = None,
+    memory: AllocatorStats | None = None,
 ) -> RankHook:
-    """A ready hook for this process; identity from arguments, else RANK/WORLD_SIZE/LOCAL_RANK."""
+    """A ready hook for this process; identity from arguments, else RANK/WORLD_SIZE/LOCAL_RANK.
+
+    `model_shape` (contract 1.5) goes on the job's `start` event (`hook.job_start()`; PyTorch users can
+    build it with `producers.hook.torch.model_shape_of(model, config, micro_batch=..., ...)`). `memory`:
+    the device allocator's statistics (the PyTorch and MindSpore glue set them themselves where a device
+    is in use)."""
     settings = settings or load_settings()
     topics = Topics(settings.topic_prefix)
     r = int(os.environ.get("RANK", "0")) if rank is None else rank
@@ -88,7 +96,7 @@ def start(
                                                        flush_interval_s=settings.hook_flush_interval_s)
     hook = RankHook(info, factory, profiler_factory=profiler_factory,
                     profile_root=settings.profile_dir, peak_flops=settings.hook_peak_flops or None,
-                    build_interval_s=settings.hook_flush_interval_s)
+                    build_interval_s=settings.hook_flush_interval_s, memory=memory, model_shape=model_shape)
     hook.open()
     if follow_control:
         from producers.hook.control import ControlFollower, RelayControlFollower

@@ -13,7 +13,8 @@ The hook's other ideas each have a module: identity.py (who the rank is), steps.
 the training thread records it, and its StepEvent), aggregate.py (kernel and collective records
 into the kernel summary), builder.py (the thread that builds events off the training thread),
 commands.py (control commands and the profiling they ask for), gc_timing.py (GC pauses),
-contexts.py (the `with` and loader spellings).
+contexts.py (the `with` and loader spellings), memory.py (the device allocator's per-step peak and
+reserved bytes, contract 1.5).
 
 Fork safety: a forked child (a DataLoader worker, a launcher) must not share the parent's
 emitter thread, so after a fork the hook forgets its emitter and the child builds a fresh one
@@ -50,9 +51,10 @@ from producers.hook.commands import ProfileCommands, profile_events
 from producers.hook.contexts import PhaseContext, StepContext, TimedIterator
 from producers.hook.gc_timing import GcTimer
 from producers.hook.identity import RankInfo, launcher_attempt
+from producers.hook.memory import AllocatorStats
 from producers.hook.profiling import ProfilerBackend, ProfileRequest, ProfileResult
 from producers.hook.steps import PHASES, DoneStep, StepState, phase_totals, step_event
-from schemas import ControlCommand, Domain, Event
+from schemas import ControlCommand, Domain, Event, JobEvent, ModelShape
 from schemas.kernel import CollectiveOp, CopyDirection, KernelCategory
 
 log = logging.getLogger(__name__)
@@ -99,6 +101,9 @@ class RankHook:
     `profiler_factory` builds the detailed profiler a control command switches on (None: the
     hook ignores profiling commands, counted as `no_profiler`). `build_interval_s`: how often the
     builder thread turns finished steps into events (the training thread never wakes it).
+    `memory`: the device allocator's statistics (producers/hook/memory.py; the framework glue sets it
+    where a CUDA/NPU device is in use), read and reset at every step end; None: the step events carry
+    no memory fields. `model_shape`: the model's shape for the job's `start` event (`job_start`).
     """
 
     def __init__(
@@ -112,8 +117,13 @@ class RankHook:
         track_gc: bool = True,
         close_timeout_s: float = 10.0,
         build_interval_s: float = BUILD_INTERVAL_S,
+        memory: AllocatorStats | None = None,
+        model_shape: ModelShape | None = None,
     ) -> None:
         self.rank = rank
+        self.memory = memory
+        self.model_shape = model_shape
+        self._memory_reset = False  # the peak was reset once before the first step
         self._emitter_factory = emitter_factory
         self._emitter: Emitter | None = None
         self.profile_root = profile_root or Path(tempfile.gettempdir()) / "steplens-profiles"
@@ -234,6 +244,34 @@ class RankHook:
                 cur.phases.append((name, ms))
         except Exception:
             self._errors += 1
+
+    # --- job lifecycle ---------------------------------------------------------------------------
+    def job_start(self, *, parallel: dict[str, int] | None = None, model: str | None = None,
+                  model_shape: ModelShape | None = None, kernel_summaries: bool | None = None) -> bool:
+        """Emit the job's `start` event (one rank does, usually rank 0): the world, the parallel degrees
+        (default: this rank's domain sizes), the model's name and shape (default: the hook's
+        `model_shape`), the attempt. False when it could not be handed to the emitter; never raises."""
+        try:
+            r = self.rank
+            sizes = {name: d.size for name, d in r.domains.items()} if parallel is None else dict(parallel)
+            return self.emit(JobEvent(job=r.job, phase="start", world=r.world, ts_ns=time.time_ns(), parallel=sizes,
+                                      model=model, kernel_summaries=kernel_summaries, attempt=r.attempt,
+                                      model_shape=self.model_shape if model_shape is None else model_shape))
+        except Exception:
+            self._errors += 1
+            return False
+
+    def job_end(self, last_step: int | None = None) -> bool:
+        """Emit the job's `end` event (`last_step`: default the last step this rank ended); never raises."""
+        try:
+            r = self.rank
+            last = self._next_step - 1 if last_step is None else last_step
+            return self.emit(JobEvent(job=r.job, phase="end", world=r.world, ts_ns=time.time_ns(),
+                                      last_step=last if last >= 0 else None, attempt=r.attempt,
+                                      parallel={name: d.size for name, d in r.domains.items()}))
+        except Exception:
+            self._errors += 1
+            return False
 
     # --- kernels and collectives ---------------------------------------------------------------
     def record_collective(
@@ -408,6 +446,9 @@ class RankHook:
         gc_timer = self._gc
         gc_timer.ms = 0.0
         gc_timer.n = 0
+        if self.memory is not None and not self._memory_reset:
+            self._memory_reset = True
+            self._read_memory()  # the peak so far (model load, warm-up) is no step's
         commands = self._commands
         if commands.requests and commands.active is None:
             commands.start_due(idx)
@@ -422,9 +463,10 @@ class RankHook:
         gc_timer = self._gc
         tracked = gc_timer.installed
         commands = self._commands
+        peak, reserved = self._read_memory() if self.memory is not None else (None, None)
         self._defer(DoneStep(cur, cur.start_ns + (t - cur.t0), samples, tokens, batch_size, flops,
                              gc_timer.ms if tracked else None, gc_timer.n if tracked else None,
-                             commands.active is not None, self.rank))
+                             commands.active is not None, self.rank, peak, reserved))
         self._steps += 1
         self._next_step = cur.step + 1
         if commands.active is not None:
@@ -432,6 +474,18 @@ class RankHook:
             if finished is not None:
                 self._finish_profile(*finished)
         self._last_end_pc = time.perf_counter_ns()
+
+    def _read_memory(self) -> tuple[int | None, int | None]:
+        """The allocator's (peak, reserved) since the last read, the peak reset; (None, None) when it
+        fails (counted: a step event without memory fields, never an exception in the training loop)."""
+        memory = self.memory
+        if memory is None:
+            return None, None
+        try:
+            return memory.read()
+        except Exception:
+            self._errors += 1
+            return None, None
 
     # --- event building, off the training thread -----------------------------------------------
     def _defer(self, done: DoneStep | Callable[[], None]) -> None:

@@ -10,6 +10,12 @@ a sink is not observable from the host; the events say so through equal duration
 leaves the data phase unset, since data loading happens on the device queue.
 
 Profiling on command uses MindSpore's own `Profiler` (dump format `msprof` on Ascend).
+
+Memory (contract 1.5): on an Ascend or GPU device target the callback gives the hook MindSpore's
+allocator statistics (`mindspore.runtime.max_memory_allocated` / `memory_reserved` /
+`reset_peak_memory_stats`, 2.3 on; `mindspore.hal` before), read and reset per step. A sink of k
+steps is one interval to the host: its peak is the sink's, put on each of its k step events. On
+the CPU target the fields stay out.
 """
 
 from __future__ import annotations
@@ -17,11 +23,28 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import mindspore
 from mindspore.train import Callback
 
 from producers.hook.core import RankHook
+from producers.hook.memory import AllocatorStats, module_stats
 from producers.hook.profiling import ProfileRequest, ProfileResult, dump_bytes
 from schemas import Phases, StepEvent
+
+
+def mindspore_memory_stats() -> AllocatorStats | None:
+    """MindSpore's allocator statistics when the device target is Ascend or GPU, else None (CPU: no
+    device allocator); never raises."""
+    try:
+        if mindspore.get_context("device_target") not in ("Ascend", "GPU"):
+            return None
+        for name in ("runtime", "hal"):
+            stats = module_stats(getattr(mindspore, name, None), f"mindspore.{name}")
+            if stats is not None:
+                return stats
+    except Exception:
+        return None
+    return None
 
 
 class StepLensCallback(Callback):  # type: ignore[misc]  # mindspore is untyped
@@ -37,6 +60,8 @@ class StepLensCallback(Callback):  # type: ignore[misc]  # mindspore is untyped
         self._last_step = 0  # cur_step_num at the previous step end (1-based in MindSpore)
         self._begin_wall = 0
         self._begin_pc = 0
+        if hook.memory is None:
+            hook.memory = mindspore_memory_stats()
 
     def on_train_step_begin(self, run_context: Any) -> None:
         try:
@@ -67,6 +92,7 @@ class StepLensCallback(Callback):  # type: ignore[misc]  # mindspore is untyped
         self.hook._drain_builder(timeout=0.05)
         total = t - self._begin_pc
         r = self.hook.rank
+        peak, reserved = self.hook._read_memory()  # the sink's, on each of its steps
         each = total // k
         for i in range(k):
             start = self._begin_wall + i * each
@@ -74,7 +100,8 @@ class StepLensCallback(Callback):  # type: ignore[misc]  # mindspore is untyped
                 job=r.job, rank=r.rank, world=r.world, host=r.host, device=r.device, domains=r.domains,
                 step=self._last_step + i, start_ns=start, end_ns=start + each, phases=Phases(),
                 samples=self.samples, tokens=self.tokens, batch_size=self.samples, flops=self.flops,
-                peak_flops=self.hook.peak_flops, attempt=r.attempt,
+                peak_flops=self.hook.peak_flops, attempt=r.attempt, mem_peak_bytes=peak,
+                mem_reserved_bytes=reserved,
             ))
         self.hook._overhead += time.perf_counter_ns() - t
 

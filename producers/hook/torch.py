@@ -25,11 +25,18 @@ its lowest global rank, which is unique per domain type.
 
 Ascend: `torch_npu` is imported only when present; profiling then uses `torch_npu.profiler`
 and the dump is tagged `ascend_pt`.
+
+Memory (contract 1.5): `instrument` gives the hook the allocator statistics of the device the model is
+on (`torch_memory_stats`: `torch.cuda.*` or `torch.npu.*`), so each step event carries the step's peak
+allocated and reserved bytes; a CPU model leaves them out. `model_shape_of` reads what a job's `start`
+event can say of the model: its parameter count and element size from the module, its layers, widths,
+heads, vocabulary and context from a HuggingFace-style config.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import logging
 import operator
@@ -48,8 +55,10 @@ import torch.distributed as dist
 
 from producers.hook.core import RankHook
 from producers.hook.identity import RankInfo, launcher_attempt
+from producers.hook.memory import AllocatorStats, module_stats
 from producers.hook.profiling import ProfileRequest, ProfileResult, dump_bytes
-from schemas import Domain, KernelRecord
+from schemas import Domain, KernelRecord, ModelShape
+from schemas.decoding import decode_object
 from schemas.kernel import CollectiveOp, KernelCategory
 from schemas.profile import ProfileFormat
 
@@ -121,6 +130,93 @@ def torch_rank_info(job: str, *, declared: dict[str, Iterable[int]] | None = Non
         device = int(os.environ.get("LOCAL_RANK", str(rank)))
     return RankInfo(job=job, rank=rank, world=world, host=host or socket.gethostname(), device=device,
                     domains=resolve_domains(rank, world, declared), attempt=launcher_attempt(os.environ))
+
+
+# --- memory and model shape (contract 1.5) ------------------------------------------------------------
+def torch_memory_stats(device: torch.device | str | None = None) -> AllocatorStats | None:
+    """The allocator statistics of `device` (a CUDA or NPU device), or of the current device of whichever
+    accelerator this process has initialised; None on a CPU device, or when none is in use."""
+    kind = torch.device(device).type if device is not None else _active_accelerator()
+    if kind not in ("cuda", "npu"):
+        return None
+    module = getattr(torch, kind, None)
+    if kind == "npu" and module is None and torch_npu_available():
+        module = getattr(torch, "npu", None)  # torch_npu registers torch.npu when imported
+    index = torch.device(device).index if device is not None else None
+    stats = module_stats(module, f"torch.{kind}")
+    if stats is None or index is None:
+        return stats
+    mod: Any = module
+    return AllocatorStats(stats.name, functools.partial(mod.max_memory_allocated, index),
+                          functools.partial(mod.memory_reserved, index),
+                          functools.partial(mod.reset_peak_memory_stats, index))
+
+
+def _active_accelerator() -> str | None:
+    """The accelerator ("cuda" or "npu") whose runtime this process initialised, else None (checked
+    without initialising one: a CPU job must not create a CUDA context by asking)."""
+    cuda: Any = torch.cuda
+    if cuda.is_available() and cuda.is_initialized():
+        return "cuda"
+    npu: Any = getattr(torch, "npu", None)
+    if npu is not None and getattr(npu, "is_available", lambda: False)() and getattr(
+            npu, "is_initialized", lambda: False)():
+        return "npu"
+    return None
+
+
+def _model_device(model: torch.nn.Module) -> torch.device | None:
+    for p in model.parameters():
+        return p.device
+    return None
+
+
+# HuggingFace config attribute names per shape field (GPT-2, LLaMA, BERT, T5/OPT spellings), first found wins
+_CONFIG_NAMES: dict[str, tuple[str, ...]] = {
+    "layers": ("num_hidden_layers", "n_layer", "num_layers"),
+    "hidden": ("hidden_size", "n_embd", "d_model"),
+    "heads": ("num_attention_heads", "n_head", "num_heads"),
+    "kv_heads": ("num_key_value_heads",),
+    "ffn": ("intermediate_size", "n_inner", "ffn_dim", "d_ff"),
+    "vocab": ("vocab_size",),
+    "seq": ("max_position_embeddings", "n_positions", "seq_length"),
+}
+
+
+def model_shape_of(model: torch.nn.Module | None = None, config: Any = None, **fields: Any) -> ModelShape | None:
+    """What a job's `start` event can say of the model (`schemas.ModelShape`): the parameter count and the
+    weights' element size of `model`, layers / hidden / heads / kv_heads / ffn / vocab / seq of a
+    HuggingFace-style `config` (attributes or a dict; default `model.config`), and `fields` over both
+    (micro_batch, optimizer, recompute, zero_stage, ... which no module says). `seq` from a config is its
+    context length (max_position_embeddings): pass `seq=` when training on shorter sequences. None when
+    nothing is known or the shape is out of contract (a hook helper never raises into a training script)."""
+    try:
+        known: dict[str, Any] = {}
+        if model is not None:
+            params = list(model.parameters())
+            if params:
+                known["params"] = sum(p.numel() for p in params)
+                size = params[0].element_size()
+                if size in (1, 2, 4, 8):
+                    known["param_bytes"] = size
+            if config is None:
+                config = getattr(model, "config", None)
+        if config is not None:
+            get = config.get if isinstance(config, dict) else functools.partial(getattr, config)
+            for name, spellings in _CONFIG_NAMES.items():
+                for spelling in spellings:
+                    value = get(spelling, None)
+                    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                        known[name] = value
+                        break
+        known.update({k: v for k, v in fields.items() if v is not None})
+        if not known:
+            return None
+        shape: ModelShape = decode_object(ModelShape, known, strict=True, path="model_shape")
+        return shape
+    except Exception:
+        log.warning("steplens: the model's shape could not be read", exc_info=True)
+        return None
 
 
 # --- instrumentation -------------------------------------------------------------------------------
@@ -448,6 +544,12 @@ def instrument(hook: RankHook, *, model: torch.nn.Module | None = None, optimize
     picks how a DDP model's all-reduce is timed; `reducer`, the default, needs autograd=True.
     """
     inst = TorchInstrumentation(hook)
+    if hook.memory is None:  # the device the model is on, else the accelerator this process uses
+        try:
+            device = _model_device(model) if model is not None else None
+            hook.memory = torch_memory_stats(device) if device is not None else torch_memory_stats()
+        except Exception:
+            log.warning("steplens: no device memory statistics", exc_info=True)
     if optimizer is not None:
         inst.attach_optimizer(optimizer, auto_steps=auto_steps)
     if model is not None:
