@@ -116,6 +116,12 @@ LAND_RECORDS: dict[str, bytes] = {
     "float-tokens": _pack(_clean(0, tokens=1.5)),
     "all-optionals": _pack(_clean(0, gc_count=1, batch_size=2, samples=3, tokens=4, flops=5.5, peak_flops=6,
                                   profiling=False, attempt=3)),
+    "memory": _pack(_clean(0, v="1.5", mem_peak_bytes=70 * 2**30, mem_reserved_bytes=80 * 2**30), _clean(1)),
+    "memory-edges": _pack(_clean(0, mem_peak_bytes=0), _clean(1, mem_reserved_bytes=2**63 - 1)),
+    "memory-null": _pack(_clean(0, mem_peak_bytes=None)),
+    "memory-negative": _pack(_clean(0, mem_peak_bytes=-1)),
+    "memory-float": _pack(_clean(0, mem_reserved_bytes=1.5)),
+    "memory-huge": _pack(_clean(0)).replace(b'"start_ns"', b'"mem_peak_bytes":100000000000000000000,"start_ns"'),
     "device-percent-over": _pack(_device(0, aicore_pct=100.5)),
     "device-percent-at": _pack(_device(0, aicore_pct=100)),
     "device-negative-power": _pack(_device(0, power_w=-1.0)),
@@ -136,7 +142,8 @@ def test_a_hand_built_record_lands_alike(name: str, topic: str) -> None:
 
 
 STEP_FIELDS = ["type", "v", "job", "rank", "world", "host", "device", "step", "start_ns", "end_ns", "attempt",
-               "samples", "batch_size", "gc_count", "tokens", "phases", "domains", "flops", "peak_flops", "profiling"]
+               "samples", "batch_size", "gc_count", "tokens", "phases", "domains", "flops", "peak_flops", "profiling",
+               "mem_peak_bytes", "mem_reserved_bytes"]
 DEVICE_FIELDS = ["type", "v", "host", "device", "ts_ns", "job", "rank", "device_kind", "power_w", "temp_c",
                  "aicore_pct", "mem_pct", "freq_mhz"]
 
@@ -148,7 +155,8 @@ def test_random_mutations_land_alike(topic: str) -> None:
     columnar = 0
     for _ in range(300):
         if topic == TOPICS.steps:
-            docs, fields = [_clean(r, profiling=True, gc_count=3, flops=2.0) for r in range(4)], STEP_FIELDS
+            docs, fields = [_clean(r, profiling=True, gc_count=3, flops=2.0, mem_peak_bytes=2**30 + r,
+                                   mem_reserved_bytes=2**31) for r in range(4)], STEP_FIELDS
         else:
             docs, fields = [_device(d, device_kind="npu", mem_pct=50.0) for d in range(4)], DEVICE_FIELDS
         target = docs[rng.randrange(4)]
@@ -166,6 +174,17 @@ def test_a_clean_batch_lands_as_one_block() -> None:
     out, processor = _land(batch, columnar=True)
     assert (len(out.blocks), out.rows, processor.counts) == (1, [], {"step": 4})
     assert out.blocks[0].spans == ((TOPICS.steps, 0, 0, 0), (TOPICS.steps, 1, 1, 1))
+
+
+def test_a_batch_with_memory_lands_as_one_block_with_its_memory() -> None:
+    """Contract 1.5's memory is carried by the columnar path, not declined to the per-event one."""
+    batch = _msgs([LAND_RECORDS["memory"], LAND_RECORDS["memory-edges"]])
+    out, processor = _land(batch, columnar=True)
+    assert (len(out.blocks), out.rows, processor.counts) == (1, [], {"step": 4})
+    data = out.blocks[0].data
+    assert data.column("mem_peak_bytes").to_pylist() == [70 * 2**30, None, 0, None]
+    assert data.column("mem_reserved_bytes").to_pylist() == [80 * 2**30, None, None, 2**63 - 1]
+    assert _alike(batch) == 1
 
 
 def test_a_device_batch_lands_as_one_block() -> None:

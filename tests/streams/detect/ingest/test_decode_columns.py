@@ -178,6 +178,17 @@ BAD_RECORDS: dict[str, bytes] = {
                              "last_step": 7}),
     "too-big": _pack(*[_step(r % 4, step=r) for r in range(3000)]),
     "tombstone": None,  # type: ignore[dict-item]
+    "memory": _pack(_step(0, v="1.5", mem_peak_bytes=70 * 2**30, mem_reserved_bytes=80 * 2**30), _step(1)),
+    "memory-peak-only": _pack(_step(0, mem_peak_bytes=0), _step(1, mem_reserved_bytes=2**63 - 1)),
+    "memory-null": _pack(_step(0, mem_peak_bytes=None, mem_reserved_bytes=None)),
+    "memory-negative": _pack(_step(0, mem_peak_bytes=-1)),
+    "memory-float": _pack(_step(0, mem_reserved_bytes=1.5)),
+    "memory-huge": _pack(_step(0)).replace(b'"samples":8', b'"samples":8,"mem_peak_bytes":100000000000000000000'),
+    "job-start-shape": orjson.dumps({"type": "job", "v": "1.5", "job": "j", "phase": "start", "world": 4,
+                                     "ts_ns": 10**18, "model_shape": {"params": 10**9, "layers": 24,
+                                                                      "optimizer": "adam"}}),
+    "job-start-bad-shape": orjson.dumps({"type": "job", "v": "1.5", "job": "j", "phase": "start", "world": 4,
+                                         "ts_ns": 10**18, "model_shape": {"layers": 0}}),
     "kernel-good": _pack(_summary(1)),
     "kernel-object": orjson.dumps(_summary(1)),
     "kernel-rank-outside-world": _pack(_summary(4)),
@@ -234,6 +245,9 @@ def test_the_per_event_path_counts_what_the_columns_hand_back() -> None:
 
 
 def test_a_clean_batch_stays_columnar() -> None:
+    assert decode_module._decode_columnar([*GOOD, BAD_RECORDS["memory"], BAD_RECORDS["memory-peak-only"]],
+                                          MAX) is not None  # contract 1.5's memory: no reason to decline
+    assert columns.read_packed("step", [BAD_RECORDS["memory"]]) is not None  # the compiled reader takes it too
     assert decode_module._decode_columnar(GOOD_KERNELS, MAX) is not None
     assert decode_module._decode_columnar(GOOD, MAX) is not None
     assert decode_module._decode_columnar([*GOOD, BAD_RECORDS["job-start"], BAD_RECORDS["object-step"]],
@@ -242,7 +256,8 @@ def test_a_clean_batch_stays_columnar() -> None:
 
 MUTANTS: list[Any] = [None, -1, 0, 1, 2**63, 2**64 - 1, 1.5, -0.0, 1e300, "", "x", "1.4", True, [], {}, {"group": 1}]
 FIELDS = ["type", "v", "job", "rank", "world", "host", "device", "step", "start_ns", "end_ns", "attempt",
-          "samples", "batch_size", "phases", "domains", "ts_ns", "power_w", "flops", "profiling"]
+          "samples", "batch_size", "phases", "domains", "ts_ns", "power_w", "flops", "profiling", "mem_peak_bytes",
+          "mem_reserved_bytes"]
 
 
 def test_random_mutations_decode_alike() -> None:
