@@ -178,7 +178,8 @@ def test_a_clean_batch_lands_as_one_block() -> None:
 
 def test_a_batch_with_memory_lands_as_one_block_with_its_memory() -> None:
     """Contract 1.5's memory is carried by the columnar path, not declined to the per-event one."""
-    batch = _msgs([LAND_RECORDS["memory"], LAND_RECORDS["memory-edges"]])
+    raws: list[bytes | None] = [LAND_RECORDS["memory"], LAND_RECORDS["memory-edges"]]
+    batch = _msgs(raws)
     out, processor = _land(batch, columnar=True)
     assert (len(out.blocks), out.rows, processor.counts) == (1, [], {"step": 4})
     data = out.blocks[0].data
