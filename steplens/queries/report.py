@@ -14,6 +14,7 @@ from infra.progress import Progress
 from sinks.backend import Backend
 from steplens.queries import fleet
 from steplens.queries.base import FleetQuery, Result, TimeRange, run
+from steplens.queries.expected import BREAKDOWN_COLUMNS, JobExpectation, breakdown_rows, job_expectation
 
 SERIES_COLUMNS = ("t0_ns", "t1_ns", "tokens_per_s", "mfu", "p50_ms", "p90_ms", "p99_ms", "step_first", "step_last")
 
@@ -88,6 +89,8 @@ class ReportData:
     heat: HeatMap | None = None
     focus: str = ""  # the job the per-job charts show (the busiest without --job)
     tables: dict[str, Result] = field(default_factory=dict)
+    # the focus job's typical step against the newest reference models (its `expectation` None without any)
+    expected: JobExpectation | None = None
 
 
 def _ns(value: Any) -> int:
@@ -254,6 +257,12 @@ def collect(
         bins = heat_bins(world, *span)
         data.heat = heat_grid(run(backend, heat_query(focus, bins)).rows, bins)
 
+    def expected() -> None:
+        data.expected = job_expectation(backend, focus, tr)
+        if data.expected is not None and data.expected.expectation is not None:
+            data.tables["expected-vs-observed"] = Result("expected-vs-observed", BREAKDOWN_COLUMNS,
+                                                         breakdown_rows(data.expected))
+
     steps.append(("throughput and MFU over time", series))
     if focus:
         steps.append((f"step times of {focus}", step_times))
@@ -261,6 +270,7 @@ def collect(
         steps.append(("slowest ranks", table(fleet.slowest_ranks(focus, tr, 15))))
         steps.append(("slowest hosts", table(fleet.slowest_hosts(focus, tr, 15))))
         steps.append(("job performance", table(fleet.job_performance(focus))))
+        steps.append(("expected step time (reference models; scans the job's kernel summaries)", expected))
     steps.append(("recurrent offenders", table(fleet.recurrent_offenders(tr, 2, 15))))
     steps.append(("incident timeline", table(fleet.incident_history(job=job, time_range=tr, limit=200))))
     steps.append(("device-hours lost", table(fleet.device_hours_lost(job, tr))))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import datetime as dt
 import html
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -127,8 +128,10 @@ def throughput(series: Sequence[tuple[Any, ...]], scope: str, spans: list[tuple[
     return fig
 
 
-def step_time(series: Sequence[tuple[Any, ...]], scope: str, spans: list[tuple[int, int, str]]) -> Figure:
-    """Step-time p50 / p90 / p99 (ms) over time, incidents marked."""
+def step_time(series: Sequence[tuple[Any, ...]], scope: str, spans: list[tuple[int, int, str]],
+              expected_ms: float | None = None, expected_label: str = "expected") -> Figure:
+    """Step-time p50 / p90 / p99 (ms) over time, incidents marked; with `expected_ms` (the fleet's reference
+    models' expectation of the job's typical step) a dashed level across the range, to read the gap at a glance."""
     title = f"Step time percentiles ({scope})"
     if not series:
         return _empty(title)
@@ -140,9 +143,16 @@ def step_time(series: Sequence[tuple[Any, ...]], scope: str, spans: list[tuple[i
              "y": [round(float(r[4 + i]), 2) for r in series],
              "hovertemplate": f"%{{x}}<br>{name} %{{y:,.1f}} ms<extra></extra>"}
             for i, name in enumerate(colors)]
+    top = max(float(r[6]) for r in series)
+    if expected_ms is not None and math.isfinite(expected_ms) and expected_ms > 0:
+        ends = [x[0], iso(int(series[-1][1]))]
+        data.append({"type": "scatter", "mode": "lines", "name": _text(expected_label), "x": ends,
+                     "y": [round(expected_ms, 2)] * 2, "line": {"color": "#555", "width": 1.5, "dash": "dash"},
+                     "hovertemplate": f"{_text(expected_label)} %{{y:,.1f}} ms<extra></extra>"})
+        top = max(top, expected_ms)
     fig: Figure = {"data": data, "layout": _layout(title, "time (UTC)", "step time (ms)")}
     fig["layout"]["xaxis"]["type"] = "date"
-    _mark_incidents(fig, spans, max(float(r[6]) for r in series) * 1.05)
+    _mark_incidents(fig, spans, top * 1.05)
     return fig
 
 

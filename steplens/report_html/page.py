@@ -63,13 +63,39 @@ def _range(start_ns: int, end_ns: int) -> str:
     return f"from {one(start_ns, 'the beginning')} to {one(end_ns, 'now')}"
 
 
+def _expected_level(data: ReportData) -> tuple[float | None, str]:
+    """The step time the reference models expect of the job (None without models, or for the cluster)."""
+    e = data.expected.expectation if data.expected is not None and data.job else None
+    if e is None:
+        return None, ""
+    return e.step.expected_ms, f"expected (reference models v{e.version})"
+
+
+def _expected_section(data: ReportData) -> str:
+    """What the fleet's reference models expect of the job's typical step, per component (docs/model-time.md)."""
+    if not data.focus:
+        return ""
+    head = "<h2>Expected vs observed (fleet reference models)</h2>"
+    got = data.expected
+    if got is None:
+        return head + "<p class='none'>no steps of this job in the range</p>"
+    if got.expectation is None:
+        return head + "<p class='note'>no reference models: run <code>steplens model fit</code></p>"
+    e = got.expectation
+    note = (f"<p class='note' id='expected-summary'>Job {escape(got.job)}, the median of steps {got.step_first}–"
+            f"{got.step_last} against reference models v{e.version}: {escape(e.summary())}. Ratio = observed / "
+            "expected (above 1: slower than the fleet achieves on the same links and device kind); ms per step, "
+            "the typical rank's.</p>")
+    return head + note + _table(data.tables.get("expected-vs-observed"))
+
+
 def figures(data: ReportData) -> dict[str, charts.Figure]:
     """Every chart of the page by its element id, in page order."""
     incidents = data.tables.get("incidents")
     spans = charts.incident_spans(incidents, data.series)
     return {
         "throughput": charts.throughput(data.series, data.series_scope, spans),
-        "step-time": charts.step_time(data.series, data.series_scope, spans),
+        "step-time": charts.step_time(data.series, data.series_scope, spans, *_expected_level(data)),
         "step-distribution": charts.distribution(data.step_times, data.focus),
         "heatmap": charts.heatmap(data.heat, data.focus),
         "slowest-ranks": charts.offenders(data.tables.get("slowest-ranks"), "rank"),
@@ -100,6 +126,7 @@ def render(data: ReportData, generated: dt.datetime) -> str:
         ("Recurrent offenders (hosts to isolate)", "recurrent-offenders"),
         ("Device-hours lost", "device-hours-lost"), ("Device health", "device-health"), ("Incidents", "incidents"),
     ]
+    body.append(_expected_section(data))
     body += [f"<h2>{escape(t)}</h2>{_table(data.tables.get(name))}" for t, name in tables]
     tr = data.time_range
     scope = f"job {data.job}" if data.job else "the whole cluster"

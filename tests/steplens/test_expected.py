@@ -11,7 +11,10 @@ batching writer, on the 18.16 server and on chdb.
 
 from __future__ import annotations
 
+import re
 import time
+from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -81,8 +84,20 @@ def _json(capsys: pytest.CaptureFixture[str], args: list[str]) -> tuple[int, lis
     return code, orjson.loads(got.out) if got.out.strip() else [], got.err
 
 
+def _report(tmp_path: Path, job: str, capsys: pytest.CaptureFixture[str]) -> tuple[str, dict[str, Any]]:
+    """`steplens report --job`: the page and its step-time chart's figure."""
+    out = tmp_path / f"{job}.html"
+    assert main(["report", "--job", job, "-o", str(out)]) == 0
+    page = out.read_text(encoding="utf-8")
+    found = re.search(r"const FIGS=(.*?);const CONFIG=", page)
+    assert found is not None
+    figs: dict[str, dict[str, Any]] = orjson.loads(found.group(1))
+    capsys.readouterr()  # the report's path on stdout
+    return page, figs["step-time"]
+
+
 def test_perf_says_how_far_a_job_runs_from_what_the_fleet_expects(
-        cli_on: Backend, capsys: pytest.CaptureFixture[str]) -> None:
+        cli_on: Backend, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     backend = cli_on
     land(backend, [sim(f"ref-{n}-{i}", topo, seed=10 + 3 * n + i, model=model)
                    for n, topo in enumerate(REFERENCE_LAYOUTS) for i, model in enumerate(MODELS)])
@@ -94,6 +109,9 @@ def test_perf_says_how_far_a_job_runs_from_what_the_fleet_expects(
     assert code == 0 and perf[0]["expected_step_ms"] is None and perf[0]["vs_expected"] is None
     assert "no reference models: run `steplens model fit`" in err
     assert main(["perf", "--job", "ref-0-1", "--breakdown"]) == 1
+    page, fig = _report(tmp_path, "ref-0-1", capsys)
+    assert "no reference models: run <code>steplens model fit</code>" in page
+    assert not any(str(t["name"]).startswith("expected") for t in fig["data"])
 
     assert main(["model", "fit", "--stack", "sim"]) == 0
     capsys.readouterr()
@@ -131,6 +149,17 @@ def test_perf_says_how_far_a_job_runs_from_what_the_fleet_expects(
     tp = by["comm:allreduce/tp"]
     assert "intra-host" in str(tp["detail"]) and float(tp["ratio"]) == pytest.approx(1.0, abs=0.25)  # type: ignore[arg-type]
     assert float(by["step"]["ratio"]) == pytest.approx(ratios["slow-net"], rel=0.05)  # type: ignore[arg-type]
+
+    # the report of the slow job: the expected level on its step-time chart, the parts in a table
+    capsys.readouterr()
+    page, fig = _report(tmp_path, "slow-net", capsys)
+    level = [t for t in fig["data"] if t["name"] == "expected (reference models v1)"]
+    want = float(by["step"]["expected_ms"])  # type: ignore[arg-type]
+    assert len(level) == 1 and level[0]["y"][0] == pytest.approx(want, rel=1e-3)
+    observed = [t for t in fig["data"] if t["name"] in ("step time", "p50")]
+    assert observed and min(observed[0]["y"]) > level[0]["y"][0] * 1.2  # every step above the level
+    assert "Expected vs observed" in page and "comm:allreduce/dp" in page
+    assert "DP all-reduce" in page and "x its expected time" in page
 
     code, parts, _ = _json(capsys, ["perf", "--job", "new-layout", "--breakdown"])
     assert code == 0
