@@ -30,7 +30,6 @@ median FLOP/s. The FleetEngine pools them from jobs under no incident (`FleetLea
 
 from __future__ import annotations
 
-import importlib
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +41,8 @@ from streams.detect.advice import SCOPES
 from streams.detect.scopes.finding import Finding
 from streams.detect.windows.comm_columns import comm_columns, transfer_ns
 from streams.detect.windows.step_frames import PHASE_INDEX, FloatArray, Frame, Topology
+from streams.model.collectives import expected_transfer_ns, fit_curves
+from streams.model.kernels import KernelFlops, fit_kernel_bench
 from streams.model.reference import CollectiveCurve, KernelBench, ReferenceModels, link_class_of
 
 NETWORK = SCOPES["BELOW_EXPECTED_NETWORK"]
@@ -148,9 +149,11 @@ def _comm(frame: Frame, topo: Topology, ref: ReferenceModels | None, params: Par
                         got.append((m_med, t_med))
                         del got[:-LEARN_KEEP]
                     curve = ref.curve(op, link, size) if ref is not None else None
-                    if curve is None:
+                    if ref is None or curve is None or curve.samples == 0:
                         continue
-                    expected = curve.time_ns(m_call[link_ok])
+                    # the nearest group size's curve, the message scaled by the two bus factors' ratio
+                    expected = np.array([expected_transfer_ns(ref, op, link, size, float(m))
+                                         for m in m_call[link_ok]])
                     ratio = float(np.median(t_call[link_ok] / expected))
                     exp_med = float(np.median(expected))
                     excess = float(np.median((t_call[link_ok] - expected) * calls[link_ok])) / 1e6
@@ -292,46 +295,22 @@ def drift_findings(judged: dict[str, set[str]], below: dict[str, set[str]], roun
 
 
 # --- what the fleet learns ---------------------------------------------------------------------------------
-def fit_curve(op: str, link: str, group_size: int, points: list[tuple[float, float]]) -> CollectiveCurve:
-    """A collective's curve from (bytes per call, transfer ns per call) points.
-
-    Through `streams.model.collectives.fit_curve` (paper 001's three regions) when that module is there;
-    else its last region alone, `t_s + m / bw` by least squares (one message size: a line through the
-    origin), which is what the sizes a fleet's jobs move (MB and up) sit on."""
-    m = np.array([p[0] for p in points], dtype=np.float64)
-    t = np.array([p[1] for p in points], dtype=np.float64)
-    try:
-        module = importlib.import_module("streams.model.collectives")
-    except ImportError:
-        module = None
-    fitter = getattr(module, "fit_curve", None) if module is not None else None
-    if fitter is not None and np.unique(m).size >= 4:
-        curve = fitter(op, link, group_size, m, t)
-        if isinstance(curve, CollectiveCurve):
-            return curve
-    t_s, bw = 0.0, float(np.sum(m * m) / max(float(np.sum(m * t)), 1e-9))
-    if np.unique(m).size >= 2:
-        slope, intercept = np.polyfit(m, t, 1)
-        if slope > 0 and intercept >= 0:
-            t_s, bw = float(intercept), float(1.0 / slope)
-    pred = t_s + m / bw
-    err = float(np.exp(np.mean(np.log(np.maximum(np.abs(pred - t) / np.maximum(t, 1e-9), 1e-9)))))
-    return CollectiveCurve(op=op, link=link, group_size=group_size, t_s_ns=t_s, m1=0.0, m2=0.0, bw_max=bw,
-                           fit_error=err, samples=int(m.size))
-
-
 def fit_reference(comm: dict[tuple[str, str, int], list[list[tuple[float, float]]]],
                   flops: dict[tuple[str, str], list[float]], *, version: int = 1, min_jobs: int = 1,
                   stack: str = "") -> ReferenceModels:
     """Reference models from what healthy jobs showed: `comm` per curve a list of jobs' points, `flops` per
     (kernel key, device kind) one figure per job (its median). A curve or benchmark from fewer than
-    `min_jobs` jobs is left out (one job is its own benchmark)."""
-    curves = tuple(fit_curve(op, link, size, [p for job in jobs for p in job])
-                   for (op, link, size), jobs in sorted(comm.items()) if len(jobs) >= min_jobs and any(jobs))
-    kernels = tuple(KernelBench(key=key, device_kind=kind, p10=float(np.percentile(v, 10)),
-                                p50=float(np.percentile(v, 50)), p90=float(np.percentile(v, 90)), jobs=len(v))
-                    for (key, kind), v in sorted(flops.items()) if len(v) >= min_jobs)
-    return ReferenceModels(version=version, stack=stack, curves=curves, kernels=kernels)
+    `min_jobs` jobs is left out (one job is its own benchmark). The fits are the model's own
+    (`streams.model.collectives.fit_curves`: paper 001's curve, each group size learning from the others;
+    `streams.model.kernels.fit_kernel_bench`), the same as `steplens model fit` runs on the history."""
+    samples = {key: (np.array([p[0] for job in jobs for p in job]), np.array([p[1] for job in jobs for p in job]))
+               for key, jobs in sorted(comm.items()) if len(jobs) >= min_jobs and any(jobs)}
+    curves = fit_curves(samples) if samples else ()
+    rows = [KernelFlops(job=f"job-{i}", key=key, device_kind=kind, flops_per_s=value)
+            for (key, kind), values in sorted(flops.items()) if len(values) >= min_jobs
+            for i, value in enumerate(values)]
+    kernels = fit_kernel_bench(rows, with_classes=False)
+    return ReferenceModels(version=version, stack=stack, curves=tuple(curves), kernels=kernels)
 
 
 @dataclass(slots=True)
