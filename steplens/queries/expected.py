@@ -2,9 +2,9 @@
 
 What `streams/model/expected.py` needs, read from ClickHouse for one job over a time range:
 
-- the typical step: medians over the job's steps of its step time (the slowest rank's), of the
-  slowest rank's busy time (step - exposed communication) and of the ranks' mean host time
-  (data, GC, inter-step CPU);
+- the typical step: medians over the job's newest `MAX_STEPS` steps in the range of its step
+  time (the slowest rank's), of the slowest rank's busy time (step - exposed communication) and
+  of the ranks' mean host time (data, GC, inter-step CPU);
 - its kernels as the job's median rank: per kernel key, medians over steps of the median over
   ranks of count, time, FLOPs and bytes; a collective's transfer time per call is each step's
   least over ranks (the rank that waited least: the transfer alone, as `store.collect_collectives`
@@ -39,6 +39,8 @@ TAIL_DOMAINS = ("dp", "pp")
 HOST = "ifNull(data_ms, 0) + ifNull(gc_ms, 0) + ifNull(interstep_cpu_ms, 0)"
 BUSY = "duration_ms - ifNull(comm_exposed_ms, 0)"
 ALL_TIME = TimeRange()
+# the typical step is the median of at most this many of the job's newest steps in the range
+MAX_STEPS = 200
 NO_MODELS = "no reference models: run `steplens model fit`"
 
 
@@ -55,18 +57,31 @@ class JobExpectation:
     expectation: Expectation | None
 
 
-def _typical_step(backend: Backend, job: str, tr: TimeRange) -> tuple[int, int, int, float, float, float] | None:
+def _step_window(backend: Backend, job: str, tr: TimeRange, max_steps: int) -> tuple[int, int] | None:
+    """The newest `max_steps` steps of the job that started in `tr` (from the step rollup): a long job's
+    medians need no more, and its warm-up steps fall out of them."""
+    rows = backend.query(
+        "SELECT count(), min(step), max(step) FROM (SELECT step, minMerge(start_ns) AS s0 "
+        f"FROM {qualified(backend.database, 'steps_by_step')} WHERE job = %(job)s GROUP BY step) "
+        "WHERE s0 >= %(start_ns)s AND s0 < %(end_ns)s", {"job": job, **tr.params()})
+    if not rows or not rows[0][0]:
+        return None
+    first, last = int(rows[0][1]), int(rows[0][2])
+    return max(first, last - max_steps + 1), last
+
+
+def _typical_step(backend: Backend, job: str, s0: int, s1: int) -> tuple[int, int, int, float, float, float] | None:
     steps = qualified(backend.database, "steps")
     rows = backend.query(
         "SELECT count(), min(step), max(step), quantileExact(0.5)(t), quantileExact(0.5)(b), "
         "quantileExact(0.5)(h) FROM ("
-        f"SELECT step, max(duration_ms) AS t, max({BUSY}) AS b, avg({HOST}) AS h, min(start_ns) AS s0 "
-        f"FROM {steps} WHERE job = %(job)s GROUP BY step) WHERE s0 >= %(start_ns)s AND s0 < %(end_ns)s",
-        {"job": job, **tr.params()})
+        f"SELECT step, max(duration_ms) AS t, max({BUSY}) AS b, avg({HOST}) AS h "
+        f"FROM {steps} WHERE job = %(job)s AND step >= %(s0)s AND step <= %(s1)s GROUP BY step)",
+        {"job": job, "s0": s0, "s1": s1})
     if not rows or not rows[0][0]:
         return None
-    n, s0, s1, t, b, h = rows[0]
-    return int(n), int(s0), int(s1), float(t), float(b), float(h)
+    n, first, last, t, b, h = rows[0]
+    return int(n), int(first), int(last), float(t), float(b), float(h)
 
 
 def _link_classes(backend: Backend, job: str) -> dict[str, str]:
@@ -102,9 +117,11 @@ def _kernels(backend: Backend, job: str, s0: int, s1: int) -> list[tuple[object,
         "GROUP BY key, step) GROUP BY key ORDER BY key", {"job": job, "s0": s0, "s1": s1})
 
 
-def typical_step(backend: Backend, job: str, tr: TimeRange = ALL_TIME) -> tuple[SummaryStep, int, int, int] | None:
+def typical_step(backend: Backend, job: str, tr: TimeRange = ALL_TIME, max_steps: int = MAX_STEPS,
+                 ) -> tuple[SummaryStep, int, int, int] | None:
     """The job's typical step as one rank (see the module's docstring), its step count and range."""
-    head = _typical_step(backend, job, tr)
+    window = _step_window(backend, job, tr, max_steps)
+    head = _typical_step(backend, job, *window) if window is not None else None
     if head is None:
         return None
     n, s0, s1, step_ms, busy_ms, host_ms = head
@@ -139,9 +156,9 @@ def typical_step(backend: Backend, job: str, tr: TimeRange = ALL_TIME) -> tuple[
 
 
 def job_expectation(backend: Backend, job: str, tr: TimeRange = ALL_TIME,
-                    models: ReferenceModels | None = None) -> JobExpectation | None:
+                    models: ReferenceModels | None = None, max_steps: int = MAX_STEPS) -> JobExpectation | None:
     """The job's typical step against `models` (default: the newest stored version); None without steps."""
-    found = typical_step(backend, job, tr)
+    found = typical_step(backend, job, tr, max_steps)
     if found is None:
         return None
     s, n, s0, s1 = found
