@@ -119,12 +119,14 @@ def test_perf_says_how_far_a_job_runs_from_what_the_fleet_expects(
     if isinstance(backend, EmbeddedBackend):
         backend = EmbeddedBackend(backend.path, backend.database)
     land(backend, [sim("slow-net", Topology(dp=4, tp=4, pp=1), seed=13, hardware=Hardware(inter=TCP_SOCKETS)),
-                   sim("new-layout", Topology(dp=8, tp=4, pp=1), seed=14)])
+                   sim("new-layout", Topology(dp=8, tp=4, pp=1), seed=14),
+                   sim("new-sizes", Topology(dp=2, tp=8, pp=1), seed=15),  # group sizes no fitted job had
+                   sim("new-pipeline", Topology(dp=4, tp=2, pp=2), seed=16)])
     if isinstance(backend, EmbeddedBackend):
         backend.close()
 
     ratios = {}
-    for job in ("slow-net", "new-layout", "ref-0-1"):
+    for job in ("slow-net", "new-layout", "ref-0-1", "new-sizes", "new-pipeline"):
         code, perf, err = _json(capsys, ["perf", "--job", job])
         assert code == 0 and "no reference models" not in err
         row = perf[0]
@@ -133,6 +135,7 @@ def test_perf_says_how_far_a_job_runs_from_what_the_fleet_expects(
     assert ratios["slow-net"] > 1.3, ratios
     assert abs(ratios["new-layout"] - 1.0) < 0.10, ratios
     assert abs(ratios["ref-0-1"] - 1.0) < 0.10, ratios
+    assert abs(ratios["new-sizes"] - 1.0) < 0.10 and abs(ratios["new-pipeline"] - 1.0) < 0.10, ratios
 
     code, parts, err = _json(capsys, ["perf", "--job", "slow-net", "--breakdown"])
     assert code == 0
