@@ -41,7 +41,15 @@ class Progress(TypedDict, total=False):
     starved: bool
 
 
-class StepChunk(Progress):
+class StepMemory(TypedDict, total=False):
+    """Contract 1.5: each row's device memory peak and reserved bytes (NaN: none); only in a step chunk where
+    a row has them (most jobs send none, and their chunks carry no NaN columns)."""
+
+    mem_peak: Floats
+    mem_reserved: Floats
+
+
+class StepChunk(Progress, StepMemory):
     """One job attempt's step reports of a batch: one list per column, one row per (rank, step) report."""
 
     kind: Literal["steps"]
@@ -132,7 +140,14 @@ class DeviceChunk(Progress):
     freq_mhz: Floats
 
 
-class JobChunk(Progress):
+class JobShape(TypedDict, total=False):
+    """Contract 1.5: the model's shape a job's `start` declared (`schemas.ModelShape`'s known fields), only
+    when it declared one."""
+
+    model_shape: dict[str, Any]
+
+
+class JobChunk(Progress, JobShape):
     """A job attempt's `start` or `end` event."""
 
     kind: Literal["job"]
@@ -199,7 +214,7 @@ FRAME_MAGIC = b"\x00SLC1"
 _LEN = 4
 _I8, _F8 = np.dtype("<i8"), np.dtype("<f8")
 _STEP_INTS = ("rank", "step", "start_ns", "end_ns", "stage", *(f"{p}_{d}" for d in DOMAINS for p in ("g", "n")))
-_STEP_FLOATS = ("samples", "batch", *PHASES)
+_STEP_FLOATS = ("samples", "batch", *PHASES, "mem_peak", "mem_reserved")
 _BINARY: dict[str, dict[str, np.dtype[Any]]] = {
     "steps": {**dict.fromkeys(_STEP_INTS, _I8), **dict.fromkeys(_STEP_FLOATS, _F8)},
     "kernels": {**dict.fromkeys(("rank", "step", "other_ns", "entries", "total_ns"), _I8),

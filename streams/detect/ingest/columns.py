@@ -294,7 +294,8 @@ def _step_columns(events: list[Any]) -> tuple[IntArray, IntArray, dict[str, npt.
     phases = _nums([_PHASES(e.phases or _NO_PHASES) for e in events]).reshape(len(events), len(Phases.NAMES))
     cols: dict[str, npt.NDArray[Any] | list[Any]] = {
         "host": [e.host for e in events], "samples": _nums([e.samples for e in events]),
-        "batch": _nums([e.batch_size for e in events])}
+        "batch": _nums([e.batch_size for e in events]), "mem_peak": _nums([e.mem_peak_bytes for e in events]),
+        "mem_reserved": _nums([e.mem_reserved_bytes for e in events])}
     for i, name in enumerate(Phases.NAMES):
         cols[name] = phases[:, i]
     domains = [e.domains or _NO_DOMAINS for e in events]
@@ -318,7 +319,8 @@ def _step_columns_packed(c: packed.Columns) -> tuple[IntArray, IntArray, dict[st
     hosts = c.texts["host"]
     cols: dict[str, npt.NDArray[Any] | list[Any]] = {
         "host": hosts if (c.states["host"] == packed.VALUE).all() else ["" if h is None else h for h in hosts],
-        "samples": nonneg("samples"), "batch": nonneg("batch_size")}
+        "samples": nonneg("samples"), "batch": nonneg("batch_size"), "mem_peak": nonneg("mem_peak_bytes"),
+        "mem_reserved": nonneg("mem_reserved_bytes")}
     for name in Phases.NAMES:
         cols[name] = nonneg(f"phases.{name}")
     has_domains = c.states["domains"] == packed.VALUE
@@ -359,6 +361,9 @@ def steps(record_ids: list[int], raws: list[bytes]) -> list[Placed] | None:
             chunk[f"g_{dom}"] = _column(cols[f"g_{dom}"], rows, whole)
             chunk[f"n_{dom}"] = _column(cols[f"n_{dom}"], rows, whole)
         chunk["stage"] = _column(cols["stage"], rows, whole)
+        peak, reserved = _column(cols["mem_peak"], rows, whole), _column(cols["mem_reserved"], rows, whole)
+        if not (np.isnan(peak).all() and np.isnan(reserved).all()):  # as decode._add_step: only with memory
+            chunk["mem_peak"], chunk["mem_reserved"] = peak, reserved
         out.append(((int(at[first]), int(inside[first])), f"steps:{attempt_key(job, att)}", chunk))
     return out
 

@@ -143,7 +143,22 @@ def _add_step(chunks: dict[str, dict[str, Any]], doc: dict[str, Any]) -> bool:
             chunk[f"n_{dom}"].append(0)
     pp = domains.get("pp")
     chunk["stage"].append(pp.get("index", -1) if isinstance(pp, dict) else -1)
+    peak, reserved = _bytes(doc.get("mem_peak_bytes")), _bytes(doc.get("mem_reserved_bytes"))
+    if "mem_peak" in chunk:
+        chunk["mem_peak"].append(peak)
+        chunk["mem_reserved"].append(reserved)
+    elif peak == peak or reserved == reserved:  # the chunk's first row with memory: the rows before had none
+        before = [NAN] * (len(chunk["rank"]) - 1)
+        chunk["mem_peak"] = [*before, peak]
+        chunk["mem_reserved"] = [*before, reserved]
     return True
+
+
+def _bytes(value: Any) -> float:
+    """A step's memory statistic (contract 1.5) as a chunk value: bytes, NaN when absent or out of contract.
+    A chunk has the memory columns only when one of its rows has a value (most jobs send none: no NaN
+    columns on the partials topic for them)."""
+    return float(value) if type(value) is int and value >= 0 else NAN
 
 
 def _number(value: Any) -> float:

@@ -352,3 +352,23 @@ def _spelled(decoded: dict[str, list[columns.Placed] | None]) -> bytes:
     return orjson.dumps({kind: None if placed is None else [
         [at, key, nan_spelled(chunk), {name: type(col).__name__ for name, col in chunk.items()}]
         for at, key, chunk in placed] for kind, placed in decoded.items()})
+
+
+def test_memory_rides_the_step_chunk_only_where_a_row_has_it() -> None:
+    """Contract 1.5: a step's device memory reaches detection (NaN for a row without it), both paths alike,
+    through the partials topic's frame; a chunk with no memory has no memory columns."""
+    from streams.detect.combine.chunks import dumps_split, loads
+
+    batch = [_pack(_step(0), _step(1, mem_peak_bytes=5 * 2**30, mem_reserved_bytes=6 * 2**30)),
+             _pack(_step(2, mem_peak_bytes=-1), _step(3, mem_reserved_bytes=2**40))]
+    for columnar in (False, True):
+        (chunk,), _ = decode_batch(batch, MAX, columnar=columnar)
+        (frame,) = dumps_split(chunk)
+        for c in (chunk, loads(frame)):
+            peak = [None if v != v else v for v in c["mem_peak"]]  # type: ignore[typeddict-item]
+            reserved = [None if v != v else v for v in c["mem_reserved"]]  # type: ignore[typeddict-item]
+            assert peak == [None, 5 * 2**30, None, None] and reserved == [None, 6 * 2**30, None, 2**40]
+    assert _both(batch)[2]  # the columnar path kept the batch
+    for columnar in (False, True):
+        (plain,), _ = decode_batch(GOOD[:1], MAX, columnar=columnar)
+        assert "mem_peak" not in plain and "mem_reserved" not in plain
