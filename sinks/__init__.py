@@ -31,11 +31,12 @@ def open_backend(settings: Settings, access: Literal["write", "read"] = "write")
         user, password = creds if creds is not None else (None, None)
         return ServerBackend(settings.clickhouse_url, settings.clickhouse_database, user=user, password=password,
                              create_database=access == "write")
-    from sinks.embedded import EmbeddedBackend, in_use_by_another_process
+    from sinks.embedded import EmbeddedBackend, held_by_this_process, in_use_by_another_process
 
-    if in_use_by_another_process(settings.embedded_path):
+    path = settings.embedded_path
+    if in_use_by_another_process(path) and not held_by_this_process(path):
         return _through_its_owner(settings)
-    return EmbeddedBackend(settings.embedded_path, settings.clickhouse_database)
+    return EmbeddedBackend(path, settings.clickhouse_database)
 
 
 def _through_its_owner(settings: Settings) -> Backend:

@@ -97,6 +97,24 @@ def in_use_by_another_process(path: Path) -> bool:
         os.close(fd)
 
 
+def held_by_this_process(path: Path) -> bool:
+    """True when this process has the engine's lock file open, i.e. its own engine holds the store (more
+    sessions on the same path are fine within one process): `in_use_by_another_process` cannot tell this
+    process from another, a flock taken through a new descriptor fails either way. Reads /proc (Linux)."""
+    status = str((Path(path) / "status").resolve())
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == status:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 class _ArrowLayout:
     """The Arrow schema of one (table, columns) insert, from the table's column types."""
 

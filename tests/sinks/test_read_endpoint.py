@@ -147,3 +147,23 @@ def test_a_holder_without_an_endpoint_is_named_and_the_store_opens_once_it_is_go
         assert backend.query("SELECT count() FROM steplens.steps") == [(1280,)]
     finally:
         backend.close()
+
+
+def test_a_store_this_process_holds_opens_directly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """chdb allows more sessions on one path within a process: the CLI run in-process beside an open store
+    (tests, the demo's own queries) opens it, it does not look for another process's endpoint."""
+    from sinks.embedded import EmbeddedBackend, held_by_this_process, in_use_by_another_process
+
+    store = tmp_path / "chdb"
+    monkeypatch.setenv("STEPLENS_CLICKHOUSE_URL", "")
+    monkeypatch.setenv("STEPLENS_CHDB_PATH", str(store))
+    owner = EmbeddedBackend(store, "steplens")
+    try:
+        assert in_use_by_another_process(store) and held_by_this_process(store)
+        second = open_backend(load_settings())
+        assert isinstance(second, EmbeddedBackend)
+        assert second.query("SELECT 1") == [(1,)]
+        second.close()
+    finally:
+        owner.close()
+    assert not held_by_this_process(store)
