@@ -58,7 +58,7 @@ TRAIN_LAYOUTS = ((8, 1, 1), (4, 2, 1), (2, 4, 1), (32, 1, 1), (8, 2, 2), (4, 4, 
 TEST_LAYOUTS = ((16, 1, 1), (2, 2, 2), (8, 4, 1), (4, 8, 2), (32, 2, 1), (8, 8, 4))
 
 
-# why a trace's figures are what they are (checked on the traces; see docs/model-time.md)
+# why a trace's figures are what they are (checked on the traces; see docs/model.md)
 NOTES = {
     "kineto-hta": "2 of 128 ranks, sampled events. Launch-bound (the GPU is busy ~45 % of the step): its last "
                   "kernels run as the CPU launches them (an input), so the step error says little; the device "

@@ -327,7 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="HFU/MFU FLOPs ratio: 4/3 = 1.333 with full recomputation (default 1)")
     p.add_argument("--breakdown", action="store_true",
                    help="per component (compute, each collective, exposed comm, host/data): observed vs the "
-                        "fleet's reference models (docs/model-time.md)")
+                        "fleet's reference models (docs/model.md)")
     p = add("offenders", _offenders, "hosts named in incidents of several jobs: candidates to isolate",
             [fmt, rng, lim])
     p.add_argument("--min-jobs", type=_number(int, 1), default=2, help="in at least this many jobs (default 2)")

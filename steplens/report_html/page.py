@@ -72,7 +72,7 @@ def _expected_level(data: ReportData) -> tuple[float | None, str]:
 
 
 def _expected_section(data: ReportData) -> str:
-    """What the fleet's reference models expect of the job's typical step, per component (docs/model-time.md)."""
+    """What the fleet's reference models expect of the job's typical step, per component (docs/model.md)."""
     if not data.focus:
         return ""
     head = "<h2>Expected vs observed (fleet reference models)</h2>"

@@ -131,7 +131,7 @@ class Layout:
     pipeline flush (default pp). Under 1F1B the first stage holds min(pp, microbatches)
     micro-batches of activations for its L/pp layers, i.e. the whole model's L layers' worth.
 
-    Loop behaviour (PyTorch, measured on the CPU allocator; see docs/model-memory.md):
+    Loop behaviour (PyTorch, measured on the CPU allocator; see docs/model.md):
     `grad_lifetime` "keep" (zero_grad(set_to_none=False) or accumulation: gradients live the
     whole step — the conservative default), "before_forward" (set to None at the step's start),
     "before_backward" (set to None between forward and backward), "fused" (no gradient buffer:
