@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from producers.simulator.model import TCP_SOCKETS, Hardware, ModelConfig, bus_factor
+from producers.simulator.conditions import DEVICE_MEM_GB, leak_pct
+from producers.simulator.model import ModelConfig, bus_factor
 from producers.simulator.topology import Topology
 
 if TYPE_CHECKING:
@@ -193,12 +194,6 @@ def _gc_leak(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random
         fx.gc_count_add[_r(f)] += 1
 
 
-DEVICE_MEM_GB = 64.0  # the simulated device's memory (an Ascend 910B's HBM), what a leak's bytes are a share of
-
-
-def leak_pct(f: FaultSpec) -> float:
-    """A `memory_leak`'s growth in % of the device's capacity per step, from its bytes per step."""
-    return _m(f, "leak_mb_per_step", 64.0) / (_m(f, "device_gb", DEVICE_MEM_GB) * 1024.0) * 100.0
 
 
 @kind("memory_leak")
@@ -452,19 +447,6 @@ def _socket_fallback(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: n
 @kind("downclock")
 def _downclock(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
     """Every device of the job at a lower sustained clock from the start (a power cap, application clocks)."""
-
-
-def job_hardware(hw: Hardware, faults: Iterable[FaultSpec]) -> Hardware:
-    """The hardware a job runs on, its job-long conditions applied: a socket fallback puts its inter-host
-    collectives on TCP_SOCKETS, a down-clock lowers every device's clock (`clock_factor` of the rated one)."""
-    from dataclasses import replace
-
-    for f in faults:
-        if f.kind == "socket_fallback":
-            hw = replace(hw, inter=TCP_SOCKETS)
-        elif f.kind == "downclock":
-            hw = replace(hw, freq_mhz=hw.rated_mhz * _m(f, "clock_factor", 0.8))
-    return hw
 
 
 def _from_start(kind_: str, rules: tuple[str, ...], row: str, mag: dict[str, float]) -> BuildFaults:

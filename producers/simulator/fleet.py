@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from producers.simulator.conditions import job_hardware, leak_pct
 from producers.simulator.ground_truth import GroundTruth
 from producers.simulator.model import PHASES, Hardware, ModelConfig, StepPlan, build_plan
 from producers.simulator.topology import Topology
@@ -245,8 +246,6 @@ class FleetJob:
         self.faults = tuple(faults)
         self.seed = seed
         self.model = model or ModelConfig(microbatches=max(8, 4 * topology.pp))
-        from producers.simulator.catalogue import job_hardware  # the catalogue builds on this module
-
         # a job-long condition (a socket fallback, down-clocked devices) is the hardware the job runs on
         self.hardware = job_hardware(hardware or Hardware(), faults)
         self.noise = noise or Noise()
@@ -303,8 +302,6 @@ class FleetJob:
     def oom_step(self) -> int | None:
         """The first step a device's allocations reach its capacity (a `memory_leak`'s growth over its level):
         its allocation fails, the rank dies out of memory and takes the job's processes with it (None: never)."""
-        from producers.simulator.catalogue import leak_pct  # the catalogue builds on this module
-
         out: int | None = None
         for f in self.faults:
             if f.kind != "memory_leak" or f.attempt != self.attempt:
