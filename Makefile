@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # the compiled parts (schemas/_packed.c, infra/_kafka_records.c) are built by the install: a change to one reinstalls
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py schemas/_packed.c infra/_kafka_records.c | cksum | cut -d' ' -f1)
 
-.PHONY: venv up up-cluster down status demo demo-server test lint typecheck unit integration clean bench-detection bench-query chaos chaos-cluster soak bench-replay bench-throughput bench-scaleout bench-scaleout-cluster bench-parse bench-overhead bench-overhead-gpu bench-model venv-train
+.PHONY: venv up up-cluster down status demo demo-server test test-quick lint typecheck unit integration clean bench-detection bench-query chaos chaos-cluster soak bench-replay bench-throughput bench-scaleout bench-scaleout-cluster bench-parse bench-overhead bench-overhead-gpu bench-model venv-train
 
 $(STAMP): pyproject.toml setup.py schemas/_packed.c infra/_kafka_records.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -65,6 +65,15 @@ typecheck: venv
 
 test: venv venv-train lint typecheck ## lint, types, unit and integration tests (starts the services it needs)
 	$(BIN)/pytest
+
+# a change's first check: no service started, no trace of gigabytes (about 2 minutes); `make test` stays the gate
+QUICK_TESTS := tests/schemas tests/streams/detect/rules tests/streams/detect/scopes tests/streams/detect/incidents \
+	tests/streams/detect/signals tests/streams/model tests/streams/alerts tests/infra tests/sinks tests/streams/profiles \
+	tests/producers/simulator tests/test_architecture.py tests/docs
+QUICK_MARKS := not integration and not kafka and not clickhouse and not cluster and not alertmanager and not prometheus and not large
+
+test-quick: venv lint ## ruff and the service-free unit tests of the pure stages, in about 2 minutes
+	$(BIN)/pytest -q -m "$(QUICK_MARKS)" $(QUICK_TESTS)
 
 chaos: venv       ## hostile input, killed workers, Kafka and ClickHouse outages -> bench/results/chaos.json
 	$(BIN)/python -m bench.chaos
