@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from producers.simulator.conditions import DEVICE_MEM_GB, leak_pct
-from producers.simulator.model import ModelConfig, bus_factor
+from producers.simulator.model import ModelConfig
 from producers.simulator.topology import Topology
+from schemas.bandwidth import bus_factor
 
 if TYPE_CHECKING:
     from producers.simulator.fleet import Effects, FleetJob, Noise

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from producers.simulator.topology import Topology
+from schemas.bandwidth import bus_factor
 
 # a rank's busy phases of a step, in the order the simulator writes them (exposed communication is the rest)
 PHASES = ("data_ms", "forward_ms", "backward_ms", "optimizer_ms", "gc_ms", "interstep_cpu_ms")
@@ -94,17 +95,6 @@ INTER_HOST = LinkClass("inter", bw_gbps=22.0, t_s_us=25.0, m1=256e3, m2=64e6)  #
 # picking the management NIC): kernel TCP stacks, copies through host memory, a few streams per peer. Per device
 # ~7 GB/s of bus bandwidth (a third of RoCE's) and a start-up latency of tens of µs more per call
 TCP_SOCKETS = LinkClass("tcp", bw_gbps=7.0, t_s_us=80.0, m1=512e3, m2=128e6)
-
-
-def bus_factor(op: str, n: int) -> float:
-    """nccl-tests bus-bandwidth factors (spec §1, G1–G4)."""
-    if n <= 1:
-        return 0.0
-    if op == "allreduce":
-        return 2.0 * (n - 1) / n
-    if op in ("allgather", "reducescatter", "alltoall"):
-        return (n - 1) / n
-    return 1.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from dataclasses import replace
 import numpy as np
 import numpy.typing as npt
 
+from schemas.bandwidth import bus_factor
 from streams.model.reference import CollectiveCurve, ReferenceModels
 
 FloatArray = npt.NDArray[np.float64]
@@ -225,18 +226,6 @@ def fit_curve(op: str, link: str, group_size: int, nbytes: npt.ArrayLike, transf
     curve = _curve(op, link, group_size, best[1], samples=int(m_all.size))
     err = geomean_error(curve.time_ns(m_all), t_all)
     return replace(curve, fit_error=err, m_min=float(m_all.min()), m_max=float(m_all.max()))
-
-
-def bus_factor(op: str, group_size: int) -> float:
-    """nccl-tests' bus-bandwidth factor: how many times a rank's message crosses the links."""
-    n = group_size
-    if n <= 1:
-        return 0.0
-    if op == "allreduce":
-        return 2.0 * (n - 1) / n
-    if op in ("allgather", "reducescatter", "alltoall"):
-        return (n - 1) / n
-    return 1.0
 
 
 def expected_transfer_ns(models: ReferenceModels, op: str, link: str, group_size: int, nbytes: float) -> float:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from streams.model.collectives import bus_factor, expected_transfer_ns, fit_curve, fit_curves, geomean_error
+from schemas.bandwidth import bus_factor
+from streams.model.collectives import expected_transfer_ns, fit_curve, fit_curves, geomean_error
 from streams.model.reference import CollectiveCurve, FloatArray, ReferenceModels
 
 TRUE = CollectiveCurve("allreduce", "intra", 8, t_s_ns=20e3, m1=64e3, m2=32e6, bw_max=100.0,
