@@ -22,14 +22,11 @@ import pytest
 from producers.simulator.fleet import FleetJob
 from producers.simulator.model import TCP_SOCKETS, Hardware, ModelConfig
 from producers.simulator.topology import Topology
-from schemas.codec import decode
-from sinks import rows
 from sinks.backend import Backend
 from sinks.embedded import EmbeddedBackend
-from sinks.migrations.runner import migrate
-from sinks.writer import BatchingWriter
 from steplens.cli import main
 from steplens.queries.expected import job_expectation
+from tests.sinks.landing import land_jobs, point_cli_at
 
 pytestmark = pytest.mark.clickhouse
 
@@ -51,31 +48,13 @@ def sim(job_id: str, topo: Topology, seed: int, hardware: Hardware | None = None
 
 
 def land(backend: Backend, jobs: list[FleetJob]) -> None:
-    from producers.simulator.events import FrameEncoder
-
-    migrate(backend)
-    writer = BatchingWriter(backend, max_rows=50_000, max_seconds=60.0, max_buffered_rows=400_000)
-    now = time.time_ns()
-    for job in jobs:
-        encoder = FrameEncoder(job)
-        for frame in job.iter_frames():
-            for wire in encoder.encode(frame):
-                for row in rows.rows_for(decode(wire.value), now):
-                    writer.add_row(row)
-    writer.flush()
+    land_jobs(backend, jobs)
 
 
 @pytest.fixture
 def cli_on(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> Backend:
     """STEPLENS_* pointing the CLI at `backend`'s database."""
-    monkeypatch.delenv("STEPLENS_CONFIG", raising=False)
-    monkeypatch.setenv("STEPLENS_CLICKHOUSE_DATABASE", backend.database)
-    if isinstance(backend, EmbeddedBackend):
-        monkeypatch.setenv("STEPLENS_CLICKHOUSE_URL", "")
-        monkeypatch.setenv("STEPLENS_CHDB_PATH", str(backend.path))
-    else:
-        address = backend.address  # type: ignore[attr-defined]
-        monkeypatch.setenv("STEPLENS_CLICKHOUSE_URL", f"clickhouse://{address.host}:{address.port}")
+    point_cli_at(backend, monkeypatch)
     return backend
 
 

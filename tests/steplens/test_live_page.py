@@ -26,6 +26,7 @@ from sinks.backend import Backend
 from steplens.demo import build_job, start_worker, stop_worker
 from steplens.serve import LivePages, LiveServer
 from streams.topics_admin import ensure_topics
+from tests.sinks.landing import pipeline_env
 from tests.steplens import chromium
 from tests.steplens.fleet_data import Truth
 from tests.steplens.test_report import OFFLINE
@@ -89,10 +90,7 @@ def test_an_incident_reaches_the_live_page_within_seconds_while_the_pipeline_run
                        topic_partitions=2, clickhouse_url="", chdb_path=store)
     topics = Topics(settings.topic_prefix)
     ensure_topics(settings, topics, settings.topic_partitions)
-    env = {**os.environ, "STEPLENS_HOME": str(tmp_path), "STEPLENS_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-           "STEPLENS_TOPIC_PREFIX": settings.topic_prefix, "STEPLENS_APP_ID": settings.app_id,
-           "STEPLENS_TOPIC_PARTITIONS": "2", "STEPLENS_CLICKHOUSE_URL": "", "STEPLENS_CHDB_PATH": str(store),
-           "STEPLENS_SECRETS_DIR": str(settings.secrets_path)}
+    env = pipeline_env(settings, tmp_path, store)
     monkeypatch.delenv("STEPLENS_CONFIG", raising=False)
     monkeypatch.setenv("STEPLENS_CLICKHOUSE_URL", "")
     monkeypatch.setenv("STEPLENS_CHDB_PATH", str(store))
@@ -107,7 +105,7 @@ def test_an_incident_reaches_the_live_page_within_seconds_while_the_pipeline_run
                                                             topics, lambda t, k, v: producer.send(t, key=k, value=v)),
                                   kwargs={"paced": True}, daemon=True)
         stream.start()
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300  # workers start (Faust) and the job reaches its straggler
         seen_at: float | None = None
         while seen_at is None and time.monotonic() < deadline:
             status, page = _get(server.url + "/")

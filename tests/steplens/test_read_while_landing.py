@@ -3,7 +3,6 @@ still runs (issue #46: every query exited 3 with "Cannot lock file .../status" u
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from sinks.read_endpoint import endpoint_file
 from steplens.cli import main
 from steplens.demo import build_job, start_worker, stop_worker
 from streams.topics_admin import ensure_topics
+from tests.sinks.landing import pipeline_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.clickhouse]
 
@@ -32,10 +32,7 @@ def test_the_cli_and_the_report_read_the_embedded_store_while_the_land_worker_ru
                        topic_partitions=2, clickhouse_url="", chdb_path=store)
     topics = Topics(settings.topic_prefix)
     ensure_topics(settings, topics, settings.topic_partitions)
-    env = {**os.environ, "STEPLENS_HOME": str(tmp_path), "STEPLENS_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-           "STEPLENS_TOPIC_PREFIX": settings.topic_prefix, "STEPLENS_APP_ID": settings.app_id,
-           "STEPLENS_TOPIC_PARTITIONS": "2", "STEPLENS_CLICKHOUSE_URL": "", "STEPLENS_CHDB_PATH": str(store),
-           "STEPLENS_SECRETS_DIR": str(settings.secrets_path)}
+    env = pipeline_env(settings, tmp_path, store)
     for name in ("STEPLENS_CONFIG",):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("STEPLENS_CLICKHOUSE_URL", "")

@@ -13,39 +13,23 @@ import numpy as np
 import pytest
 
 from producers.simulator.catalogue import straggler
-from producers.simulator.events import FrameEncoder
 from producers.simulator.fleet import FleetJob
 from producers.simulator.topology import Topology
 from schemas import Incident
-from schemas.codec import decode
-from sinks import rows
 from sinks.backend import Backend
-from sinks.migrations.runner import migrate
-from sinks.writer import BatchingWriter
 from steplens.cli import main
 from streams.model.fit import fit_from_history
 from streams.model.reference import ReferenceModels
 from streams.model.store import collect_collectives, collect_kernels, load, save, versions
+from tests.sinks.landing import land_jobs, point_cli_at
 
 pytestmark = pytest.mark.clickhouse
 
 LAYOUTS = {"fit-a": Topology(dp=4, tp=4, pp=1), "fit-b": Topology(dp=8, tp=2, pp=1)}
 
 
-def land(backend: Backend, jobs: list[FleetJob], incidents: list[Incident] = ()) -> None:  # type: ignore[assignment]
-    migrate(backend)
-    writer = BatchingWriter(backend, max_rows=50_000, max_seconds=60.0, max_buffered_rows=400_000)
-    now = time.time_ns()
-    for job in jobs:
-        encoder = FrameEncoder(job)
-        for frame in job.iter_frames():
-            for wire in encoder.encode(frame):
-                for row in rows.rows_for(decode(wire.value), now):
-                    writer.add_row(row)
-    for incident in incidents:
-        for row in rows.rows_for(incident, now):
-            writer.add_row(row)
-    writer.flush()
+def land(backend: Backend, jobs: list[FleetJob], incidents: list[Incident] | None = None) -> None:
+    land_jobs(backend, jobs, incidents or [])
 
 
 def sim(job_id: str, topo: Topology, steps: int = 12, **kw: object) -> FleetJob:
@@ -112,15 +96,9 @@ def test_cli_fit_show_export_import(backend: Backend, tmp_path: Path, monkeypatc
     from sinks.embedded import EmbeddedBackend
 
     land(backend, [sim(name, topo) for name, topo in LAYOUTS.items()])
-    monkeypatch.delenv("STEPLENS_CONFIG", raising=False)
-    monkeypatch.setenv("STEPLENS_CLICKHOUSE_DATABASE", backend.database)
+    point_cli_at(backend, monkeypatch)
     if isinstance(backend, EmbeddedBackend):
-        backend.close()  # chdb binds one path per process: the CLI opens it again
-        monkeypatch.setenv("STEPLENS_CLICKHOUSE_URL", "")
-        monkeypatch.setenv("STEPLENS_CHDB_PATH", str(backend.path))
-    else:
-        address = backend.address  # type: ignore[attr-defined]
-        monkeypatch.setenv("STEPLENS_CLICKHOUSE_URL", f"clickhouse://{address.host}:{address.port}")
+        backend.close()  # the CLI opens the store itself
     assert main(["model", "show"]) == 1  # nothing stored yet
     assert main(["model", "fit", "--stack", "sim"]) == 0
     assert "reference models v1" in capsys.readouterr().out
