@@ -24,14 +24,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Literal
 
-Optimizer = Literal["adam", "sgd", "none"]
-Recompute = Literal["none", "selective", "full"]
-Attention = Literal["eager", "math", "flash"]
-Activation = Literal["gelu", "relu", "swiglu"]
-GradLifetime = Literal["keep", "before_forward", "before_backward", "fused"]
-OptimizerImpl = Literal["for_loop", "foreach", "fused"]
+from schemas.job import (
+    ShapeActivation,
+    ShapeAttention,
+    ShapeGradLifetime,
+    ShapeOptimizer,
+    ShapeOptimizerImpl,
+    ShapeRecompute,
+)
+
+# the contract's words for them (a job `start` event's model_shape, contract 1.5)
+Optimizer = ShapeOptimizer
+Recompute = ShapeRecompute
+Attention = ShapeAttention
+Activation = ShapeActivation
+GradLifetime = ShapeGradLifetime
+OptimizerImpl = ShapeOptimizerImpl
 
 PHASES = ("forward_end", "backward_start", "optimizer")
 
