@@ -45,8 +45,9 @@ from streams.model.step_time import (
 from streams.profiles.importers.ascend_pt import parse_ascend
 from streams.profiles.importers.kineto import parse_kineto
 from streams.profiles.model import Profile
+from streams.profiles.samples import real_samples_dir
 
-REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "real"
+REAL = real_samples_dir()
 # the real traces kept in the repository (two more recordings of the shared Ascend job, levels 0 and 2)
 REPO_REAL = Path(__file__).resolve().parent / "data" / "real"
 HOST_PHASES = ("data_ms", "gc_ms", "interstep_cpu_ms")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from streams.model.collectives import fit_curve
@@ -22,8 +20,9 @@ from streams.model.step_time import (
 )
 from streams.profiles.importers.ascend_pt import parse_ascend
 from streams.profiles.model import COMMUNICATION, COMPUTE, Step
+from streams.profiles.samples import real_samples_dir
 
-REAL = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "real"
+REAL = real_samples_dir()
 CP, CM = 7, 20  # compute and communication streams
 
 
