@@ -52,6 +52,9 @@ class StepEvent(RankIdentity):
     `torch.cuda.max_memory_allocated()` after `reset_peak_memory_stats()`) and the caching allocator's
     reserved bytes at the step's end (`torch.cuda.memory_reserved()`); None where the rank runs on no
     accelerator or the framework has no such statistic. Reserved far above the peak is fragmentation.
+    mem_capacity_bytes (contract 1.5): the device's memory capacity (PyTorch
+    `torch.cuda.get_device_properties(d).total_memory`), what the peak and reserved bytes are a share of
+    for the OOM forecast; None where not known.
     """
 
     TYPE: ClassVar[str] = "step"
@@ -70,6 +73,7 @@ class StepEvent(RankIdentity):
     attempt: int = 0
     mem_peak_bytes: int | None = None
     mem_reserved_bytes: int | None = None
+    mem_capacity_bytes: int | None = None
 
     @property
     def duration_ms(self) -> float:
@@ -80,7 +84,8 @@ class StepEvent(RankIdentity):
         require(self.step >= 0, join(path, "step"), "must be >= 0")
         require(self.start_ns > 0, join(path, "start_ns"), "must be a positive epoch timestamp in ns")
         require(self.end_ns >= self.start_ns, join(path, "end_ns"), "must be >= start_ns")
-        for name in ("gc_count", "batch_size", "samples", "tokens", "mem_peak_bytes", "mem_reserved_bytes"):
+        for name in ("gc_count", "batch_size", "samples", "tokens", "mem_peak_bytes", "mem_reserved_bytes",
+                     "mem_capacity_bytes"):
             value = getattr(self, name)
             require(value is None or value >= 0, join(path, name), "must be >= 0")
         for name in ("flops", "peak_flops"):

@@ -58,7 +58,7 @@ _PHASE_KEYS = frozenset(_PHASES)
 _IDENTITY_KEYS = ("type", "v", "job", "rank", "world", "host", "device", "domains")
 _STEP_KEYS = frozenset((*_IDENTITY_KEYS, "step", "start_ns", "end_ns", "phases", "gc_count", "batch_size",
                         "samples", "tokens", "flops", "peak_flops", "profiling", "attempt",
-                        "mem_peak_bytes", "mem_reserved_bytes"))
+                        "mem_peak_bytes", "mem_reserved_bytes", "mem_capacity_bytes"))
 _SUMMARY_KEYS = frozenset((*_IDENTITY_KEYS, "step", "entries", "other_count", "other_ns", "dropped", "attempt"))
 _AGGREGATE_KEYS = frozenset(("key", "cat", "count", "total_ns", "max_ns", "metric", "shape", "flops", "op", "domain",
                              "group_size", "bytes", "direction", "launch_mean_us", "launch_mad_us"))
@@ -168,6 +168,7 @@ def _step(doc: Doc, ingested_ns: int) -> list[TableRow]:
         _opt_num(doc.get("flops"), 0.0), _opt_num(doc.get("peak_flops"), 0.0),
         1 if profiling else 0, _day(start), _int(ingested_ns, 0, _I64), _int(doc.get("attempt", 0), 0, _U16),
         _opt_int(doc.get("mem_peak_bytes"), 0, _I64), _opt_int(doc.get("mem_reserved_bytes"), 0, _I64),
+        _opt_int(doc.get("mem_capacity_bytes"), 0, _I64),
     )
     return [TableRow(STEPS_TABLE, STEP_COLUMNS, row)]
 

@@ -42,6 +42,7 @@ STEP_COLUMNS: tuple[str, ...] = (
     *Phases.NAMES,
     "gc_count", "batch_size", "samples", "tokens", "flops", "peak_flops",
     "profiling", "event_date", "ingested_ns", "attempt", "mem_peak_bytes", "mem_reserved_bytes",
+    "mem_capacity_bytes",
 )
 
 INCIDENT_COLUMNS: tuple[str, ...] = (
@@ -147,6 +148,7 @@ def step_row(e: StepEvent, ingested_ns: int) -> Row:
         _fit(e.attempt, _UINT16, "attempt"),
         _fit_opt(e.mem_peak_bytes, _INT64, "mem_peak_bytes"),
         _fit_opt(e.mem_reserved_bytes, _INT64, "mem_reserved_bytes"),
+        _fit_opt(e.mem_capacity_bytes, _INT64, "mem_capacity_bytes"),
     )
 
 

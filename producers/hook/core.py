@@ -466,7 +466,8 @@ class RankHook:
         peak, reserved = self._read_memory() if self.memory is not None else (None, None)
         self._defer(DoneStep(cur, cur.start_ns + (t - cur.t0), samples, tokens, batch_size, flops,
                              gc_timer.ms if tracked else None, gc_timer.n if tracked else None,
-                             commands.active is not None, self.rank, peak, reserved))
+                             commands.active is not None, self.rank, peak, reserved,
+                             self.memory.capacity if self.memory is not None and peak is not None else None))
         self._steps += 1
         self._next_step = cur.step + 1
         if commands.active is not None:

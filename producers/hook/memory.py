@@ -27,12 +27,15 @@ from dataclasses import dataclass
 @dataclass(frozen=True, slots=True)
 class AllocatorStats:
     """A framework's allocator statistics, as three calls: the peak allocated bytes since the last reset,
-    the bytes reserved now, and the reset of the peak. `name` says which API it is (for logs and tests)."""
+    the bytes reserved now, and the reset of the peak. `name` says which API it is (for logs and tests).
+    `capacity`: the device's memory in bytes, read once (it does not change), what the OOM forecast
+    measures the peak against; None where the framework does not say."""
 
     name: str
     max_allocated: Callable[[], int]
     reserved: Callable[[], int]
     reset_peak: Callable[[], None]
+    capacity: int | None = None
 
     def read(self) -> tuple[int | None, int | None]:
         """(peak allocated, reserved) in bytes, each None when the call gives no non-negative int; then
@@ -49,6 +52,12 @@ def _bytes(value: object) -> int | None:
     return value
 
 
+def capacity_of(value: object) -> int | None:
+    """A device's memory capacity as the contract's positive int, None when it is not one."""
+    got = _bytes(value)
+    return got if got else None
+
+
 def module_stats(module: object, name: str) -> AllocatorStats | None:
     """`AllocatorStats` of a module with PyTorch's allocator API (`torch.cuda`, `torch.npu`,
     `mindspore.runtime`); None when it lacks one of the three calls."""
@@ -60,4 +69,4 @@ def module_stats(module: object, name: str) -> AllocatorStats | None:
     return AllocatorStats(name, max_allocated, reserved, reset_peak)  # type: ignore[arg-type]
 
 
-__all__ = ["AllocatorStats", "module_stats"]
+__all__ = ["AllocatorStats", "capacity_of", "module_stats"]

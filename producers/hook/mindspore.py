@@ -102,6 +102,8 @@ class StepLensCallback(Callback):  # type: ignore[misc]  # mindspore is untyped
                 samples=self.samples, tokens=self.tokens, batch_size=self.samples, flops=self.flops,
                 peak_flops=self.hook.peak_flops, attempt=r.attempt, mem_peak_bytes=peak,
                 mem_reserved_bytes=reserved,
+                mem_capacity_bytes=self.hook.memory.capacity if self.hook.memory is not None and peak is not None
+                else None,
             ))
         self.hook._overhead += time.perf_counter_ns() - t
 

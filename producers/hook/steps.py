@@ -52,6 +52,7 @@ class DoneStep:
     rank: RankInfo
     mem_peak: int | None = None  # the allocator's peak during the step (contract 1.5), None: no device
     mem_reserved: int | None = None  # its reserved bytes at the step's end
+    mem_capacity: int | None = None  # the device's memory capacity
 
 
 def phase_totals(cur: StepState) -> dict[str, float]:
@@ -75,7 +76,7 @@ def step_event(d: DoneStep, ph: dict[str, float], peak_flops: float | None) -> S
         ),
         gc_count=d.gc_count, batch_size=d.batch_size, samples=d.samples, tokens=d.tokens, flops=d.flops,
         peak_flops=peak_flops, profiling=d.profiling, attempt=r.attempt,
-        mem_peak_bytes=d.mem_peak, mem_reserved_bytes=d.mem_reserved,
+        mem_peak_bytes=d.mem_peak, mem_reserved_bytes=d.mem_reserved, mem_capacity_bytes=d.mem_capacity,
     )
 
 

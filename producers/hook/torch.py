@@ -36,6 +36,7 @@ heads, vocabulary and context from a HuggingFace-style config.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import importlib
 import logging
@@ -55,7 +56,7 @@ import torch.distributed as dist
 
 from producers.hook.core import RankHook
 from producers.hook.identity import RankInfo, launcher_attempt
-from producers.hook.memory import AllocatorStats, module_stats
+from producers.hook.memory import AllocatorStats, capacity_of, module_stats
 from producers.hook.profiling import ProfileRequest, ProfileResult, dump_bytes
 from schemas import Domain, KernelRecord, ModelShape
 from schemas.decoding import decode_object
@@ -144,12 +145,25 @@ def torch_memory_stats(device: torch.device | str | None = None) -> AllocatorSta
         module = getattr(torch, "npu", None)  # torch_npu registers torch.npu when imported
     index = torch.device(device).index if device is not None else None
     stats = module_stats(module, f"torch.{kind}")
-    if stats is None or index is None:
-        return stats
+    if stats is None:
+        return None
     mod: Any = module
+    capacity = _capacity(mod, index)
+    if index is None:
+        return dataclasses.replace(stats, capacity=capacity)
     return AllocatorStats(stats.name, functools.partial(mod.max_memory_allocated, index),
                           functools.partial(mod.memory_reserved, index),
-                          functools.partial(mod.reset_peak_memory_stats, index))
+                          functools.partial(mod.reset_peak_memory_stats, index), capacity)
+
+
+def _capacity(module: Any, index: int | None) -> int | None:
+    """The device's memory in bytes (`get_device_properties(d).total_memory`, torch.cuda and torch_npu
+    alike), None when the module cannot say; read once, never raises."""
+    try:
+        at = module.current_device() if index is None else index
+        return capacity_of(module.get_device_properties(at).total_memory)
+    except Exception:
+        return None
 
 
 def _active_accelerator() -> str | None:

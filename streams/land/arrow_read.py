@@ -41,7 +41,8 @@ STEP = pa.struct([*IDENTITY, ("step", pa.int64()), ("start_ns", pa.int64()), ("e
                   ("phases", pa.struct([(p, pa.float64()) for p in Phases.NAMES])),
                   ("gc_count", pa.int64()), ("batch_size", pa.int64()), ("samples", pa.int64()),
                   ("tokens", pa.int64()), ("flops", pa.float64()), ("peak_flops", pa.float64()),
-                  ("profiling", pa.bool_()), ("mem_peak_bytes", pa.int64()), ("mem_reserved_bytes", pa.int64())])
+                  ("profiling", pa.bool_()), ("mem_peak_bytes", pa.int64()), ("mem_reserved_bytes", pa.int64()),
+                  ("mem_capacity_bytes", pa.int64())])
 DEVICE = pa.struct([("type", pa.string()), ("v", pa.string()), ("host", pa.string()), ("device", pa.int64()),
                     ("ts_ns", pa.int64()), ("job", pa.string()), ("rank", pa.int64()),
                     ("device_kind", pa.string()), *[(m, pa.float64()) for m in METRICS]])

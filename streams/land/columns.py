@@ -41,7 +41,7 @@ _I64, _U32, _I32 = bounds.INT64[1], bounds.UINT32[1], bounds.INT32[1]
 _NS_DAY = 86_400_000_000_000
 _LAST_DAY = 65_535  # 2149-06-06, the last ClickHouse Date (sinks.rows.event_date clamps there)
 _COUNTS = ("gc_count", "batch_size", "samples", "tokens")
-_MEMORY = ("mem_peak_bytes", "mem_reserved_bytes")  # contract 1.5, >= 0, null when missing
+_MEMORY = ("mem_peak_bytes", "mem_reserved_bytes", "mem_capacity_bytes")  # contract 1.5, >= 0, null when missing
 
 
 def _ids_ok(array: pa.Array) -> bool:

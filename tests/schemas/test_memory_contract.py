@@ -89,7 +89,7 @@ def test_step_memory_decodes() -> None:
     assert isinstance(event, StepEvent) and (event.mem_peak_bytes, event.mem_reserved_bytes) == (70 * 2**30, 0)
 
 
-@pytest.mark.parametrize("field", ["mem_peak_bytes", "mem_reserved_bytes"])
+@pytest.mark.parametrize("field", ["mem_peak_bytes", "mem_reserved_bytes", "mem_capacity_bytes"])
 @pytest.mark.parametrize("value", [-1, 2**63, 1.5, "7", True])
 def test_step_memory_out_of_contract_is_rejected(field: str, value: object) -> None:
     with pytest.raises(ContractError) as err:

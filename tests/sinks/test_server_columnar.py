@@ -67,7 +67,7 @@ def _step_extremes() -> pa.Table:
             "optimizer_ms": None, "comm_exposed_ms": None, "interstep_cpu_ms": None, "gc_ms": None,
             "gc_count": None, "batch_size": None, "samples": None, "tokens": None, "flops": None,
             "peak_flops": None, "profiling": 0, "event_date": dt.date(1970, 1, 1), "ingested_ns": 0, "attempt": 0,
-            "mem_peak_bytes": None, "mem_reserved_bytes": None}
+            "mem_peak_bytes": None, "mem_reserved_bytes": None, "mem_capacity_bytes": None}
     top = {**base, "job": "j\u00e9\x00'\"\\\n" + TRICKY_TEXT, "host": "h\U0001f600", "rank": 2**32 - 1, "step": U64,
            "world": 2**32 - 1, "device": 2**16 - 1, "dp_group": 2**31 - 1, "tp_group": 2**31 - 1,
            "pp_group": 2**31 - 1, "ep_group": 2**31 - 1, "cp_group": 2**31 - 1, "pp_stage": 2**15 - 1,
@@ -77,11 +77,12 @@ def _step_extremes() -> pa.Table:
            "interstep_cpu_ms": 1e-300, "gc_ms": 2.5, "gc_count": U64, "batch_size": 0, "samples": I64,
            "tokens": 2**53 + 1, "flops": 1.5e15, "peak_flops": 0.0, "profiling": 1, "event_date": LAST_DATE,
            "ingested_ns": 1_767_225_600_999_999_999, "attempt": 2**16 - 1, "mem_peak_bytes": I64,
-           "mem_reserved_bytes": 0}
+           "mem_reserved_bytes": 0, "mem_capacity_bytes": 96 * 2**30}
     bottom = {**base, "job": "", "host": "", "dp_group": -2**31, "tp_group": -2**31, "pp_group": -2**31,
               "ep_group": -2**31, "cp_group": -2**31, "pp_stage": -2**15, "start_ns": -2**63, "end_ns": -2**63,
               "duration_ms": -1.7976931348623157e308, "gc_count": 0, "tokens": 1, "data_ms": 0.0,
-              "ingested_ns": -2**63, "mem_peak_bytes": 0, "mem_reserved_bytes": I64}
+              "ingested_ns": -2**63, "mem_peak_bytes": 0, "mem_reserved_bytes": I64,
+              "mem_capacity_bytes": I64}
     rows = [[r[c] for c in STEP_COLUMNS] for r in (top, bottom, base, {**top, "rank": 1, "gc_count": None})]
     return _block(STEP_COLUMNS, rows, {"job": pa.string(), "host": pa.string(), "step": pa.uint64(),
                                        "gc_count": pa.uint64(), "profiling": pa.uint8(), "event_date": pa.date32(),

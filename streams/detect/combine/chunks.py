@@ -42,11 +42,15 @@ class Progress(TypedDict, total=False):
 
 
 class StepMemory(TypedDict, total=False):
-    """Contract 1.5: each row's device memory peak and reserved bytes (NaN: none); only in a step chunk where
-    a row has them (most jobs send none, and their chunks carry no NaN columns)."""
+    """Contract 1.5: each row's device memory peak, reserved and capacity bytes (NaN: none); only in a step
+    chunk where a row has them (most jobs send none, and their chunks carry no NaN columns)."""
 
     mem_peak: Floats
     mem_reserved: Floats
+    mem_capacity: Floats
+
+
+MEMORY_COLUMNS = ("mem_peak", "mem_reserved", "mem_capacity")  # `StepMemory`'s columns, all or none in a chunk
 
 
 class StepChunk(Progress, StepMemory):
@@ -214,7 +218,7 @@ FRAME_MAGIC = b"\x00SLC1"
 _LEN = 4
 _I8, _F8 = np.dtype("<i8"), np.dtype("<f8")
 _STEP_INTS = ("rank", "step", "start_ns", "end_ns", "stage", *(f"{p}_{d}" for d in DOMAINS for p in ("g", "n")))
-_STEP_FLOATS = ("samples", "batch", *PHASES, "mem_peak", "mem_reserved")
+_STEP_FLOATS = ("samples", "batch", *PHASES, *MEMORY_COLUMNS)
 _BINARY: dict[str, dict[str, np.dtype[Any]]] = {
     "steps": {**dict.fromkeys(_STEP_INTS, _I8), **dict.fromkeys(_STEP_FLOATS, _F8)},
     "kernels": {**dict.fromkeys(("rank", "step", "other_ns", "entries", "total_ns"), _I8),

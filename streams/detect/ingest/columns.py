@@ -40,7 +40,7 @@ from schemas.identity import DOMAIN_TYPES
 from schemas.packing import MAX_PACKED_EVENTS
 from schemas.step import Phases
 from schemas.version import major_ok
-from streams.detect.combine.chunks import KERNEL_NUMBERS, KERNEL_STRINGS
+from streams.detect.combine.chunks import KERNEL_NUMBERS, KERNEL_STRINGS, MEMORY_COLUMNS
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -75,7 +75,8 @@ Step = _struct("Step", [*_IDENTITY[:5], ("step", Int), ("start_ns", Int), ("end_
                         ("batch_size", float | None, None), ("samples", float | None, None),
                         ("tokens", Int | None, None), ("flops", float | None, None),
                         ("peak_flops", float | None, None), ("profiling", bool | None, None),
-                        ("mem_peak_bytes", Int | None, None), ("mem_reserved_bytes", Int | None, None)])
+                        ("mem_peak_bytes", Int | None, None), ("mem_reserved_bytes", Int | None, None),
+                        ("mem_capacity_bytes", Int | None, None)])
 Aggregate = _struct("Aggregate", [
     ("key", str), ("total_ns", Int), ("cat", str | None, None), ("count", Int | None, 0), ("max_ns", Int | None, None),
     ("metric", str | None, None), ("shape", dict[str, Int] | None, None), ("flops", float | None, None),
@@ -234,7 +235,8 @@ _IDENTITY_SPEC = (("type", "s"), ("v", "s"), ("job", "s"), ("rank", "i"), ("worl
 STEP_SPEC = packed.Spec((*_IDENTITY_SPEC, ("start_ns", "i"), ("end_ns", "i"), ("phases", "o"),
                          *[(f"phases.{p}", "f") for p in Phases.NAMES], ("gc_count", "i"), ("batch_size", "f"),
                          ("samples", "f"), ("tokens", "i"), ("flops", "f"), ("peak_flops", "f"), ("profiling", "b"),
-                         ("mem_peak_bytes", "i"), ("mem_reserved_bytes", "i")))
+                         ("mem_peak_bytes", "i"), ("mem_reserved_bytes", "i"),
+                         ("mem_capacity_bytes", "i")))
 KERNEL_SUMMARY_SPEC = packed.Spec((
     *_IDENTITY_SPEC, ("entries", "l"), ("entries.key", "s"), ("entries.total_ns", "i"), ("entries.cat", "s"),
     ("entries.count", "i"), ("entries.max_ns", "i"), ("entries.metric", "s"), ("entries.shape", "n"),
@@ -295,7 +297,8 @@ def _step_columns(events: list[Any]) -> tuple[IntArray, IntArray, dict[str, npt.
     cols: dict[str, npt.NDArray[Any] | list[Any]] = {
         "host": [e.host for e in events], "samples": _nums([e.samples for e in events]),
         "batch": _nums([e.batch_size for e in events]), "mem_peak": _nums([e.mem_peak_bytes for e in events]),
-        "mem_reserved": _nums([e.mem_reserved_bytes for e in events])}
+        "mem_reserved": _nums([e.mem_reserved_bytes for e in events]),
+        "mem_capacity": _nums([e.mem_capacity_bytes for e in events])}
     for i, name in enumerate(Phases.NAMES):
         cols[name] = phases[:, i]
     domains = [e.domains or _NO_DOMAINS for e in events]
@@ -320,7 +323,7 @@ def _step_columns_packed(c: packed.Columns) -> tuple[IntArray, IntArray, dict[st
     cols: dict[str, npt.NDArray[Any] | list[Any]] = {
         "host": hosts if (c.states["host"] == packed.VALUE).all() else ["" if h is None else h for h in hosts],
         "samples": nonneg("samples"), "batch": nonneg("batch_size"), "mem_peak": nonneg("mem_peak_bytes"),
-        "mem_reserved": nonneg("mem_reserved_bytes")}
+        "mem_reserved": nonneg("mem_reserved_bytes"), "mem_capacity": nonneg("mem_capacity_bytes")}
     for name in Phases.NAMES:
         cols[name] = nonneg(f"phases.{name}")
     has_domains = c.states["domains"] == packed.VALUE
@@ -361,9 +364,9 @@ def steps(record_ids: list[int], raws: list[bytes]) -> list[Placed] | None:
             chunk[f"g_{dom}"] = _column(cols[f"g_{dom}"], rows, whole)
             chunk[f"n_{dom}"] = _column(cols[f"n_{dom}"], rows, whole)
         chunk["stage"] = _column(cols["stage"], rows, whole)
-        peak, reserved = _column(cols["mem_peak"], rows, whole), _column(cols["mem_reserved"], rows, whole)
-        if not (np.isnan(peak).all() and np.isnan(reserved).all()):  # as decode._add_step: only with memory
-            chunk["mem_peak"], chunk["mem_reserved"] = peak, reserved
+        memory = {name: _column(cols[name], rows, whole) for name in MEMORY_COLUMNS}
+        if not all(np.isnan(v).all() for v in memory.values()):  # as decode._add_step: only with memory
+            chunk.update(memory)
         out.append(((int(at[first]), int(inside[first])), f"steps:{attempt_key(job, att)}", chunk))
     return out
 

@@ -32,7 +32,7 @@ from schemas.errors import ContractError
 from schemas.job import ModelShape
 from schemas.packing import MAX_PACKED_EVENTS
 from schemas.version import major_ok, parse_version
-from streams.detect.combine.chunks import KERNEL_NUMBERS, KERNEL_STRINGS, Chunk
+from streams.detect.combine.chunks import KERNEL_NUMBERS, KERNEL_STRINGS, MEMORY_COLUMNS, Chunk
 from streams.detect.ingest import columns
 from streams.detect.ingest.columns import attempt_key
 
@@ -143,14 +143,14 @@ def _add_step(chunks: dict[str, dict[str, Any]], doc: dict[str, Any]) -> bool:
             chunk[f"n_{dom}"].append(0)
     pp = domains.get("pp")
     chunk["stage"].append(pp.get("index", -1) if isinstance(pp, dict) else -1)
-    peak, reserved = _bytes(doc.get("mem_peak_bytes")), _bytes(doc.get("mem_reserved_bytes"))
+    memory = [_bytes(doc.get(f"{name}_bytes")) for name in MEMORY_COLUMNS]
     if "mem_peak" in chunk:
-        chunk["mem_peak"].append(peak)
-        chunk["mem_reserved"].append(reserved)
-    elif peak == peak or reserved == reserved:  # the chunk's first row with memory: the rows before had none
+        for name, value in zip(MEMORY_COLUMNS, memory, strict=True):
+            chunk[name].append(value)
+    elif any(v == v for v in memory):  # the chunk's first row with memory: the rows before had none
         before = [NAN] * (len(chunk["rank"]) - 1)
-        chunk["mem_peak"] = [*before, peak]
-        chunk["mem_reserved"] = [*before, reserved]
+        for name, value in zip(MEMORY_COLUMNS, memory, strict=True):
+            chunk[name] = [*before, value]
     return True
 
 

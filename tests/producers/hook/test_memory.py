@@ -3,6 +3,8 @@ shape on the job's `start` (pure unit tests: a stand-in allocator, the in-memory
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from producers.emitter import BackgroundEmitter
@@ -61,7 +63,7 @@ def test_each_step_carries_its_own_peak_and_the_reserved_bytes_at_its_end() -> N
     stats = module_stats(device, "stand-in")
     assert stats is not None
     exporter = InMemoryExporter()
-    hook = _hook(exporter, memory=stats)
+    hook = _hook(exporter, memory=replace(stats, capacity=1_000_000))
     leak = 0
     for step in range(4):
         with hook.step():
@@ -73,6 +75,7 @@ def test_each_step_carries_its_own_peak_and_the_reserved_bytes_at_its_end() -> N
     steps = [e for e in _events(hook, exporter) if isinstance(e, StepEvent)]
     assert [s.mem_peak_bytes for s in steps] == [5_000 + 100 * i + 1_000 * (i + 1) for i in range(4)]
     assert all(s.mem_reserved_bytes == 75_000 for s in steps)  # the warm-up's reservation stays cached
+    assert all(s.mem_capacity_bytes == 1_000_000 for s in steps)
     assert device.resets == 1 + 4  # once before the first step, then at each step's end
     assert hook.stats().errors == 0
     assert hook.close(10)

@@ -61,3 +61,16 @@ def test_a_cpu_model_reports_no_device_memory() -> None:
     steps = [e for e in (decode_as(StepEvent, v) for v in exporter.values() if b'"step"' in v[:20])]
     assert steps and all(s.mem_peak_bytes is None and s.mem_reserved_bytes is None for s in steps)
     assert hook.close(10)
+
+
+def test_the_capacity_is_the_device_properties_total_memory_and_never_raises() -> None:
+    """`torch.cuda` and torch_npu alike: `get_device_properties(d).total_memory`, read once per device."""
+    from producers.hook.torch import _capacity
+
+    props = {0: SimpleNamespace(total_memory=80 * 2**30), 1: SimpleNamespace(total_memory=64 * 2**30)}
+    module = SimpleNamespace(current_device=lambda: 1, get_device_properties=props.__getitem__)
+    assert (_capacity(module, 0), _capacity(module, None)) == (80 * 2**30, 64 * 2**30)
+    assert _capacity(module, 7) is None  # no such device: no capacity, no exception
+    assert _capacity(SimpleNamespace(), 0) is None
+    zero = SimpleNamespace(current_device=lambda: 0, get_device_properties=lambda d: SimpleNamespace(total_memory=0))
+    assert _capacity(zero, None) is None

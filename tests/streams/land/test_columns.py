@@ -116,7 +116,8 @@ LAND_RECORDS: dict[str, bytes] = {
     "float-tokens": _pack(_clean(0, tokens=1.5)),
     "all-optionals": _pack(_clean(0, gc_count=1, batch_size=2, samples=3, tokens=4, flops=5.5, peak_flops=6,
                                   profiling=False, attempt=3)),
-    "memory": _pack(_clean(0, v="1.5", mem_peak_bytes=70 * 2**30, mem_reserved_bytes=80 * 2**30), _clean(1)),
+    "memory": _pack(_clean(0, v="1.5", mem_peak_bytes=70 * 2**30, mem_reserved_bytes=80 * 2**30,
+                           mem_capacity_bytes=96 * 2**30), _clean(1)),
     "memory-edges": _pack(_clean(0, mem_peak_bytes=0), _clean(1, mem_reserved_bytes=2**63 - 1)),
     "memory-null": _pack(_clean(0, mem_peak_bytes=None)),
     "memory-negative": _pack(_clean(0, mem_peak_bytes=-1)),
@@ -143,7 +144,7 @@ def test_a_hand_built_record_lands_alike(name: str, topic: str) -> None:
 
 STEP_FIELDS = ["type", "v", "job", "rank", "world", "host", "device", "step", "start_ns", "end_ns", "attempt",
                "samples", "batch_size", "gc_count", "tokens", "phases", "domains", "flops", "peak_flops", "profiling",
-               "mem_peak_bytes", "mem_reserved_bytes"]
+               "mem_peak_bytes", "mem_reserved_bytes", "mem_capacity_bytes"]
 DEVICE_FIELDS = ["type", "v", "host", "device", "ts_ns", "job", "rank", "device_kind", "power_w", "temp_c",
                  "aicore_pct", "mem_pct", "freq_mhz"]
 
@@ -156,7 +157,7 @@ def test_random_mutations_land_alike(topic: str) -> None:
     for _ in range(300):
         if topic == TOPICS.steps:
             docs, fields = [_clean(r, profiling=True, gc_count=3, flops=2.0, mem_peak_bytes=2**30 + r,
-                                   mem_reserved_bytes=2**31) for r in range(4)], STEP_FIELDS
+                                   mem_reserved_bytes=2**31, mem_capacity_bytes=2**36) for r in range(4)], STEP_FIELDS
         else:
             docs, fields = [_device(d, device_kind="npu", mem_pct=50.0) for d in range(4)], DEVICE_FIELDS
         target = docs[rng.randrange(4)]
@@ -185,6 +186,7 @@ def test_a_batch_with_memory_lands_as_one_block_with_its_memory() -> None:
     data = out.blocks[0].data
     assert data.column("mem_peak_bytes").to_pylist() == [70 * 2**30, None, 0, None]
     assert data.column("mem_reserved_bytes").to_pylist() == [80 * 2**30, None, None, 2**63 - 1]
+    assert data.column("mem_capacity_bytes").to_pylist() == [96 * 2**30, None, None, None]
     assert _alike(batch) == 1
 
 

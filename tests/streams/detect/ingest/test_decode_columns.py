@@ -178,7 +178,9 @@ BAD_RECORDS: dict[str, bytes] = {
                              "last_step": 7}),
     "too-big": _pack(*[_step(r % 4, step=r) for r in range(3000)]),
     "tombstone": None,  # type: ignore[dict-item]
-    "memory": _pack(_step(0, v="1.5", mem_peak_bytes=70 * 2**30, mem_reserved_bytes=80 * 2**30), _step(1)),
+    "memory": _pack(_step(0, v="1.5", mem_peak_bytes=70 * 2**30, mem_reserved_bytes=80 * 2**30,
+                          mem_capacity_bytes=96 * 2**30), _step(1)),
+    "memory-capacity-zero": _pack(_step(0, mem_capacity_bytes=0), _step(1, mem_capacity_bytes=-5)),
     "memory-peak-only": _pack(_step(0, mem_peak_bytes=0), _step(1, mem_reserved_bytes=2**63 - 1)),
     "memory-null": _pack(_step(0, mem_peak_bytes=None, mem_reserved_bytes=None)),
     "memory-negative": _pack(_step(0, mem_peak_bytes=-1)),
@@ -257,7 +259,7 @@ def test_a_clean_batch_stays_columnar() -> None:
 MUTANTS: list[Any] = [None, -1, 0, 1, 2**63, 2**64 - 1, 1.5, -0.0, 1e300, "", "x", "1.4", True, [], {}, {"group": 1}]
 FIELDS = ["type", "v", "job", "rank", "world", "host", "device", "step", "start_ns", "end_ns", "attempt",
           "samples", "batch_size", "phases", "domains", "ts_ns", "power_w", "flops", "profiling", "mem_peak_bytes",
-          "mem_reserved_bytes"]
+          "mem_reserved_bytes", "mem_capacity_bytes"]
 
 
 def test_random_mutations_decode_alike() -> None:
@@ -359,7 +361,8 @@ def test_memory_rides_the_step_chunk_only_where_a_row_has_it() -> None:
     through the partials topic's frame; a chunk with no memory has no memory columns."""
     from streams.detect.combine.chunks import dumps_split, loads
 
-    batch = [_pack(_step(0), _step(1, mem_peak_bytes=5 * 2**30, mem_reserved_bytes=6 * 2**30)),
+    batch = [_pack(_step(0), _step(1, mem_peak_bytes=5 * 2**30, mem_reserved_bytes=6 * 2**30,
+                                   mem_capacity_bytes=64 * 2**30)),
              _pack(_step(2, mem_peak_bytes=-1), _step(3, mem_reserved_bytes=2**40))]
     for columnar in (False, True):
         (chunk,), _ = decode_batch(batch, MAX, columnar=columnar)
@@ -367,7 +370,9 @@ def test_memory_rides_the_step_chunk_only_where_a_row_has_it() -> None:
         for c in (chunk, loads(frame)):
             peak = [None if v != v else v for v in c["mem_peak"]]  # type: ignore[typeddict-item]
             reserved = [None if v != v else v for v in c["mem_reserved"]]  # type: ignore[typeddict-item]
+            capacity = [None if v != v else v for v in c["mem_capacity"]]  # type: ignore[typeddict-item]
             assert peak == [None, 5 * 2**30, None, None] and reserved == [None, 6 * 2**30, None, 2**40]
+            assert capacity == [None, 64 * 2**30, None, None]
     assert _both(batch)[2]  # the columnar path kept the batch
     for columnar in (False, True):
         (plain,), _ = decode_batch(GOOD[:1], MAX, columnar=columnar)
