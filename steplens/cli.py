@@ -110,6 +110,19 @@ def _perf(args: argparse.Namespace, s: Settings) -> int:
     return EXIT_OK if rows else EXIT_EMPTY
 
 
+def _memory(args: argparse.Namespace, s: Settings) -> int:
+    from steplens.queries.memory import NO_MEMORY, rank_memory
+
+    with _backend(s) as backend:
+        if _unknown_job(backend, args.job):
+            return EXIT_EMPTY
+        columns, rows = rank_memory(backend, args.job, _time_range(args), args.limit)
+    if not rows:
+        print(f"steplens: {NO_MEMORY}", file=sys.stderr)
+    output.write(sys.stdout, args.format, columns, rows)
+    return EXIT_OK if rows else EXIT_EMPTY
+
+
 def _offenders(args: argparse.Namespace, s: Settings) -> int:
     from steplens.queries import recurrent_offenders
     return _emit_query(args, s, lambda: recurrent_offenders(_time_range(args), args.min_jobs, args.limit))
@@ -328,6 +341,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--breakdown", action="store_true",
                    help="per component (compute, each collective, exposed comm, host/data): observed vs the "
                         "fleet's reference models (docs/model.md)")
+    p = add("memory", _memory, "a job's device memory per rank from its steps' allocator statistics: now, "
+            "highest, growth per step, and what the declared model should take", [fmt, rng, lim])
+    p.add_argument("--job", required=True)
     p = add("offenders", _offenders, "hosts named in incidents of several jobs: candidates to isolate",
             [fmt, rng, lim])
     p.add_argument("--min-jobs", type=_number(int, 1), default=2, help="in at least this many jobs (default 2)")

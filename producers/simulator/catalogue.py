@@ -24,6 +24,7 @@ from schemas.bandwidth import bus_factor
 
 if TYPE_CHECKING:
     from producers.simulator.fleet import Effects, FleetJob, Noise
+    from producers.simulator.traits import Traits
 
 ScopeType = Literal["rank", "host", "group", "link", "stage", "job"]
 
@@ -203,6 +204,19 @@ def _memory_leak(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.ra
     # by the same bytes every step until they reach the device's capacity, where an allocation fails and the
     # rank dies out of memory (FleetJob.oom_step: the job's processes stop there)
     fx.mem_add[_r(f)] += leak_pct(f) * (step - f.start)
+
+
+FRAG_SEGMENT_STEPS = 4  # a fragmenting cache strands a segment every few steps, not a sliver every step
+
+
+@kind("allocator_fragmentation")
+def _allocator_fragmentation(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    # varying tensor shapes (unbucketed sequence lengths) leave the caching allocator's free blocks too small
+    # or split for the next request: it reserves a new segment every few steps and never reuses the old,
+    # while the step's allocations stay as they were. Reserved reaches capacity and an allocation fails with
+    # "reserved but unallocated memory is large" (FleetJob.oom_step: the job's processes stop there)
+    k = FRAG_SEGMENT_STEPS
+    fx.frag_add[_r(f)] += leak_pct(f) * k * ((step - f.start) // k)
 
 
 @kind("moe_imbalance")
@@ -635,6 +649,21 @@ def _leak_build(pct_per_step: float, peak: float) -> BuildFaults:
     return build
 
 
+def _fragmentation_build(pct_per_step: float, peak: float) -> BuildFaults:
+    """One rank's caching allocator stranding `pct_per_step` of its device's memory per step (in segments) from
+    LEAK_START on a job whose devices peak at `peak` %: reserved reaches capacity at `oom_step`."""
+    def build(topo: Topology, steps: int, rng: np.random.Generator) -> list[FaultSpec]:
+        rank = _pick_rank(topo, rng)
+        mb = pct_per_step / 100.0 * DEVICE_MEM_GB * 1024.0
+        start = min(LEAK_START, max(0, steps - 2))
+        oom = start + math.ceil((100.0 - peak) / pct_per_step - 1e-9)
+        return [FaultSpec(kind="allocator_fragmentation", scope="rank", start=start, end=None, ranks=(rank,),
+                          hosts=(f"node-{rank // topo.devices_per_host}",),
+                          magnitude={"frag_mb_per_step": mb, "device_gb": DEVICE_MEM_GB, "oom_step": float(oom)},
+                          rules=("OOM",), row="allocator fragmentation (reserved +%/step to capacity, peak flat)")]
+    return build
+
+
 CHECKPOINT_BACK = 20  # a relaunch restarts this many steps before the crash (its last checkpoint)
 QUICK_RELAUNCH_S = 20.0  # an elastic agent's restart: rendezvous and checkpoint load, under job_silence_s
 SLOW_RELAUNCH_S = 90.0  # a requeue through the scheduler: longer than job_silence_s (60 s)
@@ -827,6 +856,12 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              memory=(60.0, 0.0, 8.0)),
     Scenario("memory_leak_fast", "memory", "one rank leaks 0.3 %/step (197 MB) from 52 %: out of memory at "
              "step 170", ("OOM",), _leak_build(0.3, 52.0), memory=(52.0, 0.0, 0.0)),
+    Scenario("allocator_fragmentation", "memory", "one rank's caching allocator strands 0.1 %/step (66 MB, a "
+             "segment every 4 steps) from 84 % while its peak stays flat: reserved full at step 170", ("OOM",),
+             _fragmentation_build(0.1, 84.0), memory=(84.0, 0.0, 0.0)),
+    Scenario("allocator_fragmentation_slow", "memory", "one rank's caching allocator strands 0.05 %/step from 91 % "
+             "under a 1 % per-step sawtooth: reserved full at step 170", ("OOM",),
+             _fragmentation_build(0.05, 92.0), memory=(91.0, 0.0, 1.0)),
     Scenario("healthy", "healthy", "no fault: jitter, warm-up, checkpoints, eval, hiccups, GC", (), _healthy),
     Scenario("healthy_full_memory", "healthy", "no fault; device memory steady at 95-97 % (a caching allocator "
              "keeping HBM full by design)", (), _healthy, memory=(95.0, 2.0, 0.0)),
@@ -846,11 +881,13 @@ def build_faults(scenario: Scenario, topo: Topology, steps: int, seed: int) -> l
     return scenario.build(topo, steps, np.random.default_rng([seed, 7919]))
 
 
-def scenario_job(name: str, ranks: int = 64, steps: int = 120, seed: int = 0, job_id: str | None = None) -> FleetJob:
-    """A catalogue scenario as a ready FleetJob (layout, model and faults as the bench uses them)."""
+def scenario_job(name: str, ranks: int = 64, steps: int = 120, seed: int = 0, job_id: str | None = None,
+                 traits: Traits | None = None) -> FleetJob:
+    """A catalogue scenario as a ready FleetJob (layout, model and faults as the bench uses them; every trait
+    on unless `traits` says otherwise)."""
     from producers.simulator.fleet import FleetJob
 
     sc = SCENARIOS[name]
     topo = sc.topology(ranks)
     return FleetJob(job_id or f"{name}-{ranks}-s{seed}", topo, steps, build_faults(sc, topo, steps, seed), seed,
-                    model=sc.model(topo), noise=sc.noise())
+                    model=sc.model(topo), noise=sc.noise(), traits=traits)

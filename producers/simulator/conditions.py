@@ -36,5 +36,7 @@ def job_hardware(hw: Hardware, faults: Iterable[FaultSpec]) -> Hardware:
 
 
 def leak_pct(f: FaultSpec) -> float:
-    """A `memory_leak`'s growth in % of the device's capacity per step, from its bytes per step."""
-    return magnitude(f, "leak_mb_per_step", 64.0) / (magnitude(f, "device_gb", DEVICE_MEM_GB) * 1024.0) * 100.0
+    """A `memory_leak`'s (or an `allocator_fragmentation`'s stranded reserve's) growth in % of the device's
+    capacity per step, from its bytes per step."""
+    key = "frag_mb_per_step" if f.kind == "allocator_fragmentation" else "leak_mb_per_step"
+    return magnitude(f, key, 64.0) / (magnitude(f, "device_gb", DEVICE_MEM_GB) * 1024.0) * 100.0

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import orjson
 
+from producers.simulator.conditions import DEVICE_MEM_GB
 from producers.simulator.model import PHASES
 from schemas import Domain, Phases, StepEvent
 from schemas.version import CONTRACT_VERSION
@@ -24,6 +25,7 @@ if TYPE_CHECKING:  # fleet.py builds its typed events with this module
     from producers.simulator.fleet import FleetJob, StepFrame
 
 Kind = Literal["step", "kernel_summary", "device"]
+DEVICE_MEMORY_BYTES = round(DEVICE_MEM_GB * 2**30)  # what a step's allocator statistics are a share of
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +99,9 @@ class FrameEncoder:
                           domains={n: Domain(**dom) for n, dom in d["domains"].items()}, step=d["step"],
                           start_ns=d["start_ns"], end_ns=d["end_ns"], phases=Phases(**d["phases"]),
                           gc_count=d["gc_count"], batch_size=d["batch_size"], samples=d["samples"],
-                          tokens=d["tokens"], flops=d["flops"], peak_flops=d["peak_flops"], attempt=d.get("attempt", 0))
+                          tokens=d["tokens"], flops=d["flops"], peak_flops=d["peak_flops"], attempt=d.get("attempt", 0),
+                          mem_peak_bytes=d.get("mem_peak_bytes"), mem_reserved_bytes=d.get("mem_reserved_bytes"),
+                          mem_capacity_bytes=d.get("mem_capacity_bytes"))
                 for d in docs]
 
     def _rank_events(self, frame: StepFrame, typed: list[dict[str, Any]] | None = None) -> Iterator[WireEvent]:
@@ -129,6 +133,10 @@ class FrameEncoder:
             step_flops = (self._flops_rank * frame.tokens_mul).tolist()
         else:
             tokens, step_flops = [self._tokens] * len(offset), [self._flops_rank] * len(offset)
+        memory = None
+        if frame.mem_peak_pct is not None and frame.mem_reserved_pct is not None:
+            memory = (np.rint(frame.mem_peak_pct / 100.0 * DEVICE_MEMORY_BYTES).astype(np.int64).tolist(),
+                      np.rint(frame.mem_reserved_pct / 100.0 * DEVICE_MEMORY_BYTES).astype(np.int64).tolist())
         for r in reporting:
             ident = self._ident[r]
             if want_steps:
@@ -136,6 +144,9 @@ class FrameEncoder:
                         "end_ns": frame.end_ns + offset[r], "phases": {p: phases[p][r] for p in names},
                         "gc_count": gc[r], "batch_size": self.job.model.micro_batch, "samples": self._samples,
                         "tokens": tokens[r], "flops": step_flops[r], "peak_flops": self._peak}
+                if memory is not None:
+                    step["mem_peak_bytes"], step["mem_reserved_bytes"] = memory[0][r], memory[1][r]
+                    step["mem_capacity_bytes"] = DEVICE_MEMORY_BYTES
                 if typed is not None:
                     typed.append(step)
                     continue

@@ -122,6 +122,7 @@ class Effects:
     aicore_cap: FloatArray = field(init=False)  # ≤ 100: utilisation ceiling
     aicore_set: FloatArray = field(init=False)  # nan: computed from load; else forced
     mem_add: FloatArray = field(init=False)
+    frag_add: FloatArray = field(init=False)  # % of capacity the caching allocator holds unused (fragmentation)
     membw_mul: FloatArray = field(init=False)
     cpu_add: FloatArray = field(init=False)
 
@@ -142,6 +143,7 @@ class Effects:
         self.aicore_cap = np.full(w, 100.0)
         self.aicore_set = np.full(w, np.nan)
         self.mem_add = np.zeros(w)
+        self.frag_add = np.zeros(w)
         self.membw_mul = np.ones(w)
         self.cpu_add = np.zeros(w)
 
@@ -154,6 +156,35 @@ class Effects:
     def comm(self, domain: str, where: IntArray | slice | list[int], factor: float) -> None:
         arr = self.comm_group_mul.setdefault(domain, np.ones(self.world))
         arr[where] = np.maximum(arr[where], factor)
+
+
+CONTEXT_PCT = 1.5  # of a device's memory that is no allocator's: the runtime context, the collectives' buffers
+
+
+@dataclass(slots=True)
+class AllocatorModel:
+    """A caching allocator (PyTorch's, torch_npu's) per device, what the hook's statistics read (trait
+    `allocator_stats`). The device holds (T6) the runtime's context plus what the allocator reserved; the
+    allocator reserves its peak plus a slack of cached blocks (0.5-3 % of capacity, per device) and never
+    gives a segment back (no empty_cache), so reserved is the running maximum of peak + slack, plus what
+    fragmentation strands (`Effects.frag_add`). A leak grows the peak; fragmentation grows reserved alone."""
+
+    slack: FloatArray
+    base: FloatArray  # the peak's steady level, % of capacity
+    held: FloatArray  # reserved so far, % of capacity
+    rng: np.random.Generator
+
+    @classmethod
+    def draw(cls, rng: np.random.Generator, level: FloatArray) -> AllocatorModel:
+        slack = rng.uniform(0.5, 3.0, level.size)
+        return cls(slack=slack, base=level - CONTEXT_PCT - slack, held=np.zeros(level.size), rng=rng)
+
+    def step(self, fx: Effects, sawtooth_pct: float) -> dict[str, FloatArray]:
+        """This step's peak and reserved, % of capacity (the peak reads the step's activations on top)."""
+        peak = self.base + fx.mem_add + sawtooth_pct + self.rng.normal(0.0, 0.05, self.base.size)
+        self.held = np.maximum(self.held, peak + self.slack)
+        reserved = np.minimum(self.held + fx.frag_add, 100.0 - CONTEXT_PCT)
+        return {"mem_peak_pct": np.clip(peak, 0.0, 100.0), "mem_reserved_pct": reserved}
 
 
 @dataclass(slots=True)
@@ -195,6 +226,8 @@ class StepFrame:
     ticks: list[DeviceTick]
     effects: Effects
     tokens_mul: FloatArray | None = None  # per rank: its replica's tokens this step / nominal (variable_length)
+    mem_peak_pct: FloatArray | None = None  # per rank, % of capacity: the allocator's peak (allocator_stats)
+    mem_reserved_pct: FloatArray | None = None  # ... what it holds reserved at the step's end
 
     @property
     def duration_ms(self) -> float:
@@ -304,7 +337,7 @@ class FleetJob:
         its allocation fails, the rank dies out of memory and takes the job's processes with it (None: never)."""
         out: int | None = None
         for f in self.faults:
-            if f.kind != "memory_leak" or f.attempt != self.attempt:
+            if f.kind not in ("memory_leak", "allocator_fragmentation") or f.attempt != self.attempt:
                 continue
             rate = leak_pct(f)
             if rate <= 0:
@@ -431,6 +464,8 @@ class FleetJob:
         crash = self.crash_step
         # each trait draws from its own stream: turning one off leaves every other number as it was
         length_rng, tail_rng = np.random.default_rng([self.seed, 8191]), np.random.default_rng([self.seed, 8209])
+        alloc = AllocatorModel.draw(np.random.default_rng([self.seed, 8221]), mem_base) \
+            if self.traits.allocator_stats else None
         compute_k = np.array([k.cat == "compute" for k in plan.kinds])
         replica = topo.coord_arrays["dp"]
         for step in range(self.first_step, self.steps):
@@ -536,7 +571,7 @@ class FleetJob:
                     ts_ns=next_tick, power_w=power, temp_c=temp + rng.normal(0.0, 0.2, world), aicore_pct=load,
                     aicpu_pct=np.clip(3.0 + fx.cpu_add * 0.2 + rng.random(world), 0, 100),
                     ctrlcpu_pct=np.clip(12.0 + fx.cpu_add + 2.0 * rng.random(world), 0, 100),
-                    mem_pct=np.clip(mem_base + fx.mem_add + rng.normal(0, 0.3, world)
+                    mem_pct=np.clip(mem_base + fx.mem_add + fx.frag_add + rng.normal(0, 0.3, world)
                                     + nz.mem_sawtooth_pct * (next_tick - start_ns) / max(end_ns - start_ns, 1),
                                     0, 100),
                     membw_pct=np.clip(55.0 * (load / 90.0) * fx.membw_mul + rng.normal(0, 1.0, world), 0, 100),
@@ -551,5 +586,5 @@ class FleetJob:
                 k_max_ns=longest, k_wait_ns=wait_ns, k_bytes=k_count * np.array(
                     [k.bytes for k in plan.kinds])[:, None] * fx.bytes_mul,
                 launch_mean_us=launch_mean, launch_mad_us=launch_mad, other_ns=other * 1e6, ticks=ticks, effects=fx,
-                tokens_mul=tokens_mul)
+                tokens_mul=tokens_mul, **(alloc.step(fx, nz.mem_sawtooth_pct) if alloc is not None else {}))
             start_ns = end_ns

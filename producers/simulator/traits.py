@@ -26,6 +26,10 @@ behaviour, so a detector's figures can be compared on both rulers.
   samples at its own phase within the sampling interval (uniform: every agent started at its own
   moment), so one second's samples of a job span up to a second. Off: one clock and one
   sampling instant for all hosts.
+- `allocator_stats`: each step event carries the device allocator's statistics (contract 1.5, as
+  the PyTorch / torch_npu hook reads them): the step's peak allocated bytes, the caching
+  allocator's reserved bytes and the device's capacity (`producers.simulator.fleet.AllocatorModel`).
+  Off: step events without memory fields (a 1.4 producer, MindSpore without them).
 
 Several jobs at once through the same workers is not a switch: the bench always streams every
 run interleaved through one pipeline (`producers.simulator.stream.stream_runs`).
@@ -49,6 +53,7 @@ class Traits:
     variable_length: bool = True
     heavy_tail: bool = True
     clock_offset: bool = True
+    allocator_stats: bool = True
 
     def to_dict(self) -> dict[str, bool]:
         return asdict(self)

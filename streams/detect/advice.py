@@ -166,6 +166,12 @@ CAUSES: dict[str, Advice] = {
                         "profile the late rank's host (CPU contention, data loading) and device (down-clocking)"),
     "exposed_communication": Advice("exposed (non-overlapped) communication",
                                     "gradient bucketing/fusion and comm-compute overlap; check link health"),
+    "fragmentation": Advice("fragmentation of the caching allocator: it reserves ever more device memory than the "
+                            "step allocates (free blocks too small or split for the next request) and will fail "
+                            "an allocation it holds enough memory for",
+                            "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (or max_split_size_mb); steadier "
+                            "tensor shapes (bucket the sequence lengths); torch.cuda.empty_cache() at a step "
+                            "boundary buys time"),
 }
 
 

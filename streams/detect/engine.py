@@ -34,6 +34,7 @@ from streams.detect.combine.chunks import (
     Chunk,
     DeviceChunk,
     IntArray,
+    JobChunk,
     StepColumns,
     is_device,
     is_job,
@@ -46,6 +47,7 @@ from streams.detect.scopes import (
     expected,
     group_split,
     hung,
+    memory,
     pp_stage,
     slow_link,
     slow_pair,
@@ -67,6 +69,7 @@ from streams.detect.signals import (
     name_slow_groups,
 )
 from streams.detect.windows.step_frames import Frame, StepFrames, Topology, WindowParams
+from streams.model.memory import expected_peak_bytes, from_contract
 from streams.model.reference import ReferenceModels
 
 if TYPE_CHECKING:
@@ -183,6 +186,7 @@ class JobEngine:
     device_kind: str = ""  # the job's devices' kind, from their samples ("": not said)
     reference: ReferenceModels | None = None  # the fleet's reference models, set by the FleetEngine
     drift: frozenset[str] = frozenset()  # classes under a fleet-wide drift incident (set by the FleetEngine)
+    memory: memory.MemoryState = field(default_factory=memory.MemoryState)  # step memory, OOM (contract 1.5)
 
     @classmethod
     def create(cls, job: str, cfg: DetectionConfig, attempt: int = 0) -> JobEngine:
@@ -261,12 +265,24 @@ class JobEngine:
         elif is_job(chunk):
             if chunk["phase"] == "start":
                 self.frames.summaries_declared = chunk.get("kernel_summaries") is True
+                self._expect_memory(chunk)
             elif chunk["phase"] == "end":
                 self.ended = True
                 self.end_seen_ns = now_ns
                 self.end_ts_ns = int(chunk.get("ts_ns") or 0)
                 self.last_step = chunk.get("last_step")
         return out + self.tick(now_ns)
+
+    def _expect_memory(self, chunk: JobChunk) -> None:
+        """What the declared model should take per rank (seed 004's formulas): the OOM incident's yardstick."""
+        shape = chunk.get("model_shape")
+        got = from_contract(shape, chunk.get("parallel") or {}) if shape else None
+        if got is None:
+            return
+        estimate = expected_peak_bytes(*got)
+        state = getattr(self, "memory", None) or memory.MemoryState()
+        state.expected_bytes, state.expected_dominant = estimate.total, estimate.dominant
+        self.memory = state
 
     def tick(self, now_ns: int) -> list[Output]:
         """Release what is ready (complete, settled, timed out); finish an ended job. With the input
@@ -384,7 +400,24 @@ class JobEngine:
             findings = [f for f in findings
                         if not (f.rule == "R3" and f.metric == "step_throughput" and f.key == "job")]
         findings.extend(self._below_expected(frame))
+        findings = self._step_memory(frame, findings)
         return list(self.book.observe(frame.step, findings, now_ns, frame.seen))
+
+    def _step_memory(self, frame: Frame, findings: list[Finding]) -> list[Finding]:
+        """The OOM forecast from the steps' own allocator statistics (scopes/memory.py), after the join (a
+        device's memory is no culprit of a slow step). A rank that sends them is judged by them: its
+        device's forecast from `mem_pct` (a coarser view of the same memory) is dropped, one incident."""
+        t = time.perf_counter()
+        state = getattr(self, "memory", None)  # a snapshot from before the scope existed has none
+        if state is None:
+            state = self.memory = memory.MemoryState()
+        self.memory, found = memory.evaluate(frame, self.frames.topo, state, self.cfg.params(memory.Params))
+        self._timed("OOM", t)
+        reporting = self.memory.reporting
+        if reporting.any():
+            findings = [f for f in findings if not (f.rule == "OOM" and f.metric == "T6" and f.ranks and all(
+                r < reporting.size and reporting[r] for r in f.ranks))]
+        return findings + found
 
     def _below_expected(self, frame: Frame) -> list[Finding]:
         """The job against the fleet's reference models (scopes/expected.py), after the join: a job slow

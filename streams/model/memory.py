@@ -23,7 +23,9 @@ Pure: no I/O, no framework import.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from schemas.job import (
     ShapeActivation,
@@ -373,3 +375,28 @@ def seed004_static(n: float, t: int) -> dict[str, float]:
                                                 shard_grads=False, grad_accum=2),
     }
     return {k: math.fsum(static_bytes(shape, lay)) for k, lay in cases.items()}
+
+
+_SHAPE_FIELDS = frozenset(f.name for f in fields(ModelShape))
+_LAYOUT_FIELDS = frozenset(f.name for f in fields(Layout))
+_REQUIRED = ("params", "layers", "hidden", "heads", "seq", "micro_batch")
+
+
+def from_contract(shape: Mapping[str, Any], parallel: Mapping[str, Any]) -> tuple[ModelShape, Layout] | None:
+    """The model and layout a job's `start` declared (contract 1.5 `model_shape`, the event's `parallel`), or
+    None when the shape lacks what the formulas need (parameters, layers, hidden size, heads, sequence
+    length, micro-batch): an estimate from guessed sizes would be no expectation.
+
+    The contract's fields name the model's and the loop's (sp, zero_*, grad_*, microbatches, ddp_buckets,
+    optimizer_impl are the layout's); a field left out keeps the model's default. Parallel degrees come from
+    `parallel` (tp, pp, dp; 1 where absent)."""
+    if any(not isinstance(shape.get(k), int) or shape[k] < 1 for k in _REQUIRED):
+        return None
+    model = {k: v for k, v in shape.items() if k in _SHAPE_FIELDS and v is not None}
+    loop = {k: v for k, v in shape.items() if k in _LAYOUT_FIELDS and v is not None}
+    degrees: dict[str, Any] = {k: int(parallel[k]) for k in ("tp", "pp", "dp")
+                               if isinstance(parallel.get(k), int) and parallel[k] >= 1}
+    try:
+        return ModelShape(**model), Layout(**loop, **degrees)
+    except TypeError:
+        return None

@@ -468,6 +468,7 @@ class StepColumns:
         "groups",
         "host",
         "job",
+        "memory",
         "phases",
         "rank",
         "samples",
@@ -495,6 +496,11 @@ class StepColumns:
         self.sizes: IntArray = np.asarray([column(chunk, f"n_{d}") for d in DOMAINS], dtype=np.int64).reshape(
             len(DOMAINS), -1)
         self.stage: IntArray = np.asarray(chunk["stage"], dtype=np.int64)
+        # (3, rows) peak, reserved, capacity bytes (contract 1.5); None: no row of the chunk sent memory
+        # (a chunk from a decoder before `mem_capacity` has the other two)
+        self.memory: FloatArray | None = np.stack([
+            np.asarray(chunk[c], dtype=np.float64) if c in chunk else np.full(self.rank.size, np.nan)  # type: ignore[literal-required]
+            for c in MEMORY_COLUMNS]) if "mem_peak" in chunk else None
 
     def __len__(self) -> int:
         return int(self.rank.size)

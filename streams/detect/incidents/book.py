@@ -73,6 +73,11 @@ def _observed(track: Track, seen: npt.NDArray[np.bool_] | None) -> bool:
     return all(0 <= r < seen.size and bool(seen[r]) for r in ranks)
 
 
+# A rule whose finding says what the named (rule, metric) findings say, better: joining their incident, its
+# words (summary, cause, suggestion) become the incident's. The OOM forecast names the consequence of a
+# device's memory (T6) drifting or past its bound.
+NAMES_BETTER: dict[str, frozenset[tuple[str, str | None]]] = {"OOM": frozenset({("R1", "T6"), ("R2", "T6")})}
+
 @dataclass(slots=True)
 class Track:
     """A candidate (not yet open) or open incident."""
@@ -309,6 +314,13 @@ class IncidentBook:
                 track.finding = replace(chosen, key=cur.key, scope=cur.scope, ranks=cur.ranks, host=cur.host,
                                         device=cur.device, domain=cur.domain, group=cur.group, link=cur.link,
                                         stage=cur.stage, family=cur.family, evidence=dict(chosen.evidence))
+        if not same_rule and (track.finding.rule, track.finding.metric) in NAMES_BETTER.get(f.rule, ()):
+            # the same problem, said better: a device's memory drifting (R2 on T6) is what the OOM forecast
+            # names with its consequence and remedy (a leak, or fragmentation): the incident takes its words
+            cur = track.finding
+            track.finding = replace(f, key=cur.key, scope=cur.scope, ranks=cur.ranks, host=cur.host or f.host,
+                                    device=cur.device if cur.device is not None else f.device, family=cur.family,
+                                    evidence={**cur.evidence, **f.evidence}, open_after=cur.open_after)
         track.finding.adopts = adopts
         track.finding.evidence.update({k: v for k, v in f.evidence.items() if k not in track.finding.evidence})
 

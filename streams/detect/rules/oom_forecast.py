@@ -139,6 +139,16 @@ def evaluate(ts_s: FloatArray, x: FloatArray, state: State | None, params: Param
     return state, Forecast(judged[pick].astype(np.int64), level[pick], slope[pick], left[pick])
 
 
+def growth(state: State, rows: IntArray) -> FloatArray:
+    """The least-squares growth per unit of time of these series over their windows (0 where too few
+    samples): whether a level the caller judges grows at all."""
+    if not rows.size:
+        return np.zeros(0)
+    slope, _, _, _ = _least_squares(state.t[rows], state.y[rows])
+    out: FloatArray = np.nan_to_num(slope)
+    return out
+
+
 def _in_order(t: FloatArray, y: FloatArray) -> tuple[FloatArray, FloatArray]:
     """Each row's samples in time order, empty slots (NaN) last."""
     order = np.argsort(np.where(np.isfinite(t), t, np.inf), axis=1, kind="stable")

@@ -154,6 +154,7 @@ class Frame:
     kernels: list[KernelRows] = field(default_factory=list)  # in arrival order; `kernel_rows` joins them
     closed_by: str = ""
     comm: dict[str, CommColumn] | None = None  # `comm_columns(frame)`'s cache; None: not built since kernels changed
+    memory: FloatArray | None = None  # (3, world) peak, reserved, capacity bytes (contract 1.5); None: no rank sent
 
     @classmethod
     def empty(cls, step: int, world: int, now_ns: int) -> Frame:
@@ -300,6 +301,10 @@ class StepFrames:
             frame.phases[:, ranks] = cols.phases[:, sel]
             frame.samples[ranks] = cols.samples[sel]
             frame.batch[ranks] = cols.batch[sel]
+            if cols.memory is not None:
+                if frame.memory is None:
+                    frame.memory = np.full((3, frame.seen.size), np.nan)
+                frame.memory[:, ranks] = cols.memory[:, sel]
 
     def add_kernels(self, chunk: KernelChunk, now_ns: int) -> None:
         """Kernel summaries join their step's frame (R4–R9 evaluate on release).
@@ -353,6 +358,10 @@ class StepFrames:
         fresh.batch[:n] = frame.batch
         fresh.kernel_ns[:n] = frame.kernel_ns
         fresh.kernels = frame.kernels
+        if frame.memory is not None:
+            fresh.memory = np.full((3, world), np.nan)
+            fresh.memory[:, :n] = frame.memory
+            frame.memory = fresh.memory
         frame.comm = None
         frame.seen, frame.start_ns, frame.end_ns = fresh.seen, fresh.start_ns, fresh.end_ns
         frame.phases, frame.samples, frame.batch, frame.kernel_ns = (fresh.phases, fresh.samples, fresh.batch,

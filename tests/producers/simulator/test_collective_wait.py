@@ -113,7 +113,7 @@ def test_off_is_the_earlier_ruler_pp_recv_without_waits() -> None:
 
 def test_traits_are_named_and_switched_by_name() -> None:
     assert Traits().to_dict() == {"collective_wait": True, "variable_length": True, "heavy_tail": True,
-                                  "clock_offset": True}
+                                  "clock_offset": True, "allocator_stats": True}
     assert Traits().without(["collective_wait"]).collective_wait is False
     with pytest.raises(ValueError, match="unknown trait"):
         Traits().without(["colective_wait"])

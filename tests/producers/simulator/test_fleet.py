@@ -15,7 +15,7 @@ from producers.simulator.traits import Traits
 from schemas import DeviceSample, KernelSummary, StepEvent, decode
 
 # docs/scenarios.md, "Bytes per rank-step" (steady state, 10,240 ranks)
-DOCUMENTED_BYTES = {"step": 567, "kernel_summary": 2744, "device_sample": 270}
+DOCUMENTED_BYTES = {"step": 663, "kernel_summary": 2744, "device_sample": 270}
 BUDGET = 4096
 
 

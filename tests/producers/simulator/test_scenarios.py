@@ -21,6 +21,7 @@ from producers.simulator.fleet import FleetJob, StepFrame
 from producers.simulator.traits import Traits
 from schemas import decode
 from schemas.incident import RULE_IDS
+from streams.detect.rules.base import FloatArray
 
 STEPS = 60
 SEED = 3
@@ -160,6 +161,25 @@ def _memory_leak(p: Pair) -> None:
     assert per_step == pytest.approx(leak_pct(p.fault), rel=0.5)  # its bytes per step, as a share of the device
     rest = others(p)
     assert np.abs(p.device(p.bad, "mem_pct", rest) - p.device(p.good, "mem_pct", rest)).max() < 0.5
+    peak = _allocator_memory(p, "mem_peak_pct")  # the allocator's peak grows by the leak's bytes too
+    assert (peak[-1] - peak[0]) / (len(p.window) - 1) == pytest.approx(leak_pct(p.fault), rel=0.2)
+
+
+def _allocator_memory(p: Pair, what: str) -> FloatArray:
+    """Per step of the window, the bad rank's allocator statistic (% of capacity), `mem_peak_pct` or reserved."""
+    (rank,) = p.ranks
+    return np.array([getattr(p.bad[s], what)[rank] for s in p.window])
+
+
+def _allocator_fragmentation(p: Pair) -> None:
+    from producers.simulator.catalogue import leak_pct
+
+    peak, reserved = _allocator_memory(p, "mem_peak_pct"), _allocator_memory(p, "mem_reserved_pct")
+    steps = len(p.window) - 1
+    assert (reserved[-1] - reserved[0]) / steps == pytest.approx(leak_pct(p.fault), rel=0.3)  # stranded segments
+    assert abs(peak[-1] - peak[0]) < 0.5 and np.all(np.diff(reserved) >= 0)  # the step allocates what it did
+    mem = p.device(p.bad, "mem_pct")  # the device holds what the allocator reserved
+    assert (mem[-1] - mem[0]) / steps == pytest.approx(leak_pct(p.fault), rel=0.5)
 
 
 def _moe_imbalance(p: Pair) -> None:
@@ -341,7 +361,8 @@ CHECKS: dict[str, Callable[[Pair], None]] = {
     "dead_host": _hung, "slow_host": _slow_compute_one, "flapping_link": _flapping_link,
     "slow_pp_stage": _slow_pp_stage, "step_time_shift": _step_time_shift,
     "memory_leak_slow": _memory_leak, "memory_leak": _memory_leak, "memory_leak_sawtooth": _memory_leak,
-    "memory_leak_fast": _memory_leak,
+    "memory_leak_fast": _memory_leak, "allocator_fragmentation": _allocator_fragmentation,
+    "allocator_fragmentation_slow": _allocator_fragmentation,
 }
 
 

@@ -7,6 +7,7 @@ from infra.settings import DetectionConfig
 from producers.simulator.catalogue import scenario_job
 from producers.simulator.events import FrameEncoder
 from producers.simulator.fleet import FleetJob
+from producers.simulator.traits import Traits
 from schemas import Incident, encode
 from streams.detect.combine import chunks as codec
 from streams.detect.engine import FleetEngine
@@ -63,3 +64,37 @@ def test_memory_steady_at_95_to_97_percent_opens_nothing() -> None:
     job = scenario_job("healthy_full_memory", ranks=16, steps=200, seed=2)
     assert job.mem_levels.min() >= 95.0 and job.crash_step is None
     assert [i.summary for _, i in _run(job)] == []
+
+
+def _opened(out: list[tuple[int, Incident]]) -> list[tuple[int, Incident]]:
+    return [(sent, i) for sent, i in out if i.state == "open"]
+
+
+def test_the_steps_allocator_statistics_judge_a_leak_and_without_them_the_device_samples_do() -> None:
+    """Contract 1.5's per-step peak is the forecast's input where a rank sends it (one incident, its text the
+    allocator's); a 1.4 producer's job (trait off) is forecast from the devices' `mem_pct` as before."""
+    for traits, metric in ((Traits(), "mem_peak_bytes"), (Traits(allocator_stats=False), "T6")):
+        job = scenario_job("memory_leak", ranks=16, steps=200, seed=3, traits=traits)
+        crash = job.crash_step
+        assert crash is not None
+        out = _run(job)
+        assert len(_opened(out)) == 1, [i.summary for _, i in _opened(out)]
+        oom = [(sent, i) for sent, i in out if "OOM" in {i.rule, *i.rules}]
+        assert oom and oom[0][0] <= crash - 50 and oom[0][1].ranks == list(job.faults[0].ranks)
+        # the forecast's evidence says which input it read: bytes of capacity (the steps) or seconds (the samples)
+        steps_path = any("capacity_bytes" in i.evidence for _, i in oom)
+        assert steps_path == (metric == "mem_peak_bytes") and steps_path != any("seconds_left" in i.evidence
+                                                                                for _, i in oom)
+
+
+def test_fragmentation_is_one_incident_named_as_such_before_reserved_fills() -> None:
+    job = scenario_job("allocator_fragmentation", ranks=16, steps=200, seed=4)
+    crash = job.crash_step
+    assert crash is not None and crash == int(job.faults[0].magnitude["oom_step"])
+    out = _run(job)
+    opened = _opened(out)
+    assert len(opened) == 1, [i.summary for _, i in opened]
+    oom = [(sent, i) for sent, i in out if "OOM" in {i.rule, *i.rules}]
+    assert oom and oom[0][0] <= crash - 50 and oom[0][1].ranks == list(job.faults[0].ranks)
+    frag = [i for _, i in oom if "fragmentation" in i.summary]
+    assert frag and "expandable_segments" in (frag[0].suggestion or ""), [i.summary for _, i in oom]
