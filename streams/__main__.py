@@ -136,12 +136,15 @@ def main(argv: list[str] | None = None) -> None:
         log.error("%s", exc)
         sys.exit(2)
     if args.role in ("land", "parse") and not settings.uses_server:
-        from sinks.embedded import in_use_by_another_process
+        from sinks.embedded import busy_reason
 
-        if in_use_by_another_process(settings.embedded_path):
-            log.error("the embedded ClickHouse store %s is open in another process: one process (one land worker) "
-                      "owns an embedded store; run more land or parse workers against a ClickHouse server "
-                      "(STEPLENS_CLICKHOUSE_URL, docs/scaling.md)", settings.embedded_path)
+        why = busy_reason(settings.embedded_path, should_stop=stopper.requested.is_set)
+        if why is not None:
+            if stopper.requested.is_set():
+                sys.exit(0)
+            log.error("the embedded ClickHouse store %s is open in another process (%s): one process (one land "
+                      "worker) owns an embedded store; run more land or parse workers against a ClickHouse server "
+                      "(STEPLENS_CLICKHOUSE_URL, docs/scaling.md)", settings.embedded_path, why)
             sys.exit(2)
     app = create_app(settings, args.role)
     faust_worker = _Worker(app, loglevel=args.loglevel, quiet=True, stopper=stopper)

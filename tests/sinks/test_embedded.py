@@ -6,8 +6,10 @@ import datetime as dt
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
+import orjson
 import pytest
 
 from sinks.backend import SinkError
@@ -112,6 +114,43 @@ def test_a_store_open_elsewhere_reads_as_in_use(tmp_path: Path) -> None:
     finally:
         backend.close()
     assert not in_use_by_another_process(path)
+
+
+def _hold_lock(status: Path, seconds: float) -> subprocess.Popen[bytes]:
+    """Another process holding the engine's lock as a reader does while it runs one query."""
+    code = ("import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
+            "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(float(sys.argv[2]))")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(status), str(seconds)], stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline() == b"held\n"
+    return proc
+
+
+def test_a_worker_waits_out_a_reader_but_not_another_land_worker(tmp_path: Path) -> None:
+    """A query (or `steplens serve` polling) that has the store open while no land worker runs holds it
+    for one query: the land worker starting then waits for it (it exited 2, CI stop 50). Another land
+    worker, which announces its read endpoint, turns it away at once; a reader that never lets go, after
+    the wait."""
+    from sinks.embedded import busy_reason
+    from sinks.read_endpoint import endpoint_file
+
+    path = tmp_path / "chdb"
+    path.mkdir()
+    reader = _hold_lock(path / "status", 1.0)
+    try:
+        assert busy_reason(path, wait_s=30) is None
+    finally:
+        reader.wait(10)
+    stuck = _hold_lock(path / "status", 60)
+    try:
+        started = time.monotonic()
+        why = busy_reason(path, wait_s=0.5)
+        assert why is not None and "not a land worker" in why and time.monotonic() - started < 5
+        endpoint_file(path).write_bytes(orjson.dumps({"url": "http://127.0.0.1:1", "token": "t", "pid": stuck.pid}))
+        why = busy_reason(path, wait_s=30)
+        assert why == f"a land worker (pid {stuck.pid}) owns it"
+    finally:
+        stuck.kill()
+        stuck.wait(10)
 
 
 def test_every_table_stores_its_small_parts_packed(tmp_path: Path) -> None:

@@ -117,11 +117,13 @@ def test_a_second_land_worker_on_one_embedded_store_exits_with_a_clear_error(
     its share of the partitions and fail every insert while holding them ("Cannot lock file
     .../status", make soak); it now refuses to start (exit 2) and says why."""
     from sinks import open_backend
+    from sinks.read_endpoint import ReadEndpoint
 
     settings = replace(load_settings({}), home=tmp_path, kafka_bootstrap=kafka_settings.kafka_bootstrap,
                        secrets_dir=kafka_settings.secrets_path, topic_prefix=f"{unique_name}.", app_id=unique_name,
                        topic_partitions=1, chdb_path=tmp_path / "chdb")
-    owner = open_backend(settings)  # this test process plays the first land worker
+    owner = open_backend(settings)  # this test process plays the first land worker, announcing its reads
+    endpoint = ReadEndpoint(settings.embedded_path, settings.clickhouse_database).start()
     log = tmp_path / "second.log"
     try:
         proc = _start(_env(settings), log)
@@ -131,7 +133,8 @@ def test_a_second_land_worker_on_one_embedded_store_exits_with_a_clear_error(
             _terminate(proc)
             raise
     finally:
+        endpoint.stop()
         owner.close()
     text = log.read_text(errors="replace")
     assert code == 2, text[-3000:]
-    assert "is open in another process" in text, text[-3000:]
+    assert "is open in another process (a land worker (pid" in text, text[-3000:]
