@@ -146,11 +146,15 @@ def _report(args: argparse.Namespace, s: Settings) -> int:
         if _unknown_job(backend, args.job):
             return EXIT_EMPTY
         data = collect(backend, args.job or "", _time_range(args), progress=sys.stderr)
+    if not data.series:
+        print(f"steplens: no step in {'job ' + repr(args.job) if args.job else 'the history'} in this time range: "
+              f"nothing to report, {args.output} not written", file=sys.stderr)
+        return EXIT_EMPTY
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render(data, dt.datetime.now(dt.UTC)), encoding="utf-8")
     print(out)
-    return EXIT_OK if data.series else EXIT_EMPTY
+    return EXIT_OK
 
 
 def _span(text: str) -> tuple[int, int]:
@@ -173,12 +177,16 @@ def _timeline(args: argparse.Namespace, s: Settings) -> int:
         if _unknown_job(backend, args.job):
             return EXIT_EMPTY
         trace = export(backend, Selection(args.job, r0, r1, s0, s1))
+    slices = sum(1 for e in trace["traceEvents"] if e["ph"] == "X")
+    if not slices:
+        print(f"steplens: job {args.job!r} has no step of ranks {r0}-{r1} in steps {s0}-{s1}: {args.output} not "
+              "written", file=sys.stderr)
+        return EXIT_EMPTY
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(orjson.dumps(trace))
-    slices = sum(1 for e in trace["traceEvents"] if e["ph"] == "X")
     print(f"{args.output}: {slices} slices; open it in https://ui.perfetto.dev", file=sys.stderr)
-    return EXIT_OK if slices else EXIT_EMPTY
+    return EXIT_OK
 
 
 def _migrate(args: argparse.Namespace, s: Settings) -> int:
@@ -432,6 +440,30 @@ def _register_analyse(sub: Any) -> None:
     p.set_defaults(handler=handler, analyse_parser=p)
 
 
+# the service clients' loggers: they log each failed connection with its traceback (clickhouse-driver at WARNING)
+# and each bootstrap attempt at INFO (kafka-python); the CLI reports a failure once, in its own words
+_CLIENT_LOGGERS = ("clickhouse_driver", "kafka", "aiokafka", "urllib3", "chdb")
+
+
+def _quiet_clients() -> None:
+    import logging
+
+    for name in _CLIENT_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def _service_of(exc: BaseException, s: Settings) -> str | None:
+    """Which service a client's exception says is unreachable or failing, None when it is no client's."""
+    module = type(exc).__module__
+    if module.startswith(("kafka", "aiokafka")):
+        return f"Kafka at {s.kafka_bootstrap}"
+    if module.startswith("clickhouse_driver"):
+        return "ClickHouse"
+    if isinstance(exc, ConnectionError | TimeoutError):
+        return "a service"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -453,6 +485,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"steplens: error: settings: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if args.command != "worker":  # a worker logs as a service does; every other command says what failed itself
+        _quiet_clients()
     try:
         code: int = args.handler(args, settings)
         sys.stdout.flush()
@@ -463,6 +497,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_OK
+    except OSError as exc:  # a store that cannot be opened, a file that cannot be written: say which and why
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"steplens: error:{where}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_BACKEND
+    except Exception as exc:  # a service's client failing (Kafka down): one line that names it, not a traceback
+        from infra.clients import CredentialsError
+
+        if isinstance(exc, CredentialsError):  # set-up, not a failure: what is missing and how to make it
+            print(f"steplens: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        service = _service_of(exc, settings)
+        if service is None:
+            raise
+        said = str(exc)
+        print(f"steplens: error: {service}: {said if said.startswith(type(exc).__name__) else type(exc).__name__}"
+              f"{'' if said.startswith(type(exc).__name__) else ': ' + said}", file=sys.stderr)
+        return EXIT_BACKEND
     return code
 
 
