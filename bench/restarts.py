@@ -23,7 +23,7 @@ Each cycle also records `other_rules` (rule, scope, ranks and steps of every oth
 cycle failed, from the log alone) and `phase_s` (seconds per phase: start, job, lag_zero, incidents,
 reports, stop, count; where the test's run time goes).
 
-Used by tests/streams/test_restarts.py (20 start-ups, part of `make test`) and by `make soak`.
+Used by tests/streams/test_restarts.py (10 start-ups, part of `make test`) and by `make soak`.
 """
 
 from __future__ import annotations
