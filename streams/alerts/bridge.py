@@ -28,7 +28,7 @@ from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 
-from infra.clients import kafka_client_config
+from infra.clients import kafka_client_config, request_timeout_ms
 from infra.delivery import Backoff, poll_through_outage, retry_through_outage
 from infra.settings import Settings
 from schemas import ContractError, Incident, Topics
@@ -90,9 +90,11 @@ class AlertBridge:
         self.stopping = threading.Event()
 
     def _kafka_consumer(self) -> Any:
-        return KafkaConsumer(**kafka_client_config(self.settings, "reader"), group_id=alerts_group(self.settings),
-                             enable_auto_commit=False, auto_offset_reset="earliest",
-                             client_id="steplens-alerts")
+        config = kafka_client_config(self.settings, "reader")
+        if self.once:  # `steplens alerts forward --once` at a terminal: a broker that is down is said in seconds
+            config["bootstrap_timeout_ms"] = 2 * request_timeout_ms(self.settings)
+        return KafkaConsumer(**config, group_id=alerts_group(self.settings), enable_auto_commit=False,
+                             auto_offset_reset="earliest", client_id="steplens-alerts")
 
     def stop(self) -> None:
         self.stopping.set()
