@@ -100,8 +100,9 @@ def test_an_incident_reaches_the_live_page_within_seconds_while_the_pipeline_run
     producer = KafkaProducer(**kafka_client_config(settings, "producer"), acks="all", linger_ms=5,
                              batch_size=1 << 20, max_request_size=2 << 20)
     try:
-        # paced as a training job reports (a step every ~0.5 s): its straggler's incident is open while it runs
-        stream = threading.Thread(target=stream_runs, args=([SimRun(build_job(unique_name, steps=60, seed=7))],
+        # paced as a training job reports (a step every ~1.5 s): its straggler's incident opens ~10 steps in and
+            # is open while the job runs
+        stream = threading.Thread(target=stream_runs, args=([SimRun(build_job(unique_name, steps=30, seed=7))],
                                                             topics, lambda t, k, v: producer.send(t, key=k, value=v)),
                                   kwargs={"paced": True}, daemon=True)
         stream.start()
