@@ -335,6 +335,13 @@ def _timing_conflict(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: n
 # --- Hermes cases and fleet faults ---------------------------------------------------------
 @kind("gc_storm")
 def _gc_storm(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    if "step_p" in f.magnitude:  # a scattered storm: some steps, a few random ranks each (one problem, job-wide)
+        if rng.random() >= f.magnitude["step_p"]:
+            return
+        ranks = rng.choice(job.world, size=int(_m(f, "ranks_per_hit", 1)), replace=False)
+        fx.add("gc_ms", ranks, rng.uniform(_m(f, "pause_min_ms", 300.0), _m(f, "pause_max_ms", 800.0), len(ranks)))
+        fx.gc_count_add[ranks] += 1
+        return
     hit = rng.random(job.world) < _m(f, "rank_p", 0.25)
     fx.add("gc_ms", np.flatnonzero(hit), rng.gamma(4.0, _m(f, "pause_ms", 700.0) / 4.0, job.world)[hit])
     fx.gc_count_add[hit] += 1
@@ -597,6 +604,15 @@ def _stage_fault(topo: Topology, steps: int, rng: np.random.Generator) -> list[F
                       row="slow PP stage")]
 
 
+def _scattered_gc(mag: dict[str, float]) -> BuildFaults:
+    """A GC storm over most of the run that hits a few random ranks in some of the steps: one job problem."""
+    def build(topo: Topology, steps: int, rng: np.random.Generator) -> list[FaultSpec]:
+        start = min(max(20, steps // 5), steps - 2)
+        return [FaultSpec(kind="gc_storm", scope="job", start=start, end=steps - 1, ranks=tuple(range(topo.world)),
+                          magnitude=mag, rules=("R1", "SLOW_STEP"), row="GC storm on random ranks")]
+    return build
+
+
 def _bursts_build(topo: Topology, steps: int, rng: np.random.Generator) -> list[FaultSpec]:
     """From step 20 (after warm-up and a baseline) to the end: a burst every 25 steps, 4 in 120 steps."""
     rank = _pick_rank(topo, rng)
@@ -793,6 +809,14 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("hermes_gc_moe", "hermes", "GC storm on a MoE job: unsynchronised 700 ms pauses, throughput dips",
              ("R1", "SLOW_STEP"), _job_fault("gc_storm", ("R1", "SLOW_STEP"), "Hermes: GC fluctuation on MoE",
                                              {"rank_p": 0.25, "pause_ms": 700.0}), moe=True),
+    Scenario("gc_scatter", "fleet", "GC pauses of 300–800 ms on one random rank in a third of the steps",
+             ("R1", "SLOW_STEP"), _scattered_gc({"step_p": 0.33, "ranks_per_hit": 1})),
+    Scenario("gc_scatter_sparse", "fleet", "GC pauses of 400–900 ms on one random rank in a fifth of the steps",
+             ("R1", "SLOW_STEP"), _scattered_gc({"step_p": 0.2, "ranks_per_hit": 1, "pause_min_ms": 400.0,
+                                                 "pause_max_ms": 900.0})),
+    Scenario("gc_scatter_dense", "fleet", "GC pauses of 0.5–1.5 s on four random ranks in half the steps",
+             ("R1", "SLOW_STEP"), _scattered_gc({"step_p": 0.5, "ranks_per_hit": 4, "pause_min_ms": 500.0,
+                                                 "pause_max_ms": 1500.0})),
     Scenario("hermes_foreign_process", "hermes", "a foreign process on node-0: rank 3 slowest, spikes ×6.8",
              ("SLOW_HOST", "R10"), _foreign_build),
     Scenario("hermes_bad_links", "hermes", "3 % of hosts with flapping ports: their groups' comm ×1.5–4",

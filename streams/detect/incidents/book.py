@@ -29,7 +29,9 @@
   episode, not a new problem. An incident of one culprit (a rank, host, link, group or PP
   stage) is held `culprit_hold_down_steps`: a rank slow in bursts (5 steps every 25), a link
   that flaps, is one incident that records each burst (`evidence.bursts`, `burst_<n>_step`),
-  not one per burst. A host incident's absorbed ranks are not held (the host carries them).
+  not one per burst; so is an incident of any scope that already came back once (a recurring
+  problem: a GC storm's quiet spells). A host incident's absorbed ranks are not held (the host
+  carries them). A job's GC storm incident continues the rank incident its first pause opened.
 - A host incident opening continues an incident of one of its ranks (open, or resolved as
   absorbed or recently, i.e. held) rather than adding one: a host fault often shows on its worst
   rank first (a foreign process: Hermes' rank 3) before half the host's ranks are flagged.
@@ -58,6 +60,8 @@ UPDATE_EVERY = 20   # an open incident sends an update at most every this many f
 PROFILE_SCOPES = ("rank", "host")
 CULPRIT_SCOPES = ("rank", "host", "link", "group", "stage")  # held `culprit_hold_down_steps` once resolved
 MAX_BURSTS = 16
+STORM_ADOPT_STEPS = 10  # a GC rank incident begun this soon before a job's GC storm incident is its start
+JOB_RANKS_LISTED = 64  # ranks a job-scope incident names (the ranks a storm hit); its evidence counts the rest
 
 
 def _cap(text: str | None) -> str | None:
@@ -223,7 +227,9 @@ class IncidentBook:
                     if track.incident_id:
                         self.held[tid] = track  # a re-fire that did not persist: still held (from its resolve)
             elif track.clean >= track.finding.resolve_after:
-                culprit = track.finding.scope in CULPRIT_SCOPES
+                # a culprit, or a problem that came back once already (a storm, a rhythm of faults): it may
+                # come back again after a long quiet spell and still be the same problem
+                culprit = track.finding.scope in CULPRIT_SCOPES or bool(track.bursts)
                 out.append(self._resolve(tid, track, step, now_ns, max(self.hold_down_steps,
                                                                        self.culprit_hold_down_steps if culprit else 0)))
         return out
@@ -297,6 +303,8 @@ class IncidentBook:
         if f.rule not in track.rules:
             track.rules.append(f.rule)
         for r in f.ranks:
+            if track.finding.scope == "job" and len(track.finding.ranks) >= JOB_RANKS_LISTED:
+                break  # a job-wide problem's ranks (a GC storm's) are named up to this many
             if r not in track.finding.ranks:
                 track.finding.ranks.append(r)
         same_rule = f.rule == track.finding.rule
@@ -379,6 +387,17 @@ class IncidentBook:
                 return adopted
         return None
 
+    def _storm_adoptee(self, f: Finding, first: int) -> Track | None:
+        """The rank incident that a GC storm's first pause opened (open, or resolved and held) before a second
+        rank's pause showed the storm was the job's: the job's storm incident continues it (same id). Only one
+        that began within `STORM_ADOPT_STEPS` of the storm's incident and names GC as its cause."""
+        if f.scope != "job" or "gc_ranks_recent" not in f.evidence:
+            return None
+        ranks = [t for t in (*self.tracks.values(), *self.held.values())
+                 if t.finding.scope == "rank" and t.finding.family == f.family and t.incident_id
+                 and t.finding.cause_phase == "gc_ms" and first - STORM_ADOPT_STEPS <= t.first <= first]
+        return min(ranks, key=lambda t: (t.first, t.finding.key)) if ranks else None
+
     def _host_adoptee(self, f: Finding) -> Track | None:
         """A rank incident of this host, open or held, that the opening host incident continues:
         the one the slow steps joined, else the earliest (the others stay resolved as absorbed)."""
@@ -391,9 +410,7 @@ class IncidentBook:
 
     def _open(self, tid: str, track: Track, now_ns: int) -> list[Output]:
         f = track.finding
-        adopted = self._adoptee(f)
-        if adopted is None:
-            adopted = self._host_adoptee(f)
+        adopted = self._adoptee(f) or self._host_adoptee(f) or self._storm_adoptee(f, track.first)
         if adopted is not None and adopted is not track and not track.incident_id:
             return self._adopt(tid, track, adopted, now_ns)
         track.opened = True

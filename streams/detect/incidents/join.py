@@ -20,9 +20,11 @@ book sees them, so that findings describing the same fault share one:
   other job-wide perf finding (R3, R4, R7, R10, job-wide R1/R2 …) while it is open is a
   symptom of that culprit and joins it too: one incident, every rule id;
 - GC: a slow step caused by GC on one rank joins its (leak) incident; GC on two or more
-  different ranks within `GC_STORM_WINDOW` steps (unsynchronised pauses: a storm), or while
-  the job's GC incident is open, folds the ranks' findings into the job's incident instead
-  of one incident per rank. The window needs `JoinState` (the engine keeps it per job).
+  different ranks within `GC_STORM_WINDOW` steps (unsynchronised pauses: a storm), while
+  the job's GC incident is open, or within `GC_STORM_MEMORY` steps of the storm's last pause,
+  folds the ranks' findings into the job's incident instead of one incident per rank; a slow
+  rank whose excess is GC counts as a pause once it is strong enough to open on its own. The
+  window needs `JoinState` (the engine keeps it per job).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ JOIN_SLACK_STEPS = 2  # a culprit that began at least this many steps before the
 DEVICE_JOB_HOSTS = 3  # one rule and metric on devices of this many hosts in one step: the job's finding
 GC_STORM_WINDOW = 10  # steps over which GC pauses of different ranks count as one storm
 GC_STORM_RANKS = 2    # distinct ranks pausing within the window: a storm, the job's problem (a leak is one rank)
+GC_STORM_MEMORY = 60  # steps after a storm's last pause in which another rank's pause is still that storm's
 ONSET_R5_STEPS = 10   # R5 on a group's links this many steps before R6 flags the group: the same onset
 EXPLAINS_SHARE = 0.5  # a culprit of the slow step's own step explains it with this share of its growth or more
 
@@ -55,6 +58,7 @@ class JoinState:
 
     gc_last: dict[int, int] = field(default_factory=dict)
     r5_last: dict[str, int] = field(default_factory=dict)
+    storm_last: int = -(1 << 62)  # the last step a GC pause was the job's storm
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,9 +130,17 @@ def _join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: in
                     f.key, f.scope = f"rank:{f.ranks[0]}", "rank"
     few = max(1, world // 8)
     slow = next((f for f in findings if f.rule == "SLOW_STEP" and f.scope == "job"), None)
-    gc_ranks = [f for f in findings if f.rule == "R1" and f.metric == "T8" and f.scope == "rank"]
+    opened = {t.key for t in open_tracks}
+    # GC pauses of a rank: its GC rule (R1 on T8), or a slow rank whose excess is GC, once strong enough to open
+    # an incident on its own (a candidate of healthy noise at 1,024 ranks is not a pause worth a storm)
+    gc_ranks = [f for f in findings if f.scope == "rank" and (
+        (f.rule == "R1" and f.metric == "T8")
+        or (f.rule == "SLOW_RANK" and f.cause_phase == "gc_ms" and (f.open_after <= 1 or f.key in opened)))]
     storm_open = any(t.key == "job" and t.cause_phase == "gc_ms" for t in open_tracks)
+    # a storm that paused lately is still the job's, between its bursts too (its incident held, not open)
+    storm_open |= state is not None and step - getattr(state, "storm_last", -(1 << 62)) <= GC_STORM_MEMORY
     pausing = {r for f in gc_ranks for r in f.ranks}
+    pausing_now = set(pausing)
     if state is not None:
         for r in pausing:
             state.gc_last[r] = step
@@ -136,10 +148,17 @@ def _join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: in
             del state.gc_last[r]
         pausing |= set(state.gc_last)
     if gc_ranks and (len(pausing) >= GC_STORM_RANKS or len(gc_ranks) > few or storm_open):
+        if state is not None:
+            state.storm_last = step
         keys = {f.key for f in findings if _gc_rank(f)}
         for f in findings:  # the pausing ranks' findings and the symptoms joined to them
             if _gc_rank(f) or (f.key in keys and f.family == "perf"):
                 f.key, f.scope, f.ranks, f.host = "job", "job", [], None
+            if f.key == "job" and f.family == "perf":
+                f.ranks = sorted(pausing_now)  # the ranks hit: the book keeps every one (up to JOB_RANKS_LISTED)
+                # the storm's spread (ranks paused lately); the book's cue to take over the incident that the
+                # storm's first pause opened on its rank (`IncidentBook._storm_adoptee`)
+                f.evidence["gc_ranks_recent"] = float(len(pausing))
         return findings
     since = first.get("job", step) - max(JOIN_SLACK_STEPS, baseline_len // 2)
     _mark_adoption(findings, open_tracks, first, since)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from streams.detect.incidents.book import IncidentBook
-from streams.detect.incidents.join import JoinState, OpenTrack, join
+from streams.detect.incidents.join import GC_STORM_MEMORY, JoinState, OpenTrack, join
 from streams.detect.scopes.finding import Finding
 
 
@@ -124,7 +124,10 @@ def test_gc_on_two_ranks_within_the_window_is_a_storm_not_two_incidents() -> Non
                    _rank("SLOW_RANK", 12, 62, cause_phase="gc_ms")], 64, [], 62, state=state)
     assert {f.key for f in second} == {"job"}, "a second rank pausing within the window: the job's storm"
     later = join([_rank("R1", 30, 80, metric="T8", cause_phase="gc_ms")], 64, [], 80, state=state)
-    assert [f.key for f in later] == ["rank:30"], "the earlier pauses left the window"
+    assert [f.key for f in later] == ["job"], "a storm that paused lately: another rank's pause is still its"
+    quiet = 80 + GC_STORM_MEMORY + 1
+    alone = join([_rank("R1", 30, quiet, metric="T8", cause_phase="gc_ms")], 64, [], quiet, state=state)
+    assert [f.key for f in alone] == ["rank:30"], "the storm's pauses left the window and its memory"
 
 
 def test_slow_step_joins_a_slow_stage() -> None:

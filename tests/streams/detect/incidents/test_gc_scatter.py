@@ -1,0 +1,24 @@
+"""A GC storm that lands on a few random ranks in some of the steps, for most of a run, is one problem: one job
+incident from its first pause to its last, naming the ranks it hit (issue #45, class 1). It gave 3–6 incidents a
+run: the first pause's rank incident, a job incident for the storm, and a new one after each quiet spell longer
+than the hold-down, each pause that opened on its own rank (strong enough to open at once) one more."""
+
+from __future__ import annotations
+
+import pytest
+
+from producers.simulator.catalogue import scenario_job
+from tests.streams.helpers import incidents, run_engine
+
+
+@pytest.mark.parametrize(("scenario", "seed"), [("gc_scatter", 0), ("gc_scatter_sparse", 4), ("gc_scatter_dense", 7)])
+def test_a_scattered_gc_storm_is_one_job_incident_naming_its_ranks(scenario: str, seed: int) -> None:
+    job = scenario_job(scenario, ranks=64, steps=200, seed=seed)
+    found = incidents(run_engine(job))
+    ids = {i.incident_id for i in found}
+    assert len(ids) == 1, sorted((i.incident_id, i.state, i.step_first, i.step_last) for i in found)
+    last = found[-1]
+    fault = job.faults[0]
+    assert last.scope == "job" and "garbage-collection" in (last.cause or ""), last
+    assert last.step_first <= fault.start + 15 and last.step_last >= 180, (last.step_first, last.step_last)
+    assert len(last.ranks) >= 5  # the ranks the storm hit, not one rank's name
