@@ -727,6 +727,28 @@ def _elastic_build(topo: Topology, steps: int, rng: np.random.Generator) -> list
                    evict_host=host)]
 
 
+def _hang_then_kill(kind_: str, scope: ScopeType, rules: tuple[str, ...], row: str,
+                    delays: tuple[int, int] = (6, 40), scored: ScopeType | None = None) -> BuildFaults:
+    """A host (or one rank's process) stops; its peers block in their collectives (their devices spin,
+    theirs idle); after a delay (a launcher's or watchdog's timeout, several lengths across seeds) the
+    whole job is killed and never relaunched: every rank and device silent, no `end`. One fault, one
+    incident: the one that stopped first (`scored`: the scope it is scored at, when not the fault's)."""
+    def build(topo: Topology, steps: int, rng: np.random.Generator) -> list[FaultSpec]:
+        start, _ = _window(steps)
+        delay = int(rng.integers(*delays))
+        if scope == "host":
+            host = _pick_host(topo, rng)
+            ranks, hosts = tuple(topo.host_ranks(host)), (f"node-{host}",)
+        else:
+            rank = _pick_rank(topo, rng)
+            ranks, hosts = (rank,), (f"node-{rank // topo.devices_per_host}",)
+        return [FaultSpec(kind=kind_, scope=scored or scope, start=start, end=None, ranks=ranks, hosts=hosts,
+                          rules=rules,
+                          row=row, magnitude={"killed_after_steps": float(delay)}),
+                _crash(topo, min(steps - 1, start + delay), (), "the job killed by its launcher after the hang")]
+    return build
+
+
 def _healthy_restart_build(topo: Topology, steps: int, rng: np.random.Generator) -> list[FaultSpec]:
     start, _ = _window(steps)
     return [_crash(topo, start, (), "preempted and restarted at once", restart_after_s=QUICK_RELAUNCH_S)]
@@ -846,6 +868,19 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              ("SLOW_STEP",), _job_fault("slow_compute", ("SLOW_STEP",), "permanent step-time shift",
                                         {"compute_factor": 1.25}, permanent=True)),
     # job attempts (contract 1.4, producers.simulator.attempts)
+    Scenario("hang_then_kill", "attempts", "a host goes silent, its peers block; the job is killed 6–40 steps "
+             "later (every rank and device silent, no end, no relaunch)", ("HUNG_HOST",),
+             _hang_then_kill("dead_host", "host", ("HUNG_HOST",), "dead host, then the job killed")),
+    Scenario("rank_crash_then_kill", "attempts", "one rank's process dies (its device idles), its peers block "
+             "in their collectives; the job is torn down 4–12 steps later", ("HUNG_RANK",),
+             _hang_then_kill("hung_rank", "rank", ("HUNG_RANK",), "a rank's process died, then the job killed",
+                             (4, 13))),
+    # torchrun's agent kills the other workers within a second or two of one's exit: too few device samples
+    # (1 Hz) show which rank stopped first, so the one incident is the job's stop (docs/detection.md)
+    Scenario("rank_crash_quick_kill", "attempts", "one rank's process dies; its launcher kills the job 1–2 "
+             "steps later", ("JOB_STOPPED",), _hang_then_kill("hung_rank", "rank", ("JOB_STOPPED",),
+                                                              "a rank died, the job killed at once", (1, 3),
+                                                              scored="job")),
     Scenario("job_crash", "attempts", "every rank and device silent at once, no end", ("JOB_STOPPED",),
              _job_crash_build),
     Scenario("relaunch_slow_rank", "attempts", "a crash, relaunched 90 s later from 20 steps back; a rank slow "

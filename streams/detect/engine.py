@@ -232,8 +232,7 @@ class JobEngine:
         if (crashed and not prev.stopped and prev.last_step_ts_ns > 0 and prev.frames.next_step is not None
                 and gap_s >= self.cfg.job_silence_s):
             prev.stopped = True
-            out.extend(prev.book.observe(prev.frames.next_step, [job_stopped(prev.frames.next_step, gap_s)], now_ns,
-                                         np.zeros(prev.frames.topo.world, dtype=bool)))
+            out.extend(prev.book.stopped(prev.frames.next_step, job_stopped(prev.frames.next_step, gap_s), now_ns))
         out.extend(prev.book.finish(now_ns, attempt_ended=True))
         return out
 
@@ -328,8 +327,13 @@ class JobEngine:
         elif self._silent(now_ns) and self.frames.next_step is not None:
             self.stopped = True
             silent_s = (now_ns - self.heard_ns) / 1e9
-            out.extend(self.book.observe(self.frames.next_step, [job_stopped(self.frames.next_step, silent_s)],
-                                         now_ns, np.zeros(self.frames.topo.world, dtype=bool)))
+            # every report is in (the job is silent): who stopped first, if its devices said so before the
+            # kill (a rank's idle while its peers spun in the collective, a host's silent before the others)
+            found = stall.evaluate(self.stall, self.frames.topo, self.frames.next_step, self.frames.timeout_ns(),
+                                   self.cfg.params(stall.Params), False, now_ns, True, stopped=True)
+            if found:
+                out.extend(self.book.observe(self.frames.next_step, found, now_ns))
+            out.extend(self.book.stopped(self.frames.next_step, job_stopped(self.frames.next_step, silent_s), now_ns))
         return out
 
     def drain(self, now_ns: int, judge_stall: bool = True) -> list[Output]:

@@ -229,7 +229,8 @@ class IncidentBook:
             elif track.clean >= track.finding.resolve_after:
                 # a culprit, or a problem that came back once already (a storm, a rhythm of faults): it may
                 # come back again after a long quiet spell and still be the same problem
-                culprit = track.finding.scope in CULPRIT_SCOPES or bool(track.bursts)
+                culprit = (track.finding.scope in CULPRIT_SCOPES or bool(track.bursts)
+                           or "gc_ranks_recent" in track.finding.evidence)  # a storm: pauses come and go
                 out.append(self._resolve(tid, track, step, now_ns, max(self.hold_down_steps,
                                                                        self.culprit_hold_down_steps if culprit else 0)))
         return out
@@ -243,6 +244,26 @@ class IncidentBook:
         out: list[Output] = [self._event(t, "resolved", now_ns) for t in self.tracks.values() if t.opened]
         self.tracks.clear()
         self.held.clear()
+        return out
+
+    def stopped(self, step: int, f: Finding, now_ns: int) -> list[Output]:
+        """The job stopped (`f`: JOB_STOPPED). A hang that stopped it first (HUNG_HOST or HUNG_RANK, open or
+        held) is the same problem: the stop joins that incident (its rules gain JOB_STOPPED), the host or
+        rank it names is the one that stopped first. Every other open incident is resolved: the job is not
+        running, and a host blocked in its collective when the job was killed is no problem of its own."""
+        hangs = sorted((t for t in (*self.tracks.values(), *self.held.values())
+                        if t.finding.family == "hang" and t.finding.rule in ("HUNG_HOST", "HUNG_RANK")
+                        and t.incident_id), key=lambda t: (t.first, t.finding.key))
+        if hangs:
+            first = hangs[0].finding
+            f.key, f.scope, f.ranks, f.host = first.key, first.scope, list(first.ranks), first.host
+            f.evidence = {**f.evidence, "stopped_after_hang": 1.0}
+        out = self.observe(step, [f], now_ns, np.zeros(0, dtype=bool))
+        keep = f"{f.family}:{f.key}"
+        for tid in [t for t, tr in self.tracks.items() if tr.opened and t != keep]:
+            track = self.tracks[tid]
+            track.finding.evidence["job_stopped"] = 1.0
+            out.append(self._resolve(tid, track, step, now_ns, 0))
         return out
 
     def open_incidents(self) -> int:

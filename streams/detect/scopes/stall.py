@@ -74,17 +74,24 @@ class StallState:
 
 
 def evaluate(state: StallState, topo: Topology, step: int, timeout_ns: int, params: Params,
-             input_lagging: bool, now_ns: int, final: bool) -> list[Finding]:
+             input_lagging: bool, now_ns: int, final: bool, stopped: bool = False) -> list[Finding]:
     """Findings for a stall past the last step end (`step`: the first step that did not complete).
 
     Steps and device samples come from different partitions, so samples may run ahead of steps
     still queued: a stall counts once it has held for a window timeout on the worker's clock with
     the input current, or at once when the job ended (`final`: every step it completed is in).
+    `stopped`: the whole job fell silent (killed: `JOB_STOPPED`). Then the seconds between its last
+    step and the kill are all the evidence there will be of who stopped first, however short (a
+    launcher kills the other ranks within seconds of one rank's death): no `hang_stall_factor`
+    wait, but a device still needs `MIN_SAMPLES` past the last step, a silent host is named only
+    if the others went on sampling `SAMPLE_SLACK_NS` past its last sample, and more than a
+    quarter of the hosts silent together were killed together (no host is named).
     """
     world = min(topo.world, state.newest_dev_ns.size)
     newest = state.newest_dev_ns[:world]
+    past = int(newest.max(initial=0)) - state.last_end_ns
     if (input_lagging or world == 0 or state.last_end_ns == 0 or state.reported_for == state.last_end_ns
-            or int(newest.max()) - state.last_end_ns < params.hang_stall_factor * timeout_ns):
+            or past < (1 if stopped else params.hang_stall_factor * timeout_ns)):
         state.seen_since_ns = 0
         return []
     if not final:
@@ -98,7 +105,17 @@ def evaluate(state: StallState, topo: Topology, step: int, timeout_ns: int, para
     silent = sampled & (newest <= state.last_end_ns + slack)
     out: list[Finding] = []
     done: set[int] = set()
-    for host in np.unique(topo.host_of[:world][silent]).tolist():
+    silent_hosts = np.unique(topo.host_of[:world][silent]).tolist()
+    if stopped and silent_hosts:
+        # named only if the other hosts went on sampling well after it stopped, and it is one of a few: hosts
+        # killed a second after the last step stop within a second of each other, some inside the slack
+        others = sampled & ~silent
+        went_on = float(np.median(newest[others])) if others.any() else 0.0
+        silent_hosts = [h for h in silent_hosts
+                        if went_on - float(newest[topo.ranks_of_host(int(h))[:world]].max()) >= SAMPLE_SLACK_NS]
+        if len(silent_hosts) > max(1, np.unique(topo.host_of[:world][sampled]).size // 4):
+            silent_hosts = []
+    for host in silent_hosts:
         members = topo.ranks_of_host(int(host))
         members = members[members < world]
         if host < 0 or members.size == 0 or not silent[members].all():

@@ -277,6 +277,16 @@ def _hermes_gc_moe(p: Pair) -> None:
     assert (p.durations(p.bad) > 1.3 * p.durations(p.good)).sum() >= 3  # throughput dips lasting steps
 
 
+def _gc_scatter(p: Pair) -> None:
+    """A few random ranks pause in some steps: each hit step has one to four ranks far above their usual GC
+    time, the hits land on many different ranks, and the other steps have none."""
+    extra = np.array([p.bad[s].phases["gc_ms"] - p.good[s].phases["gc_ms"] for s in p.window])
+    hit = extra > 150.0
+    per_step = hit.sum(axis=1)
+    assert 0.1 < (per_step > 0).mean() < 0.7, (per_step > 0).mean()  # some steps, not all
+    assert per_step.max() <= 4 and len(np.flatnonzero(hit.any(axis=0))) >= 8  # few at once, many over the run
+
+
 def _hermes_foreign_process(p: Pair) -> None:
     busy = np.mean([p.bad[s].busy_ms for s in p.window], axis=0)
     assert int(np.argmax(busy[p.ranks])) == p.ranks.index(3)  # rank 3 slowest
@@ -355,7 +365,8 @@ CHECKS: dict[str, Callable[[Pair], None]] = {
     "early_stream_sync": _early_stream_sync, "uncompressed_gradients": _uncompressed_gradients,
     "cpu_device_mismatch": _cpu_device_mismatch, "interstep_cpu_work": _interstep,
     "minority_kernels": _minority_kernels, "timing_conflicts": _timing_conflicts,
-    "hermes_gc_moe": _hermes_gc_moe, "hermes_foreign_process": _hermes_foreign_process,
+    "hermes_gc_moe": _hermes_gc_moe, "gc_scatter": _gc_scatter, "gc_scatter_sparse": _gc_scatter,
+    "gc_scatter_dense": _gc_scatter, "hermes_foreign_process": _hermes_foreign_process,
     "hermes_bad_links": _hermes_bad_links, "slow_rank": _slow_compute_one, "slow_data_rank": _slow_data_rank,
     "bursty_rank": _bursty_rank, "hung_rank": _hung,
     "dead_host": _hung, "slow_host": _slow_compute_one, "flapping_link": _flapping_link,
