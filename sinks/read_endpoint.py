@@ -26,7 +26,9 @@ import logging
 import os
 import secrets
 import threading
+import time
 import urllib.parse
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
@@ -62,6 +64,28 @@ def read_announcement(store: Path) -> dict[str, Any] | None:
     except (OSError, ValueError, TypeError):
         return None  # its process is gone: a stale file
     return doc
+
+
+def busy_reason(path: Path, wait_s: float = 30.0, should_stop: Callable[[], bool] = lambda: False,
+                pause: Callable[[float], object] = time.sleep) -> str | None:
+    """Why a land or parse worker must not take the embedded store at `path`, or None once it may.
+
+    Another land worker owns it (it announces a read endpoint, `sinks.read_endpoint`): refuse at once.
+    Anything else that holds it (a `steplens` query, the live page or a report opening the store while
+    no land worker runs) holds it for one query: wait up to `wait_s` for it to let go, so a worker that
+    starts while somebody reads is not turned away (it was, when `steplens serve` polled the store).
+    """
+    from sinks.embedded import in_use_by_another_process
+
+    deadline = time.monotonic() + wait_s
+    while in_use_by_another_process(path):
+        doc = read_announcement(path)
+        if doc is not None:
+            return f"a land worker (pid {doc['pid']}) owns it"
+        if time.monotonic() >= deadline or should_stop():
+            return f"a process that is not a land worker has held it for over {wait_s:g} s"
+        pause(0.1)
+    return None
 
 
 def one_statement(sql: str) -> str | None:

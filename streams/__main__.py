@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
         log.error("%s", exc)
         sys.exit(2)
     if args.role in ("land", "parse") and not settings.uses_server:
-        from sinks.embedded import busy_reason
+        from sinks.read_endpoint import busy_reason
 
         why = busy_reason(settings.embedded_path, should_stop=stopper.requested.is_set)
         if why is not None:

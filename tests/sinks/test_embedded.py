@@ -130,8 +130,7 @@ def test_a_worker_waits_out_a_reader_but_not_another_land_worker(tmp_path: Path)
     for one query: the land worker starting then waits for it (it exited 2, CI stop 50). Another land
     worker, which announces its read endpoint, turns it away at once; a reader that never lets go, after
     the wait."""
-    from sinks.embedded import busy_reason
-    from sinks.read_endpoint import endpoint_file
+    from sinks.read_endpoint import busy_reason, endpoint_file
 
     path = tmp_path / "chdb"
     path.mkdir()
