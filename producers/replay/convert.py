@@ -12,8 +12,9 @@ null, a rank without collectives in a step gets no comm aggregate.
   which ranks shared a host; one host each keeps host-level scopes out of it).
 - Steps: one StepEvent per (rank, ProfilerStep#N) with the step's host range; `comm_exposed_ms`
   from the device breakdown (communication not overlapped by compute), the time a rank waited
-  in collectives. msprof cluster tables give per rank and step `Stage` (the step time) and
-  Communication(Not Overlapped); their steps start together (the table has no start times).
+  in collectives. msprof cluster tables give per rank and step `Stage` plus `Bubble` (the step time:
+  Stage leaves out the receive operators, Bubble is them) and Communication(Not Overlapped); their
+  steps start together (the table has no start times).
 - Kernel summaries: per (rank, step) the collectives by op (`allreduce/dp`, ...: count, summed
   and longest device time, bytes when the trace has them; without a collective list, as torch_npu
   level 0 writes no communication.json, the communication kernels themselves), the compute kernels as one `compute`
@@ -313,6 +314,20 @@ def _num(value: Any) -> float:
         return math.nan
 
 
+def _cluster_step_ms(row: dict[str, Any]) -> float:
+    """A rank's step time from its cluster_step_trace_time.csv row. `Stage` leaves out the receive operators'
+    time, which the table gives as `Bubble` (msprof-analyze: "the stage time but the receive operators'"), while
+    `Communication(Not Overlapped)` includes it: with pipeline parallelism a stage-1 rank's Stage alone is
+    shorter than its exposed communication, and its busy time (the step less that) came out negative. The step
+    is Stage + Bubble, never less than Computing + Communication(Not Overlapped) + Free."""
+    parts = sum(v for v in (_num(row.get(k)) for k in ("Computing", "Communication(Not Overlapped)", "Free"))
+                if not math.isnan(v))
+    stage, bubble = _num(row.get("Stage")), _num(row.get("Bubble"))
+    if math.isnan(stage) or stage <= 0:
+        return parts
+    return max(stage + (0.0 if math.isnan(bubble) else bubble), parts)
+
+
 def from_cluster(table: ClusterTable, job: str, now_ns: int, *, repeats: int = 1) -> Replay:
     """An msprof-analyze cluster output -> a Replay: steps from cluster_step_trace_time.csv, collectives
     from cluster_communication.json. The table has no start times: a step starts at once on every rank."""
@@ -348,16 +363,12 @@ def from_cluster(table: ClusterTable, job: str, now_ns: int, *, repeats: int = 1
     t = 0.0
     for number in step_numbers:  # steps follow each other; each as long as its longest rank
         clock[number] = t
-        durs = [_num(r.get("Stage")) for r in rows if _step_number(r.get("Step"), 0) == number]
-        t += max((d for d in durs if not math.isnan(d)), default=0.0)
+        t += max((_cluster_step_ms(r) for r in rows if _step_number(r.get("Step"), 0) == number), default=0.0)
     rank_steps: list[_RankStep] = []
     for r in rows:
         rank = int(_num(r.get("Index")))
         number = _step_number(r.get("Step"), 0)
-        dur = _num(r.get("Stage"))
-        if math.isnan(dur) or dur <= 0:
-            dur = sum(v for v in (_num(r.get(k)) for k in ("Computing", "Communication(Not Overlapped)", "Free"))
-                      if not math.isnan(v))
+        dur = _cluster_step_ms(r)
         ops = comm.get((rank, number), {})
         rank_steps.append(_RankStep(rank, number, clock[number], dur, _num(r.get("Communication(Not Overlapped)")),
                                     dict(ops), [], 0.0, 0, has_kernels=rank in with_comm))

@@ -205,3 +205,26 @@ def test_without_communication_json_the_communication_kernels_are_the_collective
                                                                         1: ("allreduce/dp", 4, None)}
     assert comm[0].total_ns == pytest.approx(85_516_889, rel=1e-6) and comm[1].total_ns == pytest.approx(68_605_711,
                                                                                                          rel=1e-6)
+
+
+def test_a_pipeline_stages_receive_bubble_is_part_of_its_step_so_busy_time_is_never_negative(tmp_path: Path) -> None:
+    """msprof-analyze's `Stage` leaves out the receive operators (its `Bubble`), `Communication(Not Overlapped)`
+    includes them: a stage-1 rank waiting 33 ms in receive had a step shorter than its exposed communication."""
+    header = ["Step", "Type", "Index", "Computing", "Communication(Not Overlapped)", "Overlapped", "Communication",
+              "Free", "Stage", "Bubble", "Communication(Not Overlapped and Exclude Receive)", "Preparing"]
+    rows = []
+    for rank in range(4):
+        bubble = 33_000.0 if rank >= 2 else 0.0  # ranks 2-3: stage 1, waiting for stage 0's activations
+        computing, comm_no, free = 60_000.0, 8_000.0 + bubble, 2_000.0
+        rows.append([3, "rank", rank, computing, comm_no, 1_000.0, comm_no + 1_000.0, free,
+                     computing + comm_no + free - bubble, bubble, comm_no - bubble, 500.0])
+    out = tmp_path / "cluster_analysis_output"
+    out.mkdir()
+    (out / "cluster_step_trace_time.csv").write_text(
+        "\n".join(",".join(str(v) for v in row) for row in [header, *rows]) + "\n")
+    replay = load_replay([out], "job-pp", NOW)
+    steps = {s.rank: s for s in _steps(replay)}
+    for rank, step in steps.items():
+        busy = step.duration_ms - (step.phases.comm_exposed_ms or 0.0)
+        assert busy == pytest.approx(62.0), (rank, step.duration_ms, step.phases.comm_exposed_ms)
+    assert steps[2].duration_ms == pytest.approx(103.0)  # Stage 70 ms + Bubble 33 ms
