@@ -51,6 +51,14 @@ class DetectionConfig:
     shift_spread: float = 0.05       # "stable": relative MAD of the run below this
     comm_volume_ratio: float = 1.5   # slow step caused by communication: bytes this x baseline = more traffic
     stall_gap_steps: int = 10        # clean steps allowed between slow steps of an unplanned cause (stalls recur)
+    # the job's rhythm (streams/detect/scopes/rhythm.py): periodic work (checkpoint, evaluation) learned, not alarmed
+    rhythm_gap_steps: int = 2        # quiet steps inside one episode of a planned kind's work
+    rhythm_active_share: float = 0.05  # a planned kind's phase grown by this share of the step: its work goes on
+    rhythm_min_period: int = 5       # episodes of one kind this many steps apart or more can be a rhythm
+    rhythm_slower_ratio: float = 2.0  # an episode on the rhythm costing this x its past is a finding (storage slowed)
+    rhythm_tail_steps: int = 12      # mild slow steps this soon after a planned spike are its aftermath (async write)
+    rhythm_tail_ratio: float = 1.3   # ... "mild": at most this x the baseline
+    rhythm_tail_spike_ratio: float = 1.4  # ... "spike": the episode's first step at least this x the baseline
     slow_host_fraction: float = 0.5  # share of a host's ranks flagged together that makes a host incident
     slow_link_ratio: float = 1.5     # a group's transfer time this many times its own baseline: slowed (link < 67 %)
     slow_link_open_after: int = 2    # flagged steps before a slow-link incident
@@ -208,6 +216,8 @@ _ADDED_SINCE_LIST_STATE |= {"reference_models", "expected_warmup_steps", "expect
                             "expected_min_jobs", "expected_drift_jobs", "expected_drift_share"}
 _ADDED_SINCE_LIST_STATE |= {"r1_mem_baseline_samples", "oom_horizon_steps", "oom_min_growth_pct_per_step",
                             "oom_window", "oom_t_min"}
+_ADDED_SINCE_LIST_STATE |= {"rhythm_gap_steps", "rhythm_active_share", "rhythm_min_period", "rhythm_slower_ratio",
+                            "rhythm_tail_steps", "rhythm_tail_ratio", "rhythm_tail_spike_ratio"}
 _DETECTION_LIST_STATE = tuple(f.name for f in fields(DetectionConfig) if f.name not in _ADDED_SINCE_LIST_STATE)
 
 

@@ -82,9 +82,10 @@ def plan_runs(args: argparse.Namespace, stamp: str) -> list[tuple[str, SimRun]]:
     add(LARGE_FAMILY, args.large_ranks, 0, f"{LARGE_FAMILY}@{args.large_ranks}")  # one seed: 1,024 ranks cost
     for seed in range(args.healthy_runs or (2 if args.quick else 3 * len(seeds))):
         add("healthy", args.ranks, seed, "healthy")
-    if not args.scenario:  # quick restarts, elastic relaunches and memory full or sawing by design: nothing either
-        for seed in seeds:
-            for name in ("healthy_restart", "healthy_elastic", "healthy_full_memory", "healthy_memory_sawtooth"):
+    if not args.scenario:  # quick restarts, elastic relaunches, memory full or sawing by design, periodic
+        for seed in seeds:  # checkpoints and evaluation: nothing either
+            for name in ("healthy_restart", "healthy_elastic", "healthy_full_memory", "healthy_memory_sawtooth",
+                         "healthy_checkpoint_async", "healthy_checkpoint_eval"):
                 add(name, args.ranks, 300 + seed, name)
     for seed in range(args.jittery_runs if args.jittery_runs is not None else len(seeds)):
         add("healthy_jittery", args.ranks, 200 + seed, "healthy_jittery")  # 8 % jitter: quiet, not just lucky

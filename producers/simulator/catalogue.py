@@ -152,7 +152,9 @@ def _link_degradation(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: 
 
 @kind("flapping_link")
 def _flapping_link(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
-    if ((step - f.start) // int(_m(f, "flap_steps", 3))) % 2 == 0:
+    """Down for `flap_steps` steps every `every_steps` (default: on/off, as many up as down)."""
+    flap = int(_m(f, "flap_steps", 3))
+    if (step - f.start) % int(_m(f, "every_steps", 2 * flap)) < flap:
         _link_degradation(f, step, fx, job, rng)
 
 
@@ -496,15 +498,19 @@ class Scenario:
     memory: tuple[float, float, float] | None = None  # the job's device memory (Noise.mem_level_pct,
     #                                                   mem_spread_pct, mem_sawtooth_pct) when not the default
     shape: tuple[int, int, int] | None = None  # (dp, tp, pp) whatever the ranks asked for: a layout of its own
+    rhythm: tuple[tuple[str, Any], ...] = ()  # the job's periodic work when not the default (Noise's
+    #                                              checkpoint_* and eval_* fields)
 
     def noise(self) -> Noise | None:
         from producers.simulator.fleet import Noise
 
+        if self.memory is None and self.jitter is None and not self.rhythm:
+            return None
+        base = Noise() if self.jitter is None else Noise(jitter=self.jitter)
         if self.memory is not None:
             level, spread, saw = self.memory
-            base = Noise() if self.jitter is None else Noise(jitter=self.jitter)
-            return replace(base, mem_level_pct=level, mem_spread_pct=spread, mem_sawtooth_pct=saw)
-        return None if self.jitter is None else Noise(jitter=self.jitter)
+            base = replace(base, mem_level_pct=level, mem_spread_pct=spread, mem_sawtooth_pct=saw)
+        return replace(base, **dict(self.rhythm)) if self.rhythm else base
 
     def topology(self, ranks: int) -> Topology:
         if self.shape is not None:
@@ -563,6 +569,17 @@ def _host_fault(kind_: str, scope: ScopeType, rules: tuple[str, ...], row: str, 
         return [FaultSpec(kind=kind_, scope=scope, start=start, end=None if permanent else end,
                           ranks=tuple(topo.host_ranks(host)), hosts=(f"node-{host}",), links=links,
                           magnitude=mag, rules=rules, row=row)]
+    return build
+
+
+def _flapping_from(start: int, row: str, mag: dict[str, float]) -> BuildFaults:
+    """One host's inter-host link flapping from `start` (after warm-up and a baseline) to the end: several
+    short episodes far apart, one problem."""
+    def build(topo: Topology, steps: int, rng: np.random.Generator) -> list[FaultSpec]:
+        host = _pick_host(topo, rng)
+        return [FaultSpec(kind="flapping_link", scope="link", start=min(start, max(0, steps - 2)), end=None,
+                          ranks=tuple(topo.host_ranks(host)), hosts=(f"node-{host}",), links=(f"node-{host}/rdma",),
+                          magnitude=mag, rules=("SLOW_LINK", "R5"), row=row)]
     return build
 
 
@@ -643,6 +660,24 @@ def _foreign_build(topo: Topology, steps: int, rng: np.random.Generator) -> list
 
 def _healthy(topo: Topology, steps: int, rng: np.random.Generator) -> list[FaultSpec]:
     return []
+
+
+@kind("checkpoint_slow")
+def _checkpoint_slow(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    """The checkpoint's storage slowed (a full or degraded filesystem, a throttled object store): its
+    device-to-host copy waits on pinned buffers still being written, and the write takes longer."""
+    fx.checkpoint_mul = _m(f, "checkpoint_factor", 3.0)
+
+
+def _checkpoint_degrades(every: int, factor: float) -> BuildFaults:
+    """From the job's fourth checkpoint on (its rhythm shown three times), every checkpoint takes `factor`
+    times as long: one problem, from that checkpoint to the end."""
+    def build(topo: Topology, steps: int, rng: np.random.Generator) -> list[FaultSpec]:
+        start = min(4 * every, max(0, steps - 2))
+        return [FaultSpec(kind="checkpoint_slow", scope="job", start=start, end=None,
+                          ranks=tuple(range(topo.world)), magnitude={"checkpoint_factor": factor},
+                          rules=("SLOW_STEP",), row=f"checkpoint {factor:g}x slower than its own past")]
+    return build
 
 
 LEAK_START = 10  # a leak is in the code: it grows from the first steps after warm-up
@@ -862,6 +897,14 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("flapping_link", "fleet", "one host's RDMA link ×3 on/off every 3 steps", ("SLOW_LINK", "R5"),
              _host_fault("flapping_link", "link", ("SLOW_LINK", "R5"), "flapping link",
                          {"comm_factor": 3.0, "flap_steps": 3})),
+    Scenario("flapping_link_periodic", "fleet", "one host's inter-host bandwidth down to a tenth for 3 steps every "
+             "30 steps, to the end", ("SLOW_LINK", "R5"),
+             _flapping_from(20, "link flapping every 30 steps", {"comm_factor": 10.0, "flap_steps": 3,
+                                                                  "every_steps": 30})),
+    Scenario("flapping_link_brief", "fleet", "one host's inter-host bandwidth down to a fifth for 2 steps every "
+             "25 steps, to the end", ("SLOW_LINK", "R5"),
+             _flapping_from(20, "link flapping every 25 steps", {"comm_factor": 5.0, "flap_steps": 2,
+                                                                  "every_steps": 25})),
     Scenario("slow_pp_stage", "fleet", "every rank of one pipeline stage compute ×1.3", ("SLOW_STAGE",),
              _stage_fault),
     Scenario("step_time_shift", "fleet", "a config change: every step +25 % from then on (a new normal)",
@@ -921,7 +964,24 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("allocator_fragmentation_slow", "memory", "one rank's caching allocator strands 0.05 %/step from 91 % "
              "under a 1 % per-step sawtooth: reserved full at step 170", ("OOM",),
              _fragmentation_build(0.05, 92.0), memory=(91.0, 0.0, 1.0)),
+    # periodic work is the job's rhythm (issue #45 class 4): an asynchronous checkpoint's write slows the steps
+    # after it by ~12 % for several steps; a checkpoint whose storage slows is a fault once it is slower than
+    # its own past
+    Scenario("checkpoint_degrades", "rhythm", "an asynchronous checkpoint every 25 steps; from the fourth on, its "
+             "storage 3x slower (copy 1.8 s, write slowing 18 steps)", ("SLOW_STEP",),
+             _checkpoint_degrades(25, 3.0), rhythm=(("checkpoint_every", 25), ("checkpoint_ms", 600.0),
+                                                    ("checkpoint_write_ms", 8000.0))),
+    Scenario("checkpoint_degrades_sync", "rhythm", "a synchronous 1.5 s checkpoint every 20 steps; from the fourth "
+             "on, 2.5x slower", ("SLOW_STEP",), _checkpoint_degrades(20, 2.5),
+             rhythm=(("checkpoint_every", 20), ("checkpoint_ms", 1500.0))),
     Scenario("healthy", "healthy", "no fault: jitter, warm-up, checkpoints, eval, hiccups, GC", (), _healthy),
+    Scenario("healthy_checkpoint_async", "healthy", "no fault; an asynchronous checkpoint every 30 steps (0.6 s "
+             "copy, a 10 s write slowing the next ~7 steps by 12 %)", (), _healthy,
+             rhythm=(("checkpoint_every", 30), ("checkpoint_ms", 600.0), ("checkpoint_write_ms", 10000.0))),
+    Scenario("healthy_checkpoint_eval", "healthy", "no fault; evaluation every 20 steps, an asynchronous "
+             "checkpoint every 40 (1.2 s copy, a 5 s write at 20 %) on an evaluation step", (), _healthy,
+             rhythm=(("eval_every", 20), ("checkpoint_every", 40), ("checkpoint_ms", 1200.0),
+                     ("checkpoint_write_ms", 5000.0), ("checkpoint_write_slowdown", 0.2))),
     Scenario("healthy_full_memory", "healthy", "no fault; device memory steady at 95-97 % (a caching allocator "
              "keeping HBM full by design)", (), _healthy, memory=(95.0, 2.0, 0.0)),
     Scenario("healthy_memory_sawtooth", "healthy", "no fault; device memory 88-90 % plus an 8 % per-step "

@@ -71,6 +71,12 @@ class Noise:
     warmup_factor: float = 2.0
     checkpoint_every: int = 100
     checkpoint_ms: float = 1500.0
+    # an asynchronous checkpoint (torch.distributed.checkpoint.async_save, MindSpore's async_save): the step
+    # blocks only for `checkpoint_ms` (the shard's device-to-host copy); the write to storage runs in the
+    # background for `checkpoint_write_ms` of wall time, its thread (serialising under the GIL) adding
+    # `checkpoint_write_slowdown` of a step to the host work between the steps it overlaps. 0: a synchronous save
+    checkpoint_write_ms: float = 0.0
+    checkpoint_write_slowdown: float = 0.12
     eval_every: int = 50
     eval_factor: float = 0.5
     data_ms: float = 12.0
@@ -125,6 +131,7 @@ class Effects:
     frag_add: FloatArray = field(init=False)  # % of capacity the caching allocator holds unused (fragmentation)
     membw_mul: FloatArray = field(init=False)
     cpu_add: FloatArray = field(init=False)
+    checkpoint_mul: float = 1.0  # a checkpoint's copy and write take this many times as long (storage slowed)
 
     def __post_init__(self) -> None:
         w, k = self.world, self.n_kinds
@@ -468,6 +475,7 @@ class FleetJob:
             if self.traits.allocator_stats else None
         compute_k = np.array([k.cat == "compute" for k in plan.kinds])
         replica = topo.coord_arrays["dp"]
+        write_left_ms = 0.0  # an asynchronous checkpoint's write still running in the background
         for step in range(self.first_step, self.steps):
             if crash is not None and step >= crash:
                 return  # the job's processes are gone: no step, no device sample, no `end`
@@ -509,7 +517,13 @@ class FleetJob:
             gc_count = 1 + gc_hit.astype(np.int64) + fx.gc_count_add
             inter = nz.interstep_ms * rng.lognormal(mu, sigma, world)
             if nz.checkpoint_every and step and step % nz.checkpoint_every == 0:
-                inter = inter + nz.checkpoint_ms
+                inter = inter + nz.checkpoint_ms * fx.checkpoint_mul
+                write_left_ms = nz.checkpoint_write_ms * fx.checkpoint_mul
+            elif write_left_ms > 0.0 and nominal_ms is not None:
+                # the writer thread's share of the host: the step's host-side work grows by that share
+                extra = nz.checkpoint_write_slowdown * nominal_ms
+                inter = inter + extra
+                write_left_ms -= nominal_ms + extra
             phases = {"data_ms": data, "forward_ms": fwd, "backward_ms": bwd, "optimizer_ms": opt, "gc_ms": gc,
                       "interstep_cpu_ms": inter}
             if self.traits.heavy_tail:

@@ -51,6 +51,11 @@ _ADVICE: dict[str, Advice] = {
         "take a timeline of the stalled steps and look for what the collective waits on: a host-side sync, "
         "a checkpoint or storage call, another job on the fabric",
     ),
+    "rhythm_slower": Advice(
+        "the job's periodic work (a checkpoint, an evaluation pass) became much slower than its own past",
+        "check the checkpoint's storage (free space, throughput, a throttled object store) and the save's "
+        "configuration (asynchronous save, shard size); for an evaluation pass, its data set and batch size",
+    ),
     "optimizer_ms": Advice(
         "slow optimizer step",
         "fused/foreach optimizer kernels; check for host-device syncs in the optimizer",

@@ -81,6 +81,9 @@ LAG_STALE_NS = 5_000_000_000  # no chunk for this long (engine idle) ...
 QUIET_TICKS = 3  # ... and for this many ticks: the decode stage has nothing queued
 # finished jobs a fleet remembers after letting their state go (oldest forgotten first): ~100 bytes each
 FINISHED_JOBS_KEPT = 10_000
+# the rules that judge the step kinds of a job's periodic work (step time, throughput, inter-step CPU): quiet at
+# job scope on a step the slow-step scope's rhythm calls planned
+PLANNED_WORK_RULES = ("SLOW_STEP", "R3", "R10")
 DRIFT_RESOLVE_TICKS = 100  # ticks (~0.1-1 s each) without a fleet-wide drift before its incident resolves
 
 
@@ -400,6 +403,8 @@ class JobEngine:
         findings = join(findings, int(frame.seen.sum()), self._tracks(), frame.step, self._members,
                         len(self.slow_step.history), self.joins)
         findings = name_slow_groups(follow_slow_step(findings))
+        if self.slow_step.planned:  # the job's periodic work (scopes/rhythm.py): its step kinds' rules stay quiet
+            findings = [f for f in findings if not (f.key == "job" and f.rule in PLANNED_WORK_RULES)]
         if not slow_now:  # R3 on step throughput that no culprit took: no slowdown's onset (above)
             findings = [f for f in findings
                         if not (f.rule == "R3" and f.metric == "step_throughput" and f.key == "job")]

@@ -32,6 +32,8 @@
   not one per burst; so is an incident of any scope that already came back once (a recurring
   problem: a GC storm's quiet spells). A host incident's absorbed ranks are not held (the host
   carries them). A job's GC storm incident continues the rank incident its first pause opened.
+  Periodic work slower than its own past (`evidence.rhythm_period`, scopes/rhythm.py) is held two
+  periods: the next slow checkpoint is the same problem.
 - A host incident opening continues an incident of one of its ranks (open, or resolved as
   absorbed or recently, i.e. held) rather than adding one: a host fault often shows on its worst
   rank first (a foreign process: Hermes' rank 3) before half the host's ranks are flagged.
@@ -231,8 +233,10 @@ class IncidentBook:
                 # come back again after a long quiet spell and still be the same problem
                 culprit = (track.finding.scope in CULPRIT_SCOPES or bool(track.bursts)
                            or "gc_ranks_recent" in track.finding.evidence)  # a storm: pauses come and go
-                out.append(self._resolve(tid, track, step, now_ns, max(self.hold_down_steps,
-                                                                       self.culprit_hold_down_steps if culprit else 0)))
+                # periodic work slower than its past comes back with its rhythm: held past the next episode
+                period = int(track.finding.evidence.get("rhythm_period", 0))
+                out.append(self._resolve(tid, track, step, now_ns, max(
+                    self.hold_down_steps, self.culprit_hold_down_steps if culprit else 0, 2 * period)))
         return out
 
     def finish(self, now_ns: int, attempt_ended: bool = False) -> list[Output]:

@@ -16,6 +16,9 @@ book sees them, so that findings describing the same fault share one:
   problem;
 - a slow PP stage (SLOW_STAGE) is a culprit like a slow rank or host: the slow steps it
   causes join it;
+- the job's periodic work grown slower than its own past (a slow-step finding with
+  `evidence.rhythm_period`, scopes/rhythm.py) is the whole job's: no culprit takes it (every
+  stage's busy time grows with a checkpoint, the first stage's most);
 - once the job's slow steps have joined a culprit's incident (it carries SLOW_STEP), every
   other job-wide perf finding (R3, R4, R7, R10, job-wide R1/R2 …) while it is open is a
   symptom of that culprit and joins it too: one incident, every rule id;
@@ -165,7 +168,7 @@ def _join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: in
     explained = _join_explained(findings, open_tracks, slow is not None, since)
     if slow is None and not explained:
         _join_throughput(findings, first, step, since, few)
-    if slow is None or explained:
+    if slow is None or explained or "rhythm_period" in slow.evidence:  # the job's periodic work is the job's
         return findings
     if slow.cause_phase == "gc_ms" and gc_ranks and len(gc_ranks) <= few:
         _attach(slow, gc_ranks[0])

@@ -12,9 +12,12 @@ transfer time against its own history:
    that is `slow_link_ratio` x its own baseline (median of its last `baseline_steps` unflagged
    steps, after `warmup_steps`);
 2. the link is the host all of whose inter-host groups are slowed: its peers on other hosts
-   share only some of those groups. One SLOW_LINK finding per such host (`<host>/rdma`);
-   when too many hosts qualify (one domain spans hosts only, every host looks the same) the
-   scope cannot tell and reports nothing.
+   share only some of those groups. One SLOW_LINK finding per such host (`<host>/rdma`).
+   A PP partner host may share every one of its inter-host groups with the culprit but its
+   own DP groups, which slow mildly with the whole job (a stalled pipeline): of several such
+   hosts, those whose least slowed group is under LINK_SHARE of the worst host's least are
+   not the link. When too many hosts still qualify (one domain spans hosts only, every host
+   looks the same) the scope cannot tell and reports nothing.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ from streams.detect.windows.comm_columns import comm_columns
 from streams.detect.windows.step_frames import Frame, Topology
 
 ADVICE = SCOPES["SLOW_LINK"]
+# of several hosts whose every group slowed, those whose least slowed group is at least this share of the
+# most slowed host's least: the others share the culprit's groups and slowed with the job, not as much
+LINK_SHARE = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +107,7 @@ def evaluate(frame: Frame, topo: Topology, state: LinkState, params: Params) -> 
     total: dict[int, int] = {}
     hit: dict[int, int] = {}
     worst: dict[int, float] = {}
+    least: dict[int, float] = {}  # the least slowdown among a host's slowed groups
     for name, (domain, g, _t) in times.items():
         if not spanning.get((domain, g)):
             continue
@@ -110,7 +117,12 @@ def evaluate(frame: Frame, topo: Topology, state: LinkState, params: Params) -> 
             if name in slowed:
                 hit[h] = hit.get(h, 0) + 1
                 worst[h] = max(worst.get(h, 0.0), slowed[name])
+                least[h] = min(least.get(h, np.inf), slowed[name])
     culprits = [h for h, n in hit.items() if n == total[h] and n >= 2]
+    if len(culprits) > 1:  # a peer whose every group also crosses the culprit's link (a PP partner host) and
+        # whose own groups slowed only mildly with the job: the link is the one whose every group slowed a lot
+        top = max(least[h] for h in culprits)
+        culprits = [h for h in culprits if least[h] >= LINK_SHARE * top]
     if not culprits or len(culprits) > max(1, len(topo.hosts) // 8):
         return state, []
     out = []

@@ -13,7 +13,11 @@ An incident opens after `slow_step_open_after` slow steps (one clean step betwee
 a flapping fault): one long step on its own
 (an evaluation step shows in forward, a checkpoint in inter-step CPU) is part of healthy
 training, not a slow step, and never enters the baseline either. A long step whose growth is
-GC pauses is a finding at once (GC is never a planned step kind).
+GC pauses is a finding at once (GC is never a planned step kind). Periodic work that lasts
+longer than a step (an asynchronous checkpoint's write slowing the steps after it) is the job's
+rhythm (`rhythm.py`): its episodes are learned, not alarmed, and one much slower than its own
+past is a finding of its own (`state.planned` tells the engine a step was planned work, so the
+rules on the same step kinds, R3 and R10, stay quiet on it too).
 
 Communication as the cause: the step's exposed communication (`comm_exposed_ms`) is mostly
 waiting for a late rank, a symptom, so it is never the cause by itself. The kernel summaries
@@ -37,6 +41,7 @@ import numpy as np
 
 from schemas.columns import PHASES
 from streams.detect.advice import advise
+from streams.detect.scopes import rhythm
 from streams.detect.scopes.finding import Finding
 from streams.detect.windows.comm_columns import comm_columns
 from streams.detect.windows.step_frames import Frame
@@ -63,6 +68,13 @@ class Params:
     comm_volume_ratio: float
     stall_gap_steps: int
     resolve_after_steps: int
+    rhythm_gap_steps: int
+    rhythm_active_share: float
+    rhythm_min_period: int
+    rhythm_slower_ratio: float
+    rhythm_tail_steps: int
+    rhythm_tail_ratio: float
+    rhythm_tail_spike_ratio: float
 
 
 @dataclass(slots=True)
@@ -73,6 +85,8 @@ class SlowStepState:
     run: list[float] = field(default_factory=list)
     shifts: int = 0
     comm_history: list[dict[str, tuple[float, float]]] = field(default_factory=list)  # comm_per_step per step
+    rhythm: rhythm.RhythmState = field(default_factory=rhythm.RhythmState)
+    planned: bool = False  # the last step evaluated was the job's planned periodic work (rhythm.py)
 
 
 def comm_per_step(frame: Frame) -> dict[str, tuple[float, float]]:
@@ -98,6 +112,7 @@ def evaluate(frame: Frame, state: SlowStepState, params: Params) -> tuple[SlowSt
         np.isfinite(frame.phases), frame.phases, -np.inf), axis=1)]
     comm = comm_per_step(frame)
     state.seen += 1
+    state.planned = False
     if state.seen <= params.warmup_steps or len(state.history) < 2:
         _remember(state, step_ms, phase_max, comm, params)
         return state, []
@@ -105,19 +120,34 @@ def evaluate(frame: Frame, state: SlowStepState, params: Params) -> tuple[SlowSt
     baseline = float(np.median(hist))
     sigma = 1.4826 * float(np.median(np.abs(hist - baseline)))
     threshold = max(params.slow_step_ratio * baseline, baseline + params.slow_step_mad_z * sigma)
+    beat = getattr(state, "rhythm", None)  # a snapshot from before the rhythm existed has none
+    if beat is None:
+        beat = state.rhythm = rhythm.RhythmState()
+    median_phase = np.median(np.asarray(state.phase_history), axis=0)
+    grown = {name: phase_max[i] - float(median_phase[i]) for i, name in enumerate(PHASES)}
+    planned_grown = {name: grown[name] for name in PLANNED_CAUSES}
     if step_ms <= threshold:
         state.run.clear()
-        _remember(state, step_ms, phase_max, comm, params)
+        judged = rhythm.observe(beat, frame.step, False, None, planned_grown, step_ms, baseline, params)
+        if judged.verdict == "slower":  # a step of a too slow checkpoint's write, under the slow bar
+            return state, [_slower_rhythm(frame.step, step_ms, baseline, threshold, beat, judged, params)]
+        state.planned = judged.verdict == "planned"
+        if not state.planned:  # the job's periodic work never enters the baseline
+            _remember(state, step_ms, phase_max, comm, params)
         return state, []
-    state.run.append(step_ms)
-    phase_hist = np.asarray(state.phase_history)
-    excess = {name: phase_max[i] - float(np.median(phase_hist[:, i]))
-              for i, name in enumerate(PHASES) if name not in IGNORED_CAUSES}
+    excess = {name: v for name, v in grown.items() if name not in IGNORED_CAUSES}
     evidence: dict[str, float] = {}
     comm_cause, comm_key = _comm_cause(state, comm, params, evidence)
     if comm_cause is not None:
         excess[comm_cause] = evidence["excess_comm_transfer_ms"]
     cause = max(excess, key=lambda k: excess[k]) if excess and max(excess.values()) > 0 else None
+    judged = rhythm.observe(beat, frame.step, True, cause, planned_grown, step_ms, baseline, params)
+    if judged.verdict == "planned":  # the job's periodic work: neither a slow step nor the baseline's
+        state.planned = True
+        return state, []
+    if judged.verdict == "slower":
+        return state, [_slower_rhythm(frame.step, step_ms, baseline, threshold, beat, judged, params)]
+    state.run.append(step_ms)
     advice = advise(cause)
     ratio = step_ms / baseline
     evidence.update({f"excess_{k}": round(v, 3) for k, v in excess.items() if v > 0 and k != comm_cause})
@@ -141,6 +171,26 @@ def evaluate(frame: Frame, state: SlowStepState, params: Params) -> tuple[SlowSt
     if shifted:
         finding.evidence["resolve_now"] = 1.0
     return state, [finding]
+
+
+def _slower_rhythm(step: int, step_ms: float, baseline: float, threshold: float, beat: rhythm.RhythmState,
+                   judged: rhythm.Judgement, params: Params) -> Finding:
+    """A finding for an episode of the job's periodic work much slower than its own past: it opens at once
+    (the rhythm is known, the episode's cost is measured), and it is held a period and more so that the
+    next slow episode of the same rhythm continues it."""
+    advice = advise("rhythm_slower")
+    cause = beat.current.cause if beat.current is not None else None
+    factor = judged.excess_ms / judged.past_excess_ms if judged.past_excess_ms > 0 else float("inf")
+    return Finding(
+        rule="SLOW_STEP", key="job", scope="job", step=step,
+        summary=f"step {step}: the work that recurs every {judged.period} steps ({cause}) has cost "
+                f"+{judged.excess_ms:.0f} ms, {factor:.1f}x its past (+{judged.past_excess_ms:.0f} ms)",
+        severity="warning", metric="step_ms", observed=step_ms, expected=baseline, threshold=threshold, unit="ms",
+        evidence={"rhythm_period": float(judged.period), "rhythm_excess_ms": round(judged.excess_ms, 3),
+                  "rhythm_past_excess_ms": round(judged.past_excess_ms, 3)},
+        cause_phase=cause, cause=advice.cause, suggestion=advice.suggestion,
+        open_after=1, resolve_after=params.resolve_after_steps, candidate_gap=params.rhythm_gap_steps,
+    )
 
 
 def _is_shift(state: SlowStepState, params: Params) -> bool:
@@ -186,7 +236,7 @@ def _comm_cause(state: SlowStepState, comm: dict[str, tuple[float, float]], para
     if base_bytes > 0 and nbytes >= params.comm_volume_ratio * base_bytes:
         return "comm_volume", key
     # the same traffic taking longer: a lasting bandwidth loss, or (the step before was not slow) a stall
-    return ("comm_bandwidth" if len(state.run) > 1 else "comm_stall"), key
+    return ("comm_bandwidth" if state.run else "comm_stall"), key  # `run`: the slow steps before this one
 
 
 def _remember(state: SlowStepState, step_ms: float, phase_max: list[float], comm: dict[str, tuple[float, float]],

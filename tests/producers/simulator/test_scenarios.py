@@ -339,6 +339,16 @@ def _flapping_link(p: Pair) -> None:
     assert calls.max() / calls.min() > 2.5  # ×3 on, ×1 off
 
 
+def _flapping_link_periodic(p: Pair) -> None:
+    """Down for `flap_steps` every `every_steps`, by `comm_factor`; up (as healthy) in between."""
+    i, m = p.kind("allreduce/dp"), p.fault.magnitude
+    down = {s for s in p.window if (s - p.fault.start) % int(m["every_steps"]) < int(m["flap_steps"])}
+    ratio = {s: longest_transfer(p.bad[s])[i, p.ranks].mean() / longest_transfer(p.good[s])[i, p.ranks].mean()
+             for s in p.window}
+    assert down and all(ratio[s] == pytest.approx(m["comm_factor"], rel=0.1) for s in down)
+    assert all(ratio[s] == pytest.approx(1.0, rel=0.1) for s in set(p.window) - down)
+
+
 def _slow_pp_stage(p: Pair) -> None:
     stage = p.job.topology.coord_arrays["pp"]
     same = [r for r in others(p) if stage[r] != p.fault.stage]
@@ -370,6 +380,7 @@ CHECKS: dict[str, Callable[[Pair], None]] = {
     "hermes_bad_links": _hermes_bad_links, "slow_rank": _slow_compute_one, "slow_data_rank": _slow_data_rank,
     "bursty_rank": _bursty_rank, "hung_rank": _hung,
     "dead_host": _hung, "slow_host": _slow_compute_one, "flapping_link": _flapping_link,
+    "flapping_link_periodic": _flapping_link_periodic, "flapping_link_brief": _flapping_link_periodic,
     "slow_pp_stage": _slow_pp_stage, "step_time_shift": _step_time_shift,
     "memory_leak_slow": _memory_leak, "memory_leak": _memory_leak, "memory_leak_sawtooth": _memory_leak,
     "memory_leak_fast": _memory_leak, "allocator_fragmentation": _allocator_fragmentation,
@@ -379,9 +390,10 @@ CHECKS: dict[str, Callable[[Pair], None]] = {
 
 def test_every_scenario_has_a_check() -> None:
     # job attempts have their own checks (test_attempts.py): one FleetJob per launch; jobs below the fleet from
-    # their start theirs (test_expected_scenarios.py): no healthy twin differs from them but the hardware
+    # their start theirs (test_expected_scenarios.py): no healthy twin differs from them but the hardware; a
+    # checkpoint slower than its past theirs (below): its rhythm needs a longer run than these pairs
     assert set(CHECKS) == {name for name, sc in SCENARIOS.items()
-                           if sc.layer not in ("healthy", "attempts", "expected")}
+                           if sc.layer not in ("healthy", "attempts", "expected", "rhythm")}
     spec_rows = {s.name for s in SCENARIOS.values() if s.layer in ("hardware", "code", "data", "deploy")}
     assert len(spec_rows) == 23  # every row of spec §4
     assert len([s for s in SCENARIOS.values() if s.layer == "hermes"]) == 3
@@ -412,3 +424,30 @@ def test_faulty_events_stay_in_contract(name: str) -> None:
     for ev in events[:: max(1, len(events) // 40)]:
         decoded = decode(ev.value)
         assert ev.kind == type(decoded).TYPE
+
+
+@pytest.mark.parametrize("name", sorted(n for n, sc in SCENARIOS.items() if sc.layer == "rhythm"))
+def test_a_slowed_checkpoint_storage_lengthens_every_checkpoint_from_its_start_and_nothing_else(name: str) -> None:
+    sc = SCENARIOS[name]
+    topo = sc.topology(64)
+    faults = build_faults(sc, topo, 120, SEED)
+    quiet = Traits().without(["variable_length", "heavy_tail"])
+    noise = sc.noise()
+    assert noise is not None and noise.checkpoint_every
+    bad = list(FleetJob("bad", topo, 120, faults, SEED, model=sc.model(topo), noise=noise, traits=quiet).iter_frames())
+    good = list(FleetJob("good", topo, 120, (), SEED, model=sc.model(topo), noise=noise, traits=quiet).iter_frames())
+    start, factor = faults[0].start, faults[0].magnitude["checkpoint_factor"]
+    assert start % noise.checkpoint_every == 0 and start >= 2 * noise.checkpoint_every  # its rhythm shown twice
+
+    base = float(np.median([np.median(f.phases["interstep_cpu_ms"]) for f in good]))  # a step without one
+
+    def cost(frames: list[StepFrame], first: int) -> float:
+        """The checkpoint's inter-step time from `first` until the next one (its copy, then its write's toll)."""
+        return float(sum(np.median(frames[s].phases["interstep_cpu_ms"]) - base
+                         for s in range(first, min(first + noise.checkpoint_every, 120))))
+
+    for at in range(noise.checkpoint_every, 120, noise.checkpoint_every):
+        ratio = cost(bad, at) / cost(good, at)
+        assert ratio == pytest.approx(1.0 if at < start else factor, rel=0.15), at
+    others = [s for s in range(120) if s % noise.checkpoint_every and s < start]
+    assert all(bad[s].duration_ms == pytest.approx(good[s].duration_ms) for s in others)
