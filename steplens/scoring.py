@@ -143,8 +143,13 @@ def _names_link(inc: IncidentView, fault: dict[str, Any]) -> bool:
 
 
 def localised(inc: IncidentView, fault: dict[str, Any]) -> bool:
-    """Right scope type and right members: one host incident for a slow host, not eight rank ones."""
+    """Right scope type and right members: one host incident for a slow host, not eight rank ones. A fault
+    scored at the job's scope that still has a culprit (a rank died, the job was killed before its peers
+    could tell) is localised too by an incident naming exactly that culprit: narrower, and right."""
     scope = str(fault["scope"])
+    if scope == "job" and inc.scope != "job" and (fault.get("ranks") or fault.get("hosts")):
+        return (bool(inc.ranks) and inc.ranks == frozenset(fault.get("ranks") or [])) or (
+            inc.scope == "host" and inc.host in (fault.get("hosts") or []))
     if inc.scope not in SCOPE_EQUIVALENT.get(scope, (scope,)):
         return False
     if scope == "rank":

@@ -128,3 +128,22 @@ def test_an_event_with_no_rules_is_not_a_fault_and_absorbs_no_alarm() -> None:
     restart = {**HOST_FAULT, "kind": "job_crash", "scope": "job", "start_step": 60, "end_step": 60, "rules": []}
     s = run(restart, [inc("s", "JOB_STOPPED", "job", 60, 60)])
     assert s.faults == [] and s.false_alarms == 1
+
+
+KILLED_FAULT: dict[str, Any] = {
+    "job": "j", "kind": "hung_rank", "scope": "job", "start_step": 60, "end_step": 99, "ranks": [21],
+    "hosts": ["node-2"], "links": [], "stage": None, "domain": None, "group": None, "rules": ["JOB_STOPPED"],
+}
+
+
+@pytest.mark.parametrize(("message", "ok"), [
+    (inc("a", "JOB_STOPPED", "job", 60, 60), True),  # the job's stop: all the evidence there was
+    (inc("a", "HUNG_RANK", "rank", 60, 60, ranks=[21], rules=["JOB_STOPPED"]), True),  # who stopped first
+    (inc("a", "HUNG_RANK", "rank", 60, 60, ranks=[22], rules=["JOB_STOPPED"]), False),  # a wrong rank
+    (inc("a", "HUNG_HOST", "host", 60, 60, host="node-2", rules=["JOB_STOPPED"]), True),
+    (inc("a", "HUNG_HOST", "host", 60, 60, host="node-3", rules=["JOB_STOPPED"]), False),
+])
+def test_a_job_scope_fault_with_a_culprit_is_localised_by_naming_exactly_it(message: dict[str, Any],
+                                                                          ok: bool) -> None:
+    s = summarise([run(KILLED_FAULT, [message])])
+    assert s["recall"] == 1.0 and s["localisation"] == (1.0 if ok else 0.0)
