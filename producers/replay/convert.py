@@ -10,7 +10,8 @@ null, a rank without collectives in a step gets no comm aggregate.
   wait for 126 ranks that never report). `Replay.ranks` maps trace rank -> replayed rank.
 - Layout: one data-parallel group of all replayed ranks, one host per rank (a trace rarely says
   which ranks shared a host; one host each keeps host-level scopes out of it).
-- Steps: one StepEvent per (rank, ProfilerStep#N) with the step's host range; `comm_exposed_ms`
+- Steps: one StepEvent per (rank, ProfilerStep#N) with the step's host range, started when the first
+  rank began that step (`_aligned_starts`: a late arriver's work before its own range is its step's); `comm_exposed_ms`
   from the device breakdown (communication not overlapped by compute), the time a rank waited
   in collectives. msprof cluster tables give per rank and step `Stage` plus `Bubble` (the step time:
   Stage leaves out the receive operators, Bubble is them) and Communication(Not Overlapped); their
@@ -46,7 +47,7 @@ from schemas.kernel import CollectiveOp
 from schemas.kernel_summary import MAX_AGGREGATES_PER_SUMMARY
 from streams.profiles.analysis.breakdown import kernel_steps, step_breakdowns
 from streams.profiles.analysis.ranks import match_collectives
-from streams.profiles.model import COMMUNICATION, COMPUTE, ClusterTable, Profile
+from streams.profiles.model import COMMUNICATION, COMPUTE, ClusterTable, Profile, Step
 
 ReplayEvent = StepEvent | KernelSummary
 
@@ -278,6 +279,10 @@ def from_profiles(profiles: list[Profile], job: str, now_ns: int, *, keep_time: 
         notes.append(f"{matching.unmatched} collective kernels are in one rank's trace only (a sampled or cut trace): "
                      "left out of the ranks' exposed communication, so their per-step waits compare the collectives "
                      "every trace holds")
+    profiles, moved = _aligned_starts(profiles)
+    if moved:
+        notes.append(f"{moved} rank-steps began before their rank's step range: each starts when the first rank "
+                     "began that step (the work a late rank did before its own range is its step's)")
     rank_steps: list[_RankStep] = []
     for p, tr in zip(profiles, trace_ranks, strict=True):
         rank_steps.extend(_profile_steps(p, tr, matching.alone.get(tr, frozenset()) if p.rank is not None
@@ -291,6 +296,37 @@ def from_profiles(profiles: list[Profile], job: str, now_ns: int, *, keep_time: 
             notes.append("the trace's clock is not epoch time: re-based to now")
     source = ", ".join(p.source for p in profiles)
     return _assemble(job, source, fmt, rank_steps, ranks, trace_world, base, now_ns, repeats, notes)
+
+
+def _aligned_starts(profiles: list[Profile]) -> tuple[list[Profile], int]:
+    """Every rank's step N starts when the first rank began it (not before the rank's own step N-1 ends).
+
+    Why: a synchronous job's ranks are released into a step together, by the collective that ended the
+    one before. A rank whose own step range starts later was still busy: a late arriver's extra work then
+    falls outside its range, its step looks short and its busy time normal, while its peers' ranges
+    hold the wait for it (an outside 8-rank trace: steps ending together, starting up to 7 ms apart, no
+    SLOW_RANK live). The ranges' ends are the trace's. Returns the profiles and how many steps moved."""
+    if len(profiles) < 2:
+        return profiles, 0
+    first: dict[int, float] = {}
+    for p in profiles:
+        for st in p.steps:
+            first[st.number] = min(first.get(st.number, math.inf), st.ts)
+    out: list[Profile] = []
+    moved = 0
+    for p in profiles:
+        steps: list[Step] = []
+        previous_end = -math.inf
+        for st in sorted(p.steps, key=lambda x: x.ts):
+            start = min(st.ts, max(first[st.number], previous_end))
+            if start < st.ts:
+                moved += 1
+                steps.append(Step(st.number, start, st.end - start))
+            else:
+                steps.append(st)
+            previous_end = st.end
+        out.append(replace(p, steps=steps))
+    return out, moved
 
 
 def _without_kernels(p: Profile, starts: frozenset[float]) -> Profile:

@@ -51,6 +51,22 @@ def open_trace(path: Path) -> IO[bytes]:
     return path.open("rb")
 
 
+TRACE_SNIFF_BYTES = 1 << 20  # a Kineto header (device properties, distributed info) comes before its events
+_ARRAY_OF_OBJECTS = re.compile(rb"\A\s*\[\s*\{")
+
+
+def looks_like_trace(path: Path) -> bool:
+    """A trace under any name (`rank0.dat`, `trace` with no suffix), told by its first bytes: an event array,
+    or an object whose `traceEvents` key comes in its first MiB. Users rename dumps when they collect them;
+    a folder walk must not skip them for their name (the reader still judges the whole content)."""
+    try:
+        with open_trace(path) as fh:
+            head = fh.read(TRACE_SNIFF_BYTES)
+    except (OSError, EOFError, gzip.BadGzipFile):
+        return False
+    return bool(_ARRAY_OF_OBJECTS.match(head)) or (head.lstrip()[:1] == b"{" and _EVENTS_KEY.search(head) is not None)
+
+
 class EventStream:
     """Iterate batches (lists of event dicts) of one trace file; `header` fills as it is read.
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from streams.profiles.importers.ascend_pt import is_ascend_dir, parse_ascend
 from streams.profiles.importers.kineto import parse_kineto
 from streams.profiles.importers.msprof_cluster import is_cluster_dir, is_cluster_file, parse_cluster
-from streams.profiles.jsonstream import NotATraceError, TraceFormatError
+from streams.profiles.jsonstream import NotATraceError, TraceFormatError, looks_like_trace
 from streams.profiles.model import ClusterTable, Profile
 
 _NOT_TRACES = ("profiler_info", "profiler_metadata", "communication", "cluster_", "communication_group")
@@ -43,7 +43,7 @@ def discover(path: Path) -> Iterator[tuple[str, Path]]:
             continue
         elif is_cluster_file(child):  # a renamed cluster table, by its content
             yield "msprof", child
-        elif child.name.endswith((".json", ".json.gz")):
+        elif child.name.endswith((".json", ".json.gz")) or looks_like_trace(child):  # a renamed trace too
             yield "kineto", child
 
 

@@ -151,6 +151,33 @@ def test_a_collective_that_only_one_ranks_trace_holds_is_left_out_of_its_exposed
     assert _roundtrip(replay) == replay.events()
 
 
+def _late_profile(rank: int, step_start: float, compute: tuple[float, float], reduce: tuple[float, float]) -> Profile:
+    """Step 7 ends at 1,500 µs on every rank; a compute kernel, then the all-reduce that ends at 1,300."""
+    p = _comm_profile(rank, [reduce])
+    p.world = 3
+    p.kernels.ts[0], p.kernels.dur[0] = compute
+    p.steps = [Step(7, step_start, 1_500.0 - step_start)]
+    return p
+
+
+def test_a_late_arrivers_work_before_its_own_step_range_is_its_steps() -> None:
+    """Ranks 0 and 1 compute 90 µs and wait in the all-reduce for rank 2, which computes 180 µs from the same
+    release (1,010 µs) but opens its own step range only at 1,090 µs: the steps end together and start apart.
+    Before, rank 2's step began at 1,090 and its busy time (step − exposed communication) was 300 µs, its
+    peers' too: no straggler. Every rank's step now starts when the first began it."""
+    peers = [_late_profile(r, 1_000.0, (1_010.0, 90.0), (1_100.0, 200.0)) for r in (0, 1)]
+    late = _late_profile(2, 1_090.0, (1_010.0, 180.0), (1_190.0, 110.0))
+    replay = from_profiles([*peers, late], "job-late", NOW)
+    steps = {e.rank: e for e in _steps(replay)}
+    assert {e.start_ns for e in steps.values()} == {NOW} and {e.end_ns for e in steps.values()} == {NOW + 500_000}
+    busy = {r: (e.end_ns - e.start_ns) / 1e6 - (e.phases.comm_exposed_ms or 0.0) for r, e in steps.items()}
+    assert busy[0] == pytest.approx(0.300) and busy[1] == pytest.approx(0.300)
+    assert busy[2] == pytest.approx(0.390)  # the 90 µs its peers waited for, now its own
+    assert any("1 rank-steps began before their rank's step range" in n for n in replay.notes)
+    compute = next(e for e in _summaries(replay) if e.rank == 2).entries
+    assert any(e.key == "compute" and e.total_ns == 180_000 for e in compute)  # its kernel is in its step
+
+
 def test_the_sampled_kineto_pairs_steps_compare_the_collectives_both_traces_hold() -> None:
     # HTA names rank 1 (the later starter at every all-to-all both traces hold); with the lost kernels counted,
     # step 552's waits named rank 0 (its peer "waited" in kernels rank 0's trace lacks)

@@ -131,6 +131,14 @@ def test_formats_are_told_by_content_under_any_name(real_samples: Path, tmp_path
     assert main(["analyse", str(folder), "--html", str(tmp_path / "r.html")]) == 0
     out = capsys.readouterr().out
     assert "run1.csv" in out and "run2.txt" in out
+    traces = tmp_path / "traces"  # a folder of renamed traces: each was skipped for its name
+    traces.mkdir()
+    for rank, name in ((0, "rank0.dat"), (1, "rank1")):
+        (traces / name).write_bytes((KINETO / f"trace_filter_sampled_rank-{rank}.json.gz").read_bytes())
+    (traces / "notes.txt").write_text("not a trace\n")
+    assert main(["analyse", str(traces), "--html", str(tmp_path / "r.html")]) == 0
+    out = capsys.readouterr().out
+    assert "rank 0 (kineto" in out and "rank 1 (kineto" in out
 
 
 def test_two_tables_stay_apart_and_each_finding_names_its_source(tmp_path: Path,
