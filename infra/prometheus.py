@@ -22,12 +22,13 @@ import json
 import re
 import subprocess
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from infra.alertmanager import http_ok
 from infra.apt import apt_install
 from infra.config import LOOPBACK
 from infra.process import InfraError, _which
+from infra.scrape_targets import write_target_file
 from infra.supervision import _Service
 
 PROMETHEUS_PACKAGES = ("prometheus",)
@@ -112,13 +113,7 @@ class PrometheusServer(_Service):
 
     def write_targets(self, name: str, role: str, addresses: list[str], labels: dict[str, str] | None = None) -> Path:
         """Scrape ``addresses`` (host:port) as steplens ``role`` workers; the file is ``targets/<name>.json``."""
-        self.targets_dir.mkdir(parents=True, exist_ok=True)
-        entry: dict[str, Any] = {"targets": addresses, "labels": {"role": role, **(labels or {})}}
-        path = self.targets_dir / f"{name}.json"
-        tmp = path.with_suffix(".tmp")  # not matched by the *.json glob until renamed
-        tmp.write_text(json.dumps([entry]))
-        tmp.replace(path)
-        return path
+        return write_target_file(self.targets_dir, name, role, addresses, labels)
 
     def remove_targets(self, name: str) -> None:
         (self.targets_dir / f"{name}.json").unlink(missing_ok=True)

@@ -323,6 +323,15 @@ class Settings:
     alerts_runbook_url: str = ""      # annotation `runbook_url`: docs/runbooks.md served here (+ #rule); "": the file
     alerts_metrics_port: int = 0      # Prometheus self-metrics port of the bridge; 0 = off
     live_url: str = ""                # where `steplens serve` is reached: alerts link it (generatorURL); "": none
+    # a worker serving its metrics (a *_metrics_port above 0) writes a Prometheus file_sd target file here, and
+    # deletes it when it stops cleanly (a crashed worker's stays: its target goes down, SteplensWorkerDown fires)
+    metrics_targets_dir: Path | None = None  # default: <home>/prometheus/targets (where `infra up` Prometheus looks)
+    metrics_host: str = ""            # the host name the target file gives Prometheus; "": this machine's name
+
+    @property
+    def metrics_targets_path(self) -> Path:
+        default = self.home / "prometheus" / "targets"
+        return self.metrics_targets_dir if self.metrics_targets_dir is not None else default
 
     @property
     def embedded_path(self) -> Path:
@@ -412,6 +421,8 @@ _ENV = {
     "STEPLENS_ALERTS_RUNBOOK_URL": ("", "alerts_runbook_url"),
     "STEPLENS_ALERTS_METRICS_PORT": ("", "alerts_metrics_port"),
     "STEPLENS_LIVE_URL": ("", "live_url"),
+    "STEPLENS_METRICS_TARGETS_DIR": ("", "metrics_targets_dir"),
+    "STEPLENS_METRICS_HOST": ("", "metrics_host"),
 }
 
 

@@ -11,8 +11,16 @@ commit clock (a batch read but not committed for long is a stalled landing).
 
 from __future__ import annotations
 
+import atexit
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
 from kafka.record import util as kafka_record_util
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, start_http_server
+
+from infra.scrape_targets import target_file_name, write_target_file
+from infra.settings import Settings
 
 
 def kafka_has_c_crc32c() -> bool:
@@ -27,10 +35,32 @@ def _registry() -> CollectorRegistry:
     return registry
 
 
-def serve(registry: CollectorRegistry, port: int) -> None:
-    """Serve ``registry`` on ``port`` (all interfaces: Prometheus scrapes from elsewhere); 0 = off."""
-    if port > 0:
-        start_http_server(port, registry=registry)
+@dataclass(frozen=True, slots=True)
+class Announce:
+    """Where a worker serving metrics writes its Prometheus target file, and the host name it gives
+    (infra/scrape_targets.py; settings ``metrics_targets_dir``, ``metrics_host``)."""
+
+    targets_dir: Path
+    host: str = ""
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Announce:
+        return cls(settings.metrics_targets_path, settings.metrics_host)
+
+
+def serve(registry: CollectorRegistry, port: int, role: str, announce: Announce | None = None) -> Path | None:
+    """Serve ``registry`` on ``port`` (all interfaces: Prometheus scrapes from elsewhere); 0 = off. With
+    ``announce``, write this worker's target file and delete it at a clean exit (a crash keeps it: its
+    target goes down and the worker-down alert fires). Returns the file."""
+    if port <= 0:
+        return None
+    start_http_server(port, registry=registry)
+    if announce is None:
+        return None
+    host = announce.host or socket.gethostname()
+    path = write_target_file(announce.targets_dir, target_file_name(role, host, port), role, [f"{host}:{port}"])
+    atexit.register(path.unlink, missing_ok=True)
+    return path
 
 
 class DetectMetrics:
@@ -56,8 +86,8 @@ class DetectMetrics:
         self.crc32c.set(1.0 if kafka_has_c_crc32c() else 0.0)
         self._rule_seen: dict[str, float] = {}
 
-    def serve(self, port: int) -> None:
-        serve(self.registry, port)
+    def serve(self, port: int, announce: Announce | None = None) -> Path | None:
+        return serve(self.registry, port, "detect", announce)
 
     def add_rule_times(self, totals: dict[str, float]) -> None:
         """Engine keeps cumulative seconds per rule; export the increase since last call."""
@@ -87,8 +117,8 @@ class LandMetrics:
         self.lag = Gauge("steplens_land_consumer_lag", "Records behind the ends of the assigned partitions",
                          registry=r)
 
-    def serve(self, port: int) -> None:
-        serve(self.registry, port)
+    def serve(self, port: int, announce: Announce | None = None) -> Path | None:
+        return serve(self.registry, port, "land", announce)
 
 
 class AlertsMetrics:
@@ -107,5 +137,5 @@ class AlertsMetrics:
         self.last_post = Gauge("steplens_alerts_last_post_timestamp_seconds", "Unix time of the last accepted post",
                                registry=r)
 
-    def serve(self, port: int) -> None:
-        serve(self.registry, port)
+    def serve(self, port: int, announce: Announce | None = None) -> Path | None:
+        return serve(self.registry, port, "alerts", announce)

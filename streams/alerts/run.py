@@ -12,6 +12,7 @@ from types import FrameType
 
 from infra.settings import Settings
 from streams.alerts.bridge import AlertBridge, BridgeStats
+from streams.metrics import Announce
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,7 @@ def forward(settings: Settings, alertmanager_url: str, once: bool = False) -> Br
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        bridge.metrics.serve(settings.alerts_metrics_port)
+        bridge.metrics.serve(settings.alerts_metrics_port, Announce.from_settings(settings))
         log.info("alerts: forwarding %s to %s", bridge.topic, alertmanager_url)
         stats = bridge.run()
     finally:

@@ -32,7 +32,7 @@ from streams.detect.ingest.process import DecodeProcess
 from streams.detect.state.outbox import Outbox, Position, scan_start
 from streams.detect.state.store import SnapshotStore
 from streams.detect.state.store import encode as encode_snapshot
-from streams.metrics import DetectMetrics, kafka_has_c_crc32c
+from streams.metrics import Announce, DetectMetrics, kafka_has_c_crc32c
 from streams.topics_admin import DetectTopics
 
 log = logging.getLogger(__name__)
@@ -360,7 +360,7 @@ def create_detect_app(settings: Settings) -> faust.App:
         await worker.on_revoked(_partials(args[1]) if len(args) > 1 else set())
 
     app.on_partitions_revoked.connect(on_revoked)
-    worker.metrics.serve(cfg.metrics_port)
+    worker.metrics.serve(cfg.metrics_port, Announce.from_settings(settings))
 
     async def report() -> None:
         log.info("detect jobs=%d open_windows=%d open_incidents=%d snapshots=%d input_lagging=%s",

@@ -38,6 +38,7 @@ from streams.app import base_app
 from streams.land.lander import ClickHouseLander
 from streams.land.loop import LandLoop
 from streams.land.processor import LandingProcessor
+from streams.metrics import Announce
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ def create_land_app(settings: Settings) -> faust.App:
                                  columnar=settings.land_columnar)
     lander = ClickHouseLander(settings)
     loop = LandLoop(settings, processor, lander)
-    loop.metrics.serve(settings.land_metrics_port)
+    loop.metrics.serve(settings.land_metrics_port, Announce.from_settings(settings))
 
     async def start_loop() -> None:
         loop.start()

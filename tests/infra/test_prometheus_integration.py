@@ -1,8 +1,9 @@
 """A real Prometheus with the shipped config and rules scrapes a real detect worker, and
-SteplensWorkerDown fires once that worker is stopped, and reaches the real Alertmanager.
+SteplensWorkerDown fires once that worker crashes, and reaches the real Alertmanager.
 
 Prometheus runs as infra/ starts it (infra/prometheus.py: 1 s scrapes and evaluations, the
-rules' `for:` cut to 2 s); the worker is added as a target file, as an operator would.
+rules' `for:` cut to 2 s); the worker writes its own target file where that Prometheus looks
+(infra/scrape_targets.py), nobody lists its port by hand.
 """
 
 from __future__ import annotations
@@ -63,14 +64,18 @@ def test_a_stopped_worker_fires_the_worker_down_alert(
     env = {**os.environ, "STEPLENS_HOME": str(tmp_path), "STEPLENS_SECRETS_DIR": str(kafka_settings.secrets_path),
            "STEPLENS_KAFKA_BOOTSTRAP": kafka_settings.kafka_bootstrap, "STEPLENS_TOPIC_PREFIX": f"{unique_name}.",
            "STEPLENS_APP_ID": unique_name, "STEPLENS_TOPIC_PARTITIONS": "1",
-           "STEPLENS_DETECTION_METRICS_PORT": str(port)}
+           "STEPLENS_DETECTION_METRICS_PORT": str(port),
+           # the worker announces itself to this Prometheus: nobody writes its target by hand
+           "STEPLENS_METRICS_TARGETS_DIR": str(prometheus_service.targets_dir), "STEPLENS_METRICS_HOST": "127.0.0.1"}
     log = tmp_path / "worker.log"
     with log.open("wb") as out:
         worker = subprocess.Popen([sys.executable, "-m", "streams", "worker", "--role", "detect"], cwd=REPO_ROOT,
                                   env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    selector = f'{{job="steplens",test="{unique_name}"}}'
+    instance = f"127.0.0.1:{port}"
+    selector = f'{{job="steplens",instance="{instance}"}}'
+    target = prometheus_service.targets_dir / f"detect-127.0.0.1-{port}.json"
     try:
-        prometheus_service.write_targets(unique_name, "detect", [f"127.0.0.1:{port}"], {"test": unique_name})
+        _wait("the worker's own target file", target.exists, 60, log)
 
         def up() -> list[Any]:
             return [r for r in _api(prometheus_service, "/api/v1/query", query=f"up{selector}")["result"]
@@ -83,26 +88,27 @@ def test_a_stopped_worker_fires_the_worker_down_alert(
         _wait("the per-stage CPU recording rule", lambda: _api(prometheus_service, "/api/v1/query",
                                                                 query=cpu)["result"], 30, log)
 
-        os.killpg(worker.pid, signal.SIGTERM)
+        os.killpg(worker.pid, signal.SIGKILL)  # a crash: its target file stays, so its target goes down
         worker.wait(60)
+        assert target.exists()
 
         def firing() -> list[Any]:
             alerts = _api(prometheus_service, "/api/v1/alerts")["alerts"]
             return [a for a in alerts if a["labels"].get("alertname") == "SteplensWorkerDown"
-                    and a["labels"].get("test") == unique_name and a["state"] == "firing"]
+                    and a["labels"].get("instance") == instance and a["state"] == "firing"]
 
         [alert] = _wait("SteplensWorkerDown to fire", firing, 30, log)
         assert alert["labels"]["role"] == "detect" and alert["labels"]["severity"] == "critical"
-        assert alert["labels"]["instance"] == f"127.0.0.1:{port}"
+        assert alert["labels"]["instance"] == instance
 
         def in_alertmanager() -> list[Any]:  # the shipped config sends alerts to Alertmanager
-            query = urllib.parse.urlencode({"filter": f'test="{unique_name}"'})
+            query = urllib.parse.urlencode({"filter": f'instance="{instance}"'})
             with urllib.request.urlopen(f"{alertmanager_service.url}/api/v2/alerts?{query}", timeout=10) as resp:
                 return [a for a in json.loads(resp.read()) if a["labels"]["alertname"] == "SteplensWorkerDown"]
 
         _wait("SteplensWorkerDown in Alertmanager", in_alertmanager, 30, log)
     finally:
-        prometheus_service.remove_targets(unique_name)
+        target.unlink(missing_ok=True)
         if worker.poll() is None:
             os.killpg(worker.pid, signal.SIGKILL)
             worker.wait()
