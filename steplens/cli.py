@@ -42,18 +42,29 @@ def _time_range(args: argparse.Namespace) -> Any:
     return TimeRange.parse(args.since, args.until)
 
 
-def _unknown_job(backend: Any, job: str | None) -> bool:
-    """True (and says so on stderr) when `job` is named but the history has no rank of it: an unknown
-    job gets a message and exit 1, never an empty table, report or trace that looks like an answer."""
+LATEST_JOB = "latest"
+JOB_HELP = "a job id, or \"latest\": the job that reported last"
+
+
+def _unknown_job(backend: Any, args: argparse.Namespace) -> bool:
+    """True (and says so on stderr) when `--job` is named but the history has no rank of it: an unknown
+    job gets a message and exit 1, never an empty table, report or trace that looks like an answer.
+    `--job latest` is the job that reported last (e.g. the demo's, right after it): resolved here, in place."""
+    job = getattr(args, "job", None)
     if not job:
         return False
     from sinks.backend import qualified
 
     topology = qualified(backend.database, "topology")
-    if backend.query(f"SELECT count() FROM {topology} WHERE job = %(job)s", {"job": job})[0][0]:
-        return False
     known = [str(r[0]) for r in backend.query(
-        f"SELECT job, max(seen_ns) AS seen FROM {topology} GROUP BY job ORDER BY seen DESC LIMIT 5")]
+        f"SELECT job, max(seen_ns) AS seen FROM {topology} GROUP BY job ORDER BY seen DESC, job LIMIT 5")]
+    if job == LATEST_JOB and known:
+        args.job = known[0]
+        print(f"steplens: --job latest is {known[0]}", file=sys.stderr)
+        return False
+    if job != LATEST_JOB and backend.query(f"SELECT count() FROM {topology} WHERE job = %(job)s",
+                                           {"job": job})[0][0]:
+        return False
     hint = f"; the latest jobs: {', '.join(known)}" if known else "; the history has no job yet"
     print(f"steplens: no job {job!r} in database {backend.database!r}{hint}", file=sys.stderr)
     return True
@@ -63,7 +74,7 @@ def _emit_query(args: argparse.Namespace, settings: Settings, build: Callable[[]
     from steplens.queries import run
 
     with _backend(settings) as backend:
-        if _unknown_job(backend, getattr(args, "job", None)):
+        if _unknown_job(backend, args):
             return EXIT_EMPTY
         result = run(backend, build())
     output.write(sys.stdout, args.format, result.columns, result.rows)
@@ -92,7 +103,7 @@ def _perf(args: argparse.Namespace, s: Settings) -> int:
     from steplens.queries.expected import BREAKDOWN_COLUMNS, NO_MODELS, breakdown_rows, job_expectation, with_expected
 
     with _backend(s) as backend:
-        if _unknown_job(backend, args.job):
+        if _unknown_job(backend, args):
             return EXIT_EMPTY
         result = run(backend, job_performance(args.job, args.recompute))
         expected = job_expectation(backend, args.job) if result.rows else None
@@ -114,7 +125,7 @@ def _memory(args: argparse.Namespace, s: Settings) -> int:
     from steplens.queries.memory import NO_MEMORY, rank_memory
 
     with _backend(s) as backend:
-        if _unknown_job(backend, args.job):
+        if _unknown_job(backend, args):
             return EXIT_EMPTY
         columns, rows = rank_memory(backend, args.job, _time_range(args), args.limit)
     if not rows:
@@ -135,7 +146,12 @@ def _lost(args: argparse.Namespace, s: Settings) -> int:
 
 def _health(args: argparse.Namespace, s: Settings) -> int:
     from steplens.queries import device_health
-    return _emit_query(args, s, lambda: device_health(args.host or "", _time_range(args), args.limit))
+    code = _emit_query(args, s, lambda: device_health(args.host or "", _time_range(args), args.limit))
+    if code == EXIT_EMPTY:  # say why, not an empty table: health is read from device samples only
+        print(f"steplens: no device sample from {'host ' + repr(args.host) if args.host else 'any host'} in this "
+              "time range: device health comes from the node sampler's samples (`python -m producers.sampler` "
+              "on each node, docs/hook.md), not from the steps", file=sys.stderr)
+    return code
 
 
 def _report(args: argparse.Namespace, s: Settings) -> int:
@@ -143,7 +159,7 @@ def _report(args: argparse.Namespace, s: Settings) -> int:
     from steplens.report_html import render
 
     with _backend(s) as backend:
-        if _unknown_job(backend, args.job):
+        if _unknown_job(backend, args):
             return EXIT_EMPTY
         data = collect(backend, args.job or "", _time_range(args), progress=sys.stderr)
     if not data.series:
@@ -174,7 +190,7 @@ def _timeline(args: argparse.Namespace, s: Settings) -> int:
 
     (r0, r1), (s0, s1) = args.ranks, args.steps
     with _backend(s) as backend:
-        if _unknown_job(backend, args.job):
+        if _unknown_job(backend, args):
             return EXIT_EMPTY
         trace = export(backend, Selection(args.job, r0, r1, s0, s1))
     slices = sum(1 for e in trace["traceEvents"] if e["ph"] == "X")
@@ -333,17 +349,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("ranks", _ranks, "slowest ranks of a job over a time range (busy time vs the median rank)",
             [fmt, rng, lim])
-    p.add_argument("--job", required=True)
+    p.add_argument("--job", required=True, help=JOB_HELP)
     p = add("hosts", _hosts, "slowest hosts of a job over a time range", [fmt, rng, lim])
-    p.add_argument("--job", required=True)
+    p.add_argument("--job", required=True, help=JOB_HELP)
     p = add("incidents", _incidents, "incident history filtered by rule, host, rank or job", [fmt, rng, lim])
-    p.add_argument("--job")
+    p.add_argument("--job", help=JOB_HELP)
     p.add_argument("--rule", help="rule id: R1..R10, SLOW_STEP, SLOW_RANK, SLOW_HOST, ...")
     p.add_argument("--host")
     p.add_argument("--rank", type=_number(int, 0))
     p = add("perf", _perf, "a job's step-time percentiles, tokens/s/p, MFU and HFU (spec §1), and the step "
             "time the fleet's reference models expect", [fmt])
-    p.add_argument("--job", required=True)
+    p.add_argument("--job", required=True, help=JOB_HELP)
     p.add_argument("--recompute", type=_number(float, 1.0), default=1.0,
                    help="HFU/MFU FLOPs ratio: 4/3 = 1.333 with full recomputation (default 1)")
     p.add_argument("--breakdown", action="store_true",
@@ -351,21 +367,21 @@ def build_parser() -> argparse.ArgumentParser:
                         "fleet's reference models (docs/model.md)")
     p = add("memory", _memory, "a job's device memory per rank from its steps' allocator statistics: now, "
             "highest, growth per step, and what the declared model should take", [fmt, rng, lim])
-    p.add_argument("--job", required=True)
+    p.add_argument("--job", required=True, help=JOB_HELP)
     p = add("offenders", _offenders, "hosts named in incidents of several jobs: candidates to isolate",
             [fmt, rng, lim])
     p.add_argument("--min-jobs", type=_number(int, 1), default=2, help="in at least this many jobs (default 2)")
     p = add("lost", _lost, "device-hours lost to slow steps and stragglers, per job", [fmt, rng])
-    p.add_argument("--job", help="one job (default: every job)")
+    p.add_argument("--job", help=f"{JOB_HELP} (default: every job)")
     p.add_argument("--slow-ratio", type=_number(float, 1.0, above=True), default=1.10,
                    help="slow step: above ratio x median (default 1.10)")
     p = add("health", _health, "device health per host: temperature, power swing, down-clocking", [fmt, rng, lim])
     p.add_argument("--host")
     p = add("report", _report, "write the self-contained HTML capacity report (job, cluster or time range)", [rng])
-    p.add_argument("--job", help="one job (default: the whole cluster)")
+    p.add_argument("--job", help=f"{JOB_HELP} (default: the whole cluster)")
     p.add_argument("-o", "--output", default="reports/capacity.html", help="HTML file (default reports/capacity.html)")
     p = add("timeline", _timeline, "Chrome/Perfetto trace JSON of a job's ranks and steps")
-    p.add_argument("--job", required=True)
+    p.add_argument("--job", required=True, help=JOB_HELP)
     p.add_argument("--ranks", type=_span, required=True, help="N or N-M, e.g. 0-15")
     p.add_argument("--steps", type=_span, required=True, help="N or N-M, e.g. 3990-4010")
     p.add_argument("-o", "--output", default="reports/trace.json", help="JSON file (default reports/trace.json)")

@@ -15,7 +15,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+import urllib.parse
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -26,11 +28,10 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from infra import ClickHouseServer, InfraConfig, KafkaBroker
 from infra.clients import kafka_client_config
 from infra.settings import REPO_ROOT, Settings, load_settings
-from producers.emitter import BackgroundEmitter
-from producers.exporter import KafkaExporter
 from producers.simulator.catalogue import data_stalls, gc_pauses, straggler
 from producers.simulator.fleet import FleetJob
 from producers.simulator.ground_truth import GroundTruth
+from producers.simulator.stream import SimRun, stream_runs
 from producers.simulator.topology import Topology
 from schemas import ContractError, Incident, Topics, decode_as, encode, rank_key
 from sinks import Backend, open_backend
@@ -67,8 +68,9 @@ def build_job(job_id: str, steps: int, seed: int, *, now_ns: int | None = None) 
     --since 10m` right after the demo, the report's axes and the timeline all show it where a
     user looks (its length is estimated from the healthy step time, with room for the faults)."""
     topo = Topology(dp=8, tp=4, pp=2)
-    faults = [straggler(topo, 37, 1.25, 0, steps - 1), *gc_pauses(topo, (40, 41, 42), 350.0),
-              *data_stalls(topo, (77, 78, 79), 450.0)]
+    gc, stall = (40, 41, 42), (77, 78, 79)  # a shorter demo (`--steps 30`) injects only what fits in it
+    faults = [straggler(topo, 37, 1.25, 0, steps - 1), *(gc_pauses(topo, gc, 350.0) if steps > gc[-1] else []),
+              *(data_stalls(topo, stall, 450.0) if steps > stall[-1] else [])]
     nominal_ms = FleetJob(job_id, topo, 1, (), seed).nominal_ms
     end_ns = time.time_ns() if now_ns is None else now_ns
     start_ns = end_ns - int(steps * nominal_ms * 1.5 * 1e6)
@@ -143,6 +145,24 @@ def query_results(settings: Settings, job: str, since_ns: int) -> dict[str, Any]
         backend.close()
 
 
+def write_html_report(settings: Settings, job: str, path: Path) -> Path:
+    """The job's capacity report (the same page as `steplens report --job J`), next to report.md: a newcomer
+    opens it in a browser right after the demo."""
+    import datetime as dt
+
+    from steplens.queries.base import TimeRange
+    from steplens.queries.report import collect
+    from steplens.report_html import render
+
+    backend = open_backend(settings, "read")
+    try:
+        data = collect(backend, job, TimeRange(), progress=None)
+    finally:
+        backend.close()
+    path.write_text(render(data, dt.datetime.now(dt.UTC)), encoding="utf-8")
+    return path
+
+
 def results_from(backend: Backend, job: str, since_ns: int, bad_events_topic: str) -> dict[str, Any]:
     """What the report shows about `job`, read back with SQL; values are query parameters, never SQL.
 
@@ -157,7 +177,7 @@ def results_from(backend: Backend, job: str, since_ns: int, bad_events_topic: st
         f"SELECT count(), uniqExact(rank), max(step) FROM {steps_t} FINAL WHERE job = %(job)s", params
     )
     incidents = backend.query(
-        f"SELECT incident_id, rule, state, severity, ranks, step_first, step_last, summary, cause, suggestion "
+        f"SELECT incident_id, rule, state, severity, scope, ranks, step_first, step_last, summary, cause, suggestion "
         f"FROM {incidents_t} FINAL WHERE job = %(job)s ORDER BY rule, step_first", params
     )
     slowest = backend.query(
@@ -174,7 +194,7 @@ def results_from(backend: Backend, job: str, since_ns: int, bad_events_topic: st
     return {
         "steps_rows": steps[0][0], "ranks": steps[0][1], "last_step": steps[0][2],
         "incidents": [
-            dict(zip(("incident_id", "rule", "state", "severity", "ranks", "step_first", "step_last",
+            dict(zip(("incident_id", "rule", "state", "severity", "scope", "ranks", "step_first", "step_last",
                       "summary", "cause", "suggestion"), row, strict=True))
             for row in incidents
         ],
@@ -185,7 +205,50 @@ def results_from(backend: Backend, job: str, since_ns: int, bad_events_topic: st
     }
 
 
-def run(settings: Settings, steps: int, seed: int, use_server: bool) -> int:
+def start_alertmanager(infra_cfg: InfraConfig, where: str) -> str:
+    """The Alertmanager the demo's incidents go to: `local` starts infra's on loopback (apt-installed when
+    missing); anything else is a URL."""
+    if where != "local":
+        return where.rstrip("/")
+    from infra.alertmanager import AlertmanagerServer
+
+    server = AlertmanagerServer(infra_cfg)
+    server.install()
+    server.start()
+    return server.url
+
+
+@dataclass(slots=True)
+class DemoBridge:
+    """The Alertmanager bridge beside the demo (what `steplens alerts forward` runs): live while the job
+    streams, then once more until every incident's last state (resolved) is posted."""
+
+    settings: Settings
+    url: str
+    posted: int = 0
+    _bridge: Any = None
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        from streams.alerts.bridge import AlertBridge
+
+        self._bridge = AlertBridge(self.settings, self.url)
+        self._thread = threading.Thread(target=self._bridge.run, name="demo-alerts", daemon=True)
+        self._thread.start()
+
+    def finish(self) -> int:
+        from streams.alerts.bridge import AlertBridge
+
+        if self._bridge is not None and self._thread is not None:
+            self._bridge.stop()
+            self._thread.join(60)
+            self.posted += self._bridge.stats.posted
+        self.posted += AlertBridge(self.settings, self.url, once=True).run().posted
+        return self.posted
+
+
+def run(settings: Settings, steps: int, seed: int, use_server: bool, *, paced: bool = False,
+        alertmanager: str = "", job_id: str = "", reports_root: Path = REPO_ROOT / "reports") -> int:
     t_start = time.monotonic()
     t_start_ns = time.time_ns()
     infra_cfg = InfraConfig.from_env()
@@ -205,20 +268,28 @@ def run(settings: Settings, steps: int, seed: int, use_server: bool) -> int:
     topics = Topics(settings.topic_prefix)
     ensure_topics(settings, topics, settings.topic_partitions)
 
-    job_id = time.strftime("demo-%Y%m%d-%H%M%S")
-    out_dir = REPO_ROOT / "reports" / job_id
+    job_id = job_id or time.strftime("demo-%Y%m%d-%H%M%S")
+    out_dir = reports_root / job_id
     out_dir.mkdir(parents=True, exist_ok=True)
     sim = build_job(job_id, steps, seed)
     run_state = DemoRun(job=job_id, truth=sim.ground_truth())
     run_state.truth.write(out_dir / "ground_truth.jsonl")
 
     alert_start = end_offsets(settings, topics.incidents)
+    # the workers run on the demo's settings, however they were given (env, --config, a caller's)
     env = {**os.environ, "STEPLENS_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-           "STEPLENS_CLICKHOUSE_URL": settings.clickhouse_url, "STEPLENS_HOME": str(settings.home)}
+           "STEPLENS_CLICKHOUSE_URL": settings.clickhouse_url, "STEPLENS_HOME": str(settings.home),
+           "STEPLENS_TOPIC_PREFIX": settings.topic_prefix, "STEPLENS_APP_ID": settings.app_id,
+           "STEPLENS_TOPIC_PARTITIONS": str(settings.topic_partitions),
+           "STEPLENS_SECRETS_DIR": str(settings.secrets_path), "STEPLENS_CHDB_PATH": str(settings.embedded_path)}
     logs = infra_cfg.logs_dir
     logs.mkdir(parents=True, exist_ok=True)
     workers = [start_worker(role, env, logs) for role in ("detect", "land")]
     print(f"• workers: detect pid {workers[0].pid}, land pid {workers[1].pid} (logs in {logs})", flush=True)
+    bridge = DemoBridge(settings, start_alertmanager(infra_cfg, alertmanager)) if alertmanager else None
+    if bridge is not None:
+        bridge.start()
+        print(f"• its incidents go to Alertmanager at {bridge.url}: firing while they last, then resolved", flush=True)
 
     alerts = KafkaConsumer(**kafka_client_config(settings, "reader"), enable_auto_commit=False)
     parts = [TopicPartition(topics.incidents, p) for p in alert_start]
@@ -242,24 +313,19 @@ def run(settings: Settings, steps: int, seed: int, use_server: bool) -> int:
         print(f"• simulating job {job_id}: {topo.world} ranks (DP{topo.dp}×TP{topo.tp}×PP{topo.pp}), "
               f"{steps} steps, {len(sim.faults)} injected faults", flush=True)
         t_sim = time.monotonic()
-        exporter = KafkaExporter(settings.kafka_bootstrap, extra_config=kafka_client_config(settings, "producer"))
-        # spools to $STEPLENS_HOME/spool/demo
-        emitter = BackgroundEmitter(exporter, topics, name="demo", spool_root=settings.hook_spool_dir)
-        emitted = 0
-        start_event, end_event = sim.job_events()
-        emitter.emit(start_event)
-        for step_events in sim.iter_steps():
-            for event in step_events:
-                emitted += emitter.emit(event)
-            drain_alerts()
-        emitter.emit(end_event)
-        if not emitter.flush(timeout=120):
-            raise RuntimeError(f"producer could not deliver: {emitter.stats()}")
-        stats = emitter.stats()
-        emitter.close()
+        # what a fleet sends: each rank's steps and kernel summaries, each node sampler's device samples
+        sim_run = SimRun(sim)
+        producer = KafkaProducer(**kafka_client_config(settings, "producer"), acks="all", linger_ms=5,
+                                 batch_size=1 << 20, max_request_size=2 << 20)
+        try:
+            stream_runs([sim_run], topics, lambda t, k, v: producer.send(t, key=k, value=v), paced=paced,
+                        on_step=drain_alerts)
+            producer.flush(timeout=120)
+        finally:
+            producer.close()
         run_state.timings["simulate_and_send_s"] = time.monotonic() - t_sim
-        print(f"• sent {emitted} step events ({stats.dropped_total} dropped) in "
-              f"{run_state.timings['simulate_and_send_s']:.1f}s", flush=True)
+        print(f"• sent {sim_run.events} events (steps, kernel summaries, device samples) in "
+              f"{run_state.timings['simulate_and_send_s']:.1f}s{' at the job pace' if paced else ''}", flush=True)
 
         producer = KafkaProducer(**kafka_client_config(settings, "producer"), acks="all")
         for key, value in malformed_events(job_id):
@@ -273,6 +339,11 @@ def run(settings: Settings, steps: int, seed: int, use_server: bool) -> int:
         wait_caught_up(settings, workers, drain_alerts)
         drain_alerts()
         run_state.timings["catch_up_s"] = time.monotonic() - t_wait
+        if bridge is not None:
+            posted = bridge.finish()
+            query = urllib.parse.quote(f'{{training_job="{job_id}"}}')
+            print(f"• {posted} alert updates posted to Alertmanager ({bridge.url}/#/alerts?filter={query}): each "
+                  "incident fired while it lasted and is resolved now (its receivers were told)", flush=True)
     finally:
         alerts.close()
         for proc in workers:
@@ -280,7 +351,9 @@ def run(settings: Settings, steps: int, seed: int, use_server: bool) -> int:
 
     results = query_results(settings, job_id, t_start_ns)
     truth = run_state.truth
-    found_ranks = {r for i in results["incidents"] if i["rule"] == "SLOW_RANK" for r in i["ranks"]}
+    # the straggler's incident, whatever rule opened it: SLOW_RANK from the steps, or R4/R5 when its kernel
+    # summaries show the slow compute first (every rank-scope incident counts: a wrong rank costs precision)
+    found_ranks = {r for i in results["incidents"] if i["scope"] in ("rank", "device") for r in i["ranks"]}
     found_steps = steps_in_ranges([
         (i["step_first"], i["step_last"]) for i in results["incidents"] if i["rule"] == "SLOW_STEP"
     ])
@@ -306,7 +379,8 @@ def run(settings: Settings, steps: int, seed: int, use_server: bool) -> int:
     (out_dir / "report.md").write_text(markdown)
     print()
     print(markdown)
-    print(f"report: {out_dir / 'report.md'}")
+    html = write_html_report(settings, job_id, out_dir / "report.html")
+    print(f"report: {out_dir / 'report.md'}; capacity report (open in a browser): {html}")
     ok = (
         rank_score.recall == 1.0
         and step_score.recall == 1.0
@@ -325,5 +399,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7, help="the simulator's seed (default 7)")
     parser.add_argument("--clickhouse", choices=("embedded", "server"), default="embedded",
                         help="land in embedded chdb (default) or the ClickHouse server started by infra/")
+    parser.add_argument("--paced", action="store_true",
+                        help="send each step when the simulated job would end it (~1 min for 120 steps), so "
+                        "incidents open and resolve while you watch")
+    parser.add_argument("--alertmanager", metavar="URL|local", default="",
+                        help="post the incidents to this Alertmanager as the bridge does (`local`: start one "
+                        "on loopback, infra/)")
     args = parser.parse_args(argv)
-    return run(load_settings(), args.steps, args.seed, use_server=args.clickhouse == "server")
+    return run(load_settings(), args.steps, args.seed, use_server=args.clickhouse == "server", paced=args.paced,
+               alertmanager=args.alertmanager)

@@ -103,7 +103,7 @@ def job_performance(job: str, recompute: float = 1.0) -> FleetQuery:
     tokens/s/p = global tokens per step / step time / devices, global tokens = a rank's
     tokens × DP size (from the job's start event; without it every rank's tokens count).
     MFU = Σ model FLOPs / Σ (peak FLOP/s × step time) over ranks and steps; HFU = MFU ×
-    `recompute` (the FLOPs ratio with recomputation: 4/3 for full recompute, 1 without).
+    `recompute` (the FLOPs ratio with recomputation: 4/3 for full recompute, 1 without); both in %.
     """
     dp = (
         "(SELECT max(parallel_values[indexOf(parallel_keys, 'dp')]) FROM {db}.jobs WHERE job = %(job)s)"
@@ -120,12 +120,15 @@ def job_performance(job: str, recompute: float = 1.0) -> FleetQuery:
         for steps, q, mean, world, tps, mfu in rows:
             if not steps:
                 continue
-            out.append((job, steps, world, q[0], q[1], q[2], mean, tps, mfu, mfu * recompute))
+            # in percent with one decimal, as the report's charts show it: one way to read MFU
+            out.append((job, steps, world, q[0], q[1], q[2], mean, tps, round(mfu * 100, 1),
+                        round(mfu * recompute * 100, 1)))
         return rounded(out, 4)
 
     return FleetQuery(
         "job-performance", "dashboard", sql, {"job": job},
-        ("job", "steps", "world", "p50_ms", "p90_ms", "p99_ms", "mean_ms", "tokens_per_s_per_device", "mfu", "hfu"),
+        ("job", "steps", "world", "p50_ms", "p90_ms", "p99_ms", "mean_ms", "tokens_per_s_per_device", "mfu_pct",
+         "hfu_pct"),
         post,
     )
 

@@ -34,6 +34,18 @@ def test_slowest_rank_and_host_are_the_straggler(fleet: tuple[Backend, Truth], c
         assert hosts[0]["host"] == truth.slow_host and len(hosts) == 4
 
 
+@pytest.mark.usefixtures("fleet")
+def test_job_latest_is_the_job_that_reported_last(capsys: Capture) -> None:
+    """`--job latest` (the README's examples right after `make demo`): job-b's steps run an hour after job-a's."""
+    assert main(["ranks", "--job", "latest", "--format", "json"]) == EXIT_OK
+    captured = capsys.readouterr()
+    assert "--job latest is job-b" in captured.err
+    assert orjson.loads(captured.out) == cli(capsys, "ranks", "--job", "job-b")[1]
+    assert cli(capsys, "perf", "--job", "latest")[1][0]["job"] == "job-b"
+    code, rows = cli(capsys, "incidents", "--job", "latest")
+    assert code == EXIT_OK and {r["job"] for r in rows} == {"job-b"}
+
+
 def test_incident_history_filters(fleet: tuple[Backend, Truth], capsys: Capture) -> None:
     _, truth = fleet
     code, rows = cli(capsys, "incidents", "--host", truth.slow_host)
@@ -63,8 +75,8 @@ def test_job_performance_matches_spec_formulas(fleet: tuple[Backend, Truth], cap
     assert row["steps"] == len(per_step)
     assert row["p50_ms"] == pytest.approx(np.median(step_ms), rel=0.02)
     assert row["tokens_per_s_per_device"] == pytest.approx(tokens, rel=0.01)
-    assert row["mfu"] == pytest.approx(mfu, abs=1e-3)
-    assert row["hfu"] == pytest.approx(mfu * 1.3333, abs=1e-3)
+    assert row["mfu_pct"] == pytest.approx(mfu * 100, abs=0.05)  # percent, one decimal, as the charts show it
+    assert row["hfu_pct"] == pytest.approx(mfu * 1.3333 * 100, abs=0.05)
 
 
 def test_offenders_lost_hours_and_health(fleet: tuple[Backend, Truth], capsys: Capture) -> None:
@@ -81,6 +93,8 @@ def test_offenders_lost_hours_and_health(fleet: tuple[Backend, Truth], capsys: C
     code, rows = cli(capsys, "health")
     assert rows[0]["host"] == truth.hot_host and rows[0]["downclock_pct"] > 5
     assert all(r["downclock_pct"] < 5 and r["temp_max_c"] < 85 for r in rows[1:])
+    assert main(["health", "--host", "no-such-host"]) == EXIT_EMPTY  # empty: says why, not a bare table
+    assert "no device sample from host 'no-such-host'" in capsys.readouterr().err
 
 
 def test_formats_and_exit_codes(fleet: tuple[Backend, Truth], capsys: Capture) -> None:
