@@ -18,17 +18,17 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 def target_file_name(role: str, host: str, port: int) -> str:
-    """One file per worker: ``<role>-<host>-<port>.json`` (a host:port serves one worker)."""
-    return _UNSAFE.sub("_", f"{role}-{host}-{port}") + ".json"
+    """One file per worker, ``<role>-<host>-<port>`` (``.json`` added on writing: a host:port serves one worker)."""
+    return _UNSAFE.sub("_", f"{role}-{host}-{port}")
 
 
 def write_target_file(directory: Path, name: str, role: str, addresses: list[str],
                       labels: dict[str, str] | None = None) -> Path:
-    """Scrape ``addresses`` (host:port) as steplens ``role`` workers; written whole (rename), so Prometheus
-    never reads half a file."""
+    """Scrape ``addresses`` (host:port) as steplens ``role`` workers in ``<directory>/<name>.json``; written whole
+    (rename), so Prometheus never reads half a file."""
     directory.mkdir(parents=True, exist_ok=True)
     entry: dict[str, Any] = {"targets": addresses, "labels": {"role": role, **(labels or {})}}
-    path = directory / (name if name.endswith(".json") else f"{name}.json")
+    path = directory / f"{name}.json"
     tmp = path.with_suffix(".tmp")  # not matched by the *.json glob until renamed
     tmp.write_text(json.dumps([entry]))
     tmp.replace(path)

@@ -9,7 +9,6 @@ over the TOML file named by --config or STEPLENS_CONFIG (infra/settings.py).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -56,15 +55,20 @@ def _unknown_job(backend: Any, args: argparse.Namespace) -> bool:
     from sinks.backend import qualified
 
     topology = qualified(backend.database, "topology")
-    known = [str(r[0]) for r in backend.query(
-        f"SELECT job, max(seen_ns) AS seen FROM {topology} GROUP BY job ORDER BY seen DESC, job LIMIT 5")]
-    if job == LATEST_JOB and known:
-        args.job = known[0]
-        print(f"steplens: --job latest is {known[0]}", file=sys.stderr)
+
+    def latest(n: int) -> list[str]:
+        return [str(r[0]) for r in backend.query(
+            f"SELECT job, max(seen_ns) AS seen FROM {topology} GROUP BY job ORDER BY seen DESC, job LIMIT {n}")]
+
+    if job == LATEST_JOB:
+        newest = latest(1)
+        if newest:
+            args.job = newest[0]
+            print(f"steplens: --job latest is {newest[0]}", file=sys.stderr)
+            return False
+    elif backend.query(f"SELECT count() FROM {topology} WHERE job = %(job)s", {"job": job})[0][0]:
         return False
-    if job != LATEST_JOB and backend.query(f"SELECT count() FROM {topology} WHERE job = %(job)s",
-                                           {"job": job})[0][0]:
-        return False
+    known = latest(5)
     hint = f"; the latest jobs: {', '.join(known)}" if known else "; the history has no job yet"
     print(f"steplens: no job {job!r} in database {backend.database!r}{hint}", file=sys.stderr)
     return True
@@ -156,7 +160,7 @@ def _health(args: argparse.Namespace, s: Settings) -> int:
 
 def _report(args: argparse.Namespace, s: Settings) -> int:
     from steplens.queries.report import collect
-    from steplens.report_html import render
+    from steplens.report_html import write
 
     with _backend(s) as backend:
         if _unknown_job(backend, args):
@@ -166,10 +170,7 @@ def _report(args: argparse.Namespace, s: Settings) -> int:
         print(f"steplens: no step in {'job ' + repr(args.job) if args.job else 'the history'} in this time range: "
               f"nothing to report, {args.output} not written", file=sys.stderr)
         return EXIT_EMPTY
-    out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(data, dt.datetime.now(dt.UTC)), encoding="utf-8")
-    print(out)
+    print(write(data, Path(args.output)))
     return EXIT_OK
 
 

@@ -148,19 +148,16 @@ def query_results(settings: Settings, job: str, since_ns: int) -> dict[str, Any]
 def write_html_report(settings: Settings, job: str, path: Path) -> Path:
     """The job's capacity report (the same page as `steplens report --job J`), next to report.md: a newcomer
     opens it in a browser right after the demo."""
-    import datetime as dt
-
     from steplens.queries.base import TimeRange
     from steplens.queries.report import collect
-    from steplens.report_html import render
+    from steplens.report_html import write
 
     backend = open_backend(settings, "read")
     try:
         data = collect(backend, job, TimeRange(), progress=None)
     finally:
         backend.close()
-    path.write_text(render(data, dt.datetime.now(dt.UTC)), encoding="utf-8")
-    return path
+    return write(data, path)
 
 
 def results_from(backend: Backend, job: str, since_ns: int, bad_events_topic: str) -> dict[str, Any]:
@@ -276,12 +273,7 @@ def run(settings: Settings, steps: int, seed: int, use_server: bool, *, paced: b
     run_state.truth.write(out_dir / "ground_truth.jsonl")
 
     alert_start = end_offsets(settings, topics.incidents)
-    # the workers run on the demo's settings, however they were given (env, --config, a caller's)
-    env = {**os.environ, "STEPLENS_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-           "STEPLENS_CLICKHOUSE_URL": settings.clickhouse_url, "STEPLENS_HOME": str(settings.home),
-           "STEPLENS_TOPIC_PREFIX": settings.topic_prefix, "STEPLENS_APP_ID": settings.app_id,
-           "STEPLENS_TOPIC_PARTITIONS": str(settings.topic_partitions),
-           "STEPLENS_SECRETS_DIR": str(settings.secrets_path), "STEPLENS_CHDB_PATH": str(settings.embedded_path)}
+    env = worker_env(settings)
     logs = infra_cfg.logs_dir
     logs.mkdir(parents=True, exist_ok=True)
     workers = [start_worker(role, env, logs) for role in ("detect", "land")]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from functools import cache
 from html import escape
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -142,3 +143,10 @@ def render(data: ReportData, generated: dt.datetime) -> str:
         f"generated {generated.isoformat(timespec='seconds')}.</p>" + "".join(body)
         + f"<script>{draw}</script></body></html>"
     )
+
+
+def write(data: ReportData, path: Path) -> Path:
+    """The report to `path` (its folder made), dated now: `steplens report` and the demo write it this way."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render(data, dt.datetime.now(dt.UTC)), encoding="utf-8")
+    return path

@@ -5,29 +5,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from infra.settings import DetectionConfig
 from producers.replay import Replay, from_profiles
 from schemas import Incident, encode
-from streams.detect.combine import chunks as codec
-from streams.detect.engine import FleetEngine
-from streams.detect.ingest.decode import decode_batch
 from streams.profiles.model import COMMUNICATION, COMPUTE, Collective, Kernels, Profile, Step
+from tests.streams.helpers import feed_engine
 
 NOW = 1_800_000_000_000_000_000
 
 
 def _opened(replay: Replay) -> list[Incident]:
-    fleet = FleetEngine(DetectionConfig())
-    now, out = NOW, []
     batches = [[encode(replay.start)], *([encode(e) for e in s.events] for s in replay.steps), [encode(replay.end)]]
-    for raws in [*batches, *([] for _ in range(60))]:
-        chunks, _ = decode_batch(raws, 1 << 20)
-        for chunk in chunks:
-            chunk["behind_ns"], chunk["lag"] = 0, 0
-            out.extend(fleet.on_chunk(codec.loads(codec.dumps(chunk)), now))
-        now += 500_000_000
-        out.extend(fleet.tick(now))
-    return [o for o in out if isinstance(o, Incident) and o.state == "open"]
+    return [o for o in feed_engine(batches, drain_ticks=60) if isinstance(o, Incident) and o.state == "open"]
 
 
 def _rank(rank: int, world: int, step_start_ms: float, compute_ms: tuple[float, float],
