@@ -212,7 +212,7 @@ def score_run(truth: RunTruth, incidents: list[IncidentView]) -> RunScore:
         expected = set(fault.get("rules") or [])
         found_rules = set().union(*(i.rules for i in hits)) if hits else set()
         delay_steps = delay_s = lead_steps = None
-        if hits:
+        if hits and not fault.get("fleet"):  # a fleet incident's steps are the fleet's judgements: no delay in steps
             first = min(hits, key=lambda i: i.first_detected_ns)
             step_at = first.first_step_last if first.first_step_last is not None else fault["start_step"]
             delay_steps = float(max(0, int(step_at) - int(fault["start_step"])))

@@ -58,12 +58,19 @@ QUICK = ("slow_rank", "slow_host", "gc_leak", "link_degradation", "hung_rank", "
 LARGE_FAMILY = "slow_host"
 PACED = {"slow_rank": 3, "slow_host": 1}  # scenario -> seeds streamed in real time together (delay in seconds)
 PACED_STEP_S = 1.0  # the paced runs' healthy step time (issue #6: delay targets at 1 step/s)
+# the fleet-wide drift phase (scenario fleet_drift): a fleet of its own, after the others ended (a drift is most
+# running jobs of a link class below together); (dp, tp, pp) per job, and a healthy job on another fabric beside
+DRIFT = "fleet_drift"
+DRIFT_LAYOUTS = ((8, 4, 2), (8, 8, 1), (8, 4, 4), (4, 4, 2))
+DRIFT_HEALTHY_LAYOUT = (8, 4, 2)
+DRIFT_FLEET = "fleet@drift"  # the drift phase's fleet incidents, renamed from job "fleet" (main-phase ones stay)
+FLEET_ROUNDS = 1_000_000  # a fleet incident's "steps" are the fleet's drift judgements: any number is in time
 FULL_LARGE_HEALTHY = 1  # 1,024-rank healthy runs in the full bench: fits 45 min on 2 cores (17 for >= 2 M rank-steps)
 
 
 def plan_runs(args: argparse.Namespace, stamp: str) -> list[tuple[str, SimRun]]:
-    names = args.scenario or (list(QUICK) if args.quick else [s for s, sc in SCENARIOS.items()
-                                                              if sc.layer != "healthy"])
+    names = [n for n in args.scenario if n != DRIFT] if args.scenario else list(QUICK) if args.quick else [
+        s for s, sc in SCENARIOS.items() if sc.layer not in ("healthy", "drift")]
     seeds = range(1 if args.quick else args.seeds)
     runs: list[tuple[str, SimRun]] = []
     traits = run_traits(args)
@@ -130,6 +137,25 @@ def plan_paced(args: argparse.Namespace, stamp: str) -> list[tuple[str, SimRun]]
     return runs
 
 
+def plan_drift(args: argparse.Namespace, stamp: str) -> list[tuple[str, SimRun]]:
+    """The fleet-wide drift phase: DRIFT_LAYOUTS' jobs on the degraded fabric and one healthy job of another
+    fabric, streamed together once every other job ended (none with --quick unless named)."""
+    if (args.scenario and DRIFT not in args.scenario) or (args.quick and not args.scenario):
+        return []
+    sc = SCENARIOS[DRIFT]
+    runs: list[tuple[str, SimRun]] = []
+    for i, shape in enumerate((*DRIFT_LAYOUTS, DRIFT_HEALTHY_LAYOUT)):
+        dp, tp, pp = shape
+        topo = Topology(dp=dp, tp=tp, pp=pp, ep=1, devices_per_host=8)
+        healthy = i == len(DRIFT_LAYOUTS)
+        faults = [] if healthy else build_faults(sc, topo, args.steps, i)
+        job = f"bench-{stamp}-{DRIFT}-{'other-fabric' if healthy else 'fabric'}-{dp}x{tp}x{pp}"
+        attempts = plan_attempts(job, topo, args.steps, faults, 400 + i, model=sc.model(topo),
+                                 traits=run_traits(args))
+        runs.append((DRIFT, SimRun.of_attempts(attempts, packed=getattr(args, "packed", True))))
+    return runs
+
+
 def paced_model(model: ModelConfig, topo: Topology, step_s: float = PACED_STEP_S) -> ModelConfig:
     """The scenario's model with its sequence shortened (steps of 128 tokens) until a healthy step takes <= `step_s`.
 
@@ -177,13 +203,15 @@ def wait_jobs_finished(settings: Settings, jobs: set[str], timeout_s: float) -> 
         time.sleep(1.0)
 
 
-def read_alerts(settings: Settings, topic: str, start: dict[int, int], jobs: set[str]) -> list[dict[str, Any]]:
+def read_alerts(settings: Settings, topic: str, start: dict[int, int], jobs: set[str],
+                end: dict[int, int] | None = None) -> list[dict[str, Any]]:
+    """The alert messages of `jobs` from offsets `start` up to `end` (default: the topic's end now)."""
     consumer = KafkaConsumer(**kafka_client_config(settings, "reader"), enable_auto_commit=False)
     parts = [TopicPartition(topic, p) for p in start]
     consumer.assign(parts)
     for tp in parts:
         consumer.seek(tp, start[tp.partition])
-    end = end_offsets(settings, topic)
+    end = end or end_offsets(settings, topic)
     out: list[dict[str, Any]] = []
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and any(consumer.position(tp) < end[tp.partition] for tp in parts):
@@ -193,7 +221,7 @@ def read_alerts(settings: Settings, topic: str, start: dict[int, int], jobs: set
                     data = orjson.loads(msg.value)
                 except orjson.JSONDecodeError:
                     continue
-                if isinstance(data, dict) and data.get("job") in jobs:
+                if isinstance(data, dict) and data.get("job") in jobs and msg.offset < end[msg.partition]:
                     out.append(data)
     consumer.close()
     return out
@@ -260,8 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     paced_runs: list[tuple[str, SimRun]] = []
     if not args.no_paced:
         paced_runs = plan_paced(args, stamp)
+    drift_runs = plan_drift(args, stamp)
     gt_dir = REPO_ROOT / "reports" / f"bench-detection-{stamp}"
-    for _, run in runs + paced_runs:
+    for _, run in runs + paced_runs + drift_runs:
         write_ground_truth(gt_dir / f"{run.job.job_id}.jsonl", list(run.faults), run.job.job_id, run.job.seed,
                            run.job.steps)
     alert_start = end_offsets(settings, topics.incidents)
@@ -276,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     logs = infra_cfg.logs_dir
     logs.mkdir(parents=True, exist_ok=True)
     workers = [start_worker(role, env, logs) for role in ("detect", "land")]
-    print(f"• {len(runs)} runs as fast as possible + {len(paced_runs)} paced; workers {[w.pid for w in workers]}; "
+    print(f"• {len(runs)} runs as fast as possible + {len(paced_runs)} paced + {len(drift_runs)} in a drifting fleet; "
+          f"workers {[w.pid for w in workers]}; "
           f"ground truth in {gt_dir}", flush=True)
     producer = KafkaProducer(**kafka_client_config(settings, "producer"), acks=1, linger_ms=20,
                              batch_size=512 * 1024, max_request_size=2 * 1024 * 1024)
@@ -300,18 +330,30 @@ def main(argv: list[str] | None = None) -> int:
             producer.flush()
             wait_caught_up(settings, workers, args.stall_s)
             _wait_finished_or_warn(settings, {r.job.job_id for _, r in paced_runs})
+        drift_start = end_offsets(settings, topics.incidents)
+        if drift_runs:  # a fleet of its own: every earlier job ended, so "most running jobs" are these
+            print(f"• fleet-wide drift: {len(drift_runs)} jobs together", flush=True)
+            stream_runs([r for _, r in drift_runs], topics, send)
+            producer.flush()
+            wait_caught_up(settings, workers, args.stall_s)
+            _wait_finished_or_warn(settings, {r.job.job_id for _, r in drift_runs})
     finally:
         producer.close()
         for proc in workers:
             stop_worker(proc)
-    all_runs = runs + paced_runs
+    all_runs = runs + paced_runs + drift_runs
     jobs = {r.job.job_id for _, r in all_runs}
     messages = read_alerts(settings, topics.incidents, alert_start, jobs)
+    # fleet incidents: before the drift phase they answer no fault (false alarms); in it, the drift's
+    messages += read_alerts(settings, topics.incidents, alert_start, {"fleet"}, drift_start)
+    messages += [{**m, "job": DRIFT_FLEET} for m in read_alerts(settings, topics.incidents, drift_start, {"fleet"})]
     ch_count = clickhouse_incidents(settings, jobs)
     if not args.keep_topics:
         print(f"• this run's {len(expire_topics(settings, topics))} topics expire at the broker's next retention "
               "check (--keep-topics keeps their data)", flush=True)
     records = [run_record(label, run) for label, run in all_runs]
+    for rec in records:
+        rec["fleet"] = DRIFT_FLEET if rec["label"] == DRIFT else None
     (gt_dir / "runs.json").write_bytes(orjson.dumps(records, option=orjson.OPT_INDENT_2))
     (gt_dir / "alerts.jsonl").write_bytes(b"".join(orjson.dumps(m) + b"\n" for m in messages))
     result = score_records(records, messages)
@@ -347,13 +389,21 @@ def score_records(records: list[dict[str, Any]], messages: list[dict[str, Any]])
     incidents = latest_incidents(messages)
     scores: dict[str, list[RunScore]] = {}
     meta: dict[str, dict[str, Any]] = {}
+    fleets: dict[str, tuple[str, list[dict[str, Any]]]] = {}  # fleet incident job -> (label, its jobs' faults)
     for rec in records:
-        truth = RunTruth(job=rec["job"], faults=rec["faults"], total_steps=rec["steps"], rank_steps=rec["rank_steps"],
-                         onset_ns={int(k): int(v) for k, v in rec["onset_ns"].items()}, paced=rec["paced"])
+        fleet = rec.get("fleet")
+        if fleet:  # a fleet's fault: found by ONE fleet incident; the job's own incidents answer nothing
+            fleets.setdefault(fleet, (rec["label"], []))[1].extend(rec["faults"])
+        truth = RunTruth(job=rec["job"], faults=[] if fleet else rec["faults"], total_steps=rec["steps"],
+                         rank_steps=rec["rank_steps"], onset_ns={int(k): int(v) for k, v in rec["onset_ns"].items()},
+                         paced=rec["paced"])
         scores.setdefault(rec["label"], []).append(score_run(truth, incidents))
         m = meta.setdefault(rec["label"], {"ranks": rec["ranks"], "seeds": 0, "steps": rec["steps"], "attempts": 0})
         m["seeds"] += 1
         m["attempts"] += int(rec.get("attempts", 1))  # launches over the seeds (a relaunch is one more)
+    for fleet, (label, faults) in fleets.items():
+        scores[label].append(score_run(fleet_truth(fleet, faults), incidents))
+    stray = sorted({i.incident_id for i in incidents if i.job == "fleet"})
     scenarios = {}
     for label, runs_scores in scores.items():
         sc = SCENARIOS[label.split("@")[0]]
@@ -362,7 +412,18 @@ def score_records(records: list[dict[str, Any]], messages: list[dict[str, Any]])
     healthy = [r for label, rs in scores.items() if SCENARIOS[label.split("@")[0]].layer == "healthy" for r in rs]
     return {"scenarios": scenarios, "false_alarms_per_100k_rank_steps": false_alarms_per_100k(healthy),
             "false_alarms_per_job_day": false_alarms_per_job_day(healthy),
-            "healthy_rank_steps": sum(r.rank_steps for r in healthy), "incidents_alerts_topic": len(incidents)}
+            "healthy_rank_steps": sum(r.rank_steps for r in healthy), "incidents_alerts_topic": len(incidents),
+            "fleet_false_alarms": len(stray)}
+
+
+def fleet_truth(fleet: str, faults: list[dict[str, Any]]) -> RunTruth:
+    """One fleet-wide fault from its jobs' (alike) faults: on their link class or device kind, scored against the
+    fleet incidents (`fleet`); their "steps" are the fleet's judgements, so in time whenever, no delay in steps."""
+    first = faults[0]
+    network = first["kind"] in ("socket_fallback", "fabric_degraded")
+    fault = {**first, "scope": "link" if network else "device", "links": ["inter"] if network else [], "ranks": [],
+             "hosts": [], "start_step": 0, "end_step": None, "fleet": True}
+    return RunTruth(job=fleet, faults=[fault], total_steps=FLEET_ROUNDS, rank_steps=0)
 
 
 def write_result(out: Path, result: dict[str, Any]) -> None:
@@ -400,6 +461,7 @@ def render_table(result: dict[str, Any]) -> str:
     lines.append(f"\nfalse alarms per 100k healthy rank-steps: {result['false_alarms_per_100k_rank_steps']:.1f} "
                  f"({result['healthy_rank_steps']} healthy rank-steps); incidents: alerts topic "
                  f"{result['incidents_alerts_topic']}, ClickHouse {result.get('incidents_clickhouse', '–')}; "
+                 f"fleet incidents outside a drift: {result.get('fleet_false_alarms', '–')}; "
                  f"{result.get('duration_s', 0):.0f}s")
     if result.get("traits"):
         traits = ", ".join(f"{k} {'on' if v else 'off'}" for k, v in result["traits"].items())

@@ -468,6 +468,12 @@ def _socket_fallback(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: n
     """Inter-host collectives over TCP sockets from the start (NCCL_IB_DISABLE, a wrong NCCL_SOCKET_IFNAME)."""
 
 
+@kind("fabric_degraded")
+def _fabric_degraded(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
+    """Inter-host links at a fraction of their bandwidth from the start, on every job of the fabric (a switch
+    firmware or congestion-control rollout: PFC pauses, ECN marking off): a fleet-wide drift, not one job's."""
+
+
 @kind("downclock")
 def _downclock(f: FaultSpec, step: int, fx: Effects, job: FleetJob, rng: np.random.Generator) -> None:
     """Every device of the job at a lower sustained clock from the start (a power cap, application clocks)."""
@@ -946,6 +952,13 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              "TP4 PP4 DP16", ("BELOW_EXPECTED",),
              _from_start("downclock", ("BELOW_EXPECTED",), "compute 0.8x from the start", {"clock_factor": 0.8}),
              shape=(16, 4, 4)),
+    # a fleet-wide drift (issue #44): every multi-host job of the fabric slow from its start together; the bench
+    # runs it as a fleet of its own (bench.detection.run.DRIFT_LAYOUTS, a healthy job on another fabric beside)
+    # and expects ONE fleet incident naming the link class, none per job
+    Scenario("fleet_drift", "drift", "a fabric rollout leaves RoCE at 40 % of its bandwidth for every job on it "
+             "from their start: 4 jobs of 4 layouts, a healthy job on another fabric beside", ("BELOW_EXPECTED",),
+             _from_start("fabric_degraded", ("BELOW_EXPECTED",), "fabric at 40 % from the start",
+                         {"bw_factor": 0.4})),
     # a leak's growth per step to the device's capacity (issue #44): the OOM forecast, >= 50 steps ahead; the
     # levels and rates put the out-of-memory step at 170, past a 120-step run (the run stops before the crash;
     # the forecast judges a device once it has ~2 windows of samples, ~step 80 here)

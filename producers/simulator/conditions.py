@@ -26,10 +26,14 @@ def magnitude(f: FaultSpec, key: str, default: float) -> float:
 
 def job_hardware(hw: Hardware, faults: Iterable[FaultSpec]) -> Hardware:
     """The hardware a job runs on, its job-long conditions applied: a socket fallback puts its inter-host
-    collectives on TCP_SOCKETS, a down-clock lowers every device's clock (`clock_factor` of the rated one)."""
+    collectives on TCP_SOCKETS, a degraded fabric lowers the inter-host links' bandwidth (`bw_factor` of RoCE's:
+    congestion control or PFC misconfigured by a switch rollout, every job on that fabric), a down-clock lowers
+    every device's clock (`clock_factor` of the rated one)."""
     for f in faults:
         if f.kind == "socket_fallback":
             hw = replace(hw, inter=TCP_SOCKETS)
+        elif f.kind == "fabric_degraded":
+            hw = replace(hw, inter=replace(hw.inter, bw_gbps=hw.inter.bw_gbps * magnitude(f, "bw_factor", 0.4)))
         elif f.kind == "downclock":
             hw = replace(hw, freq_mhz=hw.rated_mhz * magnitude(f, "clock_factor", 0.8))
     return hw

@@ -57,3 +57,42 @@ def test_poisson_bound_is_the_rule_of_three_at_zero_and_grows_with_k() -> None:
     assert abs(poisson_upper_95(0) - 2.996) < 0.01
     assert abs(poisson_upper_95(5) - 10.51) < 0.01  # chi-square tables: 0.5 x chi2(0.95, 12)
 
+
+
+def drift_records() -> list[dict[str, object]]:
+    """A drifting fleet as bench.detection.run.plan_drift builds it: its jobs and one healthy job beside."""
+    from bench.detection.run import DRIFT_FLEET, run_record
+    runs = [SimRun(scenario_job("fleet_drift", steps=20, seed=s, job_id=f"d{s}")) for s in range(3)]
+    runs.append(SimRun(scenario_job("healthy", steps=20, seed=9, job_id="other")))
+    recs = []
+    for run in runs:
+        while run.next_frame() is not None:
+            pass
+        rec = run_record("fleet_drift", run)
+        rec["fleet"] = DRIFT_FLEET
+        recs.append(rec)
+    return recs
+
+
+def _fleet_incident(iid: str, job: str, link: str = "inter") -> dict[str, object]:
+    return {"incident_id": iid, "job": job, "rule": "BELOW_EXPECTED", "scope": "link", "link": link,
+            "step_first": 1, "step_last": 4, "detected_ns": 9, "state": "open"}
+
+
+def test_a_drift_is_found_by_one_fleet_incident_and_a_job_incident_is_a_false_alarm() -> None:
+    from bench.detection.run import DRIFT_FLEET
+    recs = drift_records()
+    found = score_records(recs, [_fleet_incident("drift", DRIFT_FLEET)])  # type: ignore[arg-type]
+    row = found["scenarios"]["fleet_drift"]
+    assert row["faults"] == 1 and row["recall"] == row["precision"] == row["localisation"] == 1.0
+    assert row["incidents_per_fault"] == 1.0 and row["false_alarms"] == 0 and row["delay_steps_p50"] is None
+    assert found["fleet_false_alarms"] == 0
+    # each job's own BELOW_EXPECTED instead of the fleet's: missed, and three false alarms
+    per_job = [{"incident_id": f"j{n}", "job": f"d{n}", "rule": "BELOW_EXPECTED", "scope": "job", "step_first": 15,
+                "step_last": 15, "detected_ns": 9, "state": "open"} for n in range(3)]
+    missed = score_records(recs, per_job)["scenarios"]["fleet_drift"]  # type: ignore[arg-type]
+    assert missed["recall"] == 0.0 and missed["false_alarms"] == 3
+    # a fleet incident on the wrong link class is found but not localised; one outside the drift phase is stray
+    wrong = score_records(recs, [_fleet_incident("drift", DRIFT_FLEET, "intra"),  # type: ignore[arg-type]
+                                 _fleet_incident("early", "fleet")])
+    assert wrong["scenarios"]["fleet_drift"]["localisation"] == 0.0 and wrong["fleet_false_alarms"] == 1

@@ -43,6 +43,23 @@ def test_socket_fallback_slows_only_inter_host_collectives(name: str) -> None:
     assert job.nominal_ms > twin.nominal_ms
 
 
+def test_a_degraded_fabric_slows_only_inter_host_collectives_by_its_bandwidth() -> None:
+    job = scenario_job("fleet_drift", steps=8)
+    (fault,) = job.faults
+    assert SCENARIOS["fleet_drift"].layer == "drift" and fault.kind == "fabric_degraded" and fault.start == 0
+    twin = _twin(job)
+    assert job.hardware.inter.bw_gbps == pytest.approx(0.4 * INTER_HOST.bw_gbps) and job.hardware.intra == \
+        twin.hardware.intra
+    slowed = 0
+    for kind, healthy in zip(job.plan.kinds, twin.plan.kinds, strict=True):
+        if healthy.link == "inter":  # the same link class, less bandwidth: latency-bound calls barely move
+            assert kind.link == "inter" and healthy.call_ns <= kind.call_ns <= healthy.call_ns / 0.4 + 1
+            slowed += kind.call_ns >= 2.0 * healthy.call_ns  # the bandwidth-bound ones >= 2x
+        else:
+            assert kind.call_ns == healthy.call_ns
+    assert slowed and job.nominal_ms > twin.nominal_ms
+
+
 @pytest.mark.parametrize("name", [n for n in EXPECTED if n.startswith("compute")])
 def test_downclock_lowers_the_clock_and_every_compute_kernel(name: str) -> None:
     job = scenario_job(name, steps=8)

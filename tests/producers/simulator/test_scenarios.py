@@ -390,10 +390,10 @@ CHECKS: dict[str, Callable[[Pair], None]] = {
 
 def test_every_scenario_has_a_check() -> None:
     # job attempts have their own checks (test_attempts.py): one FleetJob per launch; jobs below the fleet from
-    # their start theirs (test_expected_scenarios.py): no healthy twin differs from them but the hardware; a
-    # checkpoint slower than its past theirs (below): its rhythm needs a longer run than these pairs
+    # their start, alone or as a fleet, theirs (test_expected_scenarios.py): no healthy twin differs from them
+    # but the hardware; a checkpoint slower than its past theirs (below): its rhythm needs a longer run
     assert set(CHECKS) == {name for name, sc in SCENARIOS.items()
-                           if sc.layer not in ("healthy", "attempts", "expected", "rhythm")}
+                           if sc.layer not in ("healthy", "attempts", "expected", "drift", "rhythm")}
     spec_rows = {s.name for s in SCENARIOS.values() if s.layer in ("hardware", "code", "data", "deploy")}
     assert len(spec_rows) == 23  # every row of spec §4
     assert len([s for s in SCENARIOS.values() if s.layer == "hermes"]) == 3
