@@ -13,7 +13,8 @@ book sees them, so that findings describing the same fault share one:
 - a slow step (job scope) explained by a few culprit ranks or a host flagged in the same step
   (their own excess at least half the step's growth), or by a rank/host incident already open,
   joins that incident: in synchronous training the culprit makes the whole job slow, it is one
-  problem;
+  problem; so does one long after the culprit's onset while the baseline it is judged against
+  mostly predates the culprit (`_since_baseline`: slow steps never enter the baseline);
 - a slow PP stage (SLOW_STAGE) is a culprit like a slow rank or host: the slow steps it
   causes join it;
 - the job's periodic work grown slower than its own past (a slow-step finding with
@@ -133,6 +134,7 @@ def _join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: in
                     f.key, f.scope = f"rank:{f.ranks[0]}", "rank"
     few = max(1, world // 8)
     slow = next((f for f in findings if f.rule == "SLOW_STEP" and f.scope == "job"), None)
+    mid = slow.evidence.pop("baseline_mid_step", None) if slow is not None else None  # join's cue, not evidence
     opened = {t.key for t in open_tracks}
     # GC pauses of a rank: its GC rule (R1 on T8), or a slow rank whose excess is GC, once strong enough to open
     # an incident on its own (a candidate of healthy noise at 1,024 ranks is not a pause worth a storm)
@@ -164,6 +166,8 @@ def _join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: in
                 f.evidence["gc_ranks_recent"] = float(len(pausing))
         return findings
     since = first.get("job", step) - max(JOIN_SLACK_STEPS, baseline_len // 2)
+    if slow is not None and mid is not None:
+        since = _since_baseline(findings, slow, int(mid), first, step, since, few)
     _mark_adoption(findings, open_tracks, first, since)
     explained = _join_explained(findings, open_tracks, slow is not None, since)
     if slow is None and not explained:
@@ -191,6 +195,22 @@ def _join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: in
     if joinable and len(joinable) <= few:
         slow.key, slow.scope = joinable[0].key, joinable[0].scope  # type: ignore[assignment]
     return findings
+
+
+def _since_baseline(findings: list[Finding], slow: Finding, mid: int, first: dict[str, int], step: int,
+                    since: int, few: int) -> int:
+    """`since`, moved back for a culprit flagged now that began after most of the slow step's baseline and
+    explains this step's growth: slow steps never enter the baseline, so a straggler slow for 30 steps still
+    makes every step slow against the baseline from before it: those slow steps are its, however long after
+    its onset they come (a slow step that opened late as its own incident beside an open SLOW_RANK). A
+    culprit older than the baseline's middle (a rank slow all along) is in the baseline: it explains nothing
+    new. `since` unchanged when no such culprit (or more than `few` of them)."""
+    fresh = mid + 1  # `mid`: the step half of the slow step's baseline is older than
+    if fresh >= since:
+        return since
+    late = {f.key for f in _culprits_now(findings, first, step, fresh)
+            if first.get(f.key, step) < since and _explains(f, slow)}
+    return fresh if late and len(late) <= few else since
 
 
 def _mark_adoption(findings: list[Finding], open_tracks: list[OpenTrack], first: dict[str, int], since: int) -> None:

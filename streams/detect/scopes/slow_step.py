@@ -87,6 +87,7 @@ class SlowStepState:
     comm_history: list[dict[str, tuple[float, float]]] = field(default_factory=list)  # comm_per_step per step
     rhythm: rhythm.RhythmState = field(default_factory=rhythm.RhythmState)
     planned: bool = False  # the last step evaluated was the job's planned periodic work (rhythm.py)
+    history_steps: list[int] = field(default_factory=list)  # the step of each `history` value
 
 
 def comm_per_step(frame: Frame) -> dict[str, tuple[float, float]]:
@@ -114,7 +115,7 @@ def evaluate(frame: Frame, state: SlowStepState, params: Params) -> tuple[SlowSt
     state.seen += 1
     state.planned = False
     if state.seen <= params.warmup_steps or len(state.history) < 2:
-        _remember(state, step_ms, phase_max, comm, params)
+        _remember(state, frame.step, step_ms, phase_max, comm, params)
         return state, []
     hist = np.asarray(state.history)
     baseline = float(np.median(hist))
@@ -133,10 +134,13 @@ def evaluate(frame: Frame, state: SlowStepState, params: Params) -> tuple[SlowSt
             return state, [_slower_rhythm(frame.step, step_ms, baseline, threshold, beat, judged, params)]
         state.planned = judged.verdict == "planned"
         if not state.planned:  # the job's periodic work never enters the baseline
-            _remember(state, step_ms, phase_max, comm, params)
+            _remember(state, frame.step, step_ms, phase_max, comm, params)
         return state, []
     excess = {name: v for name, v in grown.items() if name not in IGNORED_CAUSES}
     evidence: dict[str, float] = {}
+    mid = baseline_mid_step(state)
+    if mid is not None:
+        evidence["baseline_mid_step"] = float(mid)  # join's cue (it takes it out): culprits after the baseline
     comm_cause, comm_key = _comm_cause(state, comm, params, evidence)
     if comm_cause is not None:
         excess[comm_cause] = evidence["excess_comm_transfer_ms"]
@@ -156,6 +160,7 @@ def evaluate(frame: Frame, state: SlowStepState, params: Params) -> tuple[SlowSt
         evidence["shift"] = 1.0
         state.shifts += 1
         state.history = list(state.run[-params.shift_steps:])
+        state.history_steps = list(range(frame.step - len(state.history) + 1, frame.step + 1))
         state.run.clear()
     finding = Finding(
         rule="SLOW_STEP", key="job", scope="job", step=frame.step,
@@ -239,8 +244,27 @@ def _comm_cause(state: SlowStepState, comm: dict[str, tuple[float, float]], para
     return ("comm_bandwidth" if state.run else "comm_stall"), key  # `run`: the slow steps before this one
 
 
-def _remember(state: SlowStepState, step_ms: float, phase_max: list[float], comm: dict[str, tuple[float, float]],
-              params: Params) -> None:
+def _history_steps(state: SlowStepState) -> list[int]:
+    steps: list[int] | None = getattr(state, "history_steps", None)  # a snapshot from before it has none
+    if steps is None:
+        steps = state.history_steps = []
+    return steps
+
+
+def baseline_mid_step(state: SlowStepState) -> int | None:
+    """The step half of the baseline is older than (its steps' median): a slowdown that began after it is not
+    in the baseline, however long ago it began (slow steps never enter it). None: not known."""
+    steps = _history_steps(state)
+    if not steps or len(steps) < len(state.history):
+        return None
+    return int(np.median(steps))
+
+
+def _remember(state: SlowStepState, step: int, step_ms: float, phase_max: list[float],
+              comm: dict[str, tuple[float, float]], params: Params) -> None:
+    steps = _history_steps(state)
+    steps.append(step)
+    del steps[:-params.baseline_steps]
     state.history.append(step_ms)
     state.phase_history.append(phase_max)
     state.comm_history.append(comm)

@@ -174,6 +174,24 @@ def test_a_later_slow_step_the_old_culprit_cannot_explain_stays_the_jobs() -> No
     assert {f.key for f in found} == {"job"}, "rank 3 is in the baseline by now: a GC pause of all ranks is apart"
 
 
+def test_a_slow_step_long_after_the_culprits_onset_joins_it_while_the_baseline_predates_it() -> None:
+    """A straggler from step 60: slow steps never enter the baseline, so at step 86 the job's step is still slow
+    against the baseline of steps 40-59, and the straggler flagged now explains it. It joins the straggler's
+    incident (it opened as a second incident beside it on a 16-rank job). The same straggler in the baseline
+    (its middle after the onset), or one that explains a fraction of the growth, keeps the slow step apart."""
+    culprit = [OpenTrack("rank:7", "rank", "backward_ms", first=60, ranks=(7,), rules=("SLOW_RANK", "SLOW_STEP"))]
+
+    def step86(mid: float, lag_ms: float) -> list[Finding]:
+        slow = _slow_step(86)
+        slow.observed, slow.expected, slow.evidence = 1470.0, 1207.0, {"baseline_mid_step": mid}
+        rank = _rank("SLOW_RANK", 7, 86, observed=1151.0 + lag_ms, expected=1151.0)
+        return join([slow, rank], 16, culprit, 86, baseline_len=20)
+
+    assert {(f.rule, f.key) for f in step86(49.0, 260.0)} == {("SLOW_STEP", "rank:7"), ("SLOW_RANK", "rank:7")}
+    assert ("SLOW_STEP", "job") in {(f.rule, f.key) for f in step86(75.0, 260.0)}, "the straggler is in it"
+    assert ("SLOW_STEP", "job") in {(f.rule, f.key) for f in step86(49.0, 60.0)}, "60 ms of a 263 ms growth"
+
+
 def test_devices_of_several_hosts_at_once_are_the_jobs() -> None:
     spread = join([_device("R2", 8 * h + 1, f"node-{h}", 1) for h in range(3)], 64, [], 5)
     assert {(f.key, f.scope) for f in spread} == {("job", "job")}, "one device on each of 3 hosts: a common cause"
