@@ -123,7 +123,7 @@ def _in_time(inc: IncidentView, fault: dict[str, Any], total_steps: int) -> bool
 
 
 def _touches(inc: IncidentView, fault: dict[str, Any]) -> bool:
-    if inc.scope == "job" or fault["scope"] == "job":
+    if inc.scope == "job" or fault["scope"] == "job" or fault.get("fleet"):  # a fleet's incident: its fault's
         return True
     ranks = set(fault.get("ranks") or [])
     return bool(inc.ranks & ranks) or (inc.host is not None and inc.host in (fault.get("hosts") or [])) or (
@@ -147,6 +147,8 @@ def localised(inc: IncidentView, fault: dict[str, Any]) -> bool:
     scored at the job's scope that still has a culprit (a rank died, the job was killed before its peers
     could tell) is localised too by an incident naming exactly that culprit: narrower, and right."""
     scope = str(fault["scope"])
+    if fault.get("fleet"):  # a fleet-wide drift: on its link class (`links`) or the device kind
+        return inc.scope == scope and (scope != "link" or inc.link in (fault.get("links") or []))
     if scope == "job" and inc.scope != "job" and (fault.get("ranks") or fault.get("hosts")):
         return (bool(inc.ranks) and inc.ranks == frozenset(fault.get("ranks") or [])) or (
             inc.scope == "host" and inc.host in (fault.get("hosts") or []))

@@ -30,7 +30,7 @@ from infra.clients import kafka_client_config
 from infra.progress import Progress
 from infra.settings import REPO_ROOT, Settings, load_settings
 from producers.simulator.attempts import plan_attempts
-from producers.simulator.catalogue import SCENARIOS, build_faults
+from producers.simulator.catalogue import SCENARIOS, FaultSpec, build_faults
 from producers.simulator.fleet import FleetJob
 from producers.simulator.ground_truth import write_ground_truth
 from producers.simulator.model import ModelConfig
@@ -58,12 +58,16 @@ QUICK = ("slow_rank", "slow_host", "gc_leak", "link_degradation", "hung_rank", "
 LARGE_FAMILY = "slow_host"
 PACED = {"slow_rank": 3, "slow_host": 1}  # scenario -> seeds streamed in real time together (delay in seconds)
 PACED_STEP_S = 1.0  # the paced runs' healthy step time (issue #6: delay targets at 1 step/s)
-# the fleet-wide drift phase (scenario fleet_drift): a fleet of its own, after the others ended (a drift is most
-# running jobs of a link class below together); (dp, tp, pp) per job, and a healthy job on another fabric beside
+# the fleet-wide drift phases (scenario fleet_drift): each a fleet of its own, after the others ended (a drift is
+# most running jobs of a link class or device kind below together); (dp, tp, pp) per job, and a healthy job beside
 DRIFT = "fleet_drift"
 DRIFT_LAYOUTS = ((8, 4, 2), (8, 8, 1), (8, 4, 4), (4, 4, 2))
 DRIFT_HEALTHY_LAYOUT = (8, 4, 2)
-DRIFT_FLEET = "fleet@drift"  # the drift phase's fleet incidents, renamed from job "fleet" (main-phase ones stay)
+# (condition, magnitude, what happened to the fleet): a fabric rollout, then a power-policy rollout
+DRIFT_PHASES = (("fabric_degraded", {"bw_factor": 0.4}, "fabric at 40 % of RoCE's bandwidth from the start"),
+                ("downclock", {"clock_factor": 0.8}, "every device at 0.8x its clock from the start"))
+DRIFT_FLEET = "fleet@drift"  # phase n's fleet incidents are job f"{DRIFT_FLEET}-{n}" (renamed from "fleet")
+DRIFT_RESOLVE_WAIT_S = 180.0  # a phase's fleet incident resolves ~100 ticks (~50 s) after its jobs ended
 FLEET_ROUNDS = 1_000_000  # a fleet incident's "steps" are the fleet's drift judgements: any number is in time
 FULL_LARGE_HEALTHY = 1  # 1,024-rank healthy runs in the full bench: fits 45 min on 2 cores (17 for >= 2 M rank-steps)
 
@@ -137,23 +141,44 @@ def plan_paced(args: argparse.Namespace, stamp: str) -> list[tuple[str, SimRun]]
     return runs
 
 
-def plan_drift(args: argparse.Namespace, stamp: str) -> list[tuple[str, SimRun]]:
-    """The fleet-wide drift phase: DRIFT_LAYOUTS' jobs on the degraded fabric and one healthy job of another
-    fabric, streamed together once every other job ended (none with --quick unless named)."""
+def plan_drift(args: argparse.Namespace, stamp: str) -> list[list[tuple[str, SimRun]]]:
+    """The fleet-wide drift phases, one per DRIFT_PHASES condition: DRIFT_LAYOUTS' jobs under it and one healthy
+    job beside (another fabric, another power policy), streamed together once every other job (and the phase
+    before) ended. None with --quick unless named."""
     if (args.scenario and DRIFT not in args.scenario) or (args.quick and not args.scenario):
         return []
     sc = SCENARIOS[DRIFT]
-    runs: list[tuple[str, SimRun]] = []
-    for i, shape in enumerate((*DRIFT_LAYOUTS, DRIFT_HEALTHY_LAYOUT)):
-        dp, tp, pp = shape
-        topo = Topology(dp=dp, tp=tp, pp=pp, ep=1, devices_per_host=8)
-        healthy = i == len(DRIFT_LAYOUTS)
-        faults = [] if healthy else build_faults(sc, topo, args.steps, i)
-        job = f"bench-{stamp}-{DRIFT}-{'other-fabric' if healthy else 'fabric'}-{dp}x{tp}x{pp}"
-        attempts = plan_attempts(job, topo, args.steps, faults, 400 + i, model=sc.model(topo),
-                                 traits=run_traits(args))
-        runs.append((DRIFT, SimRun.of_attempts(attempts, packed=getattr(args, "packed", True))))
-    return runs
+    phases = []
+    for n, (kind, magnitude, row) in enumerate(DRIFT_PHASES):
+        runs: list[tuple[str, SimRun]] = []
+        for i, shape in enumerate((*DRIFT_LAYOUTS, DRIFT_HEALTHY_LAYOUT)):
+            dp, tp, pp = shape
+            topo = Topology(dp=dp, tp=tp, pp=pp, ep=1, devices_per_host=8)
+            healthy = i == len(DRIFT_LAYOUTS)
+            faults = [] if healthy else [FaultSpec(kind=kind, scope="job", start=0, end=None, magnitude=magnitude,
+                                                   ranks=tuple(range(topo.world)), rules=sc.rules, row=row)]
+            job = f"bench-{stamp}-{DRIFT}-{n}-{'healthy' if healthy else kind}-{dp}x{tp}x{pp}"
+            attempts = plan_attempts(job, topo, args.steps, faults, 400 + 10 * n + i, model=sc.model(topo),
+                                     traits=run_traits(args))
+            runs.append((DRIFT, SimRun.of_attempts(attempts, packed=getattr(args, "packed", True))))
+        phases.append(runs)
+    return phases
+
+
+def wait_fleet_resolved(settings: Settings, topic: str, start: dict[int, int], timeout_s: float) -> None:
+    """Until every fleet incident opened since `start` resolved (the next drift phase may not join it)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        states: dict[str, str] = {}
+        for m in read_alerts(settings, topic, start, {"fleet"}):
+            states[str(m["incident_id"])] = str(m.get("state"))
+        if all(s == "resolved" for s in states.values()):
+            return
+        if time.monotonic() > deadline:
+            print(f"• WARNING: fleet incidents still open {timeout_s:.0f} s after their phase: {sorted(states)}",
+                  flush=True)
+            return
+        time.sleep(2.0)
 
 
 def paced_model(model: ModelConfig, topo: Topology, step_s: float = PACED_STEP_S) -> ModelConfig:
@@ -288,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     paced_runs: list[tuple[str, SimRun]] = []
     if not args.no_paced:
         paced_runs = plan_paced(args, stamp)
-    drift_runs = plan_drift(args, stamp)
+    drift_phases = plan_drift(args, stamp)
+    drift_runs = [r for phase in drift_phases for r in phase]
     gt_dir = REPO_ROOT / "reports" / f"bench-detection-{stamp}"
     for _, run in runs + paced_runs + drift_runs:
         write_ground_truth(gt_dir / f"{run.job.job_id}.jsonl", list(run.faults), run.job.job_id, run.job.seed,
@@ -305,7 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     logs = infra_cfg.logs_dir
     logs.mkdir(parents=True, exist_ok=True)
     workers = [start_worker(role, env, logs) for role in ("detect", "land")]
-    print(f"• {len(runs)} runs as fast as possible + {len(paced_runs)} paced + {len(drift_runs)} in a drifting fleet; "
+    print(f"• {len(runs)} runs as fast as possible + {len(paced_runs)} paced + {len(drift_runs)} in "
+          f"{len(drift_phases)} drifting fleets; "
           f"workers {[w.pid for w in workers]}; "
           f"ground truth in {gt_dir}", flush=True)
     producer = KafkaProducer(**kafka_client_config(settings, "producer"), acks=1, linger_ms=20,
@@ -330,13 +357,15 @@ def main(argv: list[str] | None = None) -> int:
             producer.flush()
             wait_caught_up(settings, workers, args.stall_s)
             _wait_finished_or_warn(settings, {r.job.job_id for _, r in paced_runs})
-        drift_start = end_offsets(settings, topics.incidents)
-        if drift_runs:  # a fleet of its own: every earlier job ended, so "most running jobs" are these
-            print(f"• fleet-wide drift: {len(drift_runs)} jobs together", flush=True)
-            stream_runs([r for _, r in drift_runs], topics, send)
+        drift_starts = []  # the alerts topic's end offsets as each drift phase began
+        for n, phase in enumerate(drift_phases):  # a fleet of its own: every earlier job ended
+            drift_starts.append(end_offsets(settings, topics.incidents))
+            print(f"• fleet-wide drift {n}: {len(phase)} jobs together", flush=True)
+            stream_runs([r for _, r in phase], topics, send)
             producer.flush()
             wait_caught_up(settings, workers, args.stall_s)
-            _wait_finished_or_warn(settings, {r.job.job_id for _, r in drift_runs})
+            _wait_finished_or_warn(settings, {r.job.job_id for _, r in phase})
+            wait_fleet_resolved(settings, topics.incidents, drift_starts[-1], DRIFT_RESOLVE_WAIT_S)
     finally:
         producer.close()
         for proc in workers:
@@ -344,16 +373,22 @@ def main(argv: list[str] | None = None) -> int:
     all_runs = runs + paced_runs + drift_runs
     jobs = {r.job.job_id for _, r in all_runs}
     messages = read_alerts(settings, topics.incidents, alert_start, jobs)
-    # fleet incidents: before the drift phase they answer no fault (false alarms); in it, the drift's
-    messages += read_alerts(settings, topics.incidents, alert_start, {"fleet"}, drift_start)
-    messages += [{**m, "job": DRIFT_FLEET} for m in read_alerts(settings, topics.incidents, drift_start, {"fleet"})]
+    # fleet incidents: before the drift phases they answer no fault (false alarms); in phase n, that drift's (one
+    # incident per phase: the fleet's book may re-open a held one with its id, so the id gets the phase too)
+    ends = [*drift_starts[1:], None]
+    messages += read_alerts(settings, topics.incidents, alert_start, {"fleet"}, drift_starts[0] if drift_starts
+                            else None)
+    for n, (start, end) in enumerate(zip(drift_starts, ends, strict=True)):
+        messages += [{**m, "job": f"{DRIFT_FLEET}-{n}", "incident_id": f"{m['incident_id']}@{n}"}
+                     for m in read_alerts(settings, topics.incidents, start, {"fleet"}, end)]
     ch_count = clickhouse_incidents(settings, jobs)
     if not args.keep_topics:
         print(f"• this run's {len(expire_topics(settings, topics))} topics expire at the broker's next retention "
               "check (--keep-topics keeps their data)", flush=True)
     records = [run_record(label, run) for label, run in all_runs]
+    phase_of = {r.job.job_id: n for n, phase in enumerate(drift_phases) for _, r in phase}
     for rec in records:
-        rec["fleet"] = DRIFT_FLEET if rec["label"] == DRIFT else None
+        rec["fleet"] = f"{DRIFT_FLEET}-{phase_of[rec['job']]}" if rec["job"] in phase_of else None
     (gt_dir / "runs.json").write_bytes(orjson.dumps(records, option=orjson.OPT_INDENT_2))
     (gt_dir / "alerts.jsonl").write_bytes(b"".join(orjson.dumps(m) + b"\n" for m in messages))
     result = score_records(records, messages)
@@ -422,7 +457,8 @@ def fleet_truth(fleet: str, faults: list[dict[str, Any]]) -> RunTruth:
     first = faults[0]
     network = first["kind"] in ("socket_fallback", "fabric_degraded")
     fault = {**first, "scope": "link" if network else "device", "links": ["inter"] if network else [], "ranks": [],
-             "hosts": [], "start_step": 0, "end_step": None, "fleet": True}
+             "hosts": [], "start_step": 0, "end_step": None, "fleet": True}  # scored by steplens.scoring's rules
+    # for a fleet fault: any incident of the fleet touches it; localised by its scope (and link class)
     return RunTruth(job=fleet, faults=[fault], total_steps=FLEET_ROUNDS, rank_steps=0)
 
 

@@ -953,8 +953,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              _from_start("downclock", ("BELOW_EXPECTED",), "compute 0.8x from the start", {"clock_factor": 0.8}),
              shape=(16, 4, 4)),
     # a fleet-wide drift (issue #44): every multi-host job of the fabric slow from its start together; the bench
-    # runs it as a fleet of its own (bench.detection.run.DRIFT_LAYOUTS, a healthy job on another fabric beside)
-    # and expects ONE fleet incident naming the link class, none per job
+    # runs it as a fleet of its own (bench.detection.run.DRIFT_PHASES: this fabric, then down-clocked devices,
+    # each with a healthy job beside) and expects ONE fleet incident per drift, none per job
     Scenario("fleet_drift", "drift", "a fabric rollout leaves RoCE at 40 % of its bandwidth for every job on it "
              "from their start: 4 jobs of 4 layouts, a healthy job on another fabric beside", ("BELOW_EXPECTED",),
              _from_start("fabric_degraded", ("BELOW_EXPECTED",), "fabric at 40 % from the start",

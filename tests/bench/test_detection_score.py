@@ -60,39 +60,50 @@ def test_poisson_bound_is_the_rule_of_three_at_zero_and_grows_with_k() -> None:
 
 
 def drift_records() -> list[dict[str, object]]:
-    """A drifting fleet as bench.detection.run.plan_drift builds it: its jobs and one healthy job beside."""
+    """Two drifting fleets as bench.detection.run.plan_drift builds them: a degraded fabric's jobs (phase 0), then
+    down-clocked devices' (phase 1), each with one healthy job beside."""
     from bench.detection.run import DRIFT_FLEET, run_record
-    runs = [SimRun(scenario_job("fleet_drift", steps=20, seed=s, job_id=f"d{s}")) for s in range(3)]
-    runs.append(SimRun(scenario_job("healthy", steps=20, seed=9, job_id="other")))
+    from producers.simulator.catalogue import FaultSpec
+    from producers.simulator.fleet import FleetJob
     recs = []
-    for run in runs:
-        while run.next_frame() is not None:
-            pass
-        rec = run_record("fleet_drift", run)
-        rec["fleet"] = DRIFT_FLEET
-        recs.append(rec)
+    for phase, (kind, magnitude) in enumerate((("fabric_degraded", {"bw_factor": 0.4}),
+                                                ("downclock", {"clock_factor": 0.8}))):
+        for n in range(4):
+            topo = scenario_job("healthy", steps=1).topology
+            faults = [FaultSpec(kind=kind, scope="job", start=0, magnitude=magnitude, rules=("BELOW_EXPECTED",),
+                                ranks=tuple(range(topo.world)))] if n < 3 else []  # the fourth: healthy beside
+            run = SimRun(FleetJob(f"p{phase}-{n}", topo, 20, faults, n))
+            while run.next_frame() is not None:
+                pass
+            rec = run_record("fleet_drift", run)
+            rec["fleet"] = f"{DRIFT_FLEET}-{phase}"
+            recs.append(rec)
     return recs
 
 
-def _fleet_incident(iid: str, job: str, link: str = "inter") -> dict[str, object]:
-    return {"incident_id": iid, "job": job, "rule": "BELOW_EXPECTED", "scope": "link", "link": link,
-            "step_first": 1, "step_last": 4, "detected_ns": 9, "state": "open"}
+def _fleet_incident(iid: str, phase: int, scope: str = "link", link: str | None = "inter") -> dict[str, object]:
+    from bench.detection.run import DRIFT_FLEET
+    return {"incident_id": iid, "job": f"{DRIFT_FLEET}-{phase}", "rule": "BELOW_EXPECTED", "scope": scope,
+            "link": link, "step_first": 1, "step_last": 4, "detected_ns": 9, "state": "open"}
 
 
 def test_a_drift_is_found_by_one_fleet_incident_and_a_job_incident_is_a_false_alarm() -> None:
-    from bench.detection.run import DRIFT_FLEET
     recs = drift_records()
-    found = score_records(recs, [_fleet_incident("drift", DRIFT_FLEET)])  # type: ignore[arg-type]
+    both = [_fleet_incident("fabric@0", 0), _fleet_incident("devices@1", 1, "device", None)]
+    found = score_records(recs, both)  # type: ignore[arg-type]
     row = found["scenarios"]["fleet_drift"]
-    assert row["faults"] == 1 and row["recall"] == row["precision"] == row["localisation"] == 1.0
+    assert row["faults"] == 2 and row["recall"] == row["precision"] == row["localisation"] == 1.0
     assert row["incidents_per_fault"] == 1.0 and row["false_alarms"] == 0 and row["delay_steps_p50"] is None
     assert found["fleet_false_alarms"] == 0
-    # each job's own BELOW_EXPECTED instead of the fleet's: missed, and three false alarms
-    per_job = [{"incident_id": f"j{n}", "job": f"d{n}", "rule": "BELOW_EXPECTED", "scope": "job", "step_first": 15,
-                "step_last": 15, "detected_ns": 9, "state": "open"} for n in range(3)]
+    # each job's own BELOW_EXPECTED instead of the fleet's: missed, and six false alarms
+    per_job = [{"incident_id": f"j{p}{n}", "job": f"p{p}-{n}", "rule": "BELOW_EXPECTED", "scope": "job",
+                "step_first": 15, "step_last": 15, "detected_ns": 9, "state": "open"} for p in (0, 1) for n in range(3)]
     missed = score_records(recs, per_job)["scenarios"]["fleet_drift"]  # type: ignore[arg-type]
-    assert missed["recall"] == 0.0 and missed["false_alarms"] == 3
-    # a fleet incident on the wrong link class is found but not localised; one outside the drift phase is stray
-    wrong = score_records(recs, [_fleet_incident("drift", DRIFT_FLEET, "intra"),  # type: ignore[arg-type]
-                                 _fleet_incident("early", "fleet")])
+    assert missed["recall"] == 0.0 and missed["false_alarms"] == 6
+    # a fleet incident naming the wrong link class (or devices for a fabric) is found but not localised; one
+    # outside the drift phases is stray
+    wrong = score_records(recs, [_fleet_incident("fabric@0", 0, "link", "intra"),  # type: ignore[arg-type]
+                                 _fleet_incident("devices@1", 1, "link", "inter"),
+                                 {**_fleet_incident("early", 0), "job": "fleet"}])
+    assert wrong["scenarios"]["fleet_drift"]["recall"] == 1.0
     assert wrong["scenarios"]["fleet_drift"]["localisation"] == 0.0 and wrong["fleet_false_alarms"] == 1
