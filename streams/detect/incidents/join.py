@@ -52,6 +52,8 @@ GC_STORM_WINDOW = 10  # steps over which GC pauses of different ranks count as o
 GC_STORM_RANKS = 2    # distinct ranks pausing within the window: a storm, the job's problem (a leak is one rank)
 GC_STORM_MEMORY = 60  # steps after a storm's last pause in which another rank's pause is still that storm's
 ONSET_R5_STEPS = 10   # R5 on a group's links this many steps before R6 flags the group: the same onset
+JOB_WIDE_GROUPS = 3   # R5 on links of this many groups at once (and a quarter of the ranks): the job's
+NEVER_ALONE = 1 << 30  # open_after of a finding that only joins (the job's slow steps, a culprit)
 EXPLAINS_SHARE = 0.5  # a culprit of the slow step's own step explains it with this share of its growth or more
 
 
@@ -109,6 +111,7 @@ def _join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: in
     _join_split_to_culprits(findings, tracks)
     _join_split(findings, tracks)
     findings = _join_pending_links(findings, tracks, recent)
+    _job_wide_links(findings, world)
     devices = [f for f in findings if f.scope == "device" and f.family == "perf"]
     by_metric: dict[tuple[str, str | None], list[Finding]] = {}
     for f in devices:
@@ -414,6 +417,30 @@ def _join_pending_links(findings: list[Finding], tracks: list[OpenTrack],
                       if links else "R5 flagged member links of this group at the onset")[:300]
         extra.append(r5)
     return findings + extra
+
+
+def _job_wide_links(findings: list[Finding], world: int) -> None:
+    """R5 on a quarter of the job's ranks or more, in `JOB_WIDE_GROUPS` groups or more, in one step, with no
+    host in every flagged group (no slow link or group took them): no one host's link slows them all; every
+    group's transfer moved together, the job's common mode (its slow steps' cause, `comm_bandwidth`), not
+    that many links. They become one job-wide finding that never opens an incident alone (it joins the job's
+    slow steps or the culprit that explains them). A wrong DP topology on a 32-rank job drew R5 on all 28
+    other ranks, both PP stages' groups, for the 3 steps of its onset: 28 link incidents. A slow link on one
+    host slows the groups through it: that host is in each of them, and they stay link findings."""
+    links = [f for f in findings if f.rule == "R5" and f.scope == "link" and f.family == "perf"
+             and not f.key.endswith("/rdma")]
+    ranks = {r for f in links for r in f.ranks}
+    hosts: dict[tuple[str | None, int | None], set[str | None]] = {}
+    for f in links:
+        hosts.setdefault((f.domain, f.group), set()).add(f.host)
+    if len(ranks) < max(2, world // 4) or len(hosts) < JOB_WIDE_GROUPS:
+        return
+    if set.intersection(*hosts.values()) - {None}:
+        return  # one host in every flagged group: its link may be the cause
+    for f in links:
+        f.key, f.scope, f.ranks, f.host, f.link, f.device = "job", "job", [], None, None, None
+        f.domain, f.group = None, None
+        f.open_after = NEVER_ALONE
 
 
 def _attach(slow: Finding, culprit: Finding) -> None:

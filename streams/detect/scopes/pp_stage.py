@@ -5,7 +5,10 @@ each other directly — that would alarm on every healthy pipeline. Instead each
 median busy time is compared with the median of its own last `baseline_steps` values:
 stage k is slow when that ratio exceeds 1 + `slow_stage_ratio` AND exceeds the other
 stages' typical ratio by the same margin (a job-wide slowdown is a slow step, not a stage).
-The median over the stage's ranks keeps a single slow rank out (that is a slow rank).
+The median over the stage's ranks keeps a single slow rank out (that is a slow rank). A stage
+is slow as a whole: its lower quartile must have grown too (`BROAD_SHARE` of the margin). A stage
+of two hosts whose median moved because one host's ranks, half of it, are slow is that host's
+problem (a slow host on a 32-rank TP4 PP2 DP4 job raised a SLOW_STAGE beside its SLOW_HOST).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import numpy as np
 from streams.detect.advice import SCOPES
 from streams.detect.scopes.finding import Finding
 from streams.detect.windows.step_frames import Frame, Topology
+
+BROAD_SHARE = 0.5  # the stage's lower quartile over its baseline by this share of `slow_stage_ratio` or more
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,17 +50,22 @@ def evaluate(frame: Frame, topo: Topology, state: StageState, params: Params
         return state, []
     busy = frame.busy_ms[seen]
     now = {k: float(np.median(busy[ok & (stage == k)])) for k in stages}
+    low = {k: float(np.percentile(busy[ok & (stage == k)], 25)) for k in stages}
     ratio: dict[int, float] = {}
+    broad: dict[int, float] = {}  # the lower quartile over the same baseline: the stage's ranks slow together
     for k, value in now.items():
         hist = state.history.get(k, [])
         if len(hist) > params.warmup_steps:
-            ratio[k] = value / float(np.median(hist))
+            base = float(np.median(hist))
+            ratio[k] = value / base
+            broad[k] = low[k] / base
     out: list[Finding] = []
     flagged: set[int] = set()
     if len(ratio) >= 2:
         for k, r in ratio.items():
             others = float(np.median([v for j, v in ratio.items() if j != k]))
-            if r > 1 + params.slow_stage_ratio and r - others > params.slow_stage_ratio:
+            if (r > 1 + params.slow_stage_ratio and r - others > params.slow_stage_ratio
+                    and broad[k] > 1 + BROAD_SHARE * params.slow_stage_ratio):
                 flagged.add(k)
                 base = now[k] / r
                 members = seen[ok & (stage == k)].tolist()

@@ -155,6 +155,17 @@ def test_slow_pp_stage_without_false_alarm_for_stage_imbalance() -> None:
     assert not [i for i in incidents(out) if i.rule in ("SLOW_RANK", "SLOW_HOST")]
 
 
+def test_half_a_stage_slow_on_one_host_is_that_hosts_not_the_stages() -> None:
+    """32 ranks TP4 PP2 DP4, 8 devices a host: each stage spans two hosts. One host's ranks slow (half of
+    stage 1) move the stage's median over its baseline; it is one SLOW_HOST, no SLOW_STAGE beside it."""
+    topo = Topology(dp=4, tp=4, pp=2, devices_per_host=8)
+    host2 = topo.host_ranks(2)
+    assert {topo.coords(r).pp for r in host2} == {1} and len(host2) == 8
+    out = run_engine(FleetJob("half-stage", topo, 80, [straggler(topo, r, 1.3, start=40) for r in host2], 7))
+    assert not [i for i in incidents(out) if i.rule == "SLOW_STAGE" or "SLOW_STAGE" in i.rules]
+    assert [i.host for i in incidents(out, "open") if "SLOW_HOST" in i.rules] == ["node-2"]
+
+
 def test_gc_leak_on_one_rank_and_gc_storm_over_many() -> None:
     topo = Topology(dp=8, tp=4, pp=2)
     leak = FleetJob("leak", topo, 80, gc_pauses(topo, range(40, 60, 3), 1.44 * step_ms(topo), ranks=[33]), 3)

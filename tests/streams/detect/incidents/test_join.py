@@ -192,6 +192,23 @@ def test_a_slow_step_long_after_the_culprits_onset_joins_it_while_the_baseline_p
     assert ("SLOW_STEP", "job") in {(f.rule, f.key) for f in step86(49.0, 60.0)}, "60 ms of a 263 ms growth"
 
 
+def test_r5_on_every_groups_links_without_a_common_host_is_the_jobs_and_never_opens_alone() -> None:
+    """32 ranks TP4 PP2 DP4: DP group g has ranks g, g+4, g+8, g+12 (stage 0, hosts 0-1) or, from g = 4,
+    stage 1's on hosts 2-3. R5 on the members of all eight groups in one step (a wrong DP topology's onset
+    moved every group's transfer): no host is in every flagged group, so no one link explains them: the
+    job's, never opening alone. R5 on the four groups through node-1 (a slow link there) stays link findings."""
+    def r5(rank: int) -> Finding:
+        f = _r5(rank, "dp", rank % 4 + 4 * (rank >= 16))
+        f.host = f"node-{rank // 8}"
+        return f
+
+    everywhere = join([r5(r) for r in range(32) if r not in (16, 20, 24, 28)], 32, [], 30)
+    assert {(f.key, f.scope) for f in everywhere} == {("job", "job")}
+    assert all(f.open_after > 10**6 and not f.ranks for f in everywhere)
+    through_node1 = join([r5(r) for r in range(16)], 32, [], 30)
+    assert {f.scope for f in through_node1} == {"link"} and len({f.key for f in through_node1}) == 16
+
+
 def test_devices_of_several_hosts_at_once_are_the_jobs() -> None:
     spread = join([_device("R2", 8 * h + 1, f"node-{h}", 1) for h in range(3)], 64, [], 5)
     assert {(f.key, f.scope) for f in spread} == {("job", "job")}, "one device on each of 3 hosts: a common cause"
