@@ -217,16 +217,18 @@ def _since_baseline(findings: list[Finding], slow: Finding, mid: int, first: dic
 
 
 def _mark_adoption(findings: list[Finding], open_tracks: list[OpenTrack], first: dict[str, int], since: int) -> None:
-    """A slow group or link flagged while the job's own slow-step incident is open (and that began
-    with it) takes that incident over if it persists to open (`Finding.adopts`, the book): a
-    group's bandwidth rule needs a few steps more than the step time to show the same fault."""
+    """A slow group or link, or a host's finding, flagged while the job's own slow-step incident is open
+    (and that began with it) takes that incident over if it persists to open (`Finding.adopts`, the book):
+    a group's bandwidth rule needs a few steps more than the step time to show the same fault, and so does a
+    host's (its kernels' efficiency, its inter-step CPU) where no slow rank or stage took the slow steps."""
     job = next((t for t in open_tracks if t.key == "job" and "SLOW_STEP" in t.rules), None)
     if job is None or job.first < since:
         return
     opened = {t.key for t in open_tracks}
     for f in findings:
         began = first.get(f.key, f.step)
-        if f.rule in ADOPTING_RULES and f.key not in opened and began >= job.first - JOIN_SLACK_STEPS:
+        adopting = f.rule in ADOPTING_RULES or (f.scope == "host" and f.family == "perf")
+        if adopting and f.key not in opened and began >= job.first - JOIN_SLACK_STEPS:
             f.adopts = "job"
 
 

@@ -167,6 +167,27 @@ def test_a_slow_group_found_after_the_slow_steps_takes_their_incident_over() -> 
     assert {"SLOW_STEP", "R6"} <= set(last.rules) and last.step_first == 60
 
 
+def test_a_hosts_finding_after_the_slow_steps_takes_their_incident_over() -> None:
+    """Heavy preprocessing on one host of a 32-rank job: the job's steps are slow at once, the host's inter-step
+    CPU rule (R10 on its 8 ranks) needs a few steps more; no slow rank or stage takes the slow steps. The host's
+    incident, once it opens, continues the job's: one incident, the host's scope."""
+    from schemas import Incident
+
+    book = IncidentBook(job="j")
+    out: list[Incident] = []
+    for step in range(60, 70):
+        found = [_slow_step(step)]
+        if step >= 61:
+            found.append(Finding(rule="R10", key="host:node-2", scope="host", step=step, summary="inter-step CPU",
+                                 ranks=list(range(16, 24)), host="node-2", open_after=3))
+        tracks = [OpenTrack(t.finding.key, t.finding.scope, t.finding.cause_phase, t.first, t.opened,
+                            tuple(t.finding.ranks), tuple(t.rules)) for t in book.tracks.values()]
+        out += [o for o in book.observe(step, join(found, 32, tracks, step, baseline_len=50), 0)
+                if isinstance(o, Incident)]
+    assert len({o.incident_id for o in out}) == 1, [(o.incident_id, o.state) for o in out]
+    assert (out[-1].scope, out[-1].host) == ("host", "node-2") and {"SLOW_STEP", "R10"} <= set(out[-1].rules)
+
+
 def test_a_later_slow_step_the_old_culprit_cannot_explain_stays_the_jobs() -> None:
     culprit = [OpenTrack("rank:3", "rank", "backward_ms", first=10, ranks=(3,), rules=("SLOW_RANK", "SLOW_STEP"))]
     r3 = Finding(rule="R3", key="job", scope="job", step=30, summary="throughput", open_after=3)
