@@ -30,7 +30,7 @@ from infra.clients import kafka_client_config
 from infra.progress import Progress
 from infra.settings import REPO_ROOT, Settings, load_settings
 from producers.simulator.attempts import plan_attempts
-from producers.simulator.catalogue import SCENARIOS, FaultSpec, build_faults
+from producers.simulator.catalogue import SCENARIOS, build_faults
 from producers.simulator.fleet import FleetJob
 from producers.simulator.ground_truth import write_ground_truth
 from producers.simulator.model import ModelConfig
@@ -63,9 +63,9 @@ PACED_STEP_S = 1.0  # the paced runs' healthy step time (issue #6: delay targets
 DRIFT = "fleet_drift"
 DRIFT_LAYOUTS = ((8, 4, 2), (8, 8, 1), (8, 4, 4), (4, 4, 2))
 DRIFT_HEALTHY_LAYOUT = (8, 4, 2)
-# (condition, magnitude, what happened to the fleet): a fabric rollout, then a power-policy rollout
-DRIFT_PHASES = (("fabric_degraded", {"bw_factor": 0.4}, "fabric at 40 % of RoCE's bandwidth from the start"),
-                ("downclock", {"clock_factor": 0.8}, "every device at 0.8x its clock from the start"))
+# the scenario whose job-long condition every drifting job of a phase has: a fabric rollout (RoCE at 40 %), then a
+# power-policy rollout (every device at 0.8x its clock)
+DRIFT_PHASES = (DRIFT, "compute_downclock")
 DRIFT_FLEET = "fleet@drift"  # phase n's fleet incidents are job f"{DRIFT_FLEET}-{n}" (renamed from "fleet")
 DRIFT_RESOLVE_WAIT_S = 180.0  # a phase's fleet incident resolves ~100 ticks (~50 s) after its jobs ended
 FLEET_ROUNDS = 1_000_000  # a fleet incident's "steps" are the fleet's drift judgements: any number is in time
@@ -142,22 +142,22 @@ def plan_paced(args: argparse.Namespace, stamp: str) -> list[tuple[str, SimRun]]
 
 
 def plan_drift(args: argparse.Namespace, stamp: str) -> list[list[tuple[str, SimRun]]]:
-    """The fleet-wide drift phases, one per DRIFT_PHASES condition: DRIFT_LAYOUTS' jobs under it and one healthy
-    job beside (another fabric, another power policy), streamed together once every other job (and the phase
-    before) ended. None with --quick unless named."""
+    """The fleet-wide drift phases, one per DRIFT_PHASES scenario: DRIFT_LAYOUTS' jobs under its condition and one
+    healthy job beside (another fabric, another power policy), streamed together once every other job (and the
+    phase before) ended. None with --quick unless named."""
     if (args.scenario and DRIFT not in args.scenario) or (args.quick and not args.scenario):
         return []
     sc = SCENARIOS[DRIFT]
     phases = []
-    for n, (kind, magnitude, row) in enumerate(DRIFT_PHASES):
+    for n, name in enumerate(DRIFT_PHASES):
         runs: list[tuple[str, SimRun]] = []
         for i, shape in enumerate((*DRIFT_LAYOUTS, DRIFT_HEALTHY_LAYOUT)):
             dp, tp, pp = shape
             topo = Topology(dp=dp, tp=tp, pp=pp, ep=1, devices_per_host=8)
             healthy = i == len(DRIFT_LAYOUTS)
-            faults = [] if healthy else [FaultSpec(kind=kind, scope="job", start=0, end=None, magnitude=magnitude,
-                                                   ranks=tuple(range(topo.world)), rules=sc.rules, row=row)]
-            job = f"bench-{stamp}-{DRIFT}-{n}-{'healthy' if healthy else kind}-{dp}x{tp}x{pp}"
+            faults = [] if healthy else build_faults(SCENARIOS[name], topo, args.steps, i)
+            kind = "healthy" if healthy else faults[0].kind
+            job = f"bench-{stamp}-{DRIFT}-{n}-{kind}-{dp}x{tp}x{pp}"
             attempts = plan_attempts(job, topo, args.steps, faults, 400 + 10 * n + i, model=sc.model(topo),
                                      traits=run_traits(args))
             runs.append((DRIFT, SimRun.of_attempts(attempts, packed=getattr(args, "packed", True))))

@@ -49,8 +49,9 @@ def evaluate(frame: Frame, topo: Topology, state: StageState, params: Params
     if len(stages) < 2:
         return state, []
     busy = frame.busy_ms[seen]
-    now = {k: float(np.median(busy[ok & (stage == k)])) for k in stages}
-    low = {k: float(np.percentile(busy[ok & (stage == k)], 25)) for k in stages}
+    of = {k: busy[ok & (stage == k)] for k in stages}
+    now = {k: float(np.median(x)) for k, x in of.items()}
+    low = {k: float(np.percentile(x, 25)) for k, x in of.items()}
     ratio: dict[int, float] = {}
     broad: dict[int, float] = {}  # the lower quartile over the same baseline: the stage's ranks slow together
     for k, value in now.items():
