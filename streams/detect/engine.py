@@ -587,7 +587,9 @@ class FleetEngine:
         below: dict[str, set[str]] = {}
         for name, engine in self.jobs.items():
             state = getattr(engine, "expected", None)
-            if state is None or engine.ended or not (state.below or state.cleared):
+            # running: neither ended nor stopped (silent `job_silence_s`, no `end`: a crash, a kill); a dead
+            # job's old verdict would dilute the share of the jobs still running
+            if state is None or engine.ended or engine.stopped or not (state.below or state.cleared):
                 continue
             seen, low = expected.classes(state, engine.device_kind)
             for cls in seen:

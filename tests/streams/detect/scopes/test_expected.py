@@ -9,7 +9,7 @@ import pytest
 
 from bench.detection.reference import feed, learn, training_jobs
 from infra.settings import DetectionConfig
-from producers.simulator.catalogue import scenario_job
+from producers.simulator.catalogue import FaultSpec, scenario_job
 from producers.simulator.fleet import FleetJob, Noise
 from producers.simulator.topology import Topology
 from schemas import Incident
@@ -106,3 +106,20 @@ def test_fleet_wide_drift_is_one_fleet_incident(reference: Path) -> None:
     assert len(fleet) == 1 and fleet[0].rule == "BELOW_EXPECTED" and fleet[0].scope == "link"
     assert fleet[0].link == "inter" and all(f"drift-{s}" in fleet[0].summary for s in range(4))
     assert not [i for i in opened if i.job != "fleet"], "no incident per job under the fleet's drift"
+
+
+def test_jobs_that_stopped_without_an_end_are_not_running_jobs_of_the_drift(reference: Path) -> None:
+    """Jobs judged healthy on the same link class that then crashed (no `end`: every rank and device silent,
+    JOB_STOPPED) no longer run: a drift of the jobs still running is the fleet's, not diluted by the dead.
+    On af506f2 four crashed jobs beside four drifting ones and a healthy one counted as 'judged' for good, so
+    4 of 9 was no drift and each drifting job opened its own incident (make bench-detection, full plan)."""
+    fleet = FleetEngine(DetectionConfig(reference_models=str(reference)))
+    crashed = [FleetJob(f"crashed-{i}", Topology(dp=8, tp=8, pp=1, ep=1), 60,
+                        (FaultSpec(kind="job_crash", scope="job", start=45, end=45, ranks=tuple(range(64))),), 30 + i)
+               for i in range(4)]
+    out = feed(crashed, fleet)
+    assert [o.rule for o in out if isinstance(o, Incident) and o.state == "open"] == ["JOB_STOPPED"] * 4
+    jobs = [scenario_job("socket_fallback", steps=40, seed=s, job_id=f"drift-{s}") for s in range(4)]
+    jobs.append(FleetJob("beside", Topology(dp=8, tp=8, pp=1, ep=1), 40, (), 9))
+    opened = [o for o in feed(jobs, fleet) if isinstance(o, Incident) and o.state == "open"]
+    assert [(i.job, i.rule, i.scope) for i in opened] == [("fleet", "BELOW_EXPECTED", "link")]
