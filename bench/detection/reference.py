@@ -31,9 +31,10 @@ STEPS = 40
 BATCH = 256  # messages per decode batch: a few steps of a job (its device samples among them)
 
 
-def feed(jobs: list[FleetJob], fleet: FleetEngine) -> list[Output]:
+def feed(jobs: list[FleetJob], fleet: FleetEngine, later: dict[str, int] | None = None) -> list[Output]:
     """Stream `jobs` (steps, kernel summaries, device samples, interleaved) through decode into `fleet` on a
-    simulated clock, as the bench's in-process replay does; every output."""
+    simulated clock, as the bench's in-process replay does; every output. `later`: job id -> steps of the
+    others sent before it starts."""
     out: list[Output] = []
     buffer: list[bytes] = []
     clock = [1_700_000_000_000_000_000]
@@ -56,7 +57,7 @@ def feed(jobs: list[FleetJob], fleet: FleetEngine) -> list[Output]:
         flush()
         clock[0] += int(seconds * 1e9)
 
-    stream_runs([SimRun(job) for job in jobs], Topics(""), send, clock=lambda: clock[0], idle=idle)
+    stream_runs([SimRun(job) for job in jobs], Topics(""), send, clock=lambda: clock[0], idle=idle, later=later)
     flush()
     for _ in range(200):  # the jobs' ends and last frames
         clock[0] += 500_000_000

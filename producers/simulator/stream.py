@@ -186,21 +186,31 @@ class SimulatedClock:
 
 def stream_runs(runs: list[SimRun], topics: Topics, send: Send, *, paced: bool = False,
                 on_step: Callable[[], None] | None = None, clock: Callable[[], int] = time.monotonic_ns,
-                idle: Callable[[float], None] = time.sleep) -> None:
+                idle: Callable[[float], None] = time.sleep, later: dict[str, int] | None = None) -> None:
     """Send every run's job start, all its frames (interleaved across runs) and its job end.
 
     A launch that crashed sends no end; its relaunch starts (a new `start`, the same job id)
     once its gap has passed on `clock` (ns; the in-process replay passes its simulated clock and
-    an `idle` that advances it), while the other runs go on streaming."""
+    an `idle` that advances it), while the other runs go on streaming. `later`: job id -> rounds
+    of the others' frames sent before that job starts (a fleet's jobs do not all start at once)."""
     if paced:
         now = time.time_ns()
         for run in runs:
             run.job.start_ns = now
+    later = dict(later or {})
+    queued = [run for run in runs if later.get(run.job.job_id, 0) > 0]
     for run in runs:
-        send(topics.jobs, job_key(run.job.job_id), run.start_event())
-    active = list(runs)
+        if run not in queued:
+            send(topics.jobs, job_key(run.job.job_id), run.start_event())
+    active = [run for run in runs if run not in queued]
     waiting: list[tuple[int, SimRun]] = []  # (clock ns when it relaunches, run)
-    while active or waiting:
+    rounds = 0
+    while active or waiting or queued:
+        for run in [r for r in queued if later[r.job.job_id] <= rounds]:
+            queued.remove(run)
+            send(topics.jobs, job_key(run.job.job_id), run.start_event())
+            active.append(run)
+        rounds += 1
         for due in [w for w in waiting if w[0] <= clock()]:
             waiting.remove(due)
             run = due[1]
@@ -210,7 +220,8 @@ def stream_runs(runs: list[SimRun], topics: Topics, send: Send, *, paced: bool =
             send(topics.jobs, job_key(run.job.job_id), run.start_event())
             active.append(run)
         if not active:
-            idle(max(0.0, (min(t for t, _ in waiting) - clock()) / 1e9))
+            if waiting:
+                idle(max(0.0, (min(t for t, _ in waiting) - clock()) / 1e9))
             continue
         pending: list[tuple[SimRun, StepFrame]] = []
         for run in list(active):

@@ -84,6 +84,10 @@ FINISHED_JOBS_KEPT = 10_000
 # the rules that judge the step kinds of a job's periodic work (step time, throughput, inter-step CPU): quiet at
 # job scope on a step the slow-step scope's rhythm calls planned
 PLANNED_WORK_RULES = ("SLOW_STEP", "R3", "R10")
+# a job found below the fleet waits at most this many frames after its verdict while other running jobs are still
+# being judged: jobs of one rollout reach their verdicts a few frames apart, and the first ones must not open
+# incidents of their own before the fleet sees the drift (verdict at ~15 frames + 8 < the 30-step bar)
+DRIFT_WAIT_FRAMES = 8
 DRIFT_RESOLVE_TICKS = 100  # ticks (~0.1-1 s each) without a fleet-wide drift before its incident resolves
 
 
@@ -189,6 +193,7 @@ class JobEngine:
     device_kind: str = ""  # the job's devices' kind, from their samples ("": not said)
     reference: ReferenceModels | None = None  # the fleet's reference models, set by the FleetEngine
     drift: frozenset[str] = frozenset()  # classes under a fleet-wide drift incident (set by the FleetEngine)
+    peers_undecided: bool = False  # other running jobs still being judged against the fleet (set by the FleetEngine)
     memory: memory.MemoryState = field(default_factory=memory.MemoryState)  # step memory, OOM (contract 1.5)
 
     @classmethod
@@ -443,6 +448,9 @@ class JobEngine:
             return []  # a verdict the fleet has not weighed yet (its next tick): one of many jobs drifting?
         if found and expected.classes(state, getattr(self, "device_kind", ""))[1] <= drifting:
             return []  # the fleet's drift, not this job's: the fleet's incident lists it
+        waited = state.frames - (getattr(state, "below_frame", 0) or state.frames)
+        if found and getattr(self, "peers_undecided", False) and waited < DRIFT_WAIT_FRAMES:
+            return []  # jobs still being judged may be below too: a drift of the fleet is the fleet's incident
         return found
 
     def _tracks(self) -> list[OpenTrack]:
@@ -551,6 +559,13 @@ def _first_ts(chunk: Chunk) -> int:
     return 0
 
 
+def _undecided(engine: JobEngine) -> bool:
+    """A running job the fleet still judges: started, no verdict yet, not past `expected_decide_by`."""
+    state = getattr(engine, "expected", None)
+    return (state is not None and not engine.ended and not engine.stopped and state.frames > 0
+            and not state.decided and not (state.below or state.cleared))
+
+
 @dataclass(slots=True)
 class FleetEngine:
     """Every job this worker owns."""
@@ -585,7 +600,9 @@ class FleetEngine:
         verdict waits for this judgement: one tick). The drift book's steps are these judgements (ticks)."""
         judged: dict[str, set[str]] = {}
         below: dict[str, set[str]] = {}
+        undecided = {name for name, engine in self.jobs.items() if _undecided(engine)}
         for name, engine in self.jobs.items():
+            engine.peers_undecided = bool(undecided - {name})
             state = getattr(engine, "expected", None)
             # running: neither ended nor stopped (silent `job_silence_s`, no `end`: a crash, a kill); a dead
             # job's old verdict would dilute the share of the jobs still running

@@ -88,6 +88,7 @@ class ExpectedState:
     below: list[str] = field(default_factory=list)  # components whose verdict was "below the fleet"
     cleared: list[str] = field(default_factory=list)  # ... and "matches the fleet" (judged no more)
     reviewed: list[str] = field(default_factory=list)  # below verdicts the fleet's drift judgement has seen
+    below_frame: int = 0            # the frame of the job's first "below" verdict (0: none)
     # what the fleet may learn from this job (pooled while it has no incident): curve -> (bytes, ns) per call,
     # "kernel|device kind" -> FLOP/s; the job's per-frame medians, the newest LEARN_KEEP
     learned_comm: dict[tuple[str, str, int], list[tuple[float, float]]] = field(default_factory=dict)
@@ -222,7 +223,11 @@ def evaluate(frame: Frame, topo: Topology, state: ExpectedState, params: Params,
         flags.append(c.below)
         state.judged.setdefault(c.name, []).append(c.ratio)
         if len(flags) >= params.expected_steps:  # the component's verdict
-            (state.below if sum(flags) >= params.expected_share * len(flags) else state.cleared).append(c.name)
+            if sum(flags) >= params.expected_share * len(flags):
+                state.below.append(c.name)
+                state.below_frame = state.below_frame or state.frames
+            else:
+                state.cleared.append(c.name)
     if state.frames >= params.expected_decide_by:
         state.decided = True
     now_below = [c for c in comps if c.name in state.below

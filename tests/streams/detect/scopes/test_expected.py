@@ -123,3 +123,16 @@ def test_jobs_that_stopped_without_an_end_are_not_running_jobs_of_the_drift(refe
     jobs.append(FleetJob("beside", Topology(dp=8, tp=8, pp=1, ep=1), 40, (), 9))
     opened = [o for o in feed(jobs, fleet) if isinstance(o, Incident) and o.state == "open"]
     assert [(i.job, i.rule, i.scope) for i in opened] == [("fleet", "BELOW_EXPECTED", "link")]
+
+
+def test_a_drift_whose_jobs_reach_their_verdicts_apart_is_still_one_fleet_incident(reference: Path) -> None:
+    """Jobs of one rollout start a few steps apart: the first found below waits (a few frames at most) while
+    other running jobs are still being judged, so the fleet's incident, not one per early job, names the drift.
+    On ca2c73d the two jobs that started first opened their own incidents before the others had verdicts
+    (make bench-detection: two drifting jobs of four under load)."""
+    jobs = [scenario_job("socket_fallback", steps=40, seed=s, job_id=f"drift-{s}") for s in range(4)]
+    jobs.append(FleetJob("beside", Topology(dp=8, tp=8, pp=1, ep=1), 40, (), 9))
+    out = feed(jobs, FleetEngine(DetectionConfig(reference_models=str(reference))), later={"drift-2": 4, "drift-3": 4})
+    opened = [o for o in out if isinstance(o, Incident) and o.state == "open"]
+    assert [(i.job, i.rule, i.scope) for i in opened] == [("fleet", "BELOW_EXPECTED", "link")]
+    assert all(f"drift-{s}" in opened[0].summary for s in range(4))
