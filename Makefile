@@ -63,14 +63,18 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
-test: venv venv-train lint typecheck ## lint, types, unit and integration tests (starts the services it needs)
-	$(BIN)/pytest
-
 # a change's first check: no service started, no trace of gigabytes (about 2 minutes); `make test` stays the gate
 QUICK_TESTS := tests/schemas tests/streams/detect/rules tests/streams/detect/scopes tests/streams/detect/incidents \
 	tests/streams/detect/signals tests/streams/model tests/streams/alerts tests/infra tests/sinks tests/streams/profiles \
 	tests/producers/simulator tests/test_architecture.py tests/docs
 QUICK_MARKS := not integration and not kafka and not clickhouse and not cluster and not alertmanager and not prometheus and not large
+
+# `make test` runs the service-free tests TEST_WORKERS at a time (pytest-xdist: they share nothing), then the
+# services' tests one at a time: they share one broker and one ClickHouse server, and some stop or restart them
+TEST_WORKERS ?= 2
+test: venv venv-train lint typecheck ## lint, types, unit and integration tests (starts the services it needs)
+	$(BIN)/pytest -n $(TEST_WORKERS) -m "$(QUICK_MARKS)"
+	$(BIN)/pytest -m "not ($(QUICK_MARKS))"
 
 test-quick: venv lint ## ruff and the service-free unit tests of the pure stages, in about 2 minutes
 	$(BIN)/pytest -q -m "$(QUICK_MARKS)" $(QUICK_TESTS)
