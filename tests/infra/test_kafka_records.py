@@ -149,7 +149,8 @@ def test_the_workers_consumers_read_batches_in_c(monkeypatch: pytest.MonkeyPatch
     from streams.land.processor import LandingProcessor
     from streams.metrics import DetectMetrics
 
-    settings = load_settings(env={})
+    # the clients never connect: plaintext keeps the test off the local broker's secrets directory
+    settings = load_settings(env={"STEPLENS_KAFKA_SECURITY": "plaintext"})
     land = land_loop.LandLoop(settings, LandingProcessor(Topics(settings.topic_prefix), settings.max_event_bytes),
                               lander=None)  # type: ignore[arg-type]  # never reached: only the clients open
 
