@@ -252,11 +252,17 @@ def read_alerts(settings: Settings, topic: str, start: dict[int, int], jobs: set
     return out
 
 
-def clickhouse_incidents(settings: Settings, jobs: set[str]) -> int:
+def clickhouse_incidents(settings: Settings, jobs: set[str], fleet_ids: set[str]) -> int:
+    """This run's incidents in ClickHouse: its jobs' and the fleet incidents it saw on the alerts topic
+    (the fleet's book outlives a run, so its ids, not its job name, say which are this run's)."""
     backend = open_backend(settings)
     try:
         names = ", ".join(f"'{j}'" for j in sorted(jobs))
-        rows = backend.query(f"SELECT count() FROM {backend.database}.incidents FINAL WHERE job IN ({names})")
+        where = f"job IN ({names})"
+        if fleet_ids:
+            ids = ", ".join(f"'{i}'" for i in sorted(fleet_ids))
+            where += f" OR (job = 'fleet' AND incident_id IN ({ids}))"
+        rows = backend.query(f"SELECT count() FROM {backend.database}.incidents FINAL WHERE {where}")
         return int(rows[0][0])
     finally:
         backend.close()
@@ -366,6 +372,7 @@ def main(argv: list[str] | None = None) -> int:
             wait_caught_up(settings, workers, args.stall_s)
             _wait_finished_or_warn(settings, {r.job.job_id for _, r in phase})
             wait_fleet_resolved(settings, topics.incidents, drift_starts[-1], DRIFT_RESOLVE_WAIT_S)
+            wait_caught_up(settings, workers, args.stall_s)  # the land worker has the resolution too
     finally:
         producer.close()
         for proc in workers:
@@ -376,12 +383,13 @@ def main(argv: list[str] | None = None) -> int:
     # fleet incidents: before the drift phases they answer no fault (false alarms); in phase n, that drift's (one
     # incident per phase: the fleet's book may re-open a held one with its id, so the id gets the phase too)
     ends = [*drift_starts[1:], None]
+    fleet_messages = read_alerts(settings, topics.incidents, alert_start, {"fleet"})
     messages += read_alerts(settings, topics.incidents, alert_start, {"fleet"}, drift_starts[0] if drift_starts
                             else None)
     for n, (start, end) in enumerate(zip(drift_starts, ends, strict=True)):
         messages += [{**m, "job": f"{DRIFT_FLEET}-{n}", "incident_id": f"{m['incident_id']}@{n}"}
                      for m in read_alerts(settings, topics.incidents, start, {"fleet"}, end)]
-    ch_count = clickhouse_incidents(settings, jobs)
+    ch_count = clickhouse_incidents(settings, jobs, {str(m["incident_id"]) for m in fleet_messages})
     if not args.keep_topics:
         print(f"• this run's {len(expire_topics(settings, topics))} topics expire at the broker's next retention "
               "check (--keep-topics keeps their data)", flush=True)
