@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+from bench.detection.repeat import merge_repeats
 from bench.provenance import git_commit, machine
 from infra import InfraConfig, KafkaBroker
 from infra.clients import kafka_client_config
@@ -296,13 +297,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stall-s", type=float, default=300.0, help="fail when the workers' lag stops shrinking")
     p.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "detection.json")
     p.add_argument("--rescore", type=Path, metavar="DIR", help="score a finished run's saved runs.json + alerts.jsonl")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="run the plan N times in a row, each on fresh topics and workers; the file keeps every run "
+                        "and, per scenario, its worst figures (bench/detection/repeat.py)")
     args = p.parse_args(argv)
     if args.rescore:
         return rescore(args.rescore, args.out)
+    if args.repeat < 1:
+        p.error("--repeat must be at least 1")
     if args.quick:
         args.large_ranks = min(args.large_ranks, 1024)
         args.steps = min(args.steps, 60)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the cleanup (stop the workers)
+    results = []
+    for n in range(args.repeat):
+        if args.repeat > 1:
+            print(f"• run {n + 1} of {args.repeat}", flush=True)
+        results.append(run_plan(args))
+        if args.repeat > 1:
+            print(render_table(results[-1]), flush=True)
+    write_result(args.out, results[0] if args.repeat == 1 else merge_repeats(results))
+    return 0
+
+
+def run_plan(args: argparse.Namespace) -> dict[str, Any]:
+    """One run of the plan: fresh topics, the two workers, every run streamed, then scored."""
     started = datetime.now(UTC).isoformat(timespec="seconds")
     t0 = time.monotonic()
     stamp = time.strftime("%H%M%S")
@@ -405,8 +424,7 @@ def main(argv: list[str] | None = None) -> int:
                    "duration_s": round(time.monotonic() - t0, 1),
                    "incidents_clickhouse": ch_count,
                    "ground_truth_dir": str(gt_dir.relative_to(REPO_ROOT))})
-    write_result(args.out, result)
-    return 0
+    return result
 
 
 def _wait_finished_or_warn(settings: Settings, jobs: set[str], timeout_s: float = 120.0) -> None:
