@@ -174,6 +174,54 @@ def test_no_import_cycle_between_library_modules() -> None:
     assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
 
 
+# The stages of streams/: each reads its topics and writes its own; what two of them share lives below them
+# (streams/*.py, sinks/, schemas/, infra/), so a stage can be read, tested and deployed alone (issue #47).
+STAGES = ("streams.detect", "streams.land", "streams.profiles", "streams.alerts")
+# `steplens replay` reads real traces with the profile stage's parser before it sends them as a fleet would;
+# the parser moving below both is still to do (issue #47). Nothing else in producers/ reaches into streams/.
+REPLAY = "producers.replay"
+REPLAY_MAY_USE = ("streams.profiles.loader", "streams.profiles.jsonstream", "streams.profiles.model",
+                  "streams.profiles.analysis", "streams.topics_admin")
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def stage_of(module: str) -> str | None:
+    return next((s for s in STAGES if _within(module, s)), None)
+
+
+def crossings(graph: dict[str, set[str]]) -> list[str]:
+    """Imports from one stage into another, and from producers/ into streams/ (replay's parser excepted)."""
+    out = []
+    for module, targets in sorted(graph.items()):
+        for dest in sorted(targets):
+            here, there = stage_of(module), stage_of(dest)
+            sideways = here is not None and there is not None and here != there
+            upstream = _within(module, "producers") and _within(dest, "streams") and not (
+                _within(module, REPLAY) and any(_within(dest, ok) for ok in REPLAY_MAY_USE))
+            if sideways or upstream:
+                out.append(f"{module} -> {dest}")
+    return out
+
+
+def test_the_stages_stand_alone() -> None:
+    found = crossings(import_graph())
+    assert not found, "a stage imports another (move the shared piece below them):\n" + "\n".join(found)
+
+
+def test_a_crossing_is_found_and_a_shared_piece_below_is_not_one() -> None:
+    graph = {"streams.land.processor": {"streams.detect.ingest.decode", "streams.columnar_backoff"},
+             "streams.detect.scopes.hung": {"streams.advice", "streams.detect.engine"},
+             "producers.hook.rank": {"streams.profiles.model"},
+             "producers.replay.convert": {"streams.profiles.model"},
+             "producers.replay.cli": {"streams.detect.engine"}}
+    assert crossings(graph) == ["producers.hook.rank -> streams.profiles.model",
+                                "producers.replay.cli -> streams.detect.engine",
+                                "streams.land.processor -> streams.detect.ingest.decode"]
+
+
 # --- the checker itself -------------------------------------------------------------------------
 
 

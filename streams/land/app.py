@@ -34,8 +34,8 @@ from faust.app.base import BootStrategy
 
 from infra.settings import Settings
 from schemas import Topics
+from sinks.lander import ClickHouseLander
 from streams.app import base_app
-from streams.land.lander import ClickHouseLander
 from streams.land.loop import LandLoop
 from streams.land.processor import LandingProcessor
 from streams.metrics import Announce

@@ -62,7 +62,7 @@ def land_group(settings: Settings) -> str:
 
 
 class Lander(Protocol):
-    """What the loop uses of `streams.land.lander.ClickHouseLander`."""
+    """What the loop uses of `sinks.lander.ClickHouseLander`."""
 
     def write(self, batch: list[TableRow], sources: list[Source] | None = None,
               blocks: list[Block] | None = None) -> None: ...

@@ -57,7 +57,7 @@ from sinks.rows import (
     TableRow,
 )
 from sinks.writer import Block, Span
-from streams.detect.ingest.decode import ColumnarBackoff
+from streams.columnar_backoff import ColumnarBackoff
 from streams.land.columns import device_block, kernel_summaries_in, kernel_summary_block, step_block
 from streams.runtime import Record
 

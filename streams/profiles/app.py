@@ -21,8 +21,8 @@ import faust
 
 from infra.settings import Settings
 from schemas import ContractError, ControlCommand, ProfileReady, Topics, decode_as, encode, job_key
+from sinks.lander import ClickHouseLander
 from streams.app import base_app, now_ns, raw_topic
-from streams.land.lander import ClickHouseLander
 from streams.profiles.worker import CommandIndex, DumpError, DumpResult, analyse_dump, diagnosis_incident
 
 log = logging.getLogger(__name__)

@@ -26,11 +26,11 @@ from infra.settings import Settings
 from schemas import Topics, encode, rank_key
 from sinks.backend import Backend, qualified
 from sinks.embedded import EmbeddedBackend
+from sinks.lander import ClickHouseLander
 from sinks.migrations.runner import migrate
 from sinks.rows import TABLE_COLUMNS, rows_for
 from sinks.server import ServerBackend
 from sinks.writer import BatchingWriter
-from streams.land.lander import ClickHouseLander
 from streams.land.processor import Landed, LandingProcessor
 from streams.topics_admin import ensure_topics
 from tests.steplens.fleet_data import T0, all_events, step_events

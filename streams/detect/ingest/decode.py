@@ -52,31 +52,6 @@ class DecodeStats:
     declined: bool = False  # the columnar path was tried and handed the batch back (decoded event by event)
 
 
-@dataclass(slots=True)
-class ColumnarBackoff:
-    """Whether the next batch tries the columnar path: after it declined a batch, the next `skip`
-    batches go straight to the per-event path. A batch it declines pays the columnar read for nothing
-    (~3 µs a step event), so a stream with a bad record in every batch would cost more than before;
-    with the backoff it costs at most 1/(skip+1) of that read more, and a clean stream none."""
-
-    skip: int = 8
-    left: int = 0
-
-    def use(self) -> bool:
-        if self.left:
-            self.left -= 1
-            return False
-        return True
-
-    def after(self, stats: DecodeStats) -> None:
-        if stats.declined:
-            self.declined()
-
-    def declined(self) -> None:
-        """The columnar path handed a batch back: the next `skip` batches skip it."""
-        self.left = self.skip
-
-
 def _major_ok(doc: dict[str, Any]) -> bool:
     return major_ok(doc.get("v"))
 

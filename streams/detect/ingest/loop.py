@@ -28,8 +28,9 @@ from infra.delivery import deliver_all
 from infra.settings import Settings
 from schemas import Topics, job_key
 from streams.app import WorkerTimeouts
+from streams.columnar_backoff import ColumnarBackoff
 from streams.detect.combine import chunks as chunk_codec
-from streams.detect.ingest.decode import ColumnarBackoff, decode_batch
+from streams.detect.ingest.decode import decode_batch
 from streams.metrics import DetectMetrics
 from streams.runtime import Batch, Batching, Commits, Consumer, ConsumerLoop
 from streams.topics_admin import DetectTopics
@@ -177,7 +178,7 @@ class DecodeLoop(ConsumerLoop):
         self.metrics.batch.labels("decode").observe(len(raws))
         columnar = self.settings.detect_columnar_decode and self._columnar.use()
         chunks, stats = decode_batch(raws, self.settings.max_event_bytes, columnar)
-        self._columnar.after(stats)
+        self._columnar.after(stats.declined)
         self.metrics.bad.inc(stats.bad)
         out: list[tuple[bytes, bytes]] = []
         decoded_ns = time.time_ns()

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from schemas.columns import DOMAINS
-from streams.detect.advice import SCOPES
+from streams.advice import SCOPES
 from streams.detect.scopes.finding import Finding
 from streams.detect.windows.comm_columns import comm_columns, transfer_ns
 from streams.detect.windows.step_frames import PHASE_INDEX, FloatArray, Frame, Topology

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from schemas.columns import DOMAINS
-from streams.detect.advice import SCOPES
+from streams.advice import SCOPES
 from streams.detect.scopes.finding import Finding
 from streams.detect.windows.step_frames import PHASE_INDEX, FloatArray, Frame, IntArray, Topology
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streams.detect.advice import SCOPES
+from streams.advice import SCOPES
 from streams.detect.scopes.finding import Finding
 from streams.detect.windows.step_frames import Frame, IntArray, Topology
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from streams.detect.advice import advise_cause, advise_rule
+from streams.advice import advise_cause, advise_rule
 from streams.detect.rules import oom_forecast as oom
 from streams.detect.rules.base import BoolArray, FloatArray
 from streams.detect.scopes.finding import Finding

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from streams.detect.advice import SCOPES
+from streams.advice import SCOPES
 from streams.detect.scopes.finding import Finding
 from streams.detect.windows.step_frames import Frame, Topology
 

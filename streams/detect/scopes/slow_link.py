@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from schemas.columns import DOMAINS
-from streams.detect.advice import SCOPES
+from streams.advice import SCOPES
 from streams.detect.scopes.finding import Finding
 from streams.detect.windows.comm_columns import comm_columns
 from streams.detect.windows.step_frames import Frame, Topology

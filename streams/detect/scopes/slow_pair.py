@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from schemas.columns import DOMAINS
-from streams.detect.advice import advise
+from streams.advice import advise
 from streams.detect.scopes.finding import Finding
 from streams.detect.scopes.slow_rank import excess_phase, phase_medians
 from streams.detect.windows.step_frames import PHASE_INDEX, Frame, Topology

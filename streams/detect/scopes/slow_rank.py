@@ -28,14 +28,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from schemas.columns import DOMAINS, PHASES
-from streams.detect.advice import COMPUTE_PHASES, advise
+from streams.advice import COMPUTE_PHASES, advise
 from streams.detect.scopes.confirm import Deviation, compute_share, host_open_after
 from streams.detect.scopes.confirm import open_after as graded_open_after
 from streams.detect.scopes.finding import Finding
-from streams.detect.scopes.outliers import dixon_critical, group_stats
+from streams.detect.scopes.outliers import group_stats
 from streams.detect.scopes.sustained import WINDOW, StepObservation, SustainedState
 from streams.detect.scopes.sustained import update as sustained_update
 from streams.detect.windows.step_frames import Frame, Topology
+from streams.dixon import dixon_critical
 
 COMPARABLE = ("dp", "tp", "ep", "cp")
 NOISE_STEPS = 50

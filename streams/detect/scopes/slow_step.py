@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from schemas.columns import PHASES
-from streams.detect.advice import advise
+from streams.advice import advise
 from streams.detect.scopes import rhythm
 from streams.detect.scopes.finding import Finding
 from streams.detect.windows.comm_columns import comm_columns

@@ -10,7 +10,7 @@ attempt resolves the old attempt's incidents) or ends.
 
 from __future__ import annotations
 
-from streams.detect.advice import SCOPES
+from streams.advice import SCOPES
 from streams.detect.scopes.finding import Finding
 
 ADVICE = SCOPES["JOB_STOPPED"]

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from streams.detect.advice import advise_rule
+from streams.advice import advise_rule
 from streams.detect.rules.base import Alarms
 from streams.detect.scopes.finding import Finding
 from streams.detect.windows.step_frames import Frame, Topology

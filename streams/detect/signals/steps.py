@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streams.detect.advice import advise
+from streams.advice import advise
 from streams.detect.rules import r01_static_bounds as r1
 from streams.detect.rules import r03_throughput_window as r3
 from streams.detect.rules import r10_interstep_cpu as r10

@@ -74,7 +74,8 @@ ZSTD_LEVEL = -5
 MOVED_MODULES: dict[str, str] = {
     "streams.engine": "streams.detect.engine",
     "streams.signals": "streams.detect.signals",
-    "streams.analysis.advisor": "streams.detect.advice",
+    "streams.analysis.advisor": "streams.advice",
+    "streams.detect.advice": "streams.advice",
     **{f"streams.{p}": f"streams.detect.{p}"
        for p in ("combine", "incidents", "ingest", "rules", "scopes", "state", "windows")},
 }

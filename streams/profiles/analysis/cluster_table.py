@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from streams.detect.scopes.outliers import DIXON_Q995
+from streams.dixon import DIXON_Q995
 from streams.profiles.analysis.findings import Finding
 from streams.profiles.model import ClusterTable
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
-from streams.detect.advice import Advice, advise_cause
+from streams.advice import Advice, advise_cause
 
 
 @dataclass(frozen=True, slots=True)

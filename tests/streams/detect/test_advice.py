@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from streams.detect.advice import RULES, UNKNOWN, advise_rule
+from streams.advice import RULES, UNKNOWN, advise_rule
 
 DETECT = Path(__file__).resolve().parents[3] / "streams" / "detect"
 

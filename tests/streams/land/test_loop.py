@@ -11,10 +11,10 @@ from kafka.errors import KafkaTimeoutError, UnsupportedVersionError
 
 from infra.settings import load_settings
 from schemas import Topics, encode
+from sinks.lander import ClickHouseLander
 from sinks.rows import row_for
 from sinks.writer import BatchingWriter
 from streams.land.app import CRASH_EXIT_CODE
-from streams.land.lander import ClickHouseLander
 from streams.land.loop import LandLoop, consumer_options
 from streams.land.processor import LandingProcessor
 from tests.sinks.fakes import FakeBackend

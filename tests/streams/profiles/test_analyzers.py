@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from streams.detect.advice import CAUSES, advise_cause
+from streams.advice import CAUSES, advise_cause
 from streams.profiles.analysis.cluster_table import cluster_table_verdict
 from streams.profiles.analysis.communication import communication_causes
 from streams.profiles.analysis.critical_path import critical_path

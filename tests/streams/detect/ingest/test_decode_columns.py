@@ -20,9 +20,10 @@ from producers.simulator.attempts import plan_attempts
 from producers.simulator.catalogue import SCENARIOS, build_faults, layout, scenario_job
 from producers.simulator.stream import SimRun, stream_runs
 from schemas import Topics
+from streams.columnar_backoff import ColumnarBackoff
 from streams.detect.ingest import columns
 from streams.detect.ingest import decode as decode_module
-from streams.detect.ingest.decode import ColumnarBackoff, decode_batch
+from streams.detect.ingest.decode import decode_batch
 from tests.streams.helpers import nan_spelled
 
 MAX = 1 << 20
@@ -314,7 +315,8 @@ def test_a_declined_batch_is_marked_and_the_backoff_skips_the_next_ones() -> Non
     for bad in (False, True, False, False, False, True, True, False, False, False):
         use = backoff.use()
         tried.append(use)
-        backoff.after(decode_batch([*GOOD, BAD_RECORDS["rank-outside-world"]] if bad else GOOD, MAX, use)[1])
+        backoff.after(decode_batch([*GOOD, BAD_RECORDS["rank-outside-world"]] if bad else GOOD, MAX, use)[1]
+                      .declined)
     assert tried == [True, True, False, False, True, True, False, False, True, True]
 
 

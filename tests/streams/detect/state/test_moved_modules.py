@@ -11,6 +11,7 @@ from pathlib import Path
 import orjson
 
 from infra.settings import DetectionConfig
+from streams.advice import Advice
 from streams.detect.engine import FleetEngine, JobEngine
 from streams.detect.signals.device import _Hits
 from streams.detect.signals.shared import SignalState
@@ -44,7 +45,9 @@ def test_moved_modules_map_old_class_paths_to_the_moved_classes() -> None:
     assert unpickler.find_class("streams.signals", "SignalState") is SignalState
     assert unpickler.find_class("streams.detect.signals", "SignalState") is SignalState
     assert unpickler.find_class("streams.detect.signals", "_Hits") is _Hits
-    assert current_module("streams.analysis.advisor") == "streams.detect.advice"
+    assert current_module("streams.analysis.advisor") == "streams.advice"
+    assert current_module("streams.detect.advice") == "streams.advice"
+    assert unpickler.find_class("streams.detect.advice", "Advice") is Advice  # snapshots before it moved down
     assert current_module("streams.scopes.slow_rank") == "streams.detect.scopes.slow_rank"
     assert current_module("schemas.events") == "schemas.events"
     assert current_module("streams.enginex") == "streams.enginex"  # a prefix only where a dot follows

@@ -1,5 +1,8 @@
 """Landing, the I/O half: write a batch of rows to ClickHouse, one insert per table, until it lands.
 
+Here, below the stages, because two of them land rows: the land worker (its events) and the
+profile parser (its breakdowns).
+
 Synchronous and one-way: the caller's thread (the land loop's, `streams/land/loop.py`) runs
 the inserts itself. chdb sessions are bound to the thread that uses them and clickhouse-driver
 blocks, so a lander is used from one thread only, and closed from it. The batch is the land
