@@ -14,7 +14,9 @@ from typing import Any
 from producers.hook.identity import RankInfo
 from schemas import Phases, StepEvent
 
-PHASES = ("data", "forward", "backward", "grad", "optimizer", "comm_exposed", "gc")
+# the contract's phases a rank times itself, without their unit; `interstep_cpu` is the gap between two steps,
+# measured from their boundaries, not a timer
+PHASES = tuple(name.removesuffix("_ms") for name in Phases.NAMES if name != "interstep_cpu_ms")
 
 
 class StepState:

@@ -19,7 +19,8 @@ import numpy.typing as npt
 from producers.simulator.topology import Topology
 from schemas.bandwidth import bus_factor
 
-# a rank's busy phases of a step, in the order the simulator writes them (exposed communication is the rest)
+# the contract's phases (schemas.columns.PHASES) the simulator models as a rank's busy time, in the order it
+# sums them (exposed communication is the rest; it models no `grad` phase)
 PHASES = ("data_ms", "forward_ms", "backward_ms", "optimizer_ms", "gc_ms", "interstep_cpu_ms")
 
 IntArray = npt.NDArray[np.int64]

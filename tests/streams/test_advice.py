@@ -1,4 +1,4 @@
-"""One advice table (streams/detect/advice.py): every cause and suggestion detection gives comes from it."""
+"""One advice table (streams/advice.py): every cause and suggestion detection gives comes from it."""
 
 from __future__ import annotations
 

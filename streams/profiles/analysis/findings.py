@@ -10,7 +10,7 @@ from streams.advice import Advice, advise_cause
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    cause: str  # key of the advice table (streams/detect/advice.py CAUSES)
+    cause: str  # key of the advice table (streams/advice.py CAUSES)
     summary: str
     evidence: dict[str, float] = field(default_factory=dict)
     rank: int | None = None

@@ -27,3 +27,10 @@ def test_the_first_step_has_no_interstep_gap() -> None:
     done = DoneStep(StepState(0, start_ns=1, t0=0, interstep_ns=None), end_ns=2, samples=None, tokens=None,
                     batch_size=None, flops=None, gc_ms=None, gc_count=None, profiling=False, rank=RANK)
     assert step_event(done, {}, peak_flops=None).phases.interstep_cpu_ms is None
+
+
+def test_the_hook_times_every_contract_phase_but_the_gap_between_steps() -> None:
+    from producers.hook.steps import PHASES
+    from schemas.columns import PHASES as CONTRACT
+
+    assert [f"{p}_ms" for p in PHASES] == [p for p in CONTRACT if p != "interstep_cpu_ms"]

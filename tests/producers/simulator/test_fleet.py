@@ -144,3 +144,10 @@ def test_10240_rank_events_validate_and_fit_the_byte_budget(big: FleetJob) -> No
     assert measured["device_samples_per_rank_step"] == pytest.approx(steps_s, rel=0.5)  # 1 Hz
     for kind, documented in DOCUMENTED_BYTES.items():
         assert measured[kind] == pytest.approx(documented, rel=0.1), kind
+
+
+def test_the_simulated_busy_phases_are_contract_phases() -> None:
+    from producers.simulator.model import PHASES
+    from schemas.columns import PHASES as CONTRACT
+
+    assert set(PHASES) <= set(CONTRACT) and len(set(PHASES)) == len(PHASES)
