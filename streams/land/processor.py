@@ -42,6 +42,7 @@ from schemas import (
     split_record,
 )
 from schemas.codec import decode_mapping
+from schemas.dead_letter import DeadLetter
 from schemas.errors import MAX_REASON_CHARS, clip
 from schemas.packing import MAX_PACKED_EVENTS, PACKED_TOPIC_TYPES
 from sinks import rows
@@ -62,45 +63,6 @@ from streams.land.columns import device_block, kernel_summaries_in, kernel_summa
 from streams.runtime import Record
 
 UNEXPECTED_FIELD = "<processing>"
-
-# The dead-letter topic takes messages up to the producer's 4 MiB request limit, while an input
-# topic may hold one just as large: above this size the topic copy is cut (header
-# `steplens-truncated` gives the full size) so sending it can never fail and stall landing.
-# The dead_letters table always keeps the whole payload.
-DEADLETTER_TOPIC_MAX_BYTES = 3 * 1024 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """A message that did not land. `raw` is the value as received (b"" for a tombstone)."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    raw: bytes
-    field: str
-    problem: str
-    tombstone: bool = False
-
-    def headers(self) -> list[tuple[str, bytes]]:
-        out = [
-            ("steplens-reason", self.problem.encode("utf-8", "backslashreplace")),
-            ("steplens-field", self.field.encode("utf-8", "backslashreplace")),
-            ("steplens-source-topic", self.topic.encode("utf-8", "backslashreplace")),
-            ("steplens-source-partition", str(self.partition).encode()),
-            ("steplens-source-offset", str(self.offset).encode()),
-        ]
-        if self.tombstone:
-            out.append(("steplens-tombstone", b"1"))
-        if len(self.raw) > DEADLETTER_TOPIC_MAX_BYTES:
-            out.append(("steplens-truncated", str(len(self.raw)).encode()))
-        return out
-
-    def topic_value(self) -> bytes:
-        """The value for the dead-letter topic: the raw bytes, cut above DEADLETTER_TOPIC_MAX_BYTES."""
-        return self.raw[:DEADLETTER_TOPIC_MAX_BYTES]
-
 
 Source = tuple[str, int, int]  # (topic, partition, offset): the insert deduplication token's parts
 

@@ -21,6 +21,8 @@ import faust
 
 from infra.settings import Settings
 from schemas import ContractError, ControlCommand, ProfileReady, Topics, decode_as, encode, job_key
+from schemas.dead_letter import DeadLetter
+from schemas.errors import MAX_FIELD_CHARS, MAX_REASON_CHARS, clip
 from sinks.lander import ClickHouseLander
 from streams.app import base_app, now_ns, raw_topic
 from streams.profiles.worker import CommandIndex, DumpError, DumpResult, analyse_dump, diagnosis_incident
@@ -48,11 +50,10 @@ def create_parse_app(settings: Settings) -> faust.App:
                                                 mp_context=multiprocessing.get_context("spawn"))
         return state["pool"]  # type: ignore[no-any-return]
 
-    async def dead_letter(raw: bytes, key: bytes | None, fieldname: str, problem: str, offset: int) -> None:
-        headers = [("steplens-reason", problem.encode()[:1000]), ("steplens-field", fieldname.encode()),
-                   ("steplens-source-topic", topics.profiles.encode()),
-                   ("steplens-source-offset", str(offset).encode())]
-        await deadletter_topic.send(key=key, value=raw, headers=headers)
+    async def dead_letter(raw: bytes, msg: Any, fieldname: str, problem: str) -> None:
+        letter = DeadLetter(topics.profiles, msg.partition, msg.offset, msg.key, raw, clip(fieldname, MAX_FIELD_CHARS),
+                            clip(problem, MAX_REASON_CHARS))
+        await deadletter_topic.send(key=letter.key, value=letter.topic_value(), headers=letter.headers())
 
     @app.agent(raw_topic(app, topics.control), concurrency=1)
     async def remember_commands(stream: Any) -> AsyncIterator[None]:
@@ -76,7 +77,7 @@ def create_parse_app(settings: Settings) -> faust.App:
                 event = decode_as(ProfileReady, raw, settings.max_event_bytes)
             except ContractError as exc:
                 counters["undecodable"] += 1
-                await dead_letter(raw, msg.key, exc.field, exc.problem, msg.offset)
+                await dead_letter(raw, msg, exc.field, exc.problem)
                 continue
             counters["profiles"] += 1
             result: DumpResult | None = None
@@ -91,7 +92,7 @@ def create_parse_app(settings: Settings) -> faust.App:
             if error is not None:
                 counters["failed"] += 1
                 log.warning("profile %s (job %s rank %d) unusable: %s", event.uri, event.job, event.rank, error)
-                await dead_letter(raw, msg.key, error.field, error.problem, msg.offset)
+                await dead_letter(raw, msg, error.field, error.problem)
             else:
                 assert result is not None
                 counters["parsed"] += 1

@@ -20,11 +20,12 @@ from infra.settings import load_settings
 from producers.simulator.catalogue import scenario_job
 from producers.simulator.stream import SimRun, stream_runs
 from schemas import Topics
+from schemas.dead_letter import DeadLetter
 from sinks.embedded import EmbeddedBackend
 from sinks.migrations.runner import migrate
 from sinks.rows import DEAD_LETTERS_TABLE, DEVICE_SAMPLES_TABLE, STEPS_TABLE
 from sinks.writer import BatchingWriter
-from streams.land.processor import DeadLetter, Landed, LandingProcessor
+from streams.land.processor import Landed, LandingProcessor
 from tests.sinks.fakes import FakeBackend
 from tests.streams.detect.ingest.test_decode_columns import BAD_RECORDS, MUTANTS, _device, _pack, _step
 

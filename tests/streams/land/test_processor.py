@@ -4,10 +4,11 @@ import orjson
 import pytest
 
 from schemas import JobEvent, Topics, encode
+from schemas.dead_letter import DEADLETTER_TOPIC_MAX_BYTES
 from sinks import rows
 from sinks.rows import RowError
 from streams.detect.ingest.decode import decode_batch
-from streams.land.processor import DEADLETTER_TOPIC_MAX_BYTES, Landed, LandingProcessor
+from streams.land.processor import Landed, LandingProcessor
 from tests.streams.helpers import nan_spelled, step_event
 
 TOPICS = Topics("p.")

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
@@ -51,13 +52,17 @@ def loop_settings(kafka_settings: Settings, clickhouse_server_url: str, unique_n
     backend.close()
 
 
-def _poll(consumer: KafkaConsumer, until: float) -> list[bytes]:
-    out: list[bytes] = []
+def _poll_records(consumer: KafkaConsumer, until: float) -> list[Any]:
+    out: list[Any] = []
     for records in consumer.poll(timeout_ms=1000).values():
-        out.extend(r.value for r in records)
+        out.extend(records)
     if time.monotonic() > until:
         raise TimeoutError("the loop did not close in time; see the worker logs in the test's tmp dir")
     return out
+
+
+def _poll(consumer: KafkaConsumer, until: float) -> list[bytes]:
+    return [r.value for r in _poll_records(consumer, until)]
 
 
 def test_incident_profile_diagnosis_loop(loop_settings: Settings, real_samples: Path) -> None:
@@ -125,10 +130,16 @@ def test_incident_profile_diagnosis_loop(loop_settings: Settings, real_samples: 
         assert "could not be analysed" in failed.summary and "truncated" in failed.summary
         assert ok.cause and ok.suggestion and "evidence" in ok.summary
         assert all(p.poll() is None for p in workers), "a worker died"
-        dead: list[bytes] = []
+        dead: list[Any] = []
         while not dead:
-            dead = _poll(letters, until)
-        assert decode_as(ProfileReady, dead[0]).uri == str(bad)
+            dead = _poll_records(letters, until)
+        assert decode_as(ProfileReady, dead[0].value).uri == str(bad)
+        # the headers every stage's dead letters carry (schemas/dead_letter.py): why, and where from
+        headers = dict(dead[0].headers)
+        assert headers["steplens-source-topic"] == topics.profiles.encode()
+        assert int(headers["steplens-source-partition"]) in range(settings.topic_partitions)
+        assert int(headers["steplens-source-offset"]) >= 0
+        assert headers["steplens-reason"] and headers["steplens-field"]
         # the breakdown landed in ClickHouse
         backend = ServerBackend(settings.clickhouse_url, settings.clickhouse_database)
         try:
