@@ -15,29 +15,16 @@ from typing import Any, TypeVar
 
 from kafka.errors import KafkaError
 
+from infra.backoff import OUTAGE_BACKOFF_S, Backoff
+
 log = logging.getLogger(__name__)
+
 
 T = TypeVar("T")
 
-OUTAGE_BACKOFF_S = (0.5, 5.0)  # first and longest wait between attempts while the broker is away
 FLUSH_TIMEOUT_S = 150.0  # > the producers' 120 s delivery timeout: a flush never blocks for good
 
 Record = tuple[str, bytes, bytes, list[tuple[str, bytes]] | None]  # topic, key, value, headers
-
-
-class Backoff:
-    """The pause between attempts while the broker is away: `first` seconds, doubling up to
-    `longest`. `pause()` calls `wait(s)` and is True when that says to give up."""
-
-    def __init__(self, wait: Callable[[float], bool], backoff: tuple[float, float] = OUTAGE_BACKOFF_S) -> None:
-        self._wait = wait
-        self.delay, self._longest = backoff
-
-    def pause(self) -> bool:
-        if self._wait(self.delay):
-            return True
-        self.delay = min(self.delay * 2, self._longest)
-        return False
 
 
 def deliver_all(records: Sequence[Record], producer: Callable[[], Any], drop_producer: Callable[[], None],

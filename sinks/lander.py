@@ -20,6 +20,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from infra.backoff import Backoff
 from infra.settings import Settings
 from sinks import SinkError, open_backend
 from sinks.embedded import EmbeddedBackend
@@ -46,6 +47,10 @@ class ClickHouseLander:
         self._max_backoff = max_backoff_s
         self._wait = wait or threading.Event().wait  # the pause between retries (a stop event's wait, in a test)
         self._endpoint: ReadEndpoint | None = None
+
+    def _pause(self, seconds: float) -> bool:
+        self._wait(seconds)
+        return False  # a write is retried until it lands: never give up
 
     @property
     def rows_written(self) -> dict[str, int]:
@@ -117,15 +122,14 @@ class ClickHouseLander:
         pending_blocks = list(blocks or ())
         pending = list(batch)
         pending_sources: list[Source | None] = list(sources) if sources is not None else [None] * len(batch)
-        backoff = 0.5
+        backoff = Backoff(self._pause, (0.5, self._max_backoff))
         while True:
             try:
                 self._write_now(pending, pending_sources, pending_blocks)
                 return
             except SinkError as exc:
-                log.error("landing failed, retrying in %.1fs: %r", backoff, str(exc))
-                self._wait(backoff)
-                backoff = min(backoff * 2, self._max_backoff)
+                log.error("landing failed, retrying in %.1fs: %r", backoff.delay, str(exc))
+                backoff.pause()
 
     def close(self) -> None:
         """Close the backend (from the thread that wrote: a chdb session is bound to it)."""

@@ -49,8 +49,9 @@ from typing import Any, Protocol
 from kafka import ConsumerRebalanceListener, TopicPartition
 from kafka.errors import KafkaError, KafkaTimeoutError
 
+from infra.backoff import OUTAGE_BACKOFF_S
 from infra.consumer_group import REBALANCE_ERRORS, after_failed_commit, heal
-from infra.delivery import OUTAGE_BACKOFF_S, poll_through_outage, retry_through_outage
+from infra.delivery import poll_through_outage, retry_through_outage
 from streams.gc_tuning import tune_gc
 
 log = logging.getLogger(__name__)

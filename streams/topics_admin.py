@@ -32,6 +32,7 @@ from kafka.admin import (
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from infra.acls import acl_bindings, to_kafka_acls
+from infra.backoff import Backoff
 from infra.clients import kafka_client_config
 from infra.settings import Settings
 from schemas import Topics
@@ -150,7 +151,14 @@ def ensure_topics(
     for at most `wait_s` seconds or until `should_stop()`; then raises TopicsUnavailable.
     """
     deadline = time.monotonic() + wait_s
-    backoff = RETRY_FIRST_S
+
+    def pause(seconds: float) -> bool:  # the deadline and should_stop() are checked before each pause
+        stop_at = time.monotonic() + min(seconds, max(deadline - time.monotonic(), 0.0))
+        while time.monotonic() < stop_at and not should_stop():
+            time.sleep(min(0.1, seconds))
+        return False
+
+    backoff = Backoff(pause, (RETRY_FIRST_S, RETRY_MAX_S))
     attempt = 0
     while True:
         attempt += 1
@@ -162,12 +170,9 @@ def ensure_topics(
                 raise TopicsUnavailable(
                     f"could not create topics at {settings.kafka_bootstrap} after {attempt} attempts: {exc!r}"
                 ) from exc
-            log.warning("topic creation failed (attempt %d, %r); retrying in %.1fs", attempt, exc, backoff)
-            deadline_sleep = min(backoff, max(left, 0.0))
-            stop_at = time.monotonic() + deadline_sleep
-            while time.monotonic() < stop_at and not should_stop():
-                time.sleep(min(0.1, deadline_sleep))
-            backoff = min(backoff * 2, RETRY_MAX_S)
+            log.warning("topic creation failed (attempt %d, %r); retrying in %.1fs", attempt, exc,
+                        min(backoff.delay, left))
+            backoff.pause()
 
 
 def expire_topics(settings: Settings, topics: Topics) -> list[str]:

@@ -28,8 +28,9 @@ from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 
+from infra.backoff import Backoff
 from infra.clients import kafka_client_config, request_timeout_ms
-from infra.delivery import Backoff, poll_through_outage, retry_through_outage
+from infra.delivery import poll_through_outage, retry_through_outage
 from infra.settings import Settings
 from schemas import ContractError, Incident, Topics
 from schemas.codec import decode_as

@@ -38,9 +38,9 @@ from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
 from infra import kafka_records
+from infra.backoff import OUTAGE_BACKOFF_S
 from infra.clients import bootstrapped, kafka_client_config
 from infra.consumer_group import group_consumer
-from infra.delivery import OUTAGE_BACKOFF_S
 from infra.settings import Settings
 from schemas import Topics
 from sinks.rows import TableRow

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from kafka.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
 
-from infra.delivery import Backoff, deliver_all, poll_through_outage
+from infra.backoff import Backoff
+from infra.delivery import deliver_all, poll_through_outage
 
 
 class _Future:
