@@ -7,9 +7,9 @@ directory:
 
 - `ceiling`: `orjson.loads` per record (what a plain consumer pays, less Kafka);
 - `rows_old`: `LandingProcessor.process` per record (a row tuple per event) and the embedded
-  backend's Arrow encoding of the tuples (`_ArrowLayout.encode`);
+  backend's Arrow encoding of the tuples (`_ArrowStream.encode`);
 - `rows_new`: `LandingProcessor.process_batch` (one Arrow block per batch) and its encoding
-  (`_ArrowLayout.encode_table`);
+  (`_ArrowStream.encode_table`);
 - `insert`: chdb loading the encoded block (unchanged by either path).
 
 Rounds interleave the stages; medians of CPU time of this process per event.

@@ -174,6 +174,42 @@ def arrow_type(ch_type: str) -> tuple[Any, bool] | None:
     return scalar.get(ch_type) or getattr(pa, ch_type.lower())(), False
 
 
+class ArrowColumns:
+    """One (table, columns) insert's Arrow schema, from the table's column types: each column's exact
+    Arrow type and whether it may hold nulls. Both backends' Arrow inserts cast through it; each then
+    hands the columns over its own way (an ArrowStream message, numpy columns)."""
+
+    __slots__ = ("nullable", "schema")
+
+    def __init__(self, schema: Any, nullable: Sequence[bool]) -> None:
+        self.schema = schema  # pyarrow.Schema
+        self.nullable = tuple(nullable)
+
+    @classmethod
+    def of(cls, types: Mapping[str, str], columns: Sequence[str]) -> ArrowColumns | None:
+        """None when a column is missing or its type has no exact Arrow mapping (insert JSON or rows)."""
+        import pyarrow as pa
+
+        mapped = [arrow_type(types[c]) if c in types else None for c in columns]
+        if any(m is None for m in mapped):
+            return None
+        schema = pa.schema([pa.field(c, m[0], nullable=True) for c, m in zip(columns, mapped, strict=True) if m])
+        return cls(schema, [m[1] for m in mapped if m])
+
+    def cast(self, data: Any) -> list[Any] | None:
+        """An Arrow table's columns (in this schema's order) cast exactly to the table's types; None when a
+        value does not fit its type or a non-Nullable column has a null (the caller's fallback decides)."""
+        import pyarrow as pa
+
+        try:
+            arrays = [column.combine_chunks().cast(f.type) for column, f in zip(data.columns, self.schema, strict=True)]
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            return None
+        if any(array.null_count and not nullable for array, nullable in zip(arrays, self.nullable, strict=True)):
+            return None
+        return arrays
+
+
 def column_types(backend: Backend, table: str) -> dict[str, str]:
     """`table`'s column types by name, as the engine spells them (``Nullable(Float64)``); {} when it is missing."""
     rows = backend.query("SELECT name, type FROM system.columns WHERE database = %(db)s AND table = %(t)s",

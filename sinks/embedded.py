@@ -49,10 +49,10 @@ from clickhouse_driver.util.escape import escape_params
 
 from sinks.backend import (
     TYPE_WRAPPER,
+    ArrowColumns,
     BackendBase,
     SinkError,
     arrow_rows,
-    arrow_type,
     check_rows,
     column_list,
     column_types,
@@ -115,17 +115,17 @@ def held_by_this_process(path: Path) -> bool:
     return False
 
 
-class _ArrowLayout:
-    """The Arrow schema of one (table, columns) insert, from the table's column types."""
+class _ArrowStream:
+    """One (table, columns) insert as ArrowStream messages, the format chdb reads fastest."""
 
-    def __init__(self, schema: Any, nullable: list[bool]) -> None:
+    def __init__(self, columns: ArrowColumns) -> None:
         import pyarrow as pa
 
-        self.schema = schema
-        self.nullable = nullable
+        self.columns = columns
+        self.schema = columns.schema
         # "" for a non-text column, "str" for text, "list" for an array of text: checked for raw bytes
         self.text = ["str" if f.type == pa.string() else "list" if f.type == pa.list_(pa.string()) else ""
-                     for f in schema]
+                     for f in self.schema]
 
     def encode(self, rows: Sequence[Sequence[Any]]) -> bytes | None:
         """`rows` as one ArrowStream message, or None when Arrow cannot hold them exactly (use JSON)."""
@@ -140,7 +140,7 @@ class _ArrowLayout:
             arrays = [pa.array(values, type=f.type) for values, f in zip(columns, self.schema, strict=True)]
         except (pa.ArrowException, TypeError, ValueError, OverflowError):
             return None
-        for array, nullable in zip(arrays, self.nullable, strict=True):
+        for array, nullable in zip(arrays, self.columns.nullable, strict=True):
             if array.null_count and not nullable:
                 return None  # JSON decides (null as the column default, as ClickHouse does there)
         return self._stream(arrays)
@@ -148,15 +148,8 @@ class _ArrowLayout:
     def encode_table(self, data: Any) -> bytes | None:
         """An Arrow table (columns in this layout's order) as one ArrowStream message, cast to the
         table's column types; None when a value does not fit its type or a non-Nullable column has a null."""
-        import pyarrow as pa
-
-        try:
-            arrays = [column.combine_chunks().cast(f.type) for column, f in zip(data.columns, self.schema, strict=True)]
-        except (pa.ArrowException, TypeError, ValueError, OverflowError):
-            return None
-        if any(array.null_count and not nullable for array, nullable in zip(arrays, self.nullable, strict=True)):
-            return None
-        return self._stream(arrays)
+        arrays = self.columns.cast(data)
+        return None if arrays is None else self._stream(arrays)
 
     def _stream(self, arrays: list[Any]) -> bytes:
         import pyarrow as pa
@@ -216,7 +209,7 @@ class EmbeddedBackend(BackendBase):
         self.name = f"embedded {self.path}"
         self._lock = threading.Lock()
         self._version: tuple[int, int, int] | None = None
-        self._layouts: dict[tuple[str, tuple[str, ...]], _ArrowLayout | None] = {}
+        self._layouts: dict[tuple[str, tuple[str, ...]], _ArrowStream | None] = {}
         self._columnar = columnar
         self.inserts_by_format: dict[str, int] = {}  # blocks inserted per input format
         try:
@@ -267,19 +260,12 @@ class EmbeddedBackend(BackendBase):
         data: bytes = self._call("query", sql, fmt=fmt).bytes()
         return data
 
-    def _layout(self, table: str, columns: Sequence[str]) -> _ArrowLayout | None:
+    def _layout(self, table: str, columns: Sequence[str]) -> _ArrowStream | None:
         """The Arrow layout for inserting `columns` of `table` (cached; None: JSON only)."""
         key = (table, tuple(columns))
         if key not in self._layouts:
-            import pyarrow as pa
-
-            types = column_types(self, table)
-            mapped = [arrow_type(types[c]) if c in types else None for c in columns]
-            layout = None
-            if all(m is not None for m in mapped):
-                fields = [pa.field(c, m[0], nullable=True) for c, m in zip(columns, mapped, strict=True) if m]
-                layout = _ArrowLayout(pa.schema(fields), [m[1] for m in mapped if m])
-            self._layouts[key] = layout
+            arrow = ArrowColumns.of(column_types(self, table), columns)
+            self._layouts[key] = None if arrow is None else _ArrowStream(arrow)
         return self._layouts[key]
 
     def insert(

@@ -25,10 +25,10 @@ from clickhouse_driver import errors as ch_errors
 
 from sinks.backend import (
     TYPE_WRAPPER,
+    ArrowColumns,
     BackendBase,
     SinkError,
     arrow_rows,
-    arrow_type,
     check_params,
     check_rows,
     column_list,
@@ -109,25 +109,22 @@ def _numpy_type(ch_type: str) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class _ArrowLayout:
-    """How one (table, columns) insert takes an Arrow table: the columns' Arrow types (the table's own
-    types, values cast to them exactly), which may hold nulls, and whether numpy columns can carry them all."""
+class _DriverColumns:
+    """How one (table, columns) insert takes an Arrow table through clickhouse-driver: its columns cast
+    exactly to the table's types, the Date columns among them, and whether numpy columns carry them all."""
 
-    schema: Any  # pyarrow.Schema
-    nullable: tuple[bool, ...]
+    arrow: ArrowColumns
     dates: tuple[int, ...]  # indices of Date columns (numpy writes them as UInt16 days: range checked)
     numpy: bool
 
     @classmethod
-    def of(cls, types: Mapping[str, str], columns: Sequence[str], numpy: bool = True) -> _ArrowLayout | None:
+    def of(cls, types: Mapping[str, str], columns: Sequence[str], numpy: bool = True) -> _DriverColumns | None:
         import pyarrow as pa
 
-        mapped = [arrow_type(types[c]) if c in types else None for c in columns]
-        if any(m is None for m in mapped):
+        arrow = ArrowColumns.of(types, columns)
+        if arrow is None:
             return None
-        schema = pa.schema([pa.field(c, m[0]) for c, m in zip(columns, mapped, strict=True) if m])
-        return cls(schema, tuple(m[1] for m in mapped if m),
-                   tuple(i for i, f in enumerate(schema) if f.type == pa.date32()),
+        return cls(arrow, tuple(i for i, f in enumerate(arrow.schema) if f.type == pa.date32()),
                    numpy and all(_numpy_type(types[c]) for c in columns))
 
     def columns(self, data: Any) -> tuple[list[Any], bool] | None:
@@ -136,12 +133,8 @@ class _ArrowLayout:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        try:
-            arrays = [column.combine_chunks().cast(f.type)
-                      for column, f in zip(data.columns, self.schema, strict=True)]
-        except (pa.ArrowException, TypeError, ValueError, OverflowError):
-            return None
-        if any(array.null_count and not nullable for array, nullable in zip(arrays, self.nullable, strict=True)):
+        arrays = self.arrow.cast(data)
+        if arrays is None:
             return None  # the row insert refuses it (or takes the column default): its behaviour decides
         if not self.numpy:
             return [array.to_pylist() for array in arrays], False
@@ -206,7 +199,7 @@ class ServerBackend(BackendBase):
             client_name="steplens",
         )
         self._version: tuple[int, int, int] | None = None
-        self._layouts: dict[tuple[str, tuple[str, ...]], _ArrowLayout | None] = {}
+        self._layouts: dict[tuple[str, tuple[str, ...]], _DriverColumns | None] = {}
         self._numpy = numpy
         self.inserts_by_kind: dict[str, int] = {}  # blocks inserted: "rows", "columns" (lists), "numpy"
         if not create_database:
@@ -287,14 +280,14 @@ class ServerBackend(BackendBase):
             self._layouts.pop((table, tuple(columns)), None)  # e.g. the table changed: look it up again
             raise
 
-    def _layout(self, table: str, columns: Sequence[str]) -> _ArrowLayout | None:
+    def _layout(self, table: str, columns: Sequence[str]) -> _DriverColumns | None:
         """The Arrow layout of inserting `columns` into `table` (cached; None: insert rows)."""
         key = (table, tuple(columns))
         if key not in self._layouts:
             types = column_types(self, table)
             if not types:
                 return None  # no such table (yet): the row insert says so; look again next time
-            self._layouts[key] = _ArrowLayout.of(types, columns, self._numpy)
+            self._layouts[key] = _DriverColumns.of(types, columns, self._numpy)
         return self._layouts[key]
 
     def _insert(self, table: str, columns: Sequence[str], values: list[Any], kind: str, dedup_token: str | None,
