@@ -309,6 +309,10 @@ class Settings:
     # and the engine do not take turns on one interpreter lock (~5 % less CPU per event at 10,240 ranks); off: a
     # thread of the worker (one process less, e.g. on a 1-core container)
     detect_decode_process: bool = True
+    # the detect worker runs the decode stage itself (above: a child process or a thread); off: run it as its own
+    # worker, `python -m streams worker --role decode` (sized, restarted and watched apart from the engine)
+    detect_runs_decode: bool = True
+    decode_metrics_port: int = 0      # Prometheus self-metrics port of a `--role decode` worker; 0 = off
     # landing: a batch's packed step and device records read to one Arrow block per table by pyarrow, the same
     # rows for less CPU (streams/land/columns.py); off: every record mapped to rows event by event
     land_columnar: bool = True
@@ -390,6 +394,8 @@ _ENV = {
     "STEPLENS_WORKER_GC_THRESHOLD": ("", "worker_gc_threshold"),
     "STEPLENS_DETECT_COLUMNAR_DECODE": ("", "detect_columnar_decode"),
     "STEPLENS_DETECT_DECODE_PROCESS": ("", "detect_decode_process"),
+    "STEPLENS_DETECT_RUNS_DECODE": ("", "detect_runs_decode"),
+    "STEPLENS_DECODE_METRICS_PORT": ("", "decode_metrics_port"),
     "STEPLENS_LAND_COLUMNAR": ("", "land_columnar"),
     "STEPLENS_KAFKA_SECURITY": ("", "kafka_security"),
     "STEPLENS_KAFKA_USER": ("", "kafka_user"),

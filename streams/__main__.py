@@ -1,7 +1,9 @@
-"""`python -m streams worker --role detect|land|parse|alerts`: run one steplens worker in the foreground.
+"""`python -m streams worker --role detect|land|parse|alerts|decode`: run one steplens worker in the foreground.
 
-`alerts` is the Alertmanager bridge (streams/alerts/, posting to `alertmanager_url`): a plain
-kafka-python loop without Faust, stopped by SIGTERM / SIGINT after the post in hand.
+`alerts` is the Alertmanager bridge (streams/alerts/, posting to `alertmanager_url`) and `decode` the detect
+stage's decode loop as a worker of its own (streams/detect/ingest/worker.py; the detect worker runs it itself
+unless `detect_runs_decode` is off): plain kafka-python loops without Faust, stopped by SIGTERM / SIGINT after
+the post or batch in hand.
 
 Start-up and shutdown are built for a broker that may be away: topic creation is retried
 (streams/topics_admin.py), Kafka client errors are rate-limited (infra/lograte.py), and
@@ -108,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m streams")
     sub = parser.add_subparsers(dest="command", required=True)
     worker = sub.add_parser("worker", help="run a Faust worker")
-    worker.add_argument("--role", choices=("detect", "land", "parse", "alerts"), required=True)
+    worker.add_argument("--role", choices=("detect", "land", "parse", "alerts", "decode"), required=True)
     worker.add_argument("--loglevel", default="info")
     args = parser.parse_args(argv)
     if args.role == "alerts":
@@ -135,6 +137,10 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(0)
         log.error("%s", exc)
         sys.exit(2)
+    if args.role == "decode":
+        from streams.detect.ingest.worker import run_decode
+
+        sys.exit(run_decode(settings, stopper.requested))
     if args.role in ("land", "parse") and not settings.uses_server:
         from sinks.read_endpoint import busy_reason
 

@@ -316,17 +316,20 @@ def create_detect_app(settings: Settings) -> faust.App:
     if not kafka_has_c_crc32c():
         log.warning("kafka-python runs without the C crc32c: install the pinned `crc32c` package")
 
-    decoder: DecodeLoop | DecodeProcess = (DecodeProcess if settings.detect_decode_process else DecodeLoop)(
-        settings, worker.metrics)
+    decoder: DecodeLoop | DecodeProcess | None = None
+    if settings.detect_runs_decode:  # else `--role decode` workers feed the partials topic (ingest/worker.py)
+        decoder = (DecodeProcess if settings.detect_decode_process else DecodeLoop)(settings, worker.metrics)
 
-    async def start_decoder() -> None:
-        decoder.start()
+        async def start_decoder() -> None:
+            assert decoder is not None
+            decoder.start()
 
-    async def stop_decoder(*args: Any, **kwargs: Any) -> None:
-        await asyncio.get_running_loop().run_in_executor(None, decoder.stop)
+        async def stop_decoder(*args: Any, **kwargs: Any) -> None:
+            assert decoder is not None
+            await asyncio.get_running_loop().run_in_executor(None, decoder.stop)
 
-    app.task(start_decoder)
-    app.on_before_shutdown.connect(stop_decoder)
+        app.task(start_decoder)
+        app.on_before_shutdown.connect(stop_decoder)
 
     @app.agent(worker.partials, concurrency=1)
     async def detect(stream: Any) -> None:
@@ -339,7 +342,7 @@ def create_detect_app(settings: Settings) -> faust.App:
             await worker.on_chunks(events)
 
     async def tick() -> None:
-        if decoder.failed is not None:
+        if decoder is not None and decoder.failed is not None:
             raise RuntimeError("the decode loop failed") from decoder.failed
         if worker.stream is not None and worker.restored:
             await worker.on_tick()
