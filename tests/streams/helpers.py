@@ -250,3 +250,15 @@ class AckedStream:
 
     async def ack(self, event: object) -> None:
         return None
+
+
+def alerts_topic(settings: Settings) -> list[Incident]:
+    """Every incident message on `settings`' alerts topic so far (from the start; 3 s without a new one ends it)."""
+    from schemas import Topics, decode_as
+
+    consumer = KafkaConsumer(Topics(settings.topic_prefix).incidents, **kafka_client_config(settings, "admin"),
+                             auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=3000)
+    try:
+        return [decode_as(Incident, m.value) for m in consumer]
+    finally:
+        consumer.close()

@@ -11,7 +11,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from kafka import KafkaConsumer
 
 from infra.clients import kafka_client_config
 from infra.settings import Settings
@@ -20,10 +19,11 @@ from producers.exporter import KafkaExporter
 from producers.simulator.catalogue import straggler
 from producers.simulator.fleet import FleetJob
 from producers.simulator.topology import Topology
-from schemas import Incident, Topics, decode_as
+from schemas import Topics
 from sinks.server import ServerBackend
 from steplens.demo import start_worker, stop_worker, wait_caught_up
 from streams.topics_admin import ensure_topics
+from tests.streams.helpers import alerts_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.clickhouse]
 
@@ -53,15 +53,6 @@ def _send(s: Settings, events: list[object]) -> None:
         assert emitter.stats().dropped_total == 0
 
 
-def _alerts(s: Settings) -> list[Incident]:
-    consumer = KafkaConsumer(Topics(s.topic_prefix).incidents, **kafka_client_config(s, "admin"),
-                             auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=3000)
-    try:
-        return [decode_as(Incident, m.value) for m in consumer]
-    finally:
-        consumer.close()
-
-
 def test_a_crash_and_a_relaunch_with_a_slow_rank_live(settings: Settings) -> None:
     s = settings
     topo = Topology(dp=4, tp=2, pp=2)
@@ -79,19 +70,19 @@ def test_a_crash_and_a_relaunch_with_a_slow_rank_live(settings: Settings) -> Non
         start, _ = first.job_events()
         _send(s, [start, *(e for events in first.iter_steps() for e in events)])
         deadline = time.monotonic() + TIMEOUT_S
-        while not any(a.rule == "JOB_STOPPED" for a in _alerts(s)):
+        while not any(a.rule == "JOB_STOPPED" for a in alerts_topic(s)):
             assert all(w.poll() is None for w in workers) and time.monotonic() < deadline, "no JOB_STOPPED"
             time.sleep(1.0)
         start, end = second.job_events()
         _send(s, [start, *(e for events in second.iter_steps() for e in events), end])
         wait_caught_up(s, workers, lambda: None)
-        while not all(a.state == "resolved" for a in {x.incident_id: x for x in _alerts(s)}.values()):
+        while not all(a.state == "resolved" for a in {x.incident_id: x for x in alerts_topic(s)}.values()):
             assert time.monotonic() < deadline, "incidents left open"
             time.sleep(1.0)
     finally:
         codes = [stop_worker(proc) for proc in workers]
     assert codes == [0, 0]
-    alerts = _alerts(s)
+    alerts = alerts_topic(s)
     opened = [a for a in alerts if a.state == "open"]
     assert [a.rule for a in opened if a.rule == "JOB_STOPPED"] == ["JOB_STOPPED"], [(a.rule, a.summary) for a in opened]
     assert not [a for a in opened if a.rule.startswith("HUNG")]

@@ -12,7 +12,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from kafka import KafkaConsumer
 
 from infra.clients import kafka_client_config
 from infra.scrape_targets import target_file_name
@@ -22,9 +21,10 @@ from producers.exporter import KafkaExporter
 from producers.simulator.catalogue import straggler
 from producers.simulator.fleet import FleetJob
 from producers.simulator.topology import Topology
-from schemas import Incident, Topics, decode_as
+from schemas import Topics
 from steplens.demo import start_worker, stop_worker
 from streams.topics_admin import ensure_topics
+from tests.streams.helpers import alerts_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
@@ -41,15 +41,6 @@ def _free_port() -> int:
 def _metric(port: int, name: str) -> float:
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
-
-
-def _alerts(s: Settings) -> list[Incident]:
-    consumer = KafkaConsumer(Topics(s.topic_prefix).incidents, **kafka_client_config(s, "admin"),
-                             auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=3000)
-    try:
-        return [decode_as(Incident, m.value) for m in consumer]
-    finally:
-        consumer.close()
 
 
 def test_the_settings_default_to_the_detect_worker_running_decode() -> None:
@@ -82,7 +73,7 @@ def test_decode_workers_of_their_own_feed_the_engine(kafka_settings: Settings, u
                 assert emitter.emit(event)
             assert emitter.flush(timeout=60)
         deadline = time.monotonic() + TIMEOUT_S
-        while not any(a.rule == "SLOW_RANK" for a in _alerts(s)):
+        while not any(a.rule == "SLOW_RANK" for a in alerts_topic(s)):
             assert all(w.poll() is None for w in workers), "a worker died"
             assert time.monotonic() < deadline, "no SLOW_RANK from the decode workers' chunks"
             time.sleep(1.0)
@@ -94,6 +85,6 @@ def test_decode_workers_of_their_own_feed_the_engine(kafka_settings: Settings, u
     finally:
         codes = [stop_worker(proc) for proc in workers]
     assert codes == [0, 0, 0]
-    slow = [a for a in _alerts(s) if a.rule == "SLOW_RANK" and a.state == "open"]
+    slow = [a for a in alerts_topic(s) if a.rule == "SLOW_RANK" and a.state == "open"]
     assert [a.ranks for a in slow] == [[SLOW_RANK]]
     assert not list((tmp_path / "targets").iterdir()), "a cleanly stopped worker removes its scrape target"
