@@ -230,9 +230,13 @@ class JobEngine:
         out: list[Output] = []
         crashed = not prev.ended
         # device samples carry no attempt: the relaunch's own, read before its `start` or steps, went to the
-        # old attempt (a backlog reads topics apart) and its samples say nothing reliable about its end
+        # old attempt (a backlog reads topics apart); it is judged on those taken before the relaunch's start,
+        # or, when it no longer has them apart (`StallState.cut`), its stall is not judged
         newest_dev = int(prev.stall.newest_dev_ns.max(initial=0))
         mixed = newest_dev >= ts_ns
+        if mixed and (before := prev.stall.cut(ts_ns)) is not None:  # its own samples, those before the relaunch
+            prev.stall, mixed = before, False
+            newest_dev = int(before.newest_dev_ns.max(initial=0))
         if crashed:
             out.extend(prev.drain(now_ns, judge_stall=not mixed))
         last_ns = prev.last_step_ts_ns if mixed else max(prev.last_step_ts_ns, newest_dev)  # a hang's samples count

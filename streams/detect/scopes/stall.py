@@ -27,6 +27,7 @@ from streams.detect.windows.step_frames import FloatArray, IntArray, Topology
 IDLE_PCT = 10.0   # a device below this AI Core utilisation is idle ...
 BUSY_PCT = 50.0   # ... while its peers' median is above this
 MIN_SAMPLES = 3   # device samples per rank past the last step before judging it
+MAX_TAIL_ROWS = 262_144  # device samples past the last step end kept apart for `StallState.cut` (~6 MB)
 SAMPLE_SLACK_NS = 2_000_000_000  # a silent device's last sample may follow the last step end by this much:
 # each host's agent samples at its own phase (up to one 1 Hz interval late) on its own clock (ms off)
 
@@ -46,6 +47,13 @@ class StallState:
     busy_n: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     reported_for: int = -1    # last_end_ns of the stall already reported
     seen_since_ns: int = 0    # worker clock when the stall was first seen (it must hold a window timeout)
+    # The stall's evidence kept apart, so it can be judged as of a time (`cut`): the newest sample per rank up to
+    # `last_end_ns`, and the samples after it, as they came (a few per rank between two step ends; a hang's grow
+    # until `MAX_TAIL_ROWS`, then `tail_dropped_ns` says the tail is no longer whole)
+    head_newest_ns: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    tail: list[tuple[IntArray, IntArray, FloatArray]] = field(default_factory=list)
+    tail_rows: int = 0
+    tail_dropped_ns: int = 0
 
     def _grow(self, world: int) -> None:
         if self.newest_dev_ns.size < world:
@@ -53,6 +61,14 @@ class StallState:
             self.newest_dev_ns = np.concatenate([self.newest_dev_ns, np.zeros(extra, dtype=np.int64)])
             self.busy_sum = np.concatenate([self.busy_sum, np.zeros(extra)])
             self.busy_n = np.concatenate([self.busy_n, np.zeros(extra, dtype=np.int64)])
+        head = self._head()
+        if head is not None and head.size < world:
+            self.head_newest_ns = np.concatenate([head, np.zeros(world - head.size, dtype=np.int64)])
+
+    def _head(self) -> IntArray | None:
+        """None for a state restored from a snapshot older than the kept tail (it cannot be cut)."""
+        head: IntArray | None = getattr(self, "head_newest_ns", None)
+        return head
 
     def on_steps(self, end_ns: IntArray) -> None:
         newest = int(end_ns.max(initial=0))
@@ -60,6 +76,26 @@ class StallState:
             self.last_end_ns = newest
             self.busy_sum[:] = 0.0
             self.busy_n[:] = 0
+            self._settle(newest)
+
+    def _settle(self, last_end_ns: int) -> None:
+        """Samples up to the new last step end leave the tail for the per-rank head."""
+        head = self._head()
+        if head is None:
+            return
+        kept: list[tuple[IntArray, IntArray, FloatArray]] = []
+        for ranks, ts, aicore in self.tail:
+            old = ts <= last_end_ns
+            if old.any():
+                np.maximum.at(head, ranks[old], ts[old])
+                if not old.all():
+                    kept.append((ranks[~old], ts[~old], aicore[~old]))
+            else:
+                kept.append((ranks, ts, aicore))
+        self.tail = kept
+        self.tail_rows = sum(int(t.size) for _, t, _ in kept)
+        if self.tail_dropped_ns and self.tail_dropped_ns <= last_end_ns:
+            self.tail_dropped_ns = 0  # what was dropped is before the stall now: the tail is whole again
 
     def on_device(self, ranks: IntArray, ts_ns: IntArray, aicore: FloatArray) -> None:
         ok = ranks >= 0
@@ -68,9 +104,47 @@ class StallState:
             return
         self._grow(int(ranks.max()) + 1)
         np.maximum.at(self.newest_dev_ns, ranks, ts_ns)
-        after = (ts_ns > self.last_end_ns) & np.isfinite(aicore)
+        late = ts_ns > self.last_end_ns
+        after = late & np.isfinite(aicore)
         np.add.at(self.busy_sum, ranks[after], aicore[after])
         np.add.at(self.busy_n, ranks[after], 1)
+        head = self._head()
+        if head is None:
+            return
+        if not late.all():
+            np.maximum.at(head, ranks[~late], ts_ns[~late])
+        if late.any():
+            if self.tail_rows + int(late.sum()) > MAX_TAIL_ROWS:
+                self.tail_dropped_ns = max(self.tail_dropped_ns, int(ts_ns[late].max()))
+            else:
+                self.tail.append((ranks[late], ts_ns[late], aicore[late]))
+                self.tail_rows += int(late.sum())
+
+    def cut(self, before_ns: int) -> StallState | None:
+        """This stall as it stood on the job's clock before `before_ns`: only the samples taken before it.
+
+        Why: device samples carry no attempt. Under a backlog a relaunch's samples reach the attempt it
+        replaced before the relaunch's `start` does, with the relaunch's ranks; judged with them, the
+        attempt's hang names the host the relaunch left out instead of the one that died. None when the
+        tail is not whole (a hang longer than `MAX_TAIL_ROWS` samples, or a state from an older snapshot)."""
+        head = self._head()
+        if head is None or self.tail_dropped_ns:
+            return None
+        newest = head.copy()
+        busy_sum = np.zeros(newest.size)
+        busy_n = np.zeros(newest.size, dtype=np.int64)
+        for ranks, ts, aicore in self.tail:
+            before = ts < before_ns
+            np.maximum.at(newest, ranks[before], ts[before])
+            counted = before & np.isfinite(aicore)
+            np.add.at(busy_sum, ranks[counted], aicore[counted])
+            np.add.at(busy_n, ranks[counted], 1)
+        out = StallState(last_end_ns=self.last_end_ns, newest_dev_ns=newest, busy_sum=busy_sum, busy_n=busy_n,
+                         reported_for=self.reported_for, seen_since_ns=self.seen_since_ns)
+        out.head_newest_ns = head.copy()
+        out.tail = [(r[t < before_ns], t[t < before_ns], a[t < before_ns]) for r, t, a in self.tail]
+        out.tail_rows = sum(int(t.size) for _, t, _ in out.tail)
+        return out
 
 
 def evaluate(state: StallState, topo: Topology, step: int, timeout_ns: int, params: Params,

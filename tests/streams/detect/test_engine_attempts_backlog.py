@@ -65,13 +65,17 @@ def test_a_crash_overtaken_by_its_relaunch_is_dated_where_it_happened() -> None:
     assert all(i.state == "resolved" for i in found)
 
 
-def test_a_hang_overtaken_by_its_elastic_relaunch_never_names_the_wrong_host() -> None:
+def test_a_hang_overtaken_by_its_elastic_relaunch_names_the_dead_host() -> None:
     """The relaunch's device samples, read before its `start`, went to the old attempt (they carry no
-    attempt): its hosts' last samples are then unknown, and no hang is claimed from them (judged on
-    them, node-7, the host the relaunch does not have, looks silent instead of the dead one). Live,
-    with the input current, the hang is found before the relaunch arrives."""
-    run, found = _overtaken("elastic_relaunch")
-    dead = run.faults[0]
-    hung = [(i.rule, i.attempt, i.host) for i in found if i.rule.startswith("HUNG")]
-    assert all(host == dead.hosts[0] for _, _, host in hung), [(i.rule, i.attempt, i.summary) for i in found]
-    assert not [i for i in found if i.rule == "JOB_STOPPED"]  # relaunched within job_silence_s
+    attempt, and their ranks are the relaunch's: judged on them, node-7, the host the relaunch does not
+    have, looked silent instead of the dead one). The old attempt keeps the samples past its last step
+    apart, so at the relaunch its stall is judged on its own samples, those taken before the relaunch's
+    start: the dead host, once (`make bench-detection` on a slow box: elastic_relaunch 0 of 3, no
+    incident at all, when the stall was not judged). Live, with the input current, the hang is found
+    before the relaunch arrives."""
+    for seed in (0, 1, 2):
+        run, found = _overtaken("elastic_relaunch", seed)
+        dead = run.faults[0]
+        hung = [(i.rule, i.attempt, i.host) for i in found if i.rule.startswith("HUNG")]
+        assert hung == [("HUNG_HOST", 0, dead.hosts[0])], [(i.rule, i.attempt, i.summary) for i in found]
+        assert not [i for i in found if i.rule == "JOB_STOPPED"]  # relaunched within job_silence_s

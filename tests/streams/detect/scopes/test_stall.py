@@ -65,3 +65,42 @@ def test_a_silent_host_whose_agent_sampled_once_after_the_last_step_is_still_sil
                  np.full(8, 90.0))
     found = evaluate(st, hosts_topology(), 30, TIMEOUT, FACTOR_2, False, 0, final=True)
     assert [(f.rule, f.host, len(f.ranks)) for f in found] == [("HUNG_HOST", "node-1", 8)]
+
+
+def _samples(state: StallState, ranks: list[int], ts_s: float, aicore: float) -> None:
+    state.on_device(np.asarray(ranks, dtype=np.int64), np.full(len(ranks), int(ts_s * 1e9), dtype=np.int64),
+                    np.full(len(ranks), aicore))
+
+
+def test_a_stall_cut_at_a_time_keeps_only_the_samples_taken_before_it() -> None:
+    state = StallState()
+    _samples(state, [0, 1, 2, 3], 9.0, 80.0)
+    state.on_steps(np.asarray([10 * 10**9], dtype=np.int64))  # the last step ended at 10 s
+    for t in (11.0, 12.0, 13.0):
+        _samples(state, [0, 1], t, 90.0)  # ranks 2 and 3 silent after the last step
+    for t in (40.0, 41.0):
+        _samples(state, [0, 1, 2, 3], t, 5.0)  # a relaunch's samples, with its own ranks
+    cut = state.cut(30 * 10**9)
+    assert cut is not None
+    assert (cut.newest_dev_ns // 10**9).tolist() == [13, 13, 9, 9]
+    assert cut.busy_n.tolist() == [3, 3, 0, 0] and cut.busy_sum[0] == 270.0
+    assert (state.newest_dev_ns // 10**9).tolist() == [41, 41, 41, 41]  # the state itself is unchanged
+    # a later step end settles the tail: the samples up to it count as before any cut
+    state.on_steps(np.asarray([12 * 10**9], dtype=np.int64))
+    again = state.cut(30 * 10**9)
+    assert again is not None and (again.newest_dev_ns // 10**9).tolist() == [13, 13, 9, 9]
+    assert again.busy_n.tolist() == [1, 1, 0, 0]
+
+
+def test_a_stall_without_its_whole_tail_cannot_be_cut() -> None:
+    state = StallState()
+    _samples(state, [0, 1], 1.0, 80.0)
+    state.on_steps(np.asarray([2 * 10**9], dtype=np.int64))
+    state.tail_dropped_ns = 5 * 10**9  # more samples past the last step than it keeps
+    assert state.cut(10 * 10**9) is None
+    state.on_steps(np.asarray([6 * 10**9], dtype=np.int64))  # what was dropped is before the stall now
+    assert state.cut(10 * 10**9) is not None
+    old = StallState()
+    object.__delattr__(old, "head_newest_ns")  # a state restored from a snapshot that had no kept tail
+    _samples(old, [0, 1], 1.0, 80.0)
+    assert old.cut(10 * 10**9) is None
