@@ -10,8 +10,10 @@ import time
 import urllib.request
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
+from kafka.admin import KafkaAdminClient
 
 from infra.clients import kafka_client_config
 from infra.scrape_targets import target_file_name
@@ -23,6 +25,7 @@ from producers.simulator.fleet import FleetJob
 from producers.simulator.topology import Topology
 from schemas import Topics
 from steplens.demo import start_worker, stop_worker
+from streams.detect.ingest.loop import decode_group
 from streams.topics_admin import ensure_topics
 from tests.streams.helpers import alerts_topic
 
@@ -41,6 +44,22 @@ def _free_port() -> int:
 def _metric(port: int, name: str) -> float:
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+
+def _wait_members(s: Settings, group: str, members: int, deadline: float, workers: list[Any]) -> None:
+    """Until `group` is stable with `members` members: input sent before the second joins may all go to the
+    first (a small job is decoded in one batch), and the test would say nothing about sharing."""
+    admin = KafkaAdminClient(**kafka_client_config(s, "admin"))
+    try:
+        while True:
+            desc = admin.describe_groups([group]).get(group, {})
+            if desc.get("group_state") == "Stable" and len(desc.get("members") or []) == members:
+                return
+            assert all(w.poll() is None for w in workers), "a worker died"
+            assert time.monotonic() < deadline, f"group {group} never had {members} members: {desc}"
+            time.sleep(0.5)
+    finally:
+        admin.close()
 
 
 def test_the_settings_default_to_the_detect_worker_running_decode() -> None:
@@ -63,7 +82,8 @@ def test_decode_workers_of_their_own_feed_the_engine(kafka_settings: Settings, u
     workers = [start_worker("detect", env, s.home)]
     workers += [start_worker("decode", {**env, "STEPLENS_DECODE_METRICS_PORT": str(port)}, tmp_path / name)
                 for port, name in zip(ports, ("a", "b"), strict=True)]
-    topo = Topology(dp=4, tp=2, pp=1)
+    _wait_members(s, decode_group(s), 2, time.monotonic() + TIMEOUT_S, workers)
+    topo = Topology(dp=8, tp=2, pp=1)  # 16 ranks keyed apart: both members' partitions get some (p ~ 1 - 2^-15)
     job = FleetJob("decode-role-job", topo, steps=60, seed=3, faults=[straggler(topo, SLOW_RANK, 1.4, start=20)])
     try:
         exporter = KafkaExporter(s.kafka_bootstrap, extra_config=kafka_client_config(s, "producer"))
