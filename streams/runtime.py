@@ -40,10 +40,13 @@ topic to its end by assignment (no group, nothing committed); `read_to_end` is t
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any, Protocol
 
 from kafka import ConsumerRebalanceListener, TopicPartition
@@ -371,3 +374,20 @@ class ConsumerLoop(threading.Thread):
             log.warning("stopping with a handled %s batch uncommitted: the next owner re-reads it", self.stage)
             return False
         return True
+
+
+@contextmanager
+def stop_on_signals(stop: Callable[[], None], what: str) -> Iterator[None]:
+    """SIGTERM / SIGINT call `stop` while the block runs (a loop in the foreground then ends after the work in
+    hand); the previous handlers come back after it. The plain-loop workers' (alerts, decode) one stop path."""
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        del frame
+        log.info("signal %d: stopping the %s", signum, what)
+        stop()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -10,13 +10,12 @@ SIGTERM / SIGINT stop it after the batch in hand (nothing committed that is not 
 from __future__ import annotations
 
 import logging
-import signal
 import threading
-from types import FrameType
 
 from infra.settings import Settings
 from streams.detect.ingest.loop import DecodeLoop, decode_group, input_topics
 from streams.metrics import Announce, DetectMetrics, serve
+from streams.runtime import stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -27,13 +26,7 @@ def run_decode(settings: Settings, stop: threading.Event | None = None) -> int:
     metrics = DetectMetrics()
     loop = DecodeLoop(settings, metrics)
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        del frame
-        log.info("signal %d: stopping the decode worker", signum)
-        stop.set()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    with stop_on_signals(stop.set, "decode worker"):
         serve(metrics.registry, settings.decode_metrics_port, "decode", Announce.from_settings(settings))
         loop.start()
         log.info("decode: %s -> %s, group %s", ", ".join(input_topics(loop.topics)), loop.partials,
@@ -41,9 +34,6 @@ def run_decode(settings: Settings, stop: threading.Event | None = None) -> int:
         while loop.is_alive() and not stop.wait(0.5):
             pass
         loop.stop()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     if loop.failed is not None:
         log.error("decode loop failed: %r", loop.failed)
         return 1
