@@ -133,18 +133,18 @@ class StallState:
         newest = head.copy()
         busy_sum = np.zeros(newest.size)
         busy_n = np.zeros(newest.size, dtype=np.int64)
+        tail: list[tuple[IntArray, IntArray, FloatArray]] = []
         for ranks, ts, aicore in self.tail:
             before = ts < before_ns
-            np.maximum.at(newest, ranks[before], ts[before])
-            counted = before & np.isfinite(aicore)
-            np.add.at(busy_sum, ranks[counted], aicore[counted])
-            np.add.at(busy_n, ranks[counted], 1)
-        out = StallState(last_end_ns=self.last_end_ns, newest_dev_ns=newest, busy_sum=busy_sum, busy_n=busy_n,
-                         reported_for=self.reported_for, seen_since_ns=self.seen_since_ns)
-        out.head_newest_ns = head.copy()
-        out.tail = [(r[t < before_ns], t[t < before_ns], a[t < before_ns]) for r, t, a in self.tail]
-        out.tail_rows = sum(int(t.size) for _, t, _ in out.tail)
-        return out
+            piece = (ranks[before], ts[before], aicore[before])
+            tail.append(piece)
+            np.maximum.at(newest, piece[0], piece[1])
+            counted = np.isfinite(piece[2])
+            np.add.at(busy_sum, piece[0][counted], piece[2][counted])
+            np.add.at(busy_n, piece[0][counted], 1)
+        return StallState(last_end_ns=self.last_end_ns, newest_dev_ns=newest, busy_sum=busy_sum, busy_n=busy_n,
+                          reported_for=self.reported_for, seen_since_ns=self.seen_since_ns,
+                          head_newest_ns=head.copy(), tail=tail, tail_rows=sum(int(t.size) for _, t, _ in tail))
 
 
 def evaluate(state: StallState, topo: Topology, step: int, timeout_ns: int, params: Params,
