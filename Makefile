@@ -31,16 +31,16 @@ bench-overhead-gpu: venv-train ## the same on CUDA, one rank per GPU (where a GP
 	$(BIN)/python -m bench.overhead --device cuda
 
 up: venv          ## start Kafka + ClickHouse on loopback (installs them when missing)
-	$(BIN)/python -m infra up
+	$(BIN)/python -m infra.launcher up
 
 up-cluster: venv  ## 3 Kafka nodes, ZooKeeper, 2 shards x 2 ClickHouse replicas on loopback (docs/scaling.md)
-	$(BIN)/python -m infra up --cluster
+	$(BIN)/python -m infra.launcher up --cluster
 
 down: venv        ## stop every service steplens started (the loopback cluster too)
-	$(BIN)/python -m infra down
+	$(BIN)/python -m infra.launcher down
 
 status: venv      ## which services run, their addresses and the logs directory
-	$(BIN)/python -m infra status
+	$(BIN)/python -m infra.launcher status
 
 demo: venv        ## simulated 64-rank job with injected faults through the real pipeline
 	$(BIN)/python -m steplens demo
@@ -70,11 +70,14 @@ QUICK_TESTS := tests/schemas tests/streams/detect/rules tests/streams/detect/sco
 QUICK_MARKS := not integration and not kafka and not clickhouse and not cluster and not alertmanager and not prometheus and not large
 
 # `make test` runs the service-free tests TEST_WORKERS at a time (pytest-xdist: they share nothing), then the
-# services' tests one at a time: they share one broker and one ClickHouse server, and some stop or restart them
+# services' tests TEST_WORKERS files at a time (one broker and one ClickHouse server, each test on its own topics,
+# databases and groups; tests/conftest.py), then the `exclusive` ones alone: they stop a shared service or start
+# the loopback cluster
 TEST_WORKERS ?= 2
 test: venv venv-train lint typecheck ## lint, types, unit and integration tests (starts the services it needs)
 	$(BIN)/pytest -n $(TEST_WORKERS) -m "$(QUICK_MARKS)"
-	$(BIN)/pytest -m "not ($(QUICK_MARKS))"
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile -m "not ($(QUICK_MARKS)) and not exclusive"
+	$(BIN)/pytest -m "exclusive"
 
 test-quick: venv lint ## ruff and the service-free unit tests of the pure stages, in about 2 minutes
 	$(BIN)/pytest -q -m "$(QUICK_MARKS)" $(QUICK_TESTS)

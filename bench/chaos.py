@@ -53,8 +53,8 @@ from kafka.errors import KafkaTimeoutError
 
 from bench.chaos_inputs import stream
 from bench.provenance import git_commit, machine
-from infra import ClickHouseServer, InfraConfig, KafkaBroker
 from infra.clients import kafka_client_config
+from infra.launcher import ClickHouseServer, InfraConfig, KafkaBroker
 from infra.progress import Progress
 from infra.settings import REPO_ROOT, Settings, load_settings
 from producers.emitter import BackgroundEmitter

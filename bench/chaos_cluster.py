@@ -1,6 +1,6 @@
 """`make chaos-cluster`: the loopback cluster's failures under a paced load, counted as `make chaos` counts.
 
-The cluster of `python -m infra up --cluster` (3 KRaft nodes, topics with 3 replicas and
+The cluster of `python -m infra.launcher up --cluster` (3 KRaft nodes, topics with 3 replicas and
 min.insync.replicas=2, ZooKeeper, 2 shards x 2 ClickHouse replicas behind Distributed
 tables) and 2 detect + 2 land workers (the land workers entering through different shards).
 Each case runs on its own rig (topics, groups, database; bench/chaos.py's `Rig`) while two
@@ -73,13 +73,13 @@ from bench.chaos import (
     table,
 )
 from bench.provenance import git_commit, machine
-from infra import InfraConfig
-from infra.clickhouse_cluster import CLUSTER_NAME
 from infra.clients import kafka_client_config, request_timeout_ms
-from infra.cluster import Cluster
+from infra.launcher import InfraConfig
+from infra.launcher.clickhouse_cluster import CLUSTER_NAME
+from infra.launcher.cluster import Cluster
+from infra.launcher.supervision import kill_and_wait
 from infra.secrets import CLICKHOUSE_DEFAULT
 from infra.settings import REPO_ROOT, Settings, load_settings
-from infra.supervision import kill_and_wait
 from producers.simulator.catalogue import gc_pauses
 from producers.simulator.fleet import FleetJob
 from producers.simulator.topology import Topology
@@ -604,7 +604,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stop-s", type=float, default=30.0, help="how long a broker stays SIGSTOPped")
     parser.add_argument("--keep", action="store_true", help="leave the cluster running at the end")
     parser.add_argument("--fresh", action="store_true",
-                        help="stop and wipe the loopback cluster first (`python -m infra wipe --cluster`): "
+                        help="stop and wipe the loopback cluster first (`python -m infra.launcher wipe --cluster`): "
                         "the cases run on a cluster holding only their own topics")
     args = parser.parse_args(argv)
     cfg = InfraConfig.from_env()

@@ -236,7 +236,7 @@ def _est(e: Estimate, digits: int) -> dict[str, float]:
 def kafka_for_ranks(pack: bool) -> Iterator[dict[str, str]]:
     """A real Kafka broker (started here unless one runs) with fresh bench topics; yields the ranks'
     environment that points them at it."""
-    from infra import InfraConfig, KafkaBroker
+    from infra.launcher import InfraConfig, KafkaBroker
     from infra.settings import load_settings
     from schemas import Topics
     from streams.topics_admin import ensure_topics

@@ -376,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, help="plays of each trace's steps (overrides --steps)")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
-    from infra import InfraConfig, KafkaBroker
+    from infra.launcher import InfraConfig, KafkaBroker
     from producers.replay import load_replay
 
     started = datetime.now(UTC).isoformat(timespec="seconds")

@@ -39,7 +39,7 @@ from typing import Any
 from bench.chaos import Harness, Offsets, Rig, Sent, emit_job, log, poll_until, read_alerts
 from bench.provenance import git_commit, machine
 from bench.restarts import groups, uncommitted
-from infra import ClickHouseServer, InfraConfig, KafkaBroker
+from infra.launcher import ClickHouseServer, InfraConfig, KafkaBroker
 from infra.settings import REPO_ROOT, Settings, load_settings
 from producers.sampler.procfs import process_cpu_ticks
 from producers.simulator.catalogue import straggler

@@ -24,7 +24,7 @@ is the largest that passed.
 
 Scale-out (`--workers 1,2`, `make bench-scaleout`): the sizes through 1, then 2 workers of each
 role, landing in one ClickHouse server; with `--cluster` (`make bench-scaleout-cluster`) through
-`python -m infra up --cluster` instead: 3 brokers (RF 3, min ISR 2, every broker's CPU counted)
+`python -m infra.launcher up --cluster` instead: 3 brokers (RF 3, min ISR 2, every broker's CPU counted)
 and ClickHouse 2 shards x 2 replicas (land workers entering through each shard, inserting
 through the Distributed tables).
 """
@@ -50,10 +50,11 @@ from kafka.admin import KafkaAdminClient
 from kafka.partitioner.default import murmur2
 
 from bench.provenance import git_commit, machine
-from infra import ClickHouseServer, InfraConfig, KafkaBroker, kafka_records
+from infra import kafka_records
 from infra.clients import kafka_client_config
-from infra.cluster import Cluster
 from infra.files import private_dir
+from infra.launcher import ClickHouseServer, InfraConfig, KafkaBroker
+from infra.launcher.cluster import Cluster
 from infra.progress import Progress
 from infra.settings import REPO_ROOT, Settings, load_settings
 from producers.sampler.procfs import process_cpu_ticks
@@ -526,7 +527,7 @@ def single_stack(base: Settings, cfg: InfraConfig, broker: KafkaBroker) -> Stack
 
 
 def cluster_stack(base: Settings, cluster: Cluster) -> Stack:
-    """`python -m infra up --cluster`: 3 brokers (topics RF 3, min ISR 2) and 2 shards x 2 replicas; land
+    """`python -m infra.launcher up --cluster`: 3 brokers (topics RF 3, min ISR 2) and 2 shards x 2 replicas; land
     worker i enters through shard ((i - 1) mod 2) + 1's first replica and inserts through the Distributed
     tables, as in `make chaos-cluster`."""
     settings = replace(cluster.client_settings(), home=base.home, secrets_dir=base.secrets_path,
@@ -589,11 +590,11 @@ def main(argv: list[str] | None = None) -> None:
                         help="scale-out mode: the --ranks sizes through N, then M workers of each role, every "
                              "configuration landing in infra/'s ClickHouse server (-> throughput-scaleout.json)")
     parser.add_argument("--cluster", action="store_true",
-                        help="with --workers: through `python -m infra up --cluster` (3 brokers, RF 3, ClickHouse "
-                             "2 shards x 2 replicas; -> throughput-scaleout-cluster.json)")
+                        help="with --workers: through `python -m infra.launcher up --cluster` (3 brokers, RF 3, "
+                             "ClickHouse 2 shards x 2 replicas; -> throughput-scaleout-cluster.json)")
     parser.add_argument("--keep", action="store_true", help="with --cluster: leave the cluster running at the end")
     parser.add_argument("--fresh", action="store_true",
-                        help="with --cluster: stop and wipe the loopback cluster first (`python -m infra wipe "
+                        help="with --cluster: stop and wipe the loopback cluster first (`python -m infra.launcher wipe "
                              "--cluster`), so the brokers carry only this run's topics")
     parser.add_argument("--out", type=Path, default=None,
                         help="where the JSON goes (default throughput.json, throughput-scaleout.json with --workers)")

@@ -1,6 +1,6 @@
 """Prometheus file_sd target files: how a worker tells Prometheus where its metrics are.
 
-Why: Prometheus (the shipped infra/prometheus/steplens.yml, or one an operator runs) reads every
+Why: Prometheus (the shipped infra/launcher/prometheus/steplens.yml, or one an operator runs) reads every
 ``targets/*.json`` and notices new and deleted files by itself. A worker that serves metrics writes
 its own file, so Prometheus starts scraping it without anybody listing ports by hand, and deletes it
 when it stops on purpose; a crashed worker leaves its file, so its target goes down and

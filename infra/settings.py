@@ -231,7 +231,7 @@ class Settings:
     topic_prefix: str = "steplens."
     topic_partitions: int = 4
     # copies of every topic and how many must have a write before acks=all returns: 1/1 on the single
-    # broker; 3/2 on `python -m infra up --cluster` (one broker may die, docs/scaling.md)
+    # broker; 3/2 on `python -m infra.launcher up --cluster` (one broker may die, docs/scaling.md)
     topic_replication_factor: int = 1
     topic_min_insync_replicas: int = 1
     clickhouse_url: str = ""          # empty: embedded chdb at chdb_path
@@ -478,7 +478,7 @@ def load_settings(env: Mapping[str, str] | None = None, toml_path: Path | None =
     top: dict[str, Any] = {key: env[var] for var, (_, key) in _ENV.items() if env.get(var)}
     if env.get("STEPLENS_KAFKA_PORT") and "kafka_bootstrap" not in top and \
             settings.kafka_bootstrap == Settings().kafka_bootstrap:
-        # one setting moves the broker (infra/config.py) and its clients together
+        # one setting moves the broker (infra/launcher/config.py) and its clients together
         top["kafka_bootstrap"] = f"127.0.0.1:{env['STEPLENS_KAFKA_PORT'].strip()}"
     detection = {
         f.name: env[f"STEPLENS_DETECTION_{f.name.upper()}"]

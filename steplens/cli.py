@@ -230,7 +230,7 @@ def _migrate(args: argparse.Namespace, s: Settings) -> int:
 
 
 def _services(args: argparse.Namespace, s: Settings) -> int:
-    from infra.__main__ import main as infra_main
+    from infra.launcher.__main__ import main as infra_main
 
     return infra_main([args.command, *(["--only", args.only] if args.only else []),
                        *(["--cluster"] if args.cluster else [])])

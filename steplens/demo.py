@@ -25,8 +25,8 @@ from typing import Any
 import orjson
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from infra import ClickHouseServer, InfraConfig, KafkaBroker
 from infra.clients import kafka_client_config
+from infra.launcher import ClickHouseServer, InfraConfig, KafkaBroker
 from infra.settings import REPO_ROOT, Settings, load_settings
 from producers.simulator.catalogue import data_stalls, gc_pauses, straggler
 from producers.simulator.fleet import FleetJob
@@ -207,7 +207,7 @@ def start_alertmanager(infra_cfg: InfraConfig, where: str) -> str:
     missing); anything else is a URL."""
     if where != "local":
         return where.rstrip("/")
-    from infra.alertmanager import AlertmanagerServer
+    from infra.launcher.alertmanager import AlertmanagerServer
 
     server = AlertmanagerServer(infra_cfg)
     server.install()

@@ -2,7 +2,7 @@
 
 One metrics object per worker, on its own registry (no global state), each with the
 process collector (`process_cpu_seconds_total`, memory, open files: the per-stage CPU of
-infra/prometheus/rules.yml). `DetectMetrics`: events in and out per topic, batch sizes,
+infra/launcher/prometheus/rules.yml). `DetectMetrics`: events in and out per topic, batch sizes,
 per-rule evaluation time, open windows and incidents, late and bad input, snapshot writes,
 lag of the internal topic. `LandMetrics`: messages, dead letters, consumer lag and the
 commit clock (a batch read but not committed for long is a stalled landing).

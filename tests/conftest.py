@@ -4,8 +4,13 @@ Integration tests declare what they touch (`@pytest.mark.kafka`, `@pytest.mark.c
 `@pytest.mark.alertmanager`, `@pytest.mark.prometheus`; `@pytest.mark.cluster`: tests/cluster/,
 whose own conftest starts the loopback cluster) and take these fixtures. A fixture
 starts the service through infra/ or reuses a running one; if the service cannot start the
-fixture raises, so the test fails loudly instead of being skipped. Services this session
-started are stopped at the end of the session.
+fixture raises, so the test fails loudly instead of being skipped. Services this run
+started are stopped at its end.
+
+`make test` runs the service tests two at a time (`pytest -n 2 --dist loadfile`): they share the
+broker and the server, each on its own topics, databases and consumer groups (`unique_name`).
+A test that stops a shared service or starts the loopback cluster is marked `exclusive` and runs
+in a later pass on its own.
 
 The services are locked down (docs/security.md): Kafka clients take `kafka_settings` and
 build their connection with `infra.clients.kafka_client_config(kafka_settings, principal)`;
@@ -15,17 +20,21 @@ the read-only user's.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
+import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Protocol, TypeVar
 
 import pytest
 
-from infra import ClickHouseServer, InfraConfig, KafkaBroker
-from infra.alertmanager import AlertmanagerServer
-from infra.prometheus import PrometheusServer
+from infra.launcher import ClickHouseServer, InfraConfig, KafkaBroker
+from infra.launcher.alertmanager import AlertmanagerServer
+from infra.launcher.prometheus import PrometheusServer
 from infra.secrets import CLICKHOUSE_READER, CLICKHOUSE_WRITER
 from infra.settings import Settings
 from tests.file_timings import FileTimings
@@ -42,13 +51,23 @@ class _Service(Protocol):
 S = TypeVar("S", bound=_Service)
 
 
-def _run_for_the_session(service: S) -> Iterator[S]:
-    """Install and start `service` (or reuse a running one); stop it at the end if this session started it."""
-    service.install()
-    started = service.start()
+STARTED_DIR_ENV = "STEPLENS_TEST_STARTED_DIR"
+
+
+def _run_for_the_session(service: S, name: str) -> Iterator[S]:
+    """Install and start `service` (or reuse a running one), one pytest process at a time.
+
+    Under `pytest -n` each worker has its own session: a lock keeps two from starting the same
+    service, and the one that started it leaves a mark for the controller, which stops it after
+    every worker is done (`pytest_unconfigure`), so no worker stops a service another still uses.
+    """
+    started_dir = Path(os.environ[STARTED_DIR_ENV])
+    with (started_dir / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        service.install()
+        if service.start():
+            (started_dir / name).touch()
     yield service
-    if started and not os.environ.get("STEPLENS_KEEP_SERVICES"):
-        service.stop()
 
 
 @pytest.fixture(scope="session")
@@ -59,7 +78,7 @@ def infra_config() -> InfraConfig:
 @pytest.fixture(scope="session")
 def kafka_bootstrap(infra_config: InfraConfig) -> Iterator[str]:
     """Bootstrap address of the real Kafka broker (started by infra/ when not running)."""
-    for broker in _run_for_the_session(KafkaBroker(infra_config)):
+    for broker in _run_for_the_session(KafkaBroker(infra_config), "kafka"):
         yield broker.bootstrap
 
 
@@ -76,7 +95,7 @@ def kafka_settings(kafka_bootstrap: str, infra_config: InfraConfig) -> Settings:
 @pytest.fixture(scope="session")
 def clickhouse_service(infra_config: InfraConfig) -> Iterator[ClickHouseServer]:
     """The real ClickHouse server (Debian's 18.16, started by infra/ when not running)."""
-    yield from _run_for_the_session(ClickHouseServer(infra_config))
+    yield from _run_for_the_session(ClickHouseServer(infra_config), "clickhouse")
 
 
 @pytest.fixture(scope="session")
@@ -94,13 +113,13 @@ def clickhouse_reader_url(clickhouse_service: ClickHouseServer) -> str:
 @pytest.fixture(scope="session")
 def alertmanager_service(infra_config: InfraConfig) -> Iterator[AlertmanagerServer]:
     """The real Alertmanager (Debian's prometheus-alertmanager, installed and started by infra/ when missing)."""
-    yield from _run_for_the_session(AlertmanagerServer(infra_config))
+    yield from _run_for_the_session(AlertmanagerServer(infra_config), "alertmanager")
 
 
 @pytest.fixture(scope="session")
 def prometheus_service(infra_config: InfraConfig) -> Iterator[PrometheusServer]:
-    """The real Prometheus (Debian's prometheus) with the shipped config and rules (infra/prometheus.py)."""
-    yield from _run_for_the_session(PrometheusServer(infra_config))
+    """The real Prometheus (Debian's prometheus) with the shipped config and rules (infra/launcher/prometheus.py)."""
+    yield from _run_for_the_session(PrometheusServer(infra_config), "prometheus")
 
 
 @pytest.fixture
@@ -109,5 +128,30 @@ def unique_name() -> str:
     return f"t{uuid.uuid4().hex[:12]}"
 
 
+_SERVICES: dict[str, Callable[[InfraConfig], _Service]] = {
+    "kafka": KafkaBroker, "clickhouse": ClickHouseServer,
+    "alertmanager": AlertmanagerServer, "prometheus": PrometheusServer,
+}
+
+
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(FileTimings(), "steplens-file-timings")
+    if not _is_xdist_worker(config):  # the controller, or a run without -n: its workers inherit the directory
+        os.environ[STARTED_DIR_ENV] = tempfile.mkdtemp(prefix="steplens-test-services-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stop the services this run started (after all of its workers), unless STEPLENS_KEEP_SERVICES."""
+    if _is_xdist_worker(config) or STARTED_DIR_ENV not in os.environ:
+        return
+    started_dir = Path(os.environ.pop(STARTED_DIR_ENV))
+    if not os.environ.get("STEPLENS_KEEP_SERVICES"):
+        cfg = InfraConfig.from_env()
+        for name, service in _SERVICES.items():
+            if (started_dir / name).exists():
+                service(cfg).stop()
+    shutil.rmtree(started_dir, ignore_errors=True)

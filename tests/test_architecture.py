@@ -222,6 +222,27 @@ def test_a_crossing_is_found_and_a_shared_piece_below_is_not_one() -> None:
                                 "streams.land.processor -> streams.detect.ingest.decode"]
 
 
+# The local launcher (infra/launcher/: brokers, servers, TLS, apt) is for `make`, the tests, the benches and
+# the CLI; the workers, producers and the hook stand on infra/'s foundation alone (issue #47).
+LAUNCHER = "infra.launcher"
+
+
+def launcher_users(graph: dict[str, set[str]]) -> list[str]:
+    return [f"{module} -> {dest}" for module, targets in sorted(graph.items()) if not _within(module, LAUNCHER)
+            for dest in sorted(targets) if _within(dest, LAUNCHER)]
+
+
+def test_no_library_module_uses_the_launcher() -> None:
+    found = launcher_users(import_graph())
+    assert not found, "only make, tests, benches and steplens/ start services:\n" + "\n".join(found)
+
+
+def test_a_launcher_use_is_found() -> None:
+    graph = {"infra.settings": {"infra.launcher.config"}, "infra.launcher.services": {"infra.launcher.tls"},
+             "streams.app": {"infra.clients"}}
+    assert launcher_users(graph) == ["infra.settings -> infra.launcher.config"]
+
+
 # --- the checker itself -------------------------------------------------------------------------
 
 

@@ -26,8 +26,8 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from bench.detection.repeat import merge_repeats
 from bench.provenance import git_commit, machine
-from infra import InfraConfig, KafkaBroker
 from infra.clients import kafka_client_config
+from infra.launcher import InfraConfig, KafkaBroker
 from infra.progress import Progress
 from infra.settings import REPO_ROOT, Settings, load_settings
 from producers.simulator.attempts import plan_attempts

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from infra import InfraConfig
-from infra.cluster import Cluster
+from infra.launcher import InfraConfig
+from infra.launcher.cluster import Cluster
 
 
 @pytest.fixture(scope="package")
 def loopback_cluster(infra_config: InfraConfig) -> Iterator[Cluster]:
-    """The loopback cluster of `python -m infra up --cluster` (3 Kafka nodes, ZooKeeper, 2x2 ClickHouse
-    replicas; infra/cluster.py), on the STEPLENS_CLUSTER_* ports; stopped after this package's tests if
+    """The loopback cluster of `python -m infra.launcher up --cluster` (3 Kafka nodes, ZooKeeper, 2x2 ClickHouse
+    replicas; infra/launcher/cluster.py), on the STEPLENS_CLUSTER_* ports; stopped after this package's tests if
     they started it (STEPLENS_KEEP_SERVICES keeps it)."""
     cluster = Cluster(infra_config)
     started = cluster.start()

@@ -1,6 +1,6 @@
 """A job through 2 detect + 2 land workers on the loopback cluster while a broker and a replica die (issue #24).
 
-The cluster of `python -m infra up --cluster`: 3 KRaft nodes (topics with 3 replicas,
+The cluster of `python -m infra.launcher up --cluster`: 3 KRaft nodes (topics with 3 replicas,
 min.insync.replicas=2), ZooKeeper and 2 shards x 2 ClickHouse replicas with the migrations'
 cluster DDL (Replicated locals behind Distributed tables). Mid-job one Kafka node and one
 ClickHouse replica get SIGKILL and come back. Then, through the Distributed tables: every
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from bench.chaos import Offsets, Rig, Sent, count, emit_job, poll_until, wait_caught_up
-from infra.cluster import Cluster
+from infra.launcher.cluster import Cluster
 from infra.secrets import CLICKHOUSE_DEFAULT
 from producers.simulator.catalogue import straggler
 from producers.simulator.fleet import FleetJob
@@ -28,7 +28,8 @@ from sinks import open_backend
 from sinks.migrations.runner import migrate
 from streams.topics_admin import ensure_topics
 
-pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.clickhouse, pytest.mark.cluster]
+pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.clickhouse, pytest.mark.cluster,
+              pytest.mark.exclusive]
 
 KILLED_BROKER = 2
 KILLED_REPLICA = 2  # of the job's shard: no worker's entry node (replica 1 of each shard), so inserts fail over

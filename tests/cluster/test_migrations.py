@@ -19,7 +19,7 @@ import pytest
 
 from bench.chaos import poll_until
 from bench.land_split import batches, blocks
-from infra.cluster import Cluster
+from infra.launcher.cluster import Cluster
 from infra.secrets import CLICKHOUSE_DEFAULT
 from sinks import open_backend
 from sinks.backend import arrow_rows, column_list
@@ -28,7 +28,7 @@ from sinks.migrations.runner import migrate
 from sinks.rows import STEP_COLUMNS
 from sinks.server import ServerBackend
 
-pytestmark = [pytest.mark.integration, pytest.mark.clickhouse, pytest.mark.cluster]
+pytestmark = [pytest.mark.integration, pytest.mark.clickhouse, pytest.mark.cluster, pytest.mark.exclusive]
 
 JOBS_COLUMNS = ("job", "phase", "world", "ts_ns", "parallel_keys", "parallel_values", "last_step", "model",
                 "event_date")

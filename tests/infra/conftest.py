@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra import InfraConfig, up
+from infra.launcher import InfraConfig, up
 
 
 @pytest.fixture

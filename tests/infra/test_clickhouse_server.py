@@ -1,4 +1,4 @@
-"""infra/clickhouse_server.py: the rendered config (pure), the real server, and a throw-away instance
+"""infra/launcher/clickhouse_server.py: the rendered config (pure), the real server, and a throw-away instance
 in a temporary home on fixed ports for the stop/start tests (the shared servers are never disturbed)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from infra import ClickHouseServer, InfraConfig, InfraError
+from infra.launcher import ClickHouseServer, InfraConfig, InfraError
 
 
 def test_clickhouse_config_is_loopback_yandex_xml(tmp_path: Path) -> None:

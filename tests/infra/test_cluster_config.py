@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from infra import InfraConfig, KafkaBroker
-from infra.clickhouse_cluster import ClickHouseCluster, ClickHouseClusterPorts
-from infra.cluster import Cluster, ClusterPorts
-from infra.kafka_cluster import KafkaCluster, KafkaClusterPorts
-from infra.process import InfraError
+from infra.launcher import InfraConfig, KafkaBroker
+from infra.launcher.clickhouse_cluster import ClickHouseCluster, ClickHouseClusterPorts
+from infra.launcher.cluster import Cluster, ClusterPorts
+from infra.launcher.kafka_cluster import KafkaCluster, KafkaClusterPorts
+from infra.launcher.process import InfraError
+from infra.launcher.zookeeper import ZooKeeperServer
 from infra.settings import load_settings
-from infra.zookeeper import ZooKeeperServer
 from schemas import Topics
 from streams.topics_admin import topic_configs
 

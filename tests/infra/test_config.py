@@ -1,4 +1,4 @@
-"""infra/config.py: the services' settings, defaults and environment overrides (pure)."""
+"""infra/launcher/config.py: the services' settings, defaults and environment overrides (pure)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from infra import ClickHouseServer, InfraConfig, InfraError, KafkaBroker
-from infra.config import REPO_ROOT
+from infra.launcher import ClickHouseServer, InfraConfig, InfraError, KafkaBroker
+from infra.launcher.config import REPO_ROOT
 
 
 def test_config_defaults_and_env_overrides(tmp_path: Path) -> None:
@@ -80,7 +80,7 @@ def test_the_kafka_port_moves_the_clients_too() -> None:
 
 
 def test_infra_help_lists_the_environment(capsys: pytest.CaptureFixture[str]) -> None:
-    from infra.__main__ import main
+    from infra.launcher.__main__ import main
 
     with pytest.raises(SystemExit) as exit_info:
         main(["--help"])

@@ -1,4 +1,5 @@
-"""infra/kafka_broker.py: the rendered single-node KRaft config (pure) and a round trip through the real broker."""
+"""infra/launcher/kafka_broker.py: the rendered single-node KRaft config (pure) and a round trip through the
+real broker."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from infra import InfraConfig, KafkaBroker
 from infra.clients import kafka_client_config
-from infra.kafka_broker import _new_cluster_id
+from infra.launcher import InfraConfig, KafkaBroker
+from infra.launcher.kafka_broker import _new_cluster_id
 
 
 def test_server_properties_single_node_kraft(tmp_path: Path) -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from infra import InfraConfig, InfraError
-from infra.alertmanager import AlertmanagerServer
-from infra.prometheus import PrometheusServer
+from infra.launcher import InfraConfig, InfraError
+from infra.launcher.alertmanager import AlertmanagerServer
+from infra.launcher.prometheus import PrometheusServer
 from infra.settings import REPO_ROOT
 
 

@@ -12,8 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from infra import InfraConfig, InfraError
-from infra.prometheus import SHIPPED_CONFIG, SHIPPED_RULES, PrometheusServer, promtool, render_config, render_rules
+from infra.launcher import InfraConfig, InfraError
+from infra.launcher.prometheus import (
+    SHIPPED_CONFIG,
+    SHIPPED_RULES,
+    PrometheusServer,
+    promtool,
+    render_config,
+    render_rules,
+)
 from streams.metrics import AlertsMetrics, DetectMetrics, LandMetrics
 
 pytestmark = pytest.mark.prometheus

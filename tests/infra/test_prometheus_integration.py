@@ -1,7 +1,7 @@
 """A real Prometheus with the shipped config and rules scrapes a real detect worker, and
 SteplensWorkerDown fires once that worker crashes, and reaches the real Alertmanager.
 
-Prometheus runs as infra/ starts it (infra/prometheus.py: 1 s scrapes and evaluations, the
+Prometheus runs as infra/ starts it (infra/launcher/prometheus.py: 1 s scrapes and evaluations, the
 rules' `for:` cut to 2 s); the worker writes its own target file where that Prometheus looks
 (infra/scrape_targets.py), nobody lists its port by hand.
 """
@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from infra.alertmanager import AlertmanagerServer
-from infra.prometheus import PrometheusServer
+from infra.launcher.alertmanager import AlertmanagerServer
+from infra.launcher.prometheus import PrometheusServer
 from infra.settings import REPO_ROOT, Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.prometheus, pytest.mark.alertmanager]

@@ -22,15 +22,15 @@ from cryptography import x509
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaTimeoutError, TopicAuthorizationFailedError, TopicDeletionDisabledError
 
-from infra import ClickHouseServer, InfraConfig, InfraError, KafkaBroker
 from infra.acls import acl_bindings
 from infra.clients import CredentialsError, clickhouse_credentials, faust_broker_config, kafka_client_config
 from infra.files import mode_of, private_dir, write_private
-from infra.ports import ephemeral_port_warnings, ephemeral_range
-from infra.rotation import rotate
+from infra.launcher import ClickHouseServer, InfraConfig, InfraError, KafkaBroker
+from infra.launcher.ports import ephemeral_port_warnings, ephemeral_range
+from infra.launcher.rotation import rotate
+from infra.launcher.tls import BROKER_NAME, ensure_tls
 from infra.secrets import CLICKHOUSE_READER, CLICKHOUSE_WRITER, KAFKA_PRINCIPALS, ensure_secret
 from infra.settings import Settings, load_settings
-from infra.tls import BROKER_NAME, ensure_tls
 from producers.spool import Spool
 from schemas import Topics
 from sinks import SinkError, open_backend

@@ -1,11 +1,11 @@
-"""infra/services.py: `up` and `status` over the shared services (started or reused, left running
+"""infra/launcher/services.py: `up` and `status` over the shared services (started or reused, left running
 for the rest of the session)."""
 
 from __future__ import annotations
 
 import pytest
 
-from infra import ClickHouseServer, InfraConfig, KafkaBroker, status, up
+from infra.launcher import ClickHouseServer, InfraConfig, KafkaBroker, status, up
 
 
 @pytest.mark.integration

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from infra import InfraConfig, KafkaBroker
+from infra.launcher import InfraConfig, KafkaBroker
 from infra.settings import Settings
 from producers.emitter import BackgroundEmitter
 from producers.exporter import ExportError, OutRecord
@@ -22,7 +22,7 @@ from producers.simulator.topology import Topology
 from schemas import Topics, encode, job_key, rank_key
 from tests.producers.test_kafka_integration import create_topics, exporter_for, read_all
 
-pytestmark = [pytest.mark.integration, pytest.mark.kafka]
+pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.exclusive]
 
 
 def test_events_emitted_across_a_broker_restart_are_not_lost(

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from infra import ClickHouseServer, InfraConfig
 from infra.clients import kafka_client_config
+from infra.launcher import ClickHouseServer, InfraConfig
 from infra.settings import Settings
 from schemas import Topics, encode, rank_key
 from sinks.backend import Backend, qualified
@@ -147,6 +147,7 @@ def test_replaying_the_same_offsets_changes_no_table(
 
 @pytest.mark.clickhouse
 @pytest.mark.integration
+@pytest.mark.exclusive
 def test_landing_survives_a_60s_clickhouse_outage(
     clickhouse_server_url: str, infra_config: InfraConfig, unique_name: str
 ) -> None:

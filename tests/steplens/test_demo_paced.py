@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from infra.alertmanager import AlertmanagerServer
+from infra.launcher.alertmanager import AlertmanagerServer
 from infra.settings import Settings
 from steplens.demo import run
 

@@ -37,7 +37,7 @@ def test_metrics_are_served_over_http() -> None:
     assert 'steplens_detect_events_in_total{topic="steplens.steps"} 7.0' in body
     assert 'steplens_detect_rule_seconds_total{rule="R3"} 0.75' in body
     assert "steplens_kafka_c_crc32c 1.0" in body
-    assert "process_cpu_seconds_total" in body  # per-stage CPU (infra/prometheus/rules.yml)
+    assert "process_cpu_seconds_total" in body  # per-stage CPU (infra/launcher/prometheus/rules.yml)
 
 
 def test_a_worker_serving_metrics_writes_its_own_prometheus_target(tmp_path: Path) -> None:
@@ -51,7 +51,7 @@ def test_a_worker_serving_metrics_writes_its_own_prometheus_target(tmp_path: Pat
 @pytest.mark.parametrize(("ending", "kept"), [("pass", False), ("os._exit(70)", True)])
 def test_a_clean_exit_removes_the_target_and_a_crash_keeps_it(tmp_path: Path, ending: str, kept: bool) -> None:
     """Stopped on purpose: Prometheus forgets the worker. Crashed: its target goes down and the worker-down
-    alert fires (infra/prometheus/rules.yml)."""
+    alert fires (infra/launcher/prometheus/rules.yml)."""
     port = _free_port()
     code = ("import os; from pathlib import Path; from streams.metrics import Announce, LandMetrics; "
             f"p = LandMetrics().serve({port}, Announce(Path({str(tmp_path)!r}), '127.0.0.1')); "

@@ -21,7 +21,7 @@ import pytest
 
 from bench.chaos import Harness
 from bench.restarts import RestartRun, plan
-from infra import InfraConfig
+from infra.launcher import InfraConfig
 from infra.settings import Settings, load_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]

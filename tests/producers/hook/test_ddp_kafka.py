@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
-from infra import InfraConfig, KafkaBroker
 from infra.clients import kafka_client_config
+from infra.launcher import InfraConfig, KafkaBroker
 from infra.settings import Settings, load_settings
 from producers.workloads.ddp_transformer import WorkloadConfig, load_results, run
 from schemas import ControlCommand, Incident, KernelBatch, KernelSummary, ProfileReady, StepEvent, Topics

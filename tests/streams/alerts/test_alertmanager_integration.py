@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from infra.alertmanager import AlertmanagerServer
 from infra.clients import kafka_client_config
+from infra.launcher.alertmanager import AlertmanagerServer
 from infra.settings import REPO_ROOT, Settings
 from schemas import Incident, Topics, job_key
 from schemas.codec import encode

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from kafka.admin import KafkaAdminClient
 
-from infra import InfraConfig, KafkaBroker
 from infra.clients import kafka_client_config
+from infra.launcher import InfraConfig, KafkaBroker
 from infra.settings import Settings, load_settings
 from producers.emitter import BackgroundEmitter
 from producers.simulator.fleet import FleetJob
@@ -32,7 +32,7 @@ from streams.land.processor import landing_types
 from streams.topics_admin import ensure_topics
 from tests.producers.test_kafka_integration import exporter_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.kafka]
+pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.exclusive]
 
 RETRIED = (b"land commit failed", b"land poll failed")  # the runtime's log lines when it retries (streams/runtime.py)
 

@@ -1,4 +1,4 @@
-"""Three KRaft Kafka nodes on loopback: what `python -m infra up --cluster` starts.
+"""Three KRaft Kafka nodes on loopback: what `python -m infra.launcher up --cluster` starts.
 
 Why: a single broker with replication factor 1 cannot show that nothing is lost when a
 broker dies. Each node is the single-node ``KafkaBroker`` (same jars, CA, SCRAM users
@@ -20,11 +20,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
 
-from infra.config import LOOPBACK, InfraConfig
-from infra.kafka_broker import KafkaBroker, _new_cluster_id
-from infra.process import InfraError
+from infra.launcher.config import LOOPBACK, InfraConfig
+from infra.launcher.kafka_broker import KafkaBroker, _new_cluster_id
+from infra.launcher.process import InfraError
+from infra.launcher.supervision import _terminate, kill_and_wait, stop_together
 from infra.settings import Settings
-from infra.supervision import _terminate, kill_and_wait, stop_together
 
 KAFKA_NODES = 3
 MIN_INSYNC = 2

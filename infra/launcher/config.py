@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from infra.files import private_dir
-from infra.process import InfraError
+from infra.launcher.process import InfraError
 from infra.secrets import secrets_dir
 from infra.settings import Settings
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 LOOPBACK = "127.0.0.1"
 
 
@@ -65,8 +65,8 @@ class InfraConfig:
     clickhouse_tcp_port: int = 19000
     clickhouse_http_port: int = 18123
     clickhouse_interserver_port: int = 19009
-    alertmanager_port: int = 19094   # infra/alertmanager.py (clustering off: no second port)
-    prometheus_port: int = 19090     # infra/prometheus.py
+    alertmanager_port: int = 19094   # infra/launcher/alertmanager.py (clustering off: no second port)
+    prometheus_port: int = 19090     # infra/launcher/prometheus.py
 
     def __post_init__(self) -> None:
         # Absolute paths: they are written into configs and matched against command lines.

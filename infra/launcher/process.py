@@ -1,5 +1,5 @@
-"""Process helpers shared by the service launchers (infra/supervision.py and the servers) and the
-package installer (infra/apt.py): the error they raise, a machine-wide file lock, a logged
+"""Process helpers shared by the service launchers (infra/launcher/supervision.py and the servers) and the
+package installer (infra/launcher/apt.py): the error they raise, a machine-wide file lock, a logged
 subprocess, a log's tail, and finding a program.
 
 Why a module of its own: apt.py needs these and clickhouse_server.py needs apt.py (ClickHouse is

@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from infra.process import _SBIN_DIRS, InfraError, _file_lock, _run_logged, _tail, _which
+from infra.launcher.process import _SBIN_DIRS, InfraError, _file_lock, _run_logged, _tail, _which
 
 log = logging.getLogger("infra")
 

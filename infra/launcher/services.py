@@ -2,22 +2,22 @@
 
 Why: integration tests and benchmarks need *real* services, but the machines that run
 them have no Docker and must not be reconfigured system-wide.  Everything lives under
-one project-local home directory (``.steplens/`` by default; its layout: infra/config.py):
+one project-local home directory (``.steplens/`` by default; its layout: infra/launcher/config.py):
 generated configs, data, logs, pid files and the Kafka jars resolved from Maven Central.
 Every operation is idempotent so test fixtures, the Makefile and humans can all call it safely.
 
-The parts: ``infra/config.py`` (``InfraConfig``: home and ports), ``infra/supervision.py``
-(the process lifecycle every service shares), ``infra/kafka_broker.py`` (``KafkaBroker``) and
-``infra/clickhouse_server.py`` (``ClickHouseServer``). Kafka listens with SASL/SCRAM-SHA-512
+The parts: ``infra/launcher/config.py`` (``InfraConfig``: home and ports), ``infra/launcher/supervision.py``
+(the process lifecycle every service shares), ``infra/launcher/kafka_broker.py`` (``KafkaBroker``) and
+``infra/launcher/clickhouse_server.py`` (``ClickHouseServer``). Kafka listens with SASL/SCRAM-SHA-512
 over TLS only; ClickHouse has a password on every user (docs/security.md).
 """
 
 from __future__ import annotations
 
-from infra.clickhouse_server import ClickHouseServer
-from infra.config import InfraConfig
-from infra.kafka_broker import KafkaBroker
-from infra.supervision import _Service, stop_each
+from infra.launcher.clickhouse_server import ClickHouseServer
+from infra.launcher.config import InfraConfig
+from infra.launcher.kafka_broker import KafkaBroker
+from infra.launcher.supervision import _Service, stop_each
 
 
 def up(cfg: InfraConfig, kafka: bool = True, clickhouse: bool = True) -> dict[str, bool]:

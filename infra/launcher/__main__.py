@@ -1,8 +1,9 @@
-"""CLI: ``python -m infra up|down|status [--only kafka|clickhouse|alertmanager|prometheus]`` (the Makefile
-calls it; ``up`` alone starts Kafka and ClickHouse, ``down`` alone stops all four and the loopback cluster),
-``python -m infra up|down|status --cluster`` (3 Kafka nodes, ZooKeeper, 2x2 ClickHouse; infra/cluster.py),
-``python -m infra wipe --cluster`` (the stopped cluster's data deleted: the next up starts it empty),
-``python -m infra rotate kafka:<principal>|clickhouse:<user>`` (docs/security.md)."""
+"""CLI: ``python -m infra.launcher up|down|status [--only kafka|clickhouse|alertmanager|prometheus]`` (the
+Makefile calls it; ``up`` alone starts Kafka and ClickHouse, ``down`` alone stops them all and the loopback cluster),
+``python -m infra.launcher up|down|status --cluster`` (3 Kafka nodes, ZooKeeper, 2x2 ClickHouse;
+infra/launcher/cluster.py),
+``python -m infra.launcher wipe --cluster`` (the stopped cluster's data deleted: the next up starts it empty),
+``python -m infra.launcher rotate kafka:<principal>|clickhouse:<user>`` (docs/security.md)."""
 
 from __future__ import annotations
 
@@ -10,20 +11,35 @@ import argparse
 import logging
 import sys
 import time
+from collections.abc import Callable
+from typing import Protocol
 
-from infra.alertmanager import AlertmanagerServer
-from infra.config import InfraConfig
-from infra.process import InfraError
-from infra.prometheus import PrometheusServer
-from infra.services import down, status, up
-from infra.supervision import _Service
+from infra.launcher.alertmanager import AlertmanagerServer
+from infra.launcher.config import InfraConfig
+from infra.launcher.process import InfraError
+from infra.launcher.prometheus import PrometheusServer
+from infra.launcher.services import down, status, up
 
-MONITORING: dict[str, type[_Service]] = {"alertmanager": AlertmanagerServer, "prometheus": PrometheusServer}
+
+class _Managed(Protocol):
+    def install(self) -> None: ...
+
+    def start(self) -> bool: ...
+
+    def stop(self) -> None: ...
+
+    def describe(self) -> str: ...
+
+
+# started only by name (`up --only NAME`); `down` and `status` alone cover them too
+OPTIONAL: dict[str, Callable[[InfraConfig], _Managed]] = {
+    "alertmanager": AlertmanagerServer, "prometheus": PrometheusServer,
+}
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m infra",
+        prog="python -m infra.launcher",
         description="Project-local Kafka (KRaft), ClickHouse, Alertmanager and Prometheus on 127.0.0.1.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="environment (defaults in brackets):\n"
@@ -42,25 +58,25 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("target", nargs="?", help="rotate: kafka:<principal> or clickhouse:<user>")
     parser.add_argument(
         "--only",
-        choices=("kafka", "clickhouse", *MONITORING),
-        help="act on one service (default: up starts Kafka and ClickHouse; down and status cover all four)",
+        choices=("kafka", "clickhouse", *OPTIONAL),
+        help="act on one service (default: up starts Kafka and ClickHouse; down and status cover them all)",
     )
     parser.add_argument(
         "--cluster", action="store_true",
         help="the loopback cluster instead: 3 Kafka nodes, ZooKeeper, 2 shards x 2 ClickHouse replicas "
-        "(infra/cluster.py; ports STEPLENS_CLUSTER_*)",
+        "(infra/launcher/cluster.py; ports STEPLENS_CLUSTER_*)",
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="only print errors")
     return parser
 
 
-def _status(cfg: InfraConfig, kafka: bool, clickhouse: bool, monitoring: list[str]) -> str:
-    lines = [MONITORING[name](cfg).describe() for name in monitoring]
+def _status(cfg: InfraConfig, kafka: bool, clickhouse: bool, optional: list[str]) -> str:
+    lines = [OPTIONAL[name](cfg).describe() for name in optional]
     return "\n".join([*lines, status(cfg, kafka=kafka, clickhouse=clickhouse)])
 
 
 def _cluster(cfg: InfraConfig, command: str) -> int:
-    from infra.cluster import Cluster
+    from infra.launcher.cluster import Cluster
 
     cluster = Cluster(cfg)
     if command == "up":
@@ -93,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("clickhouse_driver").setLevel(logging.CRITICAL)  # refused connects while servers boot
     kafka = args.only in (None, "kafka")
     clickhouse = args.only in (None, "clickhouse")
-    # up alone keeps to the pipeline's services; down and status alone cover the monitoring ones too
-    monitoring = [name for name in MONITORING if args.only in (None, name)]
+    # up alone keeps to the pipeline's services; down and status alone cover the optional ones too
+    optional = [name for name in OPTIONAL if args.only in (None, name)]
     try:
         cfg = InfraConfig.from_env()
         if args.cluster:
@@ -103,39 +119,39 @@ def main(argv: list[str] | None = None) -> int:
             raise InfraError("wipe acts on the loopback cluster only (--cluster)")
         if args.command == "up":
             t0 = time.monotonic()
-            started = up(cfg, kafka=kafka, clickhouse=clickhouse) if args.only not in MONITORING else {}
-            if args.only in MONITORING:
-                service = MONITORING[args.only](cfg)
+            started = up(cfg, kafka=kafka, clickhouse=clickhouse) if args.only not in OPTIONAL else {}
+            if args.only in OPTIONAL:
+                service = OPTIONAL[args.only](cfg)
                 service.install()
                 started[args.only] = service.start()
             for name, did in started.items():
                 logging.getLogger("infra").info("%s: %s", name, "started" if did else "already running")
             logging.getLogger("infra").info("up took %.1fs", time.monotonic() - t0)
-            print(_status(cfg, kafka, clickhouse, monitoring))
+            print(_status(cfg, kafka, clickhouse, optional))
         elif args.command == "down":
             errors: list[str] = []
-            for name in monitoring:
+            for name in optional:
                 try:
-                    MONITORING[name](cfg).stop()
+                    OPTIONAL[name](cfg).stop()
                 except InfraError as exc:
                     errors.append(str(exc))
             if kafka or clickhouse:
                 down(cfg, kafka=kafka, clickhouse=clickhouse)
             if args.only is None:  # down alone also stops a loopback cluster (`up --cluster`)
-                from infra.cluster import Cluster
+                from infra.launcher.cluster import Cluster
 
                 Cluster(cfg).stop()
             if errors:
                 raise InfraError("\n".join(errors))
-            print(_status(cfg, kafka, clickhouse, monitoring))
+            print(_status(cfg, kafka, clickhouse, optional))
         elif args.command == "rotate":
-            from infra.rotation import rotate
+            from infra.launcher.rotation import rotate
 
             if not args.target:
                 raise InfraError("rotate needs a target: kafka:<principal> or clickhouse:<user>")
             print(rotate(cfg, args.target))
         else:
-            print(_status(cfg, kafka, clickhouse, monitoring))
+            print(_status(cfg, kafka, clickhouse, optional))
     except InfraError as exc:
         print(f"infra: error: {exc}", file=sys.stderr)
         return 1

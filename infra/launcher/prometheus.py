@@ -1,9 +1,9 @@
 """Project-local Prometheus (Debian's ``prometheus``) watching steplens's own workers, on loopback.
 
-Why: the shipped scrape configuration and rules (infra/prometheus/steplens.yml, rules.yml)
+Why: the shipped scrape configuration and rules (infra/launcher/prometheus/steplens.yml, rules.yml)
 are only worth shipping if a real Prometheus loads them, scrapes real workers and fires
 their alerts. This instance lives under ``<home>/prometheus`` like the other services
-(infra/supervision.py): installed with apt when missing, never the system service.
+(infra/launcher/supervision.py): installed with apt when missing, never the system service.
 
 Its configuration is the shipped one with three changes for a development machine and the
 tests, each checked to apply (a changed shipped file fails loudly here instead of being
@@ -11,7 +11,7 @@ silently ignored):
 - scrapes and rule evaluations every second instead of every 15 s;
 - the rules' ``for:`` durations cut to ``FOR_OVERRIDE``: a stopped worker fires within
   seconds, not a minute (the expressions are the shipped ones, untouched);
-- alerts go to the project-local Alertmanager (infra/alertmanager.py).
+- alerts go to the project-local Alertmanager (infra/launcher/alertmanager.py).
 Targets are files under ``<home>/prometheus/targets/`` (``write_targets``): Prometheus
 notices new ones by itself, so a test adds its workers without a reload.
 """
@@ -24,12 +24,12 @@ import subprocess
 from pathlib import Path
 from typing import ClassVar
 
-from infra.alertmanager import http_ok
-from infra.apt import apt_install
-from infra.config import LOOPBACK
-from infra.process import InfraError, _which
+from infra.launcher.alertmanager import http_ok
+from infra.launcher.apt import apt_install
+from infra.launcher.config import LOOPBACK
+from infra.launcher.process import InfraError, _which
+from infra.launcher.supervision import _Service
 from infra.scrape_targets import write_target_file
-from infra.supervision import _Service
 
 PROMETHEUS_PACKAGES = ("prometheus",)
 SHIPPED_DIR = Path(__file__).resolve().parent / "prometheus"

@@ -11,11 +11,11 @@ import json
 import logging
 from dataclasses import replace
 
-from infra.clickhouse_server import ClickHouseServer
-from infra.config import InfraConfig
 from infra.files import write_private
-from infra.kafka_broker import KafkaBroker
-from infra.process import InfraError
+from infra.launcher.clickhouse_server import ClickHouseServer
+from infra.launcher.config import InfraConfig
+from infra.launcher.kafka_broker import KafkaBroker
+from infra.launcher.process import InfraError
 from infra.secrets import (
     CLICKHOUSE_USERS,
     KAFKA_PRINCIPALS,

@@ -1,4 +1,4 @@
-"""`python -m infra up --cluster`: 3 Kafka nodes, ZooKeeper and 2x2 ClickHouse replicas on loopback.
+"""`python -m infra.launcher up --cluster`: 3 Kafka nodes, ZooKeeper and 2x2 ClickHouse replicas on loopback.
 
 Why a separate facade: the cluster is another deployment of the same services (its own
 ports and directories in the same home, the same secrets and CA), started and stopped as
@@ -19,12 +19,12 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from infra.clickhouse_cluster import CLUSTER_NAME, ClickHouseCluster, ClickHouseClusterPorts
-from infra.config import InfraConfig, _env_port
-from infra.kafka_cluster import KafkaCluster, KafkaClusterPorts
-from infra.process import InfraError
+from infra.launcher.clickhouse_cluster import CLUSTER_NAME, ClickHouseCluster, ClickHouseClusterPorts
+from infra.launcher.config import InfraConfig, _env_port
+from infra.launcher.kafka_cluster import KafkaCluster, KafkaClusterPorts
+from infra.launcher.process import InfraError
+from infra.launcher.zookeeper import ZooKeeperServer
 from infra.settings import Settings
-from infra.zookeeper import ZooKeeperServer
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ lifecycle must be idempotent and safe across processes: a pid file guarded again
 (the command line must be this instance's), a file lock around start and stop, a health probe
 that asks the server a real question, SIGTERM then SIGKILL on stop, and log tails in every
 failure. ``_Service`` holds that lifecycle; a server supplies its ports, config, argv and probe.
-Lower-level helpers (the error, locks, log tails) are ``infra/process.py``, which the package
+Lower-level helpers (the error, locks, log tails) are ``infra/launcher/process.py``, which the package
 installer shares.
 """
 
@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from infra.config import LOOPBACK, InfraConfig
-from infra.ports import ephemeral_port_warnings, ephemeral_range
-from infra.process import POLL_INTERVAL, TAIL_LINES, InfraError, _file_lock, _tail
+from infra.launcher.config import LOOPBACK, InfraConfig
+from infra.launcher.ports import ephemeral_port_warnings, ephemeral_range
+from infra.launcher.process import POLL_INTERVAL, TAIL_LINES, InfraError, _file_lock, _tail
 
 log = logging.getLogger("infra")
 
@@ -279,7 +279,7 @@ class _Service:
     def await_ready(self, pid: int | None, deadline: float, timeout: float) -> None:
         """Wait until the launched (or running) server answers; InfraError with its log tails if not."""
         if pid is None:
-            raise InfraError(f"{self.name}: not running; `python -m infra up --cluster` starts it")
+            raise InfraError(f"{self.name}: not running; `python -m infra.launcher up --cluster` starts it")
         self._wait_healthy(pid, deadline, timeout)
 
     @staticmethod
@@ -370,7 +370,7 @@ class _Service:
             if time.monotonic() >= deadline:
                 raise self._failure(
                     f"{self.name} (pid {pid}) did not become healthy at {self.address} "
-                    f"within {timeout:.0f}s; `python -m infra down --only {self.name}` resets it"
+                    f"within {timeout:.0f}s; `python -m infra.launcher down --only {self.name}` resets it"
                 )
             time.sleep(POLL_INTERVAL)
 

@@ -4,7 +4,7 @@ Why: the migrations' cluster DDL (``sinks/migrations/cluster.py``) and a dying r
 can only be tried against real servers. Each node is the single-node ``ClickHouseServer``
 (same binary, users and passwords, loopback only) with its own ports and directory
 (``<home>/clickhouse-s<shard>r<replica>/``), plus generated ``remote_servers`` (cluster
-``steplens``), ``macros`` (``{shard}``, ``{replica}``), the ZooKeeper of ``infra/zookeeper.py``
+``steplens``), ``macros`` (``{shard}``, ``{replica}``), the ZooKeeper of ``infra/launcher/zookeeper.py``
 and the ``distributed_ddl`` queue that ``ON CLUSTER`` statements go through.
 
 Where inserts go, and why: through the ``Distributed`` tables, with
@@ -42,12 +42,12 @@ from pathlib import Path
 from typing import ClassVar
 from xml.sax.saxutils import escape as xml_escape
 
-from infra.clickhouse_server import ClickHouseServer
-from infra.config import LOOPBACK, InfraConfig
-from infra.process import InfraError
+from infra.launcher.clickhouse_server import ClickHouseServer
+from infra.launcher.config import LOOPBACK, InfraConfig
+from infra.launcher.process import InfraError
+from infra.launcher.supervision import _terminate, kill_and_wait, stop_together
+from infra.launcher.zookeeper import ZOOKEEPER_USER, zookeeper_password
 from infra.secrets import CLICKHOUSE_DEFAULT, ensure_clickhouse_passwords
-from infra.supervision import _terminate, kill_and_wait, stop_together
-from infra.zookeeper import ZOOKEEPER_USER, zookeeper_password
 
 CLUSTER_NAME = "steplens"
 SHARDS = 2
