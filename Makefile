@@ -67,7 +67,7 @@ typecheck: venv
 QUICK_TESTS := tests/schemas tests/streams/detect/rules tests/streams/detect/scopes tests/streams/detect/incidents \
 	tests/streams/detect/signals tests/streams/model tests/streams/alerts tests/infra tests/sinks tests/streams/profiles \
 	tests/producers/simulator tests/test_architecture.py tests/docs
-QUICK_MARKS := not integration and not kafka and not clickhouse and not cluster and not alertmanager and not prometheus and not large
+QUICK_MARKS := not integration and not kafka and not clickhouse and not cluster and not alertmanager and not prometheus and not slurm and not large
 
 # `make test` runs the service-free tests TEST_WORKERS at a time (pytest-xdist: they share nothing), then the
 # services' tests TEST_WORKERS files at a time (one broker and one ClickHouse server, each test on its own topics,

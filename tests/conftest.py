@@ -1,7 +1,7 @@
 """Session fixtures for the real services.
 
 Integration tests declare what they touch (`@pytest.mark.kafka`, `@pytest.mark.clickhouse`,
-`@pytest.mark.alertmanager`, `@pytest.mark.prometheus`; `@pytest.mark.cluster`: tests/cluster/,
+`@pytest.mark.alertmanager`, `@pytest.mark.prometheus`, `@pytest.mark.slurm`; `@pytest.mark.cluster`: tests/cluster/,
 whose own conftest starts the loopback cluster) and take these fixtures. A fixture
 starts the service through infra/ or reuses a running one; if the service cannot start the
 fixture raises, so the test fails loudly instead of being skipped. Services this run
@@ -35,6 +35,7 @@ import pytest
 from infra.launcher import ClickHouseServer, InfraConfig, KafkaBroker
 from infra.launcher.alertmanager import AlertmanagerServer
 from infra.launcher.prometheus import PrometheusServer
+from infra.launcher.slurm import SlurmCluster
 from infra.secrets import CLICKHOUSE_READER, CLICKHOUSE_WRITER
 from infra.settings import Settings
 from tests.file_timings import FileTimings
@@ -122,6 +123,12 @@ def prometheus_service(infra_config: InfraConfig) -> Iterator[PrometheusServer]:
     yield from _run_for_the_session(PrometheusServer(infra_config), "prometheus")
 
 
+@pytest.fixture(scope="session")
+def slurm_cluster(infra_config: InfraConfig) -> Iterator[SlurmCluster]:
+    """A real Slurm on loopback (Debian's slurm-wlm: munged, slurmctld, 4 slurmd; infra/launcher/slurm.py)."""
+    yield from _run_for_the_session(SlurmCluster(infra_config), "slurm")
+
+
 @pytest.fixture
 def unique_name() -> str:
     """A name no other test uses: per-test topics, databases and job ids."""
@@ -130,7 +137,7 @@ def unique_name() -> str:
 
 _SERVICES: dict[str, Callable[[InfraConfig], _Service]] = {
     "kafka": KafkaBroker, "clickhouse": ClickHouseServer,
-    "alertmanager": AlertmanagerServer, "prometheus": PrometheusServer,
+    "alertmanager": AlertmanagerServer, "prometheus": PrometheusServer, "slurm": SlurmCluster,
 }
 
 

@@ -1,4 +1,4 @@
-"""CLI: ``python -m infra.launcher up|down|status [--only kafka|clickhouse|alertmanager|prometheus]`` (the
+"""CLI: ``python -m infra.launcher up|down|status [--only kafka|clickhouse|alertmanager|prometheus|slurm]`` (the
 Makefile calls it; ``up`` alone starts Kafka and ClickHouse, ``down`` alone stops them all and the loopback cluster),
 ``python -m infra.launcher up|down|status --cluster`` (3 Kafka nodes, ZooKeeper, 2x2 ClickHouse;
 infra/launcher/cluster.py),
@@ -19,6 +19,7 @@ from infra.launcher.config import InfraConfig
 from infra.launcher.process import InfraError
 from infra.launcher.prometheus import PrometheusServer
 from infra.launcher.services import down, status, up
+from infra.launcher.slurm import SlurmCluster
 
 
 class _Managed(Protocol):
@@ -33,14 +34,14 @@ class _Managed(Protocol):
 
 # started only by name (`up --only NAME`); `down` and `status` alone cover them too
 OPTIONAL: dict[str, Callable[[InfraConfig], _Managed]] = {
-    "alertmanager": AlertmanagerServer, "prometheus": PrometheusServer,
+    "alertmanager": AlertmanagerServer, "prometheus": PrometheusServer, "slurm": SlurmCluster,
 }
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m infra.launcher",
-        description="Project-local Kafka (KRaft), ClickHouse, Alertmanager and Prometheus on 127.0.0.1.",
+        description="Project-local Kafka (KRaft), ClickHouse, Alertmanager, Prometheus and Slurm on 127.0.0.1.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="environment (defaults in brackets):\n"
         "  STEPLENS_HOME                         where services keep data and logs [./.steplens]\n"
@@ -52,6 +53,8 @@ def _parser() -> argparse.ArgumentParser:
         "  STEPLENS_CLICKHOUSE_INTERSERVER_PORT  ClickHouse interserver [19009]\n"
         "  STEPLENS_ALERTMANAGER_PORT            Alertmanager [19094]\n"
         "  STEPLENS_PROMETHEUS_PORT              Prometheus [19090]\n"
+        "  STEPLENS_SLURMCTLD_PORT               slurmctld [16817]\n"
+        "  STEPLENS_SLURMD_PORT                  the first of 4 slurmd [16818]\n"
         "  STEPLENS_CLUSTER_*                    the loopback cluster's ports (docs/scaling.md)",
     )
     parser.add_argument("command", choices=("up", "down", "status", "rotate", "wipe"))

@@ -67,6 +67,8 @@ class InfraConfig:
     clickhouse_interserver_port: int = 19009
     alertmanager_port: int = 19094   # infra/launcher/alertmanager.py (clustering off: no second port)
     prometheus_port: int = 19090     # infra/launcher/prometheus.py
+    slurmctld_port: int = 16817      # infra/launcher/slurm.py (Slurm's 6817 + 10,000)
+    slurmd_port: int = 16818
 
     def __post_init__(self) -> None:
         # Absolute paths: they are written into configs and matched against command lines.
@@ -79,6 +81,8 @@ class InfraConfig:
             "clickhouse_interserver_port": self.clickhouse_interserver_port,
             "alertmanager_port": self.alertmanager_port,
             "prometheus_port": self.prometheus_port,
+            "slurmctld_port": self.slurmctld_port,
+            "slurmd_port": self.slurmd_port,
         }
         for name, port in ports.items():
             if not 1 <= port <= 65535:
@@ -103,6 +107,8 @@ class InfraConfig:
             clickhouse_interserver_port=_env_port(env, "STEPLENS_CLICKHOUSE_INTERSERVER_PORT", 19009),
             alertmanager_port=_env_port(env, "STEPLENS_ALERTMANAGER_PORT", 19094),
             prometheus_port=_env_port(env, "STEPLENS_PROMETHEUS_PORT", 19090),
+            slurmctld_port=_env_port(env, "STEPLENS_SLURMCTLD_PORT", 16817),
+            slurmd_port=_env_port(env, "STEPLENS_SLURMD_PORT", 16818),
         )
 
     @property
@@ -136,6 +142,8 @@ class InfraConfig:
             "STEPLENS_CLICKHOUSE_INTERSERVER_PORT": self.clickhouse_interserver_port,
             "STEPLENS_ALERTMANAGER_PORT": self.alertmanager_port,
             "STEPLENS_PROMETHEUS_PORT": self.prometheus_port,
+            "STEPLENS_SLURMCTLD_PORT": self.slurmctld_port,
+            "STEPLENS_SLURMD_PORT": self.slurmd_port,
         }
 
     def client_settings(self) -> Settings:

@@ -1,0 +1,69 @@
+"""Guard rails between a decision and an action: what may be done to a node, and what is only recorded.
+
+Why: a wrong drain costs a healthy node, a wrong relaunch a job's progress; a policy is only trusted when it
+cannot run away. Rules, each checked on the partition's live node states before anything is done:
+- dry-run unless the partition is enabled (`STEPLENS_MITIGATE_PARTITIONS`): the decision is recorded and
+  shown, nothing changes;
+- never a node already drained, draining, down or in maintenance (someone else owns it);
+- never more than `max_drained_share` of a partition out of service, counting the nodes already out;
+- one action per (incident, level): the key a restarted worker finds already done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from streams.mitigate.policy import Decision
+from streams.mitigate.scheduler import NodeState
+
+Verdict = Literal["act", "dry_run", "refused", "none"]
+
+
+@dataclass(frozen=True, slots=True)
+class GuardParams:
+    enabled_partitions: frozenset[str] = frozenset()  # empty: dry-run everywhere (the default)
+    max_drained_share: float = 0.1                   # of a partition's nodes out of service at once
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    key: str            # idempotency key: one action per incident and level
+    verdict: Verdict
+    why: str
+
+
+def action_key(decision: Decision) -> str:
+    return f"{decision.incident_id}/{decision.level}"
+
+
+def check(decision: Decision, partition: str, nodes: Mapping[str, NodeState], done: Collection[str],
+          params: GuardParams) -> Checked:
+    """Whether the decision's action may be carried out now on `partition` (its nodes as the scheduler sees
+    them), given the keys of actions already taken."""
+    key = action_key(decision)
+    if decision.level not in ("drain", "relaunch"):
+        return Checked(key, "none", f"level {decision.level}: nothing to do to the node")
+    if key in done:
+        return Checked(key, "none", "already done")
+    ours = decision.level == "relaunch" and f"{decision.incident_id}/drain" in done  # drained by us already
+    refusal = None if ours else _node_refusal(decision.host, partition, nodes, params)
+    if refusal is not None:
+        return Checked(key, "refused", refusal)
+    if partition not in params.enabled_partitions:
+        return Checked(key, "dry_run", f"partition {partition} is not enabled for actions")
+    return Checked(key, "act", "within the guard rails")
+
+
+def _node_refusal(host: str | None, partition: str, nodes: Mapping[str, NodeState], params: GuardParams) -> str | None:
+    node = nodes.get(host or "")
+    if node is None:
+        return f"{host} is not a node of partition {partition}"
+    if not node.available:
+        return f"{node.name} is already out of service ({node.state}: {node.reason})"
+    out = sum(not n.available for n in nodes.values())
+    if out + 1 > params.max_drained_share * len(nodes) + 1e-9:
+        return (f"draining {node.name} would take {out + 1} of {len(nodes)} nodes of {partition} out of service "
+                f"(at most {params.max_drained_share:.0%})")
+    return None

@@ -1,0 +1,145 @@
+"""Act or wait: one decision per open culprit incident, with the figures it rests on.
+
+Why: a slow node costs every GPU of its job for as long as the fault lasts, and acting costs too: the work
+since the last checkpoint, the relaunch, and the node's capacity while it is out. This is the ski-rental
+problem Greyhound (ATC'25) answers for fail-slows: keep paying the slowdown while the fault is expected to
+end soon, act once waiting is expected to cost more than acting. The expected remaining duration comes from
+the fleet's history of the same fault class (mean residual life of past incidents' durations, given the age
+this one has reached); with no history a prior stands in. Whatever the history says, acting is never put off
+past the point where the loss already paid equals the cost of acting (the deterministic 2-competitive rule),
+so a wrong history costs at most twice the optimum.
+
+Levels, each including the ones before: `notify` (always) → `profile` (the detect worker already asks the
+culprit for one) → `drain` (the node takes no new work: costs nothing to the running job) → `relaunch` (ask
+the job's launcher to restart from its checkpoint without the node). Only a node's own faults are drained;
+a data loader, GC pauses, a leak or a job's configuration follow the node wherever it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from schemas import Incident
+from streams.advice import CAUSES, RULES, advise
+
+Level = Literal["notify", "profile", "drain", "relaunch"]
+LEVELS: tuple[Level, ...] = ("notify", "profile", "drain", "relaunch")
+
+# rules whose culprit is a node's hardware: its host, a device or a NIC/link of it
+NODE_RULES = frozenset({"SLOW_HOST", "HUNG_HOST", "SLOW_LINK", "SLOW_RANK", "R1", "R2", "R4", "R5"})
+# causes no drain fixes: they are the job's software or its inputs, and follow it to any node
+SOFTWARE_CAUSES = frozenset(
+    [advise("gc_ms").cause, advise("data_ms").cause]
+    + [CAUSES[c].cause for c in ("gc", "slow_reading", "slow_processing", "slow_fetching", "compilation",
+                                 "dispatch", "sync_ops", "poor_parallelism", "fragmentation") if c in CAUSES]
+    + [RULES["OOM"].cause]
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyParams:
+    """The policy's knobs (documented in docs/operations.md#mitigation)."""
+
+    min_age_s: float = 120.0             # no action on a fault younger than this: most transients end sooner
+    drain_after_remaining_s: float = 600.0  # drain for new work once the fault is expected to last this long
+    prior_remaining_s: float = 3600.0    # expected remaining duration when the fleet has no history to go by
+    min_history: int = 5                 # past incidents needed (older than this one's age) to trust history
+
+
+@dataclass(frozen=True, slots=True)
+class JobCosts:
+    """What acting costs the job: measured by steplens (the last checkpoint step, the last relaunch)."""
+
+    job_gpus: int
+    since_checkpoint_s: float   # work lost on a relaunch: time since the job's last checkpoint
+    relaunch_s: float           # measured time from a kill to the first step of the next attempt
+    node_gpus: int = 8          # capacity taken out with the node while it is drained
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One decision and everything it rests on (GPU-hours), recorded whatever the level."""
+
+    incident_id: str
+    job: str
+    host: str | None
+    level: Level
+    reason: str
+    age_s: float
+    slowdown: float                # share of the job's throughput lost: 1 - expected / observed step time
+    expected_remaining_s: float
+    history_n: int                 # past incidents of the class that outlived this one's age
+    lost_so_far_gpu_h: float       # slowdown x GPUs x age: already paid
+    keep_cost_gpu_h: float         # slowdown x GPUs x expected remaining: what waiting is expected to cost
+    act_cost_gpu_h: float          # GPUs x (since checkpoint + relaunch) + node GPUs x expected remaining
+
+
+def fault_class(incident: Incident) -> str:
+    """The class whose history predicts this fault's duration: the rule and, where a phase names it, the cause."""
+    return f"{incident.rule}/{incident.cause or ''}"
+
+
+def drainable(incident: Incident) -> str | None:
+    """None when a drain can fix the culprit; else why not."""
+    if incident.rule not in NODE_RULES:
+        return f"{incident.rule} is not a node's fault"
+    if incident.host is None:
+        return "the incident names no host"
+    if incident.cause in SOFTWARE_CAUSES:
+        return f"a drain does not fix {incident.cause!r}: it follows the job to any node"
+    return None
+
+
+def slowdown_of(incident: Incident) -> float:
+    """Share of the job's throughput the fault costs, from the incident's own figures (0 when it gives none).
+
+    A hung host stops the job outright (1.0); otherwise observed and expected step times (or any figure where
+    larger is worse) give 1 - expected / observed."""
+    if incident.rule == "HUNG_HOST":
+        return 1.0
+    if incident.observed is None or incident.expected is None or incident.observed <= 0:
+        return 0.0
+    return float(min(1.0, max(0.0, 1.0 - incident.expected / incident.observed)))
+
+
+def expected_remaining_s(durations_s: Sequence[float], age_s: float, params: PolicyParams) -> tuple[float, int]:
+    """Mean residual life: E[D - age | D > age] over the fleet's past durations of the class, and how many
+    outlived `age`. Faults still open count at their age so far (a lower bound). Too few: the prior."""
+    past = np.asarray(durations_s, dtype=np.float64)
+    longer = past[past > age_s]
+    if len(longer) < params.min_history:
+        return params.prior_remaining_s, len(longer)
+    return float(np.mean(longer - age_s)), len(longer)
+
+
+def decide(incident: Incident, costs: JobCosts, durations_s: Sequence[float], now_ns: int,
+           params: PolicyParams) -> Decision:
+    """The level for one open culprit incident at `now_ns`, given its class's past durations."""
+    age_s = max(0.0, (now_ns - incident.detected_ns) / 1e9)
+    slowdown = slowdown_of(incident)
+    remaining, history_n = expected_remaining_s(durations_s, age_s, params)
+    hours = 1 / 3600
+    lost = slowdown * costs.job_gpus * age_s * hours
+    keep = slowdown * costs.job_gpus * remaining * hours
+    act = (costs.job_gpus * (costs.since_checkpoint_s + costs.relaunch_s) + costs.node_gpus * remaining) * hours
+
+    def made(level: Level, reason: str) -> Decision:
+        return Decision(incident.incident_id, incident.job, incident.host, level, reason, age_s, slowdown,
+                        remaining, history_n, lost, keep, act)
+
+    why_not = drainable(incident)
+    if why_not is not None:
+        return made("notify", why_not)
+    if age_s < params.min_age_s:
+        return made("profile", f"younger than {params.min_age_s:.0f} s: most transients end sooner")
+    if lost >= act:
+        return made("relaunch", "the loss already paid reached the cost of acting (ski rental: at most 2x)")
+    if keep > act:
+        return made("relaunch", "waiting is expected to cost more than relaunching without the node")
+    if remaining >= params.drain_after_remaining_s:
+        return made("drain", f"expected to last {remaining:.0f} s more: keep new work off the node")
+    return made("profile", "expected to end before acting pays")

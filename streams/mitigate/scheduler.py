@@ -1,0 +1,85 @@
+"""What the mitigation stage asks of a cluster scheduler, and Slurm's answer to it.
+
+Why an interface: the policy decides per node; carrying it out is the scheduler's business, and fleets run
+Slurm, Kubernetes or their own. `Scheduler` is the whole contract (read a partition's node states, drain,
+resume, requeue); `Slurm` implements it with Slurm's own commands (`scontrol`, `sinfo`), so it works
+against any Slurm the machine's client is configured for (`SLURM_CONF`). Kubernetes is the next adapter:
+drain = `kubectl cordon` + evict the job's pods, resume = `uncordon`, requeue = delete the job's pods for its
+controller to recreate (docs/operations.md#mitigation).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class SchedulerError(RuntimeError):
+    """A scheduler command failed; the message carries the command and its output."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    name: str
+    state: str            # the scheduler's own words, lower case: "idle", "allocated", "drained", "down*" ...
+    reason: str           # why it is drained or down ("" when it is not)
+
+    @property
+    def available(self) -> bool:
+        """Takes work now: not drained, draining, down or in maintenance."""
+        flags = ("drain", "down", "maint", "fail", "reserved", "unknown", "not_responding", "*")
+        return not any(f in self.state for f in flags)
+
+
+class Scheduler(Protocol):
+    def nodes(self, partition: str) -> dict[str, NodeState]: ...
+
+    def drain(self, node: str, reason: str) -> None: ...
+
+    def resume(self, node: str) -> None: ...
+
+    def requeue(self, job_id: str) -> None: ...
+
+
+class Slurm:
+    """Slurm through its commands; `env` carries SLURM_CONF when the cluster is not the machine's default."""
+
+    def __init__(self, env: Mapping[str, str] | None = None, timeout_s: float = 30.0) -> None:
+        self.env = dict(env) if env is not None else None
+        self.timeout_s = timeout_s
+
+    def _run(self, *argv: str) -> str:
+        try:
+            done = subprocess.run(list(argv), env=self.env, capture_output=True, text=True, timeout=self.timeout_s)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SchedulerError(f"`{' '.join(argv)}`: {exc}") from exc
+        if done.returncode != 0:
+            raise SchedulerError(f"`{' '.join(argv)}` exited {done.returncode}: {(done.stderr or done.stdout).strip()}")
+        return done.stdout
+
+    def nodes(self, partition: str) -> dict[str, NodeState]:
+        out = self._run("sinfo", "--noheader", "--Node", "--partition", partition, "--format=%N|%T|%E")
+        return parse_sinfo(out)
+
+    def drain(self, node: str, reason: str) -> None:
+        self._run("scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}")
+
+    def resume(self, node: str) -> None:
+        self._run("scontrol", "update", f"NodeName={node}", "State=RESUME")
+
+    def requeue(self, job_id: str) -> None:
+        self._run("scontrol", "requeue", job_id)
+
+
+def parse_sinfo(out: str) -> dict[str, NodeState]:
+    """`sinfo --Node --format=%N|%T|%E` lines into node states (a node in two partitions listed once)."""
+    nodes: dict[str, NodeState] = {}
+    for line in out.splitlines():
+        parts = line.strip().split("|", 2)
+        if len(parts) < 2 or not parts[0]:
+            continue
+        reason = parts[2].strip() if len(parts) > 2 else ""
+        nodes[parts[0]] = NodeState(parts[0], parts[1].strip().lower(), "" if reason == "none" else reason)
+    return nodes
