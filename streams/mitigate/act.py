@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from schemas import Incident
-from streams.mitigate.guard import GuardParams, Verdict, check
+from streams.mitigate.guard import GuardParams, Verdict, check, drain_reason
 from streams.mitigate.policy import Decision, JobCosts, PolicyParams, decide
 from streams.mitigate.scheduler import Scheduler
 
@@ -35,11 +35,6 @@ class ActionRecord:
                 "partition": self.partition, "by": self.by, "at_ns": self.at_ns}
 
 
-def drain_reason(decision: Decision, rule: str) -> str:
-    """The node's reason as the scheduler shows it (`sinfo -R`): names the incident an operator looks up."""
-    return f"steplens {decision.incident_id} {rule} {decision.level}"
-
-
 class Mitigator:
     """Decides and acts on one partition through one scheduler; remembers the keys it has acted on."""
 
@@ -58,8 +53,7 @@ class Mitigator:
         decision = decide(incident, costs, durations_s, now_ns, self.policy)
         checked = check(decision, self.partition, self.scheduler.nodes(self.partition), self.done, self.guard)
         if checked.verdict == "act" and decision.host is not None:
-            drained_before = f"{incident.incident_id}/drain" in self.done
-            if not drained_before:
+            if not checked.drained:
                 self.scheduler.drain(decision.host, drain_reason(decision, incident.rule))
             if decision.level == "relaunch" and scheduler_job is not None:
                 self.scheduler.requeue(scheduler_job)

@@ -6,7 +6,9 @@ cannot run away. Rules, each checked on the partition's live node states before 
   shown, nothing changes;
 - never a node already drained, draining, down or in maintenance (someone else owns it);
 - never more than `max_drained_share` of a partition out of service, counting the nodes already out;
-- one action per (incident, level): the key a restarted worker finds already done.
+- one action per (incident, level): the key a restarted worker finds already done, and the scheduler's own
+  record: a node whose reason names the incident (`drain_reason`) was drained for it, whatever the worker
+  remembers (a worker killed between the drain and its record does not drain twice).
 """
 
 from __future__ import annotations
@@ -32,10 +34,20 @@ class Checked:
     key: str            # idempotency key: one action per incident and level
     verdict: Verdict
     why: str
+    drained: bool = False  # the node is already drained for this incident
 
 
 def action_key(decision: Decision) -> str:
     return f"{decision.incident_id}/{decision.level}"
+
+
+def drain_reason(decision: Decision, rule: str) -> str:
+    """The node's reason as the scheduler shows it (`sinfo -R`): names the incident an operator looks up."""
+    return f"steplens {decision.incident_id} {rule} {decision.level}"
+
+
+def drained_for(node: NodeState | None, incident_id: str) -> bool:
+    return node is not None and node.reason.startswith(f"steplens {incident_id} ")
 
 
 def check(decision: Decision, partition: str, nodes: Mapping[str, NodeState], done: Collection[str],
@@ -47,13 +59,16 @@ def check(decision: Decision, partition: str, nodes: Mapping[str, NodeState], do
         return Checked(key, "none", f"level {decision.level}: nothing to do to the node")
     if key in done:
         return Checked(key, "none", "already done")
-    ours = decision.level == "relaunch" and f"{decision.incident_id}/drain" in done  # drained by us already
+    ours = drained_for(nodes.get(decision.host or ""), decision.incident_id) or (
+        f"{decision.incident_id}/drain" in done)
+    if ours and decision.level == "drain":
+        return Checked(key, "none", "already done: the node is drained for this incident", drained=True)
     refusal = None if ours else _node_refusal(decision.host, partition, nodes, params)
     if refusal is not None:
         return Checked(key, "refused", refusal)
     if partition not in params.enabled_partitions:
-        return Checked(key, "dry_run", f"partition {partition} is not enabled for actions")
-    return Checked(key, "act", "within the guard rails")
+        return Checked(key, "dry_run", f"partition {partition} is not enabled for actions", drained=ours)
+    return Checked(key, "act", "within the guard rails", drained=ours)
 
 
 def _node_refusal(host: str | None, partition: str, nodes: Mapping[str, NodeState], params: GuardParams) -> str | None:

@@ -44,3 +44,14 @@ def test_sinfo_lines_parse_into_node_states() -> None:
     got = parse_sinfo(out)
     assert got["n2"].reason == "steplens inc-1 SLOW_HOST" and not got["n2"].available
     assert got["n1"].available and got["n1"].reason == "" and not got["n3"].available and len(got) == 3
+
+
+def test_a_node_whose_reason_names_the_incident_is_not_drained_again_after_a_restart() -> None:
+    drained = {**nodes("allocated", "idle", "idle", "idle"),
+               "n1": NodeState("n1", "draining", "steplens inc-1 SLOW_HOST drain")}
+    again = check(DECISION, "p", drained, (), ENABLED)  # a fresh worker: nothing in `done`
+    assert again.verdict == "none" and again.drained
+    relaunch = check(replace(DECISION, level="relaunch"), "p", drained, (), ENABLED)
+    assert relaunch.verdict == "act" and relaunch.drained  # requeue only: the node is ours already
+    someone_elses = {**drained, "n1": NodeState("n1", "drained", "steplens inc-9 SLOW_HOST drain")}
+    assert check(DECISION, "p", someone_elses, (), ENABLED).verdict == "refused"

@@ -97,6 +97,8 @@ def test_a_persistent_slow_host_is_drained_once_with_the_incident_as_reason_and_
     assert f"{culprit}|steplens inc-drain SLOW_HOST drain" in reasons
     assert slurm.nodes(PARTITION)[culprit].state in ("draining", "drained", "drng")
     assert mitigator.handle(incident, costs, LONG_FAULTS, 1300 * S).verdict == "none"  # once per key
+    restarted = Mitigator(slurm, PARTITION, PolicyParams(), ENABLED)  # remembers nothing: Slurm's reason does
+    assert restarted.handle(incident, costs, LONG_FAULTS, 1300 * S).verdict == "none"
 
     # a second culprit would take 2 of 4 nodes out: refused, that node untouched
     other = mitigator.handle(slow_host(other_node, "inc-other"), costs, LONG_FAULTS, 1200 * S)
