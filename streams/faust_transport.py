@@ -19,10 +19,23 @@ the new one and heartbeats there within the session. Written against aiokafka 0.
 `AIOKafkaConsumer._client`, the client's `_get_conn` / `_request_timeout_ms` and the
 connection's `send` / `_request_timeout`; tests/streams/test_faust_transport.py checks those are
 still there and used as assumed.
+
+Second, the poll loop stays in its group while it applies back-pressure. aiokafka leaves the group
+when its consumer was not asked for records for `max_poll_interval` (Kafka's max.poll.interval.ms: a
+poll loop stuck that long is a livelock), and it does not rejoin until it is asked again. Faust asks
+only for its active partitions: when every one is paused because the agent's buffers are full (a
+backlog the agent works through slower than it arrives), or none is assigned, its poll loop runs but
+never asks. Under the >= 2 M rank-step plan the detect worker left its group after 120 s of full
+buffers and, with nothing assigned, never came back: 34,276 records of lag, no progress for 300 s. As
+in Kafka's Java consumer, where `poll()` goes on while partitions are paused, a turn of Faust's poll
+loop with nothing to ask for counts as a poll (`Consumer._wait_next_records` -> `keep_polling`); a
+blocked event loop still stops the turns, and a livelock still leaves the group. Reads aiokafka's
+`_subscription._fetch_count` / `_last_fetch_ended` (what `fetcher_idle_time` is computed from).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import aiokafka
@@ -80,9 +93,25 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         return consumer
 
 
+def keep_polling(consumer: aiokafka.AIOKafkaConsumer | None) -> None:
+    """Count a turn of the poll loop that had no partition to ask for as a poll: aiokafka's idle clock
+    restarts unless a fetch is under way (then it reads 0 anyway). One attribute store, safe from the
+    thread that runs Faust's loop."""
+    if consumer is None:
+        return
+    subscription: Any = consumer._subscription
+    if subscription._fetch_count == 0:
+        subscription._last_fetch_ended = time.monotonic()
+
+
 class Consumer(faust_aiokafka.Consumer):
     def _new_consumer_thread(self) -> faust_aiokafka.AIOKafkaConsumerThread:
         return ConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+    async def _wait_next_records(self, timeout: float) -> Any:
+        if self.flow_active and not self._get_active_partitions():  # all paused, or none assigned
+            keep_polling(getattr(self._thread, "_consumer", None))
+        return await super()._wait_next_records(timeout)
 
 
 class Transport(faust_aiokafka.Transport):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from aiokafka.protocol.group import HeartbeatRequest, JoinGroupRequest, LeaveGro
 
 from infra.settings import Settings
 from streams.app import base_app
-from streams.faust_transport import ConsumerThread, Transport, split_request_timeouts
+from streams.faust_transport import ConsumerThread, Transport, keep_polling, split_request_timeouts
 
 
 class _Conn:
@@ -101,3 +102,43 @@ def test_every_worker_app_uses_the_transport(tmp_path: Path) -> None:
     assert isinstance(app.transport, Transport)
     assert app.data_request_timeout_s == 2.5  # never below Faust's 1.5 s fetch wait + 1 s
     assert isinstance(app.consumer._thread, ConsumerThread)
+
+
+def test_a_poll_loop_with_every_partition_paused_or_none_assigned_still_counts_as_polling(tmp_path: Path) -> None:
+    """The >= 2 M plan's detect worker left its group after 120 s of full buffers (Faust asked aiokafka for
+    nothing while every partition was paused), and aiokafka never rejoined because nothing asked after: 300 s
+    without progress. A turn of Faust's poll loop with nothing to ask for restarts aiokafka's idle clock."""
+    app = base_app(Settings(home=tmp_path, kafka_security="plaintext"), "detect")
+    faust_consumer: Any = app.consumer
+
+    async def run() -> tuple[float, float, float]:
+        consumer = aiokafka.AIOKafkaConsumer(bootstrap_servers="127.0.0.1:1")
+        subscription: Any = consumer._subscription
+        subscription._last_fetch_ended = time.monotonic() - 200  # 200 s since the last ask
+        idle_before = subscription.fetcher_idle_time
+        faust_consumer._thread._consumer = consumer
+        faust_consumer._active_partitions = set()  # all paused, or none assigned
+        faust_consumer.flow_active = True
+        faust_consumer.sleep = _no_sleep  # the turn's 1 s pause
+        await faust_consumer._wait_next_records(0.01)
+        idle_after = subscription.fetcher_idle_time
+        long_ago = subscription._last_fetch_ended = time.monotonic() - 200
+        with subscription.fetch_context():  # a fetch under way: its end restarts the clock, not keep_polling
+            keep_polling(consumer)
+            untouched = subscription._last_fetch_ended == long_ago
+        return idle_before, idle_after, untouched
+
+    before, after, untouched = asyncio.run(run())
+    assert before >= 200 and after < 5 and untouched
+
+
+async def _no_sleep(seconds: float) -> None:
+    return None
+
+
+def test_aiokafka_still_leaves_and_stays_out_by_the_idle_clock_that_keep_polling_restarts() -> None:
+    coordinator = aiokafka.consumer.group_coordinator.GroupCoordinator
+    assert "idle_time >= self._max_poll_interval" in inspect.getsource(coordinator.ensure_active_group)
+    assert "self._maybe_leave_group()" in inspect.getsource(coordinator._heartbeat_routine)
+    state = inspect.getsource(aiokafka.consumer.subscription_state.SubscriptionState.fetcher_idle_time.fget)
+    assert "self._fetch_count == 0" in state and "self._last_fetch_ended" in state
