@@ -14,7 +14,6 @@ a real cluster. Node i listens on ``slurmd_port + i``.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import subprocess
@@ -24,7 +23,7 @@ from typing import ClassVar
 
 from infra.launcher.apt import apt_install
 from infra.launcher.config import LOOPBACK, InfraConfig
-from infra.launcher.process import _SBIN_DIRS, InfraError, _file_lock, _which
+from infra.launcher.process import _SBIN_DIRS, InfraError, _which
 from infra.launcher.supervision import _alive, _proc_cmdline, _read_pid_file, _Service, stop_each
 
 SLURM_PACKAGES = ("slurm-wlm", "munge")
@@ -224,19 +223,12 @@ class SlurmNodeDaemon(_SlurmPart):
         return self.cfg.slurmd_port + self.index
 
     @property
-    def pid_file(self) -> Path:
-        return self.cfg.run_dir / f"slurmd-{self.node}.pid"
-
-    @property
-    def out_file(self) -> Path:
-        return self.cfg.logs_dir / f"slurmd-{self.node}.out"
+    def instance(self) -> str:
+        return f"slurmd-{self.node}"
 
     @property
     def address(self) -> str:
         return f"{LOOPBACK}:{self.port}"
-
-    def _lock(self) -> contextlib.AbstractContextManager[None]:
-        return _file_lock(self.cfg.run_dir / f"slurmd-{self.node}.lock", f"slurmd {self.node}")
 
     def _prepare(self) -> list[str]:
         binary = _binary("slurmd")

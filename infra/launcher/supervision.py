@@ -196,13 +196,18 @@ class _Service:
 
     # --- paths ----------------------------------------------------------------------
     @property
+    def instance(self) -> str:
+        """Names this instance's pid, output and lock files: the service's name, unless several run."""
+        return self.name
+
+    @property
     def pid_file(self) -> Path:
-        return self.cfg.run_dir / f"{self.name}.pid"
+        return self.cfg.run_dir / f"{self.instance}.pid"
 
     @property
     def out_file(self) -> Path:
         """stdout/stderr of the server process (crashes before logging is set up land here)."""
-        return self.cfg.logs_dir / f"{self.name}.out"
+        return self.cfg.logs_dir / f"{self.instance}.out"
 
     @property
     def _workdir(self) -> Path:
@@ -299,7 +304,7 @@ class _Service:
     # --- helpers ----------------------------------------------------------------------
     def _lock(self) -> contextlib.AbstractContextManager[None]:
         """Serialise start/stop across processes (pytest workers, make, a shell)."""
-        return _file_lock(self.cfg.run_dir / f"{self.name}.lock", self.name)
+        return _file_lock(self.cfg.run_dir / f"{self.instance}.lock", self.instance)
 
     def _write_pid(self, pid: int) -> None:
         self.cfg.run_dir.mkdir(parents=True, exist_ok=True)

@@ -42,13 +42,14 @@ def test_prometheus_targets_are_files_it_discovers(tmp_path: Path) -> None:
     assert not path.exists()
 
 
-def test_the_cli_lists_all_four_services(tmp_path: Path) -> None:
+def test_the_cli_lists_every_service(tmp_path: Path) -> None:
     env = {"STEPLENS_HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "STEPLENS_ALERTMANAGER_PORT": "29094",
            "STEPLENS_PROMETHEUS_PORT": "29090", "STEPLENS_KAFKA_PORT": "29092",
            "STEPLENS_KAFKA_CONTROLLER_PORT": "29093", "STEPLENS_CLICKHOUSE_TCP_PORT": "29000",
            "STEPLENS_CLICKHOUSE_HTTP_PORT": "29123", "STEPLENS_CLICKHOUSE_INTERSERVER_PORT": "29009"}
-    out = subprocess.run([sys.executable, "-m", "infra", "status"], cwd=REPO_ROOT, env=env, capture_output=True,
-                         text=True, timeout=60, check=True).stdout
-    names = [line.split()[0] for line in out.splitlines()[:4]]
-    assert sorted(names) == ["alertmanager", "clickhouse", "kafka", "prometheus"]
+    out = subprocess.run([sys.executable, "-m", "infra.launcher", "status"], cwd=REPO_ROOT, env=env,
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    names = [line.split()[0] for line in out.splitlines() if " stopped " in line or " running " in line]
+    assert sorted(set(names)) == ["alertmanager", "clickhouse", "kafka", "munge", "prometheus", "slurmctld", "slurmd"]
+    assert names.count("slurmd") == 4
     assert "http://127.0.0.1:29094" in out and "http://127.0.0.1:29090" in out
