@@ -79,8 +79,8 @@ test: venv venv-train lint typecheck ## lint, types, unit and integration tests 
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile -m "not ($(QUICK_MARKS)) and not exclusive"
 	$(BIN)/pytest -m "exclusive"
 
-test-quick: venv lint ## ruff and the service-free unit tests of the pure stages, in about 2 minutes
-	$(BIN)/pytest -q -m "$(QUICK_MARKS)" $(QUICK_TESTS)
+test-quick: venv lint ## ruff and the service-free unit tests of the pure stages, in under 3 minutes (the `slow` files are left out)
+	$(BIN)/pytest -q -m "$(QUICK_MARKS) and not slow" $(QUICK_TESTS)
 
 chaos: venv       ## hostile input, killed workers, Kafka and ClickHouse outages -> bench/results/chaos.json
 	$(BIN)/python -m bench.chaos

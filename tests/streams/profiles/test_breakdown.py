@@ -16,6 +16,8 @@ from streams.profiles.model import COMMUNICATION, COMPUTE, HostOps, Kernels, Nam
 from tests.streams.profiles.conftest import ASCEND, KINETO
 from tests.streams.profiles.hta_runner import hta_analysis
 
+pytestmark = pytest.mark.slow  # ~20-50 s: left out of make test-quick
+
 TOL = 0.02
 
 

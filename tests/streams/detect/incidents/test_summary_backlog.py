@@ -24,6 +24,8 @@ from streams.detect.engine import FleetEngine, Output
 from streams.detect.ingest.decode import decode_batch
 from tests.streams.helpers import T0
 
+pytestmark = pytest.mark.slow  # ~20-50 s: left out of make test-quick
+
 TOPICS = Topics("")
 BATCH = 2048
 

@@ -16,6 +16,8 @@ from schemas import Incident
 from streams.detect.engine import FleetEngine
 from streams.model.reference import ReferenceModels
 
+pytestmark = pytest.mark.slow  # ~20-50 s: left out of make test-quick
+
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import orjson
+import pytest
 
 from bench.detection.run import run_record, score_records
 from infra.settings import DetectionConfig
@@ -23,6 +24,8 @@ from schemas.columns import PHASES
 from streams.detect.scopes import slow_step
 from streams.detect.windows.step_frames import Frame
 from tests.streams.helpers import T0, feed_engine, kernel_rows
+
+pytestmark = pytest.mark.slow  # ~20-50 s: left out of make test-quick
 
 TOPICS = Topics("")
 
