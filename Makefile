@@ -63,7 +63,7 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
-# a change's first check: no service started, no trace of gigabytes (about 2 minutes); `make test` stays the gate
+# a change's first check: no service started, no trace of gigabytes, no `slow` file (under 3 minutes); `make test` stays the gate
 QUICK_TESTS := tests/schemas tests/streams/detect/rules tests/streams/detect/scopes tests/streams/detect/incidents \
 	tests/streams/detect/signals tests/streams/model tests/streams/alerts tests/infra tests/sinks tests/streams/profiles \
 	tests/producers/simulator tests/test_architecture.py tests/docs
