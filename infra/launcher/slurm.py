@@ -24,7 +24,7 @@ from typing import ClassVar
 from infra.launcher.apt import apt_install
 from infra.launcher.config import LOOPBACK, InfraConfig
 from infra.launcher.process import _SBIN_DIRS, InfraError, _which
-from infra.launcher.supervision import _alive, _proc_cmdline, _read_pid_file, _Service, stop_each
+from infra.launcher.supervision import _alive, _proc_cmdline, _read_pid_file, _Service, _tcp_open, stop_each
 
 SLURM_PACKAGES = ("slurm-wlm", "munge")
 PARTITION = "steplens"
@@ -34,14 +34,6 @@ CRED_EXPIRE_S = 10
 
 def _binary(name: str) -> str | None:
     return _which(name, _SBIN_DIRS)
-
-
-def _tcp_open(port: int, timeout: float) -> bool:
-    try:
-        with socket.create_connection((LOOPBACK, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
 
 
 def node_names(count: int = NODES) -> list[str]:
