@@ -1,10 +1,10 @@
-"""A real Slurm on loopback (Debian's ``slurm-wlm``): munged, slurmctld and one slurmd, project-local.
+"""A real Slurm on loopback (Debian's ``slurm-wlm``): munged, slurmctld and `NODES` slurmd, project-local.
 
 Why: the mitigation stage (streams/mitigate/, issue #48) drains nodes and requeues jobs through the
 scheduler's own commands; its tests run them against a real controller, started and stopped like Kafka and
 ClickHouse (infra/launcher/supervision.py), never the system services. Everything lives under
-``<home>/slurm`` (config, state, spool, munge key and socket) and ``<home>/logs``; the controller and the
-node daemon listen on ``STEPLENS_SLURMCTLD_PORT`` / ``STEPLENS_SLURMD_PORT`` (16817/16818). Clients reach
+``<home>/slurm`` (config, state, spools, munge key and socket) and ``<home>/logs``; the controller listens on
+``STEPLENS_SLURMCTLD_PORT`` (16817), the node daemons from ``STEPLENS_SLURMD_PORT`` (16818) up. Clients reach
 this instance through ``SLURM_CONF`` (`SlurmCluster.client_env`).
 
 The partition has `NODES` nodes, each a slurmd of its own on this machine (``slurmd -N <node>``, its own
@@ -24,7 +24,7 @@ from typing import ClassVar
 from infra.launcher.apt import apt_install
 from infra.launcher.config import LOOPBACK, InfraConfig
 from infra.launcher.process import _SBIN_DIRS, InfraError, _which
-from infra.launcher.supervision import _alive, _proc_cmdline, _read_pid_file, _Service, _tcp_open, stop_each
+from infra.launcher.supervision import _Service, _tcp_open, stop_each
 
 SLURM_PACKAGES = ("slurm-wlm", "munge")
 PARTITION = "steplens"
@@ -97,11 +97,6 @@ class MungeDaemon(_SlurmPart):
 
     def _ports(self) -> list[tuple[int, str]]:
         return []
-
-    def pid(self) -> int | None:
-        """From the pid file alone: munged listens on a socket, not a port."""
-        pid = _read_pid_file(self.pid_file)
-        return pid if pid is not None and _alive(pid) and self._owns(_proc_cmdline(pid) or "") else None
 
     def _probe(self, timeout: float) -> bool:
         unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

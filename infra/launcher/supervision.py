@@ -215,11 +215,12 @@ class _Service:
 
     # --- public lifecycle -----------------------------------------------------------
     def pid(self) -> int | None:
-        """Pid of this instance if it runs: from the pid file, else from the port owner."""
+        """Pid of this instance if it runs: from the pid file, else from the owner of its first port (if any)."""
         pid = _read_pid_file(self.pid_file)
         if pid is not None and _alive(pid) and self._owns(_proc_cmdline(pid) or ""):
             return pid
-        for candidate in _listening_pids(self._ports()[0][0]):
+        ports = self._ports()
+        for candidate in _listening_pids(ports[0][0]) if ports else []:
             if _alive(candidate) and self._owns(_proc_cmdline(candidate) or ""):
                 return candidate
         return None
