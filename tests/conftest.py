@@ -42,6 +42,9 @@ from tests.file_timings import FileTimings
 
 
 class _Service(Protocol):
+    @property
+    def name(self) -> str: ...
+
     def install(self) -> None: ...
 
     def start(self) -> bool: ...
@@ -55,14 +58,14 @@ S = TypeVar("S", bound=_Service)
 STARTED_DIR_ENV = "STEPLENS_TEST_STARTED_DIR"
 
 
-def _run_for_the_session(service: S, name: str) -> Iterator[S]:
+def _run_for_the_session(service: S) -> Iterator[S]:
     """Install and start `service` (or reuse a running one), one pytest process at a time.
 
     Under `pytest -n` each worker has its own session: a lock keeps two from starting the same
     service, and the one that started it leaves a mark for the controller, which stops it after
     every worker is done (`pytest_unconfigure`), so no worker stops a service another still uses.
     """
-    started_dir = Path(os.environ[STARTED_DIR_ENV])
+    started_dir, name = Path(os.environ[STARTED_DIR_ENV]), service.name
     with (started_dir / f"{name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         service.install()
@@ -79,7 +82,7 @@ def infra_config() -> InfraConfig:
 @pytest.fixture(scope="session")
 def kafka_bootstrap(infra_config: InfraConfig) -> Iterator[str]:
     """Bootstrap address of the real Kafka broker (started by infra/ when not running)."""
-    for broker in _run_for_the_session(KafkaBroker(infra_config), "kafka"):
+    for broker in _run_for_the_session(KafkaBroker(infra_config)):
         yield broker.bootstrap
 
 
@@ -96,7 +99,7 @@ def kafka_settings(kafka_bootstrap: str, infra_config: InfraConfig) -> Settings:
 @pytest.fixture(scope="session")
 def clickhouse_service(infra_config: InfraConfig) -> Iterator[ClickHouseServer]:
     """The real ClickHouse server (Debian's 18.16, started by infra/ when not running)."""
-    yield from _run_for_the_session(ClickHouseServer(infra_config), "clickhouse")
+    yield from _run_for_the_session(ClickHouseServer(infra_config))
 
 
 @pytest.fixture(scope="session")
@@ -114,19 +117,19 @@ def clickhouse_reader_url(clickhouse_service: ClickHouseServer) -> str:
 @pytest.fixture(scope="session")
 def alertmanager_service(infra_config: InfraConfig) -> Iterator[AlertmanagerServer]:
     """The real Alertmanager (Debian's prometheus-alertmanager, installed and started by infra/ when missing)."""
-    yield from _run_for_the_session(AlertmanagerServer(infra_config), "alertmanager")
+    yield from _run_for_the_session(AlertmanagerServer(infra_config))
 
 
 @pytest.fixture(scope="session")
 def prometheus_service(infra_config: InfraConfig) -> Iterator[PrometheusServer]:
     """The real Prometheus (Debian's prometheus) with the shipped config and rules (infra/launcher/prometheus.py)."""
-    yield from _run_for_the_session(PrometheusServer(infra_config), "prometheus")
+    yield from _run_for_the_session(PrometheusServer(infra_config))
 
 
 @pytest.fixture(scope="session")
 def slurm_cluster(infra_config: InfraConfig) -> Iterator[SlurmCluster]:
     """A real Slurm on loopback (Debian's slurm-wlm: munged, slurmctld, 4 slurmd; infra/launcher/slurm.py)."""
-    yield from _run_for_the_session(SlurmCluster(infra_config), "slurm")
+    yield from _run_for_the_session(SlurmCluster(infra_config))
 
 
 @pytest.fixture
@@ -136,8 +139,8 @@ def unique_name() -> str:
 
 
 _SERVICES: dict[str, Callable[[InfraConfig], _Service]] = {
-    "kafka": KafkaBroker, "clickhouse": ClickHouseServer,
-    "alertmanager": AlertmanagerServer, "prometheus": PrometheusServer, "slurm": SlurmCluster,
+    service.name: service for service in (KafkaBroker, ClickHouseServer, AlertmanagerServer, PrometheusServer,
+                                          SlurmCluster)
 }
 
 

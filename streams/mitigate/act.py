@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 from schemas import Incident
 from streams.mitigate.guard import GuardParams, Verdict, check, drain_reason
@@ -29,10 +28,6 @@ class ActionRecord:
     partition: str
     by: str = "steplens policy"
     at_ns: int = field(default_factory=time.time_ns)
-
-    def as_row(self) -> dict[str, Any]:
-        return {**asdict(self.decision), "action_id": self.action_id, "verdict": self.verdict, "why": self.why,
-                "partition": self.partition, "by": self.by, "at_ns": self.at_ns}
 
 
 class Mitigator:
