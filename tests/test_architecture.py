@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.python_source import parse
+
 REPO = Path(__file__).resolve().parent.parent
 LIBRARIES = ("schemas", "infra", "sinks", "streams", "producers")
 TOP = "steplens"
@@ -81,7 +83,7 @@ def parsed() -> dict[str, tuple[Path, list[tuple[int, str, str | None]]]]:
     """Every library module's runtime imports."""
     out = {}
     for module, path in library_files().items():
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = parse(path.read_text(encoding="utf-8"), filename=str(path))
         out[module] = (path, list(imported_names(module, path.name == "__init__.py", tree)))
     return out
 
@@ -247,7 +249,7 @@ def test_a_launcher_use_is_found() -> None:
 
 
 def imports_of(source: str, module: str = "pkg.mod") -> list[tuple[str, str | None]]:
-    return [(t, n) for _, t, n in imported_names(module, False, ast.parse(source))]
+    return [(t, n) for _, t, n in imported_names(module, False, parse(source))]
 
 
 def test_type_checking_imports_are_ignored_but_their_else_and_function_imports_count() -> None:

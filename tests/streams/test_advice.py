@@ -6,6 +6,7 @@ import ast
 from pathlib import Path
 
 from streams.advice import RULES, UNKNOWN, advise_rule
+from tests.python_source import parse
 
 DETECT = Path(__file__).resolve().parents[3] / "streams" / "detect"
 
@@ -25,7 +26,7 @@ def test_no_detection_module_writes_its_own_advice_text() -> None:
     for path in sorted(DETECT.rglob("*.py")):
         if path.name == "advice.py":
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parse(path.read_text())):
             if isinstance(node, ast.keyword) and node.arg in ("cause", "suggestion") and isinstance(
                     node.value, (ast.Constant, ast.JoinedStr)):
                 if isinstance(node.value, ast.Constant) and not isinstance(node.value.value, str):
