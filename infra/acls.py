@@ -3,7 +3,7 @@
 Why: with Kafka's StandardAuthorizer nothing is allowed unless an ACL says so. The table
 below is the single source of those rules (docs/security.md renders it): producers may
 only write telemetry and read control; only ``detect`` (and ``parse``) may write incidents
-and only ``detect`` control; only the workers and ``reader`` read them. ``admin`` is a
+and only ``detect`` control, only ``mitigate`` actions; only the workers and ``reader`` read them. ``admin`` is a
 super user and needs no ACL. ``acl_bindings`` is pure; ``streams.topics_admin`` applies
 it (as admin) for the topics and consumer groups of a deployment.
 """
@@ -61,15 +61,19 @@ def acl_bindings(topics: Topics, app_id: str) -> list[Binding]:
     b += _topics("detect", (topics.incidents, topics.control, topics.deadletter, *internal), "WRITE", "DESCRIBE")
     b += _own_namespace("detect", app_id)
     # land: everything to ClickHouse, bad input to the dead-letter topic
-    b += _topics("land", (*telemetry, topics.incidents, topics.control), "READ", "DESCRIBE")
+    b += _topics("land", (*telemetry, topics.incidents, topics.control, topics.actions), "READ", "DESCRIBE")
     b += _topics("land", (topics.deadletter,), "WRITE", "DESCRIBE")
     b += _own_namespace("land", app_id)
     # parse: profiler dumps -> findings
     b += _topics("parse", (topics.profiles, topics.control), "READ", "DESCRIBE")  # control: command -> incident
     b += _topics("parse", (topics.incidents, topics.deadletter), "WRITE", "DESCRIBE")
     b += _own_namespace("parse", app_id)
+    # mitigate: culprit incidents and job launches -> decisions and actions; reads its own back after a crash
+    b += _topics("mitigate", (topics.incidents, topics.jobs, topics.actions), "READ", "DESCRIBE")
+    b += _topics("mitigate", (topics.actions,), "WRITE")
+    b += _own_namespace("mitigate", app_id)
     # reader: downstream alert consumers, reports
-    b += _topics("reader", (topics.incidents,), "READ", "DESCRIBE")
+    b += _topics("reader", (topics.incidents, topics.actions), "READ", "DESCRIBE")
     b.append(Binding("User:reader", "GROUP", f"{app_id}-reader", "PREFIXED", "READ"))
     return b
 

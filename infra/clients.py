@@ -39,7 +39,7 @@ from infra.settings import Settings
 
 T = TypeVar("T")
 
-Principal = Literal["producer", "detect", "land", "parse", "reader", "admin"]
+Principal = Literal["producer", "detect", "land", "parse", "reader", "mitigate", "admin"]
 Access = Literal["write", "read"]
 SASL_MECHANISM = "SCRAM-SHA-512"
 SECURITY_MODES = ("sasl_ssl", "plaintext")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from infra.files import private_dir, write_private
 
-KAFKA_PRINCIPALS = ("admin", "producer", "detect", "land", "parse", "reader")
+KAFKA_PRINCIPALS = ("admin", "producer", "detect", "land", "parse", "reader", "mitigate")
 CLICKHOUSE_DEFAULT = "default"
 CLICKHOUSE_WRITER = "steplens_writer"
 CLICKHOUSE_READER = "steplens_reader"

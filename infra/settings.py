@@ -326,6 +326,15 @@ class Settings:
     alerts_report_url: str = ""       # annotation `report`: URL template with {job}, {incident_id}, {rule}
     alerts_runbook_url: str = ""      # annotation `runbook_url`: docs/runbooks.md served here (+ #rule); "": the file
     alerts_metrics_port: int = 0      # Prometheus self-metrics port of the bridge; 0 = off
+    # the mitigation worker (`python -m streams worker --role mitigate`, docs/operations.md#mitigation)
+    mitigate_partition: str = ""       # the Slurm partition whose nodes it weighs draining; "": the role cannot run
+    mitigate_enabled: str = ""         # partitions (comma-separated) where actions are carried out; "": dry-run
+    mitigate_max_drained_share: float = 0.1  # never more of the partition's nodes out of service at once
+    mitigate_interval_s: float = 30.0  # how often the open culprit incidents are weighed again
+    mitigate_min_age_s: float = 120.0  # no action on a fault younger than this (most transients end sooner)
+    mitigate_checkpoint_interval_s: float = 1800.0  # the jobs' checkpoint period: a relaunch loses half of it
+    mitigate_relaunch_s: float = 300.0  # relaunch time until the fleet has measured its own (the jobs topic)
+    mitigate_node_gpus: int = 8        # devices a drained node takes out of service
     live_url: str = ""                # where `steplens serve` is reached: alerts link it (generatorURL); "": none
     # a worker serving its metrics (a *_metrics_port above 0) writes a Prometheus file_sd target file here, and
     # deletes it when it stops cleanly (a crashed worker's stays: its target goes down, SteplensWorkerDown fires)
@@ -426,6 +435,14 @@ _ENV = {
     "STEPLENS_ALERTS_REPORT_URL": ("", "alerts_report_url"),
     "STEPLENS_ALERTS_RUNBOOK_URL": ("", "alerts_runbook_url"),
     "STEPLENS_ALERTS_METRICS_PORT": ("", "alerts_metrics_port"),
+    "STEPLENS_MITIGATE_PARTITION": ("", "mitigate_partition"),
+    "STEPLENS_MITIGATE_ENABLED": ("", "mitigate_enabled"),
+    "STEPLENS_MITIGATE_MAX_DRAINED_SHARE": ("", "mitigate_max_drained_share"),
+    "STEPLENS_MITIGATE_INTERVAL_S": ("", "mitigate_interval_s"),
+    "STEPLENS_MITIGATE_MIN_AGE_S": ("", "mitigate_min_age_s"),
+    "STEPLENS_MITIGATE_CHECKPOINT_INTERVAL_S": ("", "mitigate_checkpoint_interval_s"),
+    "STEPLENS_MITIGATE_RELAUNCH_S": ("", "mitigate_relaunch_s"),
+    "STEPLENS_MITIGATE_NODE_GPUS": ("", "mitigate_node_gpus"),
     "STEPLENS_LIVE_URL": ("", "live_url"),
     "STEPLENS_METRICS_TARGETS_DIR": ("", "metrics_targets_dir"),
     "STEPLENS_METRICS_HOST": ("", "metrics_host"),

@@ -1,5 +1,6 @@
 """The steplens event contract (version 1.5): typed events, orjson codec, topic names."""
 
+from schemas.action import MitigationAction
 from schemas.codec import EVENT_TYPES, MAX_EVENT_BYTES, Event, bounded, decode, decode_as, encode
 from schemas.control import ControlCommand
 from schemas.device import DeviceSample
@@ -19,7 +20,7 @@ __all__ = [
     "CONTRACT_VERSION", "DOMAIN_TYPES", "EVENT_TYPES", "MAX_EVENT_BYTES", "MAX_PACKED_EVENTS",
     "PACKED_TOPIC_TYPES",
     "ContractError", "ControlCommand", "DeviceSample", "Domain", "Event", "Incident", "JobEvent",
-    "KernelAggregate", "KernelBatch", "KernelRecord", "KernelSummary", "ModelShape", "Phases",
+    "KernelAggregate", "KernelBatch", "KernelRecord", "KernelSummary", "MitigationAction", "ModelShape", "Phases",
     "ProfileReady", "RankIdentity",
     "StepEvent", "Topics",
     "bounded", "decode", "decode_as", "decode_record_as", "encode", "group_key", "job_key", "rank_key",

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from schemas.action import MitigationAction
 from schemas.bounds import max_chars
 from schemas.control import ControlCommand
 from schemas.decoding import decode_object
@@ -25,11 +26,13 @@ from schemas.profile import ProfileReady
 from schemas.step import StepEvent
 from schemas.version import CONTRACT_VERSION, parse_version
 
-Event = StepEvent | KernelBatch | KernelSummary | DeviceSample | ProfileReady | Incident | ControlCommand | JobEvent
+Event = (StepEvent | KernelBatch | KernelSummary | DeviceSample | ProfileReady | Incident | ControlCommand | JobEvent
+         | MitigationAction)
 
 EVENT_TYPES: dict[str, type[Any]] = {
     cls.TYPE: cls
-    for cls in (StepEvent, KernelBatch, KernelSummary, DeviceSample, ProfileReady, Incident, ControlCommand, JobEvent)
+    for cls in (StepEvent, KernelBatch, KernelSummary, DeviceSample, ProfileReady, Incident, ControlCommand, JobEvent,
+                MitigationAction)
 }
 
 # Larger than this is out of contract: it would strain brokers and workers. Kafka's own

@@ -42,6 +42,11 @@ class Topics:
         return f"{self.prefix}incidents"
 
     @property
+    def actions(self) -> str:
+        """Mitigation decisions and actions, keyed by action id (streams/mitigate/, issue #48)."""
+        return f"{self.prefix}actions"
+
+    @property
     def control(self) -> str:
         return f"{self.prefix}control"
 
@@ -63,7 +68,8 @@ class Topics:
         return (self.steps, self.kernels, self.kernel_summaries, self.device, self.profiles, self.jobs)
 
     def all(self) -> tuple[str, ...]:
-        return (*self.inputs(), self.incidents, self.control, self.deadletter, self.detect_partials, self.detect_state)
+        return (*self.inputs(), self.incidents, self.actions, self.control, self.deadletter, self.detect_partials,
+                self.detect_state)
 
 
 def rank_key(job: str, rank: int) -> bytes:

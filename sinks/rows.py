@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from schemas import DOMAIN_TYPES, Incident, JobEvent, Phases, StepEvent, bounds
+from schemas.action import MitigationAction
 from schemas.control import ControlCommand
 from schemas.device import DeviceSample
 from schemas.kernel import KernelBatch
@@ -288,6 +289,7 @@ KERNELS_TABLE = "kernels"
 DEVICE_SAMPLES_TABLE = "device_samples"
 PROFILES_TABLE = "profiles"
 CONTROL_TABLE = "control_commands"
+ACTIONS_TABLE = "actions"
 
 KERNEL_SUMMARY_COLUMNS: tuple[str, ...] = (
     "job", "rank", "step", "host", "device", "entry", "entries",
@@ -316,7 +318,14 @@ CONTROL_COLUMNS: tuple[str, ...] = (
     "incident_id", "event_date",
 )
 
+ACTION_COLUMNS: tuple[str, ...] = (
+    "action_id", "incident_id", "job", "level", "verdict", "why", "reason", "partition", "by", "at_ns", "host", "rule",
+    "scheduler_job", "age_s", "slowdown", "expected_remaining_s", "history_n", "lost_so_far_gpu_h",
+    "keep_cost_gpu_h", "act_cost_gpu_h", "undoes", "event_date",
+)
+
 TABLE_COLUMNS.update({
+    ACTIONS_TABLE: ACTION_COLUMNS,
     KERNEL_SUMMARIES_TABLE: KERNEL_SUMMARY_COLUMNS,
     KERNELS_TABLE: KERNEL_COLUMNS,
     DEVICE_SAMPLES_TABLE: DEVICE_SAMPLE_COLUMNS,
@@ -412,7 +421,17 @@ def control_row(c: ControlCommand) -> Row:
     )
 
 
-AnyStoredEvent = StoredEvent | KernelSummary | KernelBatch | DeviceSample | ProfileReady | ControlCommand
+def action_row(a: MitigationAction) -> Row:
+    return (
+        a.action_id, a.incident_id, a.job, a.level, a.verdict, a.why, a.reason, a.partition, a.by,
+        _fit(a.at_ns, _INT64, "at_ns"), a.host, a.rule, a.scheduler_job, a.age_s, a.slowdown, a.expected_remaining_s,
+        _fit(a.history_n, _UINT32, "history_n"), a.lost_so_far_gpu_h, a.keep_cost_gpu_h, a.act_cost_gpu_h, a.undoes,
+        event_date(a.at_ns),
+    )
+
+
+AnyStoredEvent = (StoredEvent | KernelSummary | KernelBatch | DeviceSample | ProfileReady | ControlCommand
+                  | MitigationAction)
 
 
 def rows_for(event: AnyStoredEvent, ingested_ns: int) -> list[TableRow]:
@@ -433,4 +452,6 @@ def rows_for(event: AnyStoredEvent, ingested_ns: int) -> list[TableRow]:
         return [TableRow(PROFILES_TABLE, PROFILE_COLUMNS, profile_row(event))]
     if isinstance(event, ControlCommand):
         return [TableRow(CONTROL_TABLE, CONTROL_COLUMNS, control_row(event))]
+    if isinstance(event, MitigationAction):
+        return [TableRow(ACTIONS_TABLE, ACTION_COLUMNS, action_row(event))]
     return [row_for(event, ingested_ns)]

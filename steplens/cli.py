@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from infra.settings import Settings, load_settings
-from steplens import model_cli, output
+from steplens import actions_cli, model_cli, output
 
 EXIT_OK, EXIT_EMPTY, EXIT_USAGE, EXIT_BACKEND = 0, 1, 2, 3
 
@@ -401,7 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help=help_text, description=help_text, add_help=False)  # --help is the demo's
     p.set_defaults(handler=_demo, rest=[])
     p = add("worker", _worker, "run one Faust worker in the foreground")
-    p.add_argument("--role", choices=("detect", "land", "parse", "alerts"), required=True)
+    p.add_argument("--role", choices=("detect", "land", "parse", "alerts", "mitigate"), required=True)
     p.add_argument("--loglevel", default="info")
     alerts = sub.add_parser("alerts", help="hand incidents to Prometheus Alertmanager",
                             description="hand incidents to Prometheus Alertmanager")
@@ -422,6 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
     _register_analyse(sub)
     _register_replay(sub)
     model_cli.register(sub, fmt)
+    actions_cli.register(sub, fmt)
     return parser
 
 

@@ -1,9 +1,9 @@
-"""`python -m streams worker --role detect|land|parse|alerts|decode`: run one steplens worker in the foreground.
+"""`python -m streams worker --role detect|land|parse|alerts|decode|mitigate`: one steplens worker, in the foreground.
 
 `alerts` is the Alertmanager bridge (streams/alerts/, posting to `alertmanager_url`) and `decode` the detect
 stage's decode loop as a worker of its own (streams/detect/ingest/worker.py; the detect worker runs it itself
-unless `detect_runs_decode` is off): plain kafka-python loops without Faust, stopped by SIGTERM / SIGINT after
-the post or batch in hand.
+unless `detect_runs_decode` is off), `mitigate` the mitigation policy acting through Slurm (streams/mitigate/):
+plain kafka-python loops without Faust, stopped by SIGTERM / SIGINT after the post, batch or round in hand.
 
 Start-up and shutdown are built for a broker that may be away: topic creation is retried
 (streams/topics_admin.py), Kafka client errors are rate-limited (infra/lograte.py), and
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m streams")
     sub = parser.add_subparsers(dest="command", required=True)
     worker = sub.add_parser("worker", help="run a Faust worker")
-    worker.add_argument("--role", choices=("detect", "land", "parse", "alerts", "decode"), required=True)
+    worker.add_argument("--role", choices=("detect", "land", "parse", "alerts", "decode", "mitigate"), required=True)
     worker.add_argument("--loglevel", default="info")
     args = parser.parse_args(argv)
     if args.role == "alerts":
@@ -137,6 +137,15 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(0)
         log.error("%s", exc)
         sys.exit(2)
+    if args.role == "mitigate":
+        from streams.mitigate.scheduler import Slurm
+        from streams.mitigate.worker import run_worker
+
+        if not settings.mitigate_partition:
+            log.error("--role mitigate needs STEPLENS_MITIGATE_PARTITION: the Slurm partition it may act on")
+            sys.exit(2)
+        run_worker(settings, Slurm())
+        return
     if args.role == "decode":
         from streams.detect.ingest.worker import run_decode
 

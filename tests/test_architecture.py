@@ -178,7 +178,7 @@ def test_no_import_cycle_between_library_modules() -> None:
 
 # The stages of streams/: each reads its topics and writes its own; what two of them share lives below them
 # (streams/*.py, sinks/, schemas/, infra/), so a stage can be read, tested and deployed alone (issue #47).
-STAGES = ("streams.detect", "streams.land", "streams.profiles", "streams.alerts")
+STAGES = ("streams.detect", "streams.land", "streams.profiles", "streams.alerts", "streams.mitigate")
 # `steplens replay` reads real traces with the profile stage's parser before it sends them as a fleet would;
 # the parser moving below both is still to do (issue #47). Nothing else in producers/ reaches into streams/.
 REPLAY = "producers.replay"

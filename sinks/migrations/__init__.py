@@ -30,6 +30,7 @@ from sinks.migrations import (
     m0016_reference_models,
     m0017_memory,
     m0018_memory_capacity,
+    m0019_actions,
 )
 
 
@@ -46,7 +47,7 @@ MIGRATIONS: tuple[Migration, ...] = tuple(
         m0001_steps, m0002_incidents, m0003_jobs, m0004_dead_letters, m0005_kernel_summaries, m0006_kernels,
         m0007_device_samples, m0008_profiles, m0009_control_commands, m0010_topology, m0011_rollups,
         m0012_dedup_windows, m0013_profile_breakdowns, m0014_attempts, m0015_packed_parts, m0016_reference_models,
-        m0017_memory, m0018_memory_capacity,
+        m0017_memory, m0018_memory_capacity, m0019_actions,
     )
 )
 

@@ -36,6 +36,7 @@ from schemas import (
     JobEvent,
     KernelBatch,
     KernelSummary,
+    MitigationAction,
     ProfileReady,
     StepEvent,
     Topics,
@@ -99,6 +100,7 @@ def landing_types(topics: Topics) -> dict[str, type[Any]]:
         topics.jobs: JobEvent,
         topics.incidents: Incident,
         topics.control: ControlCommand,
+        topics.actions: MitigationAction,
     }
 
 

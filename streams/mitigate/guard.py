@@ -63,7 +63,7 @@ def check(decision: Decision, partition: str, nodes: Mapping[str, NodeState], do
         f"{decision.incident_id}/drain" in done)
     if ours and decision.level == "drain":
         return Checked(key, "none", "already done: the node is drained for this incident", drained=True)
-    refusal = None if ours else _node_refusal(decision.host, partition, nodes, params)
+    refusal = None if ours else node_refusal(decision.host, partition, nodes, params)
     if refusal is not None:
         return Checked(key, "refused", refusal)
     if partition not in params.enabled_partitions:
@@ -71,7 +71,8 @@ def check(decision: Decision, partition: str, nodes: Mapping[str, NodeState], do
     return Checked(key, "act", "within the guard rails", drained=ours)
 
 
-def _node_refusal(host: str | None, partition: str, nodes: Mapping[str, NodeState], params: GuardParams) -> str | None:
+def node_refusal(host: str | None, partition: str, nodes: Mapping[str, NodeState], params: GuardParams) -> str | None:
+    """Why `host` may not be taken out of service now (None: it may)."""
     node = nodes.get(host or "")
     if node is None:
         return f"{host} is not a node of partition {partition}"

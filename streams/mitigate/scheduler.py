@@ -42,6 +42,9 @@ class Scheduler(Protocol):
 
     def requeue(self, job_id: str) -> None: ...
 
+    def job_named(self, name: str) -> str | None:
+        """The scheduler's id of the running job with this name (the steplens job id), if there is one."""
+
 
 class Slurm:
     """Slurm through its commands; `env` carries SLURM_CONF when the cluster is not the machine's default."""
@@ -71,6 +74,11 @@ class Slurm:
 
     def requeue(self, job_id: str) -> None:
         self._run("scontrol", "requeue", job_id)
+
+    def job_named(self, name: str) -> str | None:
+        out = self._run("squeue", "--noheader", "--states=RUNNING", f"--name={name}", "--format=%i")
+        ids = out.split()
+        return ids[0] if len(ids) == 1 else None  # none, or several: which one is ambiguous
 
 
 def parse_sinfo(out: str) -> dict[str, NodeState]:

@@ -319,7 +319,9 @@ def test_acl_table_keeps_incidents_and_control_to_the_workers() -> None:
     producer_writes = {n for n, p in writers if p == "User:producer"}
     assert producer_writes == set(topics.inputs())
     readers = {(b.name, b.principal) for b in rules if b.operation == "READ" and b.resource == "TOPIC"}
-    assert {p for n, p in readers if n == topics.incidents} == {"User:land", "User:reader", "User:detect"}
+    assert {p for n, p in readers if n == topics.incidents} == {"User:land", "User:reader", "User:detect",
+                                                                "User:mitigate"}
+    assert {p for n, p in writers if n == topics.actions} == {"User:mitigate"}  # only the policy acts
     assert {p for n, p in readers if n == topics.control} == {"User:land", "User:parse", "User:producer",
                                                               "User:detect"}
     assert not [b for b in rules if b.pattern == "PREFIXED" and not b.name.startswith("app-")]

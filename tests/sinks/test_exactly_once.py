@@ -47,7 +47,7 @@ def _topic_of(topics: Topics, event: Any) -> str:
     return {
         "step": topics.steps, "job": topics.jobs, "incident": topics.incidents, "kernels": topics.kernels,
         "kernel_summary": topics.kernel_summaries, "device": topics.device, "profile": topics.profiles,
-        "control": topics.control,
+        "control": topics.control, "action": topics.actions,
     }[type(event).TYPE]
 
 

@@ -33,7 +33,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.clickhouse]
 
 I64, U64 = 2**63 - 1, 2**64 - 1
 LAST_DATE = dt.date(2149, 6, 6)
-NUMPY_TABLES = ("steps", "device_samples", "dead_letters", "profiles")  # no Array column: numpy columns
+NUMPY_TABLES = ("steps", "device_samples", "dead_letters", "profiles", "actions")  # no Array column: numpy columns
 
 
 @pytest.fixture

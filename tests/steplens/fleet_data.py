@@ -23,6 +23,7 @@ from schemas import (
     KernelBatch,
     KernelRecord,
     KernelSummary,
+    MitigationAction,
     Phases,
     ProfileReady,
     StepEvent,
@@ -135,8 +136,12 @@ def all_events() -> list[rows.AnyStoredEvent]:
     profile = ProfileReady(job="job-a", rank=0, host="h0", format="kineto", uri="/dumps/job-a/rank0.json",
                            step_first=10, step_last=11, ts_ns=T0 + 12 * 10**10, command_id="c-1")
     jobs = [JobEvent(job=j, phase="start", world=WORLD, ts_ns=T0, parallel={"dp": 4, "tp": 4}) for j in Truth().jobs]
+    action = MitigationAction(action_id="SLOW_HOST:job-a:h1/drain", incident_id="SLOW_HOST:job-a:h1", job="job-a",
+                              level="drain", verdict="dry_run", why="partition gpu is not enabled for actions",
+                              reason="expected to last 3600 s more", partition="gpu", by="steplens policy",
+                              at_ns=T0 + 13 * 10**10, host="h1", rule="SLOW_HOST", slowdown=0.2)
     return [*jobs, *step_events("job-a", 0), *step_events("job-b", 3600 * 10**9), *incidents(), *device_samples(),
-            *batches, control, profile, *summaries()]
+            *batches, control, profile, *summaries(), action]
 
 
 def load(backend: Backend) -> Truth:

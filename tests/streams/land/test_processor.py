@@ -97,7 +97,7 @@ def test_garbage_of_every_kind_interleaved_with_valid_events_is_rows_or_dead_let
 
 def test_every_input_topic_is_landed_or_dead_lettered() -> None:
     processor = LandingProcessor(TOPICS, max_event_bytes=10_000)
-    assert set(processor.topics) == {*TOPICS.inputs(), TOPICS.incidents, TOPICS.control}
+    assert set(processor.topics) == {*TOPICS.inputs(), TOPICS.incidents, TOPICS.control, TOPICS.actions}
 
 
 def test_an_unexpected_exception_is_a_dead_letter_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,72 +4,23 @@ rails hold, and undo resumes the node."""
 
 from __future__ import annotations
 
-import re
-import subprocess
-import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 
 import pytest
 
-from infra.launcher.slurm import PARTITION, SlurmCluster, node_names
-from schemas import Incident
-from streams.advice import advise
+from infra.launcher.slurm import PARTITION, node_names
 from streams.mitigate.act import Mitigator
 from streams.mitigate.guard import GuardParams
 from streams.mitigate.policy import JobCosts, PolicyParams
 from streams.mitigate.scheduler import Slurm
+from tests.streams.mitigate.slurm_jobs import hostnames, job_field, reasons, run, slow_host, submit, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 
 S = 1_000_000_000
 ENABLED = GuardParams(enabled_partitions=frozenset({PARTITION}), max_drained_share=0.25)
 LONG_FAULTS = [4 * 3600.0] * 10  # the fleet's history of this class: faults that last hours
-
-
-def slow_host(host: str, incident_id: str, observed: float = 1.25) -> Incident:
-    return Incident(incident_id=incident_id, job="train", rule="SLOW_HOST", state="open", severity="warning",
-                    scope="host", summary=f"{host} slow", detected_ns=0, host=host, observed=observed, expected=1.0,
-                    cause=advise("backward_ms").cause)
-
-
-def run(env: Mapping[str, str], *argv: str) -> str:
-    return subprocess.run(list(argv), env=dict(env), capture_output=True, text=True, check=True, timeout=30).stdout
-
-
-def wait_for(what: str, cond: object, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():  # type: ignore[operator]
-        assert time.monotonic() < deadline, what
-        time.sleep(0.2)
-
-
-def job_field(env: Mapping[str, str], job: str, name: str) -> str:
-    m = re.search(rf"\b{name}=(\S*)", run(env, "scontrol", "show", "job", job, "-o"))
-    return m.group(1) if m else ""
-
-
-@pytest.fixture
-def slurm_env(slurm_cluster: SlurmCluster) -> Iterator[Mapping[str, str]]:
-    env = slurm_cluster.client_env()
-    yield env
-    run(env, "scancel", "--partition", PARTITION)
-    for node in node_names():
-        subprocess.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], env=dict(env),
-                       capture_output=True, timeout=30)
-
-
-def submit(env: Mapping[str, str], name: str) -> tuple[str, list[str]]:
-    """A 2-node batch job placed by Slurm, as a training job is; its id and its nodes."""
-    out = run(env, "sbatch", "--parsable", "--requeue", f"--job-name={name}", "-N2", "--chdir=/tmp",
-              "--output=/dev/null", "--wrap=sleep 600")
-    job = out.strip().split(";")[0]
-    wait_for(f"job {job} running", lambda: job_field(env, job, "JobState") == "RUNNING")
-    return job, hostnames(env, job_field(env, job, "NodeList"))
-
-
-def hostnames(env: Mapping[str, str], nodelist: str) -> list[str]:
-    return run(env, "scontrol", "show", "hostnames", nodelist).split()
 
 
 def test_a_persistent_slow_host_is_drained_once_with_the_incident_as_reason_and_undo_resumes_it(
@@ -93,8 +44,7 @@ def test_a_persistent_slow_host_is_drained_once_with_the_incident_as_reason_and_
     mitigator = Mitigator(slurm, PARTITION, PolicyParams(), ENABLED)
     done = mitigator.handle(incident, costs, LONG_FAULTS, 1200 * S)
     assert done.verdict == "act", done.why
-    reasons = run(slurm_env, "sinfo", "-R", "--noheader", "--format=%N|%E")
-    assert f"{culprit}|steplens inc-drain SLOW_HOST drain" in reasons
+    assert f"{culprit}|steplens inc-drain SLOW_HOST drain" in reasons(slurm_env)
     assert slurm.nodes(PARTITION)[culprit].state in ("draining", "drained", "drng")
     assert mitigator.handle(incident, costs, LONG_FAULTS, 1300 * S).verdict == "none"  # once per key
     restarted = Mitigator(slurm, PARTITION, PolicyParams(), ENABLED)  # remembers nothing: Slurm's reason does
@@ -105,7 +55,7 @@ def test_a_persistent_slow_host_is_drained_once_with_the_incident_as_reason_and_
     assert other.verdict == "refused" and "2 of 4" in other.why
     assert slurm.nodes(PARTITION)[other_node].available
 
-    undone = mitigator.undo(done, by="operator")
+    undone = mitigator.undo(done.as_action(), by="operator")
     assert undone.verdict == "act"
     wait_for("node resumed", lambda: slurm.nodes(PARTITION)[culprit].available)
     assert culprit not in run(slurm_env, "sinfo", "-R", "--noheader", "--format=%N")
