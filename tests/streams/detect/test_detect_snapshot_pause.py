@@ -67,3 +67,58 @@ def test_the_worker_puts_off_unforced_snapshots_but_never_forced_ones(
     assert written == [1.0, 1.0, 2.0]
     assert worker.snapshot_pause == 3600.0
     assert worker.metrics.snapshot_seconds._value.get() > 0
+
+
+@pytest.mark.kafka  # the worker's snapshot store writes to the local broker
+def test_encoding_many_snapshots_lets_the_event_loop_run_between_jobs(
+        kafka_settings: Settings, tmp_path: Path, unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A backlog leaves hundreds of jobs dirty at once; encoding them in one go held the loop for 24 s in the
+    >= 2 M reference run (aiokafka's heartbeats and Faust's commits behind it). Each job here takes 10 ms of
+    CPU to encode, as a large job does on a loaded box: the loop must run between them."""
+    import time
+
+    from schemas import Topics
+    from streams.detect import app as detect_app
+    from streams.topics_admin import ensure_topics
+
+    settings = replace(load_settings({}), home=tmp_path, app_id=unique_name, topic_prefix=f"{unique_name}.",
+                       kafka_bootstrap=kafka_settings.kafka_bootstrap, secrets_dir=kafka_settings.secrets_path)
+    ensure_topics(settings, Topics(settings.topic_prefix), 1)
+    worker = DetectWorker(base_app(settings, "detect"), settings)
+    worker.stream = AckedStream()
+    for i in range(40):
+        worker.fleet.jobs[f"j{i}"] = JobEngine.create(f"j{i}", settings.detection)
+        worker.dirty.add(f"j{i}")
+    beats = 0
+    seen_by_encoder: list[int] = []
+    real_encode = detect_app.encode_snapshot
+
+    def slow_encode(engine: JobEngine, outbox: object) -> bytes:
+        until = time.thread_time() + 0.01
+        while time.thread_time() < until:
+            pass
+        seen_by_encoder.append(beats)
+        return real_encode(engine, outbox)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(detect_app, "encode_snapshot", slow_encode)
+
+    async def heartbeat(done: asyncio.Event) -> None:
+        nonlocal beats
+        while not done.is_set():
+            beats += 1
+            await asyncio.sleep(0)
+
+    async def snapshot_beside_a_heartbeat() -> None:
+        done = asyncio.Event()
+        beating = asyncio.create_task(heartbeat(done))
+        await asyncio.sleep(0)
+        await worker._maybe_snapshot(force=True)
+        done.set()
+        await beating
+
+    try:
+        asyncio.run(snapshot_beside_a_heartbeat())
+    finally:
+        worker.store.close()
+    assert len(seen_by_encoder) == 40 and worker.metrics.snapshots._value.get() == 40.0
+    assert seen_by_encoder[-1] > seen_by_encoder[0], "the loop ran nothing while 40 snapshots encoded"
