@@ -316,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
         results.append(run_plan(args))
         if args.repeat > 1:
             print(render_table(results[-1]), flush=True)
-    write_result(args.out, results[0] if args.repeat == 1 else merge_repeats(results))
+        # after every run: a plan stopped in its third run keeps the first two
+        write_result(args.out, results[0] if args.repeat == 1 else merge_repeats(results))
     return 0
 
 
