@@ -15,6 +15,7 @@ import sys
 import time
 import zlib
 from collections import deque
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,8 +45,10 @@ SKEW_PARTITIONS = 4   # the device topic's partitions (keyed per device) for --d
 IDLE_TICK_NS = 500_000_000  # simulated wall time per tick without input (a relaunch's gap, the final drain)
 
 
-def replay(args: argparse.Namespace, cfg: DetectionConfig | None = None, batch: int = 4096) -> dict[str, Any]:
-    """Run the bench plan through the engine in process; returns detection.json's figures.
+def replay(args: argparse.Namespace, cfg: DetectionConfig | None = None, batch: int = 4096,
+           on_send: Callable[[str, bytes, bytes], None] | None = None) -> dict[str, Any]:
+    """Run the bench plan through the engine in process; returns detection.json's figures (and
+    `runs`: the plan's (label, SimRun) pairs). `on_send` sees every message as sent (topic, key, value).
 
     `args.device_lead` (batches, default 0) holds step and kernel-summary messages back that many
     decode batches behind the device samples: the topic skew a backlogged Kafka pipeline shows.
@@ -83,6 +86,8 @@ def replay(args: argparse.Namespace, cfg: DetectionConfig | None = None, batch: 
     sent = [0]
 
     def send(topic: str, key: bytes, value: bytes) -> None:
+        if on_send is not None:
+            on_send(topic, key, value)
         if backlog and topic == summaries_topic:
             summaries.append(value)
             return
@@ -124,6 +129,7 @@ def replay(args: argparse.Namespace, cfg: DetectionConfig | None = None, batch: 
     result = score_records(records, messages)
     result["traits"] = run_traits(args).to_dict()
     result["messages"] = messages
+    result["runs"] = runs
     return result
 
 
@@ -167,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         for m in last.values():
             print(m["job"].split("-", 2)[-1], m["rule"], m.get("rules"), m.get("scope"), (m.get("ranks") or [])[:8],
                   m.get("host"), m.get("link"), m.get("step_first"), m.get("step_last"), m["summary"][:110])
-    del result["messages"]
+    del result["messages"], result["runs"]
     result["duration_s"] = round(time.monotonic() - t0, 1)
     if args.out:
         result.update({"mode": "in-process replay (bench/detection/replay.py): no Kafka, no workers",

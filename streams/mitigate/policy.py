@@ -31,6 +31,8 @@ LEVELS: tuple[Level, ...] = ("notify", "profile", "drain", "relaunch")
 
 # rules whose culprit is a node's hardware: its host, a device or a NIC/link of it
 NODE_RULES = frozenset({"SLOW_HOST", "HUNG_HOST", "SLOW_LINK", "SLOW_RANK", "R1", "R2", "R4", "R5"})
+# rules whose observed figure is an efficiency against a benchmark (lower is worse)
+EFFICIENCY_RULES = frozenset({"R4"})
 # causes no drain fixes: they are the job's software or its inputs, and follow it to any node
 SOFTWARE_CAUSES = frozenset(
     [advise("gc_ms").cause, advise("data_ms").cause]
@@ -97,13 +99,25 @@ def drainable(incident: Incident) -> str | None:
 def slowdown_of(incident: Incident) -> float:
     """Share of the job's throughput the fault costs, from the incident's own figures (0 when it gives none).
 
-    A hung host stops the job outright (1.0); otherwise observed and expected step times (or any figure where
-    larger is worse) give 1 - expected / observed."""
+    A hung host stops the job outright (1.0). A culprit's busy time against its group's median (evidence
+    `busy_ms`, `group_median_ms`: a synchronous job runs at its slowest member's pace) gives 1 - median / busy.
+    Otherwise the incident's observed and expected figures: an efficiency (R4: lower is worse) gives
+    1 - observed / expected, a time (larger is worse) 1 - expected / observed. A link's figure is its transfer
+    time against its own: an upper bound on the job's loss, which also computes."""
     if incident.rule == "HUNG_HOST":
         return 1.0
-    if incident.observed is None or incident.expected is None or incident.observed <= 0:
+    busy, median = incident.evidence.get("busy_ms"), incident.evidence.get("group_median_ms")
+    if busy is not None and median is not None and busy > 0:
+        return _share(1.0 - median / busy)
+    if incident.observed is None or incident.expected is None or incident.observed <= 0 or incident.expected <= 0:
         return 0.0
-    return float(min(1.0, max(0.0, 1.0 - incident.expected / incident.observed)))
+    if incident.rule in EFFICIENCY_RULES:
+        return _share(1.0 - incident.observed / incident.expected)
+    return _share(1.0 - incident.expected / incident.observed)
+
+
+def _share(x: float) -> float:
+    return float(min(1.0, max(0.0, x)))
 
 
 def expected_remaining_s(durations_s: Sequence[float], age_s: float, params: PolicyParams) -> tuple[float, int]:

@@ -39,6 +39,15 @@ def test_slowdown_is_the_share_of_throughput_lost() -> None:
     assert slowdown_of(slow_host(observed=None)) == 0.0
 
 
+def test_slowdown_reads_the_culprits_busy_time_and_an_efficiency_the_right_way_up() -> None:
+    """As the detector reports a slow host (bench/mitigation.py runs it): R4 with the kernels' efficiency
+    against their benchmark (0.91 of 1.01: lower is worse), and the culprit's busy time against its group's."""
+    r4 = slow_host(rule="R4", observed=0.906, expected=1.01, unit=None)
+    assert slowdown_of(r4) == pytest.approx(1 - 0.906 / 1.01)
+    paced = replace(r4, evidence={"busy_ms": 1342.2, "group_median_ms": 1192.4})
+    assert slowdown_of(paced) == pytest.approx(1 - 1192.4 / 1342.2)  # the job runs at its slowest member's pace
+
+
 def test_mean_residual_life_from_history_and_the_prior_without_enough() -> None:
     durations = [60.0] * 50 + [7200.0] * 10  # most faults of the class end within a minute; some last 2 h
     remaining, n = expected_remaining_s(durations, 30.0, PARAMS)
