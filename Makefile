@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # the compiled parts (schemas/_packed.c, infra/_kafka_records.c) are built by the install: a change to one reinstalls
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py schemas/_packed.c infra/_kafka_records.c | cksum | cut -d' ' -f1)
 
-.PHONY: venv up up-cluster down status demo demo-server test test-quick lint typecheck unit integration clean bench-detection bench-query chaos chaos-cluster soak bench-replay bench-throughput bench-scaleout bench-scaleout-cluster bench-parse bench-overhead bench-overhead-gpu bench-model venv-train
+.PHONY: venv up up-cluster down status demo demo-server test test-quick lint typecheck unit integration clean bench-detection bench-query chaos chaos-cluster soak bench-replay bench-throughput bench-scaleout bench-scaleout-cluster bench-parse bench-overhead bench-overhead-gpu bench-model bench-mitigation venv-train
 
 $(STAMP): pyproject.toml setup.py schemas/_packed.c infra/_kafka_records.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -53,6 +53,9 @@ bench-detection: venv ## every fault scenario through Kafka + workers, scored ->
 
 bench-model: venv-train ## expected step time vs real traces and held-out simulated jobs; expected vs measured memory -> bench/results/model.json
 	$(BIN)/python -m bench.model $(BENCH_ARGS)
+
+bench-mitigation: venv ## the mitigation policy on the detector's incidents: GPU-hours lost with vs without, wrong drains; actions on the loopback Slurm -> bench/results/mitigation.json
+	$(BIN)/python -m bench.mitigation $(BENCH_ARGS)
 
 bench-query: venv ## 100 M step rows in embedded chdb, every CLI query timed -> bench/results/query.json
 	$(BIN)/python -m bench.query $(BENCH_QUERY_ARGS)

@@ -56,11 +56,11 @@ class Mitigator:
         self.done = set(done)
 
     def handle(self, incident: Incident, costs: JobCosts, durations_s: Sequence[float], now_ns: int,
-               scheduler_job: str | None = None) -> ActionRecord:
+               scheduler_job: str | None = None, slowdown: float | None = None) -> ActionRecord:
         """Decide, check, act. A relaunch drains the node (unless this policy already did) and requeues the
         job's scheduler job (`scheduler_job`, else the scheduler's job named like the steplens job), so it
         restarts from its checkpoint on other nodes."""
-        decision = decide(incident, costs, durations_s, now_ns, self.policy)
+        decision = decide(incident, costs, durations_s, now_ns, self.policy, slowdown)
         checked = check(decision, self.partition, self.scheduler.nodes(self.partition), self.done, self.guard)
         if checked.verdict == "act" and decision.host is not None:
             if not checked.drained:

@@ -3,11 +3,15 @@
 Why: a slow node costs every GPU of its job for as long as the fault lasts, and acting costs too: the work
 since the last checkpoint, the relaunch, and the node's capacity while it is out. This is the ski-rental
 problem Greyhound (ATC'25) answers for fail-slows: keep paying the slowdown while the fault is expected to
-end soon, act once waiting is expected to cost more than acting. The expected remaining duration comes from
-the fleet's history of the same fault class (mean residual life of past incidents' durations, given the age
-this one has reached); with no history a prior stands in. Whatever the history says, acting is never put off
-past the point where the loss already paid equals the cost of acting (the deterministic 2-competitive rule),
-so a wrong history costs at most twice the optimum.
+end soon, act once waiting is expected to cost more than acting. Nothing is done before the fault's
+break-even age ((time since checkpoint + relaunch) / slowdown: the duration below which waiting costs the job
+less than a relaunch), so a transient shorter than that is never acted on, whatever the history predicts.
+The expected remaining duration comes from the fleet's history of the same fault class (mean residual life
+of past incidents' durations, given the age this one has reached); with no history a prior stands in. The
+slowdown is the job's measured one where the caller has it (its step times since the incident against
+before, `measured_slowdown`), else the incident's own figures (`slowdown_of`). Whatever the history says,
+acting is never put off past the point where the loss already paid equals the cost of acting (the
+deterministic 2-competitive rule), so a wrong history costs at most twice the optimum.
 
 Levels, each including the ones before: `notify` (always) → `profile` (the detect worker already asks the
 culprit for one) → `drain` (the node takes no new work: costs nothing to the running job) → `relaunch` (ask
@@ -131,10 +135,11 @@ def expected_remaining_s(durations_s: Sequence[float], age_s: float, params: Pol
 
 
 def decide(incident: Incident, costs: JobCosts, durations_s: Sequence[float], now_ns: int,
-           params: PolicyParams) -> Decision:
-    """The level for one open culprit incident at `now_ns`, given its class's past durations."""
+           params: PolicyParams, measured_slowdown: float | None = None) -> Decision:
+    """The level for one open culprit incident at `now_ns`, given its class's past durations and, where known,
+    the job's measured slowdown."""
     age_s = max(0.0, (now_ns - incident.detected_ns) / 1e9)
-    slowdown = slowdown_of(incident)
+    slowdown = slowdown_of(incident) if measured_slowdown is None else _share(measured_slowdown)
     remaining, history_n = expected_remaining_s(durations_s, age_s, params)
     hours = 1 / 3600
     lost = slowdown * costs.job_gpus * age_s * hours
@@ -150,6 +155,10 @@ def decide(incident: Incident, costs: JobCosts, durations_s: Sequence[float], no
         return made("notify", why_not)
     if age_s < params.min_age_s:
         return made("profile", f"younger than {params.min_age_s:.0f} s: most transients end sooner")
+    break_even = (costs.since_checkpoint_s + costs.relaunch_s) / slowdown if slowdown > 0 else float("inf")
+    if age_s < break_even:
+        return made("profile", f"younger than its break-even ({break_even:.0f} s): were it to end now, waiting "
+                               "cost less than acting")
     if lost >= act:
         return made("relaunch", "the loss already paid reached the cost of acting (ski rental: at most 2x)")
     if keep > act:
@@ -157,3 +166,17 @@ def decide(incident: Incident, costs: JobCosts, durations_s: Sequence[float], no
     if remaining >= params.drain_after_remaining_s:
         return made("drain", f"expected to last {remaining:.0f} s more: keep new work off the node")
     return made("profile", "expected to end before acting pays")
+
+
+def measured_slowdown(step_ms: Sequence[tuple[int, float]], step_first: int | None,
+                      step_last: int | None) -> float | None:
+    """The job's throughput lost over the incident's steps: 1 - median step time before `step_first` / median
+    step time over [step_first, step_last] (the job's pace: its slowest rank's step time). None when either
+    side has fewer than 3 steps (a job slow from its start has no before: the incident's figures stand)."""
+    if step_first is None:
+        return None
+    before = [ms for step, ms in step_ms if step < step_first]
+    during = [ms for step, ms in step_ms if step >= step_first and (step_last is None or step <= step_last)]
+    if len(before) < 3 or len(during) < 3:
+        return None
+    return _share(1.0 - float(np.median(before)) / float(np.median(during)))

@@ -79,13 +79,15 @@ class MitigationWorker:
     one round of weighing after reading up to the ends)."""
 
     def __init__(self, settings: Settings, scheduler: Scheduler, *, once: bool = False,
-                 clock: Callable[[], int] = time.time_ns) -> None:
+                 clock: Callable[[], int] = time.time_ns,
+                 pace: Callable[[Incident], float | None] = lambda incident: None) -> None:
         if not settings.mitigate_partition:
             raise ValueError("no partition to mitigate on: set STEPLENS_MITIGATE_PARTITION")
         self.settings = settings
         self.topics = Topics(settings.topic_prefix)
         self.once = once
         self.clock = clock
+        self.pace = pace  # the job's measured slowdown (streams/mitigate/pace.py); None: the incident's figures
         self.book = MitigationBook(CostPriors(
             checkpoint_interval_s=settings.mitigate_checkpoint_interval_s, relaunch_s=settings.mitigate_relaunch_s,
             node_gpus=settings.mitigate_node_gpus))
@@ -180,7 +182,8 @@ class MitigationWorker:
         for incident in sorted(self.book.open.values(), key=lambda i: (i.detected_ns, i.incident_id)):
             try:
                 record = self.mitigator.handle(incident, self.book.costs(incident.job),
-                                               self.book.history(incident, now_ns), now_ns)
+                                               self.book.history(incident, now_ns), now_ns,
+                                               slowdown=self.pace(incident))
             except SchedulerError as exc:
                 self.stats.scheduler_errors += 1
                 log.warning("mitigate: %s: the scheduler failed (%s); weighed again in %.0f s", incident.incident_id,
@@ -207,9 +210,11 @@ class MitigationWorker:
 
 def run_worker(settings: Settings, scheduler: Scheduler) -> MitigationStats:
     """`python -m streams worker --role mitigate`: in the foreground until SIGTERM/SIGINT."""
+    from sinks import open_backend
+    from streams.mitigate.pace import JobPace
     from streams.runtime import stop_on_signals
 
-    worker = MitigationWorker(settings, scheduler)
+    worker = MitigationWorker(settings, scheduler, pace=JobPace(lambda: open_backend(settings, "read")).slowdown)
     with stop_on_signals(worker.stop, "mitigation worker"):
         log.info("mitigate: partition %s, %s", settings.mitigate_partition,
                  "actions enabled" if settings.mitigate_partition in enabled_partitions(settings.mitigate_enabled)

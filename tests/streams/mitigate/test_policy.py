@@ -63,13 +63,20 @@ def test_a_young_fault_is_profiled_and_a_software_one_only_notified() -> None:
     assert notified.level == "notify" and "follows the job" in notified.reason
 
 
+def test_nothing_is_done_before_the_faults_break_even_whatever_the_history() -> None:
+    """(10 min since the checkpoint + 5 min relaunch) / 20 % = 4,500 s: a fault that ended before it cost the
+    job less than a relaunch would have, so a class of long faults does not make a young one worth acting on."""
+    d = decide(slow_host(), COSTS, [4 * 3600.0] * 10, 4400 * S, PARAMS)
+    assert d.level == "profile" and "break-even (4500 s)" in d.reason
+
+
 def test_a_persistent_fault_on_a_large_job_relaunches_without_the_node() -> None:
     # no history: the prior (1 h) x 20 % x 1,024 GPUs = 205 GPU-h of waiting vs 256 + 8 GPU-h of relaunching:
-    # not yet, drain only; with a history of 4-hour faults, 15 min in: 3 h 45 more expected, relaunch
-    d = decide(slow_host(), COSTS, [], 300 * S, PARAMS)
+    # not yet, drain only; with a history of 4-hour faults, past its break-even: 2 h 43 more expected, relaunch
+    d = decide(slow_host(), COSTS, [], 4600 * S, PARAMS)
     assert d.level == "drain" and d.keep_cost_gpu_h == pytest.approx(0.2 * 1024 * 3600 / 3600)
     long_faults = [4 * 3600.0] * 10
-    d = decide(slow_host(), COSTS, long_faults, 900 * S, PARAMS)
+    d = decide(slow_host(), COSTS, long_faults, 4600 * S, PARAMS)
     assert d.level == "relaunch" and "expected to cost more" in d.reason
     assert d.keep_cost_gpu_h > d.act_cost_gpu_h and d.history_n == 10
 
@@ -87,5 +94,5 @@ def test_a_class_of_short_faults_is_waited_out_until_the_loss_paid_equals_the_co
 
 def test_a_small_job_drains_the_node_but_does_not_relaunch_for_a_small_slowdown() -> None:
     small = JobCosts(job_gpus=16, since_checkpoint_s=1800.0, relaunch_s=600.0, node_gpus=8)
-    d = decide(slow_host(observed=1.05), small, [4 * 3600.0] * 10, 900 * S, PARAMS)
+    d = decide(slow_host(observed=1.05), small, [4 * 3600.0] * 10, 51_000 * S, PARAMS)  # break-even 50,400 s
     assert d.level == "drain" and d.keep_cost_gpu_h < d.act_cost_gpu_h

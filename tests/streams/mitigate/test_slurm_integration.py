@@ -37,21 +37,21 @@ def test_a_persistent_slow_host_is_drained_once_with_the_incident_as_reason_and_
     assert slurm.nodes(PARTITION)[culprit].available
 
     dry = Mitigator(slurm, PARTITION, PolicyParams(), replace(ENABLED, enabled_partitions=frozenset()))
-    recorded = dry.handle(incident, costs, LONG_FAULTS, 1200 * S)
+    recorded = dry.handle(incident, costs, LONG_FAULTS, 4600 * S)
     assert recorded.verdict == "dry_run" and recorded.decision.level == "drain"
     assert slurm.nodes(PARTITION)[culprit].available  # dry-run: the decision is recorded, nothing changes
 
     mitigator = Mitigator(slurm, PARTITION, PolicyParams(), ENABLED)
-    done = mitigator.handle(incident, costs, LONG_FAULTS, 1200 * S)
+    done = mitigator.handle(incident, costs, LONG_FAULTS, 4600 * S)
     assert done.verdict == "act", done.why
     assert f"{culprit}|steplens inc-drain SLOW_HOST drain" in reasons(slurm_env)
     assert slurm.nodes(PARTITION)[culprit].state in ("draining", "drained", "drng")
-    assert mitigator.handle(incident, costs, LONG_FAULTS, 1300 * S).verdict == "none"  # once per key
+    assert mitigator.handle(incident, costs, LONG_FAULTS, 4700 * S).verdict == "none"  # once per key
     restarted = Mitigator(slurm, PARTITION, PolicyParams(), ENABLED)  # remembers nothing: Slurm's reason does
-    assert restarted.handle(incident, costs, LONG_FAULTS, 1300 * S).verdict == "none"
+    assert restarted.handle(incident, costs, LONG_FAULTS, 4700 * S).verdict == "none"
 
     # a second culprit would take 2 of 4 nodes out: refused, that node untouched
-    other = mitigator.handle(slow_host(other_node, "inc-other"), costs, LONG_FAULTS, 1200 * S)
+    other = mitigator.handle(slow_host(other_node, "inc-other"), costs, LONG_FAULTS, 4600 * S)
     assert other.verdict == "refused" and "2 of 4" in other.why
     assert slurm.nodes(PARTITION)[other_node].available
 

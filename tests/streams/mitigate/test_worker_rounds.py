@@ -66,7 +66,7 @@ def test_a_persistent_slow_host_is_profiled_then_drained_and_each_decision_is_re
     long_history(w.book)
     w.book.on_job(JobEvent(job="train", phase="start", world=16, ts_ns=T0 - 3600 * S))
     w.book.on_incident(slow_host("n2", "inc-1"), T0)
-    for age_s in (10, 20, 900, 930, 960):
+    for age_s in (10, 20, 6100, 6130, 6160):  # break-even: (900 + 300) s / 20 % = 6,000 s
         w.tick(T0 + age_s * S, lambda a: sent.append(a) or True)
     assert [(a.level, a.verdict) for a in sent] == [("profile", "none"), ("drain", "act")]
     assert nodes.calls == [("drain", "n2")]
@@ -82,11 +82,11 @@ def test_an_action_done_but_not_recorded_before_a_crash_is_recorded_and_not_done
     w, sent = worker(nodes)
     long_history(w.book)
     w.book.on_incident(slow_host("n2", "inc-1"), T0)
-    w.tick(T0 + 900 * S, lambda a: sent.append(a) or True)
+    w.tick(T0 + 6100 * S, lambda a: sent.append(a) or True)
     assert [(a.level, a.verdict) for a in sent] == [("drain", "act")] and sent[0].why.startswith("found done")
     assert nodes.calls == []
     w.book.on_action(sent[0])
-    w.tick(T0 + 960 * S, lambda a: sent.append(a) or True)
+    w.tick(T0 + 6160 * S, lambda a: sent.append(a) or True)
     assert len(sent) == 1
 
 
@@ -95,14 +95,14 @@ def test_a_restarted_worker_that_read_its_records_back_neither_acts_nor_records_
     first, sent = worker(nodes)
     long_history(first.book)
     first.book.on_incident(slow_host("n2", "inc-1"), T0)
-    first.tick(T0 + 900 * S, lambda a: sent.append(a) or True)
+    first.tick(T0 + 6100 * S, lambda a: sent.append(a) or True)
     nodes.resume("n2")  # an operator undid it: the policy must not drain it again for the same incident
     restarted, again = worker(nodes)
     long_history(restarted.book)
     restarted.book.on_incident(slow_host("n2", "inc-1"), T0)
     for action in sent:
         restarted.book.on_action(action)
-    restarted.tick(T0 + 1000 * S, lambda a: again.append(a) or True)
+    restarted.tick(T0 + 6200 * S, lambda a: again.append(a) or True)
     assert again == [] and nodes.calls == [("drain", "n2"), ("resume", "n2")]
 
 
@@ -111,7 +111,7 @@ def test_dry_run_records_the_decision_once_and_changes_nothing() -> None:
     w, sent = worker(nodes, enabled=False)
     long_history(w.book)
     w.book.on_incident(slow_host("n2", "inc-1"), T0)
-    for t in (900, 930):
+    for t in (6100, 6130):
         w.tick(T0 + t * S, lambda a: (sent.append(a), w.book.on_action(a)) and True)
     assert [(a.level, a.verdict) for a in sent] == [("drain", "dry_run")] and nodes.calls == []
 

@@ -110,7 +110,7 @@ def test_a_persistent_slow_host_is_drained_once_through_a_sigkill_and_undone_fro
     _, placed = submit(slurm_env, job)
     culprit = placed[1]
     now = time.time_ns()
-    incident = slow_host(culprit, f"SLOW_HOST:{job}:{culprit}", detected_ns=now - 900 * S, job=job)
+    incident = slow_host(culprit, f"SLOW_HOST:{job}:{culprit}", detected_ns=now - 7200 * S, job=job)
     publish(settings, [*history(job, now), (incident, incident.detected_ns)])
     env = env_of(settings, slurm_env, enabled=True)
     log = tmp_path / "mitigate.log"
@@ -124,7 +124,7 @@ def test_a_persistent_slow_host_is_drained_once_through_a_sigkill_and_undone_fro
         worker.wait(timeout=30)
         # a detect worker killed meanwhile re-sends the incident; a second culprit (a node outside the job's
         # partition) marks a round of the restarted worker that weighed both
-        stranger = slow_host("not-a-node", f"SLOW_HOST:{job}:stranger", detected_ns=now - 800 * S, job=job)
+        stranger = slow_host("not-a-node", f"SLOW_HOST:{job}:stranger", detected_ns=now - 7100 * S, job=job)
         publish(settings, [(incident, time.time_ns()), (stranger, stranger.detected_ns)])
         worker = start_worker(env, log)
         wait_for("the restarted worker's round", lambda: actions_of(settings, stranger.incident_id), timeout=90)
@@ -151,7 +151,7 @@ def test_in_dry_run_the_decision_is_recorded_nothing_changes_and_an_operator_can
     _, placed = submit(slurm_env, job)
     culprit = placed[0]
     now = time.time_ns()
-    incident = slow_host(culprit, f"SLOW_HOST:{job}:{culprit}", detected_ns=now - 900 * S, job=job)
+    incident = slow_host(culprit, f"SLOW_HOST:{job}:{culprit}", detected_ns=now - 7200 * S, job=job)
     publish(settings, [*history(job, now), (incident, incident.detected_ns)])
     env = env_of(settings, slurm_env, enabled=False)
     worker = start_worker(env, tmp_path / "mitigate.log")
