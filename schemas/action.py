@@ -2,9 +2,9 @@
 
 Why an event: an action must happen once per decision across worker restarts and rebalances, and be
 audited after the fact. The mitigation worker writes one record per (action_id, verdict) to the actions
-topic, keyed by `action_id`; a restarted worker reads the topic back to know what it has done, and the land
-worker keeps every record in the `actions` table (who, why, on which figures), where `steplens actions`
-lists, approves and undoes them.
+topic, keyed by `incident_id` (an action, its approval and its undo stay in order on one partition); a
+restarted worker reads the topic back to know what it has done, and the land worker keeps every record in
+the `actions` table (who, why, on which figures), where `steplens actions` lists, approves and undoes them.
 """
 
 from __future__ import annotations

@@ -13,18 +13,25 @@ committed offsets (`apply(..., replay=True)`): incidents resolved in that stretc
 posted resolved already and are dropped; the still-firing ones are posted once as a
 refresh (the same labels: Alertmanager updates the alert it has, no second alert).
 
+Mitigation actions (the actions topic) are alerts of their own beside the incidents
+(`apply_action`): a drain or relaunch done, or awaiting approval, fires until it is undone or
+approved, or its incident resolves.
+
 Pure: time comes in as `now_ns`, nothing here does I/O.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from schemas import Incident
-from streams.alerts.mapping import alert, annotations_of, labels_of, report_link
+from schemas import Incident, MitigationAction
+from streams.alerts.mapping import action_annotations, action_labels, alert, annotations_of, labels_of, report_link
 
 DEFAULT_RESEND_S = 60.0
+ACTION_KEY = "action:"
+MAX_ENDED = 100_000  # an action's entry, beside the incidents' (keyed by incident id)
 EXPIRY_RESENDS = 4  # a firing alert's endsAt lies this many re-sends ahead (Prometheus: 4 x resend delay)
 
 
@@ -33,7 +40,7 @@ class Entry:
     """One incident the bridge knows: the labels it was first posted with, its latest event."""
 
     labels: dict[str, str]
-    latest: Incident
+    latest: Incident | MitigationAction
     starts_ns: int
     ends_ns: int | None = None      # set once resolved
     posted_ns: int | None = None    # last successful post of this state; None: due now
@@ -51,6 +58,15 @@ class AlertBook:
         self.generator_template = generator_template
         self.runbook_base = runbook_base
         self.entries: dict[str, Entry] = {}
+        # incidents resolved and actions undone: a record of either read after the end (another topic or
+        # partition delivered first) must not fire again; the newest MAX_ENDED are kept
+        self.ended: OrderedDict[str, None] = OrderedDict()
+
+    def _remember_end(self, key: str) -> None:
+        self.ended[key] = None
+        self.ended.move_to_end(key)
+        while len(self.ended) > MAX_ENDED:
+            self.ended.popitem(last=False)
 
     def apply(self, incident: Incident, replay: bool = False) -> None:
         """Take one event of the incidents topic, in topic order.
@@ -70,6 +86,40 @@ class AlertBook:
                 del self.entries[incident.incident_id]
         else:
             entry.ends_ns = None  # an update after a resolution fires again (same alert)
+        if incident.state == "resolved":  # the actions taken for it are over too
+            self._remember_end(incident.incident_id)
+            for key, other in list(self.entries.items()):
+                if isinstance(other.latest, MitigationAction) and other.latest.incident_id == incident.incident_id:
+                    self._end(key, other, incident.detected_ns, replay)
+
+    def apply_action(self, action: MitigationAction, replay: bool = False) -> None:
+        """Take one record of the actions topic: a drain or relaunch done, or awaiting approval, fires (one
+        alert per action id: the approval updates it); an undo ends the alert of the action it reverses."""
+        if action.level == "undo":
+            key = ACTION_KEY + (action.undoes or "")
+            self._remember_end(key)
+            entry = self.entries.get(key)
+            if entry is not None:
+                self._end(key, entry, action.at_ns, replay)
+            return
+        if action.verdict not in ("act", "dry_run") or action.level not in ("drain", "relaunch"):
+            return
+        if ACTION_KEY + action.action_id in self.ended or action.incident_id in self.ended:
+            return  # undone, or its incident resolved, before this record was read
+        key = ACTION_KEY + action.action_id
+        entry = self.entries.get(key)
+        if entry is None:
+            entry = Entry(labels=action_labels(action), latest=action, starts_ns=action.at_ns)
+            self.entries[key] = entry
+        entry.latest = action
+        entry.posted_ns = None
+
+    def _end(self, key: str, entry: Entry, at_ns: int, replay: bool) -> None:
+        if replay:
+            del self.entries[key]
+            return
+        entry.ends_ns = max(at_ns, entry.starts_ns)
+        entry.posted_ns = None
 
     def firing(self) -> int:
         return sum(1 for e in self.entries.values() if e.ends_ns is None)
@@ -86,9 +136,13 @@ class AlertBook:
             if entry.posted_ns is not None and now_ns - entry.posted_ns < self.resend_ns:
                 continue
             ends = entry.ends_ns if entry.ends_ns is not None else now_ns + EXPIRY_RESENDS * self.resend_ns
-            generator = (self.generator_template and
-                         report_link(self.generator_template, entry.latest))
-            notes = annotations_of(entry.latest, self.report_template, self.runbook_base)
+            latest = entry.latest
+            if isinstance(latest, MitigationAction):
+                out.append((incident_id, alert(entry.labels, action_annotations(latest, self.runbook_base),
+                                               entry.starts_ns, ends)))
+                continue
+            generator = self.generator_template and report_link(self.generator_template, latest)
+            notes = annotations_of(latest, self.report_template, self.runbook_base)
             out.append((incident_id, alert(entry.labels, notes, entry.starts_ns, ends, generator)))
         return out
 

@@ -32,7 +32,7 @@ from infra.backoff import Backoff
 from infra.clients import kafka_client_config, request_timeout_ms
 from infra.delivery import poll_through_outage, retry_through_outage
 from infra.settings import Settings
-from schemas import ContractError, Incident, Topics
+from schemas import ContractError, Incident, MitigationAction, Topics
 from schemas.codec import decode_as
 from streams.alerts.book import AlertBook
 from streams.alerts.client import AlertmanagerUnavailable, post_alerts
@@ -77,7 +77,9 @@ class AlertBridge:
         self.settings = settings
         self.url = alertmanager_url
         self.once = once
-        self.topic = Topics(settings.topic_prefix).incidents
+        topics = Topics(settings.topic_prefix)
+        self.topic = topics.incidents
+        self.read_topics = (topics.incidents, topics.actions)  # the mitigation stage's actions alert too
         live = settings.live_url.rstrip("/")
         self.book = AlertBook(settings.alerts_resend_s, settings.alerts_report_url,
                               generator_template=f"{live}/incident/{{incident_id}}" if live else "",
@@ -110,16 +112,16 @@ class AlertBridge:
 
     # --- the loop -----------------------------------------------------------------------
     def _partitions(self, consumer: Any) -> list[TopicPartition] | None:
-        """Every partition of the incidents topic, waiting (with backoff) until the topic exists."""
+        """Every partition of the incidents and actions topics, waiting (with backoff) until they exist."""
         backoff = Backoff(self.stopping.wait)
         while True:
-            parts = retry_through_outage(lambda: consumer.partitions_for_topic(self.topic), self.stopping.wait,
-                                         "alerts metadata")
-            if parts:
-                return [TopicPartition(self.topic, p) for p in sorted(parts)]
+            found = {t: retry_through_outage(lambda t=t: consumer.partitions_for_topic(t),  # type: ignore[misc]
+                                             self.stopping.wait, "alerts metadata") for t in self.read_topics}
+            if all(found.values()):
+                return [TopicPartition(t, p) for t in self.read_topics for p in sorted(found[t] or ())]
             if self.stopping.is_set():
                 return None
-            log.info("waiting for topic %r to exist", self.topic)
+            log.info("waiting for topics %s to exist", [t for t in self.read_topics if not found[t]])
             if backoff.pause():
                 return None
 
@@ -134,8 +136,8 @@ class AlertBridge:
                                           "alerts committed offsets")
             committed[tp] = int(offset or 0)
         consumer.seek_to_beginning(*parts)
-        log.info("alerts: rebuilding firing incidents from %s up to committed offsets %s", self.topic,
-                 {tp.partition: o for tp, o in committed.items()})
+        log.info("alerts: rebuilding firing incidents and actions up to committed offsets %s",
+                 {f"{tp.topic}[{tp.partition}]": o for tp, o in committed.items()})
         replaying = bool(any(committed.values()))
         dirty = False  # records consumed since the last commit
         while not self.stopping.is_set():
@@ -169,14 +171,18 @@ class AlertBridge:
 
     def _apply(self, record: Any, replay: bool) -> None:
         try:
-            incident = decode_as(Incident, record.value, self.settings.max_event_bytes)
+            event = decode_as(MitigationAction if record.topic != self.topic else Incident, record.value,
+                              self.settings.max_event_bytes)
         except ContractError as exc:
             self.stats.skipped += 1
             self.metrics.skipped.inc()
-            log.warning("alerts: skipped %r[%d]@%d, not an incident: %s", record.topic, record.partition,
+            log.warning("alerts: skipped %r[%d]@%d, not an incident or action: %s", record.topic, record.partition,
                         record.offset, exc)
             return
-        self.book.apply(incident, replay=replay)
+        if isinstance(event, Incident):
+            self.book.apply(event, replay=replay)
+        else:
+            self.book.apply_action(event, replay=replay)
         if replay:
             self.stats.replayed += 1
         else:

@@ -22,7 +22,7 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
-from schemas import Incident
+from schemas import Incident, MitigationAction
 
 # the spec's rule ids read as alert names (the rest: "Steplens" + the id in CamelCase)
 ALERT_NAMES = {
@@ -162,3 +162,35 @@ def alert(labels: dict[str, str], annotations: dict[str, str], starts_ns: int, e
     if generator_url:
         body["generatorURL"] = generator_url
     return body
+
+
+ACTION_ALERT = "SteplensMitigation"
+
+
+def action_labels(action: MitigationAction) -> dict[str, str]:
+    """A mitigation action's alert: one per action id (a dry run and its approval are the same alert)."""
+    labels = {"alertname": ACTION_ALERT, "training_job": action.job, "incident_id": action.incident_id,
+              "action_id": action.action_id, "level": action.level, "partition": action.partition,
+              "severity": "warning" if action.verdict == "act" else "info"}
+    if action.host:
+        labels["host"] = action.host
+    return labels
+
+
+def action_annotations(action: MitigationAction, runbook_base: str = "") -> dict[str, str]:
+    """What was decided and why, the figures, and the one command an operator answers it with."""
+    done = {"act": "done", "dry_run": "awaiting approval (dry run)"}.get(action.verdict, action.verdict)
+    verb = {"drain": "drain", "relaunch": "drain and relaunch the job without"}.get(action.level, action.level)
+    answer = (f"steplens actions approve {action.action_id}" if action.verdict == "dry_run"
+              else f"steplens actions undo {action.action_id}")
+    notes = {
+        "summary": f"steplens: {verb} {action.host or 'the node'} for {action.incident_id}: {done}",
+        "description": (f"{action.reason}. Guard rails: {action.why}. Slowdown {action.slowdown:.1%}, "
+                        f"{action.age_s:.0f} s old, expected {action.expected_remaining_s:.0f} s more "
+                        f"({action.history_n} past faults); waiting {action.keep_cost_gpu_h:.1f} GPU-h vs acting "
+                        f"{action.act_cost_gpu_h:.1f} GPU-h. By {action.by}."),
+        "verdict": action.verdict,
+        "command": answer,
+        "runbook_url": runbook_url("mitigation", runbook_base),
+    }
+    return {key: _clip(value) for key, value in notes.items()}

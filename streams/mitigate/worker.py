@@ -200,7 +200,7 @@ class MitigationWorker:
     def _send(self, producer: Any, action: MitigationAction) -> bool:
         """Write one record and wait for the broker (False: not written; the next round writes it)."""
         try:
-            producer.send(self.topics.actions, key=action.action_id.encode(), value=encode(action)).get(
+            producer.send(self.topics.actions, key=action.incident_id.encode(), value=encode(action)).get(
                 timeout=SEND_TIMEOUT_S)
         except KafkaError as exc:
             log.warning("mitigate: could not record %s (%r); recorded next round", action.action_id, exc)
@@ -258,7 +258,7 @@ def record_action(settings: Settings, action: MitigationAction) -> None:
     """Write one record to the actions topic (an operator's approval or undo), waiting for the broker."""
     producer = KafkaProducer(**kafka_client_config(settings, "mitigate"), acks="all", client_id="steplens-actions")
     try:
-        producer.send(Topics(settings.topic_prefix).actions, key=action.action_id.encode(),
+        producer.send(Topics(settings.topic_prefix).actions, key=action.incident_id.encode(),
                       value=encode(action)).get(timeout=SEND_TIMEOUT_S)
     finally:
         producer.close()

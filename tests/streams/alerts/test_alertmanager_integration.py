@@ -24,7 +24,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from infra.clients import kafka_client_config
 from infra.launcher.alertmanager import AlertmanagerServer
 from infra.settings import REPO_ROOT, Settings
-from schemas import Incident, Topics, job_key
+from schemas import Incident, MitigationAction, Topics, job_key
 from schemas.codec import encode
 from steplens.demo import build_job
 from streams.alerts.bridge import AlertBridge, alerts_group
@@ -214,3 +214,40 @@ def test_routes_on_training_job_and_on_the_scrape_job_stay_apart(
     assert "job" not in incident_alert["labels"]
     [worker_alert] = _get(url, "/api/v2/alerts", filter=f'instance="{unique_name}:9465"')
     assert [r["name"] for r in worker_alert["receivers"]] == ["steplens-workers"]
+
+
+def test_a_mitigation_action_is_an_alert_until_it_is_undone(
+    kafka_settings: Settings, alertmanager_service: AlertmanagerServer, unique_name: str
+) -> None:
+    """The actions topic beside the incidents: a drain done is a `SteplensMitigation` alert naming the action and
+    the command that undoes it; the undo record ends it."""
+    settings = _settings(kafka_settings, unique_name)
+    url = alertmanager_service.url
+    job = unique_name
+    a, _ = _pair(job)
+    now = time.time_ns()
+    drained = MitigationAction(action_id=f"{a.incident_id}/drain", incident_id=a.incident_id, job=job,
+                               level="drain", verdict="act", why="within the guard rails",
+                               reason="expected to last 3600 s more", partition="gpu", by="steplens policy",
+                               at_ns=now, host="node-1", rule="SLOW_RANK", slowdown=0.2)
+    _produce(settings, [a])
+    producer = KafkaProducer(**kafka_client_config(settings, "admin"), acks="all")
+    try:
+        producer.send(Topics(settings.topic_prefix).actions, key=drained.incident_id.encode(), value=encode(drained))
+        producer.flush(timeout=30)
+        AlertBridge(settings, url, once=True).run()
+        actions = _get(url, "/api/v2/alerts", filter=['alertname="SteplensMitigation"', f'training_job="{job}"'])
+        assert [x["labels"]["action_id"] for x in actions] == [drained.action_id]
+        assert actions[0]["labels"]["severity"] == "warning" and actions[0]["labels"]["host"] == "node-1"
+        assert actions[0]["annotations"]["command"] == f"steplens actions undo {drained.action_id}"
+        undo = replace(drained, action_id=f"{drained.action_id}/undo", level="undo", undoes=drained.action_id,
+                       by="oncall", at_ns=time.time_ns())
+        producer.send(Topics(settings.topic_prefix).actions, key=undo.incident_id.encode(), value=encode(undo))
+        producer.flush(timeout=30)
+    finally:
+        producer.close()
+    second = AlertBridge(settings, url, once=True).run()
+    assert (second.replayed, second.events) == (2, 1), second
+    assert _get(url, "/api/v2/alerts", filter=['alertname="SteplensMitigation"', f'training_job="{job}"']) == []
+    assert [x["labels"]["alertname"] for x in _get(url, "/api/v2/alerts", filter=f'training_job="{job}"')] == [
+        "SteplensSlowRank"]  # the incident still fires

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from schemas import MitigationAction
 from streams.alerts.book import EXPIRY_RESENDS, AlertBook
 from streams.alerts.mapping import alert, annotations_of, labels_of, rfc3339
 from tests.sinks.samples import incident
@@ -128,3 +129,60 @@ def test_generator_url_is_the_live_page_s_incident() -> None:
     book.apply(incident(incident_id="i-9", detected_ns=T0))
     [(_, body)] = book.due(T0)
     assert body["generatorURL"] == "http://127.0.0.1:19480/incident/i-9"
+
+
+def _action(**kw: object) -> MitigationAction:
+    base = MitigationAction(action_id="a/drain", incident_id="a", job="train", level="drain", verdict="dry_run",
+                            why="partition gpu is not enabled for actions", reason="expected to last 3600 s more",
+                            partition="gpu", by="steplens policy", at_ns=T0 + 10 * S, host="node-7", rule="SLOW_HOST",
+                            slowdown=0.2, age_s=7000.0, expected_remaining_s=3600.0, history_n=12,
+                            keep_cost_gpu_h=12.8, act_cost_gpu_h=9.1)
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def test_a_mitigation_action_is_one_alert_from_its_dry_run_to_its_approval_and_ends_with_its_undo() -> None:
+    book = AlertBook(resend_s=60)
+    book.apply(incident(incident_id="a", detected_ns=T0))
+    book.apply_action(_action())
+    due = dict(book.due(T0 + 11 * S))
+    pending = due["action:a/drain"]
+    assert pending["labels"] == {"alertname": "SteplensMitigation", "training_job": "train", "incident_id": "a",
+                                 "action_id": "a/drain", "level": "drain", "partition": "gpu", "severity": "info",
+                                 "host": "node-7"}
+    assert pending["annotations"]["command"] == "steplens actions approve a/drain"
+    assert "awaiting approval" in pending["annotations"]["summary"]
+    assert pending["annotations"]["runbook_url"].endswith("docs/runbooks.md#mitigation")
+    book.posted(list(due), T0 + 11 * S)
+    book.apply_action(_action(verdict="act", by="oncall", why="approved by oncall", at_ns=T0 + 20 * S))
+    [(key, approved)] = book.due(T0 + 21 * S)
+    assert key == "action:a/drain" and approved["labels"] == pending["labels"]  # the same alert, updated
+    assert approved["annotations"]["command"] == "steplens actions undo a/drain"
+    book.posted([key], T0 + 21 * S)
+    book.apply_action(_action(action_id="a/drain/undo", level="undo", undoes="a/drain", verdict="act",
+                              at_ns=T0 + 30 * S))
+    [(key, ended)] = book.due(T0 + 31 * S)
+    assert key == "action:a/drain" and ended["endsAt"] == rfc3339(T0 + 30 * S)
+    book.posted([key], T0 + 31 * S)
+    assert "action:a/drain" not in book.entries
+
+
+def test_an_incidents_resolution_ends_its_actions_alerts_and_refusals_raise_none() -> None:
+    book = AlertBook(resend_s=60)
+    book.apply(incident(incident_id="a", detected_ns=T0))
+    book.apply_action(_action(verdict="act"))
+    book.apply_action(_action(action_id="a/relaunch", level="relaunch", verdict="refused"))
+    assert sorted(k for k, _ in book.due(T0 + 11 * S)) == ["a", "action:a/drain"]
+    book.apply(incident(incident_id="a", detected_ns=T0 + 40 * S, state="resolved"))
+    ends = {k: body["endsAt"] for k, body in book.due(T0 + 41 * S)}
+    assert ends == {"a": rfc3339(T0 + 40 * S), "action:a/drain": rfc3339(T0 + 40 * S)}
+
+
+def test_records_read_after_their_end_do_not_fire_again() -> None:
+    """Replayed out of order (the incidents and actions topics are read side by side): an action read after its
+    undo, or after its incident's resolution, stays quiet."""
+    book = AlertBook(resend_s=60)
+    book.apply_action(_action(action_id="a/drain/undo", level="undo", undoes="a/drain", verdict="act"), replay=True)
+    book.apply_action(_action(verdict="act"), replay=True)
+    book.apply(incident(incident_id="b", detected_ns=T0, state="resolved"), replay=True)
+    book.apply_action(_action(action_id="b/drain", incident_id="b", verdict="act"), replay=True)
+    assert book.due(T0 + 60 * S) == []
