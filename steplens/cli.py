@@ -414,8 +414,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="e.g. http://127.0.0.1:9093 (default $STEPLENS_ALERTMANAGER_URL)")
     p.add_argument("--once", action="store_true",
                    help="exit once every incident on the topic is posted and committed (default: run until SIGTERM)")
-    p = add("serve", _serve, "the live page: jobs running, incidents open, slowest ranks and hosts; each job's "
-            "report; refreshed while the pipeline runs")
+    p = add("serve", _serve, "the live page: jobs running, incidents open, mitigation actions, slowest ranks and "
+            "hosts; each job's report; refreshed while the pipeline runs")
     p.add_argument("--port", type=_number(int, 1), default=19480, help="port on 127.0.0.1 (default 19480)")
     p.add_argument("--refresh", type=_number(float, 1.0), default=5.0, help="seconds between refreshes (default 5)")
     p.add_argument("--window", type=_when, default="1h", help="what 'now' covers: 10m, 1h, 6h (default 1h)")

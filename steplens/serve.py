@@ -90,7 +90,10 @@ class LivePages:
             open_now = run(backend, live.incidents_open())
             ranks = run(backend, live.slowest_ranks_now(window))
             hosts = run(backend, live.slowest_hosts_now(window))
+            actions = run(backend, live.actions_recent(window))
         body = (f"<h2>Incidents open now ({len(open_now.rows)})</h2>{_table(open_now, 'no incident is open')}"
+                f"<h2>Mitigation actions (last {escape(self.window)})</h2>"
+                f"{_table(actions, 'no node drained or awaiting approval')}"
                 f"<h2>Jobs running (a step in the last {escape(self.window)})</h2>"
                 f"{_table(jobs, 'no job reported a step in this window')}"
                 f"<h2>Slowest ranks (against their job's median, last {escape(self.window)})</h2>"

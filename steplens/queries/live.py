@@ -37,6 +37,20 @@ def incidents_open(limit: int = 200) -> FleetQuery:
                        "incident_id"))
 
 
+def actions_recent(time_range: TimeRange, limit: int = 50) -> FleetQuery:
+    """The mitigation stage's decisions that did or await something (drains, relaunches, undos; dry runs),
+    newest first, each with the command that answers it."""
+    sql = (
+        "SELECT toDateTime(intDiv(at_ns, 1000000000)) AS at, job, level, verdict, ifNull(host, '') AS host, "
+        "action_id, by, why, if(verdict = 'dry_run', concat('steplens actions approve ', action_id), "
+        "if(verdict = 'act' AND level != 'undo', concat('steplens actions undo ', action_id), '')) AS command "
+        "FROM {db}.actions FINAL WHERE verdict IN ('act', 'dry_run') AND at_ns >= %(start_ns)s "
+        "AND at_ns < %(end_ns)s ORDER BY at_ns DESC LIMIT %(limit)s"
+    )
+    return FleetQuery("actions-recent", "dashboard", sql, {**time_range.params(), "limit": limit},
+                      ("at", "job", "level", "verdict", "host", "action_id", "by", "why", "command"))
+
+
 def _against_job_median(key_count: int, limit: int) -> Any:
     """Rows (job, keys..., busy_ms, ...) -> the `limit` highest busy / their job's median busy, with that ratio."""
     def post(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:

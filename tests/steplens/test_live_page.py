@@ -62,6 +62,8 @@ def test_fleet_job_and_incident_pages(fleet: tuple[Backend, Truth]) -> None:
         open_part = page.split("Incidents open now", 1)[1].split("<h2>", 1)[0]
         assert all(f"/incident/{i}'" in open_part for i in ("a-1", "a-2", "b-1"))
         assert "a-3" not in open_part  # resolved: not open now
+        acted = page.split("Mitigation actions", 1)[1].split("<h2>", 1)[0]
+        assert "SLOW_HOST:job-a:h1/drain" in acted and "steplens actions approve SLOW_HOST:job-a:h1/drain" in acted
         running = page.split("Jobs running", 1)[1].split("<h2>", 1)[0]
         assert "/job/job-a'" in running and "/job/job-b'" in running
         slow = page.split("Slowest ranks", 1)[1].split("<h2>", 1)[0]
