@@ -291,8 +291,12 @@ def main(argv: list[str] | None = None) -> int:
         from infra.launcher.slurm import SlurmCluster
 
         cluster = SlurmCluster(InfraConfig.from_env())
-        cluster.start()
-        slurm_done, scheduler = on_slurm(to_slurm, dict(cluster.client_env()))
+        ours = cluster.start()
+        try:
+            slurm_done, scheduler = on_slurm(to_slurm, dict(cluster.client_env()))
+        finally:
+            if ours:  # leave the machine as found
+                cluster.stop()
     result = {
         "started": started, "git": git_commit(), "machine": machine(), "duration_s": round(time.monotonic() - t0, 1),
         "classes": classes, "wrong_drains": wrong_drains, "scheduler": scheduler,

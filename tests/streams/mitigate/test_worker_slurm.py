@@ -103,15 +103,23 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(timeout=30)
 
 
+def slow_job(settings: Settings, slurm_env: Mapping[str, str], name: str) -> tuple[str, Incident, int]:
+    """A 2-node Slurm job named like its steplens job, and a slow host on one of its nodes two hours old (past
+    its break-even), published with the fleet's history of the class; (the job, the incident, now)."""
+    job = f"{name}-{settings.topic_prefix[3:11]}"
+    _, placed = submit(slurm_env, job)
+    now = time.time_ns()
+    incident = slow_host(placed[1], f"SLOW_HOST:{job}:{placed[1]}", detected_ns=now - 7200 * S, job=job)
+    publish(settings, [*history(job, now), (incident, incident.detected_ns)])
+    return job, incident, now
+
+
 def test_a_persistent_slow_host_is_drained_once_through_a_sigkill_and_undone_from_the_cli(
     settings: Settings, slurm_env: Mapping[str, str], tmp_path: Path,
 ) -> None:
-    job = f"train-{settings.topic_prefix[3:11]}"
-    _, placed = submit(slurm_env, job)
-    culprit = placed[1]
-    now = time.time_ns()
-    incident = slow_host(culprit, f"SLOW_HOST:{job}:{culprit}", detected_ns=now - 7200 * S, job=job)
-    publish(settings, [*history(job, now), (incident, incident.detected_ns)])
+    job, incident, now = slow_job(settings, slurm_env, "train")
+    culprit = incident.host
+    assert culprit is not None
     env = env_of(settings, slurm_env, enabled=True)
     log = tmp_path / "mitigate.log"
     worker = start_worker(env, log)
@@ -147,12 +155,9 @@ def test_a_persistent_slow_host_is_drained_once_through_a_sigkill_and_undone_fro
 def test_in_dry_run_the_decision_is_recorded_nothing_changes_and_an_operator_can_approve_it(
     settings: Settings, slurm_env: Mapping[str, str], tmp_path: Path,
 ) -> None:
-    job = f"dry-{settings.topic_prefix[3:11]}"
-    _, placed = submit(slurm_env, job)
-    culprit = placed[0]
-    now = time.time_ns()
-    incident = slow_host(culprit, f"SLOW_HOST:{job}:{culprit}", detected_ns=now - 7200 * S, job=job)
-    publish(settings, [*history(job, now), (incident, incident.detected_ns)])
+    _, incident, _ = slow_job(settings, slurm_env, "dry")
+    culprit = incident.host
+    assert culprit is not None
     env = env_of(settings, slurm_env, enabled=False)
     worker = start_worker(env, tmp_path / "mitigate.log")
     try:
