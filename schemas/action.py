@@ -58,3 +58,6 @@ class MitigationAction:
         require(self.history_n >= 0, join(path, "history_n"), "must be >= 0")
         require((self.level == "undo") == (self.undoes is not None), join(path, "undoes"),
                 "names the action an undo reverses, and only an undo's")
+        for name in ("host", "rule", "scheduler_job", "undoes"):
+            require(getattr(self, name) is None or bool(getattr(self, name)), join(path, name),
+                    "must not be empty (leave it out instead)")

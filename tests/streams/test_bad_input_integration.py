@@ -78,7 +78,7 @@ def _malformed(good: bytes, other_type: bytes) -> list[bytes | None]:
 
 def _out_of_range(base: dict[str, Any]) -> bytes:
     """The event with its timestamp at 2**64 - 1 (valid JSON, beyond every Int64 column)."""
-    name = next(n for n in ("end_ns", "ts_ns", "detected_ns", "issued_ns", "step") if n in base)
+    name = next(n for n in ("end_ns", "ts_ns", "detected_ns", "issued_ns", "at_ns", "step") if n in base)
     return orjson.dumps({**base, name: 0}).replace(f'"{name}":0'.encode(), f'"{name}":{2**64 - 1}'.encode(), 1)
 
 
