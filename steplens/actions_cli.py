@@ -18,6 +18,7 @@ from typing import Any
 
 from infra.settings import Settings
 from steplens import output
+from steplens.history import open_history
 
 EXIT_OK, EXIT_EMPTY, EXIT_USAGE = 0, 1, 2
 COLUMNS = ("at", "action_id", "level", "verdict", "host", "job", "by", "why", "keep_gpu_h", "act_gpu_h")
@@ -26,13 +27,9 @@ COLUMNS = ("at", "action_id", "level", "verdict", "host", "job", "by", "why", "k
 def _list(args: argparse.Namespace, s: Settings) -> int:
     import datetime as dt
 
-    from sinks import open_backend
     from sinks.backend import qualified
-    from sinks.migrations.runner import migrate
 
-    backend: Any = open_backend(s)
-    with backend:
-        migrate(backend, cluster=s.clickhouse_cluster)
+    with open_history(s) as backend:
         where = "WHERE job = %(job)s" if args.job else ""
         rows = backend.query(
             f"SELECT at_ns, action_id, level, verdict, host, job, by, why, keep_cost_gpu_h, act_cost_gpu_h "

@@ -19,20 +19,11 @@ import orjson
 
 from infra.settings import Settings, load_settings
 from steplens import actions_cli, model_cli, output
+from steplens.history import open_history
 
 EXIT_OK, EXIT_EMPTY, EXIT_USAGE, EXIT_BACKEND = 0, 1, 2, 3
 
 Handler = Callable[[argparse.Namespace, Settings], int]
-
-
-def _backend(settings: Settings) -> Any:
-    from sinks import open_backend
-    from sinks.migrations.runner import migrate
-
-    backend = open_backend(settings)
-    # a fresh or older database still answers (empty) instead of failing
-    migrate(backend, cluster=settings.clickhouse_cluster)
-    return backend
 
 
 def _time_range(args: argparse.Namespace) -> Any:
@@ -77,7 +68,7 @@ def _unknown_job(backend: Any, args: argparse.Namespace) -> bool:
 def _emit_query(args: argparse.Namespace, settings: Settings, build: Callable[[], Any]) -> int:
     from steplens.queries import run
 
-    with _backend(settings) as backend:
+    with open_history(settings) as backend:
         if _unknown_job(backend, args):
             return EXIT_EMPTY
         result = run(backend, build())
@@ -106,7 +97,7 @@ def _perf(args: argparse.Namespace, s: Settings) -> int:
     from steplens.queries import job_performance, run
     from steplens.queries.expected import BREAKDOWN_COLUMNS, NO_MODELS, breakdown_rows, job_expectation, with_expected
 
-    with _backend(s) as backend:
+    with open_history(s) as backend:
         if _unknown_job(backend, args):
             return EXIT_EMPTY
         result = run(backend, job_performance(args.job, args.recompute))
@@ -128,7 +119,7 @@ def _perf(args: argparse.Namespace, s: Settings) -> int:
 def _memory(args: argparse.Namespace, s: Settings) -> int:
     from steplens.queries.memory import NO_MEMORY, rank_memory
 
-    with _backend(s) as backend:
+    with open_history(s) as backend:
         if _unknown_job(backend, args):
             return EXIT_EMPTY
         columns, rows = rank_memory(backend, args.job, _time_range(args), args.limit)
@@ -162,7 +153,7 @@ def _report(args: argparse.Namespace, s: Settings) -> int:
     from steplens.queries.report import collect
     from steplens.report_html import write
 
-    with _backend(s) as backend:
+    with open_history(s) as backend:
         if _unknown_job(backend, args):
             return EXIT_EMPTY
         data = collect(backend, args.job or "", _time_range(args), progress=sys.stderr)
@@ -190,7 +181,7 @@ def _timeline(args: argparse.Namespace, s: Settings) -> int:
     from steplens.perfetto import Selection, export
 
     (r0, r1), (s0, s1) = args.ranks, args.steps
-    with _backend(s) as backend:
+    with open_history(s) as backend:
         if _unknown_job(backend, args):
             return EXIT_EMPTY
         trace = export(backend, Selection(args.job, r0, r1, s0, s1))

@@ -17,24 +17,16 @@ from typing import Any
 
 from infra.settings import Settings
 from steplens import output
+from steplens.history import open_history
 
 EXIT_OK, EXIT_EMPTY, EXIT_USAGE = 0, 1, 2
-
-
-def _backend(settings: Settings) -> Any:
-    from sinks import open_backend
-    from sinks.migrations.runner import migrate
-
-    backend = open_backend(settings)
-    migrate(backend, cluster=settings.clickhouse_cluster)
-    return backend
 
 
 def _fit(args: argparse.Namespace, s: Settings) -> int:
     from streams.model.fit import fit_from_history
     from streams.model.store import save
 
-    with _backend(s) as backend:
+    with open_history(s) as backend:
         models = fit_from_history(backend, stack=args.stack, min_jobs=args.min_jobs)
         if not models.curves and not models.kernels:
             print("steplens: nothing to learn from: no kernel summaries outside incidents in this database",
@@ -49,7 +41,7 @@ def _fit(args: argparse.Namespace, s: Settings) -> int:
 def _show(args: argparse.Namespace, s: Settings) -> int:
     from streams.model.store import load, versions
 
-    with _backend(s) as backend:
+    with open_history(s) as backend:
         if args.version is None and not args.latest:
             rows = [(v, stack, curves, kernels) for v, stack, curves, kernels, _ in versions(backend)]
             output.write(sys.stdout, args.format, ("version", "stack", "curves", "kernels"), rows)
@@ -72,7 +64,7 @@ def _show(args: argparse.Namespace, s: Settings) -> int:
 def _export(args: argparse.Namespace, s: Settings) -> int:
     from streams.model.store import load
 
-    with _backend(s) as backend:
+    with open_history(s) as backend:
         models = load(backend, args.version)
     if models is None:
         print("steplens: no reference models stored: run `steplens model fit` first", file=sys.stderr)
@@ -93,7 +85,7 @@ def _import(args: argparse.Namespace, s: Settings) -> int:
     except (OSError, ValueError, TypeError) as exc:
         print(f"steplens: error: {args.path}: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    with _backend(s) as backend:
+    with open_history(s) as backend:
         version = save(backend, models)
     print(f"{args.path}: stored as reference models v{version}")
     return EXIT_OK
