@@ -176,7 +176,6 @@ def wrong(kind: str, slowdown: float, duration_s: float, fleet: Fleet) -> bool:
 def on_slurm(actions: list[tuple[str, str]], env: dict[str, str] | None) -> tuple[int, str]:
     """Carry out each (incident, level) drain on the loopback Slurm, check `sinfo -R`, resume; (done, version)."""
     from infra.launcher.slurm import PARTITION, node_names
-    from streams.mitigate.policy import Decision
     from streams.mitigate.scheduler import Slurm
 
     slurm = Slurm(env)
@@ -184,8 +183,7 @@ def on_slurm(actions: list[tuple[str, str]], env: dict[str, str] | None) -> tupl
     done = 0
     for n, (incident_id, level) in enumerate(actions):
         node = names[n % len(names)]
-        decision = Decision(incident_id, "bench", node, level, "bench", 0, 0, 0, 0, 0, 0, 0)  # type: ignore[arg-type]
-        reason = drain_reason(decision, "bench")
+        reason = drain_reason(incident_id, "bench", level)
         slurm.drain(node, reason)
         shown = subprocess.run(["sinfo", "-R", "--noheader", "--format=%N|%E"], env=env, capture_output=True,
                                text=True, check=True, timeout=30).stdout

@@ -64,11 +64,9 @@ class Mitigator:
         checked = check(decision, self.partition, self.scheduler.nodes(self.partition), self.done, self.guard)
         if checked.verdict == "act" and decision.host is not None:
             if not checked.drained:
-                self.scheduler.drain(decision.host, drain_reason(decision, incident.rule))
+                self.scheduler.drain(decision.host, drain_reason(incident.incident_id, incident.rule, decision.level))
             if decision.level == "relaunch":
-                scheduler_job = scheduler_job or self.scheduler.job_named(incident.job)
-                if scheduler_job is not None:
-                    self.scheduler.requeue(scheduler_job)
+                scheduler_job = self._requeue(incident.job, scheduler_job)
             self.done.add(checked.key)
         return ActionRecord(checked.key, checked.verdict, checked.why, decision, self.partition, at_ns=now_ns,
                             rule=incident.rule, scheduler_job=scheduler_job)
@@ -83,12 +81,18 @@ class Mitigator:
         refusal = node_refusal(action.host, self.partition, nodes, self.guard)
         if refusal is not None:
             return replace(action, verdict="refused", why=f"approval refused: {refusal}", by=by, at_ns=now_ns)
-        self.scheduler.drain(action.host, f"steplens {action.incident_id} {action.rule or ''} {action.level}")
-        job = action.scheduler_job or (self.scheduler.job_named(action.job) if action.level == "relaunch" else None)
-        if action.level == "relaunch" and job is not None:
-            self.scheduler.requeue(job)
+        self.scheduler.drain(action.host, drain_reason(action.incident_id, action.rule or "", action.level))
+        job = self._requeue(action.job, action.scheduler_job) if action.level == "relaunch" else action.scheduler_job
         self.done.add(action.action_id)
         return replace(action, verdict="act", why=f"approved by {by}", by=by, at_ns=now_ns, scheduler_job=job)
+
+    def _requeue(self, job: str, scheduler_job: str | None) -> str | None:
+        """Requeue the job's scheduler job (`scheduler_job`, else the one named like the steplens job): it
+        restarts from its checkpoint on nodes other than the drained one. Its id, None when there is none."""
+        scheduler_job = scheduler_job or self.scheduler.job_named(job)
+        if scheduler_job is not None:
+            self.scheduler.requeue(scheduler_job)
+        return scheduler_job
 
     def undo(self, action: MitigationAction, by: str, now_ns: int | None = None) -> MitigationAction:
         """Resume the node a done action drained; a record of the undo (refused when there is nothing to undo)."""

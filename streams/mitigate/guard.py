@@ -41,9 +41,9 @@ def action_key(decision: Decision) -> str:
     return f"{decision.incident_id}/{decision.level}"
 
 
-def drain_reason(decision: Decision, rule: str) -> str:
+def drain_reason(incident_id: str, rule: str, level: str) -> str:
     """The node's reason as the scheduler shows it (`sinfo -R`): names the incident an operator looks up."""
-    return f"steplens {decision.incident_id} {rule} {decision.level}"
+    return f"steplens {incident_id} {rule} {level}"
 
 
 def drained_for(node: NodeState | None, incident_id: str) -> bool:
