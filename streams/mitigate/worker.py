@@ -33,6 +33,7 @@ from streams.mitigate.book import CostPriors, MitigationBook
 from streams.mitigate.guard import GuardParams
 from streams.mitigate.policy import PolicyParams
 from streams.mitigate.scheduler import Scheduler, SchedulerError
+from streams.runtime import read_to_end, stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -200,8 +201,7 @@ class MitigationWorker:
     def _send(self, producer: Any, action: MitigationAction) -> bool:
         """Write one record and wait for the broker (False: not written; the next round writes it)."""
         try:
-            producer.send(self.topics.actions, key=action.incident_id.encode(), value=encode(action)).get(
-                timeout=SEND_TIMEOUT_S)
+            write_action(producer, self.topics, action)
         except KafkaError as exc:
             log.warning("mitigate: could not record %s (%r); recorded next round", action.action_id, exc)
             return False
@@ -212,7 +212,6 @@ def run_worker(settings: Settings, scheduler: Scheduler) -> MitigationStats:
     """`python -m streams worker --role mitigate`: in the foreground until SIGTERM/SIGINT."""
     from sinks import open_backend
     from streams.mitigate.pace import JobPace
-    from streams.runtime import stop_on_signals
 
     worker = MitigationWorker(settings, scheduler, pace=JobPace(lambda: open_backend(settings, "read")).slowdown)
     with stop_on_signals(worker.stop, "mitigation worker"):
@@ -224,7 +223,13 @@ def run_worker(settings: Settings, scheduler: Scheduler) -> MitigationStats:
     return stats
 
 
-def recorded_actions(settings: Settings, timeout_s: float = 30.0) -> dict[str, MitigationAction]:
+def write_action(producer: Any, topics: Topics, action: MitigationAction) -> None:
+    """One record on the actions topic, keyed by its incident (an action, its approval and its undo stay in
+    order on one partition), waiting for the broker."""
+    producer.send(topics.actions, key=action.incident_id.encode(), value=encode(action)).get(timeout=SEND_TIMEOUT_S)
+
+
+def recorded_actions(settings: Settings) -> dict[str, MitigationAction]:
     """Every action id's latest record on the actions topic (read from its beginning to its end)."""
     topic = Topics(settings.topic_prefix).actions
     consumer = KafkaConsumer(**kafka_client_config(settings, "mitigate"), group_id=None, enable_auto_commit=False,
@@ -236,19 +241,13 @@ def recorded_actions(settings: Settings, timeout_s: float = 30.0) -> dict[str, M
             return {}
         consumer.assign(parts)
         consumer.seek_to_beginning(*parts)
-        ends = consumer.end_offsets(parts)
-        deadline = time.monotonic() + timeout_s
-        while any(consumer.position(tp) < ends[tp] for tp in parts):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"could not read {topic} to its end in {timeout_s:.0f} s")
-            for records in consumer.poll(timeout_ms=1000, max_records=POLL_RECORDS).values():
-                for record in records:
-                    try:
-                        event = decode(record.value, settings.max_event_bytes)
-                    except ContractError:
-                        continue
-                    if isinstance(event, MitigationAction):
-                        book.on_action(event)
+        for record in read_to_end(consumer, parts, consumer.end_offsets(parts)):
+            try:
+                event = decode(record.value, settings.max_event_bytes)
+            except ContractError:
+                continue
+            if isinstance(event, MitigationAction):
+                book.on_action(event)
     finally:
         consumer.close()
     return book.actions
@@ -258,7 +257,6 @@ def record_action(settings: Settings, action: MitigationAction) -> None:
     """Write one record to the actions topic (an operator's approval or undo), waiting for the broker."""
     producer = KafkaProducer(**kafka_client_config(settings, "mitigate"), acks="all", client_id="steplens-actions")
     try:
-        producer.send(Topics(settings.topic_prefix).actions, key=action.incident_id.encode(),
-                      value=encode(action)).get(timeout=SEND_TIMEOUT_S)
+        write_action(producer, Topics(settings.topic_prefix), action)
     finally:
         producer.close()
