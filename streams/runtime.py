@@ -52,7 +52,7 @@ from typing import Any, Protocol
 from kafka import ConsumerRebalanceListener, TopicPartition
 from kafka.errors import KafkaError, KafkaTimeoutError
 
-from infra.backoff import OUTAGE_BACKOFF_S
+from infra.backoff import OUTAGE_BACKOFF_S, Backoff
 from infra.consumer_group import REBALANCE_ERRORS, after_failed_commit, heal
 from infra.delivery import poll_through_outage, retry_through_outage
 from streams.gc_tuning import tune_gc
@@ -92,6 +92,24 @@ class PositionedConsumer(Protocol):
     def poll(self, timeout_ms: int = ..., max_records: int | None = ...) -> dict[Any, list[Any]]: ...
 
     def position(self, partition: TopicPartition) -> int: ...
+
+
+def partitions_once_there(consumer: Any, topics: Sequence[str], stopping: threading.Event,
+                          what: str) -> list[TopicPartition] | None:
+    """Every partition of `topics`, waiting (with backoff, through a broker outage) until each exists; None:
+    `stopping` was set first. For the loops that read whole topics by assignment (the alert bridge, the
+    mitigation worker), which may start before the workers that create the topics."""
+    backoff = Backoff(stopping.wait)
+    while True:
+        found = {t: retry_through_outage(lambda t=t: consumer.partitions_for_topic(t),  # type: ignore[misc]
+                                         stopping.wait, f"{what} metadata") for t in topics}
+        if all(found.values()):
+            return [TopicPartition(t, p) for t in topics for p in sorted(found[t] or ())]
+        if stopping.is_set():
+            return None
+        log.info("%s: waiting for topics %s to exist", what, [t for t in topics if not found[t]])
+        if backoff.pause():
+            return None
 
 
 # read_to_end: a read that gets nothing this long means the broker is away (the caller's retry decides what then)

@@ -37,6 +37,7 @@ from schemas.codec import decode_as
 from streams.alerts.book import AlertBook
 from streams.alerts.client import AlertmanagerUnavailable, post_alerts
 from streams.metrics import AlertsMetrics
+from streams.runtime import partitions_once_there
 
 log = logging.getLogger(__name__)
 
@@ -111,22 +112,8 @@ class AlertBridge:
         return self.stats
 
     # --- the loop -----------------------------------------------------------------------
-    def _partitions(self, consumer: Any) -> list[TopicPartition] | None:
-        """Every partition of the incidents and actions topics, waiting (with backoff) until they exist."""
-        backoff = Backoff(self.stopping.wait)
-        while True:
-            found = {t: retry_through_outage(lambda t=t: consumer.partitions_for_topic(t),  # type: ignore[misc]
-                                             self.stopping.wait, "alerts metadata") for t in self.read_topics}
-            if all(found.values()):
-                return [TopicPartition(t, p) for t in self.read_topics for p in sorted(found[t] or ())]
-            if self.stopping.is_set():
-                return None
-            log.info("waiting for topics %s to exist", [t for t in self.read_topics if not found[t]])
-            if backoff.pause():
-                return None
-
     def _run(self, consumer: Any) -> None:
-        parts = self._partitions(consumer)
+        parts = partitions_once_there(consumer, self.read_topics, self.stopping, "alerts")
         if parts is None:
             return
         consumer.assign(parts)

@@ -23,7 +23,6 @@ from typing import Any
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
-from infra.backoff import Backoff
 from infra.clients import kafka_client_config
 from infra.delivery import poll_through_outage, retry_through_outage
 from infra.settings import Settings
@@ -33,7 +32,7 @@ from streams.mitigate.book import CostPriors, MitigationBook
 from streams.mitigate.guard import GuardParams
 from streams.mitigate.policy import PolicyParams
 from streams.mitigate.scheduler import Scheduler, SchedulerError
-from streams.runtime import read_to_end, stop_on_signals
+from streams.runtime import partitions_once_there, read_to_end, stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -110,22 +109,9 @@ class MitigationWorker:
             producer.close()
         return self.stats
 
-    def _partitions(self, consumer: Any) -> list[TopicPartition] | None:
-        names = (self.topics.incidents, self.topics.jobs, self.topics.actions)
-        backoff = Backoff(self.stopping.wait)
-        while True:
-            found = {t: retry_through_outage(lambda t=t: consumer.partitions_for_topic(t),  # type: ignore[misc]
-                                             self.stopping.wait, "mitigate metadata") for t in names}
-            if all(found.values()):
-                return [TopicPartition(t, p) for t in names for p in sorted(found[t] or ())]
-            if self.stopping.is_set():
-                return None
-            log.info("mitigate: waiting for topics %s to exist", [t for t in names if not found[t]])
-            if backoff.pause():
-                return None
-
     def _run(self, consumer: Any, send: Callable[[MitigationAction], bool]) -> None:
-        parts = self._partitions(consumer)
+        parts = partitions_once_there(consumer, (self.topics.incidents, self.topics.jobs, self.topics.actions),
+                                      self.stopping, "mitigate")
         if parts is None:
             return
         consumer.assign(parts)
