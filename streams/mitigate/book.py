@@ -42,7 +42,6 @@ class MitigationBook:
     worlds: dict[str, int] = field(default_factory=dict)             # job -> world of its latest attempt
     ended_ns: dict[str, int] = field(default_factory=dict)           # job -> its last attempt's end
     relaunch_gaps: list[float] = field(default_factory=list)
-    recorded: dict[str, str] = field(default_factory=dict)           # action id -> last verdict recorded
     actions: dict[str, MitigationAction] = field(default_factory=dict)  # action id -> its latest record
 
     def on_incident(self, incident: Incident, at_ns: int) -> None:
@@ -66,12 +65,16 @@ class MitigationBook:
             self.ended_ns[event.job] = event.ts_ns
 
     def on_action(self, action: MitigationAction) -> None:
-        self.recorded[action.action_id] = action.verdict
         self.actions[action.action_id] = action
 
     def done(self) -> list[str]:
         """The keys of the actions carried out (an undo does not make its action due again)."""
-        return [k for k, v in self.recorded.items() if v == "act"]
+        return [k for k, a in self.actions.items() if a.verdict == "act"]
+
+    def verdict(self, action_id: str) -> str | None:
+        """The last verdict recorded under an action id (None: none yet)."""
+        action = self.actions.get(action_id)
+        return None if action is None else action.verdict
 
     def history(self, incident: Incident, now_ns: int) -> list[float]:
         """Past durations of the incident's fault class, with the other open ones of the class at their age."""

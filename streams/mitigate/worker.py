@@ -66,7 +66,7 @@ def recordable(action: MitigationAction, book: MitigationBook) -> MitigationActi
     """What of a decision goes on the actions topic: a verdict not yet recorded under its key. An action
     the guard found done though none is recorded (the node's reason names the incident: done, then a crash
     before the record) is recorded as done."""
-    recorded = book.recorded.get(action.action_id)
+    recorded = book.verdict(action.action_id)
     if action.verdict == "none" and action.why.startswith("already done"):
         if recorded == "act":
             return None
