@@ -45,7 +45,7 @@ from schemas.codec import decode_as
 from streams.mitigate.act import Mitigator
 from streams.mitigate.guard import GuardParams, drain_reason
 from streams.mitigate.policy import JobCosts, PolicyParams, drainable, measured_slowdown, slowdown_of
-from streams.mitigate.scheduler import NodeState
+from streams.mitigate.scheduler import MemoryScheduler
 
 OUT = Path(__file__).resolve().parent / "results" / "mitigation.json"
 S = 1_000_000_000
@@ -76,31 +76,6 @@ class Fleet:
     def costs(self) -> JobCosts:
         return JobCosts(job_gpus=self.job_gpus, since_checkpoint_s=self.checkpoint_s / 2, relaunch_s=self.relaunch_s,
                         node_gpus=self.node_gpus)
-
-
-class Partition:
-    """A partition's node states in memory for the what-if's thousands of rounds (the real Slurm carries out
-    the actions afterwards)."""
-
-    def __init__(self, names: list[str]) -> None:
-        self.states = {n: NodeState(n, "allocated", "") for n in names}
-        self.actions: list[tuple[str, str, str]] = []
-
-    def nodes(self, partition: str) -> dict[str, NodeState]:
-        return dict(self.states)
-
-    def drain(self, node: str, reason: str) -> None:
-        self.actions.append(("drain", node, reason))
-        self.states[node] = NodeState(node, "draining", reason)
-
-    def resume(self, node: str) -> None:
-        self.states[node] = NodeState(node, "allocated", "")
-
-    def requeue(self, job_id: str) -> None:
-        self.actions.append(("requeue", job_id, ""))
-
-    def job_named(self, name: str) -> str | None:
-        return f"slurm-{name}"
 
 
 def history(seed: int, n: int = 200) -> list[float]:
@@ -148,7 +123,7 @@ def what_if(incident: Incident, slowdown: float, duration_s: float, fleet: Fleet
     paid_s = min(duration_s, fleet.job_left_s)
     without = slowdown * fleet.job_gpus * paid_s / 3600
     nodes = [f"node-{i}" for i in range(fleet.nodes)]
-    partition = Partition(nodes)
+    partition = MemoryScheduler(nodes)  # the real Slurm carries the actions out afterwards (on_slurm)
     mitigator = Mitigator(partition, "p", PolicyParams(), GuardParams(enabled_partitions=frozenset({"p"}),
                                                                       max_drained_share=0.1))
     opened = replace(incident, detected_ns=0, state="open")

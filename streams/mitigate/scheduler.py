@@ -81,6 +81,33 @@ class Slurm:
         return ids[0] if len(ids) == 1 else None  # none, or several: which one is ambiguous
 
 
+class MemoryScheduler:
+    """A partition's node states in memory, changed by drain and resume as a scheduler changes them: the
+    what-if of `make bench-mitigation` (thousands of rounds, each of which would run `sinfo`) and the pure
+    tests of the worker. `calls` lists what was asked of it; no job is known by name."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.states = {n: NodeState(n, "allocated", "") for n in names}
+        self.calls: list[tuple[str, str]] = []
+
+    def nodes(self, partition: str) -> dict[str, NodeState]:
+        return dict(self.states)
+
+    def drain(self, node: str, reason: str) -> None:
+        self.calls.append(("drain", node))
+        self.states[node] = NodeState(node, "draining", reason)
+
+    def resume(self, node: str) -> None:
+        self.calls.append(("resume", node))
+        self.states[node] = NodeState(node, "allocated", "")
+
+    def requeue(self, job_id: str) -> None:
+        self.calls.append(("requeue", job_id))
+
+    def job_named(self, name: str) -> str | None:
+        return None
+
+
 def parse_sinfo(out: str) -> dict[str, NodeState]:
     """`sinfo --Node --format=%N|%T|%E` lines into node states (a node in two partitions listed once)."""
     nodes: dict[str, NodeState] = {}

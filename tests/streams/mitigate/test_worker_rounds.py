@@ -10,36 +10,11 @@ from infra.settings import Settings
 from schemas import Incident, JobEvent, MitigationAction
 from streams.advice import advise
 from streams.mitigate.book import MitigationBook
-from streams.mitigate.scheduler import NodeState
+from streams.mitigate.scheduler import MemoryScheduler
 from streams.mitigate.worker import MitigationWorker
 
 S = 1_000_000_000
 T0 = 1_800_000_000 * S
-
-
-class Nodes:
-    """A partition's node states, changed by drain and resume as a scheduler changes them."""
-
-    def __init__(self, *names: str) -> None:
-        self.states = {n: NodeState(n, "allocated", "") for n in names}
-        self.calls: list[tuple[str, str]] = []
-
-    def nodes(self, partition: str) -> dict[str, NodeState]:
-        return dict(self.states)
-
-    def drain(self, node: str, reason: str) -> None:
-        self.calls.append(("drain", node))
-        self.states[node] = NodeState(node, "draining", reason)
-
-    def resume(self, node: str) -> None:
-        self.calls.append(("resume", node))
-        self.states[node] = NodeState(node, "allocated", "")
-
-    def requeue(self, job_id: str) -> None:
-        self.calls.append(("requeue", job_id))
-
-    def job_named(self, name: str) -> str | None:
-        return None
 
 
 def slow_host(host: str, incident_id: str, state: str = "open", detected_ns: int = T0) -> Incident:
@@ -48,7 +23,7 @@ def slow_host(host: str, incident_id: str, state: str = "open", detected_ns: int
                     observed=1.25, expected=1.0, cause=advise("backward_ms").cause)
 
 
-def worker(scheduler: Nodes, enabled: bool = True) -> tuple[MitigationWorker, list[MitigationAction]]:
+def worker(scheduler: MemoryScheduler, enabled: bool = True) -> tuple[MitigationWorker, list[MitigationAction]]:
     settings = dataclasses.replace(Settings(), mitigate_partition="p", mitigate_enabled="p" if enabled else "",
                                    mitigate_max_drained_share=0.25)
     w = MitigationWorker(settings, scheduler, once=True)
@@ -61,7 +36,7 @@ def long_history(book: MitigationBook, n: int = 10) -> None:
 
 
 def test_a_persistent_slow_host_is_profiled_then_drained_and_each_decision_is_recorded_once() -> None:
-    nodes = Nodes("n1", "n2", "n3", "n4")
+    nodes = MemoryScheduler(["n1", "n2", "n3", "n4"])
     w, sent = worker(nodes)
     long_history(w.book)
     w.book.on_job(JobEvent(job="train", phase="start", world=16, ts_ns=T0 - 3600 * S))
@@ -76,7 +51,7 @@ def test_a_persistent_slow_host_is_profiled_then_drained_and_each_decision_is_re
 
 
 def test_an_action_done_but_not_recorded_before_a_crash_is_recorded_and_not_done_again() -> None:
-    nodes = Nodes("n1", "n2", "n3", "n4")
+    nodes = MemoryScheduler(["n1", "n2", "n3", "n4"])
     nodes.drain("n2", "steplens inc-1 SLOW_HOST drain")  # the killed worker drained, then died before its record
     nodes.calls.clear()
     w, sent = worker(nodes)
@@ -91,7 +66,7 @@ def test_an_action_done_but_not_recorded_before_a_crash_is_recorded_and_not_done
 
 
 def test_a_restarted_worker_that_read_its_records_back_neither_acts_nor_records_again() -> None:
-    nodes = Nodes("n1", "n2", "n3", "n4")
+    nodes = MemoryScheduler(["n1", "n2", "n3", "n4"])
     first, sent = worker(nodes)
     long_history(first.book)
     first.book.on_incident(slow_host("n2", "inc-1"), T0)
@@ -107,7 +82,7 @@ def test_a_restarted_worker_that_read_its_records_back_neither_acts_nor_records_
 
 
 def test_dry_run_records_the_decision_once_and_changes_nothing() -> None:
-    nodes = Nodes("n1", "n2", "n3", "n4")
+    nodes = MemoryScheduler(["n1", "n2", "n3", "n4"])
     w, sent = worker(nodes, enabled=False)
     long_history(w.book)
     w.book.on_incident(slow_host("n2", "inc-1"), T0)
