@@ -30,8 +30,8 @@ from schemas import Incident, MitigationAction
 from streams.alerts.mapping import action_annotations, action_labels, alert, annotations_of, labels_of, report_link
 
 DEFAULT_RESEND_S = 60.0
-ACTION_KEY = "action:"
-MAX_ENDED = 100_000  # an action's entry, beside the incidents' (keyed by incident id)
+ACTION_KEY = "action:"  # an action's entry, beside the incidents' (keyed by incident id)
+MAX_ENDED = 100_000  # ends remembered (incidents resolved, actions undone): the newest
 EXPIRY_RESENDS = 4  # a firing alert's endsAt lies this many re-sends ahead (Prometheus: 4 x resend delay)
 
 
@@ -59,7 +59,7 @@ class AlertBook:
         self.runbook_base = runbook_base
         self.entries: dict[str, Entry] = {}
         # incidents resolved and actions undone: a record of either read after the end (another topic or
-        # partition delivered first) must not fire again; the newest MAX_ENDED are kept
+        # partition delivered first) must not fire again
         self.ended: OrderedDict[str, None] = OrderedDict()
 
     def _remember_end(self, key: str) -> None:
@@ -84,13 +84,12 @@ class AlertBook:
             entry.ends_ns = incident.detected_ns
             if replay:
                 del self.entries[incident.incident_id]
-        else:
-            entry.ends_ns = None  # an update after a resolution fires again (same alert)
-        if incident.state == "resolved":  # the actions taken for it are over too
-            self._remember_end(incident.incident_id)
+            self._remember_end(incident.incident_id)  # the actions taken for it are over too
             for key, other in list(self.entries.items()):
                 if isinstance(other.latest, MitigationAction) and other.latest.incident_id == incident.incident_id:
                     self._end(key, other, incident.detected_ns, replay)
+        else:
+            entry.ends_ns = None  # an update after a resolution fires again (same alert)
 
     def apply_action(self, action: MitigationAction, replay: bool = False) -> None:
         """Take one record of the actions topic: a drain or relaunch done, or awaiting approval, fires (one

@@ -135,11 +135,11 @@ def expected_remaining_s(durations_s: Sequence[float], age_s: float, params: Pol
 
 
 def decide(incident: Incident, costs: JobCosts, durations_s: Sequence[float], now_ns: int,
-           params: PolicyParams, measured_slowdown: float | None = None) -> Decision:
+           params: PolicyParams, slowdown: float | None = None) -> Decision:
     """The level for one open culprit incident at `now_ns`, given its class's past durations and, where known,
     the job's measured slowdown."""
     age_s = max(0.0, (now_ns - incident.detected_ns) / 1e9)
-    slowdown = slowdown_of(incident) if measured_slowdown is None else _share(measured_slowdown)
+    slowdown = slowdown_of(incident) if slowdown is None else _share(slowdown)
     remaining, history_n = expected_remaining_s(durations_s, age_s, params)
     hours = 1 / 3600
     lost = slowdown * costs.job_gpus * age_s * hours
