@@ -89,7 +89,8 @@ class AlertBook:
                 if isinstance(other.latest, MitigationAction) and other.latest.incident_id == incident.incident_id:
                     self._end(key, other, incident.detected_ns, replay)
         else:
-            entry.ends_ns = None  # an update after a resolution fires again (same alert)
+            entry.ends_ns = None  # an update after a resolution fires again (same alert), and so may its actions
+            self.ended.pop(incident.incident_id, None)
 
     def apply_action(self, action: MitigationAction, replay: bool = False) -> None:
         """Take one record of the actions topic: a drain or relaunch done, or awaiting approval, fires (one

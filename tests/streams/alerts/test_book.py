@@ -186,3 +186,13 @@ def test_records_read_after_their_end_do_not_fire_again() -> None:
     book.apply(incident(incident_id="b", detected_ns=T0, state="resolved"), replay=True)
     book.apply_action(_action(action_id="b/drain", incident_id="b", verdict="act"), replay=True)
     assert book.due(T0 + 60 * S) == []
+
+
+def test_an_action_on_a_reopened_incident_fires() -> None:
+    """An update after a resolution fires the incident again (the same alert); its actions must fire too."""
+    book = AlertBook(resend_s=60)
+    book.apply(incident(incident_id="a", detected_ns=T0))
+    book.apply(incident(incident_id="a", detected_ns=T0 + 10 * S, state="resolved"))
+    book.apply(incident(incident_id="a", detected_ns=T0 + 20 * S, state="update"))
+    book.apply_action(_action(verdict="act", at_ns=T0 + 30 * S))
+    assert "action:a/drain" in dict(book.due(T0 + 31 * S))
