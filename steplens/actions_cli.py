@@ -21,24 +21,15 @@ from steplens import output
 from steplens.history import open_history
 
 EXIT_OK, EXIT_EMPTY, EXIT_USAGE = 0, 1, 2
-COLUMNS = ("at", "action_id", "level", "verdict", "host", "job", "by", "why", "keep_gpu_h", "act_gpu_h")
 
 
 def _list(args: argparse.Namespace, s: Settings) -> int:
-    import datetime as dt
-
-    from sinks.backend import qualified
+    from steplens.queries import action_history, run
 
     with open_history(s) as backend:
-        where = "WHERE job = %(job)s" if args.job else ""
-        rows = backend.query(
-            f"SELECT at_ns, action_id, level, verdict, host, job, by, why, keep_cost_gpu_h, act_cost_gpu_h "
-            f"FROM {qualified(backend.database, 'actions')} FINAL {where} ORDER BY at_ns DESC LIMIT %(limit)s",
-            {"job": args.job or "", "limit": args.limit})
-    shown = [(dt.datetime.fromtimestamp(int(r[0]) / 1e9, dt.UTC).strftime("%Y-%m-%d %H:%M:%S"), *r[1:8],
-              round(float(r[8]), 2), round(float(r[9]), 2)) for r in rows]
-    output.write(sys.stdout, args.format, COLUMNS, shown)
-    return EXIT_OK if shown else EXIT_EMPTY
+        result = run(backend, action_history(job=args.job or "", limit=args.limit))
+    output.write(sys.stdout, args.format, result.columns, result.rows)
+    return EXIT_OK if result.rows else EXIT_EMPTY
 
 
 def _operator_word(args: argparse.Namespace, s: Settings) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from steplens.queries.base import FleetQuery, Result, TimeRange, run
 from steplens.queries.fleet import (
+    action_history,
     device_health,
     device_hours_lost,
     incident_history,
@@ -20,6 +21,6 @@ from steplens.queries.fleet import (
 )
 
 __all__ = [
-    "FleetQuery", "Result", "TimeRange", "device_health", "device_hours_lost", "incident_history",
+    "FleetQuery", "Result", "TimeRange", "action_history", "device_health", "device_hours_lost", "incident_history",
     "job_performance", "recurrent_offenders", "run", "slowest_hosts", "slowest_ranks",
 ]

@@ -87,6 +87,17 @@ def incident_history(
     return FleetQuery("incidents", "dashboard", sql, params, columns, _post)
 
 
+def action_history(*, job: str = "", limit: int = 50) -> FleetQuery:
+    """The mitigation stage's decisions and actions (each verdict of each action id), newest first."""
+    sql = (
+        "SELECT toDateTime(intDiv(at_ns, 1000000000)) AS at, action_id, level, verdict, host, job, by, why, "
+        "round(keep_cost_gpu_h, 2) AS keep_gpu_h, round(act_cost_gpu_h, 2) AS act_gpu_h "
+        "FROM {db}.actions FINAL WHERE (%(job)s = '' OR job = %(job)s) ORDER BY at_ns DESC LIMIT %(limit)s"
+    )
+    return FleetQuery("actions", "dashboard", sql, {"job": job, "limit": limit},
+                      ("at", "action_id", "level", "verdict", "host", "job", "by", "why", "keep_gpu_h", "act_gpu_h"))
+
+
 def _per_step(where: str) -> str:
     """One row per (job, step) from the step rollup: the job's step time is its slowest rank's."""
     return (

@@ -60,6 +60,16 @@ def test_incident_history_filters(fleet: tuple[Backend, Truth], capsys: Capture)
     assert code == EXIT_EMPTY and rows is None  # a message, not an empty table (test_unknown_job_...)
 
 
+def test_actions_list_shows_the_mitigation_trail(fleet: tuple[Backend, Truth], capsys: Capture) -> None:
+    code, rows = cli(capsys, "actions", "list")
+    assert code == EXIT_OK
+    assert [(r["action_id"], r["level"], r["verdict"], r["host"], r["job"]) for r in rows] == [
+        ("SLOW_HOST:job-a:h1/drain", "drain", "dry_run", "h1", "job-a")]
+    assert rows[0]["why"] == "partition gpu is not enabled for actions" and rows[0]["at"]
+    code, rows = cli(capsys, "actions", "list", "--job", "job-b")
+    assert code == EXIT_EMPTY and rows == []
+
+
 def test_job_performance_matches_spec_formulas(fleet: tuple[Backend, Truth], capsys: Capture) -> None:
     events = step_events("job-a", 0)
     per_step: dict[int, list[Any]] = {}
