@@ -25,7 +25,6 @@ Writes bench/results/mitigation.json (keys in ../shared/bench/RESULTS.md).
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 import sys
 import time
@@ -100,12 +99,10 @@ def step_times(messages: list[tuple[str, bytes]]) -> dict[str, dict[int, float]]
 
 
 def true_slowdown(steps: dict[int, float], start: int, end: int | None) -> float:
-    """Share of throughput the fault cost: 1 - pace before / pace during (0 when it cost nothing)."""
-    before = [t for s, t in steps.items() if 5 <= s < start]
-    during = [t for s, t in steps.items() if s >= start and (end is None or s <= end)]
-    if not before or not during:
-        return 0.0
-    return max(0.0, 1.0 - statistics.median(before) / statistics.median(during))
+    """Share of throughput the fault cost over its whole window (the warm-up's first 5 steps left out): the
+    policy's own measure (`measured_slowdown`) on the fault's steps rather than the incident's; 0 when it
+    cost nothing."""
+    return measured_slowdown([(s, t) for s, t in steps.items() if s >= 5], start, end) or 0.0
 
 
 @dataclass(slots=True)
