@@ -182,6 +182,7 @@ class ServerBackend(BackendBase):
     ) -> None:
         """`numpy=False`: Arrow blocks go as a Python list per column even where numpy arrays could
         (the reference the numpy columns are measured and tested against)."""
+        self._timeouts = (connect_timeout, send_receive_timeout)
         self.address = ServerAddress.parse(url)
         if user is not None and not urlsplit(url).username:
             self.address = replace(self.address, user=user, password=password or "")
@@ -304,6 +305,14 @@ class ServerBackend(BackendBase):
             merged["use_numpy"] = True  # a client setting of this query only: results stay Python values
         self._run("insert", sql, params=values, table=table, settings=merged or None, columnar=kind != "rows")
         self.inserts_by_kind[kind] = self.inserts_by_kind.get(kind, 0) + 1
+
+    def on_node(self, host: str, port: int, send_receive_timeout: float | None = None) -> ServerBackend:
+        """A backend on another node of this server's cluster: the same user, database and timeouts
+        (`send_receive_timeout` another)."""
+        scheme = "clickhouses" if self.address.secure else "clickhouse"
+        return ServerBackend(f"{scheme}://{host}:{port}", self.database, connect_timeout=self._timeouts[0],
+                             send_receive_timeout=send_receive_timeout or self._timeouts[1], user=self.address.user,
+                             password=self.address.password, create_database=False, numpy=self._numpy)
 
     def close(self) -> None:
         client, self._client = self._client, None

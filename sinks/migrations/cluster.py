@@ -16,6 +16,13 @@ Materialized views are created per node on the local tables (inserts through the
 Distributed table reach the local tables, whose views feed the local rollups).
 Replicated tables deduplicate inserted blocks by themselves (tokens included), so the
 non-replicated deduplication window setting is dropped.
+
+An ALTER of a replicated local is the one statement without ``ON CLUSTER``: the runner sends it to one
+replica of each shard (``sinks.migrations.shard_ddl``), and the replicated table carries it to the shard's
+other replicas. ``ON CLUSTER`` would have every replica of the shard race for the shard's lock in the DDL
+queue, and ClickHouse 18.16 loses that race now and then: the loser, finding the "executed" node the winner
+made between its check and its lock, gets "Node exists" from ZooKeeper, and its DDL worker thread ends
+("Unexpected ZooKeeper error ... Terminating"): that node runs no distributed DDL again until restarted.
 """
 
 from __future__ import annotations
@@ -75,16 +82,22 @@ def cluster_statements(migration: Migration, db: str, features: Features, cluste
                 # gets the column by being made again over the altered local (18.16 refuses ALTER ON CLUSTER of a
                 # table that is not replicated on a cluster whose shards are)
                 rest = rest.split(", MODIFY ", 1)[0]
-                out.append(f"ALTER TABLE {_q(db, m['table'] + LOCAL_SUFFIX)} {on} {rest}")
+                out.append(f"ALTER TABLE {_q(db, m['table'] + LOCAL_SUFFIX)} {rest}")
                 out.append(f"DROP TABLE IF EXISTS {_q(db, m['table'])} {on}")
                 out.append(_distributed(db, m["table"], cluster, on))
             else:
-                out.append(f"ALTER TABLE {_q(db, m['table'] + LOCAL_SUFFIX)} {on} {rest}")
+                out.append(f"ALTER TABLE {_q(db, m['table'] + LOCAL_SUFFIX)} {rest}")
         elif (m := _DROP.match(sql)) is not None:  # a view replaced: per node, like its creation
             out.append(f"DROP TABLE IF EXISTS {_q(db, m['table'])} {on}")
         else:
             raise ValueError(f"migration {migration.id}: no cluster form for statement {sql[:60]!r}")
     return out
+
+
+def once_per_shard(statement: str) -> bool:
+    """Whether a cluster statement goes to one replica of each shard (an ALTER of a replicated local)
+    rather than ``ON CLUSTER`` to every node (module docstring)."""
+    return statement.startswith("ALTER TABLE ") and " ON CLUSTER " not in statement
 
 
 def _distributed(db: str, table: str, cluster: str, on: str) -> str:

@@ -1,4 +1,5 @@
-"""Small helpers the migrations share to spell CREATE TABLE the same way on every version."""
+"""Small helpers the migrations share to spell CREATE TABLE the same way on every version, and to re-run
+them safely."""
 
 from __future__ import annotations
 
@@ -25,3 +26,9 @@ def create_rollup(db: str, view: str, target: str, select: str) -> str:
     `select` names source tables as ``{db}.table`` already qualified by the caller.
     """
     return f"CREATE MATERIALIZED VIEW IF NOT EXISTS {qualified(db, view)} TO {qualified(db, target)}\nAS {select}"
+
+
+def column_already_added(statement: str, exc: Exception) -> bool:
+    """A re-run ALTER ... ADD COLUMN whose column a crashed earlier run already added (18.16 cannot spell
+    ADD COLUMN IF NOT EXISTS): the statement's work is done."""
+    return statement.startswith("ALTER TABLE") and " ADD COLUMN " in statement and "already exists" in str(exc)

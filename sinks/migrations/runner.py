@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING
 from sinks.backend import Backend, qualified, quote_identifier
 from sinks.features import Features
 from sinks.migrations import MIGRATIONS, Migration
-from sinks.migrations.cluster import cluster_statements
+from sinks.migrations.cluster import cluster_statements, once_per_shard
 from sinks.migrations.cluster_ddl import BACKGROUND_TIMEOUT_S, run_on_cluster
-from sinks.migrations.ddl import create_table
+from sinks.migrations.ddl import column_already_added, create_table
+from sinks.migrations.shard_ddl import run_once_per_shard
 
 if TYPE_CHECKING:
     from sinks.server import ServerBackend
@@ -88,7 +89,8 @@ def migrate(backend: Backend, migrations: Sequence[Migration] = MIGRATIONS, clus
 
     `cluster`: apply the cluster form on that ClickHouse cluster (module docstring); each ``ON CLUSTER``
     statement is waited for until every node ran it (`cluster_ddl.run_on_cluster`), `on_slow_ddl` told
-    of a statement whose answer did not come in time.
+    of a statement whose answer did not come in time; an ALTER of a replicated local runs on one replica
+    of each shard (`shard_ddl.run_once_per_shard`).
     """
     ids = [m.id for m in migrations]
     if ids != sorted(ids) or len(set(ids)) != len(ids):
@@ -102,7 +104,9 @@ def migrate(backend: Backend, migrations: Sequence[Migration] = MIGRATIONS, clus
         return migration.statements(db, features)
 
     def run(statement: str) -> None:
-        if cluster:
+        if cluster and once_per_shard(statement):
+            run_once_per_shard(_server(backend), statement, cluster)
+        elif cluster:
             run_on_cluster(_server(backend), statement, on_slow=on_slow_ddl)
         else:
             backend.execute(statement)
@@ -125,7 +129,7 @@ def migrate(backend: Backend, migrations: Sequence[Migration] = MIGRATIONS, clus
             try:
                 run(statement)
             except Exception as exc:
-                if not _column_already_added(statement, exc):
+                if not column_already_added(statement, exc):
                     raise
         if cluster:
             _record_on_every_replica(backend, migration, cluster)
@@ -134,7 +138,3 @@ def migrate(backend: Backend, migrations: Sequence[Migration] = MIGRATIONS, clus
         applied.append(migration.id)
     return applied
 
-
-def _column_already_added(statement: str, exc: Exception) -> bool:
-    """A re-run ALTER ... ADD COLUMN whose column a crashed earlier run already added."""
-    return statement.startswith("ALTER TABLE") and " ADD COLUMN " in statement and "already exists" in str(exc)

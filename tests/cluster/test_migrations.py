@@ -72,6 +72,18 @@ def test_migrate_creates_replicated_locals_and_distributed_tables_on_every_node(
     assert tables["steps"] == "Distributed"
     assert tables["schema_migrations_local"] == "ReplicatedReplacingMergeTree"
     assert sum(1 for e in tables.values() if e == "MaterializedView") == 6
+    # the columns later migrations add reached every replica, and none of their ALTERs went through the DDL
+    # queue (ON CLUSTER, the shard's replicas race for its lock, and 18.16 can end the loser's DDL worker)
+    added = _on_every_node(loopback_cluster, f"SELECT table, name FROM system.columns WHERE database = "
+                                             f"'{unique_name}' AND name IN ('attempt', 'mem_capacity_bytes') "
+                                             f"ORDER BY table, name")
+    assert all(a == added[0] for a in added), added
+    assert {("jobs_local", "attempt"), ("jobs", "attempt"), ("steps_local", "mem_capacity_bytes"),
+            ("steps", "mem_capacity_bytes")} <= set(added[0])  # type: ignore[arg-type]
+    queued = _on_every_node(loopback_cluster, f"SELECT count() FROM system.zookeeper WHERE path = "
+                                              f"'/clickhouse/task_queue/ddl' "
+                                              f"AND value LIKE '%ALTER TABLE %{unique_name}%'")
+    assert queued[0] == [(0,)], queued[0]
     macros = _on_every_node(loopback_cluster, "SELECT substitution FROM system.macros ORDER BY macro")
     assert sorted(tuple(m) for m in macros) == [(("r1",), ("01",)), (("r1",), ("02",)), (("r2",), ("01",)),
                                                 (("r2",), ("02",))]

@@ -6,7 +6,7 @@ import re
 
 from sinks.features import Features
 from sinks.migrations import MIGRATIONS
-from sinks.migrations.cluster import cluster_statements
+from sinks.migrations.cluster import cluster_statements, once_per_shard
 
 NEW = Features.for_version((26, 9, 2))
 
@@ -28,7 +28,7 @@ def test_every_table_becomes_replicated_local_plus_distributed() -> None:
         dist = [s for s in statements if s.startswith(f"CREATE TABLE IF NOT EXISTS `db`.`{table}` ON CLUSTER")]
         # a table that gains a column (m0014, m0017) has its Distributed table made again over the altered local,
         # once per ALTER
-        alters = [s for s in statements if s.startswith(f"ALTER TABLE `db`.`{table}_local` ON CLUSTER `fleet` ADD")]
+        alters = [s for s in statements if s.startswith(f"ALTER TABLE `db`.`{table}_local` ADD")]
         assert len(dist) == 1 + len(alters) and all(f"AS `db`.`{table}_local`" in d for d in dist), table
         shard_key = r"cityHash64\(`(job|host|topic|version)`\)"
         assert re.search(rf"Distributed\('fleet', 'db', '{table}_local', {shard_key}\)", dist[0])
@@ -58,13 +58,24 @@ def test_old_engines_get_cluster_ddl_without_newer_features() -> None:
 def test_attempt_columns_reach_local_and_distributed_tables_and_the_view_is_recreated_per_node() -> None:
     statements = all_statements()
     for table in ("steps", "kernel_summaries", "jobs", "steps_by_step"):
-        local = [s for s in statements if s.startswith(f"ALTER TABLE `db`.`{table}_local` ON CLUSTER `fleet` ADD")
-                 and "`attempt`" in s]
+        local = [s for s in statements if s.startswith(f"ALTER TABLE `db`.`{table}_local` ADD") and "`attempt`" in s]
         # 18.16 refuses MODIFY ORDER BY on Replicated tables: the cluster's locals get the column only
-        assert local == [f"ALTER TABLE `db`.`{table}_local` ON CLUSTER `fleet` ADD COLUMN `attempt` UInt16"]
+        assert local == [f"ALTER TABLE `db`.`{table}_local` ADD COLUMN `attempt` UInt16"]
         # and ALTER ON CLUSTER of the (unreplicated) Distributed table: it is made again over the local
         at = statements.index(local[0])
         assert statements[at + 1] == f"DROP TABLE IF EXISTS `db`.`{table}` ON CLUSTER `fleet`"
         assert statements[at + 2].startswith(f"CREATE TABLE IF NOT EXISTS `db`.`{table}` ON CLUSTER `fleet` AS "
                                              f"`db`.`{table}_local`")
     assert "DROP TABLE IF EXISTS `db`.`steps_by_step_mv` ON CLUSTER `fleet`" in statements
+
+
+def test_an_alter_of_a_replicated_local_goes_once_per_shard_and_everything_else_on_cluster() -> None:
+    # ALTER ... ON CLUSTER of a replicated table has the shard's replicas race for its lock in the DDL queue,
+    # and 18.16 ends the loser's DDL worker ("Node exists" ... "Terminating"): the runner sends these to one
+    # replica per shard instead, and the replicated table carries them to the others
+    for features in (NEW, Features.for_version((18, 16, 1))):
+        statements = all_statements(features)
+        alters = [s for s in statements if s.startswith("ALTER TABLE")]
+        assert alters and all(re.match(r"ALTER TABLE `db`\.`\w+_local` ", s) for s in alters)
+        assert all(once_per_shard(s) for s in alters)
+        assert all("ON CLUSTER `fleet`" in s and not once_per_shard(s) for s in statements if s not in alters)
