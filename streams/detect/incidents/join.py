@@ -16,7 +16,8 @@ book sees them, so that findings describing the same fault share one:
   problem; so does one long after the culprit's onset while the baseline it is judged against
   mostly predates the culprit (`_since_baseline`: slow steps never enter the baseline);
 - a slow PP stage (SLOW_STAGE) is a culprit like a slow rank or host: the slow steps it
-  causes join it;
+  causes join it; so does a split group (SLOW_GROUP: members busy while the others idle) or a
+  slow link flagged a step before the slow steps, before either opened;
 - the job's periodic work grown slower than its own past (a slow-step finding with
   `evidence.rhythm_period`, scopes/rhythm.py) is the whole job's: no culprit takes it (every
   stage's busy time grows with a checkpoint, the first stage's most);
@@ -186,6 +187,11 @@ def _join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: in
     culprits = [f for f in _culprits_now(findings, first, step, since) if _explains(f, slow)]
     # a slow link (every inter-host group of one host slowed) flagged in an earlier step too
     culprits += [f for f in findings if f.rule == "SLOW_LINK" and since <= first.get(f.key, step) < step]
+    # a split group (some members busy while the others idle: a job-wide slowdown cannot fake it) flagged in an
+    # earlier step too, whose busy members account for the growth: it candidates a step or two before the
+    # slow steps do and opens after them (moe_imbalance: a hot EP group opened beside the job's slow steps)
+    culprits += [f for f in findings if f.rule == "SLOW_GROUP" and f.scope == "group"
+                 and since <= first.get(f.key, step) < step and _split_explains(f, findings, slow)]
     keys = {f.key for f in culprits}
     if culprits and len(keys) <= few:
         for f in findings:  # the other job-wide findings of this step are the culprit's symptoms too
@@ -243,6 +249,14 @@ def _explains(culprit: Finding, slow: Finding) -> bool:
     if own is None or growth is None:
         return True
     return growth <= 0 or own >= EXPLAINS_SHARE * growth
+
+
+def _split_explains(group: Finding, findings: list[Finding], slow: Finding) -> bool:
+    """Whether a split group accounts for the slow step: one of its busy members (a slow rank folded into the
+    group, `_join_split`) explains it (`_explains`); a split without such a member, as `_explains` without
+    figures, does."""
+    members = [f for f in findings if f.key == group.key and f.rule == "SLOW_RANK"]
+    return not members or any(_explains(m, slow) for m in members)
 
 
 def _excess(f: Finding) -> float | None:

@@ -326,3 +326,43 @@ def test_throughput_beside_a_culprit_flagged_now_joins_it_without_a_slow_step() 
     alone = join([Finding(rule="R3", key="job", scope="job", step=61, summary="t", metric="step_throughput")],
                  64, [], 61, baseline_len=20)
     assert [f.key for f in alone] == ["job"]
+
+
+def _split(step: int) -> list[Finding]:
+    """An EP group split (ranks 32 and 34 busy while 36 and 38 idle) with its busy members folded in."""
+    group = Finding(rule="SLOW_GROUP", key="group:ep/8", scope="group", step=step, summary="split",
+                    ranks=[32, 34, 36, 38], domain="ep", group=8, observed=1.3, expected=1.0, hot_ranks=[32, 34],
+                    open_after=3)
+    member = _rank("SLOW_RANK", 32, step, observed=1059.0, expected=856.0)
+    return join([group, member], 64, [], step)  # the member is the group's (`_join_split`)
+
+
+def test_slow_steps_joining_a_split_group_flagged_a_step_before_are_one_incident() -> None:
+    # moe_imbalance at 64 ranks: the split candidates at step 60, the job's slow steps from 61 open at 62 (two
+    # steps) and the group at 62 (three): two incidents for one fault, before the slow steps joined the split
+    from schemas import Incident
+
+    book = IncidentBook(job="j")
+    out: list[Incident] = []
+    for step in range(60, 70):
+        found = _split(step)
+        if step >= 61:
+            slow = _slow_step(step)
+            slow.observed, slow.expected = 1231.0, 1036.0
+            found.append(slow)
+        tracks = [OpenTrack(t.finding.key, t.finding.scope, t.finding.cause_phase, t.first, t.opened,
+                            tuple(t.finding.ranks), tuple(t.rules)) for t in book.tracks.values()]
+        out += [o for o in book.observe(step, join(found, 64, tracks, step, baseline_len=50), 0)
+                if isinstance(o, Incident)]
+    assert len({o.incident_id for o in out}) == 1, [(o.incident_id, o.state) for o in out]
+    assert out[-1].scope == "group" and {"SLOW_GROUP", "SLOW_STEP"} <= set(out[-1].rules)
+
+
+def test_a_split_whose_busy_members_are_a_fraction_of_the_growth_does_not_take_the_slow_step() -> None:
+    group, member = _split(60)
+    slow = _slow_step(61)
+    slow.observed, slow.expected = 1900.0, 1000.0  # +900 ms: a job-wide stall, the split's +203 ms is noise beside it
+    tracks = [OpenTrack("group:ep/8", "group", None, first=60, opened=False, ranks=(32, 34, 36, 38))]
+    group.step = member.step = 61
+    found = join([group, member, slow], 64, tracks, 61, baseline_len=50)
+    assert {(f.rule, f.key) for f in found} >= {("SLOW_STEP", "job"), ("SLOW_GROUP", "group:ep/8")}
