@@ -11,6 +11,7 @@ the way a fleet learns its own: healthy simulated jobs of OTHER layouts and size
 from __future__ import annotations
 
 import argparse
+from collections import deque
 from pathlib import Path
 
 from infra.settings import DetectionConfig
@@ -31,15 +32,22 @@ STEPS = 40
 BATCH = 256  # messages per decode batch: a few steps of a job (its device samples among them)
 
 
-def feed(jobs: list[FleetJob], fleet: FleetEngine, later: dict[str, int] | None = None) -> list[Output]:
+def feed(jobs: list[FleetJob], fleet: FleetEngine, later: dict[str, int] | None = None,
+         lag: dict[str, int] | None = None) -> list[Output]:
     """Stream `jobs` (steps, kernel summaries, device samples, interleaved) through decode into `fleet` on a
     simulated clock, as the bench's in-process replay does; every output. `later`: job id -> steps of the
-    others sent before it starts."""
+    others sent before it starts. `lag`: job id -> decode batches its messages (those keyed by the job) reach
+    the engine behind the others': their partitions behind in a backlog, the job's own clock unchanged."""
     out: list[Output] = []
     buffer: list[bytes] = []
     clock = [1_700_000_000_000_000_000]
+    held: dict[str, deque[list[bytes]]] = {job: deque([[]]) for job in (lag or {})}
 
     def flush() -> None:
+        for job, queue in held.items():
+            queue.append([])
+            while len(queue) > (lag or {})[job]:
+                buffer.extend(queue.popleft())
         chunks, _ = decode_batch(buffer, 1 << 20)
         buffer.clear()
         for chunk in chunks:
@@ -49,7 +57,11 @@ def feed(jobs: list[FleetJob], fleet: FleetEngine, later: dict[str, int] | None 
         out.extend(fleet.tick(clock[0]))
 
     def send(topic: str, key: bytes, value: bytes) -> None:
-        buffer.append(value)
+        job = key.decode().split("/", 1)[0]
+        if job in held:
+            held[job][-1].append(value)
+        else:
+            buffer.append(value)
         if len(buffer) >= BATCH:
             flush()
 
@@ -58,6 +70,10 @@ def feed(jobs: list[FleetJob], fleet: FleetEngine, later: dict[str, int] | None 
         clock[0] += int(seconds * 1e9)
 
     stream_runs([SimRun(job) for job in jobs], Topics(""), send, clock=lambda: clock[0], idle=idle, later=later)
+    for queue in held.values():  # the backlog drains
+        while queue:
+            buffer.extend(queue.popleft())
+    held.clear()
     flush()
     for _ in range(200):  # the jobs' ends and last frames
         clock[0] += 500_000_000

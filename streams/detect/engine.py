@@ -88,6 +88,10 @@ PLANNED_WORK_RULES = ("SLOW_STEP", "R3", "R10")
 # being judged: jobs of one rollout reach their verdicts a few frames apart, and the first ones must not open
 # incidents of their own before the fleet sees the drift (verdict at ~15 frames + 8 < the 30-step bar)
 DRIFT_WAIT_FRAMES = 8
+# ... and at most this many while one of those jobs is behind its verdict on the job clock: records of jobs that
+# ran together reach the engine apart in a backlog (one job's partitions read ahead), and the peers' verdicts are
+# still to come (a wait only a backlog makes)
+DRIFT_LAG_WAIT_FRAMES = 24
 DRIFT_RESOLVE_TICKS = 100  # ticks (~0.1-1 s each) without a fleet-wide drift before its incident resolves
 
 
@@ -194,6 +198,8 @@ class JobEngine:
     reference: ReferenceModels | None = None  # the fleet's reference models, set by the FleetEngine
     drift: frozenset[str] = frozenset()  # classes under a fleet-wide drift incident (set by the FleetEngine)
     peers_undecided: bool = False  # other running jobs still being judged against the fleet (set by the FleetEngine)
+    peers_behind: bool = False  # ... one of them behind this job's first below verdict on its clock (the same)
+    below_ts_ns: int = 0  # the job's clock at its first below verdict (0: none)
     memory: memory.MemoryState = field(default_factory=memory.MemoryState)  # step memory, OOM (contract 1.5)
 
     @classmethod
@@ -453,7 +459,10 @@ class JobEngine:
         if found and expected.classes(state, getattr(self, "device_kind", ""))[1] <= drifting:
             return []  # the fleet's drift, not this job's: the fleet's incident lists it
         waited = state.frames - (getattr(state, "below_frame", 0) or state.frames)
-        if found and getattr(self, "peers_undecided", False) and waited < DRIFT_WAIT_FRAMES:
+        if state.below and not getattr(self, "below_ts_ns", 0):
+            self.below_ts_ns = self.last_step_ts_ns
+        wait = DRIFT_LAG_WAIT_FRAMES if getattr(self, "peers_behind", False) else DRIFT_WAIT_FRAMES
+        if found and getattr(self, "peers_undecided", False) and waited < wait:
             return []  # jobs still being judged may be below too: a drift of the fleet is the fleet's incident
         return found
 
@@ -604,9 +613,11 @@ class FleetEngine:
         verdict waits for this judgement: one tick). The drift book's steps are these judgements (ticks)."""
         judged: dict[str, set[str]] = {}
         below: dict[str, set[str]] = {}
-        undecided = {name for name, engine in self.jobs.items() if _undecided(engine)}
+        undecided = {name: engine.last_step_ts_ns for name, engine in self.jobs.items() if _undecided(engine)}
         for name, engine in self.jobs.items():
-            engine.peers_undecided = bool(undecided - {name})
+            peers = [ts for peer, ts in undecided.items() if peer != name]
+            engine.peers_undecided = bool(peers)
+            engine.peers_behind = bool(peers) and min(peers) < getattr(engine, "below_ts_ns", 0)
             state = getattr(engine, "expected", None)
             # running: neither ended nor stopped (silent `job_silence_s`, no `end`: a crash, a kill); a dead
             # job's old verdict would dilute the share of the jobs still running

@@ -138,3 +138,17 @@ def test_a_drift_whose_jobs_reach_their_verdicts_apart_is_still_one_fleet_incide
     opened = [o for o in out if isinstance(o, Incident) and o.state == "open"]
     assert [(i.job, i.rule, i.scope) for i in opened] == [("fleet", "BELOW_EXPECTED", "link")]
     assert all(f"drift-{s}" in opened[0].summary for s in range(4))
+
+
+def test_a_drift_whose_peers_lag_behind_in_a_backlog_is_still_one_fleet_incident(reference: Path) -> None:
+    """Jobs that started together, but whose records reach the engine apart (a backlog: one job's partitions
+    read far ahead of the others'): the first job found below waits while its undecided peers are behind it on
+    the job clock, not only a fixed few of its own frames. On 4f1c03c the job read ahead opened its own
+    incident before its peers' records came in (make bench-detection --repeat: fleet_drift precision 0.67)."""
+    jobs = [scenario_job("socket_fallback", steps=40, seed=s, job_id=f"drift-{s}") for s in range(4)]
+    jobs.append(FleetJob("beside", Topology(dp=8, tp=8, pp=1, ep=1), 40, (), 9))
+    out = feed(jobs, FleetEngine(DetectionConfig(reference_models=str(reference))),
+               lag={"drift-1": 3, "drift-2": 3, "drift-3": 3})
+    opened = [o for o in out if isinstance(o, Incident) and o.state == "open"]
+    assert [(i.job, i.rule, i.scope) for i in opened] == [("fleet", "BELOW_EXPECTED", "link")]
+    assert all(f"drift-{s}" in opened[0].summary for s in range(4))
