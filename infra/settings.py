@@ -335,6 +335,7 @@ class Settings:
     mitigate_checkpoint_interval_s: float = 1800.0  # the jobs' checkpoint period: a relaunch loses half of it
     mitigate_relaunch_s: float = 300.0  # relaunch time until the fleet has measured its own (the jobs topic)
     mitigate_node_gpus: int = 8        # devices a drained node takes out of service
+    mitigate_metrics_port: int = 0     # Prometheus self-metrics port of the mitigation worker; 0 = off
     live_url: str = ""                # where `steplens serve` is reached: alerts link it (generatorURL); "": none
     # a worker serving its metrics (a *_metrics_port above 0) writes a Prometheus file_sd target file here, and
     # deletes it when it stops cleanly (a crashed worker's stays: its target goes down, SteplensWorkerDown fires)
@@ -443,6 +444,7 @@ _ENV = {
     "STEPLENS_MITIGATE_CHECKPOINT_INTERVAL_S": ("", "mitigate_checkpoint_interval_s"),
     "STEPLENS_MITIGATE_RELAUNCH_S": ("", "mitigate_relaunch_s"),
     "STEPLENS_MITIGATE_NODE_GPUS": ("", "mitigate_node_gpus"),
+    "STEPLENS_MITIGATE_METRICS_PORT": ("", "mitigate_metrics_port"),
     "STEPLENS_LIVE_URL": ("", "live_url"),
     "STEPLENS_METRICS_TARGETS_DIR": ("", "metrics_targets_dir"),
     "STEPLENS_METRICS_HOST": ("", "metrics_host"),

@@ -6,7 +6,8 @@ infra/launcher/prometheus/rules.yml). `DetectMetrics`: events in and out per top
 per-rule evaluation time, open windows and incidents, late and bad input, snapshot writes,
 lag of the internal topic. `LandMetrics`: messages, dead letters, consumer lag and the
 commit clock (a batch read but not committed for long is a stalled landing).
-`AlertsMetrics`: the Alertmanager bridge's posts and failures.
+`AlertsMetrics`: the Alertmanager bridge's posts and failures. `MitigateMetrics`: the mitigation
+worker's rounds, the actions it recorded by verdict and level, and its scheduler's failures.
 """
 
 from __future__ import annotations
@@ -139,3 +140,29 @@ class AlertsMetrics:
 
     def serve(self, port: int, announce: Announce | None = None) -> Path | None:
         return serve(self.registry, port, "alerts", announce)
+
+
+class MitigateMetrics:
+    """The mitigation worker: what it read, how often it weighed, what it recorded and did, and the scheduler
+    commands that failed (a drain that cannot reach slurmctld is retried every round, never dropped)."""
+
+    def __init__(self) -> None:
+        self.registry = r = _registry()
+        self.events = Counter("steplens_mitigate_events", "Incidents, job events and actions read", registry=r)
+        self.skipped = Counter("steplens_mitigate_skipped", "Records of its topics that are none of those",
+                               registry=r)
+        self.rounds = Counter("steplens_mitigate_rounds", "Rounds of weighing the open culprit incidents",
+                              registry=r)
+        self.actions = Counter("steplens_mitigate_actions", "Decisions recorded on the actions topic",
+                               ["verdict", "level"], registry=r)
+        self.scheduler_errors = Counter("steplens_mitigate_scheduler_errors",
+                                        "Scheduler commands that failed (weighed again next round)", registry=r)
+        self.open_incidents = Gauge("steplens_mitigate_open_incidents", "Open culprit incidents it weighs",
+                                    registry=r)
+        self.replaying = Gauge("steplens_mitigate_replaying", "1 while it reads its topics back after a start",
+                               registry=r)
+        self.last_round = Gauge("steplens_mitigate_last_round_timestamp_seconds", "Unix time of the last round",
+                                registry=r)
+
+    def serve(self, port: int, announce: Announce | None = None) -> Path | None:
+        return serve(self.registry, port, "mitigate", announce)

@@ -27,6 +27,7 @@ from infra.clients import kafka_client_config
 from infra.delivery import poll_through_outage, retry_through_outage
 from infra.settings import Settings
 from schemas import ContractError, Incident, JobEvent, MitigationAction, Topics, decode, encode
+from streams.metrics import Announce, MitigateMetrics
 from streams.mitigate.act import Mitigator
 from streams.mitigate.book import CostPriors, MitigationBook
 from streams.mitigate.guard import GuardParams
@@ -93,6 +94,7 @@ class MitigationWorker:
             node_gpus=settings.mitigate_node_gpus))
         self.mitigator = mitigator_for(settings, scheduler)
         self.stats = MitigationStats()
+        self.metrics = MitigateMetrics()
         self.stopping = threading.Event()
 
     def stop(self) -> None:
@@ -120,6 +122,7 @@ class MitigationWorker:
         if ends is None:
             return
         replaying = True
+        self.metrics.replaying.set(1)
         next_tick = 0
         while not self.stopping.is_set():
             polled = poll_through_outage(consumer, int(POLL_MAX_S * 1000), POLL_RECORDS, self.stopping.wait,
@@ -135,6 +138,7 @@ class MitigationWorker:
                 if behind is None or behind:
                     continue
                 replaying = False
+                self.metrics.replaying.set(0)
                 log.info("mitigate: read back %d events: %d open incidents, %d actions done", self.stats.events,
                          len(self.book.open), len(self.book.done()))
             now = self.clock()
@@ -149,6 +153,7 @@ class MitigationWorker:
             event = decode(record.value, self.settings.max_event_bytes)
         except ContractError as exc:
             self.stats.skipped += 1
+            self.metrics.skipped.inc()
             log.warning("mitigate: skipped %r[%d]@%d: %s", record.topic, record.partition, record.offset, exc)
             return
         if isinstance(event, Incident):
@@ -159,12 +164,17 @@ class MitigationWorker:
             self.book.on_action(event)
         else:
             self.stats.skipped += 1
+            self.metrics.skipped.inc()
             return
         self.stats.events += 1
+        self.metrics.events.inc()
 
     def tick(self, now_ns: int, send: Callable[[MitigationAction], bool]) -> None:
         """Weigh every open culprit incident once (the oldest first) and record what is new."""
         self.stats.ticks += 1
+        self.metrics.rounds.inc()
+        self.metrics.last_round.set(now_ns / 1e9)
+        self.metrics.open_incidents.set(len(self.book.open))
         self.mitigator.done = set(self.book.done())
         for incident in sorted(self.book.open.values(), key=lambda i: (i.detected_ns, i.incident_id)):
             try:
@@ -173,6 +183,7 @@ class MitigationWorker:
                                                slowdown=self.pace(incident))
             except SchedulerError as exc:
                 self.stats.scheduler_errors += 1
+                self.metrics.scheduler_errors.inc()
                 log.warning("mitigate: %s: the scheduler failed (%s); weighed again in %.0f s", incident.incident_id,
                             exc, self.settings.mitigate_interval_s)
                 continue
@@ -181,6 +192,7 @@ class MitigationWorker:
                 self.book.on_action(action)
                 self.stats.recorded += 1
                 self.stats.acted += action.verdict == "act"
+                self.metrics.actions.labels(action.verdict, action.level).inc()
                 log.info("mitigate: %s %s on %s: %s (%s)", action.verdict, action.level, action.host,
                          action.reason, action.why)
 
@@ -200,6 +212,7 @@ def run_worker(settings: Settings, scheduler: Scheduler) -> MitigationStats:
     from streams.mitigate.pace import JobPace
 
     worker = MitigationWorker(settings, scheduler, pace=JobPace(lambda: open_backend(settings, "read")).slowdown)
+    worker.metrics.serve(settings.mitigate_metrics_port, Announce.from_settings(settings))
     with stop_on_signals(worker.stop, "mitigation worker"):
         log.info("mitigate: partition %s, %s", settings.mitigate_partition,
                  "actions enabled" if settings.mitigate_partition in enabled_partitions(settings.mitigate_enabled)

@@ -21,7 +21,7 @@ from infra.launcher.prometheus import (
     render_config,
     render_rules,
 )
-from streams.metrics import AlertsMetrics, DetectMetrics, LandMetrics
+from streams.metrics import AlertsMetrics, DetectMetrics, LandMetrics, MitigateMetrics
 
 pytestmark = pytest.mark.prometheus
 
@@ -69,7 +69,7 @@ def test_a_changed_shipped_config_fails_loudly_instead_of_running_slow() -> None
 
 def test_every_steplens_metric_in_the_rules_is_exported_by_a_worker() -> None:
     names: set[str] = set()
-    for metrics in (DetectMetrics(), LandMetrics(), AlertsMetrics()):
+    for metrics in (DetectMetrics(), LandMetrics(), AlertsMetrics(), MitigateMetrics()):
         for family in metrics.registry.collect():  # labelled families too, before any sample
             suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}.get(family.type, ("",))
             names.update(family.name + suffix for suffix in suffixes)

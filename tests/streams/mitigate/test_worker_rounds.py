@@ -48,6 +48,12 @@ def test_a_persistent_slow_host_is_profiled_then_drained_and_each_decision_is_re
     drained = sent[1]
     assert drained.host == "n2" and drained.history_n == 10 and drained.keep_cost_gpu_h > 0
     assert nodes.states["n2"].reason == "steplens inc-1 SLOW_HOST drain"
+    # and its self-metrics say so (served on STEPLENS_MITIGATE_METRICS_PORT)
+    value = w.metrics.registry.get_sample_value
+    assert value("steplens_mitigate_rounds_total") == 5 and value("steplens_mitigate_open_incidents") == 1
+    assert value("steplens_mitigate_actions_total", {"verdict": "act", "level": "drain"}) == 1
+    assert value("steplens_mitigate_actions_total", {"verdict": "none", "level": "profile"}) == 1
+    assert value("steplens_mitigate_last_round_timestamp_seconds") == (T0 + 6160 * S) / 1e9
 
 
 def test_an_action_done_but_not_recorded_before_a_crash_is_recorded_and_not_done_again() -> None:
@@ -108,3 +114,22 @@ def test_relaunch_time_is_measured_from_the_jobs_attempts() -> None:
     book.on_job(JobEvent(job="j", phase="start", world=56, ts_ns=T0 + 3720 * S, attempt=1))
     costs = book.costs("j")
     assert costs.relaunch_s == 120.0 and costs.job_gpus == 56 and costs.since_checkpoint_s == 900.0
+
+
+def test_a_drain_the_scheduler_refuses_is_counted_and_weighed_again_next_round() -> None:
+    from streams.mitigate.scheduler import SchedulerError
+
+    class Unreachable(MemoryScheduler):
+        def drain(self, node: str, reason: str) -> None:
+            raise SchedulerError("scontrol: slurm_update error: Unable to contact slurm controller")
+
+    nodes = Unreachable(["n1", "n2", "n3", "n4"])
+    w, sent = worker(nodes)
+    long_history(w.book)
+    w.book.on_job(JobEvent(job="train", phase="start", world=16, ts_ns=T0 - 3600 * S))
+    w.book.on_incident(slow_host("n2", "inc-1"), T0)
+    for age_s in (6100, 6130):
+        w.tick(T0 + age_s * S, lambda a: sent.append(a) or True)
+    assert [a.verdict for a in sent if a.level == "drain"] == [], "nothing recorded as done"
+    assert w.stats.scheduler_errors == 2  # tried again the next round
+    assert w.metrics.registry.get_sample_value("steplens_mitigate_scheduler_errors_total") == 2
