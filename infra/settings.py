@@ -332,7 +332,7 @@ class Settings:
     mitigate_max_drained_share: float = 0.1  # never more of the partition's nodes out of service at once
     mitigate_interval_s: float = 30.0  # how often the open culprit incidents are weighed again
     mitigate_min_age_s: float = 120.0  # no action on a fault younger than this (most transients end sooner)
-    mitigate_checkpoint_interval_s: float = 1800.0  # the jobs' checkpoint period: a relaunch loses half of it
+    mitigate_checkpoint_interval_s: float = 1800.0  # a job's checkpoint period until its rhythm shows its own
     mitigate_relaunch_s: float = 300.0  # relaunch time until the fleet has measured its own (the jobs topic)
     mitigate_node_gpus: int = 8        # devices a drained node takes out of service
     mitigate_metrics_port: int = 0     # Prometheus self-metrics port of the mitigation worker; 0 = off

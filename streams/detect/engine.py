@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Generic, TypeVar, cast
 
 import numpy as np
@@ -49,6 +49,7 @@ from streams.detect.scopes import (
     hung,
     memory,
     pp_stage,
+    rhythm,
     slow_link,
     slow_pair,
     slow_rank,
@@ -425,7 +426,21 @@ class JobEngine:
                         if not (f.rule == "R3" and f.metric == "step_throughput" and f.key == "job")]
         findings.extend(self._below_expected(frame))
         findings = self._step_memory(frame, findings)
-        return list(self.book.observe(frame.step, findings, now_ns, frame.seen))
+        return self._with_checkpoints(self.book.observe(frame.step, findings, now_ns, frame.seen))
+
+    def _with_checkpoints(self, out: list[Output]) -> list[Output]:
+        """The job's checkpoint period, where its rhythm shows one, on the incidents it sends (evidence
+        `checkpoint_every_steps` and `baseline_step_ms`): what a relaunch would lose, for the mitigation
+        worker (streams/mitigate/book.py), which otherwise assumes a period (a setting)."""
+        if not any(isinstance(o, Incident) for o in out):
+            return out
+        every = rhythm.checkpoint_every(self.slow_step.rhythm, self.cfg.rhythm_min_period)
+        if not every or not self.slow_step.history:
+            return out
+        figures = {"checkpoint_every_steps": float(every),
+                   "baseline_step_ms": round(float(np.median(self.slow_step.history)), 3)}
+        return [replace(o, evidence={**o.evidence, **figures}) if isinstance(o, Incident) and o.state != "resolved"
+                else o for o in out]
 
     def _step_memory(self, frame: Frame, findings: list[Finding]) -> list[Finding]:
         """The OOM forecast from the steps' own allocator statistics (scopes/memory.py), after the join (a

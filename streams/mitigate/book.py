@@ -4,7 +4,8 @@ Why from the topics: the worker must act once per decision across restarts and r
 memory is three low-volume topics read from their beginning at every start:
 - `incidents`: the open culprit incidents, and the fleet's history of each fault class (how long past
   incidents lasted, from their `detected_ns` to the record that resolved them; those still open count at
-  their age so far, a lower bound), which the policy's expected remaining duration comes from;
+  their age so far, a lower bound), which the policy's expected remaining duration comes from, and each
+  job's checkpoint period where the detector saw its rhythm (a relaunch loses half of it on average);
 - `jobs`: each job's world (its GPUs) and the measured relaunch time (the end of one attempt to the start
   of the next, across the fleet);
 - `actions`: what it (or an operator) already did, by idempotency key.
@@ -29,6 +30,7 @@ class CostPriors:
     """What steplens cannot measure from the topics, documented in docs/operations.md#mitigation."""
 
     checkpoint_interval_s: float = 1800.0  # a relaunch loses half a checkpoint period of work, on average
+    #                                        (a job whose incidents carry no measured period)
     relaunch_s: float = 300.0              # until the fleet has measured relaunches of its own
     node_gpus: int = 8
     job_gpus: int = 8                      # a job whose start was not seen
@@ -43,9 +45,13 @@ class MitigationBook:
     ended_ns: dict[str, int] = field(default_factory=dict)           # job -> its last attempt's end
     relaunch_gaps: list[float] = field(default_factory=list)
     actions: dict[str, MitigationAction] = field(default_factory=dict)  # action id -> its latest record
+    checkpoint_s: dict[str, float] = field(default_factory=dict)     # job -> its checkpoint period, measured
 
     def on_incident(self, incident: Incident, at_ns: int) -> None:
         """An incident record written at `at_ns` (the record's timestamp)."""
+        every, step_ms = incident.evidence.get("checkpoint_every_steps"), incident.evidence.get("baseline_step_ms")
+        if every and step_ms:  # the job's rhythm (streams/detect/scopes/rhythm.py): checkpoints this far apart
+            self.checkpoint_s[incident.job] = every * step_ms / 1000
         if incident.state == "resolved":
             self.open.pop(incident.incident_id, None)
             past = self.durations[fault_class(incident)]
@@ -86,5 +92,6 @@ class MitigationBook:
     def costs(self, job: str) -> JobCosts:
         relaunch = statistics.median(self.relaunch_gaps) if self.relaunch_gaps else self.priors.relaunch_s
         return JobCosts(job_gpus=self.worlds.get(job, self.priors.job_gpus),
-                        since_checkpoint_s=self.priors.checkpoint_interval_s / 2, relaunch_s=relaunch,
+                        since_checkpoint_s=self.checkpoint_s.get(job, self.priors.checkpoint_interval_s) / 2,
+                        relaunch_s=relaunch,
                         node_gpus=self.priors.node_gpus)

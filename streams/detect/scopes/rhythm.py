@@ -116,6 +116,19 @@ def rhythm_of(state: RhythmState, cause: str, start: int, params: Params) -> int
     return period
 
 
+CHECKPOINT = "interstep_cpu_ms"  # a checkpoint's step kind: its blocking device-to-host copy between steps
+
+
+def checkpoint_every(state: RhythmState, min_period: int) -> int:
+    """The job's checkpoint period in steps, once its last three checkpoint episodes kept one (+-1); 0 before
+    (what a relaunch loses: the work since the last checkpoint, half a period on average)."""
+    starts = state.starts.get(CHECKPOINT, [])
+    if len(starts) < 3:
+        return 0
+    period = starts[-1] - starts[-2]
+    return period if period >= min_period and abs(starts[-2] - starts[-3] - period) <= 1 else 0
+
+
 def observe(state: RhythmState, step: int, slow: bool, cause: str | None, grown: dict[str, float],
             step_ms: float, baseline_ms: float, params: Params) -> Judgement:
     """One step of the job: `slow` and its `cause` as the slow-step scope judged them, how much each

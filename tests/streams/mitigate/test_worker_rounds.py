@@ -133,3 +133,14 @@ def test_a_drain_the_scheduler_refuses_is_counted_and_weighed_again_next_round()
     assert [a.verdict for a in sent if a.level == "drain"] == [], "nothing recorded as done"
     assert w.stats.scheduler_errors == 2  # tried again the next round
     assert w.metrics.registry.get_sample_value("steplens_mitigate_scheduler_errors_total") == 2
+
+
+def test_the_jobs_own_checkpoint_period_replaces_the_setting_once_its_incidents_carry_it() -> None:
+    book = MitigationBook()
+    book.on_incident(slow_host("n2", "inc-1"), T0)
+    assert book.costs("train").since_checkpoint_s == 1800.0 / 2  # the setting (STEPLENS_MITIGATE_CHECKPOINT_...)
+    measured = dataclasses.replace(slow_host("n2", "inc-1"), evidence={"checkpoint_every_steps": 500.0,
+                                                                        "baseline_step_ms": 1200.0})
+    book.on_incident(measured, T0 + 60 * S)
+    assert book.costs("train").since_checkpoint_s == 500 * 1.2 / 2  # every 600 s: half of it lost on average
+    assert book.costs("other").since_checkpoint_s == 1800.0 / 2

@@ -76,3 +76,16 @@ def test_two_episodes_are_no_rhythm_yet() -> None:
     for at in (25, 50):
         _checkpoint(state, at, 600.0, 6)
     assert _step(state, 75, BASE + 1900.0).verdict == "normal"
+
+
+def test_the_checkpoint_period_is_known_once_three_checkpoints_kept_it() -> None:
+    state = rhythm.RhythmState()
+    for at in (25, 50):
+        _checkpoint(state, at, 600.0, 6)
+    assert rhythm.checkpoint_every(state, PARAMS.rhythm_min_period) == 0  # two: no rhythm yet
+    _checkpoint(state, 76, 600.0, 6)  # +-1 step: the same rhythm
+    assert rhythm.checkpoint_every(state, PARAMS.rhythm_min_period) == 26
+    late = rhythm.RhythmState()
+    for at in (10, 35, 90):
+        _checkpoint(late, at, 600.0, 6)
+    assert rhythm.checkpoint_every(late, PARAMS.rhythm_min_period) == 0  # no period kept
