@@ -40,7 +40,8 @@
 - Adoption: a culprit found a few steps after the job's slow steps opened their own job-wide
   incident (a slow PP stage or DP group needs more steps to show than the step time) takes
   that incident over when it opens (`Finding.adopts`): same id, an `update` with the
-  culprit's scope and every rule of both, instead of a second incident for one fault.
+  culprit's scope and every rule of both, instead of a second incident for one fault. So does
+  a split group opening a step or three after a device incident (R1/R2) of its own members.
 - Opening a rank or host incident sends one `profile_on` for the culprit ranks
   (coarse-to-fine); ids are deterministic, so a replay after a restart re-sends the SAME
   ids, never a second incident or command.
@@ -62,7 +63,9 @@ UPDATE_EVERY = 20   # an open incident sends an update at most every this many f
 PROFILE_SCOPES = ("rank", "host")
 CULPRIT_SCOPES = ("rank", "host", "link", "group", "stage")  # held `culprit_hold_down_steps` once resolved
 MAX_BURSTS = 16
-STORM_ADOPT_STEPS = 10  # a GC rank incident begun this soon before a job's GC storm incident is its start
+STORM_ADOPT_STEPS = 60  # a GC rank incident begun this soon before a job's GC storm incident is its start
+#                        (join's GC_STORM_MEMORY: a sparse storm's pauses can be 20 steps apart)
+GROUP_ADOPT_STEPS = 3  # a device incident of a split group's members begun this soon before it is the group's
 JOB_RANKS_LISTED = 64  # ranks a job-scope incident names (the ranks a storm hit); its evidence counts the rest
 
 
@@ -423,6 +426,21 @@ class IncidentBook:
                  and t.finding.cause_phase == "gc_ms" and first - STORM_ADOPT_STEPS <= t.first <= first]
         return min(ranks, key=lambda t: (t.first, t.finding.key)) if ranks else None
 
+    def _group_adoptee(self, f: Finding, first: int) -> Track | None:
+        """A device incident (R1/R2 of a rank or host) of members of a split group opening now, begun at most
+        `GROUP_ADOPT_STEPS` before the group's first step: the group's cold members idle (their AI Core, power),
+        or its hot ones hot. Device samples run ahead of the steps in a backlog, so their incident can open a
+        step or two before the split is flagged (moe_imbalance through Kafka: an R1 of the cold experts'
+        devices opened beside the EP group's incident). The group's incident continues it (same id)."""
+        if f.rule != "SLOW_GROUP" or f.scope != "group" or not f.ranks:
+            return None
+        members = set(f.ranks)
+        devices = [t for t in (*self.tracks.values(), *self.held.values())
+                   if t.incident_id and t.finding.family == f.family and t.finding.scope in ("rank", "host")
+                   and t.finding.rule in ("R1", "R2") and t.finding.ranks and set(t.finding.ranks) <= members
+                   and first - GROUP_ADOPT_STEPS <= t.first <= first]
+        return min(devices, key=lambda t: (t.first, t.finding.key)) if devices else None
+
     def _host_adoptee(self, f: Finding) -> Track | None:
         """A rank incident of this host, open or held, that the opening host incident continues:
         the one the slow steps joined, else the earliest (the others stay resolved as absorbed)."""
@@ -435,7 +453,8 @@ class IncidentBook:
 
     def _open(self, tid: str, track: Track, now_ns: int) -> list[Output]:
         f = track.finding
-        adopted = self._adoptee(f) or self._host_adoptee(f) or self._storm_adoptee(f, track.first)
+        adopted = (self._adoptee(f) or self._host_adoptee(f) or self._storm_adoptee(f, track.first)
+                   or self._group_adoptee(f, track.first))
         if adopted is not None and adopted is not track and not track.incident_id:
             return self._adopt(tid, track, adopted, now_ns)
         track.opened = True

@@ -4,8 +4,8 @@ The book merges findings with the same (family, key). This module rewrites keys 
 book sees them, so that findings describing the same fault share one:
 
 - a device finding of one rank (R1/R2 on its temperature, power, memory) is that rank's finding;
-  on several devices of one host the host's, on a quarter of the devices or more, or on devices
-  of `DEVICE_JOB_HOSTS` hosts or more in one step, the job's;
+  on several devices of one host the host's, on a quarter of the devices or more (of two hosts or
+  more), or on devices of `DEVICE_JOB_HOSTS` hosts or more in one step, the job's;
 - R5/R6 on a group that a slow link's host, a slow rank or a slow host is part of are symptoms
   of that link, rank or host;
 - R5 candidates on the members of a group that R6 flags now are the onset of the same fault:
@@ -25,7 +25,9 @@ book sees them, so that findings describing the same fault share one:
   other job-wide perf finding (R3, R4, R7, R10, job-wide R1/R2 …) while it is open is a
   symptom of that culprit and joins it too: one incident, every rule id;
 - GC: a slow step caused by GC on one rank joins its (leak) incident; GC on two or more
-  different ranks within `GC_STORM_WINDOW` steps (unsynchronised pauses: a storm), while
+  different ranks within `GC_STORM_WINDOW` steps (unsynchronised pauses: a storm) or, pauses
+  strong enough to open an incident, within `GC_STORM_MEMORY` steps (a sparse storm on a small
+  job: one rank every 20 steps), while
   the job's GC incident is open, or within `GC_STORM_MEMORY` steps of the storm's last pause,
   folds the ranks' findings into the job's incident instead of one incident per rank; a slow
   rank whose excess is GC counts as a pause once it is strong enough to open on its own. The
@@ -35,7 +37,7 @@ book sees them, so that findings describing the same fault share one:
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from streams.detect.scopes.finding import Finding
@@ -66,6 +68,7 @@ class JoinState:
     gc_last: dict[int, int] = field(default_factory=dict)
     r5_last: dict[str, int] = field(default_factory=dict)
     storm_last: int = -(1 << 62)  # the last step a GC pause was the job's storm
+    gc_seen: dict[int, int] = field(default_factory=dict)  # rank -> its last pause, kept GC_STORM_MEMORY steps
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,8 +122,11 @@ def _join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: in
         by_metric.setdefault((f.rule, f.metric), []).append(f)
     for same in by_metric.values():
         spread = len({f.host for f in same})  # devices of many hosts at once: a job-wide cause (a PP stage's
-        # load shifting every device's power and temperature), not one faulty device per host
-        if len({(f.host, f.device) for f in same}) >= max(2, world // 4) or spread >= DEVICE_JOB_HOSTS:
+        # load shifting every device's power and temperature), not one faulty device per host; a quarter of the
+        # job's devices all on one host are that host's (a 32-rank job of four 8-device hosts: a slow host's
+        # devices drifting back to their power at its recovery opened a job incident beside the host's)
+        many = len({(f.host, f.device) for f in same}) >= max(2, world // 4) and spread >= 2
+        if many or spread >= DEVICE_JOB_HOSTS:
             for f in same:
                 f.key, f.scope, f.ranks, f.host, f.device = "job", "job", [], None, None
             continue
@@ -150,13 +156,24 @@ def _join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: in
     storm_open |= state is not None and step - getattr(state, "storm_last", -(1 << 62)) <= GC_STORM_MEMORY
     pausing = {r for f in gc_ranks for r in f.ranks}
     pausing_now = set(pausing)
+    recalled: set[int] = set()  # ranks that paused within GC_STORM_MEMORY steps: a sparse storm's earlier pauses
     if state is not None:
         for r in pausing:
             state.gc_last[r] = step
         for r in [r for r, s in state.gc_last.items() if step - s >= GC_STORM_WINDOW]:
             del state.gc_last[r]
         pausing |= set(state.gc_last)
-    if gc_ranks and (len(pausing) >= GC_STORM_RANKS or len(gc_ranks) > few or storm_open):
+        seen = getattr(state, "gc_seen", None)  # a JoinState pickled before the field existed has none
+        if seen is None:
+            seen = state.gc_seen = {}
+        for f in gc_ranks:  # only pauses that open an incident of their own count over the longer memory
+            if f.rule == "SLOW_RANK" or f.open_after <= 1 or f.key in opened:
+                seen.update((r, step) for r in f.ranks)
+        for r in [r for r, s in seen.items() if step - s > GC_STORM_MEMORY]:
+            del seen[r]
+        recalled = set(seen)
+    sparse = len(recalled) >= GC_STORM_RANKS  # a pause now and another rank's within the storm's memory
+    if gc_ranks and (len(pausing) >= GC_STORM_RANKS or len(gc_ranks) > few or storm_open or sparse):
         if state is not None:
             state.storm_last = step
         keys = {f.key for f in findings if _gc_rank(f)}
@@ -171,7 +188,7 @@ def _join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: in
         return findings
     since = first.get("job", step) - max(JOIN_SLACK_STEPS, baseline_len // 2)
     if slow is not None and mid is not None:
-        since = _since_baseline(findings, slow, int(mid), first, step, since, few)
+        since = _since_baseline(findings, slow, int(mid), first, step, since, few, open_tracks)
     _mark_adoption(findings, open_tracks, first, since)
     explained = _join_explained(findings, open_tracks, slow is not None, since)
     if slow is None and not explained:
@@ -207,18 +224,24 @@ def _join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: in
 
 
 def _since_baseline(findings: list[Finding], slow: Finding, mid: int, first: dict[str, int], step: int,
-                    since: int, few: int) -> int:
+                    since: int, few: int, open_tracks: Sequence[OpenTrack] = ()) -> int:
     """`since`, moved back for a culprit flagged now that began after most of the slow step's baseline and
     explains this step's growth: slow steps never enter the baseline, so a straggler slow for 30 steps still
     makes every step slow against the baseline from before it: those slow steps are its, however long after
     its onset they come (a slow step that opened late as its own incident beside an open SLOW_RANK). A
     culprit older than the baseline's middle (a rank slow all along) is in the baseline: it explains nothing
-    new. `since` unchanged when no such culprit (or more than `few` of them)."""
+    new. So does a rank, host or stage incident open since after the baseline's middle whose culprit rule is
+    not flagged now (a slow host found by its kernels' efficiency, R4, in this step: its late slow steps opened
+    a job incident beside it on a 32-rank job); one flagged now must explain the growth, as above. `since`
+    unchanged when no such culprit (or more than `few` of them)."""
     fresh = mid + 1  # `mid`: the step half of the slow step's baseline is older than
     if fresh >= since:
         return since
     late = {f.key for f in _culprits_now(findings, first, step, fresh)
             if first.get(f.key, step) < since and _explains(f, slow)}
+    judged = {f.key for f in findings if f.rule in CULPRIT_RULES}  # flagged now: `_explains` weighed them above
+    late |= {t.key for t in open_tracks
+             if t.scope in CULPRIT_SCOPES and fresh <= t.first < since and t.key not in judged}
     return fresh if late and len(late) <= few else since
 
 

@@ -107,6 +107,15 @@ def test_devices_of_one_host_are_the_hosts_and_of_the_whole_job_the_jobs() -> No
     assert {(f.key, f.scope) for f in many} == {("job", "job")}
 
 
+def test_a_quarter_of_the_jobs_devices_all_on_one_host_are_the_hosts() -> None:
+    # a 32-rank job of four 8-device hosts: the slow host's devices drift back to their power as it recovers,
+    # a quarter of the job's devices, all on one host: its finding, not the job's (an incident beside the host's)
+    host = join([_device("R2", 16 + d, "node-2", d) for d in range(8)], 32, [], 90)
+    assert {(f.key, f.scope) for f in host} == {("host:node-2", "host")}
+    spread = join([_device("R2", 8 * h + d, f"node-{h}", d) for h in (1, 2) for d in range(4)], 32, [], 90)
+    assert {(f.key, f.scope) for f in spread} == {("job", "job")}
+
+
 def test_a_joining_slow_step_keeps_the_culprits_persistence() -> None:
     book = IncidentBook(job="j")
     out = []
@@ -211,6 +220,25 @@ def test_a_slow_step_long_after_the_culprits_onset_joins_it_while_the_baseline_p
     assert {(f.rule, f.key) for f in step86(49.0, 260.0)} == {("SLOW_STEP", "rank:7"), ("SLOW_RANK", "rank:7")}
     assert ("SLOW_STEP", "job") in {(f.rule, f.key) for f in step86(75.0, 260.0)}, "the straggler is in it"
     assert ("SLOW_STEP", "job") in {(f.rule, f.key) for f in step86(49.0, 60.0)}, "60 ms of a 263 ms growth"
+
+
+def test_a_late_slow_step_joins_an_open_host_incident_from_after_the_baselines_middle() -> None:
+    """A slow host from step 60, found by its kernels' efficiency (R4, host scope): at step 86 no SLOW_HOST or
+    SLOW_RANK is flagged, yet the job's step is slow against a baseline mostly from before the host's onset.
+    It joins the open host incident (a second, job incident beside it on a 32-rank job); with the host's onset
+    inside the baseline's older half it stays the job's."""
+    host = [OpenTrack("host:node-1", "host", "backward_ms", first=60, ranks=tuple(range(8, 16)),
+                      rules=("R4", "SLOW_STEP", "SLOW_HOST"))]
+
+    def step86(mid: float) -> set[tuple[str, str]]:
+        slow = _slow_step(86)
+        slow.observed, slow.expected, slow.evidence = 1467.0, 1241.0, {"baseline_mid_step": mid}
+        r4 = Finding(rule="R4", key="host:node-1", scope="host", step=86, summary="efficiency", host="node-1",
+                     ranks=list(range(8, 16)), open_after=3)
+        return {(f.rule, f.key) for f in join([slow, r4], 32, host, 86, baseline_len=40)}
+
+    assert step86(55.0) == {("SLOW_STEP", "host:node-1"), ("R4", "host:node-1")}
+    assert ("SLOW_STEP", "job") in step86(65.0), "the host's onset is in the baseline: a slow step of its own"
 
 
 def test_r5_on_every_groups_links_without_a_common_host_is_the_jobs_and_never_opens_alone() -> None:
@@ -366,3 +394,30 @@ def test_a_split_whose_busy_members_are_a_fraction_of_the_growth_does_not_take_t
     group.step = member.step = 61
     found = join([group, member, slow], 64, tracks, 61, baseline_len=50)
     assert {(f.rule, f.key) for f in found} >= {("SLOW_STEP", "job"), ("SLOW_GROUP", "group:ep/8")}
+
+
+def test_a_split_group_opening_after_a_device_incident_of_its_members_continues_it() -> None:
+    # device samples run ahead of the steps in a backlog: the cold experts' idle devices (R1 on AI Core) open at
+    # once, a step before the EP group's split is flagged (moe_imbalance through Kafka: two incidents)
+    from schemas import Incident
+
+    def group(step: int) -> Finding:
+        return Finding(rule="SLOW_GROUP", key="group:ep/5", scope="group", step=step, summary="split",
+                       ranks=[9, 11, 13, 15], domain="ep", group=5, hot_ranks=[9, 11], open_after=3)
+
+    book = IncidentBook(job="j")
+    idle = Finding(rule="R1", key="rank:13", scope="rank", step=61, summary="AI Core 18 %", ranks=[13],
+                   host="node-1", metric="T3", open_after=1, resolve_after=5)
+    out = [o for o in book.observe(61, [idle], 0) if isinstance(o, Incident)]
+    for step in range(62, 66):
+        out += [o for o in book.observe(step, [group(step)], 0) if isinstance(o, Incident)]
+    assert len({o.incident_id for o in out}) == 1, [(o.incident_id, o.state) for o in out]
+    assert out[-1].scope == "group" and {"SLOW_GROUP", "R1"} <= set(out[-1].rules)
+    # a device incident of a rank outside the group stays its own
+    other = IncidentBook(job="j")
+    apart = Finding(rule="R1", key="rank:40", scope="rank", step=61, summary="hot", ranks=[40], host="node-5",
+                    metric="T1", open_after=1, resolve_after=5)
+    ids = {o.incident_id for o in other.observe(61, [apart], 0) if isinstance(o, Incident)}
+    for step in range(62, 66):
+        ids |= {o.incident_id for o in other.observe(step, [group(step)], 0) if isinstance(o, Incident)}
+    assert len(ids) == 2
