@@ -122,14 +122,30 @@ class LandMetrics:
         return serve(self.registry, port, "land", announce)
 
 
-class AlertsMetrics:
+class _ReaderMetrics:
+    """A worker that reads low-volume topics whole (the bridge, the mitigation worker): what it read and what
+    it skipped as none of its events, `steplens_<role>_events` and `_skipped`, served under its role."""
+
+    role = ""
+
+    def __init__(self, events_help: str, skipped_help: str) -> None:
+        self.registry = _registry()
+        self.events = Counter(f"steplens_{self.role}_events", events_help, registry=self.registry)
+        self.skipped = Counter(f"steplens_{self.role}_skipped", skipped_help, registry=self.registry)
+
+    def serve(self, port: int, announce: Announce | None = None) -> Path | None:
+        return serve(self.registry, port, self.role, announce)
+
+
+class AlertsMetrics(_ReaderMetrics):
     """The Alertmanager bridge: what it read, posted and failed to post."""
 
+    role = "alerts"
+
     def __init__(self) -> None:
-        self.registry = r = _registry()
-        self.events = Counter("steplens_alerts_events", "Incident events read from the incidents topic", registry=r)
-        self.skipped = Counter("steplens_alerts_skipped", "Records of the incidents topic that are no incident",
-                               registry=r)
+        super().__init__("Incident events read from the incidents topic",
+                         "Records of the incidents topic that are no incident")
+        r = self.registry
         self.posts = Counter("steplens_alerts_posts", "Alerts Alertmanager accepted (re-sends included)",
                              registry=r)
         self.post_failures = Counter("steplens_alerts_post_failures", "Posts Alertmanager did not accept",
@@ -138,19 +154,16 @@ class AlertsMetrics:
         self.last_post = Gauge("steplens_alerts_last_post_timestamp_seconds", "Unix time of the last accepted post",
                                registry=r)
 
-    def serve(self, port: int, announce: Announce | None = None) -> Path | None:
-        return serve(self.registry, port, "alerts", announce)
 
-
-class MitigateMetrics:
+class MitigateMetrics(_ReaderMetrics):
     """The mitigation worker: what it read, how often it weighed, what it recorded and did, and the scheduler
     commands that failed (a drain that cannot reach slurmctld is retried every round, never dropped)."""
 
+    role = "mitigate"
+
     def __init__(self) -> None:
-        self.registry = r = _registry()
-        self.events = Counter("steplens_mitigate_events", "Incidents, job events and actions read", registry=r)
-        self.skipped = Counter("steplens_mitigate_skipped", "Records of its topics that are none of those",
-                               registry=r)
+        super().__init__("Incidents, job events and actions read", "Records of its topics that are none of those")
+        r = self.registry
         self.rounds = Counter("steplens_mitigate_rounds", "Rounds of weighing the open culprit incidents",
                               registry=r)
         self.actions = Counter("steplens_mitigate_actions", "Decisions recorded on the actions topic",
@@ -163,6 +176,3 @@ class MitigateMetrics:
                                registry=r)
         self.last_round = Gauge("steplens_mitigate_last_round_timestamp_seconds", "Unix time of the last round",
                                 registry=r)
-
-    def serve(self, port: int, announce: Announce | None = None) -> Path | None:
-        return serve(self.registry, port, "mitigate", announce)
