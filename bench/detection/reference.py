@@ -33,11 +33,12 @@ BATCH = 256  # messages per decode batch: a few steps of a job (its device sampl
 
 
 def feed(jobs: list[FleetJob], fleet: FleetEngine, later: dict[str, int] | None = None,
-         lag: dict[str, int] | None = None) -> list[Output]:
+         lag: dict[str, int] | None = None, lag_jobs_topic: bool = True) -> list[Output]:
     """Stream `jobs` (steps, kernel summaries, device samples, interleaved) through decode into `fleet` on a
     simulated clock, as the bench's in-process replay does; every output. `later`: job id -> steps of the
     others sent before it starts. `lag`: job id -> decode batches its messages (those keyed by the job) reach
-    the engine behind the others': their partitions behind in a backlog, the job's own clock unchanged."""
+    the engine behind the others': their partitions behind in a backlog, the job's own clock unchanged.
+    `lag_jobs_topic` False: the jobs' `start`/`end` records come in on time (a small topic read up)."""
     out: list[Output] = []
     buffer: list[bytes] = []
     clock = [1_700_000_000_000_000_000]
@@ -58,7 +59,7 @@ def feed(jobs: list[FleetJob], fleet: FleetEngine, later: dict[str, int] | None 
 
     def send(topic: str, key: bytes, value: bytes) -> None:
         job = key.decode().split("/", 1)[0]
-        if job in held:
+        if job in held and (lag_jobs_topic or topic != "jobs"):
             held[job][-1].append(value)
         else:
             buffer.append(value)

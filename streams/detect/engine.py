@@ -201,6 +201,8 @@ class JobEngine:
     peers_undecided: bool = False  # other running jobs still being judged against the fleet (set by the FleetEngine)
     peers_behind: bool = False  # ... one of them behind this job's first below verdict on its clock (the same)
     below_ts_ns: int = 0  # the job's clock at its first below verdict (0: none)
+    start_ts_ns: int = 0  # the job's clock at this attempt's `start` record (0: none seen)
+    start_seen_ns: int = 0  # the worker's clock when that record came in
     memory: memory.MemoryState = field(default_factory=memory.MemoryState)  # step memory, OOM (contract 1.5)
 
     @classmethod
@@ -282,6 +284,7 @@ class JobEngine:
             return out + self._device(chunk, now_ns)
         elif is_job(chunk):
             if chunk["phase"] == "start":
+                self.start_ts_ns, self.start_seen_ns = int(chunk.get("ts_ns") or 0), now_ns
                 self.frames.summaries_declared = chunk.get("kernel_summaries") is True
                 self._expect_memory(chunk)
             elif chunk["phase"] == "end":
@@ -587,11 +590,21 @@ def _first_ts(chunk: Chunk) -> int:
     return 0
 
 
-def _undecided(engine: JobEngine) -> bool:
-    """A running job the fleet still judges: started, no verdict yet, not past `expected_decide_by`."""
+def _undecided(engine: JobEngine, now_ns: int) -> bool:
+    """A running job the fleet still judges: started, no verdict yet, not past `expected_decide_by`. Started: a
+    frame judged, or its `start` record in less than `job_silence_s` ago (in a backlog a job's start comes in on
+    the small jobs topic well before its steps; a job that has sent nothing else that long is as silent as a
+    stopped one)."""
     state = getattr(engine, "expected", None)
-    return (state is not None and not engine.ended and not engine.stopped and state.frames > 0
-            and not state.decided and not (state.below or state.cleared))
+    if state is None or engine.ended or engine.stopped or state.decided or state.below or state.cleared:
+        return False
+    seen_ns = getattr(engine, "start_seen_ns", 0)
+    return state.frames > 0 or (seen_ns > 0 and now_ns - seen_ns < engine.cfg.job_silence_s * 1e9)
+
+
+def _job_clock(engine: JobEngine) -> int:
+    """Where a job is on its own clock: its newest step's end, or its start while no step is in."""
+    return engine.last_step_ts_ns or getattr(engine, "start_ts_ns", 0)
 
 
 @dataclass(slots=True)
@@ -628,7 +641,7 @@ class FleetEngine:
         verdict waits for this judgement: one tick). The drift book's steps are these judgements (ticks)."""
         judged: dict[str, set[str]] = {}
         below: dict[str, set[str]] = {}
-        undecided = {name: engine.last_step_ts_ns for name, engine in self.jobs.items() if _undecided(engine)}
+        undecided = {name: _job_clock(engine) for name, engine in self.jobs.items() if _undecided(engine, now_ns)}
         for name, engine in self.jobs.items():
             peers = [ts for peer, ts in undecided.items() if peer != name]
             engine.peers_undecided = bool(peers)
