@@ -420,7 +420,8 @@ class JobEngine:
         findings.extend(step_rules)
         findings.extend(self._device_findings_until(frame))
         findings = join(findings, int(frame.seen.sum()), self._tracks(), frame.step, self._members,
-                        len(self.slow_step.history), self.joins)
+                        len(self.slow_step.history), self.joins,
+                        frozenset(t.finding.key for t in self.book.held.values() if t.finding.family == "perf"))
         findings = name_slow_groups(follow_slow_step(findings))
         if self.slow_step.planned:  # the job's periodic work (scopes/rhythm.py): its step kinds' rules stay quiet
             findings = [f for f in findings if not (f.key == "job" and f.rule in PLANNED_WORK_RULES)]

@@ -40,6 +40,7 @@ import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from schemas.incident import Scope
 from streams.detect.scopes.finding import Finding
 
 Members = Callable[[str, int], set[int]]  # (domain, group) -> its ranks
@@ -58,6 +59,20 @@ ONSET_R5_STEPS = 10   # R5 on a group's links this many steps before R6 flags th
 JOB_WIDE_GROUPS = 3   # R5 on links of this many groups at once (and a quarter of the ranks): the job's
 NEVER_ALONE = 1 << 30  # open_after of a finding that only joins (the job's slow steps, a culprit)
 EXPLAINS_SHARE = 0.5  # a culprit of the slow step's own step explains it with this share of its growth or more
+LOAD_METRICS = ("T1", "T2", "T3")  # device power, temperature, AI Core: they follow the device's load
+RECOVERY_STEPS = 10   # steps after a culprit incident was last open in which the drift of the devices it sways is its
+
+
+@dataclass(slots=True)
+class Recovering:
+    """A culprit incident open lately, as the device findings of its sway need it (not frozen: a snapshot
+    pickles its slots by name)."""
+
+    key: str
+    scope: Scope
+    ranks: tuple[int, ...]
+    job_wide: bool  # it slowed the job's steps: every rank waited on it
+    seen: int       # the last step it was seen open
 
 
 @dataclass(slots=True)
@@ -69,6 +84,8 @@ class JoinState:
     r5_last: dict[str, int] = field(default_factory=dict)
     storm_last: int = -(1 << 62)  # the last step a GC pause was the job's storm
     gc_seen: dict[int, int] = field(default_factory=dict)  # rank -> its last pause, kept GC_STORM_MEMORY steps
+    # open culprit incidents: key -> what they sway and the last step seen open, kept RECOVERY_STEPS
+    culprits_seen: dict[str, Recovering] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,11 +108,12 @@ def _gc_rank(f: Finding) -> bool:
 
 def join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: int,
          members: Members | None = None, baseline_len: int = 2 * JOIN_SLACK_STEPS,
-         state: JoinState | None = None) -> list[Finding]:
+         state: JoinState | None = None, held: frozenset[str] = frozenset()) -> list[Finding]:
     """`tracks`: the book's perf tracks, open or candidate; `step`: the step being evaluated;
     `baseline_len`: steps in the slow-step baseline (a culprit older than half of it is in it);
-    `state`: the job's join memory (None: this step alone)."""
-    out = sorted(_join(findings, world, tracks, step, members, baseline_len, state),
+    `state`: the job's join memory (None: this step alone); `held`: keys of the book's resolved perf
+    incidents that may still come back."""
+    out = sorted(_join(findings, world, tracks, step, members, baseline_len, state, held),
                  key=lambda f: not (f.rule == "SLOW_GROUP" and f.scope == "group"))  # a split group is its
     # incident's primary rule (one joined to a slow rank or host is that culprit's symptom)
     for f in out:
@@ -105,7 +123,7 @@ def join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: int
 
 
 def _join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: int, members: Members | None,
-          baseline_len: int, state: JoinState | None) -> list[Finding]:
+          baseline_len: int, state: JoinState | None, held: frozenset[str]) -> list[Finding]:
     open_tracks = [t for t in tracks if t.opened]
     first = {t.key: t.first for t in tracks}
     if members is not None:
@@ -116,6 +134,7 @@ def _join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: in
     _join_split(findings, tracks)
     findings = _join_pending_links(findings, tracks, recent)
     _job_wide_links(findings, world)
+    recovering = _culprits_recovering(open_tracks, step, state)
     devices = [f for f in findings if f.scope == "device" and f.family == "perf"]
     by_metric: dict[tuple[str, str | None], list[Finding]] = {}
     for f in devices:
@@ -126,6 +145,11 @@ def _join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: in
         # job's devices all on one host are that host's (a 32-rank job of four 8-device hosts: a slow host's
         # devices drifting back to their power at its recovery opened a job incident beside the host's)
         many = len({(f.host, f.device) for f in same}) >= max(2, world // 4) and spread >= 2
+        owner = _recovering(same, recovering) if same[0].metric in LOAD_METRICS else None
+        if owner is not None:
+            for f in same:
+                f.key, f.scope, f.ranks, f.host, f.device = owner.key, owner.scope, list(owner.ranks), None, None
+            continue
         if many or spread >= DEVICE_JOB_HOSTS:
             for f in same:
                 f.key, f.scope, f.ranks, f.host, f.device = "job", "job", [], None, None
@@ -204,6 +228,10 @@ def _join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: in
     culprits = [f for f in _culprits_now(findings, first, step, since) if _explains(f, slow)]
     # a slow link (every inter-host group of one host slowed) flagged in an earlier step too
     culprits += [f for f in findings if f.rule == "SLOW_LINK" and since <= first.get(f.key, step) < step]
+    # ... or flagged now and back from a held incident of its own: a flapping link's next episode slows the steps
+    # it comes back with (a dip by coincidence is unlikely on a link that was this job's problem already; a
+    # 32-rank job opened a job SLOW_STEP incident beside the link's 4th episode)
+    culprits += [f for f in findings if f.rule == "SLOW_LINK" and f.key in held and not any(f is c for c in culprits)]
     # a split group (some members busy while the others idle: a job-wide slowdown cannot fake it) flagged in an
     # earlier step too, whose busy members account for the growth: it candidates a step or two before the
     # slow steps do and opens after them (moe_imbalance: a hot EP group opened beside the job's slow steps)
@@ -221,6 +249,33 @@ def _join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: in
     if joinable and len(joinable) <= few:
         slow.key, slow.scope = joinable[0].key, joinable[0].scope  # type: ignore[assignment]
     return findings
+
+
+def _culprits_recovering(open_tracks: list[OpenTrack], step: int, state: JoinState | None) -> list[Recovering]:
+    """The culprit incidents (rank, host, stage, group, link) open now or within RECOVERY_STEPS."""
+    now = {t.key: Recovering(t.key, t.scope, t.ranks, "SLOW_STEP" in t.rules, step)  # type: ignore[arg-type]
+           for t in open_tracks if t.scope in SLOW_CULPRIT_SCOPES and t.ranks}
+    if state is None:
+        return list(now.values())
+    seen = getattr(state, "culprits_seen", None)  # a JoinState pickled before the field existed has none
+    if seen is None:
+        seen = state.culprits_seen = {}
+    seen.update(now)
+    for key in [k for k, v in seen.items() if step - v.seen > RECOVERY_STEPS]:
+        del seen[key]
+    return list(seen.values())
+
+
+def _recovering(same: list[Finding], culprits: list[Recovering]) -> Recovering | None:
+    """The culprit whose sway holds every device of `same` (one rule and load metric): its own ranks, or every
+    rank of a culprit that slowed the job's steps (the others wait on it in every collective). A culprit's onset
+    shifts the load, power and temperature of the devices it sways against the job's, and so does its recovery;
+    that drift is the culprit's, not a device's, host's or the job's own problem (a 2-stage 32-rank job: a job
+    R2 incident on devices of both stages opened 3 steps after its slow stage recovered; on a 4-stage one, R2
+    incidents of 2-3 hosts while the stage was slow)."""
+    ranks = {r for f in same for r in f.ranks}
+    held = [c for c in culprits if ranks and (c.job_wide or ranks <= set(c.ranks))]
+    return max(held, key=lambda c: (c.seen, c.key)) if held else None
 
 
 def _since_baseline(findings: list[Finding], slow: Finding, mid: int, first: dict[str, int], step: int,
@@ -295,15 +350,18 @@ def _culprits_now(findings: list[Finding], first: dict[str, int], step: int, sin
 
 
 def _join_throughput(findings: list[Finding], first: dict[str, int], step: int, since: int, few: int) -> None:
-    """Job-wide R3 on step throughput in a step the slow-step scope did not find slow, beside a
-    culprit flagged now that began with it (a few keys at most): the culprit's toll on the job's
-    throughput, a slowdown below the slow-step scope's robust sigmas. It joins that culprit; it
-    never opens an incident of its own (a candidate it joins persists by the culprit's findings)."""
+    """Job-wide R3 on step throughput, or R4 on a kernel's efficiency, in a step the slow-step scope did not
+    find slow, beside a culprit flagged now that began with it (a few keys at most): the culprit's toll on the
+    job's throughput, a slowdown below the slow-step scope's robust sigmas, or on the job's median kernel (a
+    slow stage of a 2-stage pipeline is half the job's ranks: its kernels move the job's median). It joins
+    that culprit; it never opens an incident of its own (a candidate it joins persists by the culprit's
+    findings)."""
     culprits = _culprits_now(findings, first, step, since)
     if not culprits or len({f.key for f in culprits}) > few:
         return
     for f in findings:
-        if f.key == "job" and f.rule == "R3" and f.metric == "step_throughput" and f.family == "perf":
+        if f.key == "job" and f.family == "perf" and (
+                (f.rule == "R3" and f.metric == "step_throughput") or f.rule == "R4"):
             _attach(f, culprits[0])
 
 

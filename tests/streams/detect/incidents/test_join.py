@@ -421,3 +421,52 @@ def test_a_split_group_opening_after_a_device_incident_of_its_members_continues_
     for step in range(62, 66):
         ids |= {o.incident_id for o in other.observe(step, [group(step)], 0) if isinstance(o, Incident)}
     assert len(ids) == 2
+
+
+def test_devices_drifting_as_a_slow_stage_recovers_are_the_stages_not_the_jobs() -> None:
+    # a 2-stage 32-rank job: every rank waits on a slow stage in each collective, so the devices of both stages
+    # shift their power with its onset and again as it recovers; that drift, 3 steps after the stage's incident
+    # was last open, opened a job R2 incident of its own (bench.detection.replay --ranks 32: 6 of 8 seeds)
+    stage = OpenTrack("stage:0", "stage", "busy_ms", 60, ranks=tuple(range(16)), rules=("SLOW_STAGE", "SLOW_STEP"))
+    state = JoinState()
+    join([_slow_step(89)], 32, [stage], 89, state=state)
+    drift = [_device("R2", 8 * h + d, f"node-{h}", d) for h in (0, 2) for d in range(4)]
+    after = join(drift, 32, [], 93, state=state)
+    assert {(f.key, f.scope) for f in after} == {("stage:0", "stage")}
+    later = join([_device("R2", 8 * h + d, f"node-{h}", d) for h in (0, 2) for d in range(4)], 32, [], 93 + 11,
+                 state=state)
+    assert {(f.key, f.scope) for f in later} == {("job", "job")}, "past RECOVERY_STEPS the drift is the job's"
+    # a stage that never slowed the job's steps sways its own devices only
+    quiet = OpenTrack("stage:1", "stage", "busy_ms", 60, ranks=tuple(range(16, 32)), rules=("SLOW_STAGE",))
+    other = join([_device("R2", 8 * h + d, f"node-{h}", d) for h in (0, 1) for d in range(4)], 32, [quiet], 70,
+                 state=JoinState())
+    assert {(f.key, f.scope) for f in other} == {("job", "job")}
+    own = join([_device("R2", 8 * h + d, f"node-{h}", d) for h in (2, 3) for d in range(4)], 32, [quiet], 70,
+               state=JoinState())
+    assert {(f.key, f.scope) for f in own} == {("stage:1", "stage")}
+
+
+def test_a_kernels_efficiency_dip_at_job_scope_beside_a_slow_stage_flagged_now_is_the_stages() -> None:
+    # a slow stage of a 2-stage pipeline is half the job's ranks: its kernels move the job's median kernel
+    # efficiency (R4 at job scope) in the stage's first step, before any slow step; it opened an incident of its
+    # own beside the stage's (bench.detection.replay --ranks 32, slow_pp_stage seed 2)
+    stage = Finding(rule="SLOW_STAGE", key="stage:0", scope="stage", step=60, summary="stage 0 slow",
+                    ranks=list(range(16)), observed=1324.0, expected=1051.0)
+    r4 = Finding(rule="R4", key="job", scope="job", step=60, summary="kernel below", metric="B2:4096x4096x2752")
+    out = join([stage, r4], 32, [], 60)
+    assert {(f.rule, f.key) for f in out} == {("SLOW_STAGE", "stage:0"), ("R4", "stage:0")}
+    alone = join([Finding(rule="R4", key="job", scope="job", step=60, summary="kernel below", metric="B2")], 32,
+                 [], 60)
+    assert [(f.rule, f.key) for f in alone] == [("R4", "job")], "without a culprit it is the job's"
+
+
+def test_a_flapping_links_next_episode_takes_the_slow_steps_it_comes_back_with() -> None:
+    # a link flapping every 30 steps: its held incident comes back with the steps it slows; flagged in that step
+    # only, it did not take them, and a 32-rank job opened a job SLOW_STEP incident beside the link's 4th episode
+    def link() -> Finding:
+        return Finding(rule="SLOW_LINK", key="link:node-2/rdma", scope="link", step=110, summary="link",
+                       ranks=list(range(16, 24)), host="node-2", link="node-2/rdma")
+    back = join([link(), _slow_step(110)], 32, [], 110, held=frozenset({"link:node-2/rdma"}))
+    assert {(f.rule, f.key) for f in back} == {("SLOW_LINK", "link:node-2/rdma"), ("SLOW_STEP", "link:node-2/rdma")}
+    first_time = join([link(), _slow_step(110)], 32, [], 110)
+    assert ("SLOW_STEP", "job") in {(f.rule, f.key) for f in first_time}, "a link's first dip in one step: not yet"
