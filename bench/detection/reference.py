@@ -59,7 +59,7 @@ def feed(jobs: list[FleetJob], fleet: FleetEngine, later: dict[str, int] | None 
 
     def send(topic: str, key: bytes, value: bytes) -> None:
         job = key.decode().split("/", 1)[0]
-        if job in held and (lag_jobs_topic or topic != "jobs"):
+        if job in held and (lag_jobs_topic or topic != Topics("").jobs):
             held[job][-1].append(value)
         else:
             buffer.append(value)

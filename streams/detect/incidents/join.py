@@ -274,8 +274,8 @@ def _recovering(same: list[Finding], culprits: list[Recovering]) -> Recovering |
     R2 incident on devices of both stages opened 3 steps after its slow stage recovered; on a 4-stage one, R2
     incidents of 2-3 hosts while the stage was slow)."""
     ranks = {r for f in same for r in f.ranks}
-    held = [c for c in culprits if ranks and (c.job_wide or ranks <= set(c.ranks))]
-    return max(held, key=lambda c: (c.seen, c.key)) if held else None
+    swaying = [c for c in culprits if ranks and (c.job_wide or ranks <= set(c.ranks))]
+    return max(swaying, key=lambda c: (c.seen, c.key)) if swaying else None
 
 
 def _since_baseline(findings: list[Finding], slow: Finding, mid: int, first: dict[str, int], step: int,
