@@ -120,13 +120,14 @@ class ControlTopicFollower(DaemonLoop):
             raise RuntimeError(f"control topic {self._topic} not found")
         tps = [TopicPartition(self._topic, p) for p in sorted(parts)]
         consumer.assign(tps)
+        # The end offsets first, then the times: a partition with no record since since_ms starts at the
+        # end it had BEFORE that answer, so a record written meanwhile is read. (seek_to_end would be
+        # resolved lazily at the first poll, after records written since were skipped.)
+        ends = consumer.end_offsets(tps)
         offsets = consumer.offsets_for_times(dict.fromkeys(tps, self.since_ms))
         for tp in tps:
             found = offsets.get(tp)
-            if found is None:
-                consumer.seek_to_end(tp)
-            else:
-                consumer.seek(tp, found.offset)
+            consumer.seek(tp, ends[tp] if found is None else found.offset)
         return consumer
 
 
