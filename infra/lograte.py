@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 # Loggers that flood while a broker or ClickHouse is away: the Kafka clients, Faust/mode and
 # the land worker (one "landing failed" / "dead letter" line per batch or message).
-CLIENT_LOGGERS = ("aiokafka", "kafka", "faust", "mode", "streams.land.app", "sinks.lander")
+CLIENT_LOGGERS = ("aiokafka", "kafka", "faust", "mode", "streams.land.worker", "sinks.lander")
 
 
 _DECIDED = "_steplens_rate_limit"  # per-record memo: one decision however many handlers ask

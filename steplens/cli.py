@@ -391,7 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
     help_text = "simulated job with injected faults through the real pipeline (steplens demo --help: its options)"
     p = sub.add_parser("demo", help=help_text, description=help_text, add_help=False)  # --help is the demo's
     p.set_defaults(handler=_demo, rest=[])
-    p = add("worker", _worker, "run one Faust worker in the foreground")
+    p = add("worker", _worker, "run one worker (detect, land, parse, ...) in the foreground")
     p.add_argument("--role", choices=("detect", "land", "parse", "alerts", "mitigate"), required=True)
     p.add_argument("--loglevel", default="info")
     alerts = sub.add_parser("alerts", help="hand incidents to Prometheus Alertmanager",

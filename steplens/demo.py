@@ -1,6 +1,6 @@
 """`make demo`: a simulated cluster with injected faults through the real pipeline.
 
-Starts Kafka (and the ClickHouse server when asked), the two Faust workers, then runs a
+Starts Kafka (and the ClickHouse server when asked), the detect and land workers, then runs a
 64-rank DP8×TP4×PP2 job with one straggling rank and a few slow steps, plus a handful of
 malformed events. It listens on the alerts topic like any downstream consumer, waits
 until both workers have caught up (consumer lag 0), stops them, reads the landed history

@@ -1,9 +1,11 @@
 """`python -m streams worker --role detect|land|parse|alerts|decode|mitigate`: one steplens worker, in the foreground.
 
-`alerts` is the Alertmanager bridge (streams/alerts/, posting to `alertmanager_url`) and `decode` the detect
-stage's decode loop as a worker of its own (streams/detect/ingest/worker.py; the detect worker runs it itself
-unless `detect_runs_decode` is off), `mitigate` the mitigation policy acting through Slurm (streams/mitigate/):
-plain kafka-python loops without Faust, stopped by SIGTERM / SIGINT after the post, batch or round in hand.
+`detect` and `parse` are Faust apps (the stream processors that window by domain, and profile parsing).
+`land` (streams/land/worker.py), `alerts` the Alertmanager bridge (streams/alerts/, posting to
+`alertmanager_url`), `decode` the detect stage's decode loop as a worker of its own
+(streams/detect/ingest/worker.py; the detect worker runs it itself unless `detect_runs_decode` is off) and
+`mitigate` the mitigation policy acting through Slurm (streams/mitigate/) are plain kafka-python loops
+without Faust, stopped by SIGTERM / SIGINT after the post, batch or round in hand.
 
 Start-up and shutdown are built for a broker that may be away: topic creation is retried
 (streams/topics_admin.py), Kafka client errors are rate-limited (infra/lograte.py), and
@@ -45,13 +47,9 @@ def create_app(settings: Settings, role: Role) -> faust.App:
         from streams.detect.app import create_detect_app
 
         return create_detect_app(settings)
-    if role == "parse":
-        from streams.profiles.app import create_parse_app
+    from streams.profiles.app import create_parse_app
 
-        return create_parse_app(settings)
-    from streams.land.app import create_land_app
-
-    return create_land_app(settings)
+    return create_parse_app(settings)
 
 
 class _Stopper:
@@ -109,7 +107,7 @@ class _Worker(Worker):
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m streams")
     sub = parser.add_subparsers(dest="command", required=True)
-    worker = sub.add_parser("worker", help="run a Faust worker")
+    worker = sub.add_parser("worker", help="run one worker in the foreground")
     worker.add_argument("--role", choices=("detect", "land", "parse", "alerts", "decode", "mitigate"), required=True)
     worker.add_argument("--loglevel", default="info")
     args = parser.parse_args(argv)
@@ -161,6 +159,10 @@ def main(argv: list[str] | None = None) -> None:
                       "worker) owns an embedded store; run more land or parse workers against a ClickHouse server "
                       "(STEPLENS_CLICKHOUSE_URL, docs/scaling.md)", settings.embedded_path, why)
             sys.exit(2)
+    if args.role == "land":
+        from streams.land.worker import run_land
+
+        sys.exit(run_land(settings, stopper.requested))
     app = create_app(settings, args.role)
     faust_worker = _Worker(app, loglevel=args.loglevel, quiet=True, stopper=stopper)
     faust_worker.execute_from_commandline()

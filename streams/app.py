@@ -1,7 +1,8 @@
 """The Faust apps' common ground: one base app per role, raw topics, the workers' Kafka timeouts.
 
-`detect` (windows + analyses -> alerts, `streams/detect/app.py`) and `land` (everything ->
-ClickHouse, `streams/land/app.py`) are two apps with two consumer groups on purpose: a
+`detect` (windows + analyses -> alerts, `streams/detect/app.py`) and `parse` (profile dumps ->
+diagnoses, `streams/profiles/app.py`) are the Faust apps; landing (everything -> ClickHouse,
+`streams/land/worker.py`) is a plain loop in a consumer group of its own, on purpose: a
 ClickHouse outage stalls landing but never detection, and a burst of detection work never
 delays landing. Agents run with concurrency=1: windows and detectors keep state that must
 see records in order (faust-streaming issue #606). The role switch (`create_app`) is in the
@@ -22,7 +23,7 @@ from infra.files import private_dir
 from infra.settings import Settings
 from streams.faust_transport import App
 
-Role = Literal["detect", "land", "parse"]
+Role = Literal["detect", "parse"]  # the Faust roles
 
 
 def now_ns() -> int:

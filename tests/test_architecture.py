@@ -245,6 +245,30 @@ def test_a_launcher_use_is_found() -> None:
     assert launcher_users(graph) == ["infra.settings -> infra.launcher.config"]
 
 
+# Faust where the design card puts it: the stream processors that window by domain (detect) and profile
+# parsing, their shared base app and transport, the worker entry point that runs them, and the SCRAM glue
+# that builds their credentials. Landing, decode, alerts and mitigation are plain loops (issue #47).
+FAUST_MAY_RUN_IN = ("streams.detect", "streams.profiles", "streams.app", "streams.faust_transport",
+                    "streams.__main__", "infra.clients")
+
+
+def faust_users(imports: dict[str, list[tuple[str, str | None]]]) -> list[str]:
+    return [f"{module} -> {target}" for module, targets in sorted(imports.items())
+            if not any(_within(module, ok) for ok in FAUST_MAY_RUN_IN)
+            for target, _ in targets if _within(target, "faust") or _within(target, "mode")]
+
+
+def test_faust_runs_only_the_windowing_and_parsing_stages() -> None:
+    found = faust_users({m: [(t, n) for _, t, n in imports] for m, (_, imports) in parsed().items()})
+    assert not found, "Faust outside detect and parse (land, decode, alerts are plain loops):\n" + "\n".join(found)
+
+
+def test_a_faust_use_is_found() -> None:
+    imports = {"streams.land.worker": [("faust.app.base", "BootStrategy")], "streams.detect.app": [("faust", None)],
+               "streams.land.loop": [("faustian", None)]}
+    assert faust_users(imports) == ["streams.land.worker -> faust.app.base"]
+
+
 # --- the checker itself -------------------------------------------------------------------------
 
 

@@ -22,8 +22,8 @@ commit order, outage and rebalance handling live there). Delivery, per batch:
    Polls that fail the same way are retried too (`infra.delivery.poll_through_outage`).
 
 Anything escaping a batch (a bug, a dead letter the broker refused) ends the thread with
-`failed` set and nothing committed; the app's watchdog then exits the process
-(`streams.land.app.crash_process`) and the restart re-reads from the committed offset.
+`failed` set and nothing committed; the worker then exits the process
+(`streams.land.worker.crash_process`) and the restart re-reads from the committed offset.
 The thread closes the lander when it ends (its chdb session is bound to this thread).
 """
 

@@ -14,9 +14,9 @@ from schemas import Topics, encode
 from sinks.lander import ClickHouseLander
 from sinks.rows import row_for
 from sinks.writer import BatchingWriter
-from streams.land.app import CRASH_EXIT_CODE
 from streams.land.loop import LandLoop, consumer_options
 from streams.land.processor import LandingProcessor
+from streams.land.worker import CRASH_EXIT_CODE
 from tests.sinks.fakes import FakeBackend
 from tests.sinks.samples import incident, step
 from tests.streams.helpers import step_event
@@ -234,7 +234,7 @@ def test_the_lander_retries_until_the_rows_land_and_never_writes_a_row_twice() -
 
 
 def test_crash_process_exits_the_whole_process_with_its_status() -> None:
-    code = "from streams.land.app import crash_process; crash_process(RuntimeError('boom')); print('survived')"
+    code = "from streams.land.worker import crash_process; crash_process(RuntimeError('boom')); print('survived')"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == CRASH_EXIT_CODE
     assert "survived" not in done.stdout
