@@ -170,11 +170,13 @@ class DetectionConfig:
     #                                  "" = none (STEPLENS_REFERENCE_MODELS); the fleet learns its own as well
     expected_warmup_steps: int = 5   # a job's first steps not judged (compile, caches, allocator)
     expected_steps: int = 10         # steps judged after them; the verdict comes then (step ~15, < 30)
-    expected_decide_by: int = 30     # no verdict by this many steps from the job's start: none (silent)
+    expected_decide_by: int = 30     # no verdict by this many steps from the job's start (from its first
+    #                                  reference on a fleet that just started): none (silent)
     expected_share: float = 0.8      # share of those steps a component must be below on
     expected_comm_ratio: float = 2.0  # a collective's transfer time >= this x its curve: half the fleet's bandwidth
     expected_compute_ratio: float = 0.85  # a kernel's FLOP/s <= this x the fleet's p50 (and below its p10)
-    expected_refit_s: float = 60.0   # the fleet refits its learned models at most this often (worker clock)
+    expected_refit_s: float = 60.0   # the fleet refits its learned models this often (worker clock), and
+    #                                  sooner for a job waiting for them (engine.WAITING_REFIT_FRAMES)
     expected_min_jobs: int = 3       # healthy jobs a learned kernel benchmark or curve needs before it judges
     expected_drift_jobs: int = 3     # fleet-wide drift: at least this many running jobs of one link class or
     expected_drift_share: float = 0.5  # device kind below together, and more than this share of those judged on

@@ -94,6 +94,13 @@ DRIFT_WAIT_FRAMES = 8
 # still to come (a wait only a backlog makes)
 DRIFT_LAG_WAIT_FRAMES = 24
 DRIFT_RESOLVE_TICKS = 100  # ticks (~0.1-1 s each) without a fleet-wide drift before its incident resolves
+# a job waiting for the fleet's models (being judged, past its warm-up) has them refitted every this many of its
+# frames, not only every `expected_refit_s`: on a fleet that just started (a fresh worker, the first jobs of a
+# kind) a 60-s cadence let every job pass `expected_decide_by` before any model existed, and none was judged
+WAITING_REFIT_FRAMES = 4
+# ... while refitting takes at most this share of the worker's time (a fleet of thousands of jobs: its models
+# exist, and the `expected_refit_s` cadence keeps them current)
+WAITING_REFIT_SHARE = 0.05
 
 
 def input_lagging(chunk: Chunk, batch_max: int, now_ns: int) -> bool | None:
@@ -621,6 +628,10 @@ class FleetEngine:
     learner: expected.FleetLearner = field(default_factory=expected.FleetLearner)
     drift_book: IncidentBook = field(default_factory=lambda: IncidentBook(job="fleet"))  # fleet-wide drift
     drift_round: int = 0  # the drift book's "step": one per refit
+    # per job waiting for the models, its judged frames at the last refit; the refits' cost and since when
+    refit_frames: dict[str, int] = field(default_factory=dict)
+    refit_cost_s: float = 0.0
+    refit_since: float = field(default_factory=time.perf_counter)
 
     def __post_init__(self) -> None:
         if self.cfg.reference_models and self.learner.base is None:
@@ -628,13 +639,32 @@ class FleetEngine:
                 self.learner.base = ReferenceModels.from_json(fh.read())
 
     def learn(self, now_ns: int, force: bool = False) -> None:
-        """Pool what the jobs under no incident show and refit, at most every `expected_refit_s`."""
-        if not force and now_ns - self.learner.refit_ns < self.cfg.expected_refit_s * 1e9:
+        """Pool what the jobs under no incident show and refit, every `expected_refit_s`, and sooner for a job
+        waiting for the models (`WAITING_REFIT_FRAMES` of its frames since the last refit)."""
+        waiting = self._waiting()
+        if not force and now_ns - self.learner.refit_ns < self.cfg.expected_refit_s * 1e9 and not (
+                any(frames - self.refit_frames.get(name, 0) >= WAITING_REFIT_FRAMES
+                    for name, frames in waiting.items())
+                and self.refit_cost_s <= WAITING_REFIT_SHARE * (time.perf_counter() - self.refit_since)):
             return
+        t0 = time.perf_counter()
         self.learner.refit_ns = now_ns
         for name, engine in self.jobs.items():
             self._teach(name, engine)
         self.learner.refit(self.cfg.expected_min_jobs)
+        self.refit_frames = waiting
+        self.refit_cost_s += time.perf_counter() - t0
+
+    def _waiting(self) -> dict[str, int]:
+        """The running jobs still being judged against the fleet, past their warm-up: each one's frames so far."""
+        warmup = self.cfg.expected_warmup_steps
+        out: dict[str, int] = {}
+        for name, engine in self.jobs.items():
+            state = getattr(engine, "expected", None)
+            if state is not None and state.frames > warmup and not (engine.ended or engine.stopped) \
+                    and expected.judging(state):
+                out[name] = state.frames
+        return out
 
     def judge_drift(self, now_ns: int) -> list[Output]:
         """Fleet-wide drift, every tick: one incident (job "fleet") when most running jobs of one link class or
@@ -684,7 +714,8 @@ class FleetEngine:
         if engine.book.open_incidents() or state.below:
             self.learner.take(name, state, healthy=False)  # under an incident: it teaches nothing
         elif not engine.book.tracks:  # a candidate may become one: its figures wait
-            self.learner.take(name, state, healthy=True)
+            running = not (engine.ended or engine.stopped)
+            self.learner.take(name, state, healthy=True, judging=expected.judging(state) if running else frozenset())
 
     def evict(self, job: str) -> JobEngine:
         """Let a finished job's state go (its final snapshot is on the state topic), remembering that it

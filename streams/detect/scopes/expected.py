@@ -52,6 +52,7 @@ OP_NAMES = {"allreduce": "all-reduce", "allgather": "all-gather", "reducescatter
             "alltoall": "all-to-all", "broadcast": "broadcast", "send": "send", "recv": "recv"}
 LINK_NAMES = {"intra": "intra-host HCCS/NVLink", "inter": "inter-host RDMA", "tcp": "TCP"}
 LEARN_KEEP = 32  # per-frame figures a job keeps per curve or kernel for the fleet to learn from
+NO_REFERENCE_DECIDE_BY = 4  # no verdict after this many x `expected_decide_by` frames, reference or not
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +90,8 @@ class ExpectedState:
     cleared: list[str] = field(default_factory=list)  # ... and "matches the fleet" (judged no more)
     reviewed: list[str] = field(default_factory=list)  # below verdicts the fleet's drift judgement has seen
     below_frame: int = 0            # the frame of the job's first "below" verdict (0: none)
+    # per kind of component ("comm", "compute"): the frame one was first judged against a reference
+    first_judged: dict[str, int] = field(default_factory=dict)
     # what the fleet may learn from this job (pooled while it has no incident): curve -> (bytes, ns) per call,
     # "kernel|device kind" -> FLOP/s; the job's per-frame medians, the newest LEARN_KEEP
     learned_comm: dict[tuple[str, str, int], list[tuple[float, float]]] = field(default_factory=dict)
@@ -218,7 +221,7 @@ def evaluate(frame: Frame, topo: Topology, state: ExpectedState, params: Params,
             flags.append(c.below)
             del flags[:-params.expected_steps]
             continue
-        if state.decided:
+        if state.decided or _closed(state, c.kind, params):
             continue  # past `expected_decide_by`: no new verdict
         flags.append(c.below)
         state.judged.setdefault(c.name, []).append(c.ratio)
@@ -228,7 +231,12 @@ def evaluate(frame: Frame, topo: Topology, state: ExpectedState, params: Params,
                 state.below_frame = state.below_frame or state.frames
             else:
                 state.cleared.append(c.name)
-    if state.frames >= params.expected_decide_by:
+    first = getattr(state, "first_judged", None)
+    if first is None:  # a snapshot from before the field
+        first = state.first_judged = {}
+    for c in comps:
+        first.setdefault(c.kind, state.frames)
+    if _decided(state, params):
         state.decided = True
     now_below = [c for c in comps if c.name in state.below
                  and sum(state.flagged[c.name][-params.expected_steps:]) >= params.expected_share
@@ -236,6 +244,26 @@ def evaluate(frame: Frame, topo: Topology, state: ExpectedState, params: Params,
     if not now_below:
         return state, []
     return state, [_finding(frame, now_below, params)]
+
+
+def _closed(state: ExpectedState, kind: str, params: Params) -> bool:
+    """Whether the verdicts of a kind of component ("comm", "compute") are over: `expected_decide_by` frames
+    from the job's start, counted from the first frame the fleet had a reference for that kind. A fleet that
+    just started (a fresh worker, the first jobs of a kind) has no models for a job's first frames, and those
+    frames may reach the engine in one backlog (the job's device kind, which its kernels are judged by, with
+    them): the window then opens when the models come, so a job slow from its start is still found."""
+    first = state.first_judged.get(kind)
+    return first is not None and state.frames - first + 1 > params.expected_decide_by - params.expected_warmup_steps
+
+
+def _decided(state: ExpectedState, params: Params) -> bool:
+    """No verdict to come: every kind the job shows (collectives; FLOP-counted kernels on a known device
+    kind) past its window (`_closed`: a kind with no reference yet is still open), or
+    `NO_REFERENCE_DECIDE_BY` x `expected_decide_by` frames from the job's start."""
+    kinds = shown(state)
+    if kinds and all(_closed(state, kind, params) for kind in kinds):
+        return True
+    return state.frames >= NO_REFERENCE_DECIDE_BY * params.expected_decide_by
 
 
 def _finding(frame: Frame, below: list[Component], params: Params) -> Finding:
@@ -318,6 +346,25 @@ def fit_reference(comm: dict[tuple[str, str, int], list[list[tuple[float, float]
     return ReferenceModels(version=version, stack=stack, curves=tuple(curves), kernels=kernels)
 
 
+def _fleet_bench(ref: ReferenceModels, key: tuple[str, str]) -> bool:
+    bench = ref.kernel_bench(*key)
+    return bench is not None and bench.source == "fleet"
+
+
+def shown(state: ExpectedState) -> set[str]:
+    """The kinds of component the job shows: collectives, FLOP-counted kernels on a known device kind."""
+    return set(getattr(state, "first_judged", None) or ()) | {
+        kind for kind, figures in (("comm", state.learned_comm), ("compute", state.learned_flops)) if figures}
+
+
+def judging(state: ExpectedState) -> frozenset[str]:
+    """The kinds of component a job shows, has no verdict on yet and may still get one on."""
+    if state.decided:
+        return frozenset()
+    done = {name.split(":", 1)[0] for name in (*state.below, *state.cleared)}
+    return frozenset(shown(state) - done)
+
+
 @dataclass(slots=True)
 class FleetLearner:
     """What the fleet learned from its healthy jobs, refitted at a bounded rate (FleetEngine).
@@ -335,15 +382,28 @@ class FleetLearner:
     current: ReferenceModels | None = None
     jobs_kept: int = 512  # jobs whose figures the pool keeps (the newest)
 
-    def take(self, job: str, state: ExpectedState, healthy: bool) -> None:
+    def take(self, job: str, state: ExpectedState, healthy: bool, judging: frozenset[str] = frozenset()) -> None:
+        """`judging`: the kinds of component ("comm", "compute") the job is still being judged on. What it
+        shows of those is no reference for its own verdict (a drift of many jobs would teach the fleet its
+        own slowness): it adds only curves and kernels the fleet has no model for yet (a fleet that just
+        started learns from its first jobs), and keeps what it gave before, until its verdict is in."""
         if not healthy:
             self.comm.pop(job, None)
             self.flops.pop(job, None)
             return
+        ref = self.reference() if judging else None
         if state.learned_comm:
-            self.comm[job] = {k: v[-LEARN_KEEP:] for k, v in state.learned_comm.items()}
+            comm = {k: v[-LEARN_KEEP:] for k, v in state.learned_comm.items()}
+            if "comm" in judging:
+                comm = {**{k: v for k, v in comm.items() if ref is None or ref.curve(k[0], k[1], k[2]) is None},
+                        **self.comm.get(job, {})}
+            self.comm[job] = comm
         if state.learned_flops:
-            self.flops[job] = {k: float(np.median(v)) for k, v in state.learned_flops.items() if v}
+            flops = {k: float(np.median(v)) for k, v in state.learned_flops.items() if v}
+            if "compute" in judging:
+                flops = {**{k: v for k, v in flops.items() if ref is None or not _fleet_bench(ref, k)},
+                         **self.flops.get(job, {})}
+            self.flops[job] = flops
         for pool in (self.comm, self.flops):
             while len(pool) > self.jobs_kept:
                 del pool[next(iter(pool))]

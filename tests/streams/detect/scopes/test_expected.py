@@ -97,6 +97,21 @@ def test_fleet_learns_online_from_healthy_jobs_only() -> None:
     assert "socket_fallback-64-s6" not in fleet.learner.comm
 
 
+def test_a_fresh_fleet_finds_a_job_slow_from_its_start_among_the_jobs_started_with_it() -> None:
+    """No export, no history, the default refit cadence (60 s) longer than the whole run, every job started
+    together: the fleet learns from the jobs being judged and refits as they wait (every few of their frames),
+    so the job slow from its start is found and the others stay quiet (a fresh worker: none was judged)."""
+    fleet = FleetEngine(DetectionConfig())
+    healthy = [FleetJob(f"h{i}", Topology(dp=8, tp=tp, pp=pp, ep=1), 40, (), 30 + i)  # DP groups of 8 over hosts
+               for i, (tp, pp) in enumerate(((4, 1), (2, 1), (2, 2), (4, 2)))]
+    slow = scenario_job("socket_fallback", steps=40, seed=6)
+    out = feed([*healthy, slow], fleet)
+    opened = [o for o in out if isinstance(o, Incident) and o.state == "open"]
+    assert [(o.rule, o.job) for o in opened] == [("BELOW_EXPECTED", slow.job_id)]
+    assert opened[0].step_first is not None and opened[0].step_first < 30  # the bar of a fleet with its models
+    assert opened[0].cause is not None and opened[0].cause.startswith("network")
+
+
 def test_fleet_wide_drift_is_one_fleet_incident(reference: Path) -> None:
     """Most running jobs of one link class below together: ONE fleet-scope incident listing them (job "fleet"),
     while a healthy job beside them stays quiet."""
