@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 
 CRASH_EXIT_CODE = 70  # EX_SOFTWARE: the supervisor restarts the worker, which re-reads un-acked input
 REPORT_EVERY_S = 10.0
+# a stop waits this long for the batch in hand (an insert retried while ClickHouse is away never ends); then the
+# worker leaves without committing it (the next worker reads it again), as the Faust workers' watchdog does
+STOP_GRACE_S = 15.0
 
 
 def crash_process(reason: BaseException) -> None:
@@ -77,7 +80,12 @@ def run_land(settings: Settings, stop: threading.Event | None = None) -> int:
                 log.info("land counts %s rows %s failures %d batches %d", processor.counts, lander.rows_written,
                          lander.write_failures, loop.batches)
         # the loop's thread closes the lander as it ends (the embedded session is bound to that thread)
-        loop.stop()
+        loop.stop(STOP_GRACE_S)
     if loop.failed is not None:
         crash_process(loop.failed)
+    if loop.is_alive():  # the batch in hand still inserting: leave now (an exit with chdb's session open crashes)
+        log.warning("the batch in hand did not finish within %.0f s of the stop (ClickHouse away?): exiting "
+                    "without committing it; the next land worker reads it again", STOP_GRACE_S)
+        logging.shutdown()
+        os._exit(0)
     return 0

@@ -241,6 +241,39 @@ def test_crash_process_exits_the_whole_process_with_its_status() -> None:
     assert "boom" in done.stderr
 
 
+STUCK_STOP = """
+import threading, time
+import streams.land.worker as w
+w.STOP_GRACE_S = 0.5
+class Stuck(threading.Thread):  # a loop whose batch in hand never finishes inserting (ClickHouse away)
+    failed = None
+    batches = 0
+    def __init__(self, *args):
+        super().__init__(daemon=True)
+        self.metrics = type("M", (), {"serve": lambda *a: None})()
+    def run(self):
+        time.sleep(3600)
+    def stop(self, timeout=30.0):  # ConsumerLoop.stop's default
+        self.join(timeout)
+w.LandLoop = Stuck
+w.ClickHouseLander = lambda settings: None
+w.LandingProcessor = lambda *a, **k: None
+stop = threading.Event(); stop.set()
+from infra.settings import load_settings
+print("returned", w.run_land(load_settings({}), stop))
+"""
+
+
+def test_a_stop_leaves_a_batch_that_never_finishes_inserting_within_its_grace() -> None:
+    """SIGTERM while the batch in hand waits on ClickHouse: the worker exits 0 after the grace, the batch
+    uncommitted (before: it returned and exited normally with the loop's thread still holding the store)."""
+    done = subprocess.run([sys.executable, "-c", STUCK_STOP], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert "returned" not in done.stdout
+    assert "did not finish" in done.stderr
+
+
 def test_land_fetches_wait_on_the_broker_for_a_batch_worth_not_each_few_records() -> None:
     """A filling batch waits `sink_batch_seconds` anyway: a fetch answered at once with whatever had come in
     (kafka-python's fetch_min_bytes=1) made the land worker's polls ~2/3 of the broker's CPU per event."""
