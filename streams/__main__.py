@@ -34,11 +34,11 @@ from infra.lograte import install_rate_limit
 from infra.settings import Settings, load_settings
 from schemas import Topics
 from streams.app import Role
+from streams.runtime import STOP_GRACE_S
 from streams.topics_admin import TopicsUnavailable, ensure_topics
 
 log = logging.getLogger("streams.worker")
 
-STOP_GRACE_S = 15.0  # a graceful stop that takes longer than this is cut short (exit 0)
 
 
 def create_app(settings: Settings, role: Role) -> faust.App:

@@ -66,6 +66,9 @@ HELD_POLL_MS = 100  # while a rebalance holds the batch in hand
 # no poll waits longer than this: a stop is seen within it (kafka-python's poll cannot be woken). A landing batch
 # waits up to `sink_batch_seconds` (5 s) for records, and one poll that long made every SIGTERM of land take ~4 s
 MAX_POLL_MS = IDLE_POLL_MS
+# every worker's graceful stop is cut short after this (exit 0: what was not committed is read again): Faust's
+# shutdown waiting on a dead broker (streams/__main__.py), a landing batch still inserting (streams/land/worker.py)
+STOP_GRACE_S = 15.0
 
 
 class Record(Protocol):

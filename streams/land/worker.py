@@ -35,15 +35,12 @@ from sinks.lander import ClickHouseLander
 from streams.land.loop import LandLoop
 from streams.land.processor import LandingProcessor
 from streams.metrics import Announce
-from streams.runtime import stop_on_signals
+from streams.runtime import STOP_GRACE_S, stop_on_signals
 
 log = logging.getLogger(__name__)
 
 CRASH_EXIT_CODE = 70  # EX_SOFTWARE: the supervisor restarts the worker, which re-reads un-acked input
 REPORT_EVERY_S = 10.0
-# a stop waits this long for the batch in hand (an insert retried while ClickHouse is away never ends); then the
-# worker leaves without committing it (the next worker reads it again), as the Faust workers' watchdog does
-STOP_GRACE_S = 15.0
 
 
 def crash_process(reason: BaseException) -> None:
