@@ -100,8 +100,8 @@ def step_times(messages: list[tuple[str, bytes]]) -> dict[str, dict[int, float]]
 
 def true_slowdown(steps: dict[int, float], start: int, end: int | None) -> float:
     """Share of throughput the fault cost over its whole window (the warm-up's first 5 steps left out): the
-    policy's own measure (`measured_slowdown`) on the fault's steps rather than the incident's; 0 when it
-    cost nothing."""
+    policy's own measure (`measured_slowdown`: the window's mean step time against the median before) on the
+    fault's steps rather than the incident's; 0 when it cost nothing."""
     return measured_slowdown([(s, t) for s, t in steps.items() if s >= 5], start, end) or 0.0
 
 

@@ -24,6 +24,13 @@ def test_the_steps_of_the_incident_against_the_steps_before_it() -> None:
     assert measured_slowdown(pace, None, None) is None
 
 
+def test_an_intermittent_fault_costs_the_job_every_slow_step_it_pays() -> None:
+    """Throttled 3 steps in 8 by a third (a power brown-out's rhythm): the job pays the mean, ~11 %, though
+    the median step of the window is a healthy one."""
+    pace = [(s, 100.0) for s in range(20)] + [(s, 133.0 if s % 8 >= 5 else 100.0) for s in range(20, 84)]
+    assert measured_slowdown(pace, 20, 83) == pytest.approx(1 - 100 / (100 + 33 * 3 / 8), abs=1e-6)
+
+
 @pytest.mark.clickhouse
 def test_the_worker_reads_the_jobs_pace_from_the_history(tmp_path: Path) -> None:
     backend = EmbeddedBackend(tmp_path / "chdb", "steplens")
