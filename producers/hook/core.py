@@ -53,7 +53,7 @@ from producers.hook.gc_timing import GcTimer
 from producers.hook.identity import RankInfo, launcher_attempt
 from producers.hook.memory import AllocatorStats
 from producers.hook.profiling import ProfilerBackend, ProfileRequest, ProfileResult
-from producers.hook.steps import PHASES, DoneStep, StepState, phase_totals, step_event
+from producers.hook.steps import TIMED_PHASES, DoneStep, StepState, phase_totals, step_event
 from schemas import ControlCommand, Domain, Event, JobEvent, ModelShape
 from schemas.kernel import CollectiveOp, CopyDirection, KernelCategory
 
@@ -579,6 +579,6 @@ def _register_lifecycle(hook: RankHook) -> None:
         os.register_at_fork(after_in_child=after_fork)
 
 
-# RankInfo and launcher_attempt live in producers/hook/identity.py, PHASES in steps.py; named here
+# RankInfo and launcher_attempt live in producers/hook/identity.py, TIMED_PHASES in steps.py; named here
 # too, where the hook's users have always found them.
-__all__ = ["PHASES", "Emitter", "HookStats", "RankHook", "RankInfo", "launcher_attempt"]
+__all__ = ["TIMED_PHASES", "Emitter", "HookStats", "RankHook", "RankInfo", "launcher_attempt"]

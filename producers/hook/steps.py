@@ -16,7 +16,7 @@ from schemas import Phases, StepEvent
 
 # the contract's phases a rank times itself, without their unit; `interstep_cpu` is the gap between two steps,
 # measured from their boundaries, not a timer
-PHASES = tuple(name.removesuffix("_ms") for name in Phases.NAMES if name != "interstep_cpu_ms")
+TIMED_PHASES = tuple(name.removesuffix("_ms") for name in Phases.NAMES if name != "interstep_cpu_ms")
 
 
 class StepState:
@@ -82,4 +82,4 @@ def step_event(d: DoneStep, ph: dict[str, float], peak_flops: float | None) -> S
     )
 
 
-__all__ = ["PHASES", "DoneStep", "StepState", "phase_totals", "step_event"]
+__all__ = ["TIMED_PHASES", "DoneStep", "StepState", "phase_totals", "step_event"]

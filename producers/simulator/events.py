@@ -17,7 +17,7 @@ import numpy as np
 import orjson
 
 from producers.simulator.conditions import DEVICE_MEM_GB
-from producers.simulator.model import PHASES
+from producers.simulator.model import BUSY_PHASES
 from schemas import Domain, Phases, StepEvent
 from schemas.version import CONTRACT_VERSION
 
@@ -108,7 +108,7 @@ class FrameEncoder:
         """Step and kernel_summary events per reporting rank; with `typed`, the step documents go there
         instead (and no summary is built)."""
         v = CONTRACT_VERSION
-        phases = {p: np.round(frame.phases[p], 3).tolist() for p in (*PHASES, "comm_exposed_ms")}
+        phases = {p: np.round(frame.phases[p], 3).tolist() for p in (*BUSY_PHASES, "comm_exposed_ms")}
         gc = frame.gc_count.tolist()
         reporting = np.flatnonzero(frame.reporting).tolist()
         want_steps = "step" in self.include or typed is not None
@@ -126,7 +126,7 @@ class FrameEncoder:
             lmad = np.round(frame.launch_mad_us, 2).tolist()
             other = np.rint(frame.other_ns).astype(np.int64).tolist()
             other_count = self.job.plan.other_count
-        names = (*PHASES, "comm_exposed_ms")
+        names = (*BUSY_PHASES, "comm_exposed_ms")
         offset = self._clock
         if frame.tokens_mul is not None:
             tokens = np.rint(self._tokens * frame.tokens_mul).astype(np.int64).tolist()

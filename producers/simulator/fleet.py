@@ -36,7 +36,7 @@ import numpy.typing as npt
 
 from producers.simulator.conditions import job_hardware, leak_pct
 from producers.simulator.ground_truth import GroundTruth
-from producers.simulator.model import PHASES, Hardware, ModelConfig, StepPlan, build_plan
+from producers.simulator.model import BUSY_PHASES, Hardware, ModelConfig, StepPlan, build_plan
 from producers.simulator.topology import Topology
 from producers.simulator.traits import (
     CLOCK_OFFSET_SIGMA_MS,
@@ -218,7 +218,7 @@ class StepFrame:
     start_ns: int
     end_ns: int
     completed: bool  # False once the job is halted: no step events, only device samples
-    phases: dict[str, FloatArray]  # PHASES + comm_exposed_ms, ms
+    phases: dict[str, FloatArray]  # BUSY_PHASES + comm_exposed_ms, ms
     gc_count: IntArray
     reporting: BoolArray
     k_count: IntArray  # [kinds, world]
@@ -242,7 +242,7 @@ class StepFrame:
 
     @property
     def busy_ms(self) -> FloatArray:
-        result: FloatArray = np.sum([self.phases[p] for p in PHASES], axis=0)
+        result: FloatArray = np.sum([self.phases[p] for p in BUSY_PHASES], axis=0)
         return result
 
 
@@ -533,7 +533,7 @@ class FleetJob:
                 phases[name] = phases[name] * arr
             for name, arr in fx.phase_add.items():
                 phases[name] = phases[name] + arr
-            busy = np.sum([phases[p] for p in PHASES], axis=0)
+            busy = np.sum([phases[p] for p in BUSY_PHASES], axis=0)
             # --- synchronisation -----------------------------------------------------------
             slowest = float(busy.max())
             tp_wait = group_max(busy, gids["tp"]) - busy if "tp" in domains else np.zeros(world)

@@ -21,7 +21,7 @@ from schemas.bandwidth import bus_factor
 
 # the contract's phases (schemas.columns.PHASES) the simulator models as a rank's busy time, in the order it
 # sums them (exposed communication is the rest; it models no `grad` phase)
-PHASES = ("data_ms", "forward_ms", "backward_ms", "optimizer_ms", "gc_ms", "interstep_cpu_ms")
+BUSY_PHASES = ("data_ms", "forward_ms", "backward_ms", "optimizer_ms", "gc_ms", "interstep_cpu_ms")
 
 IntArray = npt.NDArray[np.int64]
 

@@ -14,7 +14,7 @@ The general form counts, as the seed's per-module table does, every tensor autog
 the backward pass, in elements times their bytes (`_layer_activation_bytes`), and adds what a
 real PyTorch step holds besides them (the loss head, DDP's gradient buckets, the optimizer's
 temporaries, gradients kept by the loop). A step's peak is the largest of three moments
-(`PHASES`): the end of the forward pass, the start of the backward pass (the loss's gradients),
+(`PEAK_MOMENTS`): the end of the forward pass, the start of the backward pass (the loss's gradients),
 and the optimizer step; the estimate names the components of the winning moment.
 
 Pure: no I/O, no framework import.
@@ -44,7 +44,7 @@ Activation = ShapeActivation
 GradLifetime = ShapeGradLifetime
 OptimizerImpl = ShapeOptimizerImpl
 
-PHASES = ("forward_end", "backward_start", "optimizer")
+PEAK_MOMENTS = ("forward_end", "backward_start", "optimizer")
 
 # Tensors of width `ffn` an FFN keeps for backward, by activation function. GeLU/SiLU need
 # their input and the linear after them needs their output (two, the seed's 8sbh + 8sbh);
