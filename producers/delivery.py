@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
+from infra.backoff import Backoff
 from producers.exporter import ExportError, OutRecord
 
 # Drop reasons (keys of EmitterStats.dropped).
@@ -174,8 +175,6 @@ class Delivery:
         self.max_queue = max_queue
         self.batch_size = batch_size
         self.interval = flush_interval_s
-        self.backoff_min = retry_backoff_s
-        self.backoff_max = retry_backoff_max_s
         self.stall_s = stall_s
         self.has_spool = has_spool
         self.high_water = max(1, min(max_queue, max(batch_size, max_queue // 2)))
@@ -192,7 +191,7 @@ class Delivery:
         self.spool_pending = spool_pending
         self.spool_bytes = spool_bytes
         self.healthy = True
-        self.backoff = retry_backoff_s
+        self.backoff = Backoff(backoff=(retry_backoff_s, retry_backoff_max_s))
         self.retry_at = 0.0
         self.flush_requests = 0
         self.oldest_at = 0.0  # when the oldest queued record arrived
@@ -371,8 +370,7 @@ class Delivery:
         self.exported += delivered
         self.failures += 1
         self.healthy = False
-        self.retry_at = now + self.backoff
-        self.backoff = min(self.backoff * 2, self.backoff_max)
+        self.retry_at = now + self.backoff.next_delay()
         return was_healthy
 
     def on_stall(self) -> bool:
@@ -385,7 +383,7 @@ class Delivery:
         """The exporter works: the backoff starts over. True if it had been unhealthy (recovered)."""
         recovered = not self.healthy
         self.healthy = True
-        self.backoff = self.backoff_min
+        self.backoff.reset()
         self.retry_at = 0.0
         return recovered
 

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Self
 
+from infra.backoff import Backoff
 from infra.clients import kafka_client_config
 from infra.settings import Settings
 from producers.hook.core import RankHook
@@ -174,7 +175,7 @@ class RelayControlFollower(DaemonLoop):
         return self.hook.rank.job, self.hook.rank.rank
 
     def _run(self) -> None:
-        backoff = self._retry[0]
+        backoff = Backoff(self._stop.wait, self._retry)
         while not self._stop.is_set():
             ident = self._identity()
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -183,15 +184,14 @@ class RelayControlFollower(DaemonLoop):
                 sock.connect(self.path)
                 sock.sendall(encode_subscribe(Hello(job=ident[0], rank=ident[1], since_ms=self.since_ms)))
                 self._read(sock, ident, on_subscribed=lambda: self.ready.set())
-                backoff = self._retry[0]  # the identity changed, or we are stopping: subscribe again at once
+                backoff.reset()  # the identity changed, or we are stopping: subscribe again at once
                 continue
             except (OSError, FrameError) as exc:
                 log.debug("relay control subscription at %s ended: %s", self.path, exc)
             finally:
                 self.ready.clear()
                 sock.close()
-            self._stop.wait(backoff)
-            backoff = min(backoff * 2, self._retry[1])
+            backoff.pause()
 
     def _read(self, sock: socket.socket, ident: tuple[str, int], on_subscribed: Callable[[], None]) -> None:
         """Read pushes until stopped or the identity changed; raises when the relay goes away."""

@@ -105,3 +105,10 @@ def test_backoff_doubles_up_to_its_longest_pause_and_gives_up_when_told() -> Non
     backoff = Backoff(lambda s: bool(waits.append(s)) or len(waits) >= 6, (0.5, 3.0))
     assert [backoff.pause() for _ in range(6)] == [False] * 5 + [True]
     assert waits == [0.5, 1.0, 2.0, 3.0, 3.0, 3.0]
+
+
+def test_a_scheduled_backoff_doubles_without_waiting_and_starts_over_after_a_success() -> None:
+    backoff = Backoff(backoff=(0.5, 3.0))
+    assert [backoff.next_delay() for _ in range(5)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+    backoff.reset()
+    assert backoff.next_delay() == 0.5

@@ -74,7 +74,7 @@ def test_failures_back_off_doubling_up_to_the_cap_and_success_resets() -> None:
     d.enqueue_all(recs(4), 104.0, send_now=True)
     assert d.decide(105.0) == Decision(None, 106.0)
     assert d.decide(106.0).action == "export"
-    assert d.on_success() is True and d.retry_at == 0.0 and d.backoff == 0.5
+    assert d.on_success() is True and d.retry_at == 0.0 and d.backoff.delay == 0.5
     assert d.on_success() is False
 
 
