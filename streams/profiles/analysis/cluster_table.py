@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from streams.dixon import DIXON_Q995
-from streams.profiles.analysis.findings import Finding
+from streams.profiles.analysis.findings import ProfileFinding
 from streams.profiles.model import ClusterTable
 
 GAP_SHARE = 0.05  # mstt: max − min above 5 % of the mean step is an issue
@@ -211,13 +211,13 @@ def _where(v: StageVerdict) -> str:
     return f"{stage}({len(v.ranks)} ranks)"
 
 
-def step_table_findings(table: ClusterTable, exposed_share: float = 0.3) -> list[Finding]:
-    findings: list[Finding] = []
+def step_table_findings(table: ClusterTable, exposed_share: float = 0.3) -> list[ProfileFinding]:
+    findings: list[ProfileFinding] = []
     for v in stage_verdicts(table):
         step = int(v.step) if v.step.isdigit() else None
         share = v.evidence.get("exposed_comm_share", 0.0)
         if share >= exposed_share:  # the least-waiting rank's exposed communication is the stage's real cost
-            findings.append(Finding(
+            findings.append(ProfileFinding(
                 "exposed_communication",
                 f"{_where(v)}: even the rank that waits least has {share:.0%} of its step in exposed "
                 f"communication", {"exposed_comm_share": share, "overlap_ratio": v.evidence.get("overlap_ratio", 0.0)},
@@ -234,7 +234,7 @@ def step_table_findings(table: ClusterTable, exposed_share: float = 0.3) -> list
                 f"{v.evidence['others_median_comm_not_overlapped_ms']:.2f} ms); {why}")
         evidence = {**v.evidence, "max_gap_share": v.gap_share[worst]}
         if v.outlier is not None and v.outlier.confirmed:
-            findings.append(Finding("slow_rank", head, evidence, rank=v.late_rank, step=step))
+            findings.append(ProfileFinding("slow_rank", head, evidence, rank=v.late_rank, step=step))
         else:
             # not one late rank: report the spread the way mstt's advisor does, naming the extreme rank of the
             # column that differs most (the most Computing or Free, the least exposed communication)
@@ -243,7 +243,7 @@ def step_table_findings(table: ClusterTable, exposed_share: float = 0.3) -> list
                     f"{v.outlier.critical:.3f}")
             hi_rank, hi, lo_rank, lo = v.extremes[worst]
             named = lo_rank if worst in (COMM_NO, COMM_NO_EXCL_RECV) else hi_rank
-            findings.append(Finding(
+            findings.append(ProfileFinding(
                 "slow_rank", f"{_where(v)}: {worst} differs by {v.gap_share[worst]:.0%} of the step across ranks "
                 f"(mstt flags > 5 %): rank {hi_rank} {hi / 1e3:.2f} ms, rank {lo_rank} {lo / 1e3:.2f} ms; least "
                 f"exposed communication: rank {v.late_rank}, {test}", evidence, rank=named, step=step,
@@ -261,7 +261,7 @@ def is_p2p(row: dict[str, Any], p2p_groups: set[frozenset[int]]) -> bool:
     return bool(path) and _ranks_of(path[0]) in p2p_groups
 
 
-def wait_findings(table: ClusterTable) -> list[Finding]:
+def wait_findings(table: ClusterTable) -> list[ProfileFinding]:
     """Per communication group: the rank with the least mean wait in its collectives (p2p left out)."""
     p2p_groups = {frozenset(g["ranks"]) for g in table.groups if g.get("kind") == "p2p"}
     waits: dict[str, dict[int, list[float]]] = {}
@@ -278,12 +278,12 @@ def wait_findings(table: ClusterTable) -> list[Finding]:
         late = min(mean_wait, key=lambda r: mean_wait[r])
         others = [w for r, w in mean_wait.items() if r != late]
         if sum(others) / len(others) > 2 * mean_wait[late] + 0.1:
-            findings.append(Finding(
+            findings.append(ProfileFinding(
                 "slow_rank", f"group {group}: rank {late} waits {mean_wait[late]:.2f} ms per collective, the others "
                 f"{sum(others) / len(others):.2f} ms: they wait for rank {late}",
                 {"wait_ms": mean_wait[late], "others_wait_ms": sum(others) / len(others)}, rank=late))
     return findings
 
 
-def cluster_table_verdict(table: ClusterTable) -> list[Finding]:
+def cluster_table_verdict(table: ClusterTable) -> list[ProfileFinding]:
     return [*step_table_findings(table), *wait_findings(table)]

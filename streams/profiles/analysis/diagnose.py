@@ -8,7 +8,7 @@ from streams.profiles.analysis.breakdown import Breakdown, step_breakdowns
 from streams.profiles.analysis.cluster_table import cluster_table_verdict
 from streams.profiles.analysis.communication import communication_causes
 from streams.profiles.analysis.critical_path import CriticalPath, critical_path
-from streams.profiles.analysis.findings import Finding
+from streams.profiles.analysis.findings import ProfileFinding
 from streams.profiles.analysis.host import host_causes
 from streams.profiles.analysis.rank_table import RankRow, rank_rows
 from streams.profiles.analysis.ranks import cluster_verdict
@@ -24,24 +24,24 @@ class RankDiagnosis:
     profile: Profile
     steps: list[Breakdown]
     critical: CriticalPath
-    findings: list[Finding]
+    findings: list[ProfileFinding]
 
 
 @dataclass(slots=True)
 class Diagnosis:
     ranks: list[RankDiagnosis] = field(default_factory=list)
-    cluster: list[Finding] = field(default_factory=list)
+    cluster: list[ProfileFinding] = field(default_factory=list)
     clusters: list[ClusterTable] = field(default_factory=list)
     waits: list[CollectiveWait] = field(default_factory=list)  # R_wait per matched collective, highest first
     rank_table: list[RankRow] = field(default_factory=list)
 
-    def findings(self) -> list[Finding]:
+    def findings(self) -> list[ProfileFinding]:
         out = list(self.cluster)
         for r in self.ranks:
             out.extend(r.findings)
         return sorted(out, key=lambda f: _SEVERITY.get(f.severity, 3))
 
-    def top(self) -> Finding | None:
+    def top(self) -> ProfileFinding | None:
         found = self.findings()
         return found[0] if found else None
 

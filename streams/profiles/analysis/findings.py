@@ -1,4 +1,6 @@
-"""A finding: one cause, the evidence it rests on, and where (rank, step)."""
+"""A profile finding: one cause a dump shows, the evidence it rests on, and where (rank, step).
+
+Named apart from the detect stage's `Finding` (a rule's verdict on a live window): the two never meet."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from streams.advice import Advice, advise_cause
 
 
 @dataclass(frozen=True, slots=True)
-class Finding:
+class ProfileFinding:
     cause: str  # key of the advice table (streams/advice.py CAUSES)
     summary: str
     evidence: dict[str, float] = field(default_factory=dict)

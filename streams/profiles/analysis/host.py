@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 
-from streams.profiles.analysis.findings import Finding
+from streams.profiles.analysis.findings import ProfileFinding
 from streams.profiles.analysis.intervals import total, union
 from streams.profiles.model import F64, Profile
 
@@ -32,8 +32,8 @@ _DATA = re.compile(r"(DataLoader|_DataLoaderIter|__next__)")
 
 
 def host_causes(profile: Profile, small_op_us: float = 10.0, sync_share: float = 0.05,
-                max_launch_latency_us: float = 50.0) -> list[Finding]:
-    findings: list[Finding] = []
+                max_launch_latency_us: float = 50.0) -> list[ProfileFinding]:
+    findings: list[ProfileFinding] = []
     steps = profile.steps
     if not steps:
         return findings
@@ -56,20 +56,20 @@ def host_causes(profile: Profile, small_op_us: float = 10.0, sync_share: float =
                 totals[cat] += total(*union(table.ts[mask], table.ts[mask] + table.dur[mask]))
     n_steps = len(steps)
     if totals["sync"] / step_time >= sync_share:
-        findings.append(Finding("sync_ops", f"synchronising host calls take {totals['sync'] / step_time:.0%} of steps",
-                                {"sync_us_per_step": totals["sync"] / n_steps, "share": totals["sync"] / step_time},
-                                profile.rank))
+        findings.append(ProfileFinding(
+            "sync_ops", f"synchronising host calls take {totals['sync'] / step_time:.0%} of steps",
+            {"sync_us_per_step": totals["sync"] / n_steps, "share": totals["sync"] / step_time}, profile.rank))
     if totals["gc"] / step_time >= 0.02:
-        findings.append(Finding("gc", f"garbage collection takes {totals['gc'] / step_time:.0%} of steps",
-                                {"gc_us_per_step": totals["gc"] / n_steps}, profile.rank))
+        findings.append(ProfileFinding("gc", f"garbage collection takes {totals['gc'] / step_time:.0%} of steps",
+                                       {"gc_us_per_step": totals["gc"] / n_steps}, profile.rank))
     if totals["compile"] / step_time >= 0.02:
-        findings.append(Finding("compilation", f"compilation takes {totals['compile'] / step_time:.0%} of steps",
-                                {"compile_us_per_step": totals["compile"] / n_steps}, profile.rank))
+        findings.append(ProfileFinding("compilation", f"compilation takes {totals['compile'] / step_time:.0%} of steps",
+                                       {"compile_us_per_step": totals["compile"] / n_steps}, profile.rank))
     if totals["data"] / step_time >= 0.1:
-        findings.append(Finding("slow_reading",
-                                f"waiting on the DataLoader takes {totals['data'] / step_time:.0%} of steps",
-                                {"data_us_per_step": totals["data"] / n_steps,
-                                 "share": totals["data"] / step_time}, profile.rank))
+        findings.append(ProfileFinding("slow_reading",
+                                       f"waiting on the DataLoader takes {totals['data'] / step_time:.0%} of steps",
+                                       {"data_us_per_step": totals["data"] / n_steps,
+                                        "share": totals["data"] / step_time}, profile.rank))
     # dispatch: many tiny device tasks AND a device that waits for the host. The evidence for the wait is the
     # launch latency (launch call -> kernel start): a device starved by its host starts each kernel right after
     # the launch (an empty queue), while a CPU that runs ahead sees latencies of milliseconds, its device busy
@@ -83,7 +83,7 @@ def host_causes(profile: Profile, small_op_us: float = 10.0, sync_share: float =
         if tiny >= 0.5 and per_step >= 200 and launch.size:
             p50 = float(np.median(launch))
             if p50 <= max_launch_latency_us:
-                findings.append(Finding(
+                findings.append(ProfileFinding(
                     "dispatch", f"{tiny:.0%} of {per_step:.0f} device tasks per step run under {small_op_us:.0f} µs "
                     f"and start {p50:.0f} µs after their launch (median): host dispatch bound",
                     {"tiny_kernel_ratio": tiny, "kernels_per_step": per_step, "launch_latency_p50_us": p50,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from streams.profiles.analysis.findings import Finding
+from streams.profiles.analysis.findings import ProfileFinding
 
 VERDICTS = ("none", "slow_fetching", "slow_processing", "slow_reading")
 
@@ -26,7 +26,7 @@ def queue_verdicts(device_q: npt.ArrayLike, host_q: npt.ArrayLike, data_q: npt.A
 
 
 def io_queue_finding(device_q: npt.ArrayLike, host_q: npt.ArrayLike, data_q: npt.ArrayLike,
-                     rank: int | None = None, min_share: float = 0.2) -> Finding | None:
+                     rank: int | None = None, min_share: float = 0.2) -> ProfileFinding | None:
     verdicts = queue_verdicts(device_q, host_q, data_q)
     if not verdicts:
         return None
@@ -35,5 +35,5 @@ def io_queue_finding(device_q: npt.ArrayLike, host_q: npt.ArrayLike, data_q: npt
     share = n / len(verdicts)
     if n == 0 or share < min_share:
         return None
-    return Finding(cause, f"{share:.0%} of steps start with an empty device queue: {cause.replace('_', ' ')}",
-                   {f"{k}_share": v / len(verdicts) for k, v in counts.items()}, rank)
+    return ProfileFinding(cause, f"{share:.0%} of steps start with an empty device queue: {cause.replace('_', ' ')}",
+                          {f"{k}_share": v / len(verdicts) for k, v in counts.items()}, rank)

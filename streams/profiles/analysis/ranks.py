@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from streams.profiles.analysis.findings import Finding
+from streams.profiles.analysis.findings import ProfileFinding
 from streams.profiles.model import COMMUNICATION, Collective, Profile
 
 P2P_OPS = frozenset(("send", "recv", "receive", "p2p"))  # one-sided transfers (PP); SendRecv is all-to-all
@@ -197,7 +197,7 @@ def late_arrivals(matched: Matched) -> list[LateArrival]:
 
 
 def cluster_verdict(profiles: list[Profile], min_share: float = 0.5, min_wait_share: float = 0.01,
-                    slow_step_share: float = 0.05) -> list[Finding]:
+                    slow_step_share: float = 0.05) -> list[ProfileFinding]:
     """The rank the others wait for most, when that wait matters.
 
     Each collective's late arriver (the last to start, and the shortest kernel) counts its lateness: the
@@ -238,7 +238,7 @@ def cluster_verdict(profiles: list[Profile], min_share: float = 0.5, min_wait_sh
         cost = f"; they wait {100 * step_share:.1f} % of a step for it"
         if step_share < slow_step_share:
             cost += f" (under the {100 * slow_step_share:.0f} % that makes a slow rank)"
-    return [Finding(
+    return [ProfileFinding(
         "slow_rank",
         f"rank {rank} arrives last (and runs the shortest kernel) at {count} of {len(arrivals)} collectives; "
         f"the others wait {sum(lateness) / len(lateness) / 1e3:.2f} ms on average{cost}{left_out}",

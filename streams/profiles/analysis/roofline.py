@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from streams.profiles.analysis.findings import Finding
+from streams.profiles.analysis.findings import ProfileFinding
 from streams.profiles.model import Profile
 
 
@@ -56,10 +56,10 @@ def classify(u_arith: float, u_mem: float, ai: float | None, ai_necessary: float
 
 
 def roofline(profile: Profile, u_thr: float = 0.6, min_share: float = 0.2,
-             measured_clock_mhz: float | None = None, peaks: dict[str, Peak] | None = None) -> list[Finding]:
+             measured_clock_mhz: float | None = None, peaks: dict[str, Peak] | None = None) -> list[ProfileFinding]:
     """Findings for the roofline class that holds the largest share of device compute time."""
     pipes: dict[str, tuple[float, float, float, float]] = profile.meta.get("pipe_utilisation") or {}
-    findings: list[Finding] = []
+    findings: list[ProfileFinding] = []
     if pipes:
         time_by_class: dict[str, float] = {}
         for _name, (time_us, mac, vec, mte2) in pipes.items():
@@ -68,7 +68,7 @@ def roofline(profile: Profile, u_thr: float = 0.6, min_share: float = 0.2,
         total = sum(time_by_class.values()) or 1.0
         cls, share = max(time_by_class.items(), key=lambda kv: kv[1])
         if share / total >= min_share:
-            findings.append(Finding(
+            findings.append(ProfileFinding(
                 cause=cls,
                 summary=f"{share / total:.0%} of compute time is in {cls.replace('_', '-')} kernels",
                 evidence={f"{k}_share": v / total for k, v in time_by_class.items()} | {"u_thr": u_thr},
@@ -78,7 +78,7 @@ def roofline(profile: Profile, u_thr: float = 0.6, min_share: float = 0.2,
         measured_clock_mhz = profile.meta["clock_mhz_min"]  # Ascend: the 'AI Core Freq' counter
     peak = peak_for(profile.device, peaks)
     if peak is not None and measured_clock_mhz is not None and measured_clock_mhz < 0.95 * peak.clock_mhz:
-        findings.append(Finding(
+        findings.append(ProfileFinding(
             cause="down_clocking",
             summary=f"device clock {measured_clock_mhz:.0f} MHz is {1 - measured_clock_mhz / peak.clock_mhz:.0%} "
                     f"below its rated {peak.clock_mhz:.0f} MHz",
