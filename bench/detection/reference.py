@@ -33,12 +33,15 @@ BATCH = 256  # messages per decode batch: a few steps of a job (its device sampl
 
 
 def feed(jobs: list[FleetJob], fleet: FleetEngine, later: dict[str, int] | None = None,
-         lag: dict[str, int] | None = None, lag_jobs_topic: bool = True) -> list[Output]:
+         lag: dict[str, int] | None = None, lag_jobs_topic: bool = True,
+         read_ahead: dict[str, str] | None = None) -> list[Output]:
     """Stream `jobs` (steps, kernel summaries, device samples, interleaved) through decode into `fleet` on a
     simulated clock, as the bench's in-process replay does; every output. `later`: job id -> steps of the
     others sent before it starts. `lag`: job id -> decode batches its messages (those keyed by the job) reach
     the engine behind the others': their partitions behind in a backlog, the job's own clock unchanged.
-    `lag_jobs_topic` False: the jobs' `start`/`end` records come in on time (a small topic read up)."""
+    `lag_jobs_topic` False: the jobs' `start`/`end` records come in on time (a small topic read up).
+    `read_ahead`: job id -> the host (the `job/host` key of its packed records) NOT held back by `lag`: its
+    partition read ahead of the rest, the job's newest reports run ahead of the steps it can judge."""
     out: list[Output] = []
     buffer: list[bytes] = []
     clock = [1_700_000_000_000_000_000]
@@ -58,8 +61,9 @@ def feed(jobs: list[FleetJob], fleet: FleetEngine, later: dict[str, int] | None 
         out.extend(fleet.tick(clock[0]))
 
     def send(topic: str, key: bytes, value: bytes) -> None:
-        job = key.decode().split("/", 1)[0]
-        if job in held and (lag_jobs_topic or topic != Topics("").jobs):
+        job, _, rest = key.decode().partition("/")
+        ahead = rest != "" and rest == (read_ahead or {}).get(job)
+        if job in held and not ahead and (lag_jobs_topic or topic != Topics("").jobs):
             held[job][-1].append(value)
         else:
             buffer.append(value)

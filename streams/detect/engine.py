@@ -208,6 +208,9 @@ class JobEngine:
     peers_undecided: bool = False  # other running jobs still being judged against the fleet (set by the FleetEngine)
     peers_behind: bool = False  # ... one of them behind this job's first below verdict on its clock (the same)
     below_ts_ns: int = 0  # the job's clock at its first below verdict (0: none)
+    # the job's clock at the end of its newest judged step: how far the fleet has judged it. Not its newest report:
+    # in a backlog one partition of its ranks reads ahead, and a step is judged once every rank's report is in
+    judged_ts_ns: int = 0
     start_ts_ns: int = 0  # the job's clock at this attempt's `start` record (0: none seen)
     start_seen_ns: int = 0  # the worker's clock when that record came in
     memory: memory.MemoryState = field(default_factory=memory.MemoryState)  # step memory, OOM (contract 1.5)
@@ -402,6 +405,9 @@ class JobEngine:
 
     def _evaluate(self, frame: Frame, now_ns: int) -> list[Output]:
         self.stats.frames += 1
+        ends = frame.end_ns[frame.seen]
+        if ends.size:
+            self.judged_ts_ns = max(getattr(self, "judged_ts_ns", 0), int(ends.max()))
         findings: list[Finding] = []
         t = time.perf_counter()
         self.slow_step, found = slow_step.evaluate(frame, self.slow_step, self.cfg.params(slow_step.Params))
@@ -486,7 +492,7 @@ class JobEngine:
             return []  # the fleet's drift, not this job's: the fleet's incident lists it
         waited = state.frames - (getattr(state, "below_frame", 0) or state.frames)
         if state.below and not getattr(self, "below_ts_ns", 0):
-            self.below_ts_ns = self.last_step_ts_ns
+            self.below_ts_ns = self.judged_ts_ns
         wait = DRIFT_LAG_WAIT_FRAMES if getattr(self, "peers_behind", False) else DRIFT_WAIT_FRAMES
         if found and getattr(self, "peers_undecided", False) and waited < wait:
             return []  # jobs still being judged may be below too: a drift of the fleet is the fleet's incident
@@ -611,8 +617,9 @@ def _undecided(engine: JobEngine, now_ns: int) -> bool:
 
 
 def _job_clock(engine: JobEngine) -> int:
-    """Where a job is on its own clock: its newest step's end, or its start while no step is in."""
-    return engine.last_step_ts_ns or getattr(engine, "start_ts_ns", 0)
+    """How far a job has been judged on its own clock: its newest judged step's end, or its start while no
+    step is judged (a snapshot from before `judged_ts_ns` has none: behind, so a below job waits longer)."""
+    return getattr(engine, "judged_ts_ns", 0) or getattr(engine, "start_ts_ns", 0)
 
 
 @dataclass(slots=True)

@@ -184,3 +184,20 @@ def test_a_drift_whose_peers_have_only_started_when_the_first_verdict_comes_is_o
     opened = [o for o in out if isinstance(o, Incident) and o.state == "open"]
     assert [(i.job, i.rule, i.scope) for i in opened] == [("fleet", "BELOW_EXPECTED", "link")]
     assert all(f"drift-{s}" in opened[0].summary for s in range(4))
+
+
+def test_a_drift_whose_peers_read_one_host_ahead_is_still_one_fleet_incident(reference: Path) -> None:
+    """A backlog as Kafka makes it with per-rank keys: a peer's ranks are spread over partitions, one of them read
+    far ahead, so its newest report runs ahead of the steps it can judge (a step is judged once every rank's
+    report is in). How far a peer is on its clock is how far it has been judged, not its newest report. On
+    e5f04b4 a peer counted as level by its read-ahead rank: the first job found below waited 8 frames only and
+    opened its own incident at step 28, 1 s before the fleet's (make bench-detection --repeat: fleet_drift
+    precision 0.67)."""
+    jobs = [scenario_job("socket_fallback", steps=40, seed=s, job_id=f"drift-{s}") for s in range(4)]
+    jobs.append(FleetJob("beside", Topology(dp=8, tp=8, pp=1, ep=1), 40, (), 9))
+    peers = ("drift-1", "drift-2", "drift-3")
+    out = feed(jobs, FleetEngine(DetectionConfig(reference_models=str(reference))),
+               lag={p: 4 for p in peers}, lag_jobs_topic=False, read_ahead={p: "node-0" for p in peers})
+    opened = [o for o in out if isinstance(o, Incident) and o.state == "open"]
+    assert [(i.job, i.rule, i.scope) for i in opened] == [("fleet", "BELOW_EXPECTED", "link")]
+    assert all(f"drift-{s}" in opened[0].summary for s in range(4))
