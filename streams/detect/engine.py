@@ -492,7 +492,7 @@ class JobEngine:
             return []  # the fleet's drift, not this job's: the fleet's incident lists it
         waited = state.frames - (getattr(state, "below_frame", 0) or state.frames)
         if state.below and not getattr(self, "below_ts_ns", 0):
-            self.below_ts_ns = self.judged_ts_ns
+            self.below_ts_ns = getattr(self, "judged_ts_ns", 0)  # a snapshot from before the field has none
         wait = DRIFT_LAG_WAIT_FRAMES if getattr(self, "peers_behind", False) else DRIFT_WAIT_FRAMES
         if found and getattr(self, "peers_undecided", False) and waited < wait:
             return []  # jobs still being judged may be below too: a drift of the fleet is the fleet's incident
