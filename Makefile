@@ -68,7 +68,7 @@ typecheck: venv
 
 # a change's first check: no service started, no trace of gigabytes, no `slow` file (under 3 minutes); `make test` stays the gate
 QUICK_TESTS := tests/schemas tests/streams/detect/rules tests/streams/detect/scopes tests/streams/detect/incidents \
-	tests/streams/detect/signals tests/streams/model tests/streams/alerts tests/infra tests/sinks tests/streams/profiles \
+	tests/streams/detect/signals tests/streams/detect/state tests/streams/model tests/streams/alerts tests/infra tests/sinks tests/streams/profiles \
 	tests/producers/simulator tests/test_architecture.py tests/docs
 QUICK_MARKS := not integration and not kafka and not clickhouse and not cluster and not alertmanager and not prometheus and not slurm and not large
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -84,8 +84,6 @@ class DetectionConfig:
     # ... stretched so that encoding snapshots takes at most this share of the worker's time (a 10,240-rank job's
     # snapshot costs ~50 ms: once a second that was ~2 µs of detect's ~10 µs per event), as Flink's minimum pause
     # between checkpoints does; a snapshot with outputs to send is never put off; 0 = always the interval.
-    # (A field added to this class is also added to _ADDED_SINCE_LIST_STATE below: old snapshots pickled the
-    # config as a list in field order.)
     snapshot_max_share: float = 0.02
     snapshot_interval_max_s: float = 10.0  # ... and never longer (a restart replays the chunks since the last one)
     metrics_port: int = 0            # Prometheus self-metrics port of the detect worker; 0 = off
@@ -182,20 +180,6 @@ class DetectionConfig:
     expected_drift_share: float = 0.5  # device kind below together, and more than this share of those judged on
     #                                    it: ONE fleet incident (job "fleet") listing them, none per job
 
-    # Engine snapshots pickle the config. Pickled by name: dataclass(slots=True) pickles a frozen class's
-    # values as a list in field order, so a field added in the middle shifted every later value of a
-    # restored config onto its neighbour's name (and left the last one unset). A name missing from a
-    # snapshot takes its default; a name no longer here is dropped.
-    def __getstate__(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    def __setstate__(self, state: Any) -> None:
-        values = state if isinstance(state, dict) else dict(zip(_DETECTION_LIST_STATE, state, strict=False))
-        for f in fields(self):
-            value = values[f.name] if f.name in values else (
-                f.default_factory() if f.default_factory is not MISSING else f.default)
-            object.__setattr__(self, f.name, value)
-
     def params(self, cls: type[P]) -> P:
         """A scope's or a rule feed's `Params` (streams/detect/scopes/, streams/detect/signals/)
         filled from these settings.
@@ -208,19 +192,6 @@ class DetectionConfig:
         """
         names: tuple[str, ...] = cls.__match_args__  # type: ignore[attr-defined]  # every dataclass has them
         return cls(*[getattr(self, name) for name in names])
-
-
-# the field order of configs pickled as lists (snapshots SLS6/SLS7 written before the config pickled by name:
-# every field of today's but those added since)
-_ADDED_SINCE_LIST_STATE = frozenset({"batch_gather_s", "snapshot_max_share", "snapshot_interval_max_s"})
-_ADDED_SINCE_LIST_STATE |= {"reference_models", "expected_warmup_steps", "expected_steps", "expected_decide_by",
-                            "expected_share", "expected_comm_ratio", "expected_compute_ratio", "expected_refit_s",
-                            "expected_min_jobs", "expected_drift_jobs", "expected_drift_share"}
-_ADDED_SINCE_LIST_STATE |= {"r1_mem_baseline_samples", "oom_horizon_steps", "oom_min_growth_pct_per_step",
-                            "oom_window", "oom_t_min"}
-_ADDED_SINCE_LIST_STATE |= {"rhythm_gap_steps", "rhythm_active_share", "rhythm_min_period", "rhythm_slower_ratio",
-                            "rhythm_tail_steps", "rhythm_tail_ratio", "rhythm_tail_spike_ratio"}
-_DETECTION_LIST_STATE = tuple(f.name for f in fields(DetectionConfig) if f.name not in _ADDED_SINCE_LIST_STATE)
 
 
 HOOK_FLUSH_INTERVAL_S = 0.5  # default of Settings.hook_flush_interval_s (why 0.5 s: producers/hook/__init__.py)

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from infra.settings import Settings, load_settings
-from steplens import actions_cli, model_cli, output
+from steplens import actions_cli, model_cli, output, state_cli
 from steplens.history import open_history
 
 EXIT_OK, EXIT_EMPTY, EXIT_USAGE, EXIT_BACKEND = 0, 1, 2, 3
@@ -414,6 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
     _register_replay(sub)
     model_cli.register(sub, fmt)
     actions_cli.register(sub, fmt)
+    state_cli.register(sub, fmt)
     return parser
 
 

@@ -47,28 +47,6 @@ def test_config_rejects_bad_ports(env: dict[str, str]) -> None:
         InfraConfig.from_env(env)
 
 
-def test_a_pickled_detection_config_restores_by_name_whatever_fields_came_or_went() -> None:
-    """Engine snapshots pickle the config: a field added in the middle of DetectionConfig must not shift a
-    restored config's values onto their neighbours' names (dataclass(slots=True) pickles a list by position)."""
-    import pickle
-    from dataclasses import fields as dc_fields
-
-    from infra.settings import DetectionConfig
-
-    cfg = DetectionConfig(r10_min_ratio=0.25, batch_gather_s=0.01, r1_k=7.0)
-    state = cfg.__getstate__()
-    assert isinstance(state, dict) and state["r10_min_ratio"] == 0.25 and state["batch_gather_s"] == 0.01
-    assert pickle.loads(pickle.dumps(cfg)) == cfg
-    restored = DetectionConfig.__new__(DetectionConfig)
-    restored.__setstate__({k: v for k, v in state.items() if k != "r1_k"} | {"gone_setting": 1})
-    assert restored == DetectionConfig(r10_min_ratio=0.25, batch_gather_s=0.01)  # r1_k: its default
-    old = DetectionConfig.__new__(DetectionConfig)  # a list state, as snapshots before pickling by name: the
-    # fields of that day, in order (those added since are not in it)
-    from infra.settings import _ADDED_SINCE_LIST_STATE as added_since  # every field added since
-    old.__setstate__([getattr(cfg, f.name) for f in dc_fields(cfg) if f.name not in added_since])
-    assert old == DetectionConfig(r10_min_ratio=0.25, r1_k=7.0)
-
-
 def test_the_kafka_port_moves_the_clients_too() -> None:
     """STEPLENS_KAFKA_PORT moved the broker while the clients still bootstrapped to 19092 (issue #46)."""
     from infra.settings import load_settings

@@ -14,10 +14,12 @@ from infra.settings import Settings
 from schemas import Domain, Incident, Phases, StepEvent
 from streams.detect.combine.chunks import KernelChunk
 from streams.detect.ingest.decode import add_summary, new_kernel_chunk
-from streams.detect.state.store import ROW_FIELDS
 from streams.detect.windows.step_frames import KernelRows, NameTable, Topology
 
 T0 = 1_700_000_000_000_000_000
+# a kernel aggregate as a list: its fields in this order (trailing ones may be left out)
+ROW_FIELDS = ("key", "cat", "count", "total_ns", "flops", "bytes", "domain", "launch_mean_us", "launch_mad_us",
+              "direction", "max_ns")
 
 
 def nan_spelled(value: Any) -> Any:
@@ -39,8 +41,8 @@ def nan_spelled(value: Any) -> Any:
 
 def kernel_chunk(summaries: list[list[Any]], world: int = 0, job: str = "j") -> KernelChunk:
     """The decode stage's kernel chunk of `summaries`, each [rank, step, aggregates, other_ns] with each
-    aggregate a list in the row-shaped order of older snapshots (`ROW_FIELDS`; trailing fields may be left out,
-    None: not stated). Ranks are not checked against `world` (tests send ranks
+    aggregate a list in the order of `ROW_FIELDS` (trailing fields may be left out, None: not
+    stated). Ranks are not checked against `world` (tests send ranks
     outside it on purpose)."""
     chunk = new_kernel_chunk(job, 0, world)
     for rank, step, aggregates, other_ns in summaries:

@@ -190,7 +190,7 @@ class IncidentBook:
             touched.add(tid)
             track = self.tracks.get(tid)
             if track is None:
-                since = getattr(f, "since_step", None)  # a finding pickled before the field existed has none
+                since = getattr(f, "since_step", None)  # a finding snapshotted before the field existed has none
                 track = self.tracks[tid] = self._revive(tid, f, step) or Track(
                     finding=f, first=min(step, since) if since is not None else step, last=step, rules=[f.rule],
                     peak=f.observed,

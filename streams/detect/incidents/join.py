@@ -65,8 +65,7 @@ RECOVERY_STEPS = 10   # steps after a culprit incident was last open in which th
 
 @dataclass(slots=True)
 class Recovering:
-    """A culprit incident open lately, as the device findings of its sway need it (not frozen: a snapshot
-    pickles its slots by name)."""
+    """A culprit incident open lately, as the device findings of its sway need it."""
 
     key: str
     scope: Scope
@@ -187,7 +186,7 @@ def _join(findings: list[Finding], world: int, tracks: list[OpenTrack], step: in
         for r in [r for r, s in state.gc_last.items() if step - s >= GC_STORM_WINDOW]:
             del state.gc_last[r]
         pausing |= set(state.gc_last)
-        seen = getattr(state, "gc_seen", None)  # a JoinState pickled before the field existed has none
+        seen = getattr(state, "gc_seen", None)  # a JoinState snapshotted before the field existed has none
         if seen is None:
             seen = state.gc_seen = {}
         for f in gc_ranks:  # only pauses that open an incident of their own count over the longer memory
@@ -257,7 +256,7 @@ def _culprits_recovering(open_tracks: list[OpenTrack], step: int, state: JoinSta
            for t in open_tracks if t.scope in SLOW_CULPRIT_SCOPES and t.ranks}
     if state is None:
         return list(now.values())
-    seen = getattr(state, "culprits_seen", None)  # a JoinState pickled before the field existed has none
+    seen = getattr(state, "culprits_seen", None)  # a JoinState snapshotted before the field existed has none
     if seen is None:
         seen = state.culprits_seen = {}
     seen.update(now)

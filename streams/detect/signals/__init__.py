@@ -22,13 +22,11 @@ holds the job's `SignalState` and the findings built from alarms. Each feed take
 chunk that releases ticks).
 """
 
-from streams.detect.signals.device import DeviceParams, _Hits, device_findings, device_ticks
+from streams.detect.signals.device import DeviceParams, device_findings, device_ticks
 from streams.detect.signals.frames import follow_slow_step, frame_findings, name_slow_groups
 from streams.detect.signals.kernels import KernelParams
 from streams.detect.signals.shared import SignalState
 from streams.detect.signals.steps import StepParams
 
-# SignalState and _Hits are pickled in engine snapshots (streams/detect/state/store.py): snapshots written while
-# they were classes of the module streams.detect.signals (streams.signals before) find them here
-__all__ = ["DeviceParams", "KernelParams", "SignalState", "StepParams", "_Hits", "device_findings", "device_ticks",
+__all__ = ["DeviceParams", "KernelParams", "SignalState", "StepParams", "device_findings", "device_ticks",
            "follow_slow_step", "frame_findings", "name_slow_groups"]

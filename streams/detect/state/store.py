@@ -9,91 +9,44 @@ snapshot). Nothing is applied twice, nothing is lost, and incident and command i
 deterministic, so outputs replayed between the last snapshot and a crash repeat the
 same ids: no duplicate incident, no second `profile_on`.
 
-Snapshots are pickled engine objects: the topic is internal to the detect workers
-(never a contract), written and read only by the same code version. A snapshot whose
-version does not match is ignored (the job starts afresh). They are compressed with zstd at
-one of its fast levels (`ZSTD_LEVEL`): a 6,400-rank job's 12.3 MB pickle compresses in ~5 ms to
-2.1 MB, where level 1 took ~11 ms for 1.8 MB and zlib at level 1 ~8x longer (the snapshot,
-encoded under the worker's lock about once a second, is ~10 % of the detect engine's CPU at
-6,400 ranks). Any zstd level reads the same. SLS6 snapshots (the same pickle, zlib) still restore.
-Pickle names each class by its module path, so a module that moves without a format change is
-listed in `MOVED_MODULES`: snapshots written before the detect stage moved under streams/detect/
-still restore.
+Snapshots are data, not pickles (format SLD1, `streams/detect/state/format.py`): each class under a
+stable name, its fields by name, arrays as raw bytes, zstd over the whole. The last pickled format (SLS8)
+is read once by its migration (`legacy.py`) and the job's next snapshot is SLD1. A snapshot this code
+cannot read is ignored with a warning (the job starts afresh).
 """
 
 from __future__ import annotations
 
-import io
 import logging
-import pickle
 import time
-import zlib
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
-import zstandard
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
 from infra.clients import bootstrapped, close_quietly, kafka_client_config
 from infra.delivery import Record, deliver_all
-from infra.settings import Settings
+from infra.settings import DetectionConfig, Settings
 from schemas import encode as encode_event
 from schemas import job_key
-from streams.detect.combine.chunks import KernelChunk
 from streams.detect.engine import JobEngine
-from streams.detect.ingest.decode import add_summary, new_kernel_chunk
+from streams.detect.state import format as snapshot_format
+from streams.detect.state import legacy
 from streams.detect.state.outbox import HEADER, Outbox, Output, Position
-from streams.detect.windows.step_frames import NameTable
 from streams.runtime import read_to_end
 
 Snapshot = tuple[JobEngine, Outbox]
 
 log = logging.getLogger(__name__)
 
-# SLS8: frames hold kernel summaries as columns (step_frames.KernelRows) and the job their names; SLS7: SLS6's
-# pickle, zstd-compressed; SLS6: engines keep their pairs' gaps (slow_pair)
-FORMAT = b"SLS8"
-# every format this code reads -> how its pickle is compressed (SLS5 and older are ignored)
-DECOMPRESS: dict[bytes, Callable[[bytes], bytes]] = {
-    b"SLS8": lambda data: zstandard.ZstdDecompressor().decompress(data),
-    b"SLS7": lambda data: zstandard.ZstdDecompressor().decompress(data),
-    b"SLS6": zlib.decompress,
+FORMAT = snapshot_format.MAGIC
+# every format this code reads: today's, and the last pickled one through its one-time migration
+READERS: dict[bytes, Callable[[bytes, DetectionConfig | None], Snapshot]] = {
+    snapshot_format.MAGIC: snapshot_format.decode,
+    legacy.MAGIC: legacy.decode,
 }
-ROW_SHAPED = (b"SLS7", b"SLS6")  # formats whose open frames hold row-shaped summaries: `upgrade_kernels`
-# a row-shaped summary's aggregate: a list of these fields
-ROW_FIELDS = ("key", "cat", "count", "total_ns", "flops", "bytes", "domain", "launch_mean_us", "launch_mad_us",
-               "direction", "max_ns")
 MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
-# zstd's fast mode: half level 1's CPU for ~16 % more bytes on the state topic (bench/results/snapshot.json)
-ZSTD_LEVEL = -5
-
-# Where the classes of snapshots written by older code live now (module or package, old -> new):
-# the detect stage moved from the streams/ root into streams/detect/ with FORMAT SLS6 unchanged. A module split
-# into a package of the same name (streams/detect/signals/) re-exports its pickled classes from the package instead.
-MOVED_MODULES: dict[str, str] = {
-    "streams.engine": "streams.detect.engine",
-    "streams.signals": "streams.detect.signals",
-    "streams.analysis.advisor": "streams.advice",
-    "streams.detect.advice": "streams.advice",
-    **{f"streams.{p}": f"streams.detect.{p}"
-       for p in ("combine", "incidents", "ingest", "rules", "scopes", "state", "windows")},
-}
-
-
-def current_module(module: str) -> str:
-    """The module path a class pickled under `module` has now (`module` itself when it never moved)."""
-    for old, new in MOVED_MODULES.items():
-        if module == old or module.startswith(old + "."):
-            return new + module[len(old):]
-    return module
-
-
-class SnapshotUnpickler(pickle.Unpickler):
-    """Reads a snapshot, finding classes pickled under a module path that has since moved."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        return super().find_class(current_module(module), name)
 
 
 def _sleep(seconds: float) -> bool:
@@ -103,49 +56,22 @@ def _sleep(seconds: float) -> bool:
 
 
 def encode(engine: JobEngine, outbox: Outbox | None = None) -> bytes:
-    state = (engine, outbox if outbox is not None else Outbox(engine.job))
-    raw = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
-    return FORMAT + zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(raw)
+    return snapshot_format.encode(engine, outbox)
 
 
-def decode_snapshot(raw: bytes | None) -> Snapshot | None:
+def decode_snapshot(raw: bytes | None, cfg: DetectionConfig | None = None) -> Snapshot | None:
+    """The engine and outbox of a snapshot in a format this code reads (None: the job starts afresh)."""
     if not raw:
         return None
-    decompress = DECOMPRESS.get(bytes(raw[:4]))
-    if decompress is None:
+    read = READERS.get(bytes(raw[:4]))
+    if read is None:
+        log.warning("ignoring a snapshot of format %r", bytes(raw[:4]))
         return None
     try:
-        state = SnapshotUnpickler(io.BytesIO(decompress(raw[4:]))).load()
-    except Exception:
-        log.warning("ignoring an unreadable snapshot")
+        return read(raw, cfg)
+    except Exception as exc:  # a corrupt or foreign record on the topic must not stop the worker
+        log.warning("ignoring an unreadable snapshot: %s", exc)
         return None
-    if (not isinstance(state, tuple) or len(state) != 2 or not isinstance(state[0], JobEngine)
-            or not isinstance(state[1], Outbox)):
-        return None
-    if bytes(raw[:4]) in ROW_SHAPED:
-        upgrade_kernels(state[0])
-    return state[0], state[1]
-
-
-def upgrade_kernels(engine: JobEngine) -> None:
-    """An engine restored from SLS7 or older: its open frames' row-shaped kernel summaries ([rank, aggregates,
-    other_ns], each aggregate a list of `ROW_FIELDS`) as the columns this code reads, named in a job's table."""
-    job: JobEngine | None = engine
-    while job is not None:
-        frames = job.frames
-        if getattr(frames, "names", None) is None:
-            frames.names = NameTable()
-        for frame in frames.frames.values():
-            old: list[Any] = list(frame.kernels)
-            if not old or not isinstance(old[0], tuple):
-                continue
-            chunk = new_kernel_chunk(job.job, 0, 0)
-            for rank, aggregates, other_ns in old:
-                add_summary(chunk, rank, frame.step, other_ns,
-                            [dict(zip(ROW_FIELDS, a, strict=False)) for a in aggregates])
-            frame.kernels = [frames.names.rows(cast(KernelChunk, chunk))]
-            frame.comm = None
-        job = job.previous
 
 
 def decode(raw: bytes | None) -> JobEngine | None:
@@ -257,6 +183,15 @@ class SnapshotStore:
 
     def load(self) -> dict[str, Snapshot]:
         """The newest snapshot (engine, outbox) of every job on the topic (read to its end)."""
+        out: dict[str, Snapshot] = {}
+        for job, raw in self.load_raw().items():
+            snap = decode_snapshot(raw, self._settings.detection)
+            if snap is not None:
+                out[job] = snap
+        return out
+
+    def load_raw(self) -> dict[str, bytes]:
+        """The newest snapshot record of every job on the topic, as written (`steplens state`)."""
         consumer = self._consumer()
         try:
             parts = [TopicPartition(self.topic, p) for p in (consumer.partitions_for_topic(self.topic) or set())]
@@ -269,12 +204,7 @@ class SnapshotStore:
             for rec in read_to_end(consumer, parts, end):
                 if rec.key is not None:
                     latest[rec.key.decode()] = rec.value
-            out: dict[str, Snapshot] = {}
-            for job, raw in latest.items():
-                snap = decode_snapshot(raw)
-                if snap is not None:
-                    out[job] = snap
-            return out
+            return latest
         finally:
             consumer.close()
 

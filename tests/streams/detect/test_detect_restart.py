@@ -9,11 +9,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
+import orjson
 import pytest
 from kafka import KafkaConsumer
 
@@ -127,6 +129,23 @@ def _check_outcome(s: Settings, job: FleetJob) -> None:
     assert engine.finished
     assert engine.stats.frames == job.steps, "every step evaluated once"
     assert engine.frames.stats.incomplete == 0, "no rank's report lost"
+    _check_state_cli(s, job.job_id)
+
+
+def _check_state_cli(s: Settings, job: str) -> None:
+    """The worker's snapshot, as an operator sees it: format SLD1, its objects by stable type name."""
+    def cli(*args: str) -> bytes:
+        return subprocess.run([sys.executable, "-m", "steplens", "state", *args], env=_env(s), check=True,
+                              capture_output=True, timeout=120).stdout
+
+    listed = orjson.loads(cli("list", "--format", "json"))
+    assert [(row["job"], row["format"]) for row in listed] == [(job, "SLD1")]
+    shown = orjson.loads(cli("dump", "--job", job, "--values", "2"))
+    engine = shown["objects"][0]
+    assert shown["format"] == "SLD1" and engine["$type"] == "engine.JobEngine"
+    assert engine["fields"]["job"] == job and engine["fields"]["finished"] is True
+    arrays = [v for o in shown["objects"] for v in o["fields"].values() if isinstance(v, dict) and "$array" in v]
+    assert arrays and all(len(a["values"]) <= 2 for a in arrays)
 
 
 def _events(job: FleetJob) -> tuple[list[object], list[object], list[object]]:
