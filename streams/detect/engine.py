@@ -69,7 +69,7 @@ from streams.detect.signals import (
     frame_findings,
     name_slow_groups,
 )
-from streams.detect.windows.step_frames import Frame, StepFrames, Topology, WindowParams
+from streams.detect.windows.step_frames import Frame, ReportedLayout, StepFrames, WindowParams
 from streams.model.memory import expected_peak_bytes, from_contract
 from streams.model.reference import ReferenceModels
 
@@ -128,7 +128,7 @@ class StatefulScope(Generic[S, P]):
 
     label: str  # its time counts under this name in EngineStats.rule_seconds
     state: str
-    evaluate: Callable[[Frame, Topology, S, P], tuple[S, list[Finding]]]
+    evaluate: Callable[[Frame, ReportedLayout, S, P], tuple[S, list[Finding]]]
     params: type[P]
 
     def run(self, engine: JobEngine, frame: Frame) -> list[Finding]:
@@ -144,7 +144,7 @@ class StatelessScope(Generic[P]):
     `evaluate(frame, topo, params) -> findings`."""
 
     label: str
-    evaluate: Callable[[Frame, Topology, P], list[Finding]]
+    evaluate: Callable[[Frame, ReportedLayout, P], list[Finding]]
     params: type[P]
 
     def run(self, engine: JobEngine, frame: Frame) -> list[Finding]:

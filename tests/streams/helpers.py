@@ -14,7 +14,7 @@ from infra.settings import Settings
 from schemas import Domain, Incident, Phases, StepEvent
 from streams.detect.combine.chunks import KernelChunk
 from streams.detect.ingest.decode import add_summary, new_kernel_chunk
-from streams.detect.windows.step_frames import KernelRows, NameTable, Topology
+from streams.detect.windows.step_frames import KernelRows, NameTable, ReportedLayout
 
 T0 = 1_700_000_000_000_000_000
 # a kernel aggregate as a list: its fields in this order (trailing ones may be left out)
@@ -57,9 +57,9 @@ def kernel_rows(summaries: list[list[Any]], names: NameTable | None = None) -> K
     return (names or NameTable()).rows(kernel_chunk(summaries))
 
 
-def hosts_topology(world: int = 16, per_host: int = 8) -> Topology:
+def hosts_topology(world: int = 16, per_host: int = 8) -> ReportedLayout:
     """A job's topology with only ranks and hosts filled in (rank r on node-{r // per_host})."""
-    topo = Topology()
+    topo = ReportedLayout()
     topo.grow(world)
     topo.hosts = [f"node-{h}" for h in range(world // per_host)]
     topo.host_index = {h: i for i, h in enumerate(topo.hosts)}

@@ -40,7 +40,7 @@ from schemas.columns import DOMAINS
 from streams.advice import SCOPES
 from streams.detect.scopes.finding import Finding
 from streams.detect.windows.comm_columns import comm_columns, transfer_ns
-from streams.detect.windows.step_frames import PHASE_INDEX, FloatArray, Frame, Topology
+from streams.detect.windows.step_frames import PHASE_INDEX, FloatArray, Frame, ReportedLayout
 from streams.model.collectives import expected_transfer_ns, fit_curves
 from streams.model.kernels import KernelFlops, fit_kernel_bench
 from streams.model.reference import CollectiveCurve, KernelBench, ReferenceModels, link_class_of
@@ -116,7 +116,7 @@ def _hosts_per_group(groups: Any, host_of: Any) -> FloatArray:
     return out
 
 
-def _comm(frame: Frame, topo: Topology, ref: ReferenceModels | None, params: Params,
+def _comm(frame: Frame, topo: ReportedLayout, ref: ReferenceModels | None, params: Params,
           state: ExpectedState, learn: bool) -> list[Component]:
     world = min(frame.seen.size, topo.world)
     cols = {k: c for k, c in comm_columns(frame).items() if c.domain in DOMAINS and np.isfinite(c.nbytes).any()}
@@ -202,7 +202,7 @@ def _compute(frame: Frame, ref: ReferenceModels | None, device_kind: str, params
     return out
 
 
-def evaluate(frame: Frame, topo: Topology, state: ExpectedState, params: Params, ref: ReferenceModels | None,
+def evaluate(frame: Frame, topo: ReportedLayout, state: ExpectedState, params: Params, ref: ReferenceModels | None,
              device_kind: str) -> tuple[ExpectedState, list[Finding]]:
     """One released frame; `ref`: the fleet's reference models (None: none yet), `device_kind`: the job's
     devices' kind from their samples ("" : not known yet)."""

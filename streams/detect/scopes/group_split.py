@@ -26,7 +26,7 @@ import numpy as np
 from schemas.columns import DOMAINS
 from streams.advice import SCOPES
 from streams.detect.scopes.finding import Finding
-from streams.detect.windows.step_frames import PHASE_INDEX, FloatArray, Frame, IntArray, Topology
+from streams.detect.windows.step_frames import PHASE_INDEX, FloatArray, Frame, IntArray, ReportedLayout
 
 COMPARABLE = ("dp", "tp", "ep", "cp")
 HOT = 0.10     # a member this much above its stage's median busy time ...
@@ -43,7 +43,7 @@ class Params:
     resolve_after_steps: int
 
 
-def evaluate(frame: Frame, topo: Topology, params: Params) -> list[Finding]:
+def evaluate(frame: Frame, topo: ReportedLayout, params: Params) -> list[Finding]:
     seen = frame.seen
     if int(seen.sum()) < 4:
         return []

@@ -18,7 +18,7 @@ import numpy as np
 
 from streams.advice import SCOPES
 from streams.detect.scopes.finding import Finding
-from streams.detect.windows.step_frames import Frame, IntArray, Topology
+from streams.detect.windows.step_frames import Frame, IntArray, ReportedLayout
 
 HUNG_LEAD_STEPS = 2  # peers must have reported this many later steps: they went on without it
 ADVICE = SCOPES["HUNG"]
@@ -31,7 +31,7 @@ class Params:
     hang_silence_s: float
 
 
-def evaluate(frame: Frame, topo: Topology, newest_of: IntArray, heard_ns: IntArray, now_ns: int,
+def evaluate(frame: Frame, topo: ReportedLayout, newest_of: IntArray, heard_ns: IntArray, now_ns: int,
              params: Params) -> list[Finding]:
     if frame.closed_by != "timeout" or not frame.seen.any():
         return []

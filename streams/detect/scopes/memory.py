@@ -28,7 +28,7 @@ from streams.advice import advise_cause, advise_rule
 from streams.detect.rules import oom_forecast as oom
 from streams.detect.rules.base import BoolArray, FloatArray
 from streams.detect.scopes.finding import Finding
-from streams.detect.windows.step_frames import Frame, Topology
+from streams.detect.windows.step_frames import Frame, ReportedLayout
 
 GIB = float(2**30)
 LEAK, FRAGMENTATION = advise_rule("OOM"), advise_cause("fragmentation")
@@ -58,7 +58,8 @@ class MemoryState:
     expected_dominant: str = ""  # what holds most of it
 
 
-def evaluate(frame: Frame, topo: Topology, state: MemoryState, params: Params) -> tuple[MemoryState, list[Finding]]:
+def evaluate(frame: Frame, topo: ReportedLayout, state: MemoryState,
+             params: Params) -> tuple[MemoryState, list[Finding]]:
     """Push the frame's step memory (one sample per rank) and forecast; nothing when no rank sent any."""
     mem = frame.memory
     if mem is None:
@@ -94,12 +95,12 @@ def _sized(st: oom.State | None, world: int) -> oom.State | None:
     return st if st is not None and st.pos.size == world else None
 
 
-def _where(topo: Topology, rank: int) -> tuple[str | None, str]:
+def _where(topo: ReportedLayout, rank: int) -> tuple[str | None, str]:
     host = topo.hosts[int(topo.host_of[rank])] if rank < topo.host_of.size and topo.host_of[rank] >= 0 else None
     return host, f"rank {rank}" + (f" ({host})" if host else "")
 
 
-def _leak(frame: Frame, topo: Topology, state: MemoryState, params: Params, fc: oom.Forecast, i: int,
+def _leak(frame: Frame, topo: ReportedLayout, state: MemoryState, params: Params, fc: oom.Forecast, i: int,
           capacity: FloatArray, reserved_left: float | None) -> Finding:
     r = int(fc.index[i])
     cap = float(capacity[r])
@@ -129,7 +130,7 @@ def _leak(frame: Frame, topo: Topology, state: MemoryState, params: Params, fc: 
         cause=LEAK.cause, suggestion=LEAK.suggestion)
 
 
-def _fragmented(frame: Frame, topo: Topology, params: Params, fc: oom.Forecast, i: int, capacity: FloatArray,
+def _fragmented(frame: Frame, topo: ReportedLayout, params: Params, fc: oom.Forecast, i: int, capacity: FloatArray,
                 peak: FloatArray) -> Finding:
     r = int(fc.index[i])
     cap = float(capacity[r])

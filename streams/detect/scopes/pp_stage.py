@@ -19,7 +19,7 @@ import numpy as np
 
 from streams.advice import SCOPES
 from streams.detect.scopes.finding import Finding
-from streams.detect.windows.step_frames import Frame, Topology
+from streams.detect.windows.step_frames import Frame, ReportedLayout
 
 BROAD_SHARE = 0.5  # the stage's lower quartile over its baseline by this share of `slow_stage_ratio` or more
 
@@ -40,7 +40,7 @@ class StageState:
     history: dict[int, list[float]] = field(default_factory=dict)
 
 
-def evaluate(frame: Frame, topo: Topology, state: StageState, params: Params
+def evaluate(frame: Frame, topo: ReportedLayout, state: StageState, params: Params
              ) -> tuple[StageState, list[Finding]]:
     seen = np.flatnonzero(frame.seen)
     stage = topo.stage[seen]

@@ -30,7 +30,7 @@ from schemas.columns import DOMAINS
 from streams.advice import SCOPES
 from streams.detect.scopes.finding import Finding
 from streams.detect.windows.comm_columns import comm_columns
-from streams.detect.windows.step_frames import Frame, Topology
+from streams.detect.windows.step_frames import Frame, ReportedLayout
 
 ADVICE = SCOPES["SLOW_LINK"]
 # of several hosts whose every group slowed, those whose least slowed group is at least this share of the
@@ -55,7 +55,7 @@ class LinkState:
     seen: int = 0
 
 
-def _group_times(frame: Frame, topo: Topology) -> dict[str, tuple[str, int, float]]:
+def _group_times(frame: Frame, topo: ReportedLayout) -> dict[str, tuple[str, int, float]]:
     """Per (collective, domain, group) of a host-spanning domain: the shortest per-call time (ms)."""
     n = min(frame.seen.size, topo.world)
     placed = topo.host_of[:n] >= 0
@@ -80,7 +80,7 @@ def _group_times(frame: Frame, topo: Topology) -> dict[str, tuple[str, int, floa
     return best
 
 
-def evaluate(frame: Frame, topo: Topology, state: LinkState, params: Params) -> tuple[LinkState, list[Finding]]:
+def evaluate(frame: Frame, topo: ReportedLayout, state: LinkState, params: Params) -> tuple[LinkState, list[Finding]]:
     if not frame.kernels or topo.world == 0:
         return state, []
     state.seen += 1

@@ -39,7 +39,7 @@ from schemas.columns import DOMAINS
 from streams.advice import advise
 from streams.detect.scopes.finding import Finding
 from streams.detect.scopes.slow_rank import excess_phase, phase_medians
-from streams.detect.windows.step_frames import PHASE_INDEX, Frame, Topology
+from streams.detect.windows.step_frames import PHASE_INDEX, Frame, ReportedLayout
 
 COMPARABLE = ("dp", "tp", "ep", "cp")  # as slow_rank.py: PP stages differ by design
 NOISE_STEPS = 50
@@ -73,7 +73,7 @@ def noise(history: list[float]) -> float:
     return max(float(np.median(diffs)) * _DIFF_SCALE, NOISE_FLOOR)
 
 
-def _majority_ranks(topo: Topology) -> np.ndarray:
+def _majority_ranks(topo: ReportedLayout) -> np.ndarray:
     """Ranks that belong to a comparable group of >= 3 members (slow_rank.py judges them)."""
     out = np.zeros(topo.world, dtype=bool)
     for d_index, domain in enumerate(DOMAINS):
@@ -82,7 +82,7 @@ def _majority_ranks(topo: Topology) -> np.ndarray:
     return out
 
 
-def evaluate(frame: Frame, topo: Topology, state: PairState, params: Params) -> tuple[PairState, list[Finding]]:
+def evaluate(frame: Frame, topo: ReportedLayout, state: PairState, params: Params) -> tuple[PairState, list[Finding]]:
     world = min(frame.seen.size, topo.world)
     if world < 2:
         return state, []
@@ -119,8 +119,8 @@ def evaluate(frame: Frame, topo: Topology, state: PairState, params: Params) -> 
     return state, out
 
 
-def _finding(frame: Frame, topo: Topology, domain: str, group: int, late: int, peer: int, share: float, sigma: float,
-             step_ms: float, params: Params) -> Finding:
+def _finding(frame: Frame, topo: ReportedLayout, domain: str, group: int, late: int, peer: int, share: float,
+             sigma: float, step_ms: float, params: Params) -> Finding:
     wait = frame.phases[PHASE_INDEX["comm_exposed_ms"]]
     host = int(topo.host_of[late]) if late < topo.host_of.size else -1
     host_name = topo.hosts[host] if 0 <= host < len(topo.hosts) else None

@@ -35,7 +35,7 @@ from streams.detect.scopes.finding import Finding
 from streams.detect.scopes.outliers import group_stats
 from streams.detect.scopes.sustained import WINDOW, StepObservation, SustainedState
 from streams.detect.scopes.sustained import update as sustained_update
-from streams.detect.windows.step_frames import Frame, Topology
+from streams.detect.windows.step_frames import Frame, ReportedLayout
 from streams.dixon import dixon_critical
 
 COMPARABLE = ("dp", "tp", "ep", "cp")
@@ -68,7 +68,7 @@ class SlowRankState:
     sustained: SustainedState = field(default_factory=SustainedState)
 
 
-def evaluate(frame: Frame, topo: Topology, state: SlowRankState, params: Params
+def evaluate(frame: Frame, topo: ReportedLayout, state: SlowRankState, params: Params
              ) -> tuple[SlowRankState, list[Finding]]:
     seen = np.flatnonzero(frame.seen)
     if seen.size < 3:
@@ -227,7 +227,7 @@ def _host_side_shared(frame: Frame, members: np.ndarray, flagged: list[int]) -> 
     return None
 
 
-def _findings(frame: Frame, topo: Topology, flagged: dict[int, dict[str, float]], medians: dict[int, float],
+def _findings(frame: Frame, topo: ReportedLayout, flagged: dict[int, dict[str, float]], medians: dict[int, float],
               devs: dict[int, list[Deviation]], params: Params) -> list[Finding]:
     """`devs`: each rank's evidence for graded confirmation (how many flagged steps it needs to open)."""
     out: list[Finding] = []

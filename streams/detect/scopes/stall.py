@@ -22,7 +22,7 @@ import numpy as np
 
 from streams.detect.scopes.finding import Finding
 from streams.detect.scopes.hung import ADVICE
-from streams.detect.windows.step_frames import FloatArray, IntArray, Topology
+from streams.detect.windows.step_frames import FloatArray, IntArray, ReportedLayout
 
 IDLE_PCT = 10.0   # a device below this AI Core utilisation is idle ...
 BUSY_PCT = 50.0   # ... while its peers' median is above this
@@ -147,7 +147,7 @@ class StallState:
                           head_newest_ns=head.copy(), tail=tail, tail_rows=sum(int(t.size) for _, t, _ in tail))
 
 
-def evaluate(state: StallState, topo: Topology, step: int, timeout_ns: int, params: Params,
+def evaluate(state: StallState, topo: ReportedLayout, step: int, timeout_ns: int, params: Params,
              input_lagging: bool, now_ns: int, final: bool, stopped: bool = False) -> list[Finding]:
     """Findings for a stall past the last step end (`step`: the first step that did not complete).
 

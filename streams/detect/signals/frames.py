@@ -9,10 +9,10 @@ from streams.detect.scopes.finding import Finding
 from streams.detect.signals.kernels import KernelParams, kernel_findings
 from streams.detect.signals.shared import SignalState
 from streams.detect.signals.steps import StepParams, step_findings
-from streams.detect.windows.step_frames import Frame, Topology
+from streams.detect.windows.step_frames import Frame, ReportedLayout
 
 
-def frame_findings(frame: Frame, topo: Topology, state: SignalState, steps: StepParams, kernels: KernelParams,
+def frame_findings(frame: Frame, topo: ReportedLayout, state: SignalState, steps: StepParams, kernels: KernelParams,
                    timings: dict[str, float]) -> list[Finding]:
     """The step feed's findings on a released frame, then the kernel feed's (when it has kernel summaries)."""
     if not frame.seen.any():

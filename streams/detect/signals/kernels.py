@@ -20,7 +20,7 @@ from streams.detect.rules.base import Alarms, FloatArray
 from streams.detect.scopes.finding import Finding
 from streams.detect.signals.shared import FindingParams, SignalState, grow, rank_findings, rule_finding, timed
 from streams.detect.windows.comm_columns import comm_columns, transfer_ns
-from streams.detect.windows.step_frames import PHASE_INDEX, Frame, IntArray, Topology
+from streams.detect.windows.step_frames import PHASE_INDEX, Frame, IntArray, ReportedLayout
 
 # domains whose collectives are point-to-point: a send and its recv are the two ends of one transfer, so R5/R6
 # take their transfer rate from both keys together (a stage's recv waits on both neighbours and holds the
@@ -60,7 +60,7 @@ def _spread(world: int, ranks: IntArray, values: FloatArray, fill: float) -> Flo
     return out
 
 
-def kernel_findings(frame: Frame, topo: Topology, state: SignalState, params: KernelParams,
+def kernel_findings(frame: Frame, topo: ReportedLayout, state: SignalState, params: KernelParams,
                     timings: dict[str, float]) -> list[Finding]:
     out: list[Finding] = []
     resolve_after = params.resolve_after_steps

@@ -12,7 +12,7 @@ import numpy as np
 from streams.advice import advise_rule
 from streams.detect.rules.base import Alarms
 from streams.detect.scopes.finding import Finding
-from streams.detect.windows.step_frames import Frame, Topology
+from streams.detect.windows.step_frames import Frame, ReportedLayout
 
 
 @dataclass(slots=True)
@@ -56,7 +56,7 @@ def grow(state: Any, size: int, attr: str) -> Any:
     return state if state is not None and getattr(state, attr).size == size else None
 
 
-def rank_findings(rule: str, a: Alarms, topo: Topology, frame: Frame, params: FindingParams, what: str,
+def rank_findings(rule: str, a: Alarms, topo: ReportedLayout, frame: Frame, params: FindingParams, what: str,
                   metric: str, by_host: bool = True, present: int | None = None) -> list[Finding]:
     """Per-rank alarms; when at least half the world alarms it is one job-scope finding, and when
     at least `slow_host_fraction` of a host's ranks (>= 2) alarm together it is one host-scope

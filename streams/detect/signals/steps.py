@@ -14,7 +14,7 @@ from streams.detect.rules import r03_throughput_window as r3
 from streams.detect.rules import r10_interstep_cpu as r10
 from streams.detect.scopes.finding import Finding
 from streams.detect.signals.shared import FindingParams, SignalState, grow, rank_findings, rule_finding, timed
-from streams.detect.windows.step_frames import PHASE_INDEX, Frame, Topology
+from streams.detect.windows.step_frames import PHASE_INDEX, Frame, ReportedLayout
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +33,7 @@ class StepParams(FindingParams):
     r10_min_ratio: float
 
 
-def step_findings(frame: Frame, topo: Topology, state: SignalState, params: StepParams,
+def step_findings(frame: Frame, topo: ReportedLayout, state: SignalState, params: StepParams,
                   timings: dict[str, float]) -> list[Finding]:
     out: list[Finding] = []
     world = frame.seen.size

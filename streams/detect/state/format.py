@@ -74,8 +74,8 @@ from streams.detect.windows.step_frames import (
     Frame,
     KernelRows,
     NameTable,
+    ReportedLayout,
     StepFrames,
-    Topology,
     WindowParams,
     WindowStats,
 )
@@ -91,7 +91,7 @@ REF, ARRAY, TUPLE, SET, FROZENSET, DICT, SCALAR = range(1, 8)
 TYPES: dict[str, type] = {
     "engine.JobEngine": JobEngine, "engine.EngineStats": EngineStats, "outbox.Outbox": Outbox,
     "frames.StepFrames": StepFrames, "frames.Frame": Frame, "frames.KernelRows": KernelRows,
-    "frames.NameTable": NameTable, "frames.Topology": Topology, "frames.WindowParams": WindowParams,
+    "frames.NameTable": NameTable, "frames.ReportedLayout": ReportedLayout, "frames.WindowParams": WindowParams,
     "frames.WindowStats": WindowStats, "frames.CommColumn": CommColumn,
     "incidents.IncidentBook": IncidentBook, "incidents.Track": Track, "incidents.JoinState": JoinState,
     "incidents.OpenTrack": OpenTrack, "incidents.Recovering": Recovering,

@@ -20,9 +20,11 @@ from streams.detect.state.format import TYPES
 from streams.detect.state.outbox import Outbox
 
 MAGIC = b"SLS8"
-# Where SLS8 pickles name the classes of today's stable names: each class by the module path it had when
-# SLS8 was written, which is where it is now; the config is read into a stand-in the restore replaces.
+# Where SLS8 pickles name the classes of today's stable names: each class by the module path and name it had
+# when SLS8 was written; the config is read into a stand-in the restore replaces.
 _PICKLED: dict[tuple[str, str], Any] = {(cls.__module__, cls.__qualname__): cls for cls in TYPES.values()}
+# ... but for the classes renamed since SLS8: under their names of then
+_PICKLED[("streams.detect.windows.step_frames", "Topology")] = TYPES["frames.ReportedLayout"]
 _NUMPY = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
           ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.numeric", "_frombuffer"),
           ("numpy._core.numeric", "_frombuffer"), ("numpy.core.multiarray", "scalar"),

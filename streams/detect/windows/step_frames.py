@@ -187,7 +187,7 @@ class Frame:
 
 
 @dataclass(slots=True)
-class Topology:
+class ReportedLayout:
     """What the job's reports say about its layout (learned from step events, grows with world)."""
 
     world: int = 0
@@ -245,7 +245,7 @@ class StepFrames:
     """Open frames of one job and the release cursor (plain data: snapshotted as a whole)."""
 
     params: WindowParams
-    topo: Topology = field(default_factory=Topology)
+    topo: ReportedLayout = field(default_factory=ReportedLayout)
     frames: dict[int, Frame] = field(default_factory=dict)
     next_step: int | None = None
     newest_of: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # per rank newest step

@@ -11,14 +11,14 @@ from schemas.columns import DOMAINS, PHASES
 from streams.detect.incidents.join import join
 from streams.detect.scopes.finding import Finding
 from streams.detect.scopes.group_split import Params, evaluate
-from streams.detect.windows.step_frames import Frame, Topology
+from streams.detect.windows.step_frames import Frame, ReportedLayout
 
 WORLD = 16
 PARAMS = DetectionConfig().params(Params)
 
 
-def _topo() -> Topology:
-    topo = Topology()
+def _topo() -> ReportedLayout:
+    topo = ReportedLayout()
     topo.grow(WORLD)
     r = np.arange(WORLD)
     topo.stage = (r // 8).astype(np.int64)

@@ -7,7 +7,7 @@ import numpy as np
 
 from streams.detect.scopes import memory
 from streams.detect.scopes.finding import Finding
-from streams.detect.windows.step_frames import Frame, Topology
+from streams.detect.windows.step_frames import Frame, ReportedLayout
 
 GIB = 2**30
 CAP = 64 * GIB
@@ -24,7 +24,7 @@ def _frame(step: int, peak: np.ndarray, reserved: np.ndarray, capacity: float = 
 
 
 def _run(peaks: list[np.ndarray], reserveds: list[np.ndarray]) -> list[tuple[int, Finding]]:
-    topo = Topology()
+    topo = ReportedLayout()
     topo.grow(peaks[0].size)
     state = memory.MemoryState()
     out: list[tuple[int, Finding]] = []
@@ -86,7 +86,7 @@ def test_memory_high_but_steady_or_a_per_step_sawtooth_raises_nothing() -> None:
 def test_the_model_shape_s_expectation_is_named_with_the_leak() -> None:
     world = 2
     state = memory.MemoryState(expected_bytes=30.0 * GIB, expected_dominant="optimizer_states")
-    topo = Topology()
+    topo = ReportedLayout()
     topo.grow(world)
     found = []
     for s in range(300):
@@ -99,7 +99,7 @@ def test_the_model_shape_s_expectation_is_named_with_the_leak() -> None:
 
 
 def test_frames_without_memory_cost_nothing_and_raise_nothing() -> None:
-    topo = Topology()
+    topo = ReportedLayout()
     topo.grow(4)
     state = memory.MemoryState()
     f = Frame.empty(0, 4, 0)

@@ -8,14 +8,14 @@ import numpy as np
 from infra.settings import DetectionConfig
 from schemas.columns import DOMAINS
 from streams.detect.scopes.slow_link import LinkState, Params, evaluate
-from streams.detect.windows.step_frames import Frame, Topology
+from streams.detect.windows.step_frames import Frame, ReportedLayout
 from tests.streams.helpers import kernel_rows
 
 WORLD = 8
 
 
-def _topo() -> Topology:
-    topo = Topology()
+def _topo() -> ReportedLayout:
+    topo = ReportedLayout()
     topo.grow(WORLD)
     topo.hosts = [f"node-{h}" for h in range(4)]
     topo.host_index = {h: i for i, h in enumerate(topo.hosts)}

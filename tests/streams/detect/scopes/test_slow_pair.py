@@ -10,17 +10,17 @@ from producers.simulator.fleet import FleetJob, Noise
 from producers.simulator.topology import Topology as SimTopology
 from schemas.columns import DOMAINS
 from streams.detect.scopes.slow_pair import PairState, Params, evaluate, noise
-from streams.detect.windows.step_frames import PHASE_INDEX, Frame, Topology
+from streams.detect.windows.step_frames import PHASE_INDEX, Frame, ReportedLayout
 from tests.streams.helpers import incidents, run_engine
 
 PARAMS = DetectionConfig().params(Params)
 DP = DOMAINS.index("dp")
 
 
-def _topology(sizes: list[int]) -> Topology:
+def _topology(sizes: list[int]) -> ReportedLayout:
     """DP groups of these sizes, one host per rank."""
     world = sum(sizes)
-    topo = Topology()
+    topo = ReportedLayout()
     topo.grow(world)
     topo.hosts = [f"node-{r}" for r in range(world)]
     topo.host_index = {h: i for i, h in enumerate(topo.hosts)}
@@ -45,7 +45,7 @@ def _frame(step: int, waits: list[float], step_ms: float = 100.0, starts_ms: lis
     return f
 
 
-def _run(frames: list[Frame], topo: Topology) -> list[list[int]]:
+def _run(frames: list[Frame], topo: ReportedLayout) -> list[list[int]]:
     state = PairState()
     flagged = []
     for f in frames:

@@ -9,14 +9,14 @@ import numpy as np
 from infra.settings import DetectionConfig
 from schemas.columns import DOMAINS
 from streams.detect.scopes.slow_rank import Params, SlowRankState, evaluate
-from streams.detect.windows.step_frames import PHASE_INDEX, Frame, Topology
+from streams.detect.windows.step_frames import PHASE_INDEX, Frame, ReportedLayout
 
 WORLD = 8
 PARAMS = DetectionConfig().params(Params)
 
 
-def _topology() -> Topology:
-    topo = Topology()
+def _topology() -> ReportedLayout:
+    topo = ReportedLayout()
     topo.grow(WORLD)
     topo.hosts = [f"node-{r}" for r in range(WORLD)]
     topo.host_index = {h: i for i, h in enumerate(topo.hosts)}

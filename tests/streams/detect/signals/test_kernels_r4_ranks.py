@@ -7,13 +7,13 @@ import numpy as np
 from infra.settings import DetectionConfig
 from streams.detect.signals.kernels import KernelParams, kernel_findings
 from streams.detect.signals.shared import SignalState
-from streams.detect.windows.step_frames import Frame, Topology
+from streams.detect.windows.step_frames import Frame, ReportedLayout
 from tests.streams.helpers import hosts_topology, kernel_rows
 
 WORLD, KERNELS, FLOPS, NS = 32, 24, 4_000_000_000, 1_000_000
 
 
-def _topo() -> Topology:
+def _topo() -> ReportedLayout:
     return hosts_topology(WORLD, 8)
 
 

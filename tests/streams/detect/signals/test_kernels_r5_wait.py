@@ -15,14 +15,14 @@ from streams.detect.scopes.finding import Finding
 from streams.detect.signals.kernels import KernelParams, kernel_findings
 from streams.detect.signals.shared import SignalState
 from streams.detect.windows.comm_columns import CommColumn, transfer_ns
-from streams.detect.windows.step_frames import Frame, Topology
+from streams.detect.windows.step_frames import Frame, ReportedLayout
 from tests.streams.helpers import hosts_topology, kernel_rows
 
 WORLD, CALLS, MB = 16, 8, 1 << 26
 TP_MS, DP_MS = 20.0, 100.0  # one step's transfer time of each collective (all calls)
 
 
-def _topo() -> Topology:
+def _topo() -> ReportedLayout:
     topo = hosts_topology(WORLD, 8)
     ranks = np.arange(WORLD)
     topo.groups[DOMAINS.index("tp")] = ranks // 4
