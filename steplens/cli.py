@@ -19,6 +19,7 @@ import orjson
 
 from infra.settings import Settings, load_settings
 from steplens import actions_cli, model_cli, output, state_cli
+from steplens.arguments import number
 from steplens.history import open_history
 
 EXIT_OK, EXIT_EMPTY, EXIT_USAGE, EXIT_BACKEND = 0, 1, 2, 3
@@ -273,20 +274,6 @@ def _when(text: str) -> str:
     return text
 
 
-def _number(kind: type[int] | type[float], low: float, *, above: bool = False) -> Callable[[str], Any]:
-    """An argparse type: a number of `kind` at least `low` (or strictly above it)."""
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a {'whole ' if kind is int else ''}number, got {text!r}"
-                                             ) from None
-        if value != value or (value <= low if above else value < low):  # NaN too
-            raise argparse.ArgumentTypeError(f"must be {'>' if above else '>='} {low:g}, got {text}")
-        return value
-    return parse
-
-
 def _serve(args: argparse.Namespace, s: Settings) -> int:
     import logging
 
@@ -332,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="start: ISO time (UTC) or relative like 90m, 6h, 7d (default: all history)")
     rng.add_argument("--until", type=_when, help="end, same forms (default: now and later)")
     lim = argparse.ArgumentParser(add_help=False)
-    lim.add_argument("--limit", type=_number(int, 1), default=20, help="at most this many rows (default 20)")
+    lim.add_argument("--limit", type=number(int, 1), default=20, help="at most this many rows (default 20)")
 
     def add(name: str, handler: Handler, help_text: str, parents: Sequence[argparse.ArgumentParser] = ()) -> Any:
         p = sub.add_parser(name, help=help_text, description=help_text, parents=list(parents))
@@ -348,11 +335,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--job", help=JOB_HELP)
     p.add_argument("--rule", help="rule id: R1..R10, SLOW_STEP, SLOW_RANK, SLOW_HOST, ...")
     p.add_argument("--host")
-    p.add_argument("--rank", type=_number(int, 0))
+    p.add_argument("--rank", type=number(int, 0))
     p = add("perf", _perf, "a job's step-time percentiles, tokens/s/p, MFU and HFU (spec §1), and the step "
             "time the fleet's reference models expect", [fmt])
     p.add_argument("--job", required=True, help=JOB_HELP)
-    p.add_argument("--recompute", type=_number(float, 1.0), default=1.0,
+    p.add_argument("--recompute", type=number(float, 1.0), default=1.0,
                    help="HFU/MFU FLOPs ratio: 4/3 = 1.333 with full recomputation (default 1)")
     p.add_argument("--breakdown", action="store_true",
                    help="per component (compute, each collective, exposed comm, host/data): observed vs the "
@@ -362,10 +349,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--job", required=True, help=JOB_HELP)
     p = add("offenders", _offenders, "hosts named in incidents of several jobs: candidates to isolate",
             [fmt, rng, lim])
-    p.add_argument("--min-jobs", type=_number(int, 1), default=2, help="in at least this many jobs (default 2)")
+    p.add_argument("--min-jobs", type=number(int, 1), default=2, help="in at least this many jobs (default 2)")
     p = add("lost", _lost, "device-hours lost to slow steps and stragglers, per job", [fmt, rng])
     p.add_argument("--job", help=f"{JOB_HELP} (default: every job)")
-    p.add_argument("--slow-ratio", type=_number(float, 1.0, above=True), default=1.10,
+    p.add_argument("--slow-ratio", type=number(float, 1.0, above=True), default=1.10,
                    help="slow step: above ratio x median (default 1.10)")
     p = add("health", _health, "device health per host: temperature, power swing, down-clocking", [fmt, rng, lim])
     p.add_argument("--host")
@@ -407,8 +394,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="exit once every incident on the topic is posted and committed (default: run until SIGTERM)")
     p = add("serve", _serve, "the live page: jobs running, incidents open, mitigation actions, slowest ranks and "
             "hosts; each job's report; refreshed while the pipeline runs")
-    p.add_argument("--port", type=_number(int, 1), default=19480, help="port on 127.0.0.1 (default 19480)")
-    p.add_argument("--refresh", type=_number(float, 1.0), default=5.0, help="seconds between refreshes (default 5)")
+    p.add_argument("--port", type=number(int, 1), default=19480, help="port on 127.0.0.1 (default 19480)")
+    p.add_argument("--refresh", type=number(float, 1.0), default=5.0, help="seconds between refreshes (default 5)")
     p.add_argument("--window", type=_when, default="1h", help="what 'now' covers: 10m, 1h, 6h (default 1h)")
     _register_analyse(sub)
     _register_replay(sub)

@@ -17,6 +17,7 @@ from typing import Any
 
 from infra.settings import Settings
 from steplens import output
+from steplens.arguments import number
 from steplens.history import open_history
 
 EXIT_OK, EXIT_EMPTY, EXIT_USAGE = 0, 1, 2
@@ -91,31 +92,21 @@ def _import(args: argparse.Namespace, s: Settings) -> int:
     return EXIT_OK
 
 
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
 def register(sub: Any, fmt: argparse.ArgumentParser) -> None:
     model = sub.add_parser("model", help="the fleet's reference models: what a job should achieve",
                            description=__doc__.split("\n\n")[0])
     actions = model.add_subparsers(dest="model_command", metavar="ACTION", required=True)
     p = actions.add_parser("fit", help="learn a new version from the fleet's history and store it")
     p.add_argument("--stack", default="", help="the software stack it describes, e.g. 'cann-8.0 torch-2.4'")
-    p.add_argument("--min-jobs", type=_non_negative, default=1,
+    p.add_argument("--min-jobs", type=number(int, 1), default=1,
                    help="a kernel benchmark needs this many jobs (default 1)")
     p.set_defaults(handler=_fit)
     p = actions.add_parser("show", help="the stored versions, or one version's models", parents=[fmt])
-    p.add_argument("--version", type=_non_negative, help="one version's models")
+    p.add_argument("--version", type=number(int, 1), help="one version's models")
     p.add_argument("--latest", action="store_true", help="the newest version's models")
     p.set_defaults(handler=_show)
     p = actions.add_parser("export", help="write a version as JSON (default: the newest)")
-    p.add_argument("--version", type=_non_negative)
+    p.add_argument("--version", type=number(int, 1))
     p.add_argument("-o", "--output", required=True, help="JSON file")
     p.set_defaults(handler=_export)
     p = actions.add_parser("import", help="store a JSON export as a new version")

@@ -16,6 +16,7 @@ import orjson
 
 from infra.settings import Settings
 from steplens import output
+from steplens.arguments import number
 
 EXIT_OK, EXIT_EMPTY, EXIT_USAGE = 0, 1, 2
 
@@ -53,16 +54,6 @@ def _dump(args: argparse.Namespace, s: Settings) -> int:
     return EXIT_OK
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
 def register(sub: Any, fmt: argparse.ArgumentParser) -> None:
     state = sub.add_parser("state", help="the detect workers' per-job snapshots (list, or dump one as JSON)",
                            description=__doc__.split("\n\n")[0])
@@ -71,5 +62,5 @@ def register(sub: Any, fmt: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=_list)
     p = actions.add_parser("dump", help="one job's snapshot as JSON: objects by stable type name, fields, arrays")
     p.add_argument("--job", required=True, help="job id")
-    p.add_argument("--values", type=_count, default=8, help="values shown of each array (default 8)")
+    p.add_argument("--values", type=number(int, 0), default=8, help="values shown of each array (default 8)")
     p.set_defaults(handler=_dump)
