@@ -34,8 +34,8 @@ from typing import Any
 import orjson
 
 from bench.throughput import T0_NS, Job
-from infra.settings import DetectionConfig
 from streams.detect.combine import chunks as codec
+from streams.detect.config import DetectionConfig
 from streams.detect.engine import FleetEngine
 from streams.detect.ingest.decode import decode_batch
 

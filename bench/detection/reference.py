@@ -14,12 +14,12 @@ import argparse
 from collections import deque
 from pathlib import Path
 
-from infra.settings import DetectionConfig
 from producers.simulator.fleet import FleetJob, Noise
 from producers.simulator.stream import SimRun, stream_runs
 from producers.simulator.topology import Topology
 from schemas import Topics
 from streams.detect.combine import chunks as codec
+from streams.detect.config import DetectionConfig
 from streams.detect.engine import FleetEngine, Output
 from streams.detect.ingest.decode import decode_batch
 from streams.model.reference import ReferenceModels

@@ -33,10 +33,10 @@ from bench.detection.run import (
 )
 from bench.provenance import git_commit, machine
 from infra.progress import Progress
-from infra.settings import DetectionConfig
 from producers.simulator.stream import stream_runs
 from schemas import Incident, Topics, bounded, encode
 from streams.detect.combine import chunks as codec
+from streams.detect.config import DetectionConfig
 from streams.detect.engine import FleetEngine
 from streams.detect.ingest.decode import decode_batch
 

@@ -22,10 +22,11 @@ from typing import Any
 
 import faust
 
-from infra.settings import DetectionConfig, Settings
+from infra.settings import Settings
 from schemas import ControlCommand, Incident, Topics, bounded
 from streams.app import base_app, now_ns, raw_topic
 from streams.detect.combine import chunks as chunk_codec
+from streams.detect.config import DetectionConfig
 from streams.detect.engine import FleetEngine, JobEngine, Output
 from streams.detect.ingest.loop import DecodeLoop
 from streams.detect.ingest.process import DecodeProcess
@@ -63,7 +64,7 @@ class DetectWorker:
 
     def __init__(self, app: faust.App, settings: Settings) -> None:
         self.settings = settings
-        self.cfg = settings.detection
+        self.cfg = DetectionConfig.of(settings)
         self.topics = Topics(settings.topic_prefix)
         self.internal = DetectTopics(settings.topic_prefix)
         self.fleet = FleetEngine(self.cfg)
@@ -321,7 +322,7 @@ def snapshot_pause(cfg: DetectionConfig, encoding_s: float) -> float:
 
 def create_detect_app(settings: Settings) -> faust.App:
     app = base_app(settings, "detect")
-    cfg = settings.detection
+    cfg = DetectionConfig.of(settings)
     worker = DetectWorker(app, settings)
     if not kafka_has_c_crc32c():
         log.warning("kafka-python runs without the C crc32c: install the pinned `crc32c` package")

@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Generic, TypeVar, cast
 
 import numpy as np
 
-from infra.settings import DetectionConfig
 from schemas import ControlCommand, Incident
 from schemas.columns import DOMAINS
 from streams.detect.combine.chunks import (
@@ -41,6 +40,7 @@ from streams.detect.combine.chunks import (
     is_kernels,
     is_steps,
 )
+from streams.detect.config import DetectionConfig
 from streams.detect.incidents.book import IncidentBook
 from streams.detect.incidents.join import CULPRIT_RULES, JoinState, OpenTrack, join
 from streams.detect.scopes import (

@@ -102,10 +102,10 @@ def run_engine(job: object, cfg: object = None, *, paced_s: float = 0.0, drop: o
     hold(event) -> n (paced only): the event arrives n steps late, with the step n later (a partition
     whose reader died, read again once the group gave it to another worker).
     """
-    from infra.settings import DetectionConfig
     from producers.simulator.fleet import FleetJob
     from schemas import encode
     from streams.detect.combine import chunks as codec
+    from streams.detect.config import DetectionConfig
     from streams.detect.engine import FleetEngine
     from streams.detect.ingest.decode import decode_batch
 
@@ -179,10 +179,10 @@ def run_launches(launches: list[tuple[object, bool]], cfg: object = None, *, pac
     `(job, False)` is killed after its last step: nothing more, then `gap_s` of silence (ticks
     every 0.5 s) before the next launch's `start`. `backlog`: every chunk says the decode stage
     reads 30 s behind (the worker's clock cannot judge a silence)."""
-    from infra.settings import DetectionConfig
     from producers.simulator.fleet import FleetJob
     from schemas import encode
     from streams.detect.combine import chunks as codec
+    from streams.detect.config import DetectionConfig
     from streams.detect.engine import FleetEngine
     from streams.detect.ingest.decode import decode_batch
 
@@ -223,8 +223,8 @@ def feed_engine(batches: list[list[bytes]], *, batch: int = 2048, behind: tuple[
     """Raw records through decode -> the chunk codec -> one FleetEngine, in the order given: `batch`
     records per decode call, 50 ms of worker clock each, then `drain_ticks` ticks of 0.5 s without
     input. `behind`: what every chunk says of the decode stage, (behind_ns, lag); None: nothing."""
-    from infra.settings import DetectionConfig
     from streams.detect.combine import chunks as codec
+    from streams.detect.config import DetectionConfig
     from streams.detect.engine import FleetEngine
     from streams.detect.ingest.decode import decode_batch
 

@@ -30,7 +30,7 @@ def test_partitions_added_to_an_input_topic_are_decoded_well_inside_a_frame_s_ti
     """Producers write to added partitions at once; the decode consumer finds them at its next metadata
     refresh plus a rebalance. At 10 s that came after the step's frame had timed out (min 5 s): a transient
     HUNG_RANK for the ranks on the new partitions in a restart cycle that grew the topics mid-job."""
-    from infra.settings import DetectionConfig
+    from streams.detect.config import DetectionConfig
 
     refresh_s = WorkerTimeouts().kafka_python_consumer()["metadata_max_age_ms"] / 1000
     assert refresh_s + WorkerTimeouts().heartbeat <= DetectionConfig().window_timeout_min_s / 1.4

@@ -30,6 +30,7 @@ from schemas import Topics, job_key
 from streams.app import WorkerTimeouts
 from streams.columnar_backoff import ColumnarBackoff
 from streams.detect.combine import chunks as chunk_codec
+from streams.detect.config import DetectionConfig
 from streams.detect.ingest.decode import decode_batch
 from streams.metrics import DetectMetrics
 from streams.runtime import Batch, Batching, Commits, Consumer, ConsumerLoop
@@ -75,7 +76,7 @@ class DecodeLoop(ConsumerLoop):
     """Decode each polled batch into chunks on the partials topic, on the consumer runtime."""
 
     def __init__(self, settings: Settings, metrics: DetectMetrics) -> None:
-        cfg = settings.detection
+        cfg = DetectionConfig.of(settings)
         # a batch: a non-empty poll and the polls bringing more within batch_gather_s (its latency is detection's)
         # a commit that cannot finish is given up: the batch is re-read (the engine absorbs repeated chunks)
         super().__init__("decode", Batching(cfg.batch_max, cfg.batch_within_s, accumulate=False,

@@ -38,8 +38,8 @@ import numpy as np
 import zstandard
 from msgspec.msgpack import Decoder, Encoder, Ext
 
-from infra.settings import DetectionConfig
 from schemas import ControlCommand, Incident
+from streams.detect.config import DetectionConfig
 from streams.detect.engine import EngineStats, JobEngine
 from streams.detect.incidents.book import IncidentBook, Track
 from streams.detect.incidents.join import JoinState, OpenTrack, Recovering

@@ -14,7 +14,7 @@ from typing import Any
 
 import zstandard
 
-from infra.settings import DetectionConfig
+from streams.detect.config import DetectionConfig
 from streams.detect.engine import JobEngine
 from streams.detect.state.format import TYPES
 from streams.detect.state.outbox import Outbox

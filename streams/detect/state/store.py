@@ -27,9 +27,10 @@ from kafka.errors import KafkaError
 
 from infra.clients import bootstrapped, close_quietly, kafka_client_config
 from infra.delivery import Record, deliver_all
-from infra.settings import DetectionConfig, Settings
+from infra.settings import Settings
 from schemas import encode as encode_event
 from schemas import job_key
+from streams.detect.config import DetectionConfig
 from streams.detect.engine import JobEngine
 from streams.detect.state import format as snapshot_format
 from streams.detect.state import legacy
@@ -184,8 +185,9 @@ class SnapshotStore:
     def load(self) -> dict[str, Snapshot]:
         """The newest snapshot (engine, outbox) of every job on the topic (read to its end)."""
         out: dict[str, Snapshot] = {}
+        cfg = DetectionConfig.of(self._settings)
         for job, raw in self.load_raw().items():
-            snap = decode_snapshot(raw, self._settings.detection)
+            snap = decode_snapshot(raw, cfg)
             if snap is not None:
                 out[job] = snap
         return out

@@ -4,10 +4,10 @@ evicted with an unfinished snapshot on the state topic (`make bench-detection`: 
 
 from __future__ import annotations
 
-from infra.settings import DetectionConfig
 from producers.simulator.fleet import FleetJob
 from producers.simulator.topology import Topology
 from streams.detect.app import newly_finished
+from streams.detect.config import DetectionConfig
 from streams.detect.engine import JobEngine
 from tests.streams.helpers import run_launches
 

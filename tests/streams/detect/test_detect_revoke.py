@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from infra.settings import DetectionConfig, Settings, load_settings
+from infra.settings import Settings, load_settings
 from streams.app import base_app
 from streams.detect.app import DetectWorker
+from streams.detect.config import DetectionConfig
 from streams.detect.engine import JobEngine
 from tests.streams.helpers import AckedStream
 

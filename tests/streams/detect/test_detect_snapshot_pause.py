@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from infra.settings import DetectionConfig, Settings, load_settings
+from infra.settings import Settings, load_settings
 from streams.app import base_app
 from streams.detect.app import DetectWorker, snapshot_pause
+from streams.detect.config import DetectionConfig
 from streams.detect.engine import JobEngine
 from tests.streams.helpers import AckedStream
 
@@ -38,11 +39,12 @@ def test_the_worker_puts_off_unforced_snapshots_but_never_forced_ones(
     from schemas import Topics
     from streams.topics_admin import ensure_topics
 
-    detection = replace(DetectionConfig(), snapshot_interval_s=0.0, snapshot_max_share=1e-9,
-                        snapshot_interval_max_s=3600.0)  # any encoding stretches the pause to the cap
+    table = {"snapshot_interval_s": 0.0, "snapshot_max_share": 1e-9,
+             "snapshot_interval_max_s": 3600.0}  # any encoding stretches the pause to the cap
     settings = replace(load_settings({}), home=tmp_path, app_id=unique_name, topic_prefix=f"{unique_name}.",
                        kafka_bootstrap=kafka_settings.kafka_bootstrap, secrets_dir=kafka_settings.secrets_path,
-                       detection=detection)
+                       detection=table)
+    detection = DetectionConfig.of(settings)
     ensure_topics(settings, Topics(settings.topic_prefix), 1)
     worker = DetectWorker(base_app(settings, "detect"), settings)
     worker.stream = AckedStream()
@@ -87,7 +89,7 @@ def test_encoding_many_snapshots_lets_the_event_loop_run_between_jobs(
     worker = DetectWorker(base_app(settings, "detect"), settings)
     worker.stream = AckedStream()
     for i in range(40):
-        worker.fleet.jobs[f"j{i}"] = JobEngine.create(f"j{i}", settings.detection)
+        worker.fleet.jobs[f"j{i}"] = JobEngine.create(f"j{i}", DetectionConfig.of(settings))
         worker.dirty.add(f"j{i}")
     beats = 0
     seen_by_encoder: list[int] = []

@@ -52,9 +52,9 @@ def test_an_elastic_relaunch_with_fewer_hosts_raises_no_hang() -> None:
 
 
 def test_a_late_report_of_an_earlier_attempt_is_counted_late_not_applied() -> None:
-    from infra.settings import DetectionConfig
     from schemas import encode
     from streams.detect.combine import chunks as codec
+    from streams.detect.config import DetectionConfig
     from streams.detect.engine import FleetEngine
     from streams.detect.ingest.decode import decode_batch
 
@@ -75,9 +75,9 @@ def test_a_late_report_of_an_earlier_attempt_is_counted_late_not_applied() -> No
 def test_a_decode_backlog_is_not_a_crash() -> None:
     """A job's reports stop reaching the engine while the decode stage says it is behind its
     input (other jobs' chunks keep coming, late): the job's reports are queued, not stopped."""
-    from infra.settings import DetectionConfig
     from schemas import encode
     from streams.detect.combine import chunks as codec
+    from streams.detect.config import DetectionConfig
     from streams.detect.engine import FleetEngine
     from streams.detect.ingest.decode import decode_batch
     from tests.streams.helpers import T0
@@ -103,9 +103,9 @@ def test_a_decode_backlog_is_not_a_crash() -> None:
 def test_a_detect_worker_down_longer_than_job_silence_s_is_not_a_crash() -> None:
     """A job's state restored from a snapshot by a worker that starts minutes later: the silence
     was the worker's, the job's reports are queued; only a silence seen by this worker counts."""
-    from infra.settings import DetectionConfig
     from schemas import encode
     from streams.detect.combine import chunks as codec
+    from streams.detect.config import DetectionConfig
     from streams.detect.engine import FleetEngine
     from streams.detect.ingest.decode import decode_batch
     from tests.streams.helpers import T0
@@ -163,9 +163,9 @@ def test_a_chunk_of_a_finished_let_go_job_is_late_not_a_new_job() -> None:
     partition: one can reach the engine after the job's `end` and last step, once the worker let the
     finished job's state go. It made a new job of that summary's ranks alone, whose frames timed out
     into HUNG_RANK for every other rank (a restart test: 6 incidents). It is late; a relaunch is not."""
-    from infra.settings import DetectionConfig
     from schemas import encode
     from streams.detect.combine import chunks as codec
+    from streams.detect.config import DetectionConfig
     from streams.detect.engine import FleetEngine
     from streams.detect.ingest.decode import decode_batch
     from tests.streams.helpers import T0, kernel_chunk

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from infra.settings import DetectionConfig
+from streams.detect.config import DetectionConfig
 from streams.detect.engine import JobEngine
 from streams.detect.scopes.finding import Finding
 from streams.detect.windows.step_frames import Frame

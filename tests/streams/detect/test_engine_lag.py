@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from infra.settings import DetectionConfig
 from schemas import Incident, encode
 from streams.detect.combine import chunks as codec
+from streams.detect.config import DetectionConfig
 from streams.detect.engine import LAG_STALE_NS, QUIET_TICKS, FleetEngine
 from streams.detect.ingest.decode import decode_batch
 from tests.streams.helpers import T0, step_event

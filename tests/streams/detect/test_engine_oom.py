@@ -3,13 +3,13 @@ a job keeping its memory at 95-97 % opens none (step and device events decoded a
 
 from __future__ import annotations
 
-from infra.settings import DetectionConfig
 from producers.simulator.catalogue import scenario_job
 from producers.simulator.events import FrameEncoder
 from producers.simulator.fleet import FleetJob
 from producers.simulator.traits import Traits
 from schemas import Incident, encode
 from streams.detect.combine import chunks as codec
+from streams.detect.config import DetectionConfig
 from streams.detect.engine import FleetEngine
 from streams.detect.ingest.decode import decode_batch
 from tests.streams.helpers import T0

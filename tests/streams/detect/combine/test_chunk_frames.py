@@ -10,13 +10,13 @@ import numpy as np
 import orjson
 import pytest
 
-from infra.settings import DetectionConfig
 from producers.simulator.catalogue import straggler
 from producers.simulator.events import FrameEncoder
 from producers.simulator.fleet import FleetJob
 from producers.simulator.topology import Topology
 from schemas import encode
 from streams.detect.combine.chunks import FRAME_MAGIC, dumps, dumps_split, loads
+from streams.detect.config import DetectionConfig
 from streams.detect.engine import FleetEngine
 from streams.detect.ingest.decode import decode_batch
 from tests.streams.detect.combine.test_chunk_types import EVENTS

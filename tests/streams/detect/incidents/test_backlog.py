@@ -8,12 +8,12 @@ resolve and reopen under a new id. Judged against the simulator's ground truth.
 
 from __future__ import annotations
 
-from infra.settings import DetectionConfig
 from producers.simulator.catalogue import straggler
 from producers.simulator.fleet import FleetJob
 from producers.simulator.topology import Topology
 from schemas import Incident, StepEvent, encode
 from streams.detect.combine import chunks as codec
+from streams.detect.config import DetectionConfig
 from streams.detect.engine import FleetEngine, Output
 from streams.detect.ingest.decode import decode_batch
 from tests.streams.helpers import T0

@@ -15,11 +15,11 @@ import orjson
 import pytest
 
 from bench.detection.run import run_record, score_records
-from infra.settings import DetectionConfig
 from producers.simulator.catalogue import scenario_job
 from producers.simulator.stream import SimRun, stream_runs
 from schemas import Incident, Topics, bounded, encode
 from streams.detect.combine import chunks as codec
+from streams.detect.config import DetectionConfig
 from streams.detect.engine import FleetEngine, Output
 from streams.detect.ingest.decode import decode_batch
 from tests.streams.helpers import T0

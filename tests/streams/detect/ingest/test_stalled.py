@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from infra.settings import DetectionConfig, load_settings
+from infra.settings import load_settings
 from streams.detect.combine import chunks as codec
+from streams.detect.config import DetectionConfig
 from streams.detect.engine import FleetEngine
 from streams.detect.ingest.loop import DecodeLoop
 from streams.metrics import DetectMetrics

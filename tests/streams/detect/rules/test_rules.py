@@ -129,7 +129,7 @@ def test_r3_constant_input_is_quiet_and_warmup_values_are_skipped() -> None:
 def test_r3_default_k_sees_a_drop_behind_one_outlier_in_a_short_first_window() -> None:
     """The config's k (DetectionConfig.r3_k): the first window after warm-up is short, and one slow
     (evaluation) step in it inflates the sample std; a 14 % throughput drop right after must still alarm."""
-    from infra.settings import DetectionConfig
+    from streams.detect.config import DetectionConfig
 
     k = DetectionConfig().r3_k
     assert 2.0 <= k <= 3.0, "spec §2: k = 2-3"

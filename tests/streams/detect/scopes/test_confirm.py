@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from infra.settings import DetectionConfig
 from schemas import Domain, Phases, StepEvent, encode
 from streams.detect.combine import chunks as codec
+from streams.detect.config import DetectionConfig
 from streams.detect.engine import FleetEngine
 from streams.detect.ingest.decode import decode_batch
 from streams.detect.scopes.confirm import Deviation, compute_share, host_open_after, is_strong, open_after

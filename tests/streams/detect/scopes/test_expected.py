@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from bench.detection.reference import feed, learn, training_jobs
-from infra.settings import DetectionConfig
 from producers.simulator.catalogue import FaultSpec, scenario_job
 from producers.simulator.fleet import FleetJob, Noise
 from producers.simulator.topology import Topology
 from schemas import Incident
+from streams.detect.config import DetectionConfig
 from streams.detect.engine import FleetEngine
 from streams.model.reference import ReferenceModels
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from infra.settings import DetectionConfig
 from schemas.columns import DOMAINS, PHASES
+from streams.detect.config import DetectionConfig
 from streams.detect.incidents.join import join
 from streams.detect.scopes.finding import Finding
 from streams.detect.scopes.group_split import Params, evaluate

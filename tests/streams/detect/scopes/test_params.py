@@ -6,7 +6,7 @@ from dataclasses import fields, replace
 
 import pytest
 
-from infra.settings import DetectionConfig
+from streams.detect.config import DetectionConfig
 from streams.detect.scopes import group_split, hung, pp_stage, slow_link, slow_pair, slow_rank, slow_step, stall
 
 SCOPE_PARAMS = [m.Params for m in (slow_step, slow_rank, slow_pair, pp_stage, group_split, slow_link, hung, stall)]

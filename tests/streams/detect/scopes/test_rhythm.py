@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from infra.settings import DetectionConfig
+from streams.detect.config import DetectionConfig
 from streams.detect.scopes import rhythm, slow_step
 
 PARAMS = DetectionConfig().params(slow_step.Params)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from infra.settings import DetectionConfig
 from schemas.columns import DOMAINS
+from streams.detect.config import DetectionConfig
 from streams.detect.scopes.slow_link import LinkState, Params, evaluate
 from streams.detect.windows.step_frames import Frame, ReportedLayout
 from tests.streams.helpers import kernel_rows

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from infra.settings import DetectionConfig
 from producers.simulator.catalogue import straggler
 from producers.simulator.fleet import FleetJob, Noise
 from producers.simulator.topology import Topology as SimTopology
 from schemas.columns import DOMAINS
+from streams.detect.config import DetectionConfig
 from streams.detect.scopes.slow_pair import PairState, Params, evaluate, noise
 from streams.detect.windows.step_frames import PHASE_INDEX, Frame, ReportedLayout
 from tests.streams.helpers import incidents, run_engine

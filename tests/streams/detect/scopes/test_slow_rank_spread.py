@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from infra.settings import DetectionConfig
 from schemas.columns import DOMAINS
+from streams.detect.config import DetectionConfig
 from streams.detect.scopes.slow_rank import Params, SlowRankState, evaluate
 from streams.detect.windows.step_frames import PHASE_INDEX, Frame, ReportedLayout
 

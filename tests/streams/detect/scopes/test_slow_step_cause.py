@@ -15,12 +15,12 @@ import orjson
 import pytest
 
 from bench.detection.run import run_record, score_records
-from infra.settings import DetectionConfig
 from producers.simulator.catalogue import scenario_job
 from producers.simulator.fleet import FleetJob
 from producers.simulator.stream import SimRun, stream_runs
 from schemas import Incident, Topics, bounded, encode
 from schemas.columns import PHASES
+from streams.detect.config import DetectionConfig
 from streams.detect.scopes import slow_step
 from streams.detect.windows.step_frames import Frame
 from tests.streams.helpers import T0, feed_engine, kernel_rows

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from infra.settings import DetectionConfig
+from streams.detect.config import DetectionConfig
 from streams.detect.rules.base import Alarms
 from streams.detect.signals.device import DeviceParams, _confirmed
 from streams.detect.signals.shared import SignalState

@@ -7,7 +7,7 @@ checkpoint of every simulated run once the simulator's hosts sampled at their ow
 
 from __future__ import annotations
 
-from infra.settings import DetectionConfig
+from streams.detect.config import DetectionConfig
 from streams.detect.signals.device import DeviceParams, device_findings
 from streams.detect.signals.shared import SignalState
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from infra.settings import DetectionConfig
 from schemas.columns import DEVICE_METRICS
+from streams.detect.config import DetectionConfig
 from streams.detect.scopes.finding import Finding
 from streams.detect.signals.device import DeviceParams, _rounds, device_findings
 from streams.detect.signals.shared import SignalState

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from infra.settings import DetectionConfig
+from streams.detect.config import DetectionConfig
 from streams.detect.signals.kernels import KernelParams, kernel_findings
 from streams.detect.signals.shared import SignalState
 from streams.detect.windows.step_frames import Frame, ReportedLayout

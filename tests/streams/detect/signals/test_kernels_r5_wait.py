@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from infra.settings import DetectionConfig
 from schemas.columns import DOMAINS
+from streams.detect.config import DetectionConfig
 from streams.detect.scopes.finding import Finding
 from streams.detect.signals.kernels import KernelParams, kernel_findings
 from streams.detect.signals.shared import SignalState

@@ -7,7 +7,7 @@ from dataclasses import fields, replace
 
 import pytest
 
-from infra.settings import DetectionConfig
+from streams.detect.config import DetectionConfig
 from streams.detect.signals.device import R2_DEVICE, DeviceParams
 from streams.detect.signals.kernels import KernelParams
 from streams.detect.signals.shared import FindingParams

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from infra.settings import DetectionConfig
+from streams.detect.config import DetectionConfig
 from streams.detect.rules.base import Alarms
 from streams.detect.scopes.finding import Finding
 from streams.detect.signals.frames import follow_slow_step, name_slow_groups

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from infra.settings import DetectionConfig
 from producers.simulator.catalogue import gc_pauses, straggler
 from producers.simulator.fleet import FleetJob
 from producers.simulator.topology import Topology
 from schemas import encode
 from streams.detect.combine import chunks as codec
+from streams.detect.config import DetectionConfig
 from streams.detect.engine import FleetEngine
 from streams.detect.ingest.decode import decode_batch
 from streams.detect.state.store import decode

@@ -9,8 +9,9 @@ import pytest
 from kafka import KafkaConsumer
 
 from infra.clients import kafka_client_config
-from infra.settings import DetectionConfig, Settings, load_settings
+from infra.settings import Settings, load_settings
 from schemas import ControlCommand, Incident, Topics
+from streams.detect.config import DetectionConfig
 from streams.detect.engine import JobEngine
 from streams.detect.state.outbox import HEADER, Outbox, output_id, scan_start
 from streams.detect.state.store import SnapshotStore, decode, decode_snapshot, encode

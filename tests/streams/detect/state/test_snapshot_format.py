@@ -12,7 +12,7 @@ import orjson
 import pytest
 import zstandard
 
-from infra.settings import DetectionConfig
+from streams.detect.config import DetectionConfig
 from streams.detect.engine import FleetEngine, JobEngine
 from streams.detect.state import format as snapshot_format
 from streams.detect.state import legacy
