@@ -23,7 +23,8 @@ or one of these ext types, each payload a msgpack value:
 - 7 SCALAR: [dtype, raw bytes] (a numpy scalar)
 
 Objects are numbered in the order first met, depth first; a reader creates them all (empty) from the
-head's type names before it reads the body, so references (shared, or in a cycle) need no order. The
+head's type names before it reads the body, so references (shared, or in a cycle) need no order (and such an
+object, still empty while the body is read, must not be a dict key or a set member). The
 job's `cfg` is not written: restore gives the worker's own settings (`decode`'s `cfg`). Older formats
 are read by their migration (`streams/detect/state/legacy.py`).
 """
