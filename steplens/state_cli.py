@@ -1,7 +1,7 @@
 """`steplens state list|dump`: the detect workers' per-job snapshots, as written on the state topic.
 
 list: every job with a snapshot, its format and size;
-dump: one job's snapshot as JSON (format SLD1, docs/architecture.md "Detect snapshots"): its objects by
+dump: one job's snapshot as JSON (format SLD1, docs/detection.md "The snapshot format"): its objects by
       stable type name and number, their fields, each array's dtype, shape and first values.
 Exit status as the rest of the CLI: 0 ok, 1 nothing found, 2 usage.
 """

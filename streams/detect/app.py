@@ -106,7 +106,7 @@ class DetectWorker:
     async def _restore(self, owned: set[int] | None) -> None:
         loop = asyncio.get_running_loop()
         names = list(self.out_topics.values())
-        snaps = await loop.run_in_executor(None, self.store.load)
+        snaps = await loop.run_in_executor(None, self.store.load, self.cfg)
         async with self.lock:
             if not self.out_pos:
                 self.out_pos = await loop.run_in_executor(None, self.store.end_offsets, names)
@@ -119,7 +119,6 @@ class DetectWorker:
                 live = self.fleet.jobs.get(job)
                 if live is not None and self._newer(live, engine):
                     continue
-                engine.cfg = self.cfg
                 engine.frames.input_lagging = True  # its reports since the snapshot are still queued: no timeouts
                 self.fleet.jobs[job] = engine
                 self.outboxes[job] = outbox
@@ -322,8 +321,8 @@ def snapshot_pause(cfg: DetectionConfig, encoding_s: float) -> float:
 
 def create_detect_app(settings: Settings) -> faust.App:
     app = base_app(settings, "detect")
-    cfg = DetectionConfig.of(settings)
     worker = DetectWorker(app, settings)
+    cfg = worker.cfg
     if not kafka_has_c_crc32c():
         log.warning("kafka-python runs without the C crc32c: install the pinned `crc32c` package")
 

@@ -113,9 +113,9 @@ TYPES: dict[str, type] = {
     # a list, dict or set held in two places (one engine's input offsets, shared with the attempt it replaced)
     "list": list, "dict": dict, "set": set,
 }
-NAMES: dict[type, str] = {cls: name for name, cls in TYPES.items() if cls not in (list, dict, set)}
-NOT_WRITTEN: dict[type, tuple[str, ...]] = {JobEngine: ("cfg",)}  # restore sets it (`decode`'s `cfg`)
 _CONTAINERS = (list, dict, set)
+NAMES: dict[type, str] = {cls: name for name, cls in TYPES.items() if cls not in _CONTAINERS}
+NOT_WRITTEN: dict[type, tuple[str, ...]] = {JobEngine: ("cfg",)}  # restore sets it (`decode`'s `cfg`)
 
 
 def _field_names(cls: type) -> tuple[tuple[str, ...], bool]:

@@ -182,12 +182,13 @@ class SnapshotStore:
         """The newest engine state of every job on the topic."""
         return {job: snap[0] for job, snap in self.load().items()}
 
-    def load(self) -> dict[str, Snapshot]:
-        """The newest snapshot (engine, outbox) of every job on the topic (read to its end)."""
+    def load(self, cfg: DetectionConfig | None = None) -> dict[str, Snapshot]:
+        """The newest snapshot (engine, outbox) of every job on the topic (read to its end), its engines running
+        with `cfg` (default: the settings' thresholds)."""
         out: dict[str, Snapshot] = {}
-        cfg = DetectionConfig.of(self._settings)
+        settings = cfg if cfg is not None else DetectionConfig.of(self._settings)
         for job, raw in self.load_raw().items():
-            snap = decode_snapshot(raw, cfg)
+            snap = decode_snapshot(raw, settings)
             if snap is not None:
                 out[job] = snap
         return out
